@@ -1,0 +1,90 @@
+"""Checkpoints are data, not code (DESIGN.md contract 4).
+
+A checkpoint is a dict {schema, model_config, weights, **training state},
+written atomically and read back with torch.load(weights_only=True), so a file
+that would run code on unpickling is refused, never executed.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from interp.config import ModelConfig
+from interp.errors import CheckpointError, ConfigError
+
+SCHEMA = "residual-gpt/1"
+
+
+@dataclass
+class Checkpoint:
+    config: ModelConfig
+    weights: dict[str, torch.Tensor]
+    state: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None
+
+
+def atomic_write(path: str | Path, write) -> None:
+    """Call write(tmp_path) on a temporary name beside path, then rename over it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def save_checkpoint(path: str | Path, model: nn.Module, **state: Any) -> None:
+    """Save model config + weights + any training state (plain data and tensors only)."""
+    reserved = {"schema", "model_config", "weights"} & set(state)
+    if reserved:
+        raise CheckpointError(f"state keys {sorted(reserved)} are reserved")
+    module = getattr(model, "module", model)  # unwrap DDP
+    payload = {
+        "schema": SCHEMA,
+        "model_config": module.cfg.to_dict(),
+        "weights": {k: v.detach().cpu() for k, v in module.state_dict().items()},
+        **state,
+    }
+    atomic_write(path, lambda tmp: torch.save(payload, tmp))
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> Checkpoint:
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"no checkpoint at {path}")
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise CheckpointError(
+            f"{path} is not a plain-data checkpoint (refused by weights_only loading): "
+            f"{str(e).splitlines()[0]}"
+        ) from None
+    except (EOFError, RuntimeError, OSError, ValueError) as e:
+        raise CheckpointError(f"{path} is truncated or corrupt: {str(e).splitlines()[0]}") from None
+    if not isinstance(payload, dict) or "schema" not in payload:
+        raise CheckpointError(f"{path} is not a ResidualGPT checkpoint (no schema field)")
+    if payload["schema"] != SCHEMA:
+        raise CheckpointError(
+            f"{path} has schema {payload['schema']!r}; this version reads {SCHEMA!r}"
+        )
+    try:
+        config = ModelConfig.from_dict(payload["model_config"])
+    except (ConfigError, KeyError, TypeError) as e:
+        raise CheckpointError(f"{path} holds an invalid model config: {e}") from None
+    state = {k: v for k, v in payload.items() if k not in ("schema", "model_config", "weights")}
+    return Checkpoint(config=config, weights=payload["weights"], state=state, path=path)

@@ -1,0 +1,127 @@
+"""ModelConfig: the shape and the residual wiring of a ResidualGPT.
+
+Field names follow TransformerLens's HookedTransformerConfig where one exists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from interp.errors import ConfigError
+
+RESIDUALS = ("full", "attn_only", "ffn_only", "none")
+MIXERS = ("attention", "uniform", "position_blind")
+ACT_FNS = ("gelu",)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A frozen, validated model configuration.
+
+    residual: which identity paths a block keeps.
+        full      resid_mid = resid_pre + attn,  resid_post = resid_mid + mlp
+        attn_only keeps the attention residual, drops the FFN one
+        ffn_only  keeps the FFN residual, drops the attention one
+        none      drops both
+    mixer: the token mixer in the attention slot.
+        attention       causal softmax attention (self_bias added to the diagonal score)
+        uniform         every causal score equal: the plain mean of earlier values
+        position_blind  a per-position GELU MLP d -> 2d -> d: no cross-position information
+    self_bias: added to each position's score on itself; +inf attends only to
+        itself, -inf never to itself (position 0 then writes zeros).
+    runtime_gain: every sublayer output is multiplied by this in every forward
+        pass (the paper's confounded gain experiment; 1.0 means off).
+    """
+
+    n_layers: int = 4
+    d_model: int = 128
+    n_heads: int = 4
+    n_ctx: int = 128
+    d_vocab: int = 65
+    d_mlp: int = -1  # -1: 4 * d_model
+    act_fn: str = "gelu"
+    dropout: float = 0.0
+    bias: bool = False
+    residual: str = "full"
+    mixer: str = "attention"
+    self_bias: float = 0.0
+    init_std: float = 0.02
+    tie_embeddings: bool = True
+    runtime_gain: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("n_layers", "d_model", "n_heads", "n_ctx", "d_vocab"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        if self.d_mlp == -1:
+            object.__setattr__(self, "d_mlp", 4 * self.d_model)
+        if isinstance(self.d_mlp, bool) or not isinstance(self.d_mlp, int) or self.d_mlp <= 0:
+            raise ConfigError(f"d_mlp must be a positive integer (or -1 for 4 * d_model), got {self.d_mlp!r}")
+        if self.d_model % self.n_heads:
+            raise ConfigError(
+                f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})"
+            )
+        if self.act_fn not in ACT_FNS:
+            raise ConfigError(f"act_fn must be one of {ACT_FNS}, got {self.act_fn!r}")
+        if self.residual not in RESIDUALS:
+            raise ConfigError(f"residual must be one of {RESIDUALS}, got {self.residual!r}")
+        if self.mixer not in MIXERS:
+            raise ConfigError(f"mixer must be one of {MIXERS}, got {self.mixer!r}")
+        for name in ("dropout", "self_bias", "init_std", "runtime_gain"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigError(f"{name} must be a number, got {value!r}")
+            object.__setattr__(self, name, float(value))
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        if math.isnan(self.self_bias):
+            raise ConfigError("self_bias must be a number or +/-inf, got nan")
+        if not (self.init_std > 0 and math.isfinite(self.init_std)):
+            raise ConfigError(f"init_std must be positive, got {self.init_std!r}")
+        if not (self.runtime_gain > 0 and math.isfinite(self.runtime_gain)):
+            raise ConfigError(f"runtime_gain must be positive, got {self.runtime_gain!r}")
+        for name in ("bias", "tie_embeddings"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if self.self_bias != 0.0 and self.mixer != "attention":
+            raise ConfigError(f"self_bias applies only to mixer='attention', not {self.mixer!r}")
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def attn_residual(self) -> bool:
+        return self.residual in ("full", "attn_only")
+
+    @property
+    def ffn_residual(self) -> bool:
+        return self.residual in ("full", "ffn_only")
+
+    def replace(self, **changes: Any) -> ModelConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-safe data (non-finite self_bias becomes "inf" / "-inf")."""
+        d = dataclasses.asdict(self)
+        if not math.isfinite(d["self_bias"]):
+            d["self_bias"] = "inf" if d["self_bias"] > 0 else "-inf"
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(f"unknown model config field(s) {unknown}; known: {sorted(known)}")
+        d = dict(d)
+        if isinstance(d.get("self_bias"), str):
+            try:
+                d["self_bias"] = float(d["self_bias"])
+            except ValueError:
+                raise ConfigError(f"self_bias must be a number or 'inf'/'-inf', got {d['self_bias']!r}") from None
+        return cls(**d)
