@@ -1,0 +1,91 @@
+"""Checkpoints are data: atomic, versioned, loaded with weights_only, unsafe pickles refused."""
+
+import os
+import pickle
+
+import pytest
+import torch
+
+from interp import CheckpointError, ModelConfig, ResidualGPT, load_checkpoint, save_checkpoint
+
+
+def small():
+    return ResidualGPT(ModelConfig(n_layers=1, d_model=16, n_heads=2, n_ctx=8, d_vocab=7, residual="attn_only"))
+
+
+def test_round_trip_with_training_state(tmp_path):
+    model = small()
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.zeros(1, 8, dtype=torch.long)).sum().backward()
+    opt.step()
+    path = tmp_path / "ckpt.pt"
+    save_checkpoint(path, model, step=3, optimizer=opt.state_dict(), rng=torch.get_rng_state(), vocab=list("abcdefg"))
+    ckpt = load_checkpoint(path)
+    assert ckpt.config == model.cfg
+    assert ckpt.state["step"] == 3 and ckpt.state["vocab"] == list("abcdefg")
+    assert set(ckpt.state["optimizer"]) == {"state", "param_groups"}
+    loaded = ResidualGPT.from_checkpoint(path)
+    t = torch.randint(0, 7, (2, 8))
+    assert torch.equal(loaded(t), model(t))
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]  # no temp file left behind
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(CheckpointError, match="no checkpoint at"):
+        load_checkpoint(tmp_path / "nope.pt")
+
+
+def test_truncated_file(tmp_path):
+    path = tmp_path / "ckpt.pt"
+    save_checkpoint(path, small())
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="truncated or corrupt"):
+        load_checkpoint(path)
+
+
+def test_unknown_schema(tmp_path):
+    path = tmp_path / "ckpt.pt"
+    torch.save({"schema": "residual-gpt/99", "model_config": {}, "weights": {}}, path)
+    with pytest.raises(CheckpointError, match="schema 'residual-gpt/99'"):
+        load_checkpoint(path)
+
+
+def test_plain_tensor_file_is_not_a_checkpoint(tmp_path):
+    path = tmp_path / "t.pt"
+    torch.save(torch.zeros(3), path)
+    with pytest.raises(CheckpointError, match="not a ResidualGPT checkpoint"):
+        load_checkpoint(path)
+
+
+class _Exploit:
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_code_running_pickle_is_refused_and_runs_nothing(tmp_path):
+    marker = tmp_path / "pwned"
+    exploit = _Exploit()
+    exploit.marker = marker
+    path = tmp_path / "evil.pt"
+    torch.save({"schema": "residual-gpt/1", "payload": exploit}, path)
+    with open(tmp_path / "evil.pkl", "wb") as f:
+        pickle.dump(exploit, f)
+    for p in (path, tmp_path / "evil.pkl"):
+        with pytest.raises(CheckpointError, match="not a plain-data checkpoint"):
+            load_checkpoint(p)
+    assert not marker.exists()
+
+
+def test_failed_save_keeps_the_old_file(tmp_path, monkeypatch):
+    path = tmp_path / "ckpt.pt"
+    save_checkpoint(path, small(), step=1)
+
+    def boom(obj, f, *a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", boom)
+    with pytest.raises(OSError):
+        save_checkpoint(path, small(), step=2)
+    assert load_checkpoint(path).state["step"] == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]
