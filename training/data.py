@@ -1,0 +1,571 @@
+"""Corpora to token arrays, seeded batch sampling, fixed validation batches, reference levels.
+
+Two corpora, as in the paper:
+    shakespeare_char  TinyShakespeare, 65 characters, first 90% train / last 10% val (the 10M setting)
+    bpe / openwebtext GPT-2 BPE tokens in nanoGPT's train.bin / val.bin uint16 layout (the 124M setting)
+
+Where files come from (first hit wins): an explicit path, then $RESIDUAL_DATA_DIR (a directory laid out like
+/work/shared/data), then the cache ($RESIDUAL_CACHE_DIR, default ~/.cache/residual-interp), then a one-time
+download that is checksummed before it is written.
+
+Batches are drawn nanoGPT-style (uniform random window offsets) from a generator the sampler owns, so a run
+is reproducible from (seed, draws) and its state rides along in the checkpoint. Validation uses the same
+batches for every config, seed and evaluation (DESIGN.md contract 6).
+
+reference_levels() gives the two numbers every result is read against: the unigram cross-entropy (a model
+that knows nothing, where the collapsed configs sit) and the bigram cross-entropy (the best any model without
+cross-position mixing can do).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import urllib.request
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from jaxtyping import Int
+from torch import Tensor
+
+from interp.checkpoint import atomic_write
+from interp.errors import DataError
+
+SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
+SHAKESPEARE_REL = Path("tinyshakespeare") / "input.txt"
+GPT2_VOCAB_SIZE = 50257
+GPT2_EOT = 50256
+GPT2_FILES = {  # file name -> sha256 (the files tiktoken itself downloads)
+    "vocab.bpe": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
+    "encoder.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
+}
+VAL_SEED = 99991
+CORPORA = ("shakespeare_char", "bpe", "openwebtext")
+OPENWEBTEXT_DATASET = "Skylion007/openwebtext"
+
+Batch = tuple[Int[Tensor, "batch pos"], Int[Tensor, "batch pos"]]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Where files live
+
+
+def cache_dir() -> Path:
+    """$RESIDUAL_CACHE_DIR, else ~/.cache/residual-interp (not created here)."""
+    return Path(os.environ.get("RESIDUAL_CACHE_DIR") or Path.home() / ".cache" / "residual-interp")
+
+
+def data_dir() -> Path | None:
+    """$RESIDUAL_DATA_DIR when set (a directory holding tinyshakespeare/, gpt2/), else None."""
+    value = os.environ.get("RESIDUAL_DATA_DIR")
+    return Path(value) if value else None
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _check_text(path: Path, data: bytes) -> None:
+    """A trusted file must still be usable: non-empty UTF-8 text."""
+    if not data:
+        raise DataError(f"{path} is empty")
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
+def _read_bytes(path: Path, what: str) -> bytes:
+    if not path.is_file():
+        raise DataError(f"{what}: no file at {path}")
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise DataError(f"{what}: cannot read {path} ({e.strerror})") from None
+
+
+def _download(url: str) -> bytes:
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response:
+            return response.read()
+    except Exception as e:  # URLError, HTTPError, timeouts, ...: all mean "no file from the network"
+        raise DataError(
+            f"could not download {url} ({type(e).__name__}: {e}); "
+            f"set RESIDUAL_DATA_DIR to a directory holding {SHAKESPEARE_REL} or pass a path"
+        ) from None
+
+
+def _locate_shakespeare(path: str | Path | None) -> tuple[Path, bytes]:
+    """Resolve TinyShakespeare (see the module docstring for the order) and return (path, its bytes)."""
+    if path is not None:  # an explicit path is trusted, but must be text
+        path = Path(path)
+        data = _read_bytes(path, "TinyShakespeare")
+        _check_text(path, data)
+        return path, data
+    if (root := data_dir()) is not None:
+        path = root / SHAKESPEARE_REL
+        data = _read_bytes(path, f"RESIDUAL_DATA_DIR={root}")
+        _check_text(path, data)
+        return path, data
+    cached = cache_dir() / SHAKESPEARE_REL
+    if cached.is_file():  # a cached copy came from the network: verify it like a download
+        data = _read_bytes(cached, "cached TinyShakespeare")
+        if (digest := _sha256(data)) != SHAKESPEARE_SHA256:
+            raise DataError(
+                f"cached {cached} has sha256 {digest[:12]}..., expected {SHAKESPEARE_SHA256[:12]}...; "
+                "delete it to download again, or set RESIDUAL_DATA_DIR"
+            )
+        return cached, data
+    data = _download(SHAKESPEARE_URL)
+    if (digest := _sha256(data)) != SHAKESPEARE_SHA256:
+        raise DataError(
+            f"download from {SHAKESPEARE_URL} has sha256 {digest[:12]}..., expected {SHAKESPEARE_SHA256[:12]}...; "
+            f"retry, or set RESIDUAL_DATA_DIR to a directory holding {SHAKESPEARE_REL}"
+        )
+    atomic_write(cached, lambda tmp: Path(tmp).write_bytes(data))  # a kill never leaves half a file
+    return cached, data
+
+
+def shakespeare_path(path: str | Path | None = None) -> Path:
+    """The TinyShakespeare input.txt: explicit path, $RESIDUAL_DATA_DIR, cache, else download once."""
+    return _locate_shakespeare(path)[0]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Corpora
+
+
+@dataclass(eq=False)  # eq on arrays is ambiguous; identity is what matters
+class Corpus:
+    """A tokenised corpus: train/val id arrays and the codec that made them."""
+
+    name: str
+    vocab_size: int
+    train: np.ndarray
+    val: np.ndarray
+    encode: Callable[[str], list[int]]
+    decode: Callable[[list[int]], str]
+    vocab: list[str] | None  # the characters, for char corpora; None for BPE
+    encoding: str  # "char" or "gpt2"
+
+
+def load_char_corpus(path: str | Path | None = None) -> Corpus:
+    """TinyShakespeare (or any text file) as characters, laid out as nanoGPT's shakespeare_char."""
+    path, data = _locate_shakespeare(path)
+    text = data.decode("utf-8")
+    chars = sorted(set(text))
+    if len(chars) > np.iinfo(np.uint16).max + 1:
+        raise DataError(f"{path} has {len(chars)} distinct characters; at most 65536 fit uint16 ids")
+    stoi = {c: i for i, c in enumerate(chars)}
+
+    def encode(s: str) -> list[int]:
+        try:
+            return [stoi[c] for c in s]
+        except KeyError as e:
+            raise DataError(f"character {e.args[0]!r} is not in the {len(chars)}-character vocabulary") from None
+
+    def decode(ids: Iterable[int]) -> str:
+        try:
+            return "".join(chars[int(i)] for i in ids)
+        except IndexError:
+            raise DataError(f"a token id is outside the {len(chars)}-character vocabulary") from None
+
+    # Split the text, then encode: the val split starts exactly where nanoGPT's does.
+    n_train = int(len(text) * 0.9)
+    return Corpus(
+        name="shakespeare_char",
+        vocab_size=len(chars),
+        train=np.array(encode(text[:n_train]), dtype=np.uint16),
+        val=np.array(encode(text[n_train:]), dtype=np.uint16),
+        encode=encode,
+        decode=decode,
+        vocab=chars,
+        encoding="char",
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _local_gpt2_encoding(directory: str) -> Any:
+    import tiktoken
+    import tiktoken.load
+    from tiktoken_ext.openai_public import r50k_pat_str
+
+    root = Path(directory)
+    ranks = tiktoken.load.data_gym_to_mergeable_bpe_ranks(
+        vocab_bpe_file=str(root / "vocab.bpe"),
+        encoder_json_file=str(root / "encoder.json"),
+        vocab_bpe_hash=GPT2_FILES["vocab.bpe"],
+        encoder_json_hash=GPT2_FILES["encoder.json"],
+    )
+    return tiktoken.Encoding(
+        name="gpt2",
+        pat_str=r50k_pat_str,
+        mergeable_ranks=ranks,
+        special_tokens={"<|endoftext|>": GPT2_EOT},
+        explicit_n_vocab=GPT2_VOCAB_SIZE,
+    )
+
+
+def gpt2_encoding() -> Any:
+    """tiktoken's "gpt2" Encoding; built from $RESIDUAL_DATA_DIR/gpt2/ when present (no network attempt)."""
+    root = data_dir()
+    local = root / "gpt2" if root is not None else None
+    try:
+        if local is not None and all((local / name).is_file() for name in GPT2_FILES):
+            return _local_gpt2_encoding(str(local))
+        import tiktoken
+
+        return tiktoken.get_encoding("gpt2")
+    except Exception as e:  # hash mismatch, inconsistent files, no network: one clear line either way
+        where = f"from {local}" if local is not None and local.is_dir() else "via tiktoken (network)"
+        raise DataError(
+            f"cannot load the GPT-2 BPE {where} ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+            "set RESIDUAL_DATA_DIR to a directory holding gpt2/vocab.bpe and gpt2/encoder.json"
+        ) from None
+
+
+def _text_files(source: Path) -> list[Path]:
+    if source.is_file():
+        return [source]
+    if source.is_dir():
+        files = sorted(p for p in source.rglob("*.txt") if p.is_file())  # sorted: the same order everywhere
+        if not files:
+            raise DataError(f"{source} holds no .txt files")
+        return files
+    raise DataError(f"no text file or directory at {source}")
+
+
+def _read_documents(files: Sequence[Path]) -> Iterable[str]:
+    for path in files:
+        data = _read_bytes(path, "BPE source")
+        if data:
+            _check_text(path, data)
+            yield data.decode("utf-8")
+
+
+def _encode_documents(docs: Iterable[str], enc: Any, chunk: int = 256) -> tuple[np.ndarray, int]:
+    """Every document's tokens followed by <|endoftext|>, as one uint16 stream; also the document count."""
+    parts: list[np.ndarray] = []
+    n_docs = 0
+    docs = iter(docs)
+    while chunk_docs := list(islice(docs, chunk)):
+        batch = [d for d in chunk_docs if d]  # an empty document would be a bare separator
+        # encode_ordinary: a literal "<|endoftext|>" inside a document is text, not a separator
+        for ids in enc.encode_ordinary_batch(batch):
+            parts.append(np.array([*ids, GPT2_EOT], dtype=np.uint16))
+        n_docs += len(batch)
+    return (np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint16)), n_docs
+
+
+def _write_bpe_corpus(tokens: np.ndarray, n_docs: int, out_dir: Path, val_fraction: float, meta: dict) -> Path:
+    n_train = int(len(tokens) * (1 - val_fraction))
+    if n_train == 0 or n_train == len(tokens):
+        raise DataError(f"{meta['source']}: {len(tokens)} tokens are too few to split with val_fraction={val_fraction}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "meta.json").unlink(missing_ok=True)  # meta.json marks a complete corpus: absent while writing
+    for split, arr in (("train", tokens[:n_train]), ("val", tokens[n_train:])):
+        atomic_write(out_dir / f"{split}.bin", lambda tmp, arr=arr: arr.tofile(tmp))
+    meta = {
+        **meta,
+        "encoding": "gpt2",
+        "vocab_size": GPT2_VOCAB_SIZE,
+        "dtype": "uint16",
+        "n_docs": n_docs,
+        "train_tokens": n_train,
+        "val_tokens": len(tokens) - n_train,
+        "val_fraction": val_fraction,
+    }
+    atomic_write(out_dir / "meta.json", lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=2) + "\n"))
+    return out_dir
+
+
+def _check_val_fraction(val_fraction: float) -> None:
+    if not 0 < val_fraction < 1:
+        raise DataError(f"val_fraction must be in (0, 1), got {val_fraction!r}")
+
+
+def prepare_bpe_corpus(source: str | Path, out_dir: str | Path, val_fraction: float = 0.1) -> Path:
+    """Tokenise a text file (one document) or a directory of .txt files (one each) into nanoGPT's layout.
+
+    Writes out_dir/train.bin and val.bin (uint16) and then meta.json; the first (1 - val_fraction) of the
+    token stream is train. Returns out_dir.
+    """
+    _check_val_fraction(val_fraction)
+    source = Path(source)
+    enc = gpt2_encoding()
+    tokens, n_docs = _encode_documents(_read_documents(_text_files(source)), enc)
+    if n_docs == 0:
+        raise DataError(f"{source} holds only empty files")
+    return _write_bpe_corpus(tokens, n_docs, Path(out_dir), val_fraction, {"name": "bpe", "source": str(source)})
+
+
+def prepare_openwebtext(
+    out_dir: str | Path, num_docs: int = 100_000, val_fraction: float = 0.1, dataset: str = OPENWEBTEXT_DATASET
+) -> Path:
+    """The first num_docs OpenWebText documents (streamed with the optional `datasets` package) as BPE."""
+    _check_val_fraction(val_fraction)
+    if isinstance(num_docs, bool) or not isinstance(num_docs, int) or num_docs <= 0:
+        raise DataError(f"num_docs must be a positive integer, got {num_docs!r}")
+    try:
+        import datasets
+    except ImportError:
+        raise DataError(
+            "OpenWebText needs the optional `datasets` package: pip install 'residual-interp[data]'"
+        ) from None
+    enc = gpt2_encoding()
+    try:  # streaming: the first num_docs without downloading all 8M documents
+        stream = datasets.load_dataset(dataset, split="train", streaming=True)
+        tokens, n_docs = _encode_documents((row["text"] for row in islice(stream, num_docs)), enc)
+    except Exception as e:  # offline, unknown dataset, changed schema
+        first = str(e).splitlines()[0] if str(e) else ""
+        raise DataError(
+            f"cannot stream {dataset} ({type(e).__name__}: {first}); "
+            "needs network access, or prepare a local text directory with prepare_bpe_corpus"
+        ) from None
+    meta = {"name": "openwebtext", "source": f"{dataset}[:{num_docs}]"}
+    return _write_bpe_corpus(tokens, n_docs, Path(out_dir), val_fraction, meta)
+
+
+def _open_split(path: Path, expected: int) -> np.ndarray:
+    if not path.is_file():
+        raise DataError(f"no {path.name} in {path.parent}; prepare the corpus again")
+    if path.stat().st_size != 2 * expected:
+        raise DataError(f"{path} does not match meta.json ({expected} tokens); prepare the corpus again")
+    return np.memmap(path, dtype=np.uint16, mode="r")
+
+
+def load_bpe_corpus(directory: str | Path) -> Corpus:
+    """A prepared BPE corpus, its splits opened as read-only uint16 memmaps."""
+    directory = Path(directory)
+    meta_path = directory / "meta.json"
+    if not meta_path.is_file():
+        raise DataError(f"{directory} is not a prepared BPE corpus (no meta.json); run prepare_bpe_corpus")
+    try:
+        meta = json.loads(meta_path.read_text())
+        n_train, n_val = int(meta["train_tokens"]), int(meta["val_tokens"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise DataError(f"{meta_path} is corrupt ({type(e).__name__}: {e}); prepare the corpus again") from None
+    if meta.get("encoding") != "gpt2":
+        raise DataError(f"{meta_path} has encoding {meta.get('encoding')!r}; only 'gpt2' is supported")
+    enc = gpt2_encoding()
+    return Corpus(
+        name=str(meta.get("name", "bpe")),
+        vocab_size=GPT2_VOCAB_SIZE,
+        train=_open_split(directory / "train.bin", n_train),
+        val=_open_split(directory / "val.bin", n_val),
+        encode=enc.encode_ordinary,  # plain text stays plain text, as in preparation
+        decode=lambda ids: enc.decode([int(i) for i in ids]),
+        vocab=None,
+        encoding="gpt2",
+    )
+
+
+def _source_key(source: Path) -> str:
+    """A short hash of a source's resolved path and its files' sizes and mtimes: a changed file re-prepares."""
+    source = source.resolve()
+    files = _text_files(source)
+    stats = [(str(p.relative_to(source)) if p != source else "", p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+    return hashlib.sha256(json.dumps([str(source), stats]).encode()).hexdigest()[:16]
+
+
+def _is_prepared(path: Path) -> bool:
+    return path.is_dir() and (path / "meta.json").is_file()
+
+
+def load_corpus(name: str, path: str | Path | None = None) -> Corpus:
+    """A corpus by name.
+
+    shakespeare_char  path: the input.txt (default: see shakespeare_path)
+    bpe               path: a prepared directory, or a text file / directory of .txt files, which is
+                      prepared once into the cache, keyed by its path, sizes and mtimes
+    openwebtext       path: the prepared directory (default: <cache>/openwebtext), prepared on first use
+    """
+    if name == "shakespeare_char":
+        return load_char_corpus(path)
+    if name == "bpe":
+        if path is None:
+            raise DataError("corpus 'bpe' needs a path: a prepared directory, a text file or a directory of .txt")
+        path = Path(path)
+        if _is_prepared(path):
+            return load_bpe_corpus(path)
+        if path.is_dir() and (path / "train.bin").exists():
+            raise DataError(f"{path} is a half-prepared corpus (no meta.json); delete it and prepare again")
+        out = cache_dir() / "bpe" / f"{path.resolve().name}-{_source_key(path)}"
+        if not _is_prepared(out):
+            prepare_bpe_corpus(path, out)
+        return load_bpe_corpus(out)
+    if name == "openwebtext":
+        out = Path(path) if path is not None else cache_dir() / "openwebtext"
+        if not _is_prepared(out):
+            prepare_openwebtext(out)
+        return load_bpe_corpus(out)
+    raise DataError(f"unknown corpus {name!r}; known: {', '.join(CORPORA)}")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Batches
+
+
+def _check_positive(**values: Any) -> None:
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise DataError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _check_data(data: np.ndarray, n_ctx: int) -> np.ndarray:
+    data = data if isinstance(data, np.ndarray) else np.asarray(data)  # keep memmaps as memmaps
+    if data.ndim != 1 or not np.issubdtype(data.dtype, np.integer):
+        raise DataError(f"token data must be a 1-D integer array, got {data.ndim}-D {data.dtype}")
+    if len(data) <= n_ctx + 1:
+        raise DataError(f"n_ctx {n_ctx} is longer than the data ({len(data)} tokens)")
+    return data
+
+
+def _draw_offsets(n_tokens: int, n_ctx: int, batch_size: int, generator: torch.Generator) -> Tensor:
+    # nanoGPT: randint(len(data) - block_size): the last window's target ends exactly at the last token
+    return torch.randint(n_tokens - n_ctx, (batch_size,), generator=generator)
+
+
+def _gather(data: np.ndarray, offsets: Sequence[int], n_ctx: int) -> Batch:
+    windows = np.stack([np.asarray(data[i : i + n_ctx + 1], dtype=np.int64) for i in offsets])
+    x = torch.from_numpy(np.ascontiguousarray(windows[:, :-1]))
+    y = torch.from_numpy(np.ascontiguousarray(windows[:, 1:]))
+    return x, y
+
+
+class BatchSampler:
+    """Random training windows from a generator it owns; every DDP rank draws the same global batch.
+
+    Each call draws all batch_size offsets and returns rank's contiguous slice of them, so W ranks together
+    see exactly the batch one process would, and all ranks' generators stay in step.
+    """
+
+    def __init__(self, data: np.ndarray, n_ctx: int, batch_size: int, seed: int):
+        _check_positive(n_ctx=n_ctx, batch_size=batch_size)
+        self.data = _check_data(data, n_ctx)
+        self.n_ctx = n_ctx
+        self.batch_size = batch_size
+        self.seed = seed
+        self.draws = 0
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def next_batch(self, rank: int = 0, world_size: int = 1) -> Batch:
+        """(x, y) int64 [batch_size / world_size, n_ctx]; y is x shifted by one token."""
+        _check_positive(world_size=world_size)
+        if not 0 <= rank < world_size:
+            raise DataError(f"rank must be in [0, {world_size}), got {rank}")
+        if self.batch_size % world_size:
+            raise DataError(f"batch_size {self.batch_size} is not divisible by world_size {world_size}")
+        offsets = _draw_offsets(len(self.data), self.n_ctx, self.batch_size, self.generator)
+        self.draws += 1
+        per_rank = self.batch_size // world_size
+        return _gather(self.data, offsets[rank * per_rank : (rank + 1) * per_rank].tolist(), self.n_ctx)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain data (a uint8 tensor and ints): safe for weights_only checkpoints."""
+        return {"generator": self.generator.get_state(), "seed": self.seed, "draws": self.draws}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        missing = {"generator", "seed", "draws"} - set(state)
+        if missing:
+            raise DataError(f"sampler state lacks {sorted(missing)}")
+        generator = state["generator"]
+        if not isinstance(generator, Tensor) or generator.dtype != torch.uint8:
+            raise DataError("sampler state 'generator' must be a uint8 tensor from Generator.get_state()")
+        try:
+            self.generator.set_state(generator.clone().cpu())
+        except RuntimeError as e:
+            raise DataError(f"sampler state 'generator' is not a CPU generator state ({e})") from None
+        self.seed, self.draws = int(state["seed"]), int(state["draws"])
+
+
+def random_batches(
+    data: np.ndarray, n_ctx: int, batch_size: int, n_batches: int, generator: torch.Generator
+) -> list[Batch]:
+    """n_batches random batches from the caller's generator (for measuring evaluation noise)."""
+    _check_positive(n_ctx=n_ctx, batch_size=batch_size, n_batches=n_batches)
+    data = _check_data(data, n_ctx)
+    return [
+        _gather(data, _draw_offsets(len(data), n_ctx, batch_size, generator).tolist(), n_ctx) for _ in range(n_batches)
+    ]
+
+
+def fixed_batches(data: np.ndarray, n_ctx: int, batch_size: int, n_batches: int, seed: int = VAL_SEED) -> list[Batch]:
+    """The fixed validation batches: drawn once from a fresh generator seeded 99991 (DESIGN.md contract 6)."""
+    return random_batches(data, n_ctx, batch_size, n_batches, torch.Generator().manual_seed(seed))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Reference levels
+
+
+def _as_ids(values: Any) -> np.ndarray:
+    if isinstance(values, Tensor):
+        values = values.detach().cpu().numpy()
+    return np.asarray(values, dtype=np.int64).reshape(-1)
+
+
+def _check_ids(ids: np.ndarray, vocab_size: int, what: str) -> None:
+    if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
+        raise DataError(f"{what} holds ids outside [0, {vocab_size})")
+
+
+def _reference_levels(train: np.ndarray, contexts: np.ndarray, targets: np.ndarray, vocab_size: int) -> dict:
+    """Add-one smoothed unigram and bigram cross-entropies (nats) of targets, counted on train."""
+    _check_positive(vocab_size=vocab_size)
+    train = _as_ids(train)
+    if len(train) < 2:
+        raise DataError(f"the train split has {len(train)} tokens; reference levels need at least 2")
+    if len(targets) == 0:
+        raise DataError("no target tokens to score")
+    for ids, what in ((train, "the train split"), (contexts, "the contexts"), (targets, "the targets")):
+        _check_ids(ids, vocab_size, what)
+
+    unigram_counts = np.bincount(train, minlength=vocab_size)
+    p_unigram = (unigram_counts[targets] + 1) / (len(train) + vocab_size)
+
+    # Bigram counts as sorted pair codes (current * V + next): sparse, so V = 50257 needs no V x V matrix.
+    pair_codes, pair_counts = np.unique(train[:-1] * vocab_size + train[1:], return_counts=True)
+    context_counts = np.bincount(train[:-1], minlength=vocab_size)
+    queries = contexts * vocab_size + targets
+    where = np.minimum(np.searchsorted(pair_codes, queries), len(pair_codes) - 1)
+    seen = np.where(pair_codes[where] == queries, pair_counts[where], 0)
+    p_bigram = (seen + 1) / (context_counts[contexts] + vocab_size)
+
+    return {
+        "unigram": float(-np.log(p_unigram).mean()),
+        "bigram": float(-np.log(p_bigram).mean()),
+        "n_targets": int(len(targets)),
+        "n_train_tokens": int(len(train)),
+        "n_bigram_types": int(len(pair_codes)),
+        "vocab_size": int(vocab_size),
+        "smoothing": "add-one",
+    }
+
+
+def reference_levels(train: np.ndarray, batches: Sequence[tuple[Any, Any]], vocab_size: int) -> dict:
+    """Unigram / bigram cross-entropy (nats, mean over every target in batches) from train-split counts.
+
+    The bigram model sees only the current token: target y[b, t] is scored given x[b, t].
+    """
+    if not batches:
+        raise DataError("no batches to score")
+    contexts = np.concatenate([_as_ids(x) for x, _ in batches])
+    targets = np.concatenate([_as_ids(y) for _, y in batches])
+    if contexts.shape != targets.shape:
+        raise DataError(f"batch inputs ({contexts.size} ids) and targets ({targets.size} ids) differ in size")
+    return _reference_levels(train, contexts, targets, vocab_size)
+
+
+def reference_levels_split(train: np.ndarray, val: np.ndarray, vocab_size: int) -> dict:
+    """The same levels over a whole split: every val token after the first, given the one before it."""
+    val = _as_ids(val)
+    return _reference_levels(train, val[:-1], val[1:], vocab_size)
