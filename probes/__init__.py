@@ -1,1 +1,108 @@
-"""probes package."""
+"""Probes: measurements usable live (trainer callbacks) and post hoc (on a checkpoint).
+
+    attention  alpha_tt, previous-token weight, entropy, attended distance (hook_pattern)
+    gradients  per-block attention / MLP / embedding gradient norms, dLoss/d(resid)
+    norms      residual-stream norm profile and its growth ratio
+
+Live, they append records {"step", "probe", ...} to probes.jsonl in the run
+directory. `measure()` computes all of them on a model or checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+from probes.attention import attention_stats, pattern_stats, uniform_baseline
+from probes.gradients import capture_resid_grads, gradient_flow, parameter_grad_norms, resid_grad_sites
+from probes.norms import hidden_norms
+
+PROBE_BATCHES = 4  # fixed validation batches the activation probes read
+
+
+class GradientProbe:
+    """Gradient norms at every `interval`-th step and the last one, before clipping."""
+
+    def __init__(self, interval: int):
+        self.interval = interval
+        self._stack: contextlib.ExitStack | None = None
+        self._grads: dict[str, float] = {}
+
+    def _due(self, trainer, step: int) -> bool:
+        return step % self.interval == 0 or step == trainer.train_cfg.max_steps - 1
+
+    def on_step_begin(self, trainer, step: int) -> None:
+        if self._due(trainer, step):
+            self._stack = contextlib.ExitStack()
+            self._grads = self._stack.enter_context(capture_resid_grads(trainer.model))
+
+    def on_backward(self, trainer, step: int) -> None:
+        if self._stack is None:
+            return
+        self._stack.close()
+        self._stack = None
+        record = parameter_grad_norms(trainer.model)
+        record["resid"] = [self._grads.get(s, 0.0) for s in resid_grad_sites(trainer.model.cfg.n_layers)]
+        trainer.append("probes.jsonl", {"step": step, "probe": "gradients", **record})
+
+    def on_train_end(self, trainer) -> None:
+        if self._stack is not None:
+            self._stack.close()
+
+
+class ActivationProbe:
+    """alpha_tt and hidden norms on the first fixed validation batches, at evaluation steps."""
+
+    def __init__(self, interval: int, n_batches: int = PROBE_BATCHES):
+        self.interval = interval
+        self.n_batches = n_batches
+
+    def on_eval(self, trainer, step: int, val_loss: float) -> None:
+        if step % self.interval and step != trainer.train_cfg.max_steps:
+            return
+        batches = trainer.val_batches[: self.n_batches]
+        trainer.append("probes.jsonl", {"step": step, "probe": "attention", **attention_stats(trainer.model, batches)})
+        trainer.append("probes.jsonl", {"step": step, "probe": "norms", **hidden_norms(trainer.model, batches)})
+
+
+def default_callbacks(train_cfg) -> list:
+    """Gradient probe at every logging step; activation probes at every probe_interval (default eval_interval)."""
+    interval = train_cfg.probe_interval or train_cfg.eval_interval
+    if interval % train_cfg.eval_interval:
+        interval = train_cfg.eval_interval * max(1, round(interval / train_cfg.eval_interval))
+    return [GradientProbe(train_cfg.log_interval), ActivationProbe(interval)]
+
+
+def measure(checkpoint_or_model: Any, batches) -> dict:
+    """All probes post hoc: {"attention", "norms", "gradients"} as plain dicts."""
+    from interp.checkpoint import Checkpoint
+    from interp.model import ResidualGPT
+
+    model = checkpoint_or_model
+    if isinstance(model, (str, Path)):
+        model = ResidualGPT.from_checkpoint(model)
+    elif isinstance(model, Checkpoint):
+        weights = model.weights
+        model = ResidualGPT(model.config)
+        model.load_state_dict(weights)
+    batches = list(batches)
+    return {
+        "attention": attention_stats(model, batches),
+        "norms": hidden_norms(model, batches),
+        "gradients": gradient_flow(model, *batches[0]),
+    }
+
+
+__all__ = [
+    "ActivationProbe",
+    "GradientProbe",
+    "attention_stats",
+    "default_callbacks",
+    "gradient_flow",
+    "hidden_norms",
+    "measure",
+    "parameter_grad_norms",
+    "pattern_stats",
+    "uniform_baseline",
+]

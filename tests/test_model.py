@@ -27,7 +27,8 @@ def test_residual_wiring_from_one_cache(residual):
     _, cache = model.run_with_cache(tokens())
     for layer in range(2):
         c = {k.split(".", 2)[-1]: v for k, v in cache.items() if k.startswith(f"blocks.{layer}.")}
-        pre, attn, mid, mlp, post = (c[f"hook_{n}"] for n in ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post"))
+        sites = ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post")
+        pre, attn, mid, mlp, post = (c[f"hook_{n}"] for n in sites)
         if residual in ("attn_only", "none"):
             assert torch.equal(post, mlp)
         if residual in ("ffn_only", "none"):

@@ -1,0 +1,82 @@
+"""Attention statistics from `blocks.{l}.attn.hook_pattern`: alpha_tt and friends.
+
+alpha_tt is the weight a query puts on its own position. It is averaged over
+batch and positions t >= 1 (at t = 0 the causal mask forces it to 1) and
+reported beside the uniform baseline mean(1/(t+1)) over the same positions, so
+"self-focused" is a ratio, not a guess. The hook names are TransformerLens's,
+so these functions read a HookedTransformer as well as a ResidualGPT.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+STATS = ("alpha_tt", "prev_token", "entropy", "distance")
+
+
+def uniform_baseline(n_ctx: int) -> float:
+    """alpha_tt of uniform causal attention, mean over t >= 1 of 1/(t+1)."""
+    t = torch.arange(1, n_ctx, dtype=torch.float64)
+    return float((1.0 / (t + 1)).mean())
+
+
+def pattern_stats(pattern: Float[Tensor, "batch head q k"]) -> dict[str, Float[Tensor, " head"]]:
+    """Per-head means over batch and query positions t >= 1."""
+    p = pattern.detach().double()[:, :, 1:, :]  # drop t = 0
+    n = pattern.shape[-1]
+    t = torch.arange(1, n, device=p.device)
+    k = torch.arange(n, device=p.device)
+    diag = p.diagonal(offset=1, dim1=-2, dim2=-1)  # row i is t = i + 1, so p[t, t] sits one right
+    prev = p.diagonal(offset=0, dim1=-2, dim2=-1)  # p[t, t - 1]
+    entropy = -(p * torch.log(p.clamp_min(1e-30))).sum(-1)
+    distance = (p * (t[:, None] - k[None, :]).clamp_min(0)).sum(-1)
+    return {
+        "alpha_tt": diag.mean((0, 2)),
+        "prev_token": prev.mean((0, 2)),
+        "entropy": entropy.mean((0, 2)),
+        "distance": distance.mean((0, 2)),
+    }
+
+
+@torch.no_grad()
+def attention_stats(model, batches: Iterable[tuple[Tensor, Tensor]]) -> dict:
+    """alpha_tt, previous-token weight, entropy and mean attended distance per layer and head.
+
+    Runs the model in eval mode over the batches with hooks on every hook_pattern
+    (removed afterwards, even on error). Position-blind mixers have no pattern:
+    the result then says so in "skipped".
+    """
+    cfg = model.cfg
+    if getattr(cfg, "mixer", "attention") == "position_blind":
+        return {"skipped": "position_blind mixer has no attention pattern"}
+    sums: dict[int, dict[str, Tensor]] = {}
+    counts: dict[int, int] = {}
+
+    def record(pattern, hook):
+        layer = int(hook.name.split(".")[1])
+        stats = pattern_stats(pattern)
+        acc = sums.setdefault(layer, {k: torch.zeros_like(v) for k, v in stats.items()})
+        for k, v in stats.items():
+            acc[k] += v * pattern.shape[0]
+        counts[layer] = counts.get(layer, 0) + pattern.shape[0]
+
+    was_training = model.training
+    model.eval()
+    n_ctx = None
+    try:
+        with model.hooks(fwd_hooks=[(lambda name: name.endswith("attn.hook_pattern"), record)]):
+            for x, _ in batches:
+                n_ctx = x.shape[-1]
+                model(x.to(next(model.parameters()).device))
+    finally:
+        model.train(was_training)
+    layers = sorted(sums)
+    out = {k: [(sums[l][k] / counts[l]).tolist() for l in layers] for k in STATS}
+    out["alpha_tt_layer_mean"] = [sum(row) / len(row) for row in out["alpha_tt"]]
+    out["uniform_baseline"] = uniform_baseline(n_ctx)
+    out["alpha_tt_ratio"] = [a / out["uniform_baseline"] for a in out["alpha_tt_layer_mean"]]
+    return out

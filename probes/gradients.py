@@ -1,0 +1,89 @@
+"""Per-layer gradient flow: parameter-gradient norms and dLoss/d(resid) along the stream.
+
+Parameter groups: each block's attention (`blocks.{l}.attn.*`) and MLP
+(`blocks.{l}.mlp.*`) separately, the embeddings (token and position; the tied
+unembedding is the token embedding) and the total over every parameter. Read
+after backward and before clipping.
+
+Residual gradients: the Frobenius norm of dLoss/d(resid) at every
+blocks.{l}.hook_resid_pre and at the final residual (the last block's
+hook_resid_post) - the gradient highway, or its absence, seen directly.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+
+from torch import Tensor, nn
+
+
+def parameter_grad_norms(model: nn.Module) -> dict:
+    """L2 norms of the current .grad, grouped; a parameter without a grad counts as zero."""
+    n_layers = model.cfg.n_layers
+    squares = {"embed": 0.0, "total": 0.0}
+    squares.update({f"blocks.{l}.{part}": 0.0 for l in range(n_layers) for part in ("attn", "mlp")})
+    for name, p in model.named_parameters():
+        if p.grad is None:
+            continue
+        sq = p.grad.detach().double().pow(2).sum().item()
+        squares["total"] += sq
+        if name.startswith(("embed.", "pos_embed.")):
+            squares["embed"] += sq
+        elif name.startswith("blocks."):
+            layer, part = name.split(".")[1:3]
+            if part in ("attn", "mlp"):
+                squares[f"blocks.{layer}.{part}"] += sq
+    norms = {k: math.sqrt(v) for k, v in squares.items()}
+    return {
+        "attn": [norms[f"blocks.{l}.attn"] for l in range(n_layers)],
+        "mlp": [norms[f"blocks.{l}.mlp"] for l in range(n_layers)],
+        "embed": norms["embed"],
+        "total": norms["total"],
+    }
+
+
+def resid_grad_sites(n_layers: int) -> list[str]:
+    return [f"blocks.{l}.hook_resid_pre" for l in range(n_layers)] + [f"blocks.{n_layers - 1}.hook_resid_post"]
+
+
+@contextmanager
+def capture_resid_grads(model: nn.Module):
+    """Within the block, every forward records the norm of dLoss/d(resid) at each site on backward.
+
+    Yields a dict site -> norm (the last backward's). Hooks are removed on exit, even on error.
+    """
+    sites = resid_grad_sites(model.cfg.n_layers)
+    grads: dict[str, float] = {}
+
+    def attach(resid: Tensor, hook):
+        if resid.requires_grad:
+            name = hook.name
+            resid.register_hook(lambda g: grads.__setitem__(name, g.detach().double().norm().item()))
+
+    with model.hooks(fwd_hooks=[(lambda name: name in sites, attach)]):
+        yield grads
+
+
+def gradient_flow(model: nn.Module, x: Tensor, y: Tensor) -> dict:
+    """One forward/backward on (x, y) in eval mode; parameter and residual gradient norms.
+
+    Existing .grad values are saved and restored, so this is safe mid-training.
+    """
+    saved = {n: p.grad for n, p in model.named_parameters()}
+    was_training = model.training
+    model.eval()
+    try:
+        model.zero_grad(set_to_none=True)
+        with capture_resid_grads(model) as grads:
+            device = next(model.parameters()).device
+            _, loss = model(x.to(device), y.to(device))
+            loss.backward()
+        out = parameter_grad_norms(model)
+        out["resid"] = [grads.get(s, 0.0) for s in resid_grad_sites(model.cfg.n_layers)]
+        out["loss"] = loss.item()
+        return out
+    finally:
+        for n, p in model.named_parameters():
+            p.grad = saved[n]
+        model.train(was_training)

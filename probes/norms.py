@@ -1,0 +1,46 @@
+"""Hidden-norm growth along the residual stream.
+
+What this measures: the mean per-token L2 norm of the residual stream itself
+(blocks.0.hook_resid_pre = the embedding output, then every hook_resid_mid and
+hook_resid_post), in eval mode (dropout off) on the given batches, and the
+growth ratio final resid_post / embedding. The paper's released code measured
+"hidden-norm growth" in training mode with dropout on in one version and on
+Linear outputs in another; neither is what is measured here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from torch import Tensor
+
+
+def norm_site_names(n_layers: int) -> list[str]:
+    names = ["blocks.0.hook_resid_pre"]
+    for layer in range(n_layers):
+        names += [f"blocks.{layer}.hook_resid_mid", f"blocks.{layer}.hook_resid_post"]
+    return names
+
+
+@torch.no_grad()
+def hidden_norms(model, batches: Iterable[tuple[Tensor, Tensor]]) -> dict:
+    """{"sites": names, "norms": mean per-token L2 norm at each, "growth": final / embedding}."""
+    sites = norm_site_names(model.cfg.n_layers)
+    sums = dict.fromkeys(sites, 0.0)
+    count = 0
+
+    def record(resid, hook):
+        sums[hook.name] += resid.detach().double().norm(dim=-1).sum().item()
+
+    was_training = model.training
+    model.eval()
+    try:
+        with model.hooks(fwd_hooks=[(lambda name: name in sums, record)]):
+            for x, _ in batches:
+                model(x.to(next(model.parameters()).device))
+                count += x.numel()
+    finally:
+        model.train(was_training)
+    norms = [sums[s] / count for s in sites]
+    return {"sites": sites, "norms": norms, "growth": norms[-1] / norms[0]}

@@ -1,0 +1,98 @@
+"""python -m training: train one configuration into a run directory.
+
+    python -m training --preset cpu-quick --residual attn_only --seed 1337 --out runs/demo
+
+The run lands in <out>/<preset>/<variant>/seed<seed>/ (DESIGN.md contract 3).
+Running the same command again resumes an interrupted run, and does nothing
+for a finished one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from interp.config import MIXERS, RESIDUALS
+from interp.errors import ToolkitError
+from training.presets import MODEL_FIELDS, PRESETS, TRAIN_FIELDS, parse_value, resolve
+
+
+def _fields_help() -> str:
+    lines = ["presets:"]
+    for name, p in PRESETS.items():
+        m, t = p["model"], p["train"]
+        shape = f"{m.get('n_layers')}L d{m.get('d_model')} ctx{m.get('n_ctx')}"
+        lines.append(f"  {name:12s} {shape}, batch {t.get('batch_size')}, {t.get('max_steps')} steps")
+    lines.append("model fields (--set): " + ", ".join(MODEL_FIELDS))
+    lines.append("train fields (--set): " + ", ".join(TRAIN_FIELDS))
+    return "\n".join(lines)
+
+
+def variant_name(model: dict) -> str:
+    name = model.get("residual", "full")
+    if model.get("mixer", "attention") != "attention":
+        name += f"+{model['mixer']}"
+    if model.get("self_bias", 0.0) not in (0, 0.0):
+        name += f"+self_bias{model['self_bias']}"
+    return name
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m training",
+        description="Train a ResidualGPT into a resumable run directory.",
+        epilog=_fields_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--preset", default="cpu-quick", help="named configuration (default: cpu-quick)")
+    p.add_argument("--residual", choices=RESIDUALS, help="which residual paths to keep")
+    p.add_argument("--mixer", choices=MIXERS, help="token mixer in the attention slot")
+    p.add_argument("--seed", type=int, help="seed for init, data order and dropout")
+    p.add_argument("--out", default="runs/train", help="experiment directory (default: runs/train)")
+    p.add_argument("--variant", help="variant directory name (default: from residual/mixer/self_bias)")
+    p.add_argument("--data", help="corpus file or prepared directory (default: $RESIDUAL_DATA_DIR, cache, download)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override any field (repeatable)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        overrides = {}
+        for item in args.set:
+            if "=" not in item:
+                raise ToolkitError(f"--set expects KEY=VALUE, got {item!r}")
+            key, value = item.split("=", 1)
+            overrides[key.strip()] = parse_value(key.strip(), value)
+        for key in ("residual", "mixer", "seed"):
+            if getattr(args, key) is not None:
+                overrides[key] = getattr(args, key)
+        if args.data:
+            overrides["data_path"] = args.data
+        spec = resolve(args.preset, overrides)
+        variant = args.variant or variant_name(spec.model.to_dict())
+        run_dir = Path(args.out) / args.preset / variant / f"seed{spec.train.seed}"
+        from training.trainer import Trainer  # heavy imports after argument checks
+
+        trainer = Trainer(spec.model, spec.train, run_dir, meta={"preset": args.preset, "variant": variant},
+                          progress=not args.no_progress)
+        if spec.train.probes:
+            from probes import default_callbacks
+
+            trainer.callbacks.extend(default_callbacks(spec.train))
+        final = trainer.run()
+    except ToolkitError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(f"run: {run_dir}")
+        print(json.dumps(final, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

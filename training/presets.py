@@ -1,0 +1,173 @@
+"""Named configurations: plain data, never a code path of their own.
+
+A preset is {"model": ModelConfig fields, "train": TrainConfig fields}; any
+field can be overridden (`--set key=value` on the command line).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+from interp.config import ModelConfig
+from interp.errors import ConfigError
+
+CORPORA = ("shakespeare_char", "bpe", "openwebtext")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    corpus: str = "shakespeare_char"
+    data_path: str | None = None  # file or prepared directory; None: RESIDUAL_DATA_DIR, cache, download
+    batch_size: int = 32  # sequences per micro-step, across all ranks
+    grad_accum: int = 1
+    max_steps: int = 1000
+    lr: float = 1e-3
+    min_lr: float = 1e-4
+    warmup_steps: int = 100
+    lr_schedule: str = "cosine"  # or "constant"
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0  # 0 disables
+    eval_interval: int = 100
+    eval_batches: int = 20
+    val_mode: str = "fixed"  # "fixed": batches drawn once (seed 99991); "random": fresh ones each eval
+    log_interval: int = 10
+    ckpt_interval: int = 200
+    seed: int = 1337
+    device: str = "auto"  # auto: cuda, then mps, then cpu
+    dtype: str = "float32"  # "bfloat16": autocast on CUDA
+    deterministic: bool = True
+    probes: bool = True  # attach the default probes (alpha_tt, gradient flow, norms)
+    probe_interval: int = 0  # 0: about 10 probe points per run
+
+    def __post_init__(self) -> None:
+        positive = ("batch_size", "grad_accum", "max_steps", "eval_interval", "eval_batches", "log_interval",
+                    "ckpt_interval")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)!r}")
+        for name in ("warmup_steps", "probe_interval", "seed"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        if not (self.lr > 0 and 0 <= self.min_lr <= self.lr):
+            raise ConfigError(f"need lr > 0 and 0 <= min_lr <= lr, got lr={self.lr}, min_lr={self.min_lr}")
+        choices = {"corpus": CORPORA, "lr_schedule": ("cosine", "constant"), "val_mode": ("fixed", "random"),
+                   "dtype": ("float32", "bfloat16"), "device": None}
+        for name, allowed in choices.items():
+            if allowed and getattr(self, name) not in allowed:
+                raise ConfigError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        if not any(self.device.startswith(d) for d in ("auto", "cpu", "cuda", "mps")):
+            raise ConfigError(f"device must be auto, cpu, cuda[:N] or mps, got {self.device!r}")
+        if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1 and self.grad_clip >= 0 and self.weight_decay >= 0):
+            raise ConfigError("need 0 <= beta1, beta2 < 1, grad_clip >= 0 and weight_decay >= 0")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _preset(model: dict, **train) -> dict:
+    return {"model": model, "train": train}
+
+
+PRESETS: dict[str, dict[str, dict[str, Any]]] = {
+    # Seconds on a CPU; checkpoints several times before its last step (kill-and-resume tests).
+    "smoke": _preset(
+        dict(n_layers=2, n_heads=2, d_model=32, n_ctx=32, dropout=0.0),
+        batch_size=8, max_steps=40, lr=3e-3, min_lr=3e-4, warmup_steps=5, eval_interval=10, eval_batches=4,
+        log_interval=5, ckpt_interval=10,
+    ),
+    # A few minutes per run on 2 CPU cores; shows the residual asymmetry.
+    "cpu-quick": _preset(
+        dict(n_layers=4, n_heads=4, d_model=128, n_ctx=128, dropout=0.0),
+        batch_size=32, max_steps=1200, lr=1e-3, min_lr=1e-4, warmup_steps=100, eval_interval=100,
+        eval_batches=20, log_interval=20, ckpt_interval=200,
+    ),
+    # The paper's Table 1 (ResidualGPT, 10M, TinyShakespeare characters).
+    "paper-10m": _preset(
+        dict(n_layers=6, n_heads=6, d_model=384, n_ctx=256, dropout=0.2, bias=False, tie_embeddings=True),
+        batch_size=64, max_steps=3000, lr=3e-4, min_lr=3e-5, warmup_steps=100, weight_decay=0.1,
+        beta1=0.9, beta2=0.95, grad_clip=1.0, eval_interval=100, eval_batches=50, log_interval=10,
+        ckpt_interval=500,
+    ),
+    # The paper's 124M runs (OpenWebText, GPT-2 BPE), bf16 autocast on CUDA.
+    "paper-124m": _preset(
+        dict(n_layers=12, n_heads=12, d_model=768, n_ctx=1024, d_vocab=50257, dropout=0.1),
+        corpus="openwebtext", batch_size=16, grad_accum=8, max_steps=20000, lr=6e-4, min_lr=6e-5,
+        warmup_steps=2000, eval_interval=500, eval_batches=50, log_interval=10, ckpt_interval=1000,
+        dtype="bfloat16",
+    ),
+    # The setting of the paper's first (joint-collapse) observation: untied, random val batches, constant lr.
+    "nanogpt-10m": _preset(
+        dict(n_layers=6, n_heads=6, d_model=384, n_ctx=256, dropout=0.2, tie_embeddings=False),
+        batch_size=64, max_steps=3000, lr=3e-4, min_lr=3e-4, lr_schedule="constant", warmup_steps=0,
+        eval_interval=100, eval_batches=50, val_mode="random", ckpt_interval=500,
+    ),
+}
+
+MODEL_FIELDS = {f.name: f for f in dataclasses.fields(ModelConfig)}
+TRAIN_FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+_TRAIN_HINTS = typing.get_type_hints(TrainConfig)
+_MODEL_HINTS = typing.get_type_hints(ModelConfig)
+
+
+def parse_value(key: str, text: str) -> Any:
+    """Turn the string of `--set key=value` into the field's type, or raise ConfigError."""
+    hint = _MODEL_HINTS.get(key) or _TRAIN_HINTS.get(key)
+    if hint is None:
+        raise ConfigError(f"unknown field {key!r}; fields: {', '.join(sorted(MODEL_FIELDS | TRAIN_FIELDS))}")
+    args = set(typing.get_args(hint)) or {hint}
+    if type(None) in args and text.lower() in ("none", "null", ""):
+        return None
+    if bool in args:
+        if text.lower() in ("1", "true", "yes", "on"):
+            return True
+        if text.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{key} expects true or false, got {text!r}")
+    try:
+        if int in args:
+            return int(text)
+        if float in args:
+            value = float(text)
+            if math.isnan(value):
+                raise ValueError
+            return value
+    except ValueError:
+        kind = "an integer" if int in args else "a number"
+        raise ConfigError(f"{key} expects {kind}, got {text!r}") from None
+    return text
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    preset: str
+    model: ModelConfig
+    train: TrainConfig
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+def resolve(preset: str, overrides: dict[str, Any] | None = None) -> RunSpec:
+    """Preset + overrides -> validated (ModelConfig, TrainConfig)."""
+    if preset not in PRESETS:
+        raise ConfigError(f"unknown preset {preset!r}; presets: {', '.join(PRESETS)}")
+    overrides = dict(overrides or {})
+    model = dict(PRESETS[preset]["model"])
+    train = dict(PRESETS[preset]["train"])
+    for key, value in overrides.items():
+        if key in MODEL_FIELDS:
+            model[key] = value
+        elif key in TRAIN_FIELDS:
+            train[key] = value
+        else:
+            raise ConfigError(f"unknown field {key!r}; fields: {', '.join(sorted(MODEL_FIELDS | TRAIN_FIELDS))}")
+    try:
+        train_cfg = TrainConfig(**train)
+        model_cfg = ModelConfig(**model)
+    except TypeError as e:  # a wrongly typed value compared with a number
+        raise ConfigError(f"bad value in preset {preset!r} overrides: {e}") from None
+    return RunSpec(preset=preset, model=model_cfg, train=train_cfg, overrides=overrides)
