@@ -1,27 +1,29 @@
-"""The residual-ablation GPT and what reads it."""
+"""The residual-ablation GPT and what reads it.
 
-from interp.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from interp.config import ModelConfig
-from interp.errors import CheckpointError, ConfigError, DataError, ToolkitError
-from interp.model import ResidualGPT
+Names are imported lazily: `from interp.config import ModelConfig` stays light
+(no transformer_lens import), so command-line errors come back at once.
+"""
+
+import importlib
+
+_LAZY = {
+    "Checkpoint": "interp.checkpoint",
+    "load_checkpoint": "interp.checkpoint",
+    "save_checkpoint": "interp.checkpoint",
+    "ModelConfig": "interp.config",
+    "CheckpointError": "interp.errors",
+    "ConfigError": "interp.errors",
+    "DataError": "interp.errors",
+    "ToolkitError": "interp.errors",
+    "ResidualGPT": "interp.model",
+    "to_hooked_transformer": "interp.hooked",
+}
 
 
-def to_hooked_transformer(*args, **kwargs):
-    """A checkpoint or ResidualGPT as a TransformerLens HookedTransformer (see interp.hooked)."""
-    from interp.hooked import to_hooked_transformer as convert
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'interp' has no attribute {name!r}")
 
-    return convert(*args, **kwargs)
 
-
-__all__ = [
-    "Checkpoint",
-    "CheckpointError",
-    "ConfigError",
-    "DataError",
-    "ModelConfig",
-    "ResidualGPT",
-    "ToolkitError",
-    "load_checkpoint",
-    "save_checkpoint",
-    "to_hooked_transformer",
-]
+__all__ = sorted(_LAZY)

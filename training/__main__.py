@@ -76,10 +76,13 @@ def main(argv: list[str] | None = None) -> int:
         spec = resolve(args.preset, overrides)
         variant = args.variant or variant_name(spec.model.to_dict())
         run_dir = Path(args.out) / args.preset / variant / f"seed{spec.train.seed}"
-        from training.trainer import Trainer  # heavy imports after argument checks
+        from training.data import load_corpus
 
-        trainer = Trainer(spec.model, spec.train, run_dir, meta={"preset": args.preset, "variant": variant},
-                          progress=not args.no_progress)
+        corpus = load_corpus(spec.train.corpus, spec.train.data_path)
+        from training.trainer import Trainer  # transformer_lens is slow to import: only once input is checked
+
+        trainer = Trainer(spec.model, spec.train, run_dir, corpus=corpus,
+                          meta={"preset": args.preset, "variant": variant}, progress=not args.no_progress)
         if spec.train.probes:
             from probes import default_callbacks
 

@@ -84,8 +84,8 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     # A few minutes per run on 2 CPU cores; shows the residual asymmetry.
     "cpu-quick": _preset(
         dict(n_layers=4, n_heads=4, d_model=128, n_ctx=128, dropout=0.0),
-        batch_size=32, max_steps=1200, lr=1e-3, min_lr=1e-4, warmup_steps=100, eval_interval=100,
-        eval_batches=20, log_interval=20, ckpt_interval=200,
+        batch_size=32, max_steps=450, lr=1e-3, min_lr=1e-4, warmup_steps=100, eval_interval=75,
+        eval_batches=16, log_interval=20, ckpt_interval=150,
     ),
     # The paper's Table 1 (ResidualGPT, 10M, TinyShakespeare characters).
     "paper-10m": _preset(
