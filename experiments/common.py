@@ -1,0 +1,227 @@
+"""What every experiment shares: run grids through the trainer, read run directories,
+reference levels, summary statistics, results files and the command-line frame.
+
+Layout (DESIGN.md contract 3): <out>/<preset>/<variant>/seed<k>/ per run, and
+<out>/<preset>/results.json + report.html per experiment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import re
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from interp.errors import ToolkitError
+from training.presets import PRESETS, RunSpec, parse_value, resolve
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A named change to the preset: model/train overrides, and an optional model_init(model)."""
+
+    name: str
+    overrides: dict[str, Any] = field(default_factory=dict)
+    model_init: Callable | None = None
+
+    @property
+    def slug(self) -> str:
+        return re.sub(r"[^A-Za-z0-9_.=-]+", "_", self.name.replace(" + ", "+")).strip("_")
+
+
+def run_dir(out: Path, preset: str, variant: Variant, seed: int) -> Path:
+    return Path(out) / preset / variant.slug / f"seed{seed}"
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    from training.trainer import read_jsonl as read
+
+    return read(path)
+
+
+def load_run(directory: Path) -> dict[str, Any]:
+    """A finished run directory as plain data: final record, metric curves, probe records by kind."""
+    directory = Path(directory)
+    final = json.loads((directory / "final.json").read_text())
+    metrics = read_jsonl(directory / "metrics.jsonl")
+    probes: dict[str, list[dict[str, Any]]] = {}
+    for record in read_jsonl(directory / "probes.jsonl"):
+        probes.setdefault(record["probe"], []).append(record)
+    curve = [(r["step"], r["val_loss"]) for r in metrics if "val_loss" in r]
+    train_curve = [(r["step"], r["train_loss"]) for r in metrics if "train_loss" in r]
+    return {
+        "run_dir": str(directory),
+        "final": final,
+        "val_curve": {"steps": [s for s, _ in curve], "loss": [v for _, v in curve]},
+        "train_curve": {"steps": [s for s, _ in train_curve], "loss": [v for _, v in train_curve]},
+        "probes": probes,
+    }
+
+
+def run_grid(
+    spec: RunSpec,
+    variants: list[Variant],
+    seeds: list[int],
+    out: Path,
+    progress: bool = True,
+    probes: bool = True,
+    corpus=None,
+) -> list[dict[str, Any]]:
+    """Train every (variant, seed) not yet finished; return each run's load_run() record.
+
+    Finished runs (final.json present) are read, not retrained; interrupted ones resume.
+    """
+    from tqdm.auto import tqdm
+
+    from probes import default_callbacks
+    from training.data import load_corpus
+    from training.trainer import Trainer
+
+    corpus = corpus if corpus is not None else load_corpus(spec.train.corpus, spec.train.data_path)
+    jobs = [(v, s) for v in variants for s in seeds]
+    records = []
+    bar = tqdm(jobs, desc="runs", unit="run", disable=not progress, dynamic_ncols=True)
+    for variant, seed in bar:
+        bar.set_postfix_str(f"{variant.name} seed {seed}")
+        s = resolve(spec.preset, {**spec.overrides, **variant.overrides, "seed": seed})
+        directory = run_dir(out, spec.preset, variant, seed)
+        callbacks = default_callbacks(s.train) if probes and s.train.probes else []
+        trainer = Trainer(
+            s.model, s.train, directory, callbacks=callbacks, corpus=corpus, progress=progress,
+            meta={"preset": spec.preset, "variant": variant.name, "seed": seed}, model_init=variant.model_init,
+        )
+        trainer.run()
+        record = load_run(directory)
+        record.update(variant=variant.name, seed=seed)
+        records.append(record)
+    bar.close()
+    return records
+
+
+def stats(values: list[float]) -> dict[str, float]:
+    """mean, sample std (0 for one value), min, max, n."""
+    values = [float(v) for v in values]
+    return {
+        "mean": statistics.fmean(values),
+        "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+        "min": min(values),
+        "max": max(values),
+        "n": len(values),
+    }
+
+
+def fmt_stats(s: dict[str, float], digits: int = 3) -> str:
+    if s["n"] == 1:
+        return f"{s['mean']:.{digits}f}"
+    return f"{s['mean']:.{digits}f} +/- {s['std']:.{digits}f} [{s['min']:.{digits}f}, {s['max']:.{digits}f}]"
+
+
+def reference_levels(spec: RunSpec, corpus=None) -> dict[str, Any]:
+    """Unigram / bigram cross-entropy of the fixed validation batches under train-split counts."""
+    from training.data import fixed_batches, load_corpus
+    from training.data import reference_levels as levels
+
+    corpus = corpus if corpus is not None else load_corpus(spec.train.corpus, spec.train.data_path)
+    batches = fixed_batches(corpus.val, spec.model.n_ctx, spec.train.batch_size, spec.train.eval_batches)
+    return levels(corpus.train, batches, corpus.vocab_size)
+
+
+def software_versions() -> dict[str, str]:
+    from importlib.metadata import version
+
+    import numpy
+    import plotly
+    import torch
+    import transformer_lens  # noqa: F401
+
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "transformer_lens": version("transformer-lens"),
+        "numpy": numpy.__version__,
+        "plotly": plotly.__version__,
+        "threads": str(torch.get_num_threads()),
+    }
+
+
+def write_results(path: Path, results: dict[str, Any]) -> None:
+    from training.trainer import write_json
+
+    results = {**results, "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    write_json(path, _json_safe(results))
+
+
+def _json_safe(obj: Any) -> Any:
+    """Non-finite floats become strings ("inf", "-inf", "nan") so the file is strict JSON."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    if isinstance(obj, dict):
+        return {str(k): _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
+def base_parser(prog: str, description: str, default_out: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=description,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", default="cpu-quick", help=f"one of {', '.join(PRESETS)} (default: cpu-quick)")
+    p.add_argument("--seeds", default=None, help="comma-separated seeds (default: 1337)")
+    p.add_argument("--out", default=default_out, help=f"experiment directory (default: {default_out})")
+    p.add_argument("--data", help="corpus file or prepared directory (default: $RESIDUAL_DATA_DIR, cache, download)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override any preset field for every run (repeatable)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return p
+
+
+def parse_seeds(text: str | None, default: list[int]) -> list[int]:
+    if text is None:
+        return default
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise ToolkitError(f"--seeds expects comma-separated integers, got {text!r}") from None
+    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+        raise ToolkitError(f"--seeds needs distinct non-negative integers, got {text!r}")
+    return seeds
+
+
+def spec_from_args(args: argparse.Namespace) -> RunSpec:
+    overrides = {}
+    for item in args.set:
+        if "=" not in item:
+            raise ToolkitError(f"--set expects KEY=VALUE, got {item!r}")
+        key, value = item.split("=", 1)
+        overrides[key.strip()] = parse_value(key.strip(), value)
+    if args.data:
+        overrides["data_path"] = args.data
+    return resolve(args.preset, overrides)
+
+
+def cli(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | None], int]:
+    """Wrap an experiment's main: a ToolkitError is one `error:` line and exit 2."""
+
+    def wrapped(argv: list[str] | None = None) -> int:
+        start = time.perf_counter()
+        try:
+            return main(argv)
+        except ToolkitError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print(f"\ninterrupted after {time.perf_counter() - start:.0f}s; run the same command again to resume",
+                  file=sys.stderr)
+            return 130
+
+    return wrapped
