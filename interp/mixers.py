@@ -131,6 +131,7 @@ class UniformMixer(_PatternMixer):
     def forward(self, x: Float[Tensor, "b p d"]) -> Float[Tensor, "b p d"]:
         v = self.hook_v(self._heads(self.in_proj(x)))
         zeros = torch.zeros_like(v)
+        self.hook_q(zeros), self.hook_k(zeros)  # fire for caches; TransformerLens's zero W_Q/W_K give these
 
         def scores(q, k):
             b, n, h, _ = v.shape

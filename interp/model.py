@@ -117,7 +117,8 @@ class ResidualGPT(HookedRootModule):
 
             raise ConfigError(f"sequence length {n} exceeds n_ctx {self.cfg.n_ctx}")
         embed = self.hook_embed(self.embed(tokens))
-        pos = self.hook_pos_embed(self.pos_embed(torch.arange(n, device=tokens.device)))
+        pos = self.pos_embed(torch.arange(n, device=tokens.device)).expand(tokens.shape[0], n, -1)
+        pos = self.hook_pos_embed(pos)  # [batch, pos, d_model] as in TransformerLens
         resid = self.embed_dropout(embed + pos)
         for block in self.blocks:
             resid = block(resid)

@@ -1,0 +1,409 @@
+"""A ResidualGPT as a TransformerLens HookedTransformer that computes the same function.
+
+The weights move into TL's layout one to one. What TL's block cannot express is
+put back by swapping a few of its HookPoints for subclasses that do the work in
+their forward, i.e. before any hook (user, cache, permanent) sees the value:
+
+    attention routing  hook_attn_scores applies self_bias / the uniform mixer to
+                       the causally masked scores, exactly as ResidualGPT's
+                       hook_attn_scores holds them;
+    removed residual   hook_attn_out / hook_mlp_out record their output after all
+                       hooks ran, and hook_resid_mid / hook_resid_post return that
+                       record in place of TL's resid + out.
+
+Being modules rather than hook functions, these survive model.reset_hooks()
+(even including_permanent=True), always run first, and see a user's patch of
+hook_attn_out, so interventions compose as they do on ResidualGPT.
+runtime_gain is folded into W_O / b_O and W_out / b_out.
+
+The rewiring lives in the module tree, not in TL's config or state dict: to
+get the model back, convert the checkpoint again rather than loading a saved
+HookedTransformer state dict into a plain HookedTransformer.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from einops import rearrange
+from jaxtyping import Float
+from torch import Tensor
+from transformer_lens import HookedTransformer, HookedTransformerConfig
+from transformer_lens.hook_points import HookPoint
+
+from interp.checkpoint import Checkpoint, load_checkpoint
+from interp.config import ModelConfig
+from interp.errors import CheckpointError, ConfigError, ToolkitError
+from interp.model import ResidualGPT
+
+GPT2_VOCAB = 50257
+_warned_non_additive = False
+
+
+# --------------------------------------------------------------------------- architecture
+
+
+class _Slot:
+    """One tensor handed from a block's hook_*_out to its hook_resid_* (never a submodule)."""
+
+    value: Tensor | None = None
+
+    def take(self) -> Tensor:
+        value, self.value = self.value, None
+        if value is None:
+            raise RuntimeError("residual rewiring: hook_resid_* ran before its hook_*_out recorded a value")
+        return value
+
+
+class RecordedHookPoint(HookPoint):
+    """hook_attn_out / hook_mlp_out that remembers its output after every hook: what the block adds."""
+
+    def __init__(self, slot: _Slot):
+        super().__init__()
+        self.slot = slot
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        out = super().__call__(*args, **kwargs)
+        self.slot.value = out
+        return out
+
+
+class _KeepSecond(torch.autograd.Function):
+    """Return `kept`; `dropped` stays in the graph with a zero gradient.
+
+    A full backward hook on a module fires when the gradient of its input is
+    computed, so the discarded TL sum must remain connected for bwd hooks on
+    hook_resid_mid / hook_resid_post to run.
+    """
+
+    @staticmethod
+    def forward(ctx, dropped: Tensor, kept: Tensor) -> Tensor:
+        return kept.clone()
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor]:
+        return torch.zeros_like(grad), grad
+
+
+class NoResidualHookPoint(HookPoint):
+    """hook_resid_mid / hook_resid_post of a block without that identity path.
+
+    TL's block hands in resid + out; this returns out alone (the recorded
+    sublayer output, bit for bit), so every hook sees ResidualGPT's value.
+    """
+
+    def __init__(self, slot: _Slot):
+        super().__init__()
+        self.slot = slot
+
+    def forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
+        return _KeepSecond.apply(x, self.slot.take())
+
+
+class RoutedScoresHookPoint(HookPoint):
+    """hook_attn_scores with the routing control applied to TL's causally masked scores.
+
+    self_bias finite: added to each query's score on itself; +inf: every other
+    key -inf; -inf: the self key -inf (row 0 is then all -inf and TL turns its
+    NaN pattern into zeros, as ResidualGPT does). uniform: every score that is
+    not masked becomes 0, whatever W_Q / W_K hold.
+    """
+
+    def __init__(self, mixer: str, self_bias: float):
+        super().__init__()
+        self.mixer = mixer
+        self.self_bias = self_bias
+
+    def extra_repr(self) -> str:
+        return f"mixer={self.mixer!r}, self_bias={self.self_bias}"
+
+    def forward(self, scores: Float[Tensor, "batch head q k"]) -> Float[Tensor, "batch head q k"]:
+        if self.mixer == "uniform":
+            return scores.masked_fill(scores != -math.inf, 0.0)
+        n_q, n_k = scores.shape[-2:]
+        offset = n_k - n_q  # queries are the last n_q positions when generating with a kv cache
+        q_pos = torch.arange(offset, n_k, device=scores.device)
+        is_self = q_pos[:, None] == torch.arange(n_k, device=scores.device)[None, :]
+        if self.self_bias == math.inf:
+            return scores.masked_fill(~is_self, -math.inf)
+        if self.self_bias == -math.inf:
+            return scores.masked_fill(is_self, -math.inf)
+        return scores + self.self_bias * is_self.to(scores.dtype)
+
+
+def _rewire(model: HookedTransformer, cfg: ModelConfig) -> None:
+    """Swap in the hook points above where cfg departs from a plain Pre-LN GPT."""
+    for block in model.blocks:
+        if cfg.mixer == "uniform" or cfg.self_bias != 0.0:
+            block.attn.hook_attn_scores = RoutedScoresHookPoint(cfg.mixer, cfg.self_bias)
+        if not cfg.attn_residual:
+            slot = _Slot()
+            block.hook_attn_out = RecordedHookPoint(slot)
+            block.hook_resid_mid = NoResidualHookPoint(slot)
+        if not cfg.ffn_residual:
+            slot = _Slot()
+            block.hook_mlp_out = RecordedHookPoint(slot)
+            block.hook_resid_post = NoResidualHookPoint(slot)
+    model.setup()  # re-register hook names for the new modules
+
+
+# --------------------------------------------------------------------------- config and weights
+
+
+def hooked_config(cfg: ModelConfig, device: str | torch.device = "cpu", dtype=torch.float32) -> HookedTransformerConfig:
+    """The HookedTransformerConfig of a ModelConfig (refuses what TL cannot express)."""
+    if cfg.mixer == "position_blind":
+        raise ConfigError(
+            "mixer='position_blind' has no TransformerLens equivalent (its token mixer is a per-position MLP, "
+            "not attention); analyse this checkpoint with ResidualGPT and its own hooks instead"
+        )
+    return HookedTransformerConfig(
+        n_layers=cfg.n_layers,
+        d_model=cfg.d_model,
+        n_ctx=cfg.n_ctx,
+        d_head=cfg.d_head,
+        n_heads=cfg.n_heads,
+        d_mlp=cfg.d_mlp,
+        d_vocab=cfg.d_vocab,
+        d_vocab_out=cfg.d_vocab,
+        act_fn="gelu",  # exact erf GELU, as F.gelu in ResidualGPT
+        normalization_type="LN",
+        eps=1e-5,
+        positional_embedding_type="standard",
+        default_prepend_bos=False,  # trained without BOS
+        model_name=f"residual-gpt-{cfg.residual}-{cfg.mixer}",
+        original_architecture="ResidualGPT",
+        init_weights=False,  # every weight is loaded below
+        device=str(device),
+        dtype=dtype,
+    )
+
+
+def tl_state_dict(model: ResidualGPT) -> dict[str, Tensor]:
+    """ResidualGPT weights in TL's names and layout; every ResidualGPT parameter must be used once."""
+    cfg = model.cfg
+    params = dict(model.named_parameters())  # tied unembed appears once, as embed.weight
+    used: set[str] = set()
+
+    def take(name: str) -> Tensor:
+        used.add(name)
+        return params[name].detach()
+
+    def optional(name: str, like: Tensor) -> Tensor:
+        return take(name) if name in params else torch.zeros_like(like)
+
+    heads = dict(h=cfg.n_heads)
+    gain = cfg.runtime_gain  # every sublayer output is scaled: fold it into the writing weights
+    embed = take("embed.weight")
+    sd: dict[str, Tensor] = {"embed.W_E": embed, "pos_embed.W_pos": take("pos_embed.weight")}
+    for layer in range(cfg.n_layers):
+        b = f"blocks.{layer}."  # the same block prefix in both models
+        for ln in ("ln1", "ln2"):
+            w = take(f"{b}{ln}.w")
+            sd[f"{b}{ln}.w"], sd[f"{b}{ln}.b"] = w, optional(f"{b}{ln}.b", w)
+
+        w_in = take(f"{b}attn.in_proj.weight")  # [3d or d, d]: rows are (h dh) outputs
+        b_in = optional(f"{b}attn.in_proj.bias", w_in[:, 0])
+        if cfg.mixer == "attention":
+            (w_q, w_k, w_v), (b_q, b_k, b_v) = w_in.chunk(3), b_in.chunk(3)
+        else:  # uniform: a value projection only; no content-based scores
+            w_v, b_v = w_in, b_in
+            w_q = w_k = torch.zeros_like(w_v)
+            b_q = b_k = torch.zeros_like(b_v)
+        for name, w, bias in (("Q", w_q, b_q), ("K", w_k, b_k), ("V", w_v, b_v)):
+            sd[f"{b}attn.W_{name}"] = rearrange(w, "(h dh) d -> h d dh", **heads)
+            sd[f"{b}attn.b_{name}"] = rearrange(bias, "(h dh) -> h dh", **heads)
+        w_o = take(f"{b}attn.out_proj.weight")
+        sd[f"{b}attn.W_O"] = rearrange(w_o, "d (h dh) -> h dh d", **heads) * gain
+        sd[f"{b}attn.b_O"] = optional(f"{b}attn.out_proj.bias", w_o[:, 0]) * gain
+
+        w_in = take(f"{b}mlp.in_proj.weight")
+        sd[f"{b}mlp.W_in"] = w_in.T
+        sd[f"{b}mlp.b_in"] = optional(f"{b}mlp.in_proj.bias", w_in[:, 0])
+        w_out = take(f"{b}mlp.out_proj.weight")
+        sd[f"{b}mlp.W_out"] = w_out.T * gain
+        sd[f"{b}mlp.b_out"] = optional(f"{b}mlp.out_proj.bias", w_out[:, 0]) * gain
+
+    w = take("ln_final.w")
+    sd["ln_final.w"], sd["ln_final.b"] = w, optional("ln_final.b", w)
+    w_u = take("unembed.weight") if "unembed.weight" in params else embed  # tied: a copy either way
+    sd["unembed.W_U"] = w_u.T
+    sd["unembed.b_U"] = torch.zeros(cfg.d_vocab, dtype=w_u.dtype, device=w_u.device)
+
+    unused = sorted(set(params) - used)
+    if unused:
+        raise ToolkitError(f"to_hooked_transformer does not know where to put ResidualGPT parameter(s) {unused}")
+    return {k: v.contiguous() for k, v in sd.items()}
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def model_from_checkpoint(ckpt: Checkpoint, device: str | torch.device | None = None) -> ResidualGPT:
+    """The checkpoint's ResidualGPT in eval mode; weights must fit its config exactly (strict)."""
+    model = ResidualGPT(ckpt.config)
+    try:
+        model.load_state_dict(ckpt.weights, strict=True)
+    except RuntimeError as e:
+        detail = " ".join(line.strip() for line in str(e).splitlines()[1:])
+        raise CheckpointError(f"{ckpt.path or 'checkpoint'}: weights do not match its model config: {detail}") from None
+    return (model.to(device) if device is not None else model).eval()
+
+
+def _resolve(source: Any, device: str | torch.device | None) -> tuple[ResidualGPT, dict[str, Any]]:
+    """A ResidualGPT and the checkpoint's extra state (vocab, encoding, ...)."""
+    if isinstance(source, ResidualGPT):
+        return source, {}
+    if isinstance(getattr(source, "module", None), ResidualGPT):  # DDP
+        return source.module, {}
+    if isinstance(source, (str, os.PathLike)):
+        source = load_checkpoint(source, map_location=device or "cpu")
+    if not isinstance(source, Checkpoint):
+        raise ToolkitError(
+            f"to_hooked_transformer takes a ResidualGPT, a Checkpoint or a checkpoint path, not {type(source).__name__}"
+        )
+    return model_from_checkpoint(source, device), dict(source.state)
+
+
+# --------------------------------------------------------------------------- tokenizers
+
+
+def char_tokenizer(vocab: list[str]):
+    """A Hugging Face fast tokenizer with one token per character of `vocab` (id = index).
+
+    No normalizer; an unknown character is an error. Newline (or the first
+    entry) stands in for EOS/PAD (and so BOS), which TL requires to exist; the
+    model never saw a BOS, so prepend_bos stays off by default.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    if len(set(vocab)) != len(vocab) or not all(isinstance(c, str) and len(c) == 1 for c in vocab):
+        raise ConfigError("vocab must be a list of distinct single characters (index = token id)")
+    tok = Tokenizer(models.WordLevel(vocab={c: i for i, c in enumerate(vocab)}, unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # every char, \n included
+    tok.decoder = decoders.Fuse()  # concatenate, no spaces between characters
+    special = "\n" if "\n" in vocab else vocab[0]
+    # No bos_token here: TL sets BOS to EOS itself (given one, it would try to re-download the tokenizer).
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=special, pad_token=special)
+
+
+def gpt2_files(data_dir: str | os.PathLike | None = None) -> tuple[Path, Path] | None:
+    """(encoder.json, vocab.bpe) under data_dir or $RESIDUAL_DATA_DIR /gpt2, if both exist."""
+    root = data_dir or os.environ.get("RESIDUAL_DATA_DIR")
+    if not root:
+        return None
+    encoder, merges = Path(root) / "gpt2" / "encoder.json", Path(root) / "gpt2" / "vocab.bpe"
+    return (encoder, merges) if encoder.is_file() and merges.is_file() else None
+
+
+def gpt2_tokenizer(data_dir: str | os.PathLike | None = None):
+    """GPT-2's byte-level BPE from local files (the ones tiktoken's "gpt2" uses), as a fast tokenizer."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    files = gpt2_files(data_dir)
+    if files is None:
+        raise ConfigError(
+            "GPT-2 BPE files not found: set RESIDUAL_DATA_DIR to a folder holding gpt2/encoder.json and gpt2/vocab.bpe"
+        )
+    tok = Tokenizer(models.BPE.from_file(str(files[0]), str(files[1])))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken("<|endoftext|>", special=True)])
+    # No bos_token: TL then uses <|endoftext|> for BOS and PAD without trying to download anything.
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>")
+
+
+def _tokenizer_for(cfg: ModelConfig, vocab: list[str] | None, state: dict[str, Any]):
+    """The tokenizer to attach, or None and the reason."""
+    vocab = vocab if vocab is not None else state.get("vocab")
+    if vocab is not None:
+        vocab = list(vocab)
+        if len(vocab) != cfg.d_vocab:
+            raise ConfigError(f"vocab has {len(vocab)} entries but the model's d_vocab is {cfg.d_vocab}")
+        return char_tokenizer(vocab), None
+    if state.get("encoding") == "gpt2" or (cfg.d_vocab == GPT2_VOCAB and "encoding" not in state):
+        if gpt2_files() is None:
+            return None, "GPT-2 BPE files not found (set RESIDUAL_DATA_DIR to a folder holding gpt2/vocab.bpe)"
+        return gpt2_tokenizer(), None
+    if "encoding" in state:
+        return None, f"unknown encoding {state['encoding']!r} in the checkpoint"
+    return None, "no vocab given and none in the checkpoint (pass vocab=[...characters...])"
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def _warn_non_additive(cfg: ModelConfig) -> None:
+    global _warned_non_additive
+    if cfg.residual == "full" or _warned_non_additive:
+        return
+    _warned_non_additive = True
+    warnings.warn(
+        f"residual={cfg.residual!r}: the residual stream is not the sum of the embeddings and sublayer outputs, "
+        "so TransformerLens's accumulated_resid, decompose_resid and direct logit attribution are wrong for this "
+        "model; read hook_resid_* / hook_attn_out / hook_mlp_out directly (shown once per process)",
+        UserWarning,
+        stacklevel=3,
+    )
+
+
+def to_hooked_transformer(
+    source: ResidualGPT | Checkpoint | str | os.PathLike,
+    *,
+    vocab: list[str] | None = None,
+    fold_ln: bool = False,
+    center_writing_weights: bool = False,
+    center_unembed: bool = False,
+    fold_value_biases: bool = False,
+    refactor_factored_attn_matrices: bool = False,
+    device: str | torch.device | None = None,
+) -> HookedTransformer:
+    """A ResidualGPT, Checkpoint or checkpoint path as a HookedTransformer with the same logits and caches.
+
+    Processing is off by default so hook values equal ResidualGPT's; the TL
+    processing flags keep log-probabilities (center_unembed shifts logits).
+    vocab (a list of characters) or the checkpoint's state["vocab"] /
+    state["encoding"] == "gpt2" gives the attached tokenizer.
+    """
+    model, state = _resolve(source, device)
+    cfg = model.cfg
+    if fold_value_biases and cfg.bias and cfg.self_bias == -math.inf:
+        raise ConfigError(
+            "fold_value_biases assumes every attention row sums to 1, but with self_bias=-inf position 0 attends "
+            "nowhere; leave fold_value_biases off for this model"
+        )
+    weight = model.embed.weight
+    tl_cfg = hooked_config(cfg, device=device or weight.device, dtype=weight.dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # TL 3.x nudges towards TransformerBridge
+        hooked = HookedTransformer(tl_cfg)
+    state_dict = tl_state_dict(model)
+    state_dict.update(hooked.named_buffers())  # TL's constants (mask cache, IGNORE = -inf), not weights
+    try:
+        hooked.load_state_dict(state_dict, strict=True)
+    except RuntimeError as e:  # a key or shape we produced that TL does not expect: a converter bug
+        raise ToolkitError(f"TransformerLens rejected the converted weights: {e}") from None
+    _rewire(hooked, cfg)
+    if fold_ln or center_writing_weights or center_unembed or fold_value_biases or refactor_factored_attn_matrices:
+        hooked.load_and_process_state_dict(
+            hooked.state_dict(),
+            fold_ln=fold_ln,
+            center_writing_weights=center_writing_weights,
+            center_unembed=center_unembed,
+            fold_value_biases=fold_value_biases,
+            refactor_factored_attn_matrices=refactor_factored_attn_matrices,
+        )
+    tokenizer, why_not = _tokenizer_for(cfg, vocab, state)
+    if tokenizer is not None:
+        hooked.set_tokenizer(tokenizer, default_padding_side="right")
+    else:
+        warnings.warn(f"no tokenizer attached: {why_not}; the model takes token tensors only", stacklevel=2)
+    _warn_non_additive(cfg)
+    return hooked.eval()

@@ -1,0 +1,132 @@
+"""Plot a checkpoint's attention patterns on a prompt into one self-contained HTML page.
+
+    python -m interp.plot_attention --ckpt runs/.../ckpt.pt --text "ROMEO:" --layer 0 --out attn.html
+
+Without --layer every layer gets a section. The text is encoded with the
+checkpoint's own vocabulary: state["vocab"] (a list of characters) or, for BPE
+checkpoints, state["encoding"] == "gpt2" (files from $RESIDUAL_DATA_DIR/gpt2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from interp.errors import CheckpointError, ConfigError, DataError, ToolkitError
+
+if TYPE_CHECKING:
+    from interp.config import ModelConfig
+
+# torch, transformer_lens and plotly are imported in run(): --help and usage errors answer at once.
+
+
+class _UsageError(ToolkitError):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, no usage block (DESIGN.md contract 7)
+        raise _UsageError(f"{message} (see --help)")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="python -m interp.plot_attention",
+        description="Plot a ResidualGPT checkpoint's attention patterns on a prompt (one heatmap per head) "
+        "into a self-contained HTML file that opens offline.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="""examples:
+  python -m interp.plot_attention --ckpt ckpt.pt --text "ROMEO:" --layer 0 --out attn.html
+  python -m interp.plot_attention --ckpt ckpt.pt --text "ROMEO:"     # every layer, into attn.html
+
+The text is encoded with the checkpoint's vocabulary: state["vocab"] (a list of
+characters), or GPT-2 BPE for checkpoints saved with encoding="gpt2" (files
+from $RESIDUAL_DATA_DIR/gpt2). Errors print one `error:` line and exit 2.""",
+    )
+    p.add_argument("--ckpt", required=True, type=Path, help="checkpoint file written by interp.save_checkpoint")
+    p.add_argument("--text", required=True, help="prompt in the checkpoint's vocabulary, at most n_ctx tokens")
+    p.add_argument("--layer", type=int, default=None, help="layer to plot (default: every layer)")
+    p.add_argument("--out", type=Path, default=Path("attn.html"), help="HTML file to write (default: attn.html)")
+    return p
+
+
+def encode(text: str, state: dict[str, Any], cfg: ModelConfig) -> tuple[list[int], list[str]]:
+    """Token ids and their strings, with the checkpoint's vocabulary."""
+    if not text:
+        raise DataError("--text is empty; give at least one character")
+    if state.get("vocab") is not None:
+        vocab = list(state["vocab"])
+        index = {c: i for i, c in enumerate(vocab)}
+        missing = sorted(set(text) - set(index))
+        if missing:
+            raise DataError(
+                f"--text has characters the checkpoint's vocabulary lacks: {''.join(missing)!r}; "
+                f"use only these {len(vocab)}: {''.join(vocab)!r}"
+            )
+        ids, pieces = [index[c] for c in text], list(text)
+    elif state.get("encoding") == "gpt2":
+        from interp.hooked import gpt2_tokenizer
+
+        tokenizer = gpt2_tokenizer()
+        ids = tokenizer(text)["input_ids"]
+        pieces = [tokenizer.decode([i]) for i in ids]
+    else:
+        raise CheckpointError(
+            "the checkpoint has no vocabulary (state 'vocab' or encoding 'gpt2'); "
+            "save it with interp.save_checkpoint(path, model, vocab=itos)"
+        )
+    if len(ids) > cfg.n_ctx:
+        raise DataError(f"--text is {len(ids)} tokens but the model's context is {cfg.n_ctx}; shorten it")
+    return ids, pieces
+
+
+def run(args: argparse.Namespace) -> Path:
+    from interp.checkpoint import load_checkpoint
+
+    ckpt = load_checkpoint(args.ckpt)
+    cfg = ckpt.config
+    if cfg.mixer == "position_blind":
+        raise ConfigError(f"{args.ckpt} uses mixer='position_blind', which has no attention pattern to plot")
+    if args.layer is not None and not 0 <= args.layer < cfg.n_layers:
+        raise ConfigError(f"--layer {args.layer} is out of range: the model has layers 0..{cfg.n_layers - 1}")
+    layers = [args.layer] if args.layer is not None else list(range(cfg.n_layers))
+    ids, pieces = encode(args.text, ckpt.state, cfg)
+
+    import torch  # the input is good: now the heavy imports
+
+    from interp.hooked import model_from_checkpoint
+    from interp.plots import attention_patterns, save_html
+
+    model = model_from_checkpoint(ckpt)
+    names = [f"blocks.{layer}.attn.hook_pattern" for layer in layers]
+    with torch.no_grad():
+        _, cache = model.eval().run_with_cache(torch.tensor([ids]), names_filter=names)
+    sections = [
+        (f"Layer {layer}", attention_patterns(cache, pieces, layer=layer, title=f"Layer {layer}: {args.text!r}"))
+        for layer in layers
+    ]
+    intro = (
+        f"{args.ckpt}: residual={cfg.residual}, mixer={cfg.mixer}, self_bias={cfg.self_bias}. "
+        "Rows are queries, columns the keys they read; hover for the weight."
+    )
+    try:
+        return save_html([intro, *sections], args.out, title=f"Attention patterns: {args.ckpt.name}")
+    except OSError as e:
+        raise ToolkitError(f"cannot write {args.out}: {e.strerror or e}; choose another --out") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        out = run(parser().parse_args(argv))
+    except (ToolkitError, OSError) as e:
+        message = str(e).replace("\n", " ")
+        print(f"error: {message}", file=sys.stderr)
+        return 2
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

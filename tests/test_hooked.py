@@ -1,0 +1,326 @@
+"""interp.hooked: every checkpoint as a HookedTransformer that computes the same function."""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import interp
+import interp.hooked as hooked
+from interp import CheckpointError, ConfigError, ModelConfig, ResidualGPT, save_checkpoint, to_hooked_transformer
+
+TOL = 1e-5
+RESIDUALS = ("full", "attn_only", "ffn_only", "none")
+ROUTINGS = {  # id -> (mixer, self_bias)
+    "bias0": ("attention", 0.0),
+    "bias4": ("attention", 4.0),
+    "bias+inf": ("attention", math.inf),
+    "bias-inf": ("attention", -math.inf),
+    "uniform": ("uniform", 0.0),
+}
+CHARS = list("\n !$&',-.3:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")  # TinyShakespeare's 65
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"  # as the Makefile's ../shared/data
+
+
+def tiny_config(**changes) -> ModelConfig:
+    return ModelConfig(n_layers=2, d_model=32, n_heads=4, n_ctx=16, d_vocab=len(CHARS), **changes)
+
+
+def trained(model: ResidualGPT, steps: int = 8, seed: int = 0) -> ResidualGPT:
+    """A few Adam steps on random tokens: weights no longer look like their init."""
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    model.train()
+    for _ in range(steps):
+        tokens = torch.randint(0, model.cfg.d_vocab, (4, model.cfg.n_ctx), generator=gen)
+        _, loss = model(tokens[:, :-1], tokens[:, 1:])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model.eval()
+
+
+def make_model(weights: str, seed: int = 0, **changes) -> ResidualGPT:
+    torch.manual_seed(seed)
+    if weights == "random":  # a wider init than training's 0.02, so attention patterns are far from uniform
+        return ResidualGPT(tiny_config(init_std=0.2, **changes)).eval()
+    return trained(ResidualGPT(tiny_config(**changes)), seed=seed)
+
+
+def convert(source, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return to_hooked_transformer(source, vocab=CHARS, **kwargs)
+
+
+def tokens(seed: int = 1, batch: int = 3, n: int = 16) -> torch.Tensor:
+    return torch.randint(0, len(CHARS), (batch, n), generator=torch.Generator().manual_seed(seed))
+
+
+def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Max abs difference; the same infinities in the same places count as equal."""
+    assert a.shape == b.shape
+    assert torch.equal(torch.isinf(a), torch.isinf(b)) and torch.equal(a.isnan(), b.isnan())
+    finite = torch.isfinite(b)
+    return (a[finite] - b[finite]).abs().max().item() if finite.any() else 0.0
+
+
+def compare(model: ResidualGPT, tl) -> tuple[float, dict[str, float]]:
+    toks = tokens()
+    with torch.no_grad():
+        logits, cache = model.run_with_cache(toks)
+        tl_logits, tl_cache = tl.run_with_cache(toks)
+    shared = sorted(set(cache.keys()) & set(tl_cache.keys()))
+    return (logits - tl_logits).abs().max().item(), {k: max_diff(cache[k], tl_cache[k]) for k in shared}
+
+
+@pytest.mark.parametrize("weights", ["random", "trained"])
+@pytest.mark.parametrize("routing", list(ROUTINGS))
+@pytest.mark.parametrize("residual", RESIDUALS)
+def test_logits_and_caches_match(residual, routing, weights):
+    mixer, self_bias = ROUTINGS[routing]
+    model = make_model(weights, residual=residual, mixer=mixer, self_bias=self_bias)
+    tl = convert(model)
+    logit_diff, diffs = compare(model, tl)
+    assert logit_diff <= TOL
+    with torch.no_grad():  # ResidualGPT's training (fused SDPA) path too
+        assert (model(tokens()) - tl(tokens())).abs().max().item() <= TOL
+    for layer in range(model.cfg.n_layers):
+        for name in ("attn.hook_attn_scores", "attn.hook_pattern", "hook_resid_mid", "hook_resid_post"):
+            assert f"blocks.{layer}.{name}" in diffs
+    bad = {k: v for k, v in diffs.items() if v > TOL}
+    assert not bad, bad
+    assert len(diffs) >= 33  # every ResidualGPT hook point
+
+
+@pytest.mark.parametrize("residual", RESIDUALS)
+def test_bias_untied_and_runtime_gain(residual):
+    model = make_model("trained", residual=residual, bias=True, tie_embeddings=False, runtime_gain=1.7, self_bias=2.0)
+    with torch.no_grad():  # non-zero biases, so the b_* mapping is exercised
+        for name, p in model.named_parameters():
+            if p.dim() == 1 and not name.endswith(".w"):
+                p.normal_(0, 0.1)
+    tl = convert(model)
+    logit_diff, diffs = compare(model, tl)
+    assert logit_diff <= TOL
+    assert max(diffs.values()) <= TOL
+    assert not torch.equal(tl.W_U, tl.W_E.T)  # untied: W_U comes from unembed.weight
+
+
+def test_pattern_rows_for_infinite_self_bias():
+    tl = convert(make_model("random", self_bias=math.inf))
+    _, cache = tl.run_with_cache(tokens())
+    pattern = cache["blocks.0.attn.hook_pattern"]
+    assert torch.equal(pattern, torch.eye(16).expand_as(pattern))  # each position reads only itself
+    tl = convert(make_model("random", self_bias=-math.inf))
+    _, cache = tl.run_with_cache(tokens())
+    pattern = cache["blocks.1.attn.hook_pattern"]
+    assert torch.equal(pattern[:, :, 0], torch.zeros_like(pattern[:, :, 0]))  # row 0 reads nothing
+    assert torch.equal(pattern.diagonal(dim1=-2, dim2=-1), torch.zeros(3, 4, 16))
+    assert torch.allclose(pattern[:, :, 1:].sum(-1), torch.ones(3, 4, 15))
+
+
+@pytest.mark.parametrize("routing", ["bias4", "bias-inf", "uniform"])
+def test_kv_cache_decoding_matches_full_forward(routing):
+    """Routing hooks find the self key when queries are offset by a kv cache (as in tl.generate)."""
+    from transformer_lens import TransformerLensKeyValueCache
+
+    mixer, self_bias = ROUTINGS[routing]
+    tl = convert(make_model("random", residual="none", mixer=mixer, self_bias=self_bias))
+    toks = tokens()
+    kv = TransformerLensKeyValueCache.init_cache(tl.cfg, "cpu", batch_size=toks.shape[0])
+    with torch.no_grad():
+        full = tl(toks)
+        steps = [tl(toks[:, :10], past_kv_cache=kv)] + [tl(toks[:, i : i + 1], past_kv_cache=kv) for i in range(10, 16)]
+    assert (torch.cat(steps, dim=1) - full).abs().max().item() <= TOL
+
+
+@pytest.mark.parametrize("residual", ["none", "ffn_only"])
+def test_reset_hooks_keeps_architecture(residual):
+    tl = convert(make_model("random", residual=residual, self_bias=-math.inf))
+    toks = tokens()
+    before = tl(toks)
+    tl.add_hook("blocks.0.hook_attn_out", lambda x, hook: x * 0.0)
+    assert not torch.equal(tl(toks), before)
+    tl.reset_hooks()
+    assert torch.equal(tl(toks), before)
+    tl.reset_hooks(including_permanent=True)  # the architecture is modules, not hooks
+    assert torch.equal(tl(toks), before)
+
+
+@pytest.mark.parametrize("residual", RESIDUALS)
+def test_interventions_compose_like_residual_gpt(residual):
+    """Patching hook_attn_out / hook_mlp_out reaches resid_mid / resid_post, as in ResidualGPT."""
+    model = make_model("random", residual=residual, self_bias=4.0)
+    tl = convert(model)
+    hooks = [("blocks.0.hook_attn_out", lambda x, hook: x * 0.5), ("blocks.1.hook_mlp_out", lambda x, hook: -x)]
+    toks = tokens()
+    with torch.no_grad():
+        expected = model.run_with_hooks(toks, fwd_hooks=hooks)
+        got = tl.run_with_hooks(toks, fwd_hooks=hooks)
+    assert (expected - got).abs().max().item() <= TOL
+
+
+@pytest.mark.parametrize("residual", RESIDUALS)
+def test_gradients_and_backward_hooks_match(residual):
+    model = make_model("random", residual=residual, self_bias=4.0)
+    tl = convert(model)
+    names = [f"blocks.{l}.{n}" for l in range(2) for n in ("hook_resid_pre", "hook_attn_out", "hook_resid_mid")]
+    toks = tokens()
+
+    def grads(m):
+        got = {}
+        hooks = [(n, lambda g, hook: got.__setitem__(hook.name, g.detach().clone())) for n in names]
+        with m.hooks(bwd_hooks=hooks):
+            logits = m(toks)
+            torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), toks[:, 1:].flatten()).backward()
+        return got
+
+    expected, got = grads(model), grads(tl)
+    assert sorted(got) == sorted(expected) == sorted(names)  # every bwd hook fired, also on rewired points
+    for name in names:
+        assert (expected[name] - got[name]).abs().max().item() <= TOL, name
+
+
+@pytest.mark.parametrize("residual", RESIDUALS)
+def test_processing_keeps_log_probs(residual):
+    model = make_model("trained", residual=residual, bias=True, self_bias=4.0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1 and not name.endswith(".w"):
+                p.normal_(0, 0.1)
+    flags = dict(fold_ln=True, center_writing_weights=True, center_unembed=True, fold_value_biases=True)
+    tl = convert(model, **flags, refactor_factored_attn_matrices=True)
+    assert tl.cfg.normalization_type == "LNPre"
+    toks = tokens()
+    with torch.no_grad():
+        expected = model(toks).log_softmax(-1)
+        got = tl(toks).log_softmax(-1)
+    assert (expected - got).abs().max().item() <= TOL
+
+
+def test_default_processing_is_off_and_config_matches():
+    model = make_model("random", residual="attn_only", tie_embeddings=False)
+    tl = convert(model)
+    cfg = tl.cfg
+    assert (cfg.act_fn, cfg.normalization_type, cfg.positional_embedding_type) == ("gelu", "LN", "standard")
+    assert cfg.default_prepend_bos is False
+    assert (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.d_head, cfg.d_mlp, cfg.n_ctx) == (2, 32, 4, 8, 128, 16)
+    assert torch.equal(tl.blocks[0].ln1.w, model.blocks[0].ln1.w)  # not folded
+    assert torch.equal(tl.blocks[0].ln1.b, torch.zeros(32))  # bias=False -> zeros
+    assert torch.equal(tl.W_U, model.unembed.weight.T)
+    assert tl.W_Q.shape == (2, 4, 32, 8) and tl.W_O.shape == (2, 4, 8, 32)
+
+
+def test_uniform_mixer_has_zero_qk():
+    tl = convert(make_model("random", mixer="uniform"))
+    assert torch.equal(tl.W_Q, torch.zeros_like(tl.W_Q)) and torch.equal(tl.W_K, torch.zeros_like(tl.W_K))
+
+
+def test_inputs_model_checkpoint_and_path_agree(tmp_path):
+    model = make_model("random", residual="none")
+    path = tmp_path / "ckpt.pt"
+    save_checkpoint(path, model, vocab=CHARS)
+    toks = tokens()
+    outs = [convert(src)(toks) for src in (model, interp.load_checkpoint(path), path, str(path))]
+    for out in outs[1:]:
+        assert torch.equal(out, outs[0])
+
+
+def test_position_blind_refused():
+    model = ResidualGPT(tiny_config(mixer="position_blind"))
+    with pytest.raises(ConfigError, match="position_blind.*no TransformerLens equivalent"):
+        to_hooked_transformer(model)
+
+
+def test_not_a_model_refused():
+    with pytest.raises(interp.ToolkitError, match="ResidualGPT, a Checkpoint or a checkpoint path"):
+        to_hooked_transformer(42)
+
+
+@pytest.mark.parametrize("change", ["missing", "extra", "shape"])
+def test_weights_that_do_not_fit_are_refused(tmp_path, change):
+    model = make_model("random")
+    ckpt = interp.load_checkpoint(_saved(tmp_path, model))
+    if change == "missing":
+        del ckpt.weights["blocks.1.mlp.out_proj.weight"]
+    elif change == "extra":
+        ckpt.weights["blocks.1.attn.extra"] = torch.zeros(3)
+    else:
+        ckpt.weights["ln_final.w"] = torch.ones(31)
+    key = {"missing": "out_proj", "extra": "extra", "shape": "ln_final"}[change]
+    with pytest.raises(CheckpointError, match=f"do not match.*{key}"):
+        to_hooked_transformer(ckpt)
+
+
+def test_unknown_parameter_is_an_error():
+    model = make_model("random")
+    model.blocks[0].register_parameter("surprise", torch.nn.Parameter(torch.zeros(2)))
+    with pytest.raises(interp.ToolkitError, match="surprise"):
+        to_hooked_transformer(model, vocab=CHARS)
+
+
+def _saved(tmp_path, model, **state) -> Path:
+    path = tmp_path / "ckpt.pt"
+    save_checkpoint(path, model, **state)
+    return path
+
+
+def test_char_tokenizer_from_checkpoint_vocab(tmp_path):
+    model = make_model("random")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tl = to_hooked_transformer(_saved(tmp_path, model, vocab=CHARS))
+    text = "ROMEO:\nO  me!"
+    assert tl.to_str_tokens(text) == list(text)
+    assert tl.to_tokens(text)[0].tolist() == [CHARS.index(c) for c in text]
+    assert tl.to_string(tl.to_tokens(text)[0]) == text
+    assert torch.equal(tl(text), tl(torch.tensor([[CHARS.index(c) for c in text]])))
+
+
+def test_vocab_of_the_wrong_size_refused():
+    with pytest.raises(ConfigError, match="d_vocab"):
+        to_hooked_transformer(make_model("random"), vocab=CHARS[:-1])
+
+
+def test_no_tokenizer_warns():
+    model = ResidualGPT(ModelConfig(n_layers=1, d_model=16, n_heads=2, n_ctx=8, d_vocab=11))
+    with pytest.warns(UserWarning, match="no tokenizer attached"):
+        tl = to_hooked_transformer(model)
+    assert tl.tokenizer is None
+
+
+def test_gpt2_tokenizer_from_local_files(monkeypatch):
+    data = os.environ.get("RESIDUAL_DATA_DIR") or str(SHARED_DATA)
+    if hooked.gpt2_files(data) is None:
+        pytest.skip(f"GPT-2 BPE files not found under {data}/gpt2 (set RESIDUAL_DATA_DIR)")
+    monkeypatch.setenv("RESIDUAL_DATA_DIR", data)
+    model = ResidualGPT(ModelConfig(n_layers=1, d_model=16, n_heads=2, n_ctx=8, d_vocab=50257))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tl = to_hooked_transformer(model)
+    assert tl.to_tokens("Hello world")[0].tolist() == [15496, 995]
+    assert tl.to_tokens(" the")[0].tolist() == [262]
+    assert tl.to_str_tokens("Hello world") == ["Hello", " world"]
+
+
+def test_non_full_warning_once_per_process(monkeypatch):
+    monkeypatch.setattr(hooked, "_warned_non_additive", False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        to_hooked_transformer(make_model("random", residual="full"), vocab=CHARS)
+        to_hooked_transformer(make_model("random", residual="none"), vocab=CHARS)
+        to_hooked_transformer(make_model("random", residual="attn_only"), vocab=CHARS)
+    messages = [str(w.message) for w in caught if "decompose_resid" in str(w.message)]
+    assert len(messages) == 1 and "residual='none'" in messages[0]
+
+
+def test_fold_value_biases_refused_when_a_row_attends_nowhere():
+    model = make_model("random", bias=True, self_bias=-math.inf)
+    with pytest.raises(ConfigError, match="fold_value_biases"):
+        to_hooked_transformer(model, vocab=CHARS, fold_value_biases=True)
