@@ -347,6 +347,7 @@ class Trainer:
         bar.close()
         self._call("on_train_end")
         save(cfg.max_steps)
+        wall_time = totals["wall_time"] + time.perf_counter() - wall_start  # before the one-off peak measurement
         tokens_per_s = totals["train_tokens"] / max(totals["train_time"], 1e-9)
         bf16 = cfg.dtype == "bfloat16" and device.type == "cuda"
         peak = peak_matmul_flops(device, torch.bfloat16 if bf16 else torch.float32)
@@ -358,7 +359,7 @@ class Trainer:
             "tokens_per_s": tokens_per_s,
             "mfu": flops_per_token(self.model_cfg, n_params) * tokens_per_s * self.world_size / peak,
             "peak_matmul_flops": peak,
-            "wall_time_s": totals["wall_time"] + time.perf_counter() - wall_start,
+            "wall_time_s": wall_time,
             "resumed_from_step": start_step,
             "device": str(device),
             "world_size": self.world_size,
