@@ -35,7 +35,7 @@ class Variant:
 
     @property
     def slug(self) -> str:
-        return re.sub(r"[^A-Za-z0-9_.=-]+", "_", self.name.replace(" + ", "+")).strip("_")
+        return re.sub(r"[^A-Za-z0-9_.=-]+", "_", self.name).strip("_")  # "attn_only + uniform" -> attn_only_uniform
 
 
 def run_dir(out: Path, preset: str, variant: Variant, seed: int) -> Path:
@@ -75,10 +75,12 @@ def run_grid(
     progress: bool = True,
     probes: bool = True,
     corpus=None,
+    callbacks: Callable[[Variant, int], list] | None = None,
 ) -> list[dict[str, Any]]:
     """Train every (variant, seed) not yet finished; return each run's load_run() record.
 
     Finished runs (final.json present) are read, not retrained; interrupted ones resume.
+    callbacks(variant, seed), when given, returns extra trainer callbacks for that run.
     """
     from tqdm.auto import tqdm
 
@@ -94,9 +96,11 @@ def run_grid(
         bar.set_postfix_str(f"{variant.name} seed {seed}")
         s = resolve(spec.preset, {**spec.overrides, **variant.overrides, "seed": seed})
         directory = run_dir(out, spec.preset, variant, seed)
-        callbacks = default_callbacks(s.train) if probes and s.train.probes else []
+        run_callbacks = default_callbacks(s.train) if probes and s.train.probes else []
+        if callbacks is not None:
+            run_callbacks = [*run_callbacks, *callbacks(variant, seed)]
         trainer = Trainer(
-            s.model, s.train, directory, callbacks=callbacks, corpus=corpus, progress=progress,
+            s.model, s.train, directory, callbacks=run_callbacks, corpus=corpus, progress=progress,
             meta={"preset": spec.preset, "variant": variant.name, "seed": seed}, model_init=variant.model_init,
         )
         trainer.run()
@@ -105,6 +109,30 @@ def run_grid(
         records.append(record)
     bar.close()
     return records
+
+
+def run_summary(record: dict[str, Any]) -> dict[str, Any]:
+    """The per-run metrics every experiment reports, from a run_grid() record."""
+    final = record["final"]
+    return {
+        "variant": record["variant"],
+        "seed": record["seed"],
+        "run_dir": record["run_dir"],
+        "final_val_loss": final["final_val_loss"],
+        "best_val_loss": final["best_val_loss"],
+        "best_step": final["best_step"],
+        "steps": final["steps"],
+        "wall_time_s": final["wall_time_s"],
+        "tokens_per_s": final["tokens_per_s"],
+        "val_curve": record["val_curve"],
+        "train_curve": record["train_curve"],
+    }
+
+
+def levels_line(levels: dict[str, Any]) -> str:
+    """The reference levels as one console line."""
+    return (f"reference levels (fixed validation batches, train-split counts, add-one smoothing): "
+            f"unigram {levels['unigram']:.3f}, bigram {levels['bigram']:.3f} nats")
 
 
 def stats(values: list[float]) -> dict[str, float]:
@@ -123,6 +151,26 @@ def fmt_stats(s: dict[str, float], digits: int = 3) -> str:
     if s["n"] == 1:
         return f"{s['mean']:.{digits}f}"
     return f"{s['mean']:.{digits}f} +/- {s['std']:.{digits}f} [{s['min']:.{digits}f}, {s['max']:.{digits}f}]"
+
+
+def format_table(headers: list[str], rows: list[list[Any]]) -> str:
+    """A plain-text table for the console: columns padded to their widest cell, a rule under the header."""
+    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def table_figure(headers: list[str], rows: list[list[Any]], title: str = ""):
+    """The same table as a plotly figure, for report.html."""
+    import plotly.graph_objects as go
+
+    columns = [["" if row[i] is None else str(row[i]) for row in rows] for i in range(len(headers))]
+    fig = go.Figure(go.Table(header=dict(values=[str(h) for h in headers], align="left", fill_color="#e8eef7"),
+                             cells=dict(values=columns, align="left")))
+    fig.update_layout(title=title or None, height=100 + 48 * max(1, len(rows)), margin=dict(l=10, r=10, t=40, b=10))
+    return fig
 
 
 def reference_levels(spec: RunSpec, corpus=None) -> dict[str, Any]:
@@ -183,6 +231,13 @@ def base_parser(prog: str, description: str, default_out: str) -> argparse.Argum
                    help="override any preset field for every run (repeatable)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     return p
+
+
+def refuse_overrides(spec: RunSpec, fields: dict[str, str]) -> None:
+    """Fields an experiment sets per variant cannot come from --set: field -> the option to use instead."""
+    for name, instead in fields.items():
+        if name in spec.overrides:
+            raise ToolkitError(f"--set {name}=... would be overridden by this experiment's variants; use {instead}")
 
 
 def parse_seeds(text: str | None, default: list[int]) -> list[int]:

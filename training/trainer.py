@@ -8,6 +8,7 @@ done and never retrained; one without it resumes from ckpt.pt.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -123,6 +124,16 @@ def _rewrite_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
     atomic_write(path, lambda tmp: Path(tmp).write_text("".join(json.dumps(r) + "\n" for r in records)))
 
 
+def describe(fn) -> str | None:
+    """A stable name for a model_init function (recorded in config.json, compared on resume)."""
+    if fn is None:
+        return None
+    if isinstance(fn, functools.partial):
+        args = ", ".join([*map(repr, fn.args), *(f"{k}={v!r}" for k, v in sorted(fn.keywords.items()))])
+        return f"{describe(fn.func)}({args})"
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
 class Trainer:
     """Train one (ModelConfig, TrainConfig) into run_dir. `run()` returns the final record."""
 
@@ -158,6 +169,7 @@ class Trainer:
         self.config_record = {
             "model": model_cfg.to_dict(),
             "train": train_cfg.to_dict(),
+            "model_init": describe(model_init),
             "meta": self.meta,
         }
 
@@ -174,7 +186,8 @@ class Trainer:
         cfg_path = self.run_dir / "config.json"
         if cfg_path.exists():
             old = json.loads(cfg_path.read_text())
-            if {k: old.get(k) for k in ("model", "train")} != {k: self.config_record[k] for k in ("model", "train")}:
+            keys = ("model", "train", "model_init")
+            if {k: old.get(k) for k in keys} != {k: self.config_record[k] for k in keys}:
                 raise TrainingError(
                     f"{self.run_dir} holds a run of a different configuration; "
                     "choose another --out or delete that directory"
@@ -194,9 +207,16 @@ class Trainer:
 
     # ----- the loop --------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
+        self._check_run_dir()  # a finished run of another config is refused too, not silently reused
         if self.final_path.exists():
             return json.loads(self.final_path.read_text())
-        self._check_run_dir()
+        previous = torch.are_deterministic_algorithms_enabled()
+        try:
+            return self._train()
+        finally:
+            torch.use_deterministic_algorithms(previous)  # leave a notebook's process as it was
+
+    def _train(self) -> dict[str, Any]:
         cfg = self.train_cfg
         device = pick_device(cfg.device)
         if cfg.deterministic:

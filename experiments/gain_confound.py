@@ -1,0 +1,590 @@
+"""python -m experiments.gain_confound: the paper's section 5.1 - a gain on the sublayer outputs, two ways.
+
+For each partial config (--configs, default attn_only,ffn_only) every sublayer output is scaled by g in
+--gains (default 0.25,0.5,1,2,4):
+
+    (a) runtime   ModelConfig.runtime_gain = g: the output is multiplied by g in every forward pass
+                  (the paper's first, confounded experiment)
+    (b) weights   model_init multiplies every block's attn.out_proj.weight and mlp.out_proj.weight by g once,
+                  before the optimizer is built (the paper's fix)
+
+g = 1 is the same run both ways and is trained once. Reported: the spread (max - min over g) of the
+validation-loss curves at every evaluation step, per way and config; the first step after which way (a)'s
+spread stays below --threshold (0.002 nats; the paper: under AdamW the runtime-gain curves overlap within 0.002
+after about 200 steps, so the runtime gain tests nothing); and whether way (b) rescues a partial config
+(rescued = final val below unigram - margin while g = 1's is not).
+
+Default run length: the paper's claim is about the first ~200 steps, so unless --set says otherwise every run
+is trained for max_steps = min(preset's, 250) with eval_interval = min(preset's, 25) and probes off (the 18
+default cpu-quick runs would take ~50 min at 450 steps on 2 cores). --set max_steps=N / eval_interval=N /
+probes=true override these. The cosine schedule decays over max_steps, so a shortened run is not the first steps
+of a full-length one (warmup is unchanged; paper-124m's 2,000 warmup steps exceed 250: set max_steps there).
+
+Why the runtime gain tests nothing under Adam (printed, and in report.html; adam_invariance_check() shows it
+numerically): for y = g*f(x; W), dL/dW = g * (df/dW)^T dL/dy. Adam's step m_hat / (sqrt(v_hat) + eps) is
+unchanged when every gradient is multiplied by the same constant c (m scales by c, sqrt(v) by |c|), up to eps.
+So W takes the same steps whatever g is; what remains is the constant g in front of f, and a LayerNorm removes a
+constant factor from its input exactly, up to its eps (1e-5).
+
+results.json schema ("gain-confound/1"):
+    schema, experiment   "gain-confound/1", "gain_confound"
+    preset, seeds, configs, gains, threshold, margin
+    defaults             the overrides this experiment applied by default ({max_steps, eval_interval, probes})
+    config               {"model", "train"} as run (preset + defaults + --set), "overrides",
+                         "variants" (name -> {config, way, gain, overrides})
+    reference_levels     {"unigram", "bigram", ...} on the fixed validation batches (train-split counts)
+    runs                 one per (variant, seed): variant, config, way ("both" for g = 1, "runtime", "weights"),
+                         gain, seed, run_dir, final_val_loss, best_val_loss, best_step, steps, wall_time_s,
+                         tokens_per_s, val_curve {steps, loss}, train_curve {steps, loss}
+    spread               config -> way -> seed -> {steps, spread (max - min over g at each step), settle_step
+                         (first step after which spread < threshold, null if never), final_spread}
+    settle_step          config -> way -> the latest settle_step over seeds (null if any seed never settles)
+    rescue               config -> {g1_final (mean over seeds), by_gain: g -> {final_val_loss, best_val_loss,
+                         delta_vs_g1, below_floor, rescued}, rescued_gains [g], verdict (text)}
+    finals               config -> way -> g -> mean final val loss over seeds
+    paper                the paper's reported figures for this preset (text), or null
+    adam_invariance      adam_invariance_check(): {max_rel_update_diff (eps -> 0), max_rel_update_diff_eps_default,
+                         optimizer {...}, model {...}, metric, gains, steps, eps}
+    explanation          the derivation, in words
+    software             library versions; train_wall_time_s, wall_time_s, created
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from experiments.common import (
+    Variant,
+    base_parser,
+    cli,
+    format_table,
+    levels_line,
+    parse_seeds,
+    reference_levels,
+    refuse_overrides,
+    run_grid,
+    run_summary,
+    software_versions,
+    spec_from_args,
+    stats,
+    table_figure,
+    write_results,
+)
+from interp.config import RESIDUALS
+from interp.errors import ToolkitError
+from training.presets import resolve
+
+SCHEMA = "gain-confound/1"
+DEFAULT_CONFIGS = ("attn_only", "ffn_only")
+DEFAULT_GAINS = (0.25, 0.5, 1.0, 2.0, 4.0)
+DEFAULT_THRESHOLD = 0.002
+DEFAULT_MARGIN = 0.05
+DEFAULT_MAX_STEPS = 250
+DEFAULT_EVAL_INTERVAL = 25
+PAPER_NOTE = {  # what the paper reports for its 10M setting (section 5.1)
+    "paper-10m": "paper (10M): runtime g = 2.0 first appeared to recover attn_only to best val 1.54; the runtime-gain "
+                 "curves overlapped within 0.002 after ~200 steps under AdamW, so the result was withdrawn",
+}
+TINY_EPS = 1e-30  # "eps -> 0" for the invariance check: no 0/0 on exactly-zero gradients
+
+EXPLANATION = " ".join("""
+Why a runtime gain tests nothing under Adam. Write a sublayer's output as y = g*f(x; W). Then dL/dW =
+g*(df/dW)^T dL/dy, and Adam's step m_hat/(sqrt(v_hat)+eps), with m and v running means of the gradient and
+its square, is unchanged when every gradient is multiplied by the same constant c (m scales by c, sqrt(v) by
+|c|), up to eps. So W takes steps of the same size whatever g is, and what is left is the constant g in
+front of f. A LayerNorm removes a constant factor from its input: LN(g*y) = LN(y) exactly without its eps,
+and to within a relative |1 - 1/g^2| eps / (2 var(y)) with eps = 1e-5. Precisely, for this architecture: in
+ffn_only and none, every sublayer output either enters a LayerNorm directly (no attention residual:
+resid_mid = g*attn) or is added to a term that carries the same g, so after block 0's attention the whole
+stream is g times the g = 1 stream and ln_final removes it: the loss is the same function of the weights for
+every g, and the runs differ only through LayerNorm's eps, which matters while var(sublayer output) is not
+much larger than 1e-5/g^2, i.e. early, while the output projections are near their 0.02/sqrt(2L) init. In
+attn_only the same holds except in block 0, where g*attn_0 is added to the unscaled embedding (resid_mid_0 =
+embed + g*attn_0): the runtime gain is equivalent to multiplying block 0's attention output projection alone
+by g - at init and, because Adam ignores the gradient's scale, in every update (that one matrix trains at g
+times the learning rate, weight decay aside). In full every residual sum meets the unscaled embedding (the
+gain is equivalent to dividing the input token and position embeddings by g; the tied unembedding is
+unchanged). Gradient clipping rescales the whole gradient by a step-dependent factor while it is active, and
+Adam is invariant only to a constant one, so there the invariance is approximate. Way (b) differs in kind:
+after W' = g*W once, the gradient with respect to W' is 1/g of the unscaled one (LayerNorm downstream) but
+Adam's step size is not, so those weights move 1/g as fast relative to their size - a change in the
+optimisation that persists.
+""".split())
+
+
+def gain_label(g: float) -> str:
+    return f"{g:g}"
+
+
+def scale_output_projections(model, gain: float) -> None:
+    """Way (b): multiply every block's attn.out_proj.weight and mlp.out_proj.weight by gain, once."""
+    import torch
+
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.out_proj.weight.mul_(gain)
+            block.mlp.out_proj.weight.mul_(gain)
+
+
+def make_variants(configs: list[str], gains: list[float]) -> list[tuple[Variant, dict[str, Any]]]:
+    """(Variant, {config, way, gain}) for every config: g = 1 once, then runtime and weights for each other g."""
+    out = []
+    for c in configs:
+        out.append((Variant(f"{c} g=1", {"residual": c}), {"config": c, "way": "both", "gain": 1.0}))
+        for g in gains:
+            if g == 1.0:
+                continue
+            out.append((Variant(f"{c} runtime g={gain_label(g)}", {"residual": c, "runtime_gain": g}),
+                        {"config": c, "way": "runtime", "gain": g}))
+        for g in gains:
+            if g == 1.0:
+                continue
+            out.append((Variant(f"{c} weights g={gain_label(g)}", {"residual": c},
+                                functools.partial(scale_output_projections, gain=g)),
+                        {"config": c, "way": "weights", "gain": g}))
+    return out
+
+
+# ----- the numerical demonstration ------------------------------------------------------------------------
+
+
+def adam_invariance_check(gains=(0.25, 0.5, 2.0, 4.0), residual: str = "attn_only", steps: int = 5, seed: int = 0,
+                          model_cfg=None, train_cfg=None, batches=None, device: str = "cpu") -> dict[str, Any]:
+    """Adam's update is invariant to a constant rescaling of the gradient; measured two ways.
+
+    optimizer: one model trained `steps` AdamW steps (the trainer's betas, lr, weight decay; no clipping) on real
+        gradients G_t, beside a copy of its parameters fed c*G_t by a second AdamW: the two updates at every step.
+    model: the model with runtime_gain = g at weights W, and the g = 1 model at W with every out_proj.weight
+        multiplied by g - the same function. One AdamW step (weight decay 0: decay acts on the raw weights, which
+        differ by g) on the same batch: the gradient of each out_proj in the first is g times the second's, every
+        other gradient is equal, and Adam makes the two raw updates equal.
+
+    The figure is ||update_a - update_b|| / ||update_b|| over all parameters, the max over gains (and steps),
+    once with eps -> 0 (1e-30: the algebra, up to float rounding; bitwise 0 for powers of two) and once with
+    PyTorch's eps = 1e-8, where entries whose gradient is within ~100 eps of zero are not invariant.
+    """
+    import torch
+
+    from interp.model import ResidualGPT
+
+    spec = resolve("smoke")
+    model_cfg = (model_cfg or spec.model.replace(d_vocab=65)).replace(residual=residual, dropout=0.0,
+                                                                      runtime_gain=1.0)
+    train_cfg = train_cfg or spec.train
+    dev = torch.device(device)
+    if batches is None:
+        gen = torch.Generator().manual_seed(seed)
+        batches = [tuple(torch.randint(0, model_cfg.d_vocab, (4, model_cfg.n_ctx), generator=gen) for _ in range(2))
+                   for _ in range(steps)]
+    batches = [(x.to(dev), y.to(dev)) for x, y in list(batches)[:steps]]
+    if not batches:
+        raise ToolkitError("adam_invariance_check needs at least one batch")
+    gains = [float(g) for g in gains if float(g) != 1.0] or [2.0]
+
+    def adamw(params, eps, weight_decay):
+        params = list(params)
+        groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+        return torch.optim.AdamW(groups, lr=train_cfg.lr, betas=(train_cfg.beta1, train_cfg.beta2), eps=eps)
+
+    def rel(a: list, b: list) -> float:
+        da = torch.cat([t.flatten().double() for t in a])
+        db = torch.cat([t.flatten().double() for t in b])
+        denom = db.norm().item()
+        return (da - db).norm().item() / denom if denom > 0 else 0.0
+
+    def fresh(cfg):
+        torch.manual_seed(seed)
+        return ResidualGPT(cfg).to(dev).train()
+
+    optimizer_part: dict[str, Any] = {}
+    small_fraction = None
+    for label, eps in (("eps_zero", TINY_EPS), ("eps_default", 1e-8)):
+        per_gain = {}
+        for c in gains:
+            model = fresh(model_cfg)
+            shadow = [torch.nn.Parameter(p.detach().clone()) for p in model.parameters()]
+            opt_a = adamw(model.parameters(), eps, train_cfg.weight_decay)
+            opt_b = adamw(shadow, eps, train_cfg.weight_decay)
+            diffs = []
+            for x, y in batches:
+                before_a = [p.detach().clone() for p in model.parameters()]
+                before_b = [p.detach().clone() for p in shadow]
+                _, loss = model(x, y)
+                loss.backward()
+                if small_fraction is None:
+                    grads = torch.cat([p.grad.flatten().abs() for p in model.parameters()])
+                    small_fraction = (grads < 100 * 1e-8).double().mean().item()
+                for pa, pb in zip(model.parameters(), shadow, strict=True):
+                    pb.grad = c * pa.grad.detach().clone()
+                opt_a.step()
+                opt_b.step()
+                opt_a.zero_grad(set_to_none=True)
+                opt_b.zero_grad(set_to_none=True)
+                diffs.append(rel([p.detach() - b for p, b in zip(shadow, before_b, strict=True)],
+                                 [p.detach() - b for p, b in zip(model.parameters(), before_a, strict=True)]))
+            per_gain[gain_label(c)] = diffs
+        optimizer_part[label] = max(max(d) for d in per_gain.values())
+        optimizer_part[f"{label}_per_step"] = per_gain
+    optimizer_part["small_gradient_fraction"] = small_fraction
+
+    model_part: dict[str, Any] = {}
+    x, y = batches[0]
+    function_diff = 0.0
+    for label, eps in (("eps_zero", TINY_EPS), ("eps_default", 1e-8)):
+        worst = 0.0
+        for g in gains:
+            runtime = fresh(model_cfg.replace(runtime_gain=g))
+            scaled = fresh(model_cfg)
+            scaled.load_state_dict(runtime.state_dict())
+            scale_output_projections(scaled, g)
+            with torch.no_grad():
+                function_diff = max(function_diff, (runtime(x) - scaled(x)).abs().max().item())
+            updates = []
+            for model in (runtime, scaled):
+                opt = adamw(model.parameters(), eps, 0.0)
+                before = [p.detach().clone() for p in model.parameters()]
+                _, loss = model(x, y)
+                loss.backward()
+                opt.step()
+                updates.append([p.detach() - b for p, b in zip(model.parameters(), before, strict=True)])
+            worst = max(worst, rel(updates[0], updates[1]))
+        model_part[label] = worst
+    model_part["function_max_abs_diff"] = function_diff
+    return {
+        "max_rel_update_diff": max(optimizer_part["eps_zero"], model_part["eps_zero"]),
+        "max_rel_update_diff_eps_default": max(optimizer_part["eps_default"], model_part["eps_default"]),
+        "optimizer": optimizer_part,
+        "model": model_part,
+        "metric": "||update_a - update_b||_2 / ||update_b||_2 over all parameters; max over gains (and steps)",
+        "gains": gains,
+        "steps": len(batches),
+        "eps": {"eps_zero": TINY_EPS, "eps_default": 1e-8},
+        "model_config": model_cfg.to_dict(),
+        "lr": train_cfg.lr,
+        "betas": [train_cfg.beta1, train_cfg.beta2],
+    }
+
+
+def adam_line(check: dict[str, Any]) -> str:
+    opt = check["optimizer"]
+    return (f"Adam invariance: updates for gradient G and g*G (g in {check['gains']}, {check['steps']} steps) and for "
+            f"runtime gain g vs weights*g (same function, max |logit diff| "
+            f"{check['model']['function_max_abs_diff']:.1e}) differ by {check['max_rel_update_diff']:.1e} "
+            f"relative with eps -> 0, {check['max_rel_update_diff_eps_default']:.1e} with eps = 1e-8 "
+            f"({100 * opt['small_gradient_fraction']:.1f}% of gradient entries are within 100 eps of 0)")
+
+
+# ----- aggregation ----------------------------------------------------------------------------------------
+
+
+def settle_step(steps: list[int], spread: list[float], threshold: float) -> int | None:
+    """The first step from which every later spread is below threshold (None if the last one is not)."""
+    settle = None
+    for s, v in zip(reversed(steps), reversed(spread), strict=True):
+        if not (v < threshold):
+            break
+        settle = s
+    return settle
+
+
+def spreads(runs: list[dict[str, Any]], configs: list[str], seeds: list[int], threshold: float) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for c in configs:
+        out[c] = {}
+        for way in ("runtime", "weights"):
+            out[c][way] = {}
+            for seed in seeds:
+                curves = [r for r in runs if r["config"] == c and r["seed"] == seed and r["way"] in ("both", way)]
+                common = set.intersection(*(set(r["val_curve"]["steps"]) for r in curves))
+                steps = sorted(common)
+                losses = [dict(zip(r["val_curve"]["steps"], r["val_curve"]["loss"], strict=True)) for r in curves]
+                spread = [max(l[s] for l in losses) - min(l[s] for l in losses) for s in steps]
+                out[c][way][str(seed)] = {
+                    "steps": steps,
+                    "spread": spread,
+                    "settle_step": settle_step(steps, spread, threshold) if len(curves) > 1 else None,
+                    "final_spread": spread[-1] if spread else None,
+                    "gains": sorted(r["gain"] for r in curves),
+                }
+    return out
+
+
+def latest_settle(spread: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for c, ways in spread.items():
+        out[c] = {}
+        for way, per_seed in ways.items():
+            values = [v["settle_step"] for v in per_seed.values()]
+            out[c][way] = None if any(v is None for v in values) else max(values)
+    return out
+
+
+def finals(runs: list[dict[str, Any]], configs: list[str], gains: list[float]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for c in configs:
+        out[c] = {}
+        for way in ("runtime", "weights"):
+            out[c][way] = {}
+            for g in gains:
+                rs = [r for r in runs if r["config"] == c and r["gain"] == g and r["way"] in ("both", way)]
+                out[c][way][gain_label(g)] = stats([r["final_val_loss"] for r in rs])["mean"]
+    return out
+
+
+def rescue(runs: list[dict[str, Any]], configs: list[str], gains: list[float], levels: dict[str, Any],
+           margin: float) -> dict[str, Any]:
+    floor = levels["unigram"] - margin
+    out: dict[str, Any] = {}
+    for c in configs:
+        base = [r for r in runs if r["config"] == c and r["way"] == "both"]
+        g1 = stats([r["final_val_loss"] for r in base])["mean"]
+        by_gain = {}
+        for g in gains:
+            if g == 1.0:
+                continue
+            rs = [r for r in runs if r["config"] == c and r["way"] == "weights" and r["gain"] == g]
+            final = stats([r["final_val_loss"] for r in rs])
+            below = final["mean"] < floor
+            by_gain[gain_label(g)] = {
+                "final_val_loss": final,
+                "best_val_loss": stats([r["best_val_loss"] for r in rs]),
+                "delta_vs_g1": final["mean"] - g1,
+                "below_floor": below,
+                "rescued": below and not g1 < floor,
+            }
+        rescued = [g for g, v in by_gain.items() if v["rescued"]]
+        best_g, best = min(by_gain.items(), key=lambda kv: kv[1]["final_val_loss"]["mean"]) if by_gain else (None, None)
+        if g1 < floor:
+            verdict = (f"nothing to rescue: g=1 ends at {g1:.3f}, already below the floor ({floor:.3f}); "
+                       + (f"best weights gain g={best_g}: {best['delta_vs_g1']:+.3f} vs g=1" if best else ""))
+        elif rescued:
+            verdict = f"RESCUED by weight scaling at g={', '.join(rescued)} (g=1 at the floor: {g1:.3f})"
+        else:
+            verdict = (f"not rescued: every weights gain ends at or above the floor ({floor:.3f}); g=1 {g1:.3f}"
+                       + (f", best g={best_g} {best['final_val_loss']['mean']:.3f}" if best else ""))
+        out[c] = {"g1_final": g1, "floor": floor, "by_gain": by_gain, "rescued_gains": rescued, "verdict": verdict}
+    return out
+
+
+# ----- output ---------------------------------------------------------------------------------------------
+
+
+def _f(x: float | None, fmt: str = ".4f") -> str:
+    return "-" if x is None or not math.isfinite(x) else format(x, fmt)
+
+
+def final_table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    headers = ["config", "g", "runtime final", "weights final", "weights - g=1", "weights below floor"]
+    rows = []
+    for c in results["configs"]:
+        fin = results["finals"][c]
+        for g in results["gains"]:
+            k = gain_label(g)
+            res = results["rescue"][c]["by_gain"].get(k)
+            rows.append([c, k, _f(fin["runtime"][k], ".3f"), _f(fin["weights"][k], ".3f"),
+                         _f(res["delta_vs_g1"], "+.3f") if res else "(g=1)",
+                         ("yes" if res["below_floor"] else "no") if res else
+                         ("yes" if results["rescue"][c]["g1_final"] < results["rescue"][c]["floor"] else "no")])
+    return headers, rows
+
+
+def spread_table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    headers = ["config", "way", "seed", "spread at step 0", "max spread", "final spread",
+               f"settles below {results['threshold']:g} from step"]
+    rows = []
+    for c, ways in results["spread"].items():
+        for way, per_seed in ways.items():
+            for seed, s in per_seed.items():
+                first = s["spread"][0] if s["spread"] else None
+                rows.append([c, way, seed, _f(first), _f(max(s["spread"], default=None)), _f(s["final_spread"]),
+                             "never" if s["settle_step"] is None else str(s["settle_step"])])
+    return headers, rows
+
+
+def write_report(path: Path, results: dict[str, Any]) -> Path:
+    import plotly.graph_objects as go
+
+    from interp.plots import PALETTE, loss_curves, save_html
+
+    levels = results["reference_levels"]
+    refs = {"unigram (floor)": levels["unigram"], "bigram (current token only)": levels["bigram"]}
+    levels_text = levels_line(levels).capitalize()
+    runs = results["runs"]
+    d = results["defaults"]
+    intro = (f"Preset {results['preset']}, seeds {results['seeds']}, configs {results['configs']}, gains "
+             f"{results['gains']}. Runs are {results['config']['train']['max_steps']} steps, evaluated every "
+             f"{results['config']['train']['eval_interval']} steps on the fixed validation batches (this "
+             f"experiment's defaults: {d}; --set overrides them). {levels_text}. Way (a) multiplies every "
+             f"sublayer output by g in every forward pass (runtime_gain); way (b) multiplies every out_proj weight by "
+             f"g once before the optimizer is built. g=1 is one run used for both.")
+    if results.get("paper"):
+        intro += " " + results["paper"] + "."
+    sections: list = [intro, ("Why the runtime gain tests nothing", EXPLANATION, None),
+                      ("Adam invariance, measured", adam_line(results["adam_invariance"]), None)]
+    headers, rows = spread_table(results)
+    sections.append(("Spread of the validation curves over g", table_figure(headers, rows)))
+    fig = go.Figure()
+    i = 0
+    for c, ways in results["spread"].items():
+        for way, per_seed in ways.items():
+            for seed, s in per_seed.items():
+                fig.add_trace(go.Scatter(x=s["steps"], y=[max(v, 1e-6) for v in s["spread"]], mode="lines+markers",
+                                         name=f"{c} {way} seed{seed}",
+                                         line=dict(color=PALETTE[i % len(PALETTE)], dash="solid" if way == "runtime"
+                                                   else "dot")))
+            i += 1
+    fig.add_hline(y=results["threshold"], line=dict(dash="dash", color="#555", width=1),
+                  annotation_text=f"threshold {results['threshold']:g}")
+    fig.update_layout(title="Spread (max - min over g) of the validation loss at each evaluation step",
+                      xaxis_title="step", yaxis_title="spread (nats, log)", yaxis_type="log")
+    sections.append(("Spread over g, per step", fig))
+    headers, rows = final_table(results)
+    sections.append(("Final validation loss; does weight scaling rescue a config?",
+                     " ".join(f"{c}: {v['verdict']}." for c, v in results["rescue"].items()),
+                     table_figure(headers, rows)))
+    for c in results["configs"]:
+        for way, label in (("runtime", "(a) runtime gain"), ("weights", "(b) weights scaled once")):
+            curves = {f"g={gain_label(r['gain'])}/seed{r['seed']}": (r["val_curve"]["steps"], r["val_curve"]["loss"])
+                      for r in sorted(runs, key=lambda r: r["gain"])
+                      if r["config"] == c and r["way"] in ("both", way)}
+            sections.append((f"{c}, {label}", loss_curves(curves, refs, title=f"{c}: validation loss, {label}")))
+    return save_html(sections, path, title=f"Gain confound - {results['preset']}")
+
+
+def parse_gains(text: str) -> list[float]:
+    try:
+        gains = [float(g) for g in text.split(",") if g.strip()]
+    except ValueError:
+        raise ToolkitError(f"--gains expects comma-separated positive numbers, got {text!r}") from None
+    if not gains or any(not (g > 0 and math.isfinite(g)) for g in gains) or len(set(gains)) != len(gains):
+        raise ToolkitError(f"--gains needs distinct positive finite numbers, got {text!r}")
+    if 1.0 not in gains:
+        gains.append(1.0)  # the reference both ways are compared with
+    return sorted(gains)
+
+
+def parse_configs(text: str) -> list[str]:
+    configs = [c.strip() for c in text.split(",") if c.strip()]
+    unknown = [c for c in configs if c not in RESIDUALS]
+    if not configs or unknown or len(set(configs)) != len(configs):
+        raise ToolkitError(f"--configs expects distinct names from {', '.join(RESIDUALS)}, got {text!r}")
+    return configs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = base_parser("python -m experiments.gain_confound", __doc__.split("results.json schema")[0],
+                         default_out="runs/gain_confound")
+    parser.add_argument("--configs", default=",".join(DEFAULT_CONFIGS),
+                        help=f"residual configs (default {','.join(DEFAULT_CONFIGS)})")
+    parser.add_argument("--gains", default=",".join(gain_label(g) for g in DEFAULT_GAINS),
+                        help="gains g; 1 is always added (default 0.25,0.5,1,2,4)")
+    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+                        help=f"spread (nats) below which curves count as overlapping (default {DEFAULT_THRESHOLD})")
+    parser.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
+                        help=f"rescued = final val below unigram - margin (default {DEFAULT_MARGIN} nats)")
+    parser.add_argument("--no-report", action="store_true", help="skip report.html")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    configs = parse_configs(args.configs)
+    gains = parse_gains(args.gains)
+    for name in ("threshold", "margin"):
+        value = getattr(args, name)
+        if not (value >= 0 and math.isfinite(value)):
+            raise ToolkitError(f"--{name} must be a non-negative number, got {value}")
+    base = spec_from_args(args)
+    refuse_overrides(base, {"residual": "--configs", "runtime_gain": "--gains"})
+    given = set(base.overrides)
+    defaults: dict[str, Any] = {}
+    if "max_steps" not in given:
+        defaults["max_steps"] = min(base.train.max_steps, DEFAULT_MAX_STEPS)
+    if "eval_interval" not in given:
+        defaults["eval_interval"] = min(base.train.eval_interval, DEFAULT_EVAL_INTERVAL)
+    if "probes" not in given:
+        defaults["probes"] = False
+    spec = resolve(base.preset, {**defaults, **base.overrides})
+    seeds = parse_seeds(args.seeds, [spec.train.seed])
+    tagged = make_variants(configs, gains)
+    variants = [v for v, _ in tagged]
+    tags = {v.name: t for v, t in tagged}
+    from training.data import fixed_batches, load_corpus
+
+    corpus = load_corpus(spec.train.corpus, spec.train.data_path)
+    levels = reference_levels(spec, corpus)
+    out = Path(args.out)
+    result_dir = out / spec.preset
+    print(f"gain confound: preset {spec.preset} ({spec.train.max_steps} steps, eval every {spec.train.eval_interval}), "
+          f"configs {configs}, gains {[gain_label(g) for g in gains]}, seeds {seeds}, "
+          f"{len(variants) * len(seeds)} runs -> {result_dir}")
+    records = run_grid(spec, variants, seeds, out, progress=not args.no_progress, corpus=corpus)
+    runs = [{**run_summary(r), **tags[r["variant"]]} for r in records]
+    model_cfg = spec.model.replace(d_vocab=corpus.vocab_size)
+    check_batches = fixed_batches(corpus.train, model_cfg.n_ctx, min(4, spec.train.batch_size), 5)
+    from training.trainer import pick_device
+
+    device = str(pick_device(spec.train.device))
+    check = adam_invariance_check(gains=[g for g in gains if g != 1.0], residual=configs[0], model_cfg=model_cfg,
+                                  train_cfg=spec.train, batches=check_batches, device=device)
+    spread = spreads(runs, configs, seeds, args.threshold)
+    results = {
+        "schema": SCHEMA,
+        "experiment": "gain_confound",
+        "preset": spec.preset,
+        "seeds": seeds,
+        "configs": configs,
+        "gains": gains,
+        "threshold": args.threshold,
+        "margin": args.margin,
+        "defaults": defaults,
+        "config": {"model": spec.model.to_dict(), "train": spec.train.to_dict(), "overrides": spec.overrides,
+                   "variants": {v.name: {**tags[v.name], "overrides": v.overrides} for v in variants}},
+        "reference_levels": levels,
+        "runs": runs,
+        "spread": spread,
+        "settle_step": latest_settle(spread),
+        "rescue": rescue(runs, configs, gains, levels, args.margin),
+        "finals": finals(runs, configs, gains),
+        "adam_invariance": check,
+        "paper": PAPER_NOTE.get(spec.preset),
+        "explanation": EXPLANATION,
+        "software": software_versions(),
+        "train_wall_time_s": sum(r["wall_time_s"] for r in runs),
+    }
+    results["wall_time_s"] = time.perf_counter() - start
+    write_results(result_dir / "results.json", results)
+    print()
+    print(levels_line(levels))
+    headers, rows = spread_table(results)
+    print(format_table(headers, rows))
+    for c, ways in results["settle_step"].items():
+        s = ways["runtime"]
+        print(f"{c}: runtime-gain curves stay within {args.threshold:g} of each other "
+              + (f"from step {s} on" if s is not None else f"at no step up to the last ({spec.train.max_steps})")
+              + " (paper: after about 200 steps)")
+    if spec.preset in PAPER_NOTE:
+        print(PAPER_NOTE[spec.preset])
+    print()
+    headers, rows = final_table(results)
+    print(format_table(headers, rows))
+    for c, v in results["rescue"].items():
+        print(f"{c}: {v['verdict']}")
+    print()
+    print("why: for y = g*f(x;W), dL/dW = g*(df/dW)^T dL/dy and Adam's m_hat/(sqrt(v_hat)+eps) ignores a constant "
+          "gradient scale, so W moves the same; LayerNorm then removes the constant g (exactly in ffn_only/none, "
+          "up to LN eps; in attn_only only block 0's embed + g*attn_0 keeps it) - details in report.html")
+    print(adam_line(check))
+    if not args.no_report:
+        write_report(result_dir / "report.html", results)
+        print(f"report: {result_dir / 'report.html'}")
+    print(f"results: {result_dir / 'results.json'}  (wall time {time.perf_counter() - start:.0f}s)")
+    return 0
+
+
+run = cli(main)
+
+if __name__ == "__main__":
+    raise SystemExit(run())

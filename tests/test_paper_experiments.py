@@ -1,0 +1,300 @@
+"""The paper's experiments as commands: residual sweep, gain confound, evaluation noise.
+
+Each command runs in-process on the smoke preset (seconds per run); the tests check the documented
+results.json keys, finite numbers, a self-contained report.html, resumption, and the Adam-invariance figure.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import run_module
+
+from experiments import eval_noise, gain_confound, residual_sweep
+
+CONFIGS = ("full", "attn_only", "ffn_only", "none")
+
+
+def finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def check_report(path: Path) -> None:
+    """report.html exists, carries plotly.js inline once and loads no script from the network."""
+    assert path.is_file()
+    text = path.read_text(encoding="utf-8")
+    assert "Plotly" in text and len(text) > 1_000_000  # plotly.js itself, embedded
+    scripts = re.findall(r"<script[^>]*>", text)
+    assert not [s for s in scripts if "src=" in s], scripts
+    assert len(re.findall(r"/\*! For license information please see plotly", text)) <= 1
+
+
+def check_common(results: dict, experiment: str, preset: str = "smoke") -> None:
+    for key in ("schema", "experiment", "preset", "seeds", "config", "reference_levels", "runs", "software",
+                "train_wall_time_s", "wall_time_s", "created"):
+        assert key in results, key
+    assert results["experiment"] == experiment and results["preset"] == preset
+    levels = results["reference_levels"]
+    assert finite(levels["unigram"]) and finite(levels["bigram"]) and levels["bigram"] < levels["unigram"]
+    assert {"model", "train"} <= set(results["config"])
+    assert finite(results["wall_time_s"]) and finite(results["train_wall_time_s"])
+    assert "torch" in results["software"]
+    for run in results["runs"]:
+        for key in ("variant", "seed", "run_dir", "final_val_loss", "best_val_loss", "best_step", "wall_time_s",
+                    "val_curve"):
+            assert key in run, key
+        assert finite(run["final_val_loss"]) and finite(run["best_val_loss"]) and finite(run["wall_time_s"])
+        assert len(run["val_curve"]["steps"]) == len(run["val_curve"]["loss"]) > 1
+        assert all(finite(v) for v in run["val_curve"]["loss"])
+
+
+def final_mtimes(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("final.json")}
+
+
+# ----- residual sweep --------------------------------------------------------------------------------------
+
+
+def test_residual_sweep_smoke_schema_and_resume(tmp_path, shared_data, capsys):
+    out = tmp_path / "sweep"
+    argv = ["--preset", "smoke", "--out", str(out), "--no-progress", "--seeds", "1337"]
+    start = time.perf_counter()
+    assert residual_sweep.main(argv) == 0
+    assert time.perf_counter() - start < 120
+    printed = capsys.readouterr().out
+    assert "rule: collapses" in printed and "unigram" in printed and "bigram" in printed
+
+    result_dir = out / "smoke"
+    first = json.loads((result_dir / "results.json").read_text())
+    check_common(first, "residual_sweep")
+    assert first["schema"] == residual_sweep.SCHEMA and first["seeds"] == [1337]
+    assert first["paper"] is None  # smoke is not a paper setting
+    assert set(first["configs"]) == set(CONFIGS)
+    assert first["config"]["variants"] == {c: {"residual": c} for c in CONFIGS}
+    for c in first["configs"].values():
+        assert c["classification"] in ("recovers", "collapses")
+        assert finite(c["ratio_to_full"]) and finite(c["gap_to_none"]) and finite(c["margin"])
+        for key in ("mean", "std", "min", "max", "n"):
+            assert finite(c["final_val_loss"][key]) and finite(c["best_val_loss"][key])
+    assert first["configs"]["none"]["gap_to_none"] == 0.0
+    assert first["configs"]["full"]["ratio_to_full"] == 1.0
+    # contract 3: <out>/<preset>/<variant>/seed<k>/
+    assert sorted(p.parent.name for p in result_dir.glob("*/seed1337")) == sorted(CONFIGS)
+    check_report(result_dir / "report.html")
+
+    # an interrupted sweep: one run directory gone; the rerun trains only that one
+    before = final_mtimes(result_dir)
+    shutil.rmtree(result_dir / "ffn_only")
+    assert residual_sweep.main(argv) == 0
+    after = final_mtimes(result_dir)
+    assert set(after) == set(before)
+    assert {k: v for k, v in after.items() if not k.startswith("ffn_only")} == \
+        {k: v for k, v in before.items() if not k.startswith("ffn_only")}
+    assert after["ffn_only/seed1337/final.json"] != before["ffn_only/seed1337/final.json"]
+    second = json.loads((result_dir / "results.json").read_text())
+    for a, b in zip(first["runs"], second["runs"], strict=True):
+        assert (a["variant"], a["final_val_loss"], a["best_val_loss"], a["val_curve"]) == \
+            (b["variant"], b["final_val_loss"], b["best_val_loss"], b["val_curve"])
+    assert {k: v["final_val_loss"] for k, v in first["configs"].items()} == \
+        {k: v["final_val_loss"] for k, v in second["configs"].items()}
+
+    # finished runs of another configuration are refused, not silently reported as this one
+    written = (result_dir / "results.json").read_bytes()
+    capsys.readouterr()
+    assert residual_sweep.run([*argv, "--set", "max_steps=30"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and "different configuration" in err[0]
+    assert (result_dir / "results.json").read_bytes() == written
+
+
+def test_residual_sweep_classification_and_paper_column():
+    levels = {"unigram": 3.347, "bigram": 2.482}
+    values = {"full": [1.50], "attn_only": [1.578, 1.582], "ffn_only": [3.349, 3.351], "none": [3.356]}
+    runs = [{"variant": name, "seed": i, "final_val_loss": v, "best_val_loss": v}
+            for name, vs in values.items() for i, v in enumerate(vs)]
+    paper = residual_sweep.PAPER["paper-10m"]
+    configs = residual_sweep.summarise_configs(runs, levels, 0.05, paper)
+    assert {k: v["classification"] for k, v in configs.items()} == \
+        {"full": "recovers", "attn_only": "recovers", "ffn_only": "collapses", "none": "collapses"}
+    assert configs["attn_only"]["delta_vs_paper"] == pytest.approx(0.0, abs=1e-9)
+    assert configs["ffn_only"]["gap_to_none"] == pytest.approx(-0.006)
+    assert configs["ffn_only"]["collapsed_seeds"] == [0, 1]
+    headers, rows = residual_sweep.table_rows(configs, with_paper=True)
+    assert "paper" in headers
+    assert rows[1][headers.index("paper")] == "1.580 +/- 0.003 (8 seeds)"
+    # the 124M numbers, as reported
+    assert residual_sweep.PAPER["paper-124m"]["attn_only"]["text"] == "6.037 +/- 0.355 (5 seeds)"
+
+
+# ----- gain confound ---------------------------------------------------------------------------------------
+
+
+def test_adam_invariance_check_is_small():
+    check = gain_confound.adam_invariance_check()
+    assert check["max_rel_update_diff"] < 1e-4  # eps -> 0: the algebra, up to float rounding
+    assert check["model"]["function_max_abs_diff"] < 1e-5  # runtime g at W == weights g*W: the same function
+    # with PyTorch's eps = 1e-8 the invariance is approximate (gradient entries near eps), but still close
+    assert check["max_rel_update_diff_eps_default"] < 0.05
+    assert 0 <= check["optimizer"]["small_gradient_fraction"] < 0.1
+
+
+def test_scale_output_projections_touches_only_out_proj():
+    from interp.config import ModelConfig
+    from interp.model import ResidualGPT
+
+    torch.manual_seed(0)
+    model = ResidualGPT(ModelConfig(n_layers=2, d_model=16, n_heads=2, n_ctx=8, d_vocab=11))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    gain_confound.scale_output_projections(model, 0.5)
+    for name, value in model.state_dict().items():
+        scaled = name.endswith(("attn.out_proj.weight", "mlp.out_proj.weight"))
+        expected = before[name] * 0.5 if scaled else before[name]
+        assert torch.equal(value, expected), name
+
+
+def test_settle_step():
+    steps = [0, 10, 20, 30, 40]
+    assert gain_confound.settle_step(steps, [0.1, 0.001, 0.01, 0.001, 0.0], 0.002) == 30
+    assert gain_confound.settle_step(steps, [0.001] * 5, 0.002) == 0
+    assert gain_confound.settle_step(steps, [0.0, 0.0, 0.0, 0.0, 0.01], 0.002) is None
+
+
+def test_gain_confound_smoke(tmp_path, shared_data, capsys):
+    out = tmp_path / "gain"
+    start = time.perf_counter()
+    argv = ["--preset", "smoke", "--out", str(out), "--no-progress", "--gains", "0.5,1,2"]
+    assert gain_confound.main(argv) == 0
+    assert time.perf_counter() - start < 120
+    printed = capsys.readouterr().out
+    assert "Adam invariance" in printed and "m_hat/(sqrt(v_hat)+eps)" in printed
+
+    result_dir = out / "smoke"
+    results = json.loads((result_dir / "results.json").read_text())
+    check_common(results, "gain_confound")
+    assert results["schema"] == gain_confound.SCHEMA
+    assert results["configs"] == ["attn_only", "ffn_only"] and results["gains"] == [0.5, 1.0, 2.0]
+    assert results["defaults"] == {"max_steps": 40, "eval_interval": 10, "probes": False}  # smoke is shorter
+    # g = 1 trained once per config, used by both ways: 2 configs x (1 + 2 runtime + 2 weights)
+    assert len(results["runs"]) == 10
+    names = {r["variant"] for r in results["runs"]}
+    assert {"attn_only g=1", "attn_only runtime g=0.5", "attn_only weights g=2", "ffn_only runtime g=2"} <= names
+    assert len(list(result_dir.glob("*/seed1337/final.json"))) == 10
+    runtime = [r for r in results["runs"] if r["way"] == "runtime"]
+    assert all(json.loads((Path(r["run_dir"]) / "config.json").read_text())["model"]["runtime_gain"] == r["gain"]
+               for r in runtime)
+    for config in results["configs"]:
+        for way in ("runtime", "weights"):
+            s = results["spread"][config][way]["1337"]
+            assert s["gains"] == [0.5, 1.0, 2.0]
+            assert len(s["spread"]) == len(s["steps"]) == 5 and all(finite(v) and v >= 0 for v in s["spread"])
+            assert s["settle_step"] is None or s["settle_step"] in s["steps"]
+            assert way in results["settle_step"][config]
+        rescue = results["rescue"][config]
+        assert finite(rescue["g1_final"]) and isinstance(rescue["verdict"], str)
+        assert set(rescue["by_gain"]) == {"0.5", "2"}
+        assert all(isinstance(v["rescued"], bool) and finite(v["delta_vs_g1"]) for v in rescue["by_gain"].values())
+        assert set(results["finals"][config]["runtime"]) == {"0.5", "1", "2"}
+    # g = 1 is the same number both ways
+    assert results["finals"]["attn_only"]["runtime"]["1"] == results["finals"]["attn_only"]["weights"]["1"]
+    check = results["adam_invariance"]
+    assert check["max_rel_update_diff"] < 1e-4 and finite(check["max_rel_update_diff_eps_default"])
+    assert "LayerNorm" in results["explanation"]
+    report = (result_dir / "report.html").read_text(encoding="utf-8")
+    assert "Adam" in report and "LayerNorm" in report
+    check_report(result_dir / "report.html")
+
+
+# ----- evaluation noise ------------------------------------------------------------------------------------
+
+
+def test_snapshot_steps():
+    assert eval_noise.snapshot_steps(40, 10, 5) == [10, 20, 30, 40]
+    assert eval_noise.snapshot_steps(450, 75, 5) == [75, 150, 300, 375, 450]
+    steps = eval_noise.snapshot_steps(3000, 100, 5)
+    assert len(steps) == 5 and steps[-1] == 3000 and steps == sorted(steps)
+    assert eval_noise.snapshot_steps(45, 10, 3)[-1] == 45
+
+
+def test_eval_noise_smoke(tmp_path, shared_data, capsys):
+    out = tmp_path / "noise"
+    start = time.perf_counter()
+    argv = ["--preset", "smoke", "--out", str(out), "--no-progress", "--repeats", "8"]
+    assert eval_noise.main(argv) == 0
+    assert time.perf_counter() - start < 120
+    printed = capsys.readouterr().out
+    assert "fixed batches evaluated twice: max |diff| = 0.0e+00" in printed
+
+    result_dir = out / "smoke"
+    results = json.loads((result_dir / "results.json").read_text())
+    check_common(results, "eval_noise")
+    assert results["schema"] == eval_noise.SCHEMA and results["repeats"] == 8
+    assert results["config"]["comparison"]["overrides"] == {
+        "residual": "attn_only", "tie_embeddings": False, "val_mode": "random", "lr_schedule": "constant",
+        "min_lr": 3e-3, "warmup_steps": 0}
+    assert [r["setting"] for r in results["runs"]] == ["preset", "nanogpt"]
+    preset_run, nano_run = results["runs"]
+    assert (preset_run["val_mode"], preset_run["tie_embeddings"]) == ("fixed", True)
+    assert (nano_run["val_mode"], nano_run["lr_schedule"], nano_run["tie_embeddings"]) == ("random", "constant", False)
+    for run in results["runs"]:
+        steps = [s["step"] for s in run["snapshots"]]
+        assert steps == [10, 20, 30, 40]
+        assert all((Path(run["run_dir"]) / "snapshots" / f"step{k}.pt").is_file() for k in steps)
+        for s in run["snapshots"]:
+            assert s["fixed_repeat_diff"] == 0.0  # identical batches, identical number
+            assert len(s["random_losses"]) == 8 and all(finite(v) for v in s["random_losses"])
+            assert s["random"]["std"] > 0  # fresh random batches do move the number
+        best = run["best"]
+        assert best["fixed_step"] in steps and all(k in steps for k in best["random_steps"])
+        assert 0.0 <= best["fraction_different"] <= 1.0 and finite(best["random_loss"]["mean"])
+    # the last snapshot on the fixed batches is exactly what the trainer measured there
+    assert preset_run["fixed_matches_training"] == 0.0 and nano_run["fixed_matches_training"] is None
+    assert set(results["summary"]) == {"preset", "nanogpt"}
+    check_report(result_dir / "report.html")
+
+    # a finished run without snapshots is refused with one line, exit 2, results untouched
+    written = (result_dir / "results.json").read_bytes()
+    shutil.rmtree(Path(preset_run["run_dir"]) / "snapshots")
+    assert eval_noise.run(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and "snapshots" in err[0]
+    assert (result_dir / "results.json").read_bytes() == written
+
+
+# ----- command lines ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("module", ["residual_sweep", "gain_confound", "eval_noise"])
+def test_help(module):
+    proc = run_module(f"experiments.{module}", "--help", timeout=120)
+    assert proc.returncode == 0
+    assert "--preset" in proc.stdout and "--seeds" in proc.stdout and "--out" in proc.stdout
+
+
+def test_gain_confound_help_documents_the_step_default():
+    proc = run_module("experiments.gain_confound", "--help", timeout=120)
+    assert "max_steps = min(preset's, 250)" in proc.stdout and "--set max_steps=N" in proc.stdout
+
+
+@pytest.mark.parametrize("module, args, needle", [
+    ("residual_sweep", ["--preset", "nope"], "unknown preset"),
+    ("residual_sweep", ["--seeds", "1,1"], "--seeds"),
+    ("gain_confound", ["--gains", "0,1"], "--gains"),
+    ("gain_confound", ["--configs", "attn_only,bogus"], "--configs"),
+    ("eval_noise", ["--config", "bogus"], "--config"),
+    ("eval_noise", ["--set", "max_steps=-1"], "max_steps"),
+    ("eval_noise", ["--set", "residual=full"], "--config"),
+    ("gain_confound", ["--set", "runtime_gain=2"], "--gains"),
+])
+def test_bad_input_is_one_error_line(module, args, needle, tmp_path):
+    proc = run_module(f"experiments.{module}", *args, "--out", str(tmp_path), timeout=120)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], proc.stderr
+    assert not any(tmp_path.iterdir())  # nothing written
