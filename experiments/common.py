@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from interp.errors import ToolkitError
-from training.presets import PRESETS, RunSpec, parse_value, resolve
+from training.presets import PRESETS, RunSpec, parse_overrides, resolve
 
 
 @dataclass(frozen=True)
@@ -127,6 +127,11 @@ def run_summary(record: dict[str, Any]) -> dict[str, Any]:
         "val_curve": record["val_curve"],
         "train_curve": record["train_curve"],
     }
+
+
+def reference_lines(levels: dict[str, Any]) -> dict[str, float]:
+    """The two levels as named horizontal lines for interp.plots.loss_curves."""
+    return {"unigram (floor)": levels["unigram"], "bigram (current token only)": levels["bigram"]}
 
 
 def levels_line(levels: dict[str, Any]) -> str:
@@ -253,12 +258,7 @@ def parse_seeds(text: str | None, default: list[int]) -> list[int]:
 
 
 def spec_from_args(args: argparse.Namespace) -> RunSpec:
-    overrides = {}
-    for item in args.set:
-        if "=" not in item:
-            raise ToolkitError(f"--set expects KEY=VALUE, got {item!r}")
-        key, value = item.split("=", 1)
-        overrides[key.strip()] = parse_value(key.strip(), value)
+    overrides = parse_overrides(args.set)
     if args.data:
         overrides["data_path"] = args.data
     return resolve(args.preset, overrides)

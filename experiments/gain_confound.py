@@ -65,6 +65,7 @@ from experiments.common import (
     levels_line,
     parse_seeds,
     reference_levels,
+    reference_lines,
     refuse_overrides,
     run_grid,
     run_summary,
@@ -412,7 +413,7 @@ def write_report(path: Path, results: dict[str, Any]) -> Path:
     from interp.plots import PALETTE, loss_curves, save_html
 
     levels = results["reference_levels"]
-    refs = {"unigram (floor)": levels["unigram"], "bigram (current token only)": levels["bigram"]}
+    refs = reference_lines(levels)
     levels_text = levels_line(levels).capitalize()
     runs = results["runs"]
     d = results["defaults"]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from interp.config import MIXERS, RESIDUALS
 from interp.errors import ToolkitError
-from training.presets import MODEL_FIELDS, PRESETS, TRAIN_FIELDS, parse_value, resolve
+from training.presets import MODEL_FIELDS, PRESETS, TRAIN_FIELDS, parse_overrides, resolve
 
 
 def _fields_help() -> str:
@@ -62,12 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        overrides = {}
-        for item in args.set:
-            if "=" not in item:
-                raise ToolkitError(f"--set expects KEY=VALUE, got {item!r}")
-            key, value = item.split("=", 1)
-            overrides[key.strip()] = parse_value(key.strip(), value)
+        overrides = parse_overrides(args.set)
         for key in ("residual", "mixer", "seed"):
             if getattr(args, key) is not None:
                 overrides[key] = getattr(args, key)

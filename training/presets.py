@@ -143,6 +143,17 @@ def parse_value(key: str, text: str) -> Any:
     return text
 
 
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """`--set KEY=VALUE` items -> {field: typed value}."""
+    overrides = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
+        key, value = item.split("=", 1)
+        overrides[key.strip()] = parse_value(key.strip(), value)
+    return overrides
+
+
 @dataclass(frozen=True)
 class RunSpec:
     preset: str
