@@ -25,7 +25,8 @@ results.json schema ("routing-test/1"):
     config          {"model", "train"} of the preset (before per-variant overrides), variants: name -> overrides
     reference_levels {"unigram", "bigram", "n_targets", ...} on the fixed validation batches
     runs            one per (variant, seed): variant, seed, run_dir, final_val_loss, best_val_loss, best_step,
-                    wall_time_s, tokens_per_s, mfu, val_curve {steps, loss}, alpha_tt [layer][head] (final),
+                    steps, wall_time_s, tokens_per_s, mfu, val_curve / train_curve {steps, loss},
+                    alpha_tt [layer][head] (final),
                     alpha_tt_layer_mean, uniform_baseline, block0_grad {steps, norm}, resid_grad {steps, norms},
                     grad_flow {steps, attn, mlp} ([step][layer]), norms {sites, norms}, growth
     variants        name -> {final_val_loss: {mean, std, min, max, n}, place, alpha_tt_layer_mean,
@@ -49,6 +50,7 @@ from experiments.common import (
     parse_seeds,
     reference_levels,
     run_grid,
+    run_summary,
     software_versions,
     spec_from_args,
     stats,
@@ -88,16 +90,8 @@ def summarise_run(record: dict[str, Any]) -> dict[str, Any]:
     last_attn = attention[-1] if attention else {}
     last_norms = norms[-1] if norms else {}
     return {
-        "variant": record["variant"],
-        "seed": record["seed"],
-        "run_dir": record["run_dir"],
-        "final_val_loss": final["final_val_loss"],
-        "best_val_loss": final["best_val_loss"],
-        "best_step": final["best_step"],
-        "wall_time_s": final["wall_time_s"],
-        "tokens_per_s": final["tokens_per_s"],
+        **run_summary(record),
         "mfu": final["mfu"],
-        "val_curve": record["val_curve"],
         "alpha_tt": last_attn.get("alpha_tt"),
         "alpha_tt_layer_mean": last_attn.get("alpha_tt_layer_mean"),
         "uniform_baseline": last_attn.get("uniform_baseline"),
