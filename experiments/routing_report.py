@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from experiments.common import reference_lines
 
-def _verdict_text(results: dict[str, Any]) -> str:
-    lines = []
-    for v in results["verdicts"]:
-        lines.append(f"{v['id']} {v['title']}: {v['verdict'].upper()}. Predicted: {v['prediction']}. "
-                     f"Measured: {v['measured']}. Separation: {v['separation']}. Rule: {v['rule']}.")
-    return "\n".join(lines)
+
+def _verdict_paragraphs(results: dict[str, Any]) -> list[str]:
+    return [f"{v['id']} {v['title']}: {v['verdict'].upper()}. Predicted: {v['prediction']}. "
+            f"Measured: {v['measured']}. Separation: {v['separation']}. Rule: {v['rule']}."
+            for v in results["verdicts"]]
 
 
 def _attention_figures(results: dict[str, Any], corpus, prompt: str) -> list:
@@ -43,14 +42,15 @@ def write_report(path: Path, results: dict[str, Any], corpus, prompt: str) -> Pa
     from interp.plots import alpha_tt_heatmap, gradient_flow_heatmap, loss_curves, norm_profile, save_html
 
     levels = results["reference_levels"]
-    refs = {"unigram (floor)": levels["unigram"], "bigram (current token only)": levels["bigram"]}
+    refs = reference_lines(levels)
     runs = results["runs"]
     curves = {f"{r['variant']}/seed{r['seed']}": (r["val_curve"]["steps"], r["val_curve"]["loss"]) for r in runs}
     sections: list = [
         f"Preset {results['preset']}, seeds {results['seeds']}, margin {results['margin']} nats. "
         f"Reference levels on the fixed validation batches: unigram {levels['unigram']:.3f}, "
         f"bigram {levels['bigram']:.3f} nats.",
-        ("Verdicts", html.unescape(_verdict_text(results)), None),
+        ("Verdicts", None, None),
+        *_verdict_paragraphs(results),
         ("Validation loss", loss_curves(curves, refs, title="Validation loss (fixed batches)")),
     ]
     alphas = {name: np.array(r["alpha_tt"]) for r in runs if r["alpha_tt"]
