@@ -5,9 +5,9 @@ The four configurations of a Pre-LN block (DESIGN.md):
     full       both identity paths              attn_only  attention residual only (FFN one removed)
     ffn_only   FFN residual only (attention one removed)    none       neither
 
-are trained for every seed (runs in <out>/<preset>/<config>/seed<k>/, the same directories any other
-experiment of this toolkit uses for the same preset, config and seed: pointing --out at one reuses them;
-rerunning trains only what has not finished). Each config is summarised by the mean +/- std and range of its
+are trained for every seed (runs in <out>/<preset>/<config>/seed<k>/, laid out as in every other experiment
+of this toolkit: a finished run directory of the same preset, config and seed copied there is reused, not
+retrained; rerunning trains only what has not finished). Each config is summarised by the mean +/- std and range of its
 final and best validation loss (fixed validation batches), its ratio to `full`, its gap to `none`, and a
 classification:
 
