@@ -42,14 +42,10 @@ def run_dir(out: Path, preset: str, variant: Variant, seed: int) -> Path:
     return Path(out) / preset / variant.slug / f"seed{seed}"
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    from training.trainer import read_jsonl as read
-
-    return read(path)
-
-
 def load_run(directory: Path) -> dict[str, Any]:
     """A finished run directory as plain data: final record, metric curves, probe records by kind."""
+    from training.trainer import read_jsonl  # training imports transformer_lens: only when runs are read
+
     directory = Path(directory)
     final = json.loads((directory / "final.json").read_text())
     metrics = read_jsonl(directory / "metrics.jsonl")

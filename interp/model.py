@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from transformer_lens.hook_points import HookedRootModule, HookPoint
 
 from interp.config import ModelConfig
+from interp.errors import ConfigError
 from interp.mixers import make_mixer
 
 
@@ -113,8 +114,6 @@ class ResidualGPT(HookedRootModule):
     ) -> Float[Tensor, "batch pos d_vocab"] | tuple[Float[Tensor, "batch pos d_vocab"], Tensor]:
         n = tokens.shape[-1]
         if n > self.cfg.n_ctx:
-            from interp.errors import ConfigError
-
             raise ConfigError(f"sequence length {n} exceeds n_ctx {self.cfg.n_ctx}")
         embed = self.hook_embed(self.embed(tokens))
         pos = self.pos_embed(torch.arange(n, device=tokens.device)).expand(tokens.shape[0], n, -1)
