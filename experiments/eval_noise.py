@@ -45,29 +45,11 @@ results.json schema ("eval-noise/1"):
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 from typing import Any
 
-from experiments.common import (
-    Variant,
-    base_parser,
-    cli,
-    format_table,
-    levels_line,
-    parse_seeds,
-    reference_levels,
-    reference_lines,
-    refuse_overrides,
-    run_dir,
-    run_grid,
-    run_summary,
-    software_versions,
-    spec_from_args,
-    stats,
-    table_figure,
-    write_results,
-)
+from experiments.common import format_table, reference_lines, stats, table_figure
+from experiments.frame import Context, Experiment, Group, Variant, check_number, run_summary
 from interp.config import RESIDUALS
 from interp.errors import ToolkitError
 from training.presets import RunSpec, resolve
@@ -117,31 +99,14 @@ class SnapshotCallback:
             save_checkpoint(snapshot_path(trainer.run_dir, step), trainer.model, step=step, val_loss=val_loss)
 
 
-def evaluate(model, batches, device, autocast) -> float:
-    """Mean cross-entropy over batches in eval mode: the trainer's evaluation, post hoc."""
-    import torch
-
-    model.eval()
-    total = 0.0
-    with torch.no_grad():
-        for x, y in batches:
-            with autocast:
-                _, loss = model(x.to(device), y.to(device))
-            total += loss.item()
-    return total / len(batches)
-
-
 def analyse_run(directory: Path, spec: RunSpec, corpus, steps: list[int], repeats: int, progress: bool) -> dict:
     """Fixed-batch and random-batch evaluation of every snapshot of one run, and the best-val choice."""
-    import contextlib
-
     import torch
     from tqdm.auto import tqdm
 
-    from interp.checkpoint import load_checkpoint
     from interp.model import ResidualGPT
     from training.data import fixed_batches, random_batches
-    from training.trainer import pick_device
+    from training.trainer import autocast_context, evaluate, pick_device
 
     missing = [s for s in steps if not snapshot_path(directory, s).is_file()]
     if missing:
@@ -149,18 +114,14 @@ def analyse_run(directory: Path, spec: RunSpec, corpus, steps: list[int], repeat
                            "trained with other settings); delete that run directory or choose another --out")
     train = spec.train
     device = pick_device(train.device)
-    autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if train.dtype == "bfloat16" and device.type == "cuda"
-                else contextlib.nullcontext())
+    autocast = autocast_context(train.dtype, device)
     n_ctx = spec.model.n_ctx
     fixed = fixed_batches(corpus.val, n_ctx, train.batch_size, train.eval_batches)
     snapshots = []
     bar = tqdm(total=len(steps) * (repeats + 2), desc=f"evaluating {directory.parent.name}", unit="eval",
                disable=not progress, leave=False, dynamic_ncols=True)
     for i, step in enumerate(steps):
-        ckpt = load_checkpoint(snapshot_path(directory, step), map_location="cpu")
-        model = ResidualGPT(ckpt.config)
-        model.load_state_dict(ckpt.weights)
-        model.to(device)
+        model = ResidualGPT.from_checkpoint(snapshot_path(directory, step)).to(device)
         first = evaluate(model, fixed, device, autocast)
         second = evaluate(model, fixed, device, autocast)
         bar.update(2)
@@ -231,21 +192,18 @@ def best_table(runs: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
-def write_report(path: Path, results: dict[str, Any]) -> Path:
+def sections(results: dict[str, Any], ctx: Context) -> list:
     import plotly.graph_objects as go
 
-    from interp.plots import PALETTE, loss_curves, save_html
+    from interp.plots import PALETTE, loss_curves
 
-    levels = results["reference_levels"]
-    refs = reference_lines(levels)
-    levels_text = levels_line(levels).capitalize()
+    refs = reference_lines(results["reference_levels"])
     runs = results["runs"]
     intro = (f"Preset {results['preset']}, config {results['residual_config']}, seeds {results['seeds']}; "
              f"{results['repeats']} random-batch evaluations per snapshot (fresh batches each time, as nanoGPT "
-             f"evaluates), against the fixed validation batches (seed 99991). {levels_text}. The fixed-batch "
+             f"evaluates), against the fixed validation batches (seed 99991). The fixed-batch "
              f"loss evaluated twice differs by at most {max(r['best']['max_fixed_repeat_diff'] for r in runs):.1e}.")
-    headers, rows = best_table(runs)
-    sections: list = [intro, ("Best validation loss: fixed vs random batches", table_figure(headers, rows))]
+    sections: list = [intro]
     for r in runs:
         fig = go.Figure()
         for i, s in enumerate(r["snapshots"]):
@@ -267,71 +225,65 @@ def write_report(path: Path, results: dict[str, Any]) -> Path:
     curves = {f"{r['setting']}/seed{r['seed']}": (r["val_curve"]["steps"], r["val_curve"]["loss"]) for r in runs}
     sections.append(("Validation loss during training (each run's own val_mode)",
                      loss_curves(curves, refs, title="Validation loss as recorded in training")))
-    return save_html(sections, path, title=f"Evaluation noise - {results['preset']}")
+    return sections
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = base_parser("python -m experiments.eval_noise", __doc__.split("results.json schema")[0],
-                         default_out="runs/eval_noise")
-    parser.add_argument("--config", default=DEFAULT_CONFIG, help=f"residual config (default {DEFAULT_CONFIG})")
-    parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
-                        help=f"random-batch evaluations per snapshot (default {DEFAULT_REPEATS})")
-    parser.add_argument("--snapshots", type=int, default=DEFAULT_SNAPSHOTS,
-                        help=f"evaluation steps at which weights are kept (default {DEFAULT_SNAPSHOTS})")
-    parser.add_argument("--no-comparison", action="store_true", help="skip the nanoGPT-setting run")
-    parser.add_argument("--no-report", action="store_true", help="skip report.html")
-    args = parser.parse_args(argv)
-    start = time.perf_counter()
+def add_arguments(p) -> None:
+    p.add_argument("--config", default=DEFAULT_CONFIG, help=f"residual config (default {DEFAULT_CONFIG})")
+    p.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
+                   help=f"random-batch evaluations per snapshot (default {DEFAULT_REPEATS})")
+    p.add_argument("--snapshots", type=int, default=DEFAULT_SNAPSHOTS,
+                   help=f"evaluation steps at which weights are kept (default {DEFAULT_SNAPSHOTS})")
+    p.add_argument("--no-comparison", action="store_true", help="skip the nanoGPT-setting run")
+
+
+def check(args) -> None:
     if args.config not in RESIDUALS:
         raise ToolkitError(f"--config must be one of {', '.join(RESIDUALS)}, got {args.config!r}")
-    if args.repeats < 2:
-        raise ToolkitError(f"--repeats must be at least 2, got {args.repeats}")
-    if args.snapshots < 2:
-        raise ToolkitError(f"--snapshots must be at least 2, got {args.snapshots}")
-    spec = spec_from_args(args)
-    refuse_overrides(spec, {"residual": "--config"})
-    seeds = parse_seeds(args.seeds, [spec.train.seed])
-    settings = [("preset", spec, Variant(args.config, {"residual": args.config}))]
-    if not args.no_comparison:
-        settings.append(("nanogpt", *comparison(spec, args.config)))
-    from training.data import load_corpus
+    check_number("--repeats", args.repeats, 2)
+    check_number("--snapshots", args.snapshots, 2)
 
-    corpus = load_corpus(spec.train.corpus, spec.train.data_path)
-    levels = reference_levels(spec, corpus)
-    out = Path(args.out)
-    result_dir = out / spec.preset
-    print(f"eval noise: preset {spec.preset}, config {args.config}, seeds {seeds}, {len(settings) * len(seeds)} runs, "
-          f"{args.repeats} random evaluations x {args.snapshots} snapshots each -> {result_dir}")
-    plan = {}  # (preset, variant name) -> (setting, spec, variant, resolved, snapshot steps)
-    groups: dict[str, tuple[RunSpec, list[Variant]]] = {}  # one run_grid (one progress bar) per preset
-    for setting, s, variant in settings:
-        resolved = resolve(s.preset, {**s.overrides, **variant.overrides})
-        steps = snapshot_steps(resolved.train.max_steps, resolved.train.eval_interval, args.snapshots)
-        plan[(s.preset, variant.name)] = (setting, s, variant, resolved, steps)
-        groups.setdefault(s.preset, (s, []))[1].append(variant)
-    records = []
-    for preset, (s, variants) in groups.items():
-        records += [(preset, r) for r in run_grid(
-            s, variants, seeds, out, progress=not args.no_progress, corpus=corpus,
-            callbacks=lambda v, seed, preset=preset: [SnapshotCallback(plan[(preset, v.name)][4])])]
+
+def settings(ctx: Context) -> list[tuple[str, RunSpec, Variant]]:
+    """(setting, spec, variant): the preset's run and, unless --no-comparison, the nanoGPT-setting one."""
+    out = [("preset", ctx.spec, Variant(ctx.args.config, {"residual": ctx.args.config}))]
+    if not ctx.args.no_comparison:
+        out.append(("nanogpt", *comparison(ctx.spec, ctx.args.config)))
+    return out
+
+
+def _snapshots(spec: RunSpec, variant: Variant, count: int) -> list[int]:
+    resolved = resolve(spec.preset, {**spec.overrides, **variant.overrides})
+    return snapshot_steps(resolved.train.max_steps, resolved.train.eval_interval, count)
+
+
+def plan(ctx: Context) -> list[Group]:
+    count = ctx.args.snapshots
+    return [Group(s, [v], callbacks=lambda v, seed, s=s: [SnapshotCallback(_snapshots(s, v, count))])
+            for _, s, v in settings(ctx)]
+
+
+def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
+    import time
+
+    args = ctx.args
+    plan_of = {(s.preset, v.name): (setting, s, v) for setting, s, v in settings(ctx)}
     runs = []
-    train_time = 0.0
     eval_start = time.perf_counter()
-    for preset, record in records:
-        setting, s, variant, resolved, steps = plan[(preset, record["variant"])]
+    for record in records:
+        setting, s, variant = plan_of[(record["preset"], record["variant"])]
+        resolved = resolve(s.preset, {**s.overrides, **variant.overrides})
         base = run_summary(record)
-        train_time += base["wall_time_s"]
-        directory = run_dir(out, s.preset, variant, record["seed"])
-        analysis = analyse_run(directory, resolved, corpus, steps, args.repeats, not args.no_progress)
+        analysis = analyse_run(Path(record["run_dir"]), resolved, ctx.corpus, _snapshots(s, variant, args.snapshots),
+                               args.repeats, ctx.progress)
         last = analysis["snapshots"][-1]
         matches = (abs(last["fixed"] - base["final_val_loss"])
                    if resolved.train.val_mode == "fixed" and last["step"] == base["steps"] else None)
         runs.append({"setting": setting, "preset": s.preset, "config": args.config, **base,
                      "val_mode": resolved.train.val_mode, "lr_schedule": resolved.train.lr_schedule,
                      "tie_embeddings": resolved.model.tie_embeddings, **analysis, "fixed_matches_training": matches})
-    eval_time = time.perf_counter() - eval_start
     summary = {}
-    for setting, *_ in settings:
+    for setting, *_ in settings(ctx):
         rs = [r for r in runs if r["setting"] == setting]
         summary[setting] = {
             "best_fixed": stats([r["best"]["fixed_loss"] for r in rs]),
@@ -339,52 +291,37 @@ def main(argv: list[str] | None = None) -> int:
             "fraction_different": stats([r["best"]["fraction_different"] for r in rs])["mean"],
             "random_std_mean": stats([s["random"]["std"] for r in rs for s in r["snapshots"]])["mean"],
         }
-    comp = settings[1] if len(settings) > 1 else None
-    results = {
-        "schema": SCHEMA,
-        "experiment": "eval_noise",
-        "preset": spec.preset,
-        "seeds": seeds,
-        "residual_config": args.config,
-        "repeats": args.repeats,
-        "snapshot_count": args.snapshots,
+    comp = settings(ctx)[1] if not args.no_comparison else None
+    return {
+        "residual_config": args.config, "repeats": args.repeats, "snapshot_count": args.snapshots,
         "random_seed_base": RANDOM_SEED_BASE,
-        "config": {"model": spec.model.to_dict(), "train": spec.train.to_dict(), "overrides": spec.overrides,
-                   "comparison": {"preset": comp[1].preset, "variant": comp[2].name,
+        "config": {"comparison": {"preset": comp[1].preset, "variant": comp[2].name,
                                   "overrides": {**comp[1].overrides, **comp[2].overrides}} if comp else None},
-        "reference_levels": levels,
-        "runs": runs,
-        "summary": summary,
-        "software": software_versions(),
-        "train_wall_time_s": train_time,
-        "eval_wall_time_s": eval_time,
+        "runs": runs, "summary": summary, "eval_wall_time_s": time.perf_counter() - eval_start,
     }
-    results["wall_time_s"] = time.perf_counter() - start
-    write_results(result_dir / "results.json", results)
-    print()
-    print(levels_line(levels))
-    for r in runs:
-        print(f"\n{r['setting']} run: {r['preset']} / {r['variant']} / seed {r['seed']} "
-              f"({r['val_mode']} val in training, {r['lr_schedule']} lr)")
-        headers, rows = snapshot_table(r)
-        print(format_table(headers, rows))
+
+
+def summary(results: dict[str, Any]) -> str:
+    lines = []
+    for r in results["runs"]:
+        lines.append(f"\n{r['setting']} run: {r['preset']} / {r['variant']} / seed {r['seed']} "
+                     f"({r['val_mode']} val in training, {r['lr_schedule']} lr)")
+        lines.append(format_table(*snapshot_table(r)))
         if r["fixed_matches_training"] is not None:
-            print(f"fixed-batch loss at step {r['snapshots'][-1]['step']} vs the training evaluation: "
-                  f"|diff| = {r['fixed_matches_training']:.1e}")
-    print()
-    headers, rows = best_table(runs)
-    print(format_table(headers, rows))
-    print(f"fixed batches evaluated twice: max |diff| = {max(r['best']['max_fixed_repeat_diff'] for r in runs):.1e} "
-          f"(identical batches, deterministic evaluation); random: {args.repeats} draws of "
-          f"{spec.train.eval_batches} batches per snapshot")
-    if not args.no_report:
-        write_report(result_dir / "report.html", results)
-        print(f"report: {result_dir / 'report.html'}")
-    print(f"results: {result_dir / 'results.json'}  (wall time {time.perf_counter() - start:.0f}s)")
-    return 0
+            lines.append(f"fixed-batch loss at step {r['snapshots'][-1]['step']} vs the training evaluation: "
+                         f"|diff| = {r['fixed_matches_training']:.1e}")
+    worst = max(r["best"]["max_fixed_repeat_diff"] for r in results["runs"])
+    lines.append(f"fixed batches evaluated twice: max |diff| = {worst:.1e} (identical batches, deterministic "
+                 f"evaluation); random: {results['repeats']} draws of {results['config']['train']['eval_batches']} "
+                 "batches per snapshot")
+    return "\n".join(lines)
 
 
-run = cli(main)
+EXPERIMENT = Experiment(
+    name="eval_noise", schema=SCHEMA, doc=__doc__, title="Evaluation noise", plan=plan, analyse=analyse,
+    table=lambda results: best_table(results["runs"]), summary=summary, sections=sections,
+    add_arguments=add_arguments, check=check, owned={"residual": "--config"},
+)
 
 if __name__ == "__main__":
-    raise SystemExit(run())
+    raise SystemExit(EXPERIMENT.main())

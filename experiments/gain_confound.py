@@ -53,28 +53,10 @@ from __future__ import annotations
 
 import functools
 import math
-import time
-from pathlib import Path
 from typing import Any
 
-from experiments.common import (
-    Variant,
-    base_parser,
-    cli,
-    format_table,
-    levels_line,
-    parse_seeds,
-    reference_levels,
-    reference_lines,
-    refuse_overrides,
-    run_grid,
-    run_summary,
-    software_versions,
-    spec_from_args,
-    stats,
-    table_figure,
-    write_results,
-)
+from experiments.common import format_table, reference_lines, stats, table_figure
+from experiments.frame import Context, Experiment, Group, Variant, check_number, run_summary
 from interp.config import RESIDUALS
 from interp.errors import ToolkitError
 from training.presets import resolve
@@ -186,11 +168,10 @@ def adam_invariance_check(gains=(0.25, 0.5, 2.0, 4.0), residual: str = "attn_onl
         raise ToolkitError("adam_invariance_check needs at least one batch")
     gains = [float(g) for g in gains if float(g) != 1.0] or [2.0]
 
+    from training.trainer import optimizer_groups
+
     def adamw(params, eps, weight_decay):
-        params = list(params)
-        groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-        return torch.optim.AdamW(groups, lr=train_cfg.lr, betas=(train_cfg.beta1, train_cfg.beta2), eps=eps)
+        return torch.optim.AdamW(optimizer_groups(params, weight_decay), lr=train_cfg.lr, betas=(train_cfg.beta1, train_cfg.beta2), eps=eps)
 
     def rel(a: list, b: list) -> float:
         da = torch.cat([t.flatten().double() for t in a])
@@ -407,20 +388,18 @@ def spread_table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
-def write_report(path: Path, results: dict[str, Any]) -> Path:
+def sections(results: dict[str, Any], ctx: Context) -> list:
     import plotly.graph_objects as go
 
-    from interp.plots import PALETTE, loss_curves, save_html
+    from interp.plots import PALETTE, loss_curves
 
-    levels = results["reference_levels"]
-    refs = reference_lines(levels)
-    levels_text = levels_line(levels).capitalize()
+    refs = reference_lines(results["reference_levels"])
     runs = results["runs"]
     d = results["defaults"]
     intro = (f"Preset {results['preset']}, seeds {results['seeds']}, configs {results['configs']}, gains "
              f"{results['gains']}. Runs are {results['config']['train']['max_steps']} steps, evaluated every "
              f"{results['config']['train']['eval_interval']} steps on the fixed validation batches (this "
-             f"experiment's defaults: {d}; --set overrides them). {levels_text}. Way (a) multiplies every "
+             f"experiment's defaults: {d}; --set overrides them). Way (a) multiplies every "
              f"sublayer output by g in every forward pass (runtime_gain); way (b) multiplies every out_proj weight by "
              f"g once before the optimizer is built. g=1 is one run used for both.")
     if results.get("paper"):
@@ -444,17 +423,15 @@ def write_report(path: Path, results: dict[str, Any]) -> Path:
     fig.update_layout(title="Spread (max - min over g) of the validation loss at each evaluation step",
                       xaxis_title="step", yaxis_title="spread (nats, log)", yaxis_type="log")
     sections.append(("Spread over g, per step", fig))
-    headers, rows = final_table(results)
-    sections.append(("Final validation loss; does weight scaling rescue a config?",
-                     " ".join(f"{c}: {v['verdict']}." for c, v in results["rescue"].items()),
-                     table_figure(headers, rows)))
+    sections.append(("Does weight scaling rescue a config?",
+                     " ".join(f"{c}: {v['verdict']}." for c, v in results["rescue"].items()), None))
     for c in results["configs"]:
         for way, label in (("runtime", "(a) runtime gain"), ("weights", "(b) weights scaled once")):
             curves = {f"g={gain_label(r['gain'])}/seed{r['seed']}": (r["val_curve"]["steps"], r["val_curve"]["loss"])
                       for r in sorted(runs, key=lambda r: r["gain"])
                       if r["config"] == c and r["way"] in ("both", way)}
             sections.append((f"{c}, {label}", loss_curves(curves, refs, title=f"{c}: validation loss, {label}")))
-    return save_html(sections, path, title=f"Gain confound - {results['preset']}")
+    return sections
 
 
 def parse_gains(text: str) -> list[float]:
@@ -477,115 +454,87 @@ def parse_configs(text: str) -> list[str]:
     return configs
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = base_parser("python -m experiments.gain_confound", __doc__.split("results.json schema")[0],
-                         default_out="runs/gain_confound")
-    parser.add_argument("--configs", default=",".join(DEFAULT_CONFIGS),
-                        help=f"residual configs (default {','.join(DEFAULT_CONFIGS)})")
-    parser.add_argument("--gains", default=",".join(gain_label(g) for g in DEFAULT_GAINS),
-                        help="gains g; 1 is always added (default 0.25,0.5,1,2,4)")
-    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
-                        help=f"spread (nats) below which curves count as overlapping (default {DEFAULT_THRESHOLD})")
-    parser.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
-                        help=f"rescued = final val below unigram - margin (default {DEFAULT_MARGIN} nats)")
-    parser.add_argument("--no-report", action="store_true", help="skip report.html")
-    args = parser.parse_args(argv)
-    start = time.perf_counter()
-    configs = parse_configs(args.configs)
-    gains = parse_gains(args.gains)
-    for name in ("threshold", "margin"):
-        value = getattr(args, name)
-        if not (value >= 0 and math.isfinite(value)):
-            raise ToolkitError(f"--{name} must be a non-negative number, got {value}")
-    base = spec_from_args(args)
-    refuse_overrides(base, {"residual": "--configs", "runtime_gain": "--gains"})
-    given = set(base.overrides)
-    defaults: dict[str, Any] = {}
-    if "max_steps" not in given:
-        defaults["max_steps"] = min(base.train.max_steps, DEFAULT_MAX_STEPS)
-    if "eval_interval" not in given:
-        defaults["eval_interval"] = min(base.train.eval_interval, DEFAULT_EVAL_INTERVAL)
-    if "probes" not in given:
-        defaults["probes"] = False
-    spec = resolve(base.preset, {**defaults, **base.overrides})
-    seeds = parse_seeds(args.seeds, [spec.train.seed])
-    tagged = make_variants(configs, gains)
-    variants = [v for v, _ in tagged]
-    tags = {v.name: t for v, t in tagged}
-    from training.data import fixed_batches, load_corpus
+def add_arguments(p) -> None:
+    p.add_argument("--configs", default=",".join(DEFAULT_CONFIGS),
+                   help=f"residual configs (default {','.join(DEFAULT_CONFIGS)})")
+    p.add_argument("--gains", default=",".join(gain_label(g) for g in DEFAULT_GAINS),
+                   help="gains g; 1 is always added (default 0.25,0.5,1,2,4)")
+    p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+                   help=f"spread (nats) below which curves count as overlapping (default {DEFAULT_THRESHOLD})")
+    p.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
+                   help=f"rescued = final val below unigram - margin (default {DEFAULT_MARGIN} nats)")
 
-    corpus = load_corpus(spec.train.corpus, spec.train.data_path)
-    levels = reference_levels(spec, corpus)
-    out = Path(args.out)
-    result_dir = out / spec.preset
-    print(f"gain confound: preset {spec.preset} ({spec.train.max_steps} steps, eval every {spec.train.eval_interval}), "
-          f"configs {configs}, gains {[gain_label(g) for g in gains]}, seeds {seeds}, "
-          f"{len(variants) * len(seeds)} runs -> {result_dir}")
-    records = run_grid(spec, variants, seeds, out, progress=not args.no_progress, corpus=corpus)
-    runs = [{**run_summary(r), **tags[r["variant"]]} for r in records]
-    model_cfg = spec.model.replace(d_vocab=corpus.vocab_size)
-    check_batches = fixed_batches(corpus.train, model_cfg.n_ctx, min(4, spec.train.batch_size), 5)
+
+def check(args) -> None:
+    parse_configs(args.configs)
+    parse_gains(args.gains)
+    check_number("--threshold", args.threshold, 0.0)
+    check_number("--margin", args.margin, 0.0)
+
+
+def defaults(spec) -> dict[str, Any]:
+    """Short runs without probes: the paper's claim is about the first ~200 steps."""
+    return {"max_steps": min(spec.train.max_steps, DEFAULT_MAX_STEPS),
+            "eval_interval": min(spec.train.eval_interval, DEFAULT_EVAL_INTERVAL), "probes": False}
+
+
+def plan(ctx: Context) -> list[Group]:
+    tagged = make_variants(parse_configs(ctx.args.configs), parse_gains(ctx.args.gains))
+    return [Group(ctx.spec, [v for v, _ in tagged])]
+
+
+def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
+    from training.data import fixed_batches
+    from training.presets import parse_overrides
     from training.trainer import pick_device
 
-    device = str(pick_device(spec.train.device))
+    configs, gains, spec = parse_configs(ctx.args.configs), parse_gains(ctx.args.gains), ctx.spec
+    tags = {v.name: t for v, t in make_variants(configs, gains)}
+    given = parse_overrides(ctx.args.set)
+    runs = [{**run_summary(r), **tags[r["variant"]]} for r in records]
+    model_cfg = spec.model.replace(d_vocab=ctx.corpus.vocab_size)
+    check_batches = fixed_batches(ctx.corpus.train, model_cfg.n_ctx, min(4, spec.train.batch_size), 5)
     check = adam_invariance_check(gains=[g for g in gains if g != 1.0], residual=configs[0], model_cfg=model_cfg,
-                                  train_cfg=spec.train, batches=check_batches, device=device)
-    spread = spreads(runs, configs, seeds, args.threshold)
-    results = {
-        "schema": SCHEMA,
-        "experiment": "gain_confound",
-        "preset": spec.preset,
-        "seeds": seeds,
-        "configs": configs,
-        "gains": gains,
-        "threshold": args.threshold,
-        "margin": args.margin,
-        "defaults": defaults,
-        "config": {"model": spec.model.to_dict(), "train": spec.train.to_dict(), "overrides": spec.overrides,
-                   "variants": {v.name: {**tags[v.name], "overrides": v.overrides} for v in variants}},
-        "reference_levels": levels,
-        "runs": runs,
-        "spread": spread,
-        "settle_step": latest_settle(spread),
-        "rescue": rescue(runs, configs, gains, levels, args.margin),
-        "finals": finals(runs, configs, gains),
-        "adam_invariance": check,
-        "paper": PAPER_NOTE.get(spec.preset),
-        "explanation": EXPLANATION,
-        "software": software_versions(),
-        "train_wall_time_s": sum(r["wall_time_s"] for r in runs),
+                                  train_cfg=spec.train, batches=check_batches,
+                                  device=str(pick_device(spec.train.device)))
+    spread = spreads(runs, configs, ctx.seeds, ctx.args.threshold)
+    variants = {name: {**tag, "overrides": v.overrides} for v, tag in make_variants(configs, gains)
+                for name in [v.name]}
+    return {
+        "configs": configs, "gains": gains, "threshold": ctx.args.threshold, "margin": ctx.args.margin,
+        "defaults": {k: v for k, v in defaults(spec).items() if k not in given},
+        "config": {"variants": variants},
+        "runs": runs, "spread": spread, "settle_step": latest_settle(spread),
+        "rescue": rescue(runs, configs, gains, ctx.levels, ctx.args.margin),
+        "finals": finals(runs, configs, gains), "adam_invariance": check,
+        "paper": PAPER_NOTE.get(spec.preset), "explanation": EXPLANATION,
     }
-    results["wall_time_s"] = time.perf_counter() - start
-    write_results(result_dir / "results.json", results)
-    print()
-    print(levels_line(levels))
-    headers, rows = spread_table(results)
-    print(format_table(headers, rows))
+
+
+def summary(results: dict[str, Any]) -> str:
+    lines = ["spread of the validation curves over g:", format_table(*spread_table(results))]
+    steps = results["config"]["train"]["max_steps"]
     for c, ways in results["settle_step"].items():
         s = ways["runtime"]
-        print(f"{c}: runtime-gain curves stay within {args.threshold:g} of each other "
-              + (f"from step {s} on" if s is not None else f"at no step up to the last ({spec.train.max_steps})")
-              + " (paper: after about 200 steps)")
-    if spec.preset in PAPER_NOTE:
-        print(PAPER_NOTE[spec.preset])
-    print()
-    headers, rows = final_table(results)
-    print(format_table(headers, rows))
-    for c, v in results["rescue"].items():
-        print(f"{c}: {v['verdict']}")
-    print()
-    print("why: for y = g*f(x;W), dL/dW = g*(df/dW)^T dL/dy and Adam's m_hat/(sqrt(v_hat)+eps) ignores a constant "
-          "gradient scale, so W moves the same; LayerNorm then removes the constant g (exactly in ffn_only/none, "
-          "up to LN eps; in attn_only only block 0's embed + g*attn_0 keeps it) - details in report.html")
-    print(adam_line(check))
-    if not args.no_report:
-        write_report(result_dir / "report.html", results)
-        print(f"report: {result_dir / 'report.html'}")
-    print(f"results: {result_dir / 'results.json'}  (wall time {time.perf_counter() - start:.0f}s)")
-    return 0
+        lines.append(f"{c}: runtime-gain curves stay within {results['threshold']:g} of each other "
+                     + (f"from step {s} on" if s is not None else f"at no step up to the last ({steps})")
+                     + " (paper: after about 200 steps)")
+    if results["paper"]:
+        lines.append(results["paper"])
+    lines += [f"{c}: {v['verdict']}" for c, v in results["rescue"].items()]
+    lines.append("why: for y = g*f(x;W), dL/dW = g*(df/dW)^T dL/dy and Adam's m_hat/(sqrt(v_hat)+eps) ignores a "
+                 "constant gradient scale, so W moves the same; LayerNorm then removes the constant g (exactly in "
+                 "ffn_only/none, up to LN eps; in attn_only only block 0's embed + g*attn_0 keeps it) - details in "
+                 "report.html")
+    lines.append(adam_line(results["adam_invariance"]))
+    return "\n".join(lines)
 
 
-run = cli(main)
+EXPERIMENT = Experiment(
+    name="gain_confound", schema=SCHEMA, doc=__doc__, title="Gain confound", plan=plan, analyse=analyse,
+    table=final_table, summary=summary, sections=sections, add_arguments=add_arguments, check=check,
+    defaults=defaults, owned={"residual": "--configs", "runtime_gain": "--gains"},
+)
 
 if __name__ == "__main__":
-    raise SystemExit(run())
+    raise SystemExit(EXPERIMENT.main())

@@ -38,30 +38,10 @@ results.json schema ("residual-sweep/1"):
 from __future__ import annotations
 
 import math
-import time
-from pathlib import Path
 from typing import Any
 
-from experiments.common import (
-    Variant,
-    base_parser,
-    cli,
-    fmt_stats,
-    format_table,
-    levels_line,
-    parse_seeds,
-    reference_levels,
-    reference_lines,
-    refuse_overrides,
-    run_grid,
-    run_summary,
-    software_versions,
-    spec_from_args,
-    stats,
-    table_figure,
-    write_results,
-)
-from interp.errors import ToolkitError
+from experiments.common import fmt_stats, reference_lines, stats
+from experiments.frame import Context, Experiment, Group, Variant, check_number, run_summary
 
 SCHEMA = "residual-sweep/1"
 CONFIGS = ("full", "attn_only", "ffn_only", "none")
@@ -92,7 +72,7 @@ PAPER = {
 
 
 def make_variants() -> list[Variant]:
-    return [Variant(name, {"residual": name}) for name in CONFIGS]
+    return [Variant.of(residual=name) for name in CONFIGS]
 
 
 def summarise_configs(runs: list[dict[str, Any]], levels: dict[str, Any], margin: float,
@@ -143,16 +123,40 @@ def table_rows(configs: dict[str, Any], with_paper: bool) -> tuple[list[str], li
     return headers, rows
 
 
-def write_report(path: Path, results: dict[str, Any]) -> Path:
+def add_arguments(p) -> None:
+    p.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
+                   help=f"classification margin in nats, widened to 3 seed-std when larger (default {DEFAULT_MARGIN})")
+
+
+def plan(ctx: Context) -> list[Group]:
+    return [Group(ctx.spec, make_variants())]
+
+
+def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
+    runs = [run_summary(r) for r in records]
+    paper = PAPER.get(ctx.spec.preset)
+    return {"margin": ctx.args.margin, "rule": RULE.format(margin=ctx.args.margin), "runs": runs,
+            "configs": summarise_configs(runs, ctx.levels, ctx.args.margin, paper), "paper": paper}
+
+
+def table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    return table_rows(results["configs"], results["paper"] is not None)
+
+
+def summary(results: dict[str, Any]) -> str:
+    text = f"rule: {results['rule']}"
+    if results["paper"] is not None:
+        text += "\npaper: the paper's reported val loss for this setting (final or best unstated; compared with final)"
+    return text
+
+
+def sections(results: dict[str, Any], ctx: Context) -> list:
     import plotly.graph_objects as go
 
-    from interp.plots import PALETTE, loss_curves, save_html
+    from interp.plots import PALETTE, loss_curves
 
-    levels = results["reference_levels"]
-    refs = reference_lines(levels)
-    levels_text = levels_line(levels).capitalize()
+    refs = reference_lines(results["reference_levels"])
     runs = results["runs"]
-    headers, rows = table_rows(results["configs"], results["paper"] is not None)
     val = {f"{r['variant']}/seed{r['seed']}": (r["val_curve"]["steps"], r["val_curve"]["loss"]) for r in runs}
     train = {f"{r['variant']}/seed{r['seed']}": (r["train_curve"]["steps"], r["train_curve"]["loss"]) for r in runs}
     dots = go.Figure()
@@ -170,81 +174,21 @@ def write_report(path: Path, results: dict[str, Any]) -> Path:
         dots.add_hline(y=value, line=dict(dash="dash", color="#555", width=1), annotation_text=f"{label} {value:.3f}")
     dots.update_layout(title="Final validation loss per seed (diamonds: the paper's reported mean +/- std)",
                        yaxis_title="val loss (nats)")
-    intro = (f"Preset {results['preset']}, seeds {results['seeds']}. Validation loss on the fixed validation batches "
-             f"(seed 99991). {levels_text}. Classification rule: {results['rule']}.")
+    text = f"Classification rule: {results['rule']}."
     if results["paper"] is not None:
-        intro += (" The paper column is the paper's reported validation loss for this setting; the paper does not say "
-                  "whether it is the final or the best value, so it is compared with the final one.")
-    sections = [
-        intro,
-        ("Summary", table_figure(headers, rows)),
-        ("Final validation loss", dots),
-        ("Validation loss", loss_curves(val, refs, title="Validation loss (fixed batches)")),
-        ("Training loss", loss_curves(train, refs, title="Training loss")),
-    ]
-    return save_html(sections, path, title=f"Residual sweep - {results['preset']}")
+        text += (" The paper column is the paper's reported validation loss for this setting; the paper does not say "
+                 "whether it is the final or the best value, so it is compared with the final one.")
+    return [text, ("Final validation loss", dots),
+            ("Validation loss", loss_curves(val, refs, title="Validation loss (fixed batches)")),
+            ("Training loss", loss_curves(train, refs, title="Training loss"))]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = base_parser("python -m experiments.residual_sweep", __doc__.split("results.json schema")[0],
-                         default_out="runs/residual_sweep")
-    parser.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
-                        help=f"classification margin in nats, widened to 3 seed-std when larger "
-                             f"(default {DEFAULT_MARGIN})")
-    parser.add_argument("--no-report", action="store_true", help="skip report.html")
-    args = parser.parse_args(argv)
-    start = time.perf_counter()
-    if not (args.margin >= 0 and math.isfinite(args.margin)):
-        raise ToolkitError(f"--margin must be a non-negative number of nats, got {args.margin}")
-    spec = spec_from_args(args)
-    refuse_overrides(spec, {"residual": "the four configs are always run"})
-    seeds = parse_seeds(args.seeds, [spec.train.seed])
-    variants = make_variants()
-    from training.data import load_corpus
-
-    corpus = load_corpus(spec.train.corpus, spec.train.data_path)
-    levels = reference_levels(spec, corpus)
-    out = Path(args.out)
-    result_dir = out / spec.preset
-    print(f"residual sweep: preset {spec.preset}, seeds {seeds}, {len(variants) * len(seeds)} runs -> {result_dir}")
-    records = run_grid(spec, variants, seeds, out, progress=not args.no_progress, corpus=corpus)
-    runs = [run_summary(r) for r in records]
-    paper = PAPER.get(spec.preset)
-    configs = summarise_configs(runs, levels, args.margin, paper)
-    rule = RULE.format(margin=args.margin)
-    results = {
-        "schema": SCHEMA,
-        "experiment": "residual_sweep",
-        "preset": spec.preset,
-        "seeds": seeds,
-        "margin": args.margin,
-        "rule": rule,
-        "config": {"model": spec.model.to_dict(), "train": spec.train.to_dict(), "overrides": spec.overrides,
-                   "variants": {v.name: v.overrides for v in variants}},
-        "reference_levels": levels,
-        "runs": runs,
-        "configs": configs,
-        "paper": paper,
-        "software": software_versions(),
-        "train_wall_time_s": sum(r["wall_time_s"] for r in runs),
-    }
-    results["wall_time_s"] = time.perf_counter() - start
-    write_results(result_dir / "results.json", results)
-    headers, rows = table_rows(configs, paper is not None)
-    print()
-    print(levels_line(levels))
-    print(format_table(headers, rows))
-    print(f"rule: {rule}")
-    if paper is not None:
-        print("paper: the paper's reported val loss for this setting (final or best unstated; compared with final)")
-    if not args.no_report:
-        write_report(result_dir / "report.html", results)
-        print(f"report: {result_dir / 'report.html'}")
-    print(f"results: {result_dir / 'results.json'}  (wall time {time.perf_counter() - start:.0f}s)")
-    return 0
-
-
-run = cli(main)
+EXPERIMENT = Experiment(
+    name="residual_sweep", schema=SCHEMA, doc=__doc__, title="Residual sweep", plan=plan, analyse=analyse,
+    table=table, summary=summary, sections=sections, add_arguments=add_arguments,
+    check=lambda args: check_number("--margin", args.margin, 0.0),
+    owned={"residual": "the four configs are always run"},
+)
 
 if __name__ == "__main__":
-    raise SystemExit(run())
+    raise SystemExit(EXPERIMENT.main())

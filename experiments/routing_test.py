@@ -38,25 +38,15 @@ results.json schema ("routing-test/1"):
 from __future__ import annotations
 
 import math
-import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiments.common import (
-    Variant,
-    base_parser,
-    cli,
-    fmt_stats,
-    parse_seeds,
-    reference_levels,
-    run_grid,
-    run_summary,
-    software_versions,
-    spec_from_args,
-    stats,
-    write_results,
-)
-from interp.errors import ToolkitError
+import numpy as np
+
+from experiments.common import fmt_stats, reference_lines, stats
+from experiments.frame import Context, Experiment, Group, Variant, check_number, run_summary
 
 SCHEMA = "routing-test/1"
 DEFAULT_SELF_BIAS = 4.0
@@ -65,16 +55,17 @@ PROMPT = "ROMEO:\nWhat light through yonder window breaks?"
 
 
 def make_variants(self_bias: float = DEFAULT_SELF_BIAS) -> list[Variant]:
+    """The nine variants, named by the rule the trainer CLI uses (training.rundir.variant_name)."""
     return [
-        Variant("full", {"residual": "full"}),
-        Variant("attn_only", {"residual": "attn_only"}),
-        Variant("ffn_only", {"residual": "ffn_only"}),
-        Variant("none", {"residual": "none"}),
-        Variant("attn_only + position_blind", {"residual": "attn_only", "mixer": "position_blind"}),
-        Variant("attn_only + uniform", {"residual": "attn_only", "mixer": "uniform"}),
-        Variant("attn_only + no_self", {"residual": "attn_only", "self_bias": -math.inf}),
-        Variant("ffn_only + self_only", {"residual": "ffn_only", "self_bias": math.inf}),
-        Variant("ffn_only + self_bias", {"residual": "ffn_only", "self_bias": self_bias}),
+        Variant.of(residual="full"),
+        Variant.of(residual="attn_only"),
+        Variant.of(residual="ffn_only"),
+        Variant.of(residual="none"),
+        Variant.of(residual="attn_only", mixer="position_blind"),
+        Variant.of(residual="attn_only", mixer="uniform"),
+        Variant.of(residual="attn_only", self_bias=-math.inf),
+        Variant.of(residual="ffn_only", self_bias=math.inf),
+        Variant.of(residual="ffn_only", self_bias=self_bias),
     ]
 
 
@@ -161,11 +152,34 @@ def summarise_variants(runs: list[dict[str, Any]], levels: dict[str, float], mar
     return out
 
 
-# ----- verdicts -----------------------------------------------------------------------------
+# ----- predictions: data, each with a small decide function -----------------------------------------
 
 
-def _sep(a: dict[str, float], b: float | dict[str, float]) -> str:
-    """Separation of mean a from b in nats, and in seed standard deviations where there are >= 2 seeds."""
+@dataclass(frozen=True)
+class Outcome:
+    """What a decide function sees: per-variant summaries, the two levels and the margin."""
+
+    variants: dict[str, Any]
+    unigram: float
+    bigram: float
+    margin: float
+
+    def loss(self, name: str) -> dict[str, float]:
+        return self.variants[name]["final_val_loss"]
+
+
+@dataclass(frozen=True)
+class Prediction:
+    id: str
+    title: str
+    prediction: str
+    rule: str  # "{m}" stands for the margin
+    needs: tuple[str, ...]
+    decide: Callable[[Outcome], tuple[str, str, str]]  # -> (verdict, measured, separation)
+
+
+def separation(a: dict[str, float], b: float | dict[str, float]) -> str:
+    """Mean a minus b in nats, and in seed standard deviations where a has >= 2 seeds."""
     b_mean = b["mean"] if isinstance(b, dict) else b
     diff = a["mean"] - b_mean
     text = f"{diff:+.3f} nats"
@@ -178,149 +192,185 @@ def _sep(a: dict[str, float], b: float | dict[str, float]) -> str:
     return text
 
 
-def verdicts(variants: dict[str, Any], levels: dict[str, float], margin: float) -> list[dict[str, str]]:
-    U, B = levels["unigram"], levels["bigram"]
-    m = margin
+def decide_p1(o: Outcome) -> tuple[str, str, str]:
+    f, a = o.loss("ffn_only"), o.loss("attn_only")
+    U, B, m = o.unigram, o.bigram, o.margin
+    at_floor, recovers = f["mean"] >= U - m, a["mean"] < B - m
+    if at_floor and recovers:
+        verdict = "supports"
+    elif not at_floor or a["mean"] >= U - m:
+        verdict = "contradicts"
+    else:
+        verdict = "inconclusive"
+    measured = f"ffn_only {f['mean']:.3f}, attn_only {a['mean']:.3f} (floor {U:.3f}, bigram {B:.3f})"
+    return verdict, measured, f"attn_only - ffn_only: {separation(a, f)}"
 
-    def loss(name):
-        return variants[name]["final_val_loss"] if name in variants else None
 
+def decide_p2(o: Outcome) -> tuple[str, str, str]:
+    v = o.variants["attn_only"]
+    alpha, base = v["alpha_tt_layer_mean"], v["uniform_baseline"]
+    mean_alpha = sum(alpha) / len(alpha)
+    measured = (f"attn_only alpha_tt per layer {', '.join(f'{a:.2f}' for a in alpha)} (mean {mean_alpha:.2f}; "
+                f"uniform baseline {base:.3f}, so {mean_alpha / base:.1f}x uniform)")
+    full_alpha = o.variants.get("full", {}).get("alpha_tt_layer_mean")
+    if full_alpha:
+        measured += f"; full: {', '.join(f'{a:.2f}' for a in full_alpha)}"
+    verdict = "supports" if mean_alpha >= 0.8 else ("contradicts" if max(alpha) < 0.5 else "inconclusive")
+    return verdict, measured, f"mean alpha_tt {mean_alpha:.2f} vs 1 (near 1: >= 0.8)"
+
+
+def decide_p3(o: Outcome) -> tuple[str, str, str]:
+    p = o.loss("attn_only + position_blind")
+    U, B, m = o.unigram, o.bigram, o.margin
+    paper_rule = "supports" if p["mean"] > 3.20 else ("refutes" if p["mean"] < 1.75 else "undecided")
+    if p["mean"] >= U - m:
+        verdict, reading = "supports", "at the floor: without attention not even the current token gets through"
+    elif abs(p["mean"] - B) <= m:
+        verdict = "inconclusive"
+        reading = "at the bigram level: exactly what any pointwise mixer can reach, so it measures 'no context'"
+    elif p["mean"] < B - m:
+        verdict, reading = "contradicts", "below bigram: a pointwise mixer cannot do that unless context leaks"
+    else:
+        verdict, reading = "inconclusive", "between bigram and floor"
+    measured = f"{p['mean']:.3f}; paper's rule (>3.20 supports, <1.75 refutes): {paper_rule}; {reading}"
+    return verdict, measured, f"vs bigram: {separation(p, B)}; vs floor: {separation(p, U)}"
+
+
+def decide_p4(o: Outcome) -> tuple[str, str, str]:
+    n, a = o.loss("attn_only + no_self"), o.loss("attn_only")
+    B, m = o.bigram, o.margin
+    lost = n["mean"] >= B - m
+    kept = n["mean"] <= a["mean"] + max(m, 3 * max(n["std"], a["std"]))
+    verdict = "supports" if lost else ("contradicts" if kept else "inconclusive")
+    measured = f"attn_only + no_self {n['mean']:.3f} vs attn_only {a['mean']:.3f} (bigram {B:.3f})"
+    return verdict, measured, f"no_self - attn_only: {separation(n, a)}"
+
+
+def decide_p5(o: Outcome) -> tuple[str, str, str]:
+    s = o.loss("ffn_only + self_only")
+    U, B, m = o.unigram, o.bigram, o.margin
+    if abs(s["mean"] - B) <= m:
+        verdict = "supports"
+    elif s["mean"] >= U - m:
+        verdict = "contradicts"
+    else:
+        verdict = "inconclusive"  # between bigram and floor, or below bigram (context leaks)
+    measured = f"ffn_only + self_only {s['mean']:.3f} (bigram {B:.3f}, floor {U:.3f})"
+    return verdict, measured, f"vs bigram: {separation(s, B)}; vs floor: {separation(s, U)}"
+
+
+def decide_p6(o: Outcome) -> tuple[str, str, str]:
+    s = o.loss("ffn_only + self_bias")
+    B, m = o.bigram, o.margin
+    below = B - s["mean"]
+    if below > m and below > 3 * s["std"]:
+        verdict = "supports"
+    elif below <= m:
+        verdict = "contradicts"
+    else:
+        verdict = "inconclusive"  # below bigram by the margin, but within 3 seed std of it
+    measured = f"ffn_only + self_bias {s['mean']:.3f} (bigram {B:.3f})"
+    return verdict, measured, f"vs bigram: {separation(s, B)}"
+
+
+def decide_p7(o: Outcome) -> tuple[str, str, str]:
+    u, a = o.loss("attn_only + uniform"), o.loss("attn_only")
+    B, m = o.bigram, o.margin
+    if a["mean"] + m < u["mean"] < B - m:
+        verdict = "supports"
+        frac = (B - u["mean"]) / (B - a["mean"])
+        where = f"recovers {frac:.0%} of the way from bigram to attn_only"
+    elif u["mean"] <= a["mean"] + m:
+        verdict, where = "contradicts", "as good as (or better than) attn_only: content-based routing is not needed"
+    else:
+        verdict, where = "contradicts", "no better than bigram: averaging gives nothing"
+    measured = f"attn_only + uniform {u['mean']:.3f} (attn_only {a['mean']:.3f}, bigram {B:.3f}); {where}"
+    return verdict, measured, f"vs attn_only: {separation(u, a)}; vs bigram: {separation(u, B)}"
+
+
+PREDICTIONS = [
+    Prediction("P1", "asymmetry", "ffn_only sits at the unigram floor; attn_only far below it (below bigram)",
+               "supports if ffn_only >= floor - {m} and attn_only < bigram - {m}", ("ffn_only", "attn_only"),
+               decide_p1),
+    Prediction("P2", "mechanism", "attn_only's attention puts alpha_tt near 1 on the current token",
+               "supports if the layer-mean alpha_tt >= 0.8; contradicts if every layer < 0.5", ("attn_only",),
+               decide_p2),
+    Prediction("P3", "the paper's mixer test", "a position-blind mixer in attn_only collapses to the floor",
+               "read against the bigram level (+/- {m}); at bigram = inconclusive (no context, not no routing)",
+               ("attn_only + position_blind",), decide_p3),
+    Prediction("P4", "attn_only needs alpha_tt", "forbidding the self path (alpha_tt = 0) loses attn_only's recovery",
+               "supports if no_self >= bigram - {m}; contradicts if it stays within max({m}, 3 std) of attn_only",
+               ("attn_only + no_self", "attn_only"), decide_p4),
+    Prediction("P5", "identity restores the current token",
+               "ffn_only + self_only reaches the bigram level, not the floor",
+               "supports if within {m} of bigram; contradicts if >= floor - {m}", ("ffn_only + self_only",), decide_p5),
+    Prediction("P6", "ffn_only's collapse is an early-training trap",
+               "with a self-focused start that can still read context, ffn_only goes below the bigram level",
+               "supports if below bigram by more than {m} and 3 seed std; contradicts if not below bigram - {m}",
+               ("ffn_only + self_bias",), decide_p6),
+    Prediction("P7", "routing needs content", "attn_only + uniform sits between the bigram level and attn_only",
+               "supports if attn_only + {m} < uniform < bigram - {m}", ("attn_only + uniform", "attn_only"), decide_p7),
+]
+
+
+def verdicts(variants: dict[str, Any], levels: dict[str, float], margin: float,
+             predictions: list[Prediction] = PREDICTIONS) -> list[dict[str, str]]:
+    outcome = Outcome(variants, levels["unigram"], levels["bigram"], margin)
     out = []
-
-    def add(id_, title, prediction, rule, needed, decide):
-        if not all(n in variants for n in needed):
-            out.append(dict(id=id_, title=title, prediction=prediction, rule=rule, measured="not run",
-                            verdict="inconclusive", separation="n/a (variant not in --variants)"))
-            return
-        measured, verdict, separation = decide()
-        out.append(dict(id=id_, title=title, prediction=prediction, rule=rule, measured=measured,
-                        verdict=verdict, separation=separation))
-
-    def p1():
-        f, a = loss("ffn_only"), loss("attn_only")
-        at_floor = f["mean"] >= U - m
-        recovers = a["mean"] < B - m
-        measured = f"ffn_only {f['mean']:.3f}, attn_only {a['mean']:.3f} (floor {U:.3f}, bigram {B:.3f})"
-        verdict = "supports" if at_floor and recovers else ("contradicts" if not at_floor or a["mean"] >= U - m
-                                                             else "inconclusive")
-        return measured, verdict, f"attn_only - ffn_only: {_sep(a, f)}"
-
-    add("P1", "asymmetry", "ffn_only sits at the unigram floor; attn_only far below it (below bigram)",
-        f"supports if ffn_only >= floor - {m} and attn_only < bigram - {m}", ["ffn_only", "attn_only"], p1)
-
-    def p2():
-        alpha = variants["attn_only"]["alpha_tt_layer_mean"]
-        base = variants["attn_only"]["uniform_baseline"]
-        full_alpha = variants.get("full", {}).get("alpha_tt_layer_mean")
-        mean_alpha = sum(alpha) / len(alpha)
-        measured = (f"attn_only alpha_tt per layer {', '.join(f'{a:.2f}' for a in alpha)} (mean {mean_alpha:.2f}; "
-                    f"uniform baseline {base:.3f}, so {mean_alpha / base:.1f}x uniform)")
-        if full_alpha:
-            measured += f"; full: {', '.join(f'{a:.2f}' for a in full_alpha)}"
-        verdict = "supports" if mean_alpha >= 0.8 else ("contradicts" if max(alpha) < 0.5 else "inconclusive")
-        return measured, verdict, f"mean alpha_tt {mean_alpha:.2f} vs 1 (near 1: >= 0.8)"
-
-    add("P2", "mechanism", "attn_only's attention puts alpha_tt near 1 on the current token",
-        "supports if the layer-mean alpha_tt >= 0.8; contradicts if every layer < 0.5", ["attn_only"], p2)
-
-    def p3():
-        p = loss("attn_only + position_blind")
-        paper_rule = "supports" if p["mean"] > 3.20 else ("refutes" if p["mean"] < 1.75 else "undecided")
-        if p["mean"] >= U - m:
-            verdict, reading = "supports", "at the floor: without attention not even the current token gets through"
-        elif abs(p["mean"] - B) <= m:
-            verdict = "inconclusive"
-            reading = "at the bigram level: exactly what any pointwise mixer can reach, so it measures 'no context'"
-        elif p["mean"] < B - m:
-            verdict, reading = "contradicts", "below bigram: a pointwise mixer cannot do that unless context leaks"
+    for p in predictions:
+        item = dict(id=p.id, title=p.title, prediction=p.prediction, rule=p.rule.format(m=margin))
+        if not all(n in variants for n in p.needs):
+            item.update(measured="not run", verdict="inconclusive", separation="n/a (variant not in --variants)")
         else:
-            verdict, reading = "inconclusive", "between bigram and floor"
-        measured = f"{p['mean']:.3f}; paper's rule (>3.20 supports, <1.75 refutes): {paper_rule}; {reading}"
-        return measured, verdict, f"vs bigram: {_sep(p, B)}; vs floor: {_sep(p, U)}"
-
-    add("P3", "the paper's mixer test", "a position-blind mixer in attn_only collapses to the floor",
-        f"read against the bigram level (+/- {m}); at bigram = inconclusive (no context, not no routing)",
-        ["attn_only + position_blind"], p3)
-
-    def p4():
-        n, a = loss("attn_only + no_self"), loss("attn_only")
-        lost = n["mean"] >= B - m
-        kept = n["mean"] <= a["mean"] + max(m, 3 * max(n["std"], a["std"]))
-        verdict = "supports" if lost else ("contradicts" if kept else "inconclusive")
-        measured = f"attn_only + no_self {n['mean']:.3f} vs attn_only {a['mean']:.3f} (bigram {B:.3f})"
-        return measured, verdict, f"no_self - attn_only: {_sep(n, a)}"
-
-    add("P4", "attn_only needs alpha_tt", "forbidding the self path (alpha_tt = 0) loses attn_only's recovery",
-        f"supports if no_self >= bigram - {m}; contradicts if it stays within max({m}, 3 std) of attn_only",
-        ["attn_only + no_self", "attn_only"], p4)
-
-    def p5():
-        s = loss("ffn_only + self_only")
-        if abs(s["mean"] - B) <= m or (B < s["mean"] < U - m):
-            verdict = "supports" if abs(s["mean"] - B) <= m else "inconclusive"
-        else:
-            verdict = "contradicts" if s["mean"] >= U - m else "inconclusive"
-        measured = f"ffn_only + self_only {s['mean']:.3f} (bigram {B:.3f}, floor {U:.3f})"
-        return measured, verdict, f"vs bigram: {_sep(s, B)}; vs floor: {_sep(s, U)}"
-
-    add("P5", "identity restores the current token", "ffn_only + self_only reaches the bigram level, not the floor",
-        f"supports if within {m} of bigram; contradicts if >= floor - {m}", ["ffn_only + self_only"], p5)
-
-    def p6():
-        s = loss("ffn_only + self_bias")
-        verdict = "supports" if s["mean"] < B - m else ("contradicts" if s["mean"] >= B - m else "inconclusive")
-        measured = f"ffn_only + self_bias {s['mean']:.3f} (bigram {B:.3f})"
-        return measured, verdict, f"vs bigram: {_sep(s, B)}"
-
-    add("P6", "ffn_only's collapse is an early-training trap",
-        "with a self-focused start that can still read context, ffn_only goes below the bigram level",
-        f"supports if < bigram - {m}; contradicts otherwise", ["ffn_only + self_bias"], p6)
-
-    def p7():
-        u, a = loss("attn_only + uniform"), loss("attn_only")
-        between = a["mean"] + m < u["mean"] < B - m
-        if between:
-            verdict = "supports"
-            frac = (B - u["mean"]) / (B - a["mean"]) if B != a["mean"] else float("nan")
-            where = f"recovers {frac:.0%} of the way from bigram to attn_only"
-        elif u["mean"] <= a["mean"] + m:
-            verdict, where = "contradicts", "as good as (or better than) attn_only: content-based routing is not needed"
-        else:
-            verdict, where = "contradicts", "no better than bigram: averaging gives nothing"
-        measured = f"attn_only + uniform {u['mean']:.3f} (attn_only {a['mean']:.3f}, bigram {B:.3f}); {where}"
-        return measured, verdict, f"vs attn_only: {_sep(u, a)}; vs bigram: {_sep(u, B)}"
-
-    add("P7", "routing needs content", "attn_only + uniform sits between the bigram level and attn_only",
-        f"supports if attn_only + {m} < uniform < bigram - {m}", ["attn_only + uniform", "attn_only"], p7)
+            verdict, measured, sep = p.decide(outcome)
+            item.update(measured=measured, verdict=verdict, separation=sep)
+        out.append(item)
     return out
 
 
-# ----- output -------------------------------------------------------------------------------
+# ----- the experiment -------------------------------------------------------------------------------------
 
 
-def console_table(variants: dict[str, Any], levels: dict[str, float], margin: float) -> str:
-    lines = [
-        f"reference levels (fixed validation batches, train-split counts): unigram {levels['unigram']:.3f}, "
-        f"bigram {levels['bigram']:.3f} nats",
-        f"place rule (margin {margin} nats): floor if loss >= unigram - m; bigram if |loss - bigram| <= m; "
-        "near full if <= full + m; else below bigram (uses context) or between bigram and floor",
-        "",
-        f"{'variant':28s} {'final val loss':30s} {'place':28s} {'alpha_tt/layer (uniform)':28s} "
-        f"{'block-0 grad 0/100/300/end':34s} growth",
-    ]
-    for name, v in variants.items():
+def add_arguments(p) -> None:
+    p.add_argument("--self-bias", type=float, default=DEFAULT_SELF_BIAS,
+                   help=f"the finite self-score bias of 'ffn_only + self_bias' (default {DEFAULT_SELF_BIAS})")
+    p.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
+                   help=f"nats within which a loss counts as at a level (default {DEFAULT_MARGIN})")
+
+
+def check(args) -> None:
+    check_number("--margin", args.margin, 0.0, inclusive=False)
+    check_number("--self-bias", args.self_bias, 0.0, inclusive=False)
+
+
+def plan(ctx: Context) -> list[Group]:
+    return [Group(ctx.spec, make_variants(ctx.args.self_bias))]
+
+
+def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
+    runs = [summarise_run(r) for r in records]
+    summary = summarise_variants(runs, ctx.levels, ctx.args.margin)
+    return {"margin": ctx.args.margin, "self_bias": ctx.args.self_bias, "runs": runs, "variants": summary,
+            "verdicts": verdicts(summary, ctx.levels, ctx.args.margin)}
+
+
+def table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    headers = ["variant", "final val loss", "place", "alpha_tt/layer (uniform)", "block-0 grad 0/100/300/end",
+               "growth"]
+    rows = []
+    for name, v in results["variants"].items():
         alpha = v["alpha_tt_layer_mean"]
         alpha_s = (" ".join(f"{a:.2f}" for a in alpha) + f" ({v['uniform_baseline']:.3f})") if alpha else "n/a"
         grads = " / ".join(f"{g:.3g}" for g in v["block0_grad_at"].values())
         growth = f"{v['growth']:.2f}x" if v["growth"] is not None else "n/a"
-        lines.append(f"{name:28s} {fmt_stats(v['final_val_loss']):30s} {v['place']:28s} {alpha_s:28s} "
-                     f"{grads:34s} {growth}")
-    return "\n".join(lines)
+        rows.append([name, fmt_stats(v["final_val_loss"]), v["place"], alpha_s, grads, growth])
+    return headers, rows
 
 
-def console_verdicts(items: list[dict[str, str]]) -> str:
-    lines = []
-    for v in items:
+def summary(results: dict[str, Any]) -> str:
+    lines = [f"place rule (margin {results['margin']} nats): floor if loss >= unigram - m; bigram if |loss - bigram| "
+             "<= m; near full if <= full + m; else below bigram (uses context) or between bigram and floor", ""]
+    for v in results["verdicts"]:
         lines.append(f"{v['id']} {v['title']}: {v['verdict'].upper()}")
         lines.append(f"   predicted: {v['prediction']}")
         lines.append(f"   measured:  {v['measured']}")
@@ -328,73 +378,68 @@ def console_verdicts(items: list[dict[str, str]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = base_parser(
-        "python -m experiments.routing_test",
-        __doc__.split("results.json schema")[0],
-        default_out="runs/routing_test",
-    )
-    parser.add_argument("--variants", help="comma-separated subset of the variant names (default: all nine)")
-    parser.add_argument("--self-bias", type=float, default=DEFAULT_SELF_BIAS,
-                        help=f"the finite self-score bias of 'ffn_only + self_bias' (default {DEFAULT_SELF_BIAS})")
-    parser.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
-                        help=f"nats within which a loss counts as at a level (default {DEFAULT_MARGIN})")
-    parser.add_argument("--no-report", action="store_true", help="skip report.html")
-    args = parser.parse_args(argv)
-    start = time.perf_counter()
-    spec = spec_from_args(args)
-    seeds = parse_seeds(args.seeds, [spec.train.seed])
-    variants = make_variants(args.self_bias)
-    if args.variants:
-        wanted = [w.strip() for w in args.variants.split(",") if w.strip()]
-        known = {v.name: v for v in variants}
-        unknown = [w for w in wanted if w not in known]
-        if unknown:
-            raise ToolkitError(f"unknown variant(s) {unknown}; choose from: {', '.join(known)}")
-        variants = [known[w] for w in wanted]
-    from training.data import load_corpus
+def sections(results: dict[str, Any], ctx: Context) -> list:
+    from interp.plots import alpha_tt_heatmap, gradient_flow_heatmap, loss_curves, norm_profile
 
-    corpus = load_corpus(spec.train.corpus, spec.train.data_path)
-    levels = reference_levels(spec, corpus)
-    out = Path(args.out)
-    print(f"routing test: preset {spec.preset}, seeds {seeds}, {len(variants)} variants -> {out / spec.preset}")
-    records = run_grid(spec, variants, seeds, out, progress=not args.no_progress, corpus=corpus)
-    runs = [summarise_run(r) for r in records]
-    summary = summarise_variants(runs, levels, args.margin)
-    items = verdicts(summary, levels, args.margin)
-    results = {
-        "schema": SCHEMA,
-        "experiment": "routing_test",
-        "preset": spec.preset,
-        "seeds": seeds,
-        "margin": args.margin,
-        "self_bias": args.self_bias,
-        "config": {"model": spec.model.to_dict(), "train": spec.train.to_dict(),
-                   "variants": {v.name: v.overrides for v in variants}},
-        "reference_levels": levels,
-        "runs": runs,
-        "variants": summary,
-        "verdicts": items,
-        "software": software_versions(),
-        "train_wall_time_s": sum(r["wall_time_s"] for r in runs),
-    }
-    results["wall_time_s"] = time.perf_counter() - start
-    result_dir = out / spec.preset
-    write_results(result_dir / "results.json", results)
-    print()
-    print(console_table(summary, levels, args.margin))
-    print()
-    print(console_verdicts(items))
-    if not args.no_report:
-        from experiments.routing_report import write_report
-
-        write_report(result_dir / "report.html", results, corpus, PROMPT)
-        print(f"\nreport: {result_dir / 'report.html'}")
-    print(f"results: {result_dir / 'results.json'}  (wall time {time.perf_counter() - start:.0f}s)")
-    return 0
+    runs = results["runs"]
+    curves = {f"{r['variant']}/seed{r['seed']}": (r["val_curve"]["steps"], r["val_curve"]["loss"]) for r in runs}
+    out: list = [("Verdicts", None, None)]
+    out += [f"{v['id']} {v['title']}: {v['verdict'].upper()}. Predicted: {v['prediction']}. "
+            f"Measured: {v['measured']}. Separation: {v['separation']}. Rule: {v['rule']}."
+            for v in results["verdicts"]]
+    out.append(("Validation loss", loss_curves(curves, reference_lines(results["reference_levels"]),
+                                               title="Validation loss (fixed batches)")))
+    alphas = {f"{r['variant']}/seed{r['seed']}": np.array(r["alpha_tt"]) for r in runs if r["alpha_tt"]}
+    baseline = next((r["uniform_baseline"] for r in runs if r["uniform_baseline"]), None)
+    if alphas:
+        out.append(("alpha_tt per layer and head (final)",
+                    "Mean weight a query puts on its own position, over positions t >= 1; the uniform "
+                    f"baseline mean 1/(t+1) is {baseline:.3f}. Position-blind variants have no pattern.",
+                    alpha_tt_heatmap(alphas, baseline=baseline)))
+    for r in runs:
+        flow = r["grad_flow"]
+        if not flow["steps"]:
+            continue
+        grid = np.array([[np.hypot(a, m) for a, m in zip(att, mlp, strict=True)]
+                         for att, mlp in zip(flow["attn"], flow["mlp"], strict=True)]).T
+        out.append((f"Gradient flow: {r['variant']} seed {r['seed']}", gradient_flow_heatmap(
+            grid + 1e-12, flow["steps"], layer_labels=[f"block {i}" for i in range(grid.shape[0])],
+            title=f"{r['variant']}: block parameter-gradient norm (before clipping)")))
+    profiles = {f"{r['variant']}/seed{r['seed']}": r["norms"]["norms"] for r in runs if r["norms"]["norms"]}
+    sites = next((r["norms"]["sites"] for r in runs if r["norms"]["sites"]), None)
+    if profiles:
+        out.append(("Hidden-norm profile (final, eval mode)",
+                    norm_profile(profiles, sites, log_y=True, title="Mean per-token residual norm")))
+    return out + attention_figures(results, ctx.corpus)
 
 
-run = cli(main)
+def attention_figures(results: dict[str, Any], corpus, prompt: str = PROMPT) -> list:
+    """Attention patterns of the first seed's full, attn_only and ffn_only at the first and last layer."""
+    import torch
+
+    from interp.model import ResidualGPT
+    from interp.plots import attention_patterns
+
+    figures = []
+    for run in results["runs"]:
+        if run["variant"] not in ("full", "attn_only", "ffn_only") or run["seed"] != results["seeds"][0]:
+            continue
+        model = ResidualGPT.from_checkpoint(Path(run["run_dir"]) / "ckpt.pt").eval()
+        ids = corpus.encode(prompt)[: model.cfg.n_ctx]
+        tokens = [corpus.decode([i]) for i in ids]
+        with torch.no_grad():
+            _, cache = model.run_with_cache(torch.tensor([ids]), names_filter=lambda n: n.endswith("hook_pattern"))
+        for layer in sorted({0, model.cfg.n_layers - 1}):
+            fig = attention_patterns(cache, tokens, layer, title=f"{run['variant']}: layer {layer}")
+            figures.append((f"Attention patterns, {run['variant']}, layer {layer}", fig))
+    return figures
+
+
+EXPERIMENT = Experiment(
+    name="routing_test", schema=SCHEMA, doc=__doc__, title="Routing test", plan=plan, analyse=analyse, table=table,
+    summary=summary, sections=sections, add_arguments=add_arguments, check=check, variants_option=True,
+    owned={"residual": "--variants", "mixer": "--variants", "self_bias": "--variants / --self-bias"},
+)
 
 if __name__ == "__main__":
-    raise SystemExit(run())
+    raise SystemExit(EXPERIMENT.main())

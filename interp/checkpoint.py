@@ -1,4 +1,4 @@
-"""Checkpoints are data, not code (DESIGN.md contract 4).
+"""Checkpoints are data, not code (docs/DESIGN.md contract 4).
 
 A checkpoint is a dict {schema, model_config, weights, **training state},
 written atomically and read back with torch.load(weights_only=True), so a file
@@ -7,9 +7,7 @@ that would run code on unpickling is refused, never executed.
 
 from __future__ import annotations
 
-import os
 import pickle
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +17,7 @@ from torch import nn
 
 from interp.config import ModelConfig
 from interp.errors import CheckpointError, ConfigError
+from interp.io import atomic_write
 
 SCHEMA = "residual-gpt/1"
 
@@ -29,24 +28,6 @@ class Checkpoint:
     weights: dict[str, torch.Tensor]
     state: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
-
-
-def atomic_write(path: str | Path, write) -> None:
-    """Call write(tmp_path) on a temporary name beside path, then rename over it."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are meant to be shared
-    try:
-        write(tmp)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def save_checkpoint(path: str | Path, model: nn.Module, **state: Any) -> None:

@@ -38,7 +38,7 @@ from transformer_lens.hook_points import HookPoint
 
 from interp.checkpoint import Checkpoint, load_checkpoint
 from interp.config import ModelConfig
-from interp.errors import CheckpointError, ConfigError, ToolkitError
+from interp.errors import ConfigError, ToolkitError
 from interp.model import ResidualGPT
 
 GPT2_VOCAB = 50257
@@ -246,12 +246,7 @@ def tl_state_dict(model: ResidualGPT) -> dict[str, Tensor]:
 
 def model_from_checkpoint(ckpt: Checkpoint, device: str | torch.device | None = None) -> ResidualGPT:
     """The checkpoint's ResidualGPT in eval mode; weights must fit its config exactly (strict)."""
-    model = ResidualGPT(ckpt.config)
-    try:
-        model.load_state_dict(ckpt.weights, strict=True)
-    except RuntimeError as e:
-        detail = " ".join(line.strip() for line in str(e).splitlines()[1:])
-        raise CheckpointError(f"{ckpt.path or 'checkpoint'}: weights do not match its model config: {detail}") from None
+    model = ResidualGPT.from_checkpoint(ckpt)
     return (model.to(device) if device is not None else model).eval()
 
 

@@ -10,7 +10,6 @@ run_with_cache / run_with_hooks / hooks() work as on a HookedTransformer.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -138,10 +137,17 @@ class ResidualGPT(HookedRootModule):
                 block.attn.explicit = explicit
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path, map_location: str | torch.device = "cpu") -> ResidualGPT:
-        from interp.checkpoint import load_checkpoint
+    def from_checkpoint(cls, source, map_location: str | torch.device = "cpu") -> ResidualGPT:
+        """The one way from a checkpoint (a path or a loaded interp.checkpoint.Checkpoint) to a model."""
+        from interp.checkpoint import Checkpoint, load_checkpoint
+        from interp.errors import CheckpointError
 
-        ckpt = load_checkpoint(path, map_location=map_location)
+        ckpt = source if isinstance(source, Checkpoint) else load_checkpoint(source, map_location=map_location)
         model = cls(ckpt.config)
-        model.load_state_dict(ckpt.weights)
+        try:
+            model.load_state_dict(ckpt.weights, strict=True)
+        except RuntimeError as e:
+            detail = " ".join(line.strip() for line in str(e).splitlines()[1:])
+            raise CheckpointError(f"{ckpt.path or 'checkpoint'}: weights do not match its model config: {detail}") \
+                from None
         return model

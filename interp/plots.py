@@ -20,8 +20,8 @@ import plotly.graph_objects as go
 from jaxtyping import Float
 from plotly.subplots import make_subplots
 
-from interp.checkpoint import atomic_write
 from interp.errors import ToolkitError
+from interp.io import atomic_write
 
 PALETTE = (
     "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",

@@ -84,12 +84,8 @@ def measure(checkpoint_or_model: Any, batches) -> dict:
     from interp.model import ResidualGPT
 
     model = checkpoint_or_model
-    if isinstance(model, (str, Path)):
+    if isinstance(model, (str, Path, Checkpoint)):
         model = ResidualGPT.from_checkpoint(model)
-    elif isinstance(model, Checkpoint):
-        weights = model.weights
-        model = ResidualGPT(model.config)
-        model.load_state_dict(weights)
     batches = list(batches)
     return {
         "attention": attention_stats(model, batches),

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from interp import CheckpointError, ModelConfig, ResidualGPT, load_checkpoint, save_checkpoint
+from interp.io import DataFileError
 
 
 def small():
@@ -85,7 +86,7 @@ def test_failed_save_keeps_the_old_file(tmp_path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(torch, "save", boom)
-    with pytest.raises(OSError):
+    with pytest.raises(DataFileError, match="disk full"):
         save_checkpoint(path, small(), step=2)
     assert load_checkpoint(path).state["step"] == 1
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]

@@ -66,7 +66,7 @@ def test_residual_sweep_smoke_schema_and_resume(tmp_path, shared_data, capsys):
     out = tmp_path / "sweep"
     argv = ["--preset", "smoke", "--out", str(out), "--no-progress", "--seeds", "1337"]
     start = time.perf_counter()
-    assert residual_sweep.main(argv) == 0
+    assert residual_sweep.EXPERIMENT.main(argv) == 0
     assert time.perf_counter() - start < 120
     printed = capsys.readouterr().out
     assert "rule: collapses" in printed and "unigram" in printed and "bigram" in printed
@@ -92,7 +92,7 @@ def test_residual_sweep_smoke_schema_and_resume(tmp_path, shared_data, capsys):
     # an interrupted sweep: one run directory gone; the rerun trains only that one
     before = final_mtimes(result_dir)
     shutil.rmtree(result_dir / "ffn_only")
-    assert residual_sweep.main(argv) == 0
+    assert residual_sweep.EXPERIMENT.main(argv) == 0
     after = final_mtimes(result_dir)
     assert set(after) == set(before)
     assert {k: v for k, v in after.items() if not k.startswith("ffn_only")} == \
@@ -108,7 +108,7 @@ def test_residual_sweep_smoke_schema_and_resume(tmp_path, shared_data, capsys):
     # finished runs of another configuration are refused, not silently reported as this one
     written = (result_dir / "results.json").read_bytes()
     capsys.readouterr()
-    assert residual_sweep.run([*argv, "--set", "max_steps=30"]) == 2
+    assert residual_sweep.EXPERIMENT.main([*argv, "--set", "max_steps=30"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and "different configuration" in err[0]
     assert (result_dir / "results.json").read_bytes() == written
@@ -170,7 +170,7 @@ def test_gain_confound_smoke(tmp_path, shared_data, capsys):
     out = tmp_path / "gain"
     start = time.perf_counter()
     argv = ["--preset", "smoke", "--out", str(out), "--no-progress", "--gains", "0.5,1,2"]
-    assert gain_confound.main(argv) == 0
+    assert gain_confound.EXPERIMENT.main(argv) == 0
     assert time.perf_counter() - start < 120
     printed = capsys.readouterr().out
     assert "Adam invariance" in printed and "m_hat/(sqrt(v_hat)+eps)" in printed
@@ -226,7 +226,7 @@ def test_eval_noise_smoke(tmp_path, shared_data, capsys):
     out = tmp_path / "noise"
     start = time.perf_counter()
     argv = ["--preset", "smoke", "--out", str(out), "--no-progress", "--repeats", "8"]
-    assert eval_noise.main(argv) == 0
+    assert eval_noise.EXPERIMENT.main(argv) == 0
     assert time.perf_counter() - start < 120
     printed = capsys.readouterr().out
     assert "fixed batches evaluated twice: max |diff| = 0.0e+00" in printed
@@ -261,7 +261,7 @@ def test_eval_noise_smoke(tmp_path, shared_data, capsys):
     # a finished run without snapshots is refused with one line, exit 2, results untouched
     written = (result_dir / "results.json").read_bytes()
     shutil.rmtree(Path(preset_run["run_dir"]) / "snapshots")
-    assert eval_noise.run(argv) == 2
+    assert eval_noise.EXPERIMENT.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and "snapshots" in err[0]
     assert (result_dir / "results.json").read_bytes() == written

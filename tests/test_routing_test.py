@@ -1,4 +1,5 @@
-"""The main job on the smoke preset: results.json schema, every verdict, a self-contained report, resume."""
+"""The main job on the smoke preset: results.json schema, the verdict rules branch by branch, a
+self-contained report, resume, option checks, and run directories shared with the trainer CLI."""
 
 import json
 import math
@@ -6,26 +7,29 @@ import re
 import shutil
 
 import pytest
-from conftest import SHARED_DATA
+from conftest import run_module
 
 from experiments import routing_test
+from experiments.routing_test import PREDICTIONS, Outcome, separation, verdicts
 
-PREDICTIONS = ["P1", "P2", "P3", "P4", "P5", "P6", "P7"]
+main = routing_test.EXPERIMENT.main
+IDS = ["P1", "P2", "P3", "P4", "P5", "P6", "P7"]
 
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
-    if not (SHARED_DATA / "tinyshakespeare" / "input.txt").is_file():
-        pytest.skip(f"offline data not found at {SHARED_DATA}")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("RESIDUAL_DATA_DIR", str(SHARED_DATA))
+    """One routing test on the smoke preset, shared read-only by the tests below."""
+    from conftest import SHARED_DATA
+
     out = tmp_path_factory.mktemp("routing")
-    assert routing_test.run(["--preset", "smoke", "--out", str(out), "--no-progress"]) == 0
-    yield out
-    mp.undo()
+    with pytest.MonkeyPatch.context() as mp:
+        if (SHARED_DATA / "tinyshakespeare" / "input.txt").is_file():
+            mp.setenv("RESIDUAL_DATA_DIR", str(SHARED_DATA))
+        assert main(["--preset", "smoke", "--out", str(out), "--no-progress"]) == 0
+        yield out
 
 
-def test_results_schema_and_every_verdict(smoke_run, capsys):
+def test_results_schema(smoke_run):
     results = json.loads((smoke_run / "smoke" / "results.json").read_text())
     for key in ("schema", "experiment", "preset", "seeds", "margin", "self_bias", "config", "reference_levels",
                 "runs", "variants", "verdicts", "software", "wall_time_s", "train_wall_time_s", "created"):
@@ -33,8 +37,6 @@ def test_results_schema_and_every_verdict(smoke_run, capsys):
     assert results["schema"] == "routing-test/1" and results["preset"] == "smoke"
     names = [v.name for v in routing_test.make_variants()]
     assert list(results["variants"]) == names and len(results["runs"]) == 9
-    levels = results["reference_levels"]
-    assert 3.2 < levels["unigram"] < 3.45 and 2.4 < levels["bigram"] < 2.55
     for run in results["runs"]:
         assert math.isfinite(run["final_val_loss"]) and run["wall_time_s"] > 0
         assert run["val_curve"]["steps"][-1] == 40
@@ -42,72 +44,196 @@ def test_results_schema_and_every_verdict(smoke_run, capsys):
         assert (run["alpha_tt"] is None) == (run["variant"] == "attn_only + position_blind")
     assert results["variants"]["ffn_only + self_only"]["alpha_tt_layer_mean"] == [1.0, 1.0]
     assert results["variants"]["attn_only + no_self"]["alpha_tt_layer_mean"] == [0.0, 0.0]
-    assert [v["id"] for v in results["verdicts"]] == PREDICTIONS
-    for v in results["verdicts"]:
-        assert v["verdict"] in ("supports", "contradicts", "inconclusive")
-        assert v["measured"] and v["rule"] and v["separation"]
+    assert [v["id"] for v in results["verdicts"]] == IDS
+    # the verdicts in the file are the rules applied to the file's own numbers
+    assert results["verdicts"] == verdicts(results["variants"], results["reference_levels"], results["margin"])
     assert results["config"]["variants"]["attn_only + no_self"]["self_bias"] == "-inf"  # strict JSON
+    assert results["config"]["overrides"] == {}
 
 
 def test_report_is_self_contained(smoke_run):
     page = (smoke_run / "smoke" / "report.html").read_text()
     assert not re.search(r"<script[^>]+src=[\"']?https?:", page)
     assert page.count("Plotly.newPlot") >= 10 and len(page) > 3_000_000  # plotly.js is inline
-    for heading in ("Verdicts", "Validation loss", "alpha_tt", "Gradient flow", "Hidden-norm", "Attention patterns"):
+    for heading in ("Results", "Verdicts", "Validation loss", "alpha_tt", "Gradient flow", "Hidden-norm",
+                    "Attention patterns"):
         assert heading in page
 
 
-def test_rerun_after_a_kill_retrains_only_what_is_missing(smoke_run):
-    first = json.loads((smoke_run / "smoke" / "results.json").read_text())
-    victim = smoke_run / "smoke" / "attn_only_uniform" / "seed1337"
-    finals = (smoke_run / "smoke").glob("*/seed1337/final.json")
-    kept = {p: p.stat().st_mtime_ns for p in finals if victim not in p.parents}
+def test_rerun_after_a_kill_retrains_only_what_is_missing(smoke_run, tmp_path, shared_data):
+    out = tmp_path / "copy"
+    shutil.copytree(smoke_run, out)  # the shared run stays untouched
+    first = json.loads((out / "smoke" / "results.json").read_text())
+    victim = out / "smoke" / "attn_only_uniform" / "seed1337"
+    kept = {p: p.stat().st_mtime_ns for p in (out / "smoke").glob("*/seed1337/final.json") if victim not in p.parents}
     shutil.rmtree(victim)  # as if killed before this run started
-    assert routing_test.run(["--preset", "smoke", "--out", str(smoke_run), "--no-progress", "--no-report"]) == 0
+    assert main(["--preset", "smoke", "--out", str(out), "--no-progress", "--no-report"]) == 0
     assert {p: p.stat().st_mtime_ns for p in kept} == kept
-    again = json.loads((smoke_run / "smoke" / "results.json").read_text())
+    again = json.loads((out / "smoke" / "results.json").read_text())
     numbers = lambda r: [(x["variant"], x["final_val_loss"], x["alpha_tt"], x["growth"]) for x in r["runs"]]  # noqa: E731
     assert numbers(again) == numbers(first)
     assert again["verdicts"] == first["verdicts"]
 
 
-def test_bad_variant_is_one_error_line(capsys):
-    assert routing_test.run(["--variants", "attn_only,bogus"]) == 2
+def test_half_trained_run_resumes_through_the_experiment(smoke_run, tmp_path, shared_data):
+    out = tmp_path / "copy"
+    shutil.copytree(smoke_run, out)
+    run = out / "smoke" / "ffn_only" / "seed1337"
+    final = json.loads((run / "final.json").read_text())
+    (run / "final.json").unlink()  # a run that stopped after its last checkpoint
+    assert main(["--preset", "smoke", "--out", str(out), "--no-progress", "--no-report", "--variants", "ffn_only"]) == 0
+    again = json.loads((run / "final.json").read_text())
+    assert again["resumed_from_step"] == 40 and again["final_val_loss"] == final["final_val_loss"]
+
+
+# ----- options: one error line, exit 2, nothing written ------------------------------------------------
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--set", "residual=full"], "--set residual=... would be overridden by this experiment's variants"),
+    (["--set", "self_bias=2"], "--set self_bias=... would be overridden"),
+    (["--margin", "nan"], "--margin must be a finite number > 0, got nan"),
+    (["--margin", "-0.1"], "--margin must be a finite number > 0"),
+    (["--self-bias", "inf"], "--self-bias must be a finite number > 0"),
+    (["--variants", "attn_only,bogus"], "unknown variant(s) ['bogus']"),
+    (["--seeds", "1,1"], "--seeds needs distinct non-negative integers"),
+    (["--no-wait"], "--no-wait, --slurm-set and --slurm-partition need --launcher slurm"),
+    (["--launcher", "slurm-local", "--slurm-set", "oops"], "--slurm-set expects KEY=VALUE"),
+])
+def test_bad_options_are_one_error_line(argv, message, smoke_run, capsys):
+    results = smoke_run / "smoke" / "results.json"
+    before = results.read_bytes()
+    assert main(["--preset", "smoke", "--out", str(smoke_run), "--no-progress", *argv]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: unknown variant(s) ['bogus']") and err.count("\n") == 1
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1, err
+    assert results.read_bytes() == before
+
+
+# ----- run directories shared with `python -m training` -------------------------------------------------
+
+
+def test_trainer_cli_reuses_the_routing_runs_and_the_other_way_round(smoke_run, tmp_path, shared_data):
+    out = tmp_path / "shared"
+    shutil.copytree(smoke_run, out)
+    final = out / "smoke" / "attn_only_uniform" / "seed1337" / "final.json"
+    stamp = final.stat().st_mtime_ns
+    done = run_module("training", "--preset", "smoke", "--residual", "attn_only", "--mixer", "uniform",
+                      "--out", str(out), "--no-progress")
+    assert done.returncode == 0, done.stderr
+    assert f"run: {final.parent}" in done.stdout and final.stat().st_mtime_ns == stamp  # found, not retrained
+
+    fresh = tmp_path / "fresh"
+    trained = run_module("training", "--preset", "smoke", "--residual", "ffn_only", "--set", "self_bias=inf",
+                         "--out", str(fresh), "--no-progress")
+    assert trained.returncode == 0, trained.stderr
+    cli_final = fresh / "smoke" / "ffn_only_self_only" / "seed1337" / "final.json"
+    stamp = cli_final.stat().st_mtime_ns
+    assert main(["--preset", "smoke", "--out", str(fresh), "--no-progress", "--no-report",
+                 "--variants", "ffn_only + self_only"]) == 0
+    assert cli_final.stat().st_mtime_ns == stamp
+    results = json.loads((fresh / "smoke" / "results.json").read_text())
+    assert results["runs"][0]["final_val_loss"] == json.loads(cli_final.read_text())["final_val_loss"]
+
+
+# ----- the rules, branch by branch -----------------------------------------------------------------------
+
+U, B, M = 3.35, 2.48, 0.05
+
+
+def loss(mean, std=0.0, n=1):
+    return {"mean": mean, "std": std, "min": mean, "max": mean, "n": n}
+
+
+def variant(mean, alpha=None, std=0.0, n=1):
+    return {"final_val_loss": loss(mean, std, n), "alpha_tt_layer_mean": alpha, "uniform_baseline": 0.04}
+
+
+def decide(pid, **variants):
+    p = next(p for p in PREDICTIONS if p.id == pid)
+    return p.decide(Outcome(variants, U, B, M))[0]
+
+
+@pytest.mark.parametrize("ffn, attn, expected", [
+    (U - M, B - M - 0.001, "supports"),           # both just inside
+    (U - M - 0.001, 2.0, "contradicts"),          # ffn_only just off the floor
+    (3.34, B - M, "inconclusive"),                # attn_only exactly at bigram - m: not below it
+    (3.34, 2.9, "inconclusive"),                  # attn_only between bigram and floor
+    (3.34, U - M, "contradicts"),                 # attn_only collapses too
+])
+def test_p1(ffn, attn, expected):
+    assert decide("P1", ffn_only=variant(ffn), attn_only=variant(attn)) == expected
+
+
+@pytest.mark.parametrize("alpha, expected", [
+    ([0.8, 0.8], "supports"), ([0.79, 0.81], "supports"), ([0.7, 0.8], "inconclusive"),
+    ([0.49, 0.1], "contradicts"), ([0.5, 0.1], "inconclusive"),
+])
+def test_p2(alpha, expected):
+    assert decide("P2", attn_only=variant(2.0, alpha)) == expected
+
+
+@pytest.mark.parametrize("blind, expected", [
+    (U - M, "supports"), (U - M - 0.001, "inconclusive"),  # between bigram and floor
+    (B + M, "inconclusive"), (B - M, "inconclusive"),      # at the bigram level, both edges
+    (B - M - 0.001, "contradicts"),
+])
+def test_p3(blind, expected):
+    assert decide("P3", **{"attn_only + position_blind": variant(blind)}) == expected
+
+
+@pytest.mark.parametrize("no_self, attn, std, n, expected", [
+    (B - M, 2.0, 0.0, 1, "supports"),
+    (2.05, 2.0, 0.0, 1, "contradicts"),          # within the margin of attn_only
+    (2.051, 2.0, 0.0, 1, "inconclusive"),
+    (2.10, 2.0, 0.02, 3, "inconclusive"),        # 0.10 above: beyond the margin and 3 seed std (0.06)
+    (2.055, 2.0, 0.02, 3, "contradicts"),        # beyond the margin but within 3 seed std: kept
+])
+def test_p4(no_self, attn, std, n, expected):
+    outcome = {"attn_only + no_self": variant(no_self, std=std, n=n), "attn_only": variant(attn, std=std, n=n)}
+    assert decide("P4", **outcome) == expected
+
+
+@pytest.mark.parametrize("self_only, expected", [
+    (B + M, "supports"), (B - M, "supports"), (B + M + 0.001, "inconclusive"), (U - M, "contradicts"),
+    (B - M - 0.001, "inconclusive"),
+])
+def test_p5(self_only, expected):
+    assert decide("P5", **{"ffn_only + self_only": variant(self_only)}) == expected
+
+
+@pytest.mark.parametrize("biased, std, n, expected", [
+    (B - M - 0.001, 0.0, 1, "supports"), (B - M, 0.0, 1, "contradicts"), (3.34, 0.0, 1, "contradicts"),
+    (B - 0.10, 0.04, 3, "inconclusive"),   # below by 0.10 > m, but not by 3 std (0.12)
+    (B - 0.13, 0.04, 3, "supports"),
+])
+def test_p6(biased, std, n, expected):
+    assert decide("P6", **{"ffn_only + self_bias": variant(biased, std=std, n=n)}) == expected
+
+
+@pytest.mark.parametrize("uniform, expected", [
+    (2.051, "supports"), (2.05, "contradicts"), (B - M, "contradicts"), (B - M - 0.001, "supports"),
+])
+def test_p7(uniform, expected):
+    assert decide("P7", **{"attn_only + uniform": variant(uniform), "attn_only": variant(2.0)}) == expected
+
+
+def test_separation_in_nats_and_seed_std():
+    assert separation(loss(2.0), 2.5) == "-0.500 nats (1 seed: no seed std)"
+    assert separation(loss(2.0, 0.1, 3), loss(2.5, 0.1, 3)) == "-0.500 nats = -5.0 seed-std"
+    assert separation(loss(2.0, 0.3, 3), loss(2.3, 0.4, 3)) == f"-0.300 nats = {-0.3 / math.sqrt(0.125):+.1f} seed-std"
+    assert separation(loss(2.0, 0.0, 2), 2.0) == "+0.000 nats (seed std 0)"
+
+
+def test_a_prediction_without_its_variants_is_not_run():
+    got = verdicts({"full": variant(2.0)}, {"unigram": U, "bigram": B}, M)
+    assert [(v["measured"], v["verdict"]) for v in got] == [("not run", "inconclusive")] * 7
 
 
 def test_place_rule():
     levels = {"unigram": 3.35, "bigram": 2.48}
-    assert routing_test.place(3.34, levels, 1.7, 0.05) == "at the unigram floor"
-    assert routing_test.place(2.50, levels, 1.7, 0.05) == "at the bigram level"
-    assert routing_test.place(2.90, levels, 1.7, 0.05) == "between bigram and floor"
-    assert routing_test.place(1.74, levels, 1.7, 0.05) == "near full"
+    assert routing_test.place(3.301, levels, 1.7, 0.05) == "at the unigram floor"
+    assert routing_test.place(3.299, levels, 1.7, 0.05) == "between bigram and floor"
+    assert routing_test.place(2.53, levels, 1.7, 0.05) == "at the bigram level"
+    assert routing_test.place(2.43, levels, 1.7, 0.05) == "at the bigram level"
+    assert routing_test.place(1.75, levels, 1.7, 0.05) == "near full"
     assert routing_test.place(2.10, levels, 1.7, 0.05) == "below bigram (uses context)"
-
-
-def _v(mean, alpha=None, std=0.0, n=1):
-    loss = {"mean": mean, "std": std, "min": mean, "max": mean, "n": n}
-    return {"final_val_loss": loss, "alpha_tt_layer_mean": alpha, "uniform_baseline": 0.04}
-
-
-def test_verdicts_follow_the_numbers():
-    """Constructed outcomes: the routing story holding everywhere, then failing everywhere."""
-    levels = {"unigram": 3.35, "bigram": 2.48}
-    holds = {
-        "full": _v(1.9, [0.2] * 4), "attn_only": _v(2.0, [0.9] * 4), "ffn_only": _v(3.34), "none": _v(3.35),
-        "attn_only + position_blind": _v(3.34), "attn_only + uniform": _v(2.3),
-        "attn_only + no_self": _v(2.9), "ffn_only + self_only": _v(2.49), "ffn_only + self_bias": _v(2.2),
-    }
-    assert [v["verdict"] for v in routing_test.verdicts(holds, levels, 0.05)] == ["supports"] * 7
-    fails = {
-        **holds, "attn_only": _v(2.0, [0.1] * 4), "ffn_only": _v(2.9), "attn_only + position_blind": _v(2.49),
-        "attn_only + uniform": _v(2.01), "attn_only + no_self": _v(2.02), "ffn_only + self_only": _v(3.34),
-        "ffn_only + self_bias": _v(3.34),
-    }
-    got = {v["id"]: v["verdict"] for v in routing_test.verdicts(fails, levels, 0.05)}
-    assert got == {"P1": "contradicts", "P2": "contradicts", "P3": "inconclusive", "P4": "contradicts",
-                   "P5": "contradicts", "P6": "contradicts", "P7": "contradicts"}
-    two_seeds = routing_test.verdicts({**holds, "attn_only": _v(2.0, [0.9] * 4, std=0.01, n=2),
-                                       "ffn_only": _v(3.34, std=0.01, n=2)}, levels, 0.05)
-    assert "seed-std" in two_seeds[0]["separation"]

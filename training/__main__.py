@@ -2,9 +2,12 @@
 
     python -m training --preset cpu-quick --residual attn_only --seed 1337 --out runs/demo
 
-The run lands in <out>/<preset>/<variant>/seed<seed>/ (DESIGN.md contract 3).
-Running the same command again resumes an interrupted run, and does nothing
-for a finished one.
+The run lands in <out>/<preset>/<variant>/seed<seed>/ (training.rundir), named
+by the same rule as the experiments' runs ("attn_only + uniform" ->
+attn_only_uniform), so a run trained here is reused by an experiment with the
+same --out and the other way round. Running the same command again resumes an
+interrupted run, and does nothing for a finished one; Ctrl-C exits 130 with
+the command that resumes.
 """
 
 from __future__ import annotations
@@ -12,12 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
-from pathlib import Path
 
 from interp.config import MIXERS, RESIDUALS
 from interp.errors import ToolkitError
 from training.presets import MODEL_FIELDS, PRESETS, TRAIN_FIELDS, parse_overrides, resolve
+from training.rundir import RunDir, variant_name
 
 
 def _fields_help() -> str:
@@ -29,15 +33,6 @@ def _fields_help() -> str:
     lines.append("model fields (--set): " + ", ".join(MODEL_FIELDS))
     lines.append("train fields (--set): " + ", ".join(TRAIN_FIELDS))
     return "\n".join(lines)
-
-
-def variant_name(model: dict) -> str:
-    name = model.get("residual", "full")
-    if model.get("mixer", "attention") != "attention":
-        name += f"+{model['mixer']}"
-    if model.get("self_bias", 0.0) not in (0, 0.0):
-        name += f"+self_bias{model['self_bias']}"
-    return name
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mixer", choices=MIXERS, help="token mixer in the attention slot")
     p.add_argument("--seed", type=int, help="seed for init, data order and dropout")
     p.add_argument("--out", default="runs/train", help="experiment directory (default: runs/train)")
-    p.add_argument("--variant", help="variant directory name (default: from residual/mixer/self_bias)")
+    p.add_argument("--variant", help="variant name (default: from residual/mixer/self_bias, as the experiments "
+                   "name it, e.g. 'attn_only + uniform')")
     p.add_argument("--data", help="corpus file or prepared directory (default: $RESIDUAL_DATA_DIR, cache, download)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override any field (repeatable)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -70,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             overrides["data_path"] = args.data
         spec = resolve(args.preset, overrides)
         variant = args.variant or variant_name(spec.model.to_dict())
-        run_dir = Path(args.out) / args.preset / variant / f"seed{spec.train.seed}"
+        run_dir = RunDir.of(args.out, args.preset, variant, spec.train.seed).path
         from training.data import load_corpus
 
         corpus = load_corpus(spec.train.corpus, spec.train.data_path)
@@ -84,8 +80,15 @@ def main(argv: list[str] | None = None) -> int:
             trainer.callbacks.extend(default_callbacks(spec.train))
         final = trainer.run()
     except ToolkitError as e:
+        if getattr(e, "exit_code", 2) == 130:  # Ctrl-C during training
+            command = shlex.join([sys.executable, "-m", "training", *(sys.argv[1:] if argv is None else argv)])
+            print(f"\n{e}; resume with: {command}", file=sys.stderr)
+            return 130
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # before training started: nothing to resume
+        print("\ninterrupted before training started; nothing was written", file=sys.stderr)
+        return 130
     if int(os.environ.get("RANK", "0")) == 0:
         print(f"run: {run_dir}")
         print(json.dumps(final, indent=2))

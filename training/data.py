@@ -35,8 +35,8 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from interp.checkpoint import atomic_write
 from interp.errors import DataError
+from interp.io import atomic_write
 
 SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"

@@ -1,58 +1,85 @@
 """The lean training loop: deterministic, resumable, fixed validation, probes as callbacks.
 
-A run directory (DESIGN.md contract 3) holds config.json, metrics.jsonl,
-probes.jsonl, ckpt.pt and, written last, final.json. A run with final.json is
-done and never retrained; one without it resumes from ckpt.pt.
+A run directory (training.rundir, docs/DESIGN.md contract 3) holds config.json,
+metrics.jsonl, probes.jsonl, ckpt.pt and, written last, final.json. A run with
+final.json is done and never retrained; one without it resumes from ckpt.pt.
+Whoever trains into a run directory holds its lock for the whole run.
+
+Callbacks are plain objects; the trainer calls whichever of these they define:
+    on_train_start(trainer)           on_step_begin(trainer, step)
+    on_backward(trainer, step)        grads ready, before clipping
+    on_step(trainer, step, loss)      after the optimizer step
+    on_eval(trainer, step, val_loss)  on_train_end(trainer)
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import json
+import hashlib
 import math
 import os
 import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
+from filelock import FileLock, Timeout
 from tqdm.auto import tqdm
 
-from interp.checkpoint import atomic_write, load_checkpoint, save_checkpoint
+from interp.checkpoint import load_checkpoint, save_checkpoint
 from interp.config import ModelConfig
-from interp.errors import ConfigError, ToolkitError
+from interp.errors import CheckpointError, ConfigError, ToolkitError
+from interp.io import append_jsonl, read_jsonl, remove_stale_temps, write_json, write_jsonl
 from interp.model import ResidualGPT
 from training.data import BatchSampler, Corpus, fixed_batches, load_corpus, random_batches
 from training.presets import TrainConfig
+from training.rundir import IDENTITY_KEYS, RunDir
 
 
 class TrainingError(ToolkitError):
     """Training cannot go on (a non-finite loss, a run directory that holds another config)."""
 
 
-class Callback:
-    """Probe hooks into the loop. `interval` steps apart; the trainer calls only what is defined."""
-
-    interval: int = 0
-
-    def on_train_start(self, trainer: Trainer) -> None: ...
-    def on_step_begin(self, trainer: Trainer, step: int) -> None: ...
-    def on_backward(self, trainer: Trainer, step: int) -> None: ...  # grads ready, before clipping
-    def on_step(self, trainer: Trainer, step: int, loss: float) -> None: ...  # after the optimizer step
-    def on_eval(self, trainer: Trainer, step: int, val_loss: float) -> None: ...
-    def on_train_end(self, trainer: Trainer) -> None: ...
+# ----- the pieces every loop (and every evaluation) shares --------------------------------------------
 
 
 def pick_device(name: str) -> torch.device:
-    if name != "auto":
-        return torch.device(name)
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device {name!r} asked for, but this machine has no CUDA device; use device=cpu or auto")
+    if device.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ConfigError(f"device {name!r} asked for, but MPS is not available here; use device=cpu or auto")
+    return device
+
+
+def autocast_context(dtype: str, device: torch.device) -> contextlib.AbstractContextManager:
+    """bf16 autocast on CUDA when asked for; fp32 everywhere else."""
+    if dtype == "bfloat16" and device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def optimizer_groups(params, weight_decay: float) -> list[dict[str, Any]]:
+    """Weight decay only on matrices and embeddings (tensors with >= 2 dims), as in the paper."""
+    params = [p for p in params if p.requires_grad]
+    return [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+
+
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.AdamW:
+    return torch.optim.AdamW(optimizer_groups(model.parameters(), cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
+                             fused=device.type == "cuda")
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -65,15 +92,18 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (cfg.lr - cfg.min_lr)
 
 
-def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.AdamW:
-    # Weight decay only on matrices and embeddings (tensors with >= 2 dims), as in the paper.
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-    ]
-    fused = device.type == "cuda"
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=fused)
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, batches, device: torch.device, autocast=None) -> float:
+    """Mean cross-entropy over batches, eval mode (dropout off); the model's mode is restored."""
+    was_training = model.training
+    model.eval()
+    total = 0.0
+    for x, y in batches:
+        with autocast if autocast is not None else contextlib.nullcontext():
+            _, loss = model(x.to(device), y.to(device))
+        total += loss.item()
+    model.train(was_training)
+    return total / len(batches)
 
 
 _PEAK_FLOPS: dict[str, float] = {}
@@ -84,7 +114,7 @@ def peak_matmul_flops(device: torch.device, dtype: torch.dtype = torch.float32) 
     key = f"{device}:{dtype}"
     if key not in _PEAK_FLOPS:
         n = 2048 if device.type == "cpu" else 8192
-        a = torch.randn(n, n, device=device, dtype=dtype, generator=None)
+        a = torch.randn(n, n, device=device, dtype=dtype)
         b = torch.randn(n, n, device=device, dtype=dtype)
         a @ b  # warm up
         reps = 3
@@ -103,27 +133,6 @@ def flops_per_token(cfg: ModelConfig, n_params: int) -> float:
     return 6 * n_params + 12 * cfg.n_layers * cfg.d_model * cfg.n_ctx
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Every complete JSON line (a kill can leave a torn last line; it is skipped)."""
-    if not path.exists():
-        return []
-    records = []
-    for line in path.read_text().splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return records
-
-
-def write_json(path: Path, obj: Any) -> None:
-    atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(obj, indent=2) + "\n"))
-
-
-def _rewrite_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
-    atomic_write(path, lambda tmp: Path(tmp).write_text("".join(json.dumps(r) + "\n" for r in records)))
-
-
 def describe(fn) -> str | None:
     """A stable name for a model_init function (recorded in config.json, compared on resume)."""
     if fn is None:
@@ -134,6 +143,19 @@ def describe(fn) -> str | None:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
+@functools.lru_cache(maxsize=4)  # a sweep hashes its corpus once
+def data_provenance(corpus: Corpus) -> dict[str, Any]:
+    """Which data a run read: the corpus, its token counts and the sha256 of its token ids."""
+    h = hashlib.sha256()
+    for split in (corpus.train, corpus.val):
+        h.update(np.ascontiguousarray(split, dtype=np.uint16).tobytes())
+    return {"corpus": corpus.name, "encoding": corpus.encoding, "train_tokens": int(len(corpus.train)),
+            "val_tokens": int(len(corpus.val)), "sha256": h.hexdigest()}
+
+
+# ----- the trainer --------------------------------------------------------------------------------------
+
+
 class Trainer:
     """Train one (ModelConfig, TrainConfig) into run_dir. `run()` returns the final record."""
 
@@ -141,15 +163,16 @@ class Trainer:
         self,
         model_cfg: ModelConfig,
         train_cfg: TrainConfig,
-        run_dir: str | Path,
-        callbacks: list[Callback] | tuple = (),
+        run_dir: str | Path | RunDir,
+        callbacks: list | tuple = (),
         corpus: Corpus | None = None,
         meta: dict[str, Any] | None = None,
         progress: bool = True,
         model_init=None,
     ):
         self.train_cfg = train_cfg
-        self.run_dir = Path(run_dir)
+        self.dir = run_dir if isinstance(run_dir, RunDir) else RunDir(Path(run_dir))
+        self.run_dir = self.dir.path
         self.callbacks = list(callbacks)
         self.meta = dict(meta or {})
         self.progress = progress
@@ -170,28 +193,33 @@ class Trainer:
             "model": model_cfg.to_dict(),
             "train": train_cfg.to_dict(),
             "model_init": describe(model_init),
+            "data": dict(data_provenance(self.corpus)),
             "meta": self.meta,
         }
 
-    # ----- run-directory bookkeeping -------------------------------------------------
     @property
     def final_path(self) -> Path:
-        return self.run_dir / "final.json"
+        return self.dir.final
 
     @property
     def ckpt_path(self) -> Path:
-        return self.run_dir / "ckpt.pt"
+        return self.dir.ckpt
 
-    def _check_run_dir(self) -> None:
-        cfg_path = self.run_dir / "config.json"
-        if cfg_path.exists():
-            old = json.loads(cfg_path.read_text())
-            keys = ("model", "train", "model_init")
-            if {k: old.get(k) for k in keys} != {k: self.config_record[k] for k in keys}:
-                raise TrainingError(
-                    f"{self.run_dir} holds a run of a different configuration; "
-                    "choose another --out or delete that directory"
-                )
+    def check_run_dir(self) -> None:
+        """Refuse a directory that holds another configuration or was trained on other data."""
+        if self.run_dir.exists() and not self.run_dir.is_dir():
+            raise TrainingError(f"{self.run_dir} exists and is not a directory; choose another --out")
+        old = self.dir.read_config()
+        if old is None:
+            return
+        if not self.dir.holds(self.config_record):
+            diff = [k for k in IDENTITY_KEYS if old.get(k) != self.config_record[k]]
+            raise TrainingError(f"{self.run_dir} holds a run of a different configuration ({', '.join(diff)} differ); "
+                                "choose another --out or delete that directory")
+        old_data, new_data = (old.get("data") or {}).get("sha256"), self.config_record["data"]["sha256"]
+        if old_data != new_data:
+            raise TrainingError(f"{self.run_dir} was trained on other data (sha256 {old_data}, this data {new_data}); "
+                                "use the same corpus, or choose another --out")
 
     def _call(self, event: str, *args) -> None:
         for cb in self.callbacks:
@@ -202,203 +230,282 @@ class Trainer:
     def append(self, name: str, record: dict[str, Any]) -> None:
         """Append one JSON line to a run-directory log (main rank only)."""
         if self.is_main:
-            with open(self.run_dir / name, "a") as f:
-                f.write(json.dumps(record) + "\n")
+            append_jsonl(self.run_dir / name, record)
 
-    # ----- the loop --------------------------------------------------------------------
+    # ----- run: check, lock, resume or start, train --------------------------------------------------
     def run(self) -> dict[str, Any]:
-        self._check_run_dir()  # a finished run of another config is refused too, not silently reused
-        if self.final_path.exists():
-            return json.loads(self.final_path.read_text())
-        previous = torch.are_deterministic_algorithms_enabled()
-        try:
-            return self._train()
-        finally:
-            torch.use_deterministic_algorithms(previous)  # leave a notebook's process as it was
+        from interp.io import read_json
 
-    def _train(self) -> dict[str, Any]:
+        self.check_run_dir()  # a finished run of another config is refused too, not silently reused
+        if self.dir.finished:
+            return read_json(self.final_path)
+        with self._lock():
+            if self.dir.finished:  # finished by the holder we waited for
+                return read_json(self.final_path)
+            previous = torch.are_deterministic_algorithms_enabled()
+            try:
+                return self._train()
+            finally:
+                torch.use_deterministic_algorithms(previous)  # leave a notebook's process as it was
+
+    @contextlib.contextmanager
+    def _lock(self):
+        """The run directory's lock, held while training; a killed holder's lock is free again (flock)."""
+        if not self.is_main:
+            yield
+            return
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise TrainingError(f"cannot create {self.run_dir}: {e.strerror or e}") from None
+        lock = FileLock(self.dir.lock, timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            holder = self.dir.lock.with_suffix(".holder")
+            who = holder.read_text().strip() if holder.exists() else "another process"
+            raise TrainingError(f"{self.run_dir} is being trained by {who}; wait for it to finish "
+                                "(or stop it) and run again") from None
+        except OSError as e:
+            raise TrainingError(f"cannot lock {self.run_dir}: {e.strerror or e}") from None
+        try:
+            self.dir.lock.with_suffix(".holder").write_text(f"pid {os.getpid()} on {os.uname().nodename}\n")
+            remove_stale_temps(self.run_dir)  # what a killed writer left; nobody else writes here now
+            yield
+        finally:
+            lock.release()
+
+    def _setup(self) -> None:
+        """Device, determinism, DDP, model, optimizer, samplers: everything a step needs."""
         cfg = self.train_cfg
         device = pick_device(cfg.device)
         if cfg.deterministic:
             if device.type == "cuda":
                 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
             torch.use_deterministic_algorithms(True)
-        ddp = self.world_size > 1
-        if ddp and not dist.is_initialized():
-            backend = "nccl" if device.type == "cuda" else "gloo"
-            dist.init_process_group(backend)
+        self.ddp = self.world_size > 1
+        if self.ddp and not dist.is_initialized():
+            dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
             if device.type == "cuda":
                 device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
                 torch.cuda.set_device(device)
         self.device = device
-
         torch.manual_seed(cfg.seed)
         model = ResidualGPT(self.model_cfg)
         if self.model_init is not None:
             self.model_init(model)
-        model.to(device)
-        self.model = model
-        optimizer = make_optimizer(model, cfg, device)
-        sampler = BatchSampler(self.corpus.train, self.model_cfg.n_ctx, cfg.batch_size, seed=cfg.seed)
-        val_gen = torch.Generator().manual_seed(cfg.seed + 1)  # only for val_mode="random"
+        self.model = model.to(device)
+        self.optimizer = make_optimizer(self.model, cfg, device)
+        self.sampler = BatchSampler(self.corpus.train, self.model_cfg.n_ctx, cfg.batch_size, seed=cfg.seed)
+        self.val_generator = torch.Generator().manual_seed(cfg.seed + 1)  # only for val_mode="random"
         self.val_batches = fixed_batches(self.corpus.val, self.model_cfg.n_ctx, cfg.batch_size, cfg.eval_batches)
-        start_step, best = 0, {"val_loss": math.inf, "step": None}
-        totals = {"train_time": 0.0, "train_tokens": 0, "wall_time": 0.0}  # across resumes
-        if self.is_main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-        if self.ckpt_path.exists():
-            ckpt = load_checkpoint(self.ckpt_path)
-            model.load_state_dict(ckpt.weights)
-            optimizer.load_state_dict(ckpt.state["optimizer"])
-            sampler.load_state_dict(ckpt.state["sampler"])
-            val_gen.set_state(ckpt.state["val_generator"])
-            torch.set_rng_state(ckpt.state["torch_rng"])
-            if device.type == "cuda" and "cuda_rng" in ckpt.state:
-                torch.cuda.set_rng_state(ckpt.state["cuda_rng"], device)
-            start_step, best, totals = ckpt.state["step"], ckpt.state["best"], ckpt.state["totals"]
-            for name in ("metrics.jsonl", "probes.jsonl"):  # drop what was logged after the checkpoint
-                path = self.run_dir / name
-                if self.is_main and path.exists():
-                    _rewrite_jsonl(path, [r for r in read_jsonl(path) if r.get("step", 0) < start_step])
-        elif self.is_main:
-            for name in ("metrics.jsonl", "probes.jsonl"):
-                (self.run_dir / name).unlink(missing_ok=True)
-            write_json(self.run_dir / "config.json", self.config_record)
+        self.autocast = autocast_context(cfg.dtype, device)
+        self.train_model = torch.nn.parallel.DistributedDataParallel(self.model) if self.ddp else self.model
+        self.step = 0
+        self.best = {"val_loss": math.inf, "step": None}
+        self.totals = {"train_time": 0.0, "train_tokens": 0, "wall_time": 0.0}  # across resumes
+        self._wall_start = time.perf_counter()
 
-        train_model = torch.nn.parallel.DistributedDataParallel(model) if ddp else model
-        autocast = (
-            torch.autocast("cuda", dtype=torch.bfloat16)
-            if cfg.dtype == "bfloat16" and device.type == "cuda"
-            else contextlib.nullcontext()
+    # ----- one state for checkpointing and resuming --------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        elapsed = self.totals["wall_time"] + time.perf_counter() - self._wall_start
+        state = dict(
+            step=self.step, best=self.best, totals={**self.totals, "wall_time": elapsed},
+            optimizer=self.optimizer.state_dict(), sampler=self.sampler.state_dict(),
+            val_generator=self.val_generator.get_state(), torch_rng=torch.get_rng_state(),
+            train_config=self.train_cfg.to_dict(), model_init=self.config_record["model_init"],
+            data=self.config_record["data"], vocab=self.corpus.vocab, encoding=self.corpus.encoding,
         )
-        self.autocast = autocast
-        n_params = model.num_params()
-        tokens_per_step = cfg.batch_size * cfg.grad_accum * self.model_cfg.n_ctx
+        if self.device.type == "cuda":
+            state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
+        return state
 
-        def save(step: int) -> None:
-            if not self.is_main:
-                return
-            elapsed = totals["wall_time"] + time.perf_counter() - wall_start
-            state = dict(
-                step=step, best=best, totals={**totals, "wall_time": elapsed},
-                optimizer=optimizer.state_dict(), sampler=sampler.state_dict(),
-                val_generator=val_gen.get_state(), torch_rng=torch.get_rng_state(),
-                train_config=cfg.to_dict(), vocab=self.corpus.vocab, encoding=self.corpus.encoding,
-            )
-            if device.type == "cuda":
-                state["cuda_rng"] = torch.cuda.get_rng_state(device)
-            save_checkpoint(self.ckpt_path, model, **state)
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.sampler.load_state_dict(state["sampler"])
+        self.val_generator.set_state(state["val_generator"])
+        torch.set_rng_state(state["torch_rng"])
+        if self.device.type == "cuda" and "cuda_rng" in state:
+            torch.cuda.set_rng_state(state["cuda_rng"], self.device)
+        self.step, self.best, self.totals = state["step"], state["best"], state["totals"]
 
-        def evaluate() -> float:
+    def save(self) -> None:
+        if self.is_main:
+            save_checkpoint(self.ckpt_path, self.model, **self.state_dict())
+
+    def _resume_or_start(self) -> None:
+        if not self.ckpt_path.exists():
+            if self.is_main:
+                for path in (self.dir.metrics, self.dir.probes):
+                    path.unlink(missing_ok=True)
+                write_json(self.dir.config, self.config_record)
+            return
+        ckpt = load_checkpoint(self.ckpt_path)
+        self._check_checkpoint(ckpt)
+        try:
+            self.model.load_state_dict(ckpt.weights)
+            self.load_state_dict(ckpt.state)
+        except (KeyError, RuntimeError, ValueError, TypeError) as e:
+            raise CheckpointError(f"{self.ckpt_path} cannot be resumed ({type(e).__name__}: {e}); "
+                                  "move it aside to start this run again") from None
+        if self.is_main:
+            for path in (self.dir.metrics, self.dir.probes):  # drop what was logged after the checkpoint
+                if path.exists():
+                    kept = [r for r in read_jsonl(path, torn_tail_ok=True) if r.get("step", 0) < self.step]
+                    write_jsonl(path, kept)
+
+    def _check_checkpoint(self, ckpt) -> None:
+        """A checkpoint resumes only the run it was written by: same model, training config and data."""
+        problems = []
+        if ckpt.config.to_dict() != self.config_record["model"]:
+            problems.append("model config")
+        if ckpt.state.get("train_config") != self.config_record["train"]:
+            problems.append("training config")
+        if ckpt.state.get("model_init") != self.config_record["model_init"]:
+            problems.append("model_init")
+        old = (ckpt.state.get("data") or {}).get("sha256")
+        if old != self.config_record["data"]["sha256"]:
+            problems.append(f"data (checkpoint sha256 {old}, this data {self.config_record['data']['sha256']})")
+        missing = [k for k in ("optimizer", "sampler", "step", "best", "totals") if k not in ckpt.state]
+        if missing:
+            problems.append(f"missing state {missing}")
+        if problems:
+            raise CheckpointError(f"{self.ckpt_path} belongs to another run ({'; '.join(problems)} differ); "
+                                  "move it aside to start this run again")
+
+    # ----- the loop ----------------------------------------------------------------------------------
+    def train_step(self, step: int) -> tuple[float, float]:
+        """One optimizer step (with gradient accumulation); returns (loss, grad norm before clipping)."""
+        cfg = self.train_cfg
+        lr = lr_at(step, cfg)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.model.train()
+        self._call("on_step_begin", step)
+        loss_sum = torch.zeros((), device=self.device)
+        for micro in range(cfg.grad_accum):
+            x, y = self.sampler.next_batch(self.rank, self.world_size)
+            x, y = x.to(self.device), y.to(self.device)
+            last = not self.ddp or micro == cfg.grad_accum - 1
+            with contextlib.nullcontext() if last else self.train_model.no_sync(), self.autocast:
+                _, loss = self.train_model(x, y)
+            (loss / cfg.grad_accum).backward()
+            loss_sum += loss.detach()
+        loss = loss_sum / cfg.grad_accum
+        if self.ddp:
+            dist.all_reduce(loss, op=dist.ReduceOp.AVG)
+        loss_value = loss.item()
+        if not math.isfinite(loss_value):
+            kept = (f"the last good checkpoint ({self.ckpt_path}) is kept" if self.ckpt_path.exists()
+                    else "no checkpoint was written yet")
+            raise TrainingError(f"loss became {loss_value} at step {step}; {kept}. Lower lr or raise warmup_steps")
+        self._call("on_backward", step)
+        clip = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip).item()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return loss_value, grad_norm
+
+    def evaluate(self, batches=None) -> float:
+        """Validation loss: the fixed batches, or fresh random ones with val_mode="random"."""
+        cfg = self.train_cfg
+        if batches is None:
             batches = self.val_batches
             if cfg.val_mode == "random":
-                batches = random_batches(
-                    self.corpus.val, self.model_cfg.n_ctx, cfg.batch_size, cfg.eval_batches, val_gen
-                )
-            return self.evaluate(batches)
+                batches = random_batches(self.corpus.val, self.model_cfg.n_ctx, cfg.batch_size, cfg.eval_batches,
+                                         self.val_generator)
+        return evaluate(self.model, batches, self.device, self.autocast)
 
+    def _train(self) -> dict[str, Any]:
+        cfg = self.train_cfg
+        self._setup()
+        self._resume_or_start()
+        start_step = self.step
         self._call("on_train_start")
-        bar = tqdm(total=cfg.max_steps, initial=start_step, desc=str(self.run_dir.name), unit="step",
+        label = " ".join(str(self.meta[k]) for k in ("variant", "seed") if k in self.meta) or self.run_dir.name
+        bar = tqdm(total=cfg.max_steps, initial=start_step, desc=label, unit="step",
                    disable=not (self.progress and self.is_main), leave=False, dynamic_ncols=True)
-        wall_start = time.perf_counter()
+        self._wall_start = time.perf_counter()
+        tokens_per_step = cfg.batch_size * cfg.grad_accum * self.model_cfg.n_ctx
         window_time, window_tokens = 0.0, 0
         record: dict[str, Any] = {}
         last_val = math.nan
-        for step in range(start_step, cfg.max_steps + 1):
-            if step % cfg.eval_interval == 0 or step == cfg.max_steps:
-                val_loss = last_val = evaluate()
-                record["val_loss"] = val_loss
-                if val_loss < best["val_loss"]:
-                    best = {"val_loss": val_loss, "step": step}
-                self._call("on_eval", step, val_loss)
-            if step == cfg.max_steps:
-                if record:
-                    self.append("metrics.jsonl", {"step": step, **record})
-                break
-            t0 = time.perf_counter()
-            lr = lr_at(step, cfg)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            model.train()
-            self._call("on_step_begin", step)
-            loss_sum = torch.zeros((), device=device)
-            for micro in range(cfg.grad_accum):
-                x, y = sampler.next_batch(self.rank, self.world_size)
-                x, y = x.to(device), y.to(device)
-                last = not ddp or micro == cfg.grad_accum - 1
-                sync = contextlib.nullcontext() if last else train_model.no_sync()
-                with sync, autocast:
-                    _, loss = train_model(x, y)
-                (loss / cfg.grad_accum).backward()
-                loss_sum += loss.detach()
-            loss = loss_sum / cfg.grad_accum
-            if ddp:
-                dist.all_reduce(loss, op=dist.ReduceOp.AVG)
-            loss_value = loss.item()
-            if not math.isfinite(loss_value):
-                bar.close()
-                kept = (f"the last good checkpoint ({self.ckpt_path}) is kept" if self.ckpt_path.exists()
-                        else "no checkpoint was written yet")
-                raise TrainingError(f"loss became {loss_value} at step {step}; {kept}. Lower lr or raise warmup_steps")
-            self._call("on_backward", step)
-            clip = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip).item()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            dt = time.perf_counter() - t0
-            totals["train_time"] += dt
-            totals["train_tokens"] += tokens_per_step
-            window_time += dt
-            window_tokens += tokens_per_step
-            self._call("on_step", step, loss_value)
-            if step % cfg.log_interval == 0 or "val_loss" in record:
-                record.update(step=step, lr=lr, train_loss=loss_value, grad_norm=grad_norm,
-                              tokens_per_s=window_tokens / max(window_time, 1e-9))
-                self.append("metrics.jsonl", record)
-                window_time, window_tokens = 0.0, 0
-                bar.set_postfix(loss=f"{loss_value:.3f}", val=f"{best['val_loss']:.3f}",
-                                tok_s=f"{record['tokens_per_s']:.0f}")
-                record = {}
-            bar.update(1)
-            if (step + 1) % cfg.ckpt_interval == 0 and step + 1 < cfg.max_steps:
-                save(step + 1)
-        bar.close()
+        try:
+            for step in range(start_step, cfg.max_steps + 1):
+                self.step = step
+                if step % cfg.eval_interval == 0 or step == cfg.max_steps:
+                    record["val_loss"] = last_val = self.evaluate()
+                    if last_val < self.best["val_loss"]:
+                        self.best = {"val_loss": last_val, "step": step}
+                    self._call("on_eval", step, last_val)
+                    bar.set_postfix(val=f"{last_val:.3f}")
+                if step == cfg.max_steps:
+                    if record:
+                        self.append("metrics.jsonl", {"step": step, **record})
+                    break
+                t0 = time.perf_counter()
+                loss_value, grad_norm = self.train_step(step)
+                dt = time.perf_counter() - t0
+                self.totals["train_time"] += dt
+                self.totals["train_tokens"] += tokens_per_step
+                window_time += dt
+                window_tokens += tokens_per_step
+                self._call("on_step", step, loss_value)
+                if step % cfg.log_interval == 0 or "val_loss" in record:
+                    record.update(step=step, lr=lr_at(step, cfg), train_loss=loss_value, grad_norm=grad_norm,
+                                  tokens_per_s=window_tokens / max(window_time, 1e-9))
+                    self.append("metrics.jsonl", record)
+                    window_time, window_tokens = 0.0, 0
+                    bar.set_postfix(loss=f"{loss_value:.3f}", val=f"{last_val:.3f}",
+                                    tok_s=f"{record['tokens_per_s']:.0f}")
+                    record = {}
+                bar.update(1)
+                if (step + 1) % cfg.ckpt_interval == 0 and step + 1 < cfg.max_steps:
+                    self.step = step + 1
+                    self.save()
+        except KeyboardInterrupt:
+            raise TrainingInterrupted(self.step, self.ckpt_path) from None
+        finally:
+            bar.close()
         self._call("on_train_end")
-        save(cfg.max_steps)
-        wall_time = totals["wall_time"] + time.perf_counter() - wall_start  # before the one-off peak measurement
-        tokens_per_s = totals["train_tokens"] / max(totals["train_time"], 1e-9)
-        bf16 = cfg.dtype == "bfloat16" and device.type == "cuda"
-        peak = peak_matmul_flops(device, torch.bfloat16 if bf16 else torch.float32)
-        final = {
+        self.step = cfg.max_steps
+        self.save()
+        final = self._final_record(last_val, start_step)
+        if self.is_main:
+            write_json(self.final_path, final)
+        return final
+
+    def _final_record(self, last_val: float, start_step: int) -> dict[str, Any]:
+        cfg = self.train_cfg
+        wall_time = self.totals["wall_time"] + time.perf_counter() - self._wall_start  # before the peak measurement
+        tokens_per_s = self.totals["train_tokens"] / max(self.totals["train_time"], 1e-9)
+        bf16 = cfg.dtype == "bfloat16" and self.device.type == "cuda"
+        peak = peak_matmul_flops(self.device, torch.bfloat16 if bf16 else torch.float32)
+        n_params = self.model.num_params()
+        return {
             "final_val_loss": last_val,
-            "best_val_loss": best["val_loss"],
-            "best_step": best["step"],
+            "best_val_loss": self.best["val_loss"],
+            "best_step": self.best["step"],
             "steps": cfg.max_steps,
             "tokens_per_s": tokens_per_s,
             "mfu": flops_per_token(self.model_cfg, n_params) * tokens_per_s * self.world_size / peak,
             "peak_matmul_flops": peak,
             "wall_time_s": wall_time,
             "resumed_from_step": start_step,
-            "device": str(device),
+            "device": str(self.device),
             "world_size": self.world_size,
             "n_params": n_params,
         }
-        if self.is_main:
-            write_json(self.final_path, final)
-        return final
 
-    @torch.no_grad()
-    def evaluate(self, batches) -> float:
-        """Mean cross-entropy over batches, eval mode (dropout off)."""
-        model = self.model
-        was_training = model.training
-        model.eval()
-        total = 0.0
-        for x, y in batches:
-            with self.autocast:
-                _, loss = model(x.to(self.device), y.to(self.device))
-            total += loss.item()
-        model.train(was_training)
-        return total / len(batches)
+
+class TrainingInterrupted(ToolkitError):
+    """Ctrl-C during training: the step reached and where the run resumes from."""
+
+    exit_code = 130
+
+    def __init__(self, step: int, ckpt: Path):
+        self.step = step
+        where = f"from its checkpoint {ckpt}" if ckpt.exists() else "from the start (no checkpoint yet)"
+        super().__init__(f"interrupted at step {step}; the run resumes {where}")

@@ -1,0 +1,323 @@
+"""One frame for every experiment: an experiment declares, the runner does the rest.
+
+An `Experiment` declares its name, results schema, its own options, its plan
+(groups of variants on a preset, run for every seed, with optional per-run
+callbacks), its analysis (finished runs + reference levels -> its results),
+its results table and its report sections. `Experiment.main(argv)` owns what
+every experiment shares:
+
+    shared options     --preset --set --seeds --out --data [--variants] --launcher
+                       (+ slurm options) --collect --no-progress --no-report
+    validation         every option; a --set key that a variant owns is refused
+    runs               one run directory per (preset, variant, seed) (training.rundir),
+                       trained locally or submitted through submitit (experiments.launch)
+    results.json       schema, experiment, preset, seeds, config (model, train, overrides,
+                       variants), reference_levels, runs, the experiment's own keys,
+                       software, train_wall_time_s, wall_time_s, created
+    console, report    the levels line, one results table, the experiment's own text;
+                       report.html: a shared introduction, the table, the experiment's sections
+    errors             a ToolkitError is one `error:` line and exit 2; Ctrl-C exits 130
+                       with the command that resumes
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from experiments.common import format_table, levels_line, software_versions, table_figure
+from interp.errors import ToolkitError
+from training.presets import PRESETS, RunSpec, parse_overrides, resolve
+from training.rundir import RunDir, variant_name
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A named change to the preset: model/train overrides, and an optional model_init(model)."""
+
+    name: str
+    overrides: dict[str, Any] = field(default_factory=dict)
+    model_init: Callable | None = None
+
+    @classmethod
+    def of(cls, **overrides: Any) -> Variant:
+        """A variant named by the one rule the trainer CLI uses too (training.rundir.variant_name)."""
+        return cls(variant_name(overrides), overrides)
+
+
+@dataclass
+class Group:
+    """Variants trained on one preset spec for every seed; callbacks(variant, seed) adds trainer callbacks."""
+
+    spec: RunSpec
+    variants: list[Variant]
+    callbacks: Callable[[Variant, int], list] | None = None
+    probes: bool = True
+
+
+@dataclass(frozen=True)
+class Job:
+    group: Group
+    variant: Variant
+    seed: int
+
+    @property
+    def spec(self) -> RunSpec:
+        g = self.group.spec
+        return resolve(g.preset, {**g.overrides, **self.variant.overrides, "seed": self.seed})
+
+    def run_dir(self, out: Path) -> RunDir:
+        return RunDir.of(out, self.group.spec.preset, self.variant.name, self.seed)
+
+
+@dataclass
+class Context:
+    """What an experiment's plan, analysis and report see."""
+
+    args: argparse.Namespace
+    spec: RunSpec
+    seeds: list[int]
+    out: Path
+    corpus: Any = None
+    levels: dict[str, Any] | None = None
+
+    @property
+    def result_dir(self) -> Path:
+        return self.out / self.spec.preset
+
+    @property
+    def progress(self) -> bool:
+        return not self.args.no_progress
+
+
+@dataclass
+class Experiment:
+    name: str  # the module name under experiments/, e.g. "routing_test"
+    schema: str
+    doc: str  # the module docstring: --help shows it up to "results.json schema"
+    plan: Callable[[Context], list[Group]]
+    analyse: Callable[[Context, list[dict[str, Any]]], dict[str, Any]]  # must return "runs"
+    table: Callable[[dict[str, Any]], tuple[list[str], list[list[str]]]]
+    summary: Callable[[dict[str, Any]], str] | None = None  # console text after the table
+    sections: Callable[[dict[str, Any], Context], list] | None = None  # report sections after the table
+    add_arguments: Callable[[argparse.ArgumentParser], None] | None = None
+    check: Callable[[argparse.Namespace], None] | None = None  # raise ToolkitError on a bad option
+    owned: dict[str, str] = field(default_factory=dict)  # --set key the variants own -> what to use instead
+    variants_option: bool = False  # whether --variants picks a subset
+    defaults: Callable[[RunSpec], dict[str, Any]] | None = None  # overrides applied unless --set says otherwise
+    title: str = ""
+
+    @property
+    def default_out(self) -> str:
+        return f"runs/{self.name}"
+
+    # ----- the command line --------------------------------------------------------------------------
+    def parser(self) -> argparse.ArgumentParser:
+        p = argparse.ArgumentParser(prog=f"python -m experiments.{self.name}",
+                                    description=self.doc.split("results.json schema")[0],
+                                    formatter_class=argparse.RawDescriptionHelpFormatter)
+        p.add_argument("--preset", default="cpu-quick", help=f"one of {', '.join(PRESETS)} (default: cpu-quick)")
+        p.add_argument("--seeds", default=None, help="comma-separated seeds (default: the preset's, 1337)")
+        p.add_argument("--out", default=self.default_out, help=f"experiment directory (default: {self.default_out})")
+        p.add_argument("--data", help="corpus file or prepared directory "
+                       "(default: $RESIDUAL_DATA_DIR, cache, download)")
+        p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="override any preset field for every run (repeatable)")
+        if self.variants_option:
+            p.add_argument("--variants", help="comma-separated subset of the variant names (default: all)")
+        p.add_argument("--no-progress", action="store_true", help="no progress bars")
+        p.add_argument("--no-report", action="store_true", help="skip report.html")
+        from experiments.launch import add_launcher_arguments
+
+        add_launcher_arguments(p)
+        if self.add_arguments:
+            self.add_arguments(p)
+        return p
+
+    def main(self, argv: list[str] | None = None) -> int:
+        argv = list(sys.argv[1:] if argv is None else argv)
+        start = time.perf_counter()
+        try:
+            return self._main(argv, start)
+        except ToolkitError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            command = shlex.join([sys.executable, "-m", f"experiments.{self.name}", *argv])
+            print(f"\ninterrupted after {time.perf_counter() - start:.0f}s; finished runs are kept and the "
+                  f"interrupted one resumes from its checkpoint: {command}", file=sys.stderr)
+            return 130
+
+    def context(self, argv: list[str]) -> tuple[Context, list[Job]]:
+        """Parse and check every option, then plan: (context, the jobs)."""
+        args = self.parser().parse_args(argv)
+        from experiments.launch import check_launcher_arguments
+
+        check_launcher_arguments(args)
+        if self.check:
+            self.check(args)
+        user = parse_overrides(args.set)
+        for key, instead in self.owned.items():
+            if key in user:
+                raise ToolkitError(f"--set {key}=... would be overridden by this experiment's variants; use {instead}")
+        if args.data:
+            user["data_path"] = args.data
+        spec = resolve(args.preset, user)
+        if self.defaults:
+            spec = resolve(args.preset, {**self.defaults(spec), **user})
+        seeds = parse_seeds(args.seeds, [spec.train.seed])
+        ctx = Context(args=args, spec=spec, seeds=seeds, out=Path(args.out))
+        groups = self.plan(ctx)
+        if self.variants_option and args.variants:
+            groups = select_variants(groups, args.variants)
+        jobs = [Job(g, v, s) for g in groups for v in g.variants for s in seeds]
+        return ctx, jobs
+
+    def _main(self, argv: list[str], start: float) -> int:
+        from experiments.launch import launch
+
+        ctx, jobs = self.context(argv)
+        from training.data import load_corpus
+
+        ctx.corpus = load_corpus(ctx.spec.train.corpus, ctx.spec.train.data_path)
+        ctx.levels = reference_levels(ctx.spec, ctx.corpus)
+        print(f"{self.name.replace('_', ' ')}: preset {ctx.spec.preset}, seeds {ctx.seeds}, {len(jobs)} runs "
+              f"-> {ctx.result_dir}")
+        if not launch(self, ctx, jobs, argv):
+            return 0  # submitted without waiting: the launcher printed how to collect
+        records = [load_record(job, ctx.out) for job in jobs]
+        results = self.results(ctx, jobs, records)
+        results["wall_time_s"] = time.perf_counter() - start
+        write_results(ctx.result_dir / "results.json", results)
+        print()
+        print(levels_line(ctx.levels))
+        print(format_table(*self.table(results)))
+        if self.summary:
+            print()
+            print(self.summary(results))
+        if not ctx.args.no_report:
+            path = self.write_report(results, ctx)
+            print(f"\nreport: {path}")
+        print(f"results: {ctx.result_dir / 'results.json'}  (wall time {time.perf_counter() - start:.0f}s)")
+        return 0
+
+    def results(self, ctx: Context, jobs: list[Job], records: list[dict[str, Any]]) -> dict[str, Any]:
+        own = self.analyse(ctx, records)
+        variants = {}
+        for job in jobs:
+            variants.setdefault(job.variant.name, job.variant.overrides)
+        config = {"model": ctx.spec.model.to_dict(), "train": ctx.spec.train.to_dict(),
+                  "overrides": ctx.spec.overrides, "variants": variants, **own.pop("config", {})}
+        return {
+            "schema": self.schema,
+            "experiment": self.name,
+            "preset": ctx.spec.preset,
+            "seeds": ctx.seeds,
+            "config": config,
+            "reference_levels": ctx.levels,
+            **own,
+            "software": software_versions(),
+            "train_wall_time_s": sum(r["final"]["wall_time_s"] for r in records),
+        }
+
+    def write_report(self, results: dict[str, Any], ctx: Context) -> Path:
+        from interp.plots import save_html
+
+        levels = results["reference_levels"]
+        intro = (f"{self.title or self.name}: preset {results['preset']}, seeds {results['seeds']}, "
+                 f"{len(results['runs'])} runs. Validation loss on the fixed validation batches (seed 99991). "
+                 f"{levels_line(levels).capitalize()}.")
+        overrides = results["config"].get("overrides")
+        if overrides:
+            intro += f" Overrides for every run: {overrides}."
+        sections: list = [intro, ("Results", table_figure(*self.table(results)))]
+        if self.sections:
+            sections += self.sections(results, ctx)
+        return save_html(sections, ctx.result_dir / "report.html", title=f"{self.title or self.name} - "
+                                                                          f"{results['preset']}")
+
+
+# ----- the pieces the runner uses (and experiments may too) --------------------------------------------
+
+
+def parse_seeds(text: str | None, default: list[int]) -> list[int]:
+    if text is None:
+        return default
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise ToolkitError(f"--seeds expects comma-separated integers, got {text!r}") from None
+    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+        raise ToolkitError(f"--seeds needs distinct non-negative integers, got {text!r}")
+    return seeds
+
+
+def check_number(name: str, value: float, minimum: float = 0.0, inclusive: bool = True) -> None:
+    """A finite number >= minimum (> minimum when not inclusive), or one `error:` line naming the option."""
+    ok = math.isfinite(value) and (value >= minimum if inclusive else value > minimum)
+    if not ok:
+        relation = ">=" if inclusive else ">"
+        raise ToolkitError(f"{name} must be a finite number {relation} {minimum:g}, got {value}")
+
+
+def select_variants(groups: list[Group], text: str) -> list[Group]:
+    wanted = [w.strip() for w in text.split(",") if w.strip()]
+    known = [v.name for g in groups for v in g.variants]
+    unknown = [w for w in wanted if w not in known]
+    if unknown or not wanted:
+        raise ToolkitError(f"unknown variant(s) {unknown or text!r}; choose from: {', '.join(known)}")
+    picked = []
+    for g in groups:
+        variants = [v for name in wanted for v in g.variants if v.name == name]
+        if variants:
+            picked.append(Group(g.spec, variants, g.callbacks, g.probes))
+    return picked
+
+
+def reference_levels(spec: RunSpec, corpus) -> dict[str, Any]:
+    """Unigram / bigram cross-entropy of the fixed validation batches under train-split counts."""
+    from training.data import fixed_batches
+    from training.data import reference_levels as levels
+
+    batches = fixed_batches(corpus.val, spec.model.n_ctx, spec.train.batch_size, spec.train.eval_batches)
+    return levels(corpus.train, batches, corpus.vocab_size)
+
+
+def load_record(job: Job, out: Path) -> dict[str, Any]:
+    """A finished run as plain data, labelled with its preset, variant and seed."""
+    record = job.run_dir(out).load()
+    record.update(preset=job.group.spec.preset, variant=job.variant.name, seed=job.seed)
+    return record
+
+
+def run_summary(record: dict[str, Any]) -> dict[str, Any]:
+    """The per-run metrics every experiment reports."""
+    final = record["final"]
+    return {
+        "variant": record["variant"],
+        "seed": record["seed"],
+        "run_dir": record["run_dir"],
+        "final_val_loss": final["final_val_loss"],
+        "best_val_loss": final["best_val_loss"],
+        "best_step": final["best_step"],
+        "steps": final["steps"],
+        "wall_time_s": final["wall_time_s"],
+        "tokens_per_s": final["tokens_per_s"],
+        "val_curve": record["val_curve"],
+        "train_curve": record["train_curve"],
+    }
+
+
+def write_results(path: Path, results: dict[str, Any]) -> None:
+    from datetime import datetime, timezone
+
+    from interp.io import json_safe, write_json
+
+    write_json(path, json_safe({**results, "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}))

@@ -1,0 +1,230 @@
+"""Where an experiment's runs train: here, one after another, or as cluster jobs through submitit.
+
+    --launcher local        (default) train every unfinished run in this process
+    --launcher slurm        submit every unfinished run as one Slurm job (submitit), wait with a
+                            progress bar over finished jobs, then aggregate as the local launcher does
+    --launcher slurm-local  the same submission path through submitit's local executor (real
+                            subprocesses on this machine): for trying a sweep without a cluster
+
+A job trains exactly what the local launcher would: it re-plans the experiment from the same
+command line and trains its one (preset, variant, seed) run directory, so the results are the
+same bit for bit and a rerun submits only what is still unfinished. With --gpus-per-run > 1 a
+job runs its run under torchrun (DDP), as `python -m training` does on one machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from interp.errors import ToolkitError
+
+if TYPE_CHECKING:
+    from experiments.frame import Context, Experiment, Job
+
+LAUNCHERS = ("local", "slurm", "slurm-local")
+
+
+def add_launcher_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("launching (see experiments.launch)")
+    g.add_argument("--launcher", choices=LAUNCHERS, default="local",
+                   help="local (default): train here; slurm: one submitit job per unfinished run; "
+                        "slurm-local: the same through submitit's local executor")
+    g.add_argument("--slurm-partition", help="Slurm partition")
+    g.add_argument("--slurm-time", type=int, default=60, help="minutes per job (default 60)")
+    g.add_argument("--gpus-per-run", type=int, default=0, help="GPUs per job; > 1 runs the job under torchrun")
+    g.add_argument("--slurm-array-parallelism", type=int, default=32,
+                   help="at most this many jobs of the array at once (default 32)")
+    g.add_argument("--slurm-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="any other submitit parameter, e.g. slurm_mem_gb=32 or slurm_account=lab (repeatable)")
+    g.add_argument("--no-wait", action="store_true",
+                   help="submit and exit: print the job ids and the command that aggregates once they are done")
+    g.add_argument("--collect", action="store_true",
+                   help="train nothing: aggregate finished runs (an unfinished one is an error)")
+
+
+def check_launcher_arguments(args: argparse.Namespace) -> None:
+    from experiments.frame import check_number
+
+    check_number("--slurm-time", args.slurm_time, 1)
+    check_number("--gpus-per-run", args.gpus_per_run, 0)
+    check_number("--slurm-array-parallelism", args.slurm_array_parallelism, 1)
+    slurm_parameters(args)  # KEY=VALUE syntax
+    if args.launcher == "local" and (args.no_wait or args.slurm_set or args.slurm_partition):
+        raise ToolkitError("--no-wait, --slurm-set and --slurm-partition need --launcher slurm (or slurm-local)")
+
+
+def slurm_parameters(args: argparse.Namespace) -> dict[str, Any]:
+    params: dict[str, Any] = {"timeout_min": args.slurm_time, "slurm_array_parallelism": args.slurm_array_parallelism}
+    if args.slurm_partition:
+        params["slurm_partition"] = args.slurm_partition
+    if args.gpus_per_run:
+        params["gpus_per_node"] = args.gpus_per_run
+    for item in args.slurm_set:
+        if "=" not in item:
+            raise ToolkitError(f"--slurm-set expects KEY=VALUE, got {item!r}")
+        key, text = (s.strip() for s in item.split("=", 1))
+        try:
+            params[key] = json.loads(text)
+        except json.JSONDecodeError:
+            params[key] = text
+    return params
+
+
+def launch(experiment: Experiment, ctx: Context, jobs: list[Job], argv: list[str]) -> bool:
+    """Make every run finished; False when jobs were submitted and left running (--no-wait).
+
+    Every run directory is checked first: one that holds another configuration or was
+    trained on other data is refused before anything trains or is submitted.
+    """
+    todo = []
+    for job in jobs:
+        trainer = make_trainer(job, ctx.out, ctx.corpus)
+        trainer.check_run_dir()
+        if not trainer.dir.finished:
+            todo.append(job)
+    if ctx.args.collect:
+        if todo:
+            names = ", ".join(f"{j.variant.name} seed {j.seed}" for j in todo)
+            raise ToolkitError(f"{len(todo)} run(s) not finished yet: {names}; wait for their jobs or run "
+                               "without --collect")
+        return True
+    if ctx.args.launcher == "local":
+        train_local(ctx, todo)
+        return True
+    return submit(experiment, ctx, todo, argv)
+
+
+def make_trainer(job: Job, out: Path, corpus=None, progress: bool = False):
+    """The Trainer of one run, with the default probes and the experiment's callbacks."""
+    from probes import default_callbacks
+    from training.trainer import Trainer
+
+    spec = job.spec
+    callbacks = default_callbacks(spec.train) if job.group.probes and spec.train.probes else []
+    if job.group.callbacks is not None:
+        callbacks += job.group.callbacks(job.variant, job.seed)
+    return Trainer(spec.model, spec.train, job.run_dir(out), callbacks=callbacks, corpus=corpus,
+                   progress=progress, model_init=job.variant.model_init,
+                   meta={"preset": job.group.spec.preset, "variant": job.variant.name, "seed": job.seed})
+
+
+def train_job(job: Job, out: Path, corpus=None, progress: bool = False) -> dict[str, Any]:
+    """Train (or resume) one run directory; a finished one is only checked."""
+    return make_trainer(job, out, corpus, progress).run()
+
+
+def train_local(ctx: Context, todo: list[Job]) -> None:
+    from tqdm.auto import tqdm
+
+    bar = tqdm(todo, desc="runs", unit="run", disable=not ctx.progress or not todo, dynamic_ncols=True)
+    for job in bar:
+        bar.set_postfix_str(f"{job.variant.name} seed {job.seed}")
+        train_job(job, ctx.out, ctx.corpus, ctx.progress)
+    bar.close()
+
+
+# ----- submitit ----------------------------------------------------------------------------------------
+
+
+def job_main(module: str, argv: list[str], preset: str, variant: str, seed: int, gpus: int = 0) -> str:
+    """What a cluster job runs: re-plan the experiment from its command line, train one run."""
+    if gpus > 1 and "RANK" not in os.environ:
+        payload = json.dumps([module, argv, preset, variant, seed])
+        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={gpus}",
+                        "-m", "experiments.launch", payload], check=True)
+        return preset
+    import importlib
+
+    experiment = importlib.import_module(f"experiments.{module}").EXPERIMENT
+    ctx, jobs = experiment.context(argv)
+    matches = [j for j in jobs if (j.group.spec.preset, j.variant.name, j.seed) == (preset, variant, seed)]
+    if len(matches) != 1:
+        raise ToolkitError(f"the plan of {module} has no run {preset}/{variant}/seed{seed}")
+    train_job(matches[0], ctx.out)
+    return str(matches[0].run_dir(ctx.out).path)
+
+
+def submit(experiment: Experiment, ctx: Context, todo: list[Job], argv: list[str]) -> bool:
+    try:
+        import submitit
+    except ImportError:
+        raise ToolkitError("--launcher slurm needs submitit: pip install 'residual-interp[cluster]'") from None
+    if not todo:
+        return True
+    # Jobs re-plan from the command line: make --out absolute so they find the same directories.
+    job_argv = [*_without(argv, "--out", "--no-wait", "--launcher"), "--out", str(ctx.out.resolve()),
+                "--no-progress"]
+    folder = ctx.result_dir.resolve() / ".submitit"
+    cluster = "local" if ctx.args.launcher == "slurm-local" else "slurm"
+    try:
+        executor = submitit.AutoExecutor(folder=folder, cluster=cluster)
+        executor.update_parameters(name=f"{experiment.name}", **slurm_parameters(ctx.args))
+    except Exception as e:  # submitit raises plain exceptions for an unknown parameter or a missing sbatch
+        raise ToolkitError(f"cannot set up the {cluster} executor: {e}") from None
+    with executor.batch():
+        submitted = [(job, executor.submit(job_main, experiment.name, job_argv, job.group.spec.preset,
+                                           job.variant.name, job.seed, ctx.args.gpus_per_run)) for job in todo]
+    print(f"submitted {len(submitted)} job(s) ({cluster}); logs in {folder}")
+    for job, sub in submitted:
+        print(f"  {sub.job_id}  {job.variant.name} seed {job.seed}")
+    if ctx.args.no_wait:
+        command = shlex.join([sys.executable, "-m", f"experiments.{experiment.name}",
+                              *_without(argv, "--no-wait", "--launcher"), "--collect"])
+        print(f"once they are done, aggregate with:\n  {command}")
+        return False
+    wait(submitted, ctx.progress)
+    return True
+
+
+def wait(submitted: list, progress: bool, poll_s: float = 2.0) -> None:
+    """Block until every job ends; a failed one is an error naming its run and its log."""
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(submitted), desc="jobs", unit="job", disable=not progress, dynamic_ncols=True)
+    pending = list(submitted)
+    failed = []
+    while pending:
+        still = []
+        for job, sub in pending:
+            if sub.done():
+                bar.update(1)
+                if sub.exception() is not None:
+                    failed.append(f"{job.variant.name} seed {job.seed} (job {sub.job_id}): log {sub.paths.stderr}")
+            else:
+                still.append((job, sub))
+        pending = still
+        if pending:
+            time.sleep(poll_s)
+    bar.close()
+    if failed:
+        raise ToolkitError(f"{len(failed)} job(s) failed; rerun the same command to resubmit them: "
+                           + "; ".join(failed))
+
+
+def _without(argv: list[str], *options: str) -> list[str]:
+    """argv less the given options (and their values, for those that take one)."""
+    flags = {"--no-wait", "--collect"}
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        name = arg.split("=", 1)[0]
+        if name in options:
+            skip = "=" not in arg and name not in flags
+            continue
+        out.append(arg)
+    return out
+
+
+if __name__ == "__main__":  # a torchrun worker of job_main
+    module, argv, preset, variant, seed = json.loads(sys.argv[1])
+    job_main(module, argv, preset, variant, seed)

@@ -1,0 +1,145 @@
+"""Durable file I/O for run directories and results (docs/DESIGN.md contract 3).
+
+Every file is written to a temporary name beside its target, fsynced, renamed
+over the target, and the directory fsynced, so a kill leaves either the old or
+the new file, never half of one. Temporary names start with "." and end with
+".tmp" so a restarted run can remove what a killed writer left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from interp.errors import ToolkitError
+
+TMP_SUFFIX = ".tmp"
+
+
+class DataFileError(ToolkitError):
+    """A results or log file that cannot be read or written (damaged, missing, no permission, disk full)."""
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a rename in `directory` durable (a no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str | Path, write: Callable[[str], Any]) -> None:
+    """Call write(tmp_path) on a temporary name beside path, then rename over it."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX)
+    except OSError as e:
+        raise DataFileError(f"cannot write {path}: {e.strerror or e}") from None
+    os.close(fd)
+    os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are meant to be shared
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+    except BaseException as e:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise DataFileError(f"cannot write {path}: {e.strerror or e}") from None
+        raise
+
+
+def remove_stale_temps(directory: Path) -> list[Path]:
+    """Delete temporary files a killed writer left in directory; return what was removed."""
+    removed = []
+    if directory.is_dir():
+        for tmp in directory.glob(f".*{TMP_SUFFIX}"):
+            tmp.unlink(missing_ok=True)
+            removed.append(tmp)
+    return removed
+
+
+def json_safe(obj: Any) -> Any:
+    """Non-finite floats become strings ("inf", "-inf", "nan") so the file is strict JSON."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(obj, indent=2) + "\n"))
+
+
+def read_json(path: str | Path) -> Any:
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DataFileError(f"{path} does not exist") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DataFileError(f"{path} is damaged (not valid JSON: {e}); move it aside to recover") from None
+    except OSError as e:
+        raise DataFileError(f"cannot read {path}: {e.strerror or e}") from None
+
+
+def read_jsonl(path: str | Path, torn_tail_ok: bool = False) -> list[dict[str, Any]]:
+    """Every record of a JSON-lines log; a damaged line is an error naming the file and line.
+
+    torn_tail_ok: a last line without its newline is what a kill mid-append leaves; when
+    True it is dropped (the caller is about to rewrite the file from a checkpoint).
+    """
+    path = Path(path)
+    if not path.exists():
+        return []
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise DataFileError(f"cannot read {path}: {e}") from None
+    lines = text.split("\n")
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            if not isinstance(record, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as e:
+            if torn_tail_ok and number == len(lines) and not text.endswith("\n"):
+                break
+            raise DataFileError(
+                f"{path}, line {number} is damaged ({e}); nothing was changed: "
+                "repair or remove that line, or move the file aside"
+            ) from None
+        records.append(record)
+    return records
+
+
+def write_jsonl(path: str | Path, records: list[dict[str, Any]]) -> None:
+    atomic_write(path, lambda tmp: Path(tmp).write_text("".join(json.dumps(r) + "\n" for r in records)))
+
+
+def append_jsonl(path: str | Path, record: dict[str, Any]) -> None:
+    try:
+        with open(path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+    except OSError as e:
+        raise DataFileError(f"cannot append to {path}: {e.strerror or e}") from None

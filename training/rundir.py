@@ -1,0 +1,99 @@
+"""The run directory: one home for its layout, its name and reading it back (docs/DESIGN.md contract 3).
+
+    <out>/<preset>/<slug(variant)>/seed<k>/
+        config.json     what was trained (model, train, model_init, meta)  - written first
+        metrics.jsonl   one record per logged step
+        probes.jsonl    probe records {"step", "probe", ...}
+        ckpt.pt         the last checkpoint (weights, optimizer, samplers, RNG)
+        final.json      the final record - written last: its presence means "finished"
+
+The trainer CLI and every experiment name directories by the same rule, so a
+run trained one way is found and reused by the other.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from interp.errors import ConfigError
+from interp.io import read_json, read_jsonl
+
+# The part of a config that decides whether a run directory holds "the same run".
+IDENTITY_KEYS = ("model", "train", "model_init")
+
+
+def slug(name: str) -> str:
+    """A variant name as one safe path component: "attn_only + uniform" -> "attn_only_uniform"."""
+    text = re.sub(r"[^A-Za-z0-9_.=-]+", "_", name).strip("_.")
+    if not text:
+        raise ConfigError(f"variant name {name!r} gives no usable directory name")
+    return text
+
+
+def variant_name(model: dict[str, Any]) -> str:
+    """The name of a model configuration's variant, as the experiments spell it.
+
+    residual, then " + " and the routing change: a mixer other than attention, or
+    self_bias (+inf "self_only", -inf "no_self", finite "self_bias").
+    """
+    name = model.get("residual", "full")
+    mixer = model.get("mixer", "attention")
+    if mixer != "attention":
+        name += f" + {mixer}"
+    bias = float(model.get("self_bias", 0.0))
+    if bias == math.inf:
+        name += " + self_only"
+    elif bias == -math.inf:
+        name += " + no_self"
+    elif bias != 0.0:
+        name += " + self_bias"
+    return name
+
+
+@dataclass(frozen=True)
+class RunDir:
+    path: Path
+
+    @classmethod
+    def of(cls, out: str | Path, preset: str, variant: str, seed: int) -> RunDir:
+        return cls(Path(out) / slug(preset) / slug(variant) / f"seed{int(seed)}")
+
+    config = property(lambda self: self.path / "config.json")
+    metrics = property(lambda self: self.path / "metrics.jsonl")
+    probes = property(lambda self: self.path / "probes.jsonl")
+    ckpt = property(lambda self: self.path / "ckpt.pt")
+    final = property(lambda self: self.path / "final.json")
+    lock = property(lambda self: self.path / ".lock")
+
+    @property
+    def finished(self) -> bool:
+        return self.final.is_file()
+
+    def read_config(self) -> dict[str, Any] | None:
+        return read_json(self.config) if self.config.exists() else None
+
+    def holds(self, record: dict[str, Any]) -> bool:
+        """True when the directory is empty of config or holds this same configuration."""
+        old = self.read_config()
+        return old is None or {k: old.get(k) for k in IDENTITY_KEYS} == {k: record.get(k) for k in IDENTITY_KEYS}
+
+    def load(self) -> dict[str, Any]:
+        """A finished run as plain data: final record, metric curves, probe records by kind."""
+        final = read_json(self.final)
+        metrics = read_jsonl(self.metrics)
+        probes: dict[str, list[dict[str, Any]]] = {}
+        for record in read_jsonl(self.probes):
+            probes.setdefault(record["probe"], []).append(record)
+        val = [(r["step"], r["val_loss"]) for r in metrics if "val_loss" in r]
+        train = [(r["step"], r["train_loss"]) for r in metrics if "train_loss" in r]
+        return {
+            "run_dir": str(self.path),
+            "final": final,
+            "val_curve": {"steps": [s for s, _ in val], "loss": [v for _, v in val]},
+            "train_curve": {"steps": [s for s, _ in train], "loss": [v for _, v in train]},
+            "probes": probes,
+        }
