@@ -171,7 +171,8 @@ def adam_invariance_check(gains=(0.25, 0.5, 2.0, 4.0), residual: str = "attn_onl
     from training.trainer import optimizer_groups
 
     def adamw(params, eps, weight_decay):
-        return torch.optim.AdamW(optimizer_groups(params, weight_decay), lr=train_cfg.lr, betas=(train_cfg.beta1, train_cfg.beta2), eps=eps)
+        return torch.optim.AdamW(optimizer_groups(params, weight_decay), lr=train_cfg.lr,
+                                 betas=(train_cfg.beta1, train_cfg.beta2), eps=eps)
 
     def rel(a: list, b: list) -> float:
         da = torch.cat([t.flatten().double() for t in a])

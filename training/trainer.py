@@ -78,8 +78,8 @@ def optimizer_groups(params, weight_decay: float) -> list[dict[str, Any]]:
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.AdamW:
-    return torch.optim.AdamW(optimizer_groups(model.parameters(), cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
-                             fused=device.type == "cuda")
+    groups = optimizer_groups(model.parameters(), cfg.weight_decay)
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=device.type == "cuda")
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
