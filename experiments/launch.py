@@ -159,6 +159,10 @@ def submit(experiment: Experiment, ctx: Context, todo: list[Job], argv: list[str
         raise ToolkitError("--launcher slurm needs submitit: pip install 'residual-interp[cluster]'") from None
     if not todo:
         return True
+    busy = [job for job in todo if job.run_dir(ctx.out).busy()]  # a job of an earlier submission still runs
+    todo = [job for job in todo if job not in busy]
+    if busy:
+        print(f"{len(busy)} run(s) are being trained by another process; waiting for them, not resubmitting")
     # Jobs re-plan from the command line: make --out absolute so they find the same directories.
     job_argv = [*_without(argv, "--out", "--no-wait", "--launcher"), "--out", str(ctx.out.resolve()),
                 "--no-progress"]
@@ -169,23 +173,30 @@ def submit(experiment: Experiment, ctx: Context, todo: list[Job], argv: list[str
         executor.update_parameters(name=f"{experiment.name}", **slurm_parameters(ctx.args))
     except Exception as e:  # submitit raises plain exceptions for an unknown parameter or a missing sbatch
         raise ToolkitError(f"cannot set up the {cluster} executor: {e}") from None
-    with executor.batch():
-        submitted = [(job, executor.submit(job_main, experiment.name, job_argv, job.group.spec.preset,
-                                           job.variant.name, job.seed, ctx.args.gpus_per_run)) for job in todo]
-    print(f"submitted {len(submitted)} job(s) ({cluster}); logs in {folder}")
+    submitted = []
+    if todo:
+        with executor.batch():
+            submitted = [(job, executor.submit(job_main, experiment.name, job_argv, job.group.spec.preset,
+                                               job.variant.name, job.seed, ctx.args.gpus_per_run)) for job in todo]
+        print(f"submitted {len(submitted)} job(s) ({cluster}); logs in {folder}")
     for job, sub in submitted:
         print(f"  {sub.job_id}  {job.variant.name} seed {job.seed}")
     if ctx.args.no_wait:
+        if not submitted:
+            return False
         command = shlex.join([sys.executable, "-m", f"experiments.{experiment.name}",
                               *_without(argv, "--no-wait", "--launcher"), "--collect"])
         print(f"once they are done, aggregate with:\n  {command}")
         return False
-    wait(submitted, ctx.progress)
+    wait(submitted + [(job, None) for job in busy], ctx.out, ctx.progress)
     return True
 
 
-def wait(submitted: list, progress: bool, poll_s: float = 2.0) -> None:
-    """Block until every job ends; a failed one is an error naming its run and its log."""
+def wait(submitted: list, out: Path, progress: bool, poll_s: float = 2.0) -> None:
+    """Block until every job ends; a failed one is an error naming its run and its log.
+
+    A (job, None) pair is a run some other process trains: done when its lock is free.
+    """
     from tqdm.auto import tqdm
 
     bar = tqdm(total=len(submitted), desc="jobs", unit="job", disable=not progress, dynamic_ncols=True)
@@ -194,7 +205,12 @@ def wait(submitted: list, progress: bool, poll_s: float = 2.0) -> None:
     while pending:
         still = []
         for job, sub in pending:
-            if sub.done():
+            run = job.run_dir(out)
+            if sub is None and not run.busy():
+                bar.update(1)
+                if not run.finished:
+                    failed.append(f"{job.variant.name} seed {job.seed}: its trainer stopped before finishing")
+            elif sub is not None and sub.done():
                 bar.update(1)
                 if sub.exception() is not None:
                     failed.append(f"{job.variant.name} seed {job.seed} (job {sub.job_id}): log {sub.paths.stderr}")

@@ -73,6 +73,20 @@ class RunDir:
     def finished(self) -> bool:
         return self.final.is_file()
 
+    def busy(self) -> bool:
+        """True while another process holds this directory's lock (is training into it)."""
+        if not self.lock.exists():
+            return False
+        from filelock import FileLock, Timeout
+
+        lock = FileLock(self.lock, timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            return True
+        lock.release()
+        return False
+
     def read_config(self) -> dict[str, Any] | None:
         return read_json(self.config) if self.config.exists() else None
 
