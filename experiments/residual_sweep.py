@@ -1,6 +1,6 @@
 """python -m experiments.residual_sweep: the paper's residual tables - four residual configs x seeds.
 
-The four configurations of a Pre-LN block (DESIGN.md):
+The four configurations of a Pre-LN block (docs/DESIGN.md):
 
     full       both identity paths              attn_only  attention residual only (FFN one removed)
     ffn_only   FFN residual only (attention one removed)    none       neither

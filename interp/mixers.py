@@ -4,7 +4,7 @@ CausalAttention  softmax attention with an optional bias on the self score.
 UniformMixer     every causal score equal: position t takes the mean of values 0..t.
 PositionBlind    a per-position GELU MLP d -> 2d -> d: mixes nothing across positions.
 
-Attention has two paths (DESIGN.md contract 2): the fused
+Attention has two paths (docs/DESIGN.md contract 2): the fused
 F.scaled_dot_product_attention path used in training, and an explicit softmax
 path that fills hook_attn_scores / hook_pattern. The explicit path runs only
 when a hook sits on one of those two hook points (run_with_cache puts one on

@@ -27,7 +27,7 @@ class _UsageError(ToolkitError):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, no usage block (DESIGN.md contract 7)
+    def error(self, message: str):  # one line, no usage block (docs/DESIGN.md contract 7)
         raise _UsageError(f"{message} (see --help)")
 
 

@@ -4,13 +4,13 @@ Two corpora, as in the paper:
     shakespeare_char  TinyShakespeare, 65 characters, first 90% train / last 10% val (the 10M setting)
     bpe / openwebtext GPT-2 BPE tokens in nanoGPT's train.bin / val.bin uint16 layout (the 124M setting)
 
-Where files come from (first hit wins): an explicit path, then $RESIDUAL_DATA_DIR (a directory laid out like
-/work/shared/data), then the cache ($RESIDUAL_CACHE_DIR, default ~/.cache/residual-interp), then a one-time
+Where files come from (first hit wins): an explicit path, then $RESIDUAL_DATA_DIR (a directory holding
+tinyshakespeare/input.txt and gpt2/), then the cache ($RESIDUAL_CACHE_DIR, default ~/.cache/residual-interp), then a one-time
 download that is checksummed before it is written.
 
 Batches are drawn nanoGPT-style (uniform random window offsets) from a generator the sampler owns, so a run
 is reproducible from (seed, draws) and its state rides along in the checkpoint. Validation uses the same
-batches for every config, seed and evaluation (DESIGN.md contract 6).
+batches for every config, seed and evaluation (docs/DESIGN.md contract 6).
 
 reference_levels() gives the two numbers every result is read against: the unigram cross-entropy (a model
 that knows nothing, where the collapsed configs sit) and the bigram cross-entropy (the best any model without
@@ -499,7 +499,7 @@ def random_batches(
 
 
 def fixed_batches(data: np.ndarray, n_ctx: int, batch_size: int, n_batches: int, seed: int = VAL_SEED) -> list[Batch]:
-    """The fixed validation batches: drawn once from a fresh generator seeded 99991 (DESIGN.md contract 6)."""
+    """The fixed validation batches: drawn once from a fresh generator seeded 99991 (docs/DESIGN.md contract 6)."""
     return random_batches(data, n_ctx, batch_size, n_batches, torch.Generator().manual_seed(seed))
 
 
