@@ -20,7 +20,7 @@ and nine variants separate the explanations:
     ffn_only + self_only               alpha_tt forced to 1 (self_bias = +inf): identity, no context
     ffn_only + self_bias               a finite bias on the self score: starts self-focused, can read context
 
-results.json schema ("routing-test/1"):
+results.json schema ("routing-test/2"):
     schema, experiment, preset, seeds, margin, self_bias   what was run and the decision margin (nats)
     config          {"model", "train"} of the preset (before per-variant overrides), variants: name -> overrides
     reference_levels {"unigram", "bigram", "n_targets", ...} on the fixed validation batches
@@ -28,10 +28,15 @@ results.json schema ("routing-test/1"):
                     steps, wall_time_s, tokens_per_s, mfu, val_curve / train_curve {steps, loss},
                     alpha_tt [layer][head] (final),
                     alpha_tt_layer_mean, uniform_baseline, block0_grad {steps, norm}, resid_grad {steps, norms},
-                    grad_flow {steps, attn, mlp} ([step][layer]), norms {sites, norms}, growth
+                    grad_flow {steps, attn, mlp} ([step][layer]), norms {sites, norms}, growth,
+                    tail {from_step, drop, slope_per_1k}: how much val loss still moved over the last quarter
     variants        name -> {final_val_loss: {mean, std, min, max, n}, place, alpha_tt_layer_mean,
-                    block0_grad_at {step: norm}, growth}
-    verdicts        list of {id, title, prediction, measured, verdict, separation, rule}
+                    block0_grad_at {step: norm}, growth, tail_drop {mean, std, ...}, tail_slope_per_1k}
+    gaps            {"attn_only - full": {seeds, mean, std, min, max, n}} per-seed paired difference (or null)
+    verdicts        list of {id, title, prediction, measured, verdict, separation, rule, provisional,
+                    still_moving [text]}; nothing is decided unless full is below bigram - margin (then
+                    every verdict is inconclusive); with >= 3 seeds a separation must exceed the margin
+                    and 3 seed std
     software        versions; wall_time_s (this invocation), train_wall_time_s (sum over runs); created
 """
 
@@ -45,10 +50,10 @@ from typing import Any
 
 import numpy as np
 
-from experiments.common import fmt_stats, reference_lines, stats
+from experiments.common import reference_lines, stats
 from experiments.frame import Context, Experiment, Group, Variant, check_number, run_summary
 
-SCHEMA = "routing-test/1"
+SCHEMA = "routing-test/2"
 DEFAULT_SELF_BIAS = 4.0
 DEFAULT_MARGIN = 0.05  # nats: "at a level" means within this of it
 PROMPT = "ROMEO:\nWhat light through yonder window breaks?"
@@ -99,7 +104,22 @@ def summarise_run(record: dict[str, Any]) -> dict[str, Any]:
         },
         "norms": {"sites": last_norms.get("sites"), "norms": last_norms.get("norms")},
         "growth": last_norms.get("growth"),
+        "tail": tail(record["val_curve"]["steps"], record["val_curve"]["loss"]),
     }
+
+
+def tail(steps: list[int], losses: list[float]) -> dict[str, Any]:
+    """How much a validation curve still moves: its drop over the last quarter of training and the
+    least-squares slope of the evaluations there (nats per 1,000 steps; negative = still falling)."""
+    start = 0.75 * steps[-1]
+    points = [(s, v) for s, v in zip(steps, losses, strict=True) if s >= start]
+    if len(points) < 2:
+        points = list(zip(steps, losses, strict=True))[-2:]
+    xs, ys = [s for s, _ in points], [v for _, v in points]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx else 0.0
+    return {"from_step": xs[0], "drop": ys[0] - ys[-1], "slope_per_1k": 1000 * slope}
 
 
 def place(loss: float, levels: dict[str, float], full: float | None, margin: float) -> str:
@@ -148,8 +168,19 @@ def summarise_variants(runs: list[dict[str, Any]], levels: dict[str, float], mar
             "uniform_baseline": rs[0]["uniform_baseline"],
             "block0_grad_at": block0_at(rs, [0, 100, 300]),
             "growth": sum(growths) / len(growths) if growths else None,
+            "tail_drop": stats([r["tail"]["drop"] for r in rs]),
+            "tail_slope_per_1k": stats([r["tail"]["slope_per_1k"] for r in rs])["mean"],
         }
     return out
+
+
+def paired_gap(runs: list[dict[str, Any]], a: str, b: str) -> dict[str, Any] | None:
+    """a - b final val loss, seed by seed (seeds both ran), with its spread: the paper's attn_only - full."""
+    finals = {(r["variant"], r["seed"]): r["final_val_loss"] for r in runs}
+    seeds = sorted(seed for name, seed in finals if name == a and (b, seed) in finals)
+    if not seeds:
+        return None
+    return {"seeds": seeds, **stats([finals[(a, s)] - finals[(b, s)] for s in seeds])}
 
 
 # ----- predictions: data, each with a small decide function -----------------------------------------
@@ -178,6 +209,17 @@ class Prediction:
     decide: Callable[[Outcome], tuple[str, str, str]]  # -> (verdict, measured, separation)
 
 
+def below(a: dict[str, float], level: float, m: float) -> bool:
+    """a's mean is below level by more than the margin and, with >= 3 seeds, by more than 3 seed std."""
+    gap = level - a["mean"]
+    return gap > m and (a["n"] < 3 or gap > 3 * a["std"])
+
+
+def above(a: dict[str, float], level: float, m: float) -> bool:
+    gap = a["mean"] - level
+    return gap > m and (a["n"] < 3 or gap > 3 * a["std"])
+
+
 def separation(a: dict[str, float], b: float | dict[str, float]) -> str:
     """Mean a minus b in nats, and in seed standard deviations where a has >= 2 seeds."""
     b_mean = b["mean"] if isinstance(b, dict) else b
@@ -195,7 +237,7 @@ def separation(a: dict[str, float], b: float | dict[str, float]) -> str:
 def decide_p1(o: Outcome) -> tuple[str, str, str]:
     f, a = o.loss("ffn_only"), o.loss("attn_only")
     U, B, m = o.unigram, o.bigram, o.margin
-    at_floor, recovers = f["mean"] >= U - m, a["mean"] < B - m
+    at_floor, recovers = f["mean"] >= U - m, below(a, B, m)
     if at_floor and recovers:
         verdict = "supports"
     elif not at_floor or a["mean"] >= U - m:
@@ -228,7 +270,7 @@ def decide_p3(o: Outcome) -> tuple[str, str, str]:
     elif abs(p["mean"] - B) <= m:
         verdict = "inconclusive"
         reading = "at the bigram level: exactly what any pointwise mixer can reach, so it measures 'no context'"
-    elif p["mean"] < B - m:
+    elif below(p, B, m):
         verdict, reading = "contradicts", "below bigram: a pointwise mixer cannot do that unless context leaks"
     else:
         verdict, reading = "inconclusive", "between bigram and floor"
@@ -262,10 +304,9 @@ def decide_p5(o: Outcome) -> tuple[str, str, str]:
 def decide_p6(o: Outcome) -> tuple[str, str, str]:
     s = o.loss("ffn_only + self_bias")
     B, m = o.bigram, o.margin
-    below = B - s["mean"]
-    if below > m and below > 3 * s["std"]:
+    if below(s, B, m):
         verdict = "supports"
-    elif below <= m:
+    elif B - s["mean"] <= m:
         verdict = "contradicts"
     else:
         verdict = "inconclusive"  # below bigram by the margin, but within 3 seed std of it
@@ -276,7 +317,7 @@ def decide_p6(o: Outcome) -> tuple[str, str, str]:
 def decide_p7(o: Outcome) -> tuple[str, str, str]:
     u, a = o.loss("attn_only + uniform"), o.loss("attn_only")
     B, m = o.bigram, o.margin
-    if a["mean"] + m < u["mean"] < B - m:
+    if above(u, a["mean"], m) and below(u, B, m):
         verdict = "supports"
         frac = (B - u["mean"]) / (B - a["mean"])
         where = f"recovers {frac:.0%} of the way from bigram to attn_only"
@@ -290,7 +331,8 @@ def decide_p7(o: Outcome) -> tuple[str, str, str]:
 
 PREDICTIONS = [
     Prediction("P1", "asymmetry", "ffn_only sits at the unigram floor; attn_only far below it (below bigram)",
-               "supports if ffn_only >= floor - {m} and attn_only < bigram - {m}", ("ffn_only", "attn_only"),
+               "supports if ffn_only >= floor - {m} and attn_only < bigram - {m} (by 3 seed std too with >= 3 seeds)",
+               ("ffn_only", "attn_only"),
                decide_p1),
     Prediction("P2", "mechanism", "attn_only's attention puts alpha_tt near 1 on the current token",
                "supports if the layer-mean alpha_tt >= 0.8; contradicts if every layer < 0.5", ("attn_only",),
@@ -309,23 +351,49 @@ PREDICTIONS = [
                "supports if below bigram by more than {m} and 3 seed std; contradicts if not below bigram - {m}",
                ("ffn_only + self_bias",), decide_p6),
     Prediction("P7", "routing needs content", "attn_only + uniform sits between the bigram level and attn_only",
-               "supports if attn_only + {m} < uniform < bigram - {m}", ("attn_only + uniform", "attn_only"), decide_p7),
+               "supports if attn_only + {m} < uniform < bigram - {m} (by 3 seed std too with >= 3 seeds)",
+               ("attn_only + uniform", "attn_only"), decide_p7),
 ]
 
 
 def verdicts(variants: dict[str, Any], levels: dict[str, float], margin: float,
-             predictions: list[Prediction] = PREDICTIONS) -> list[dict[str, str]]:
+             predictions: list[Prediction] = PREDICTIONS) -> list[dict[str, Any]]:
+    """Every prediction decided on the numbers, behind two guards.
+
+    reference   nothing is decided unless `full` learned to use context (below bigram - margin):
+                otherwise every verdict is "inconclusive: the reference model did not learn"
+    settling    a verdict resting on a variant whose loss still fell (or rose) by more than the
+                margin over the last quarter of training is marked provisional, with the direction
+    """
     outcome = Outcome(variants, levels["unigram"], levels["bigram"], margin)
+    full = variants.get("full")
+    if full is None:
+        guard = "the reference model (full) was not run"
+    elif not below(full["final_val_loss"], levels["bigram"], margin):
+        guard = (f"the reference model did not learn: full {full['final_val_loss']['mean']:.3f} is not below "
+                 f"bigram {levels['bigram']:.3f} - {margin}")
+    else:
+        guard = None
     out = []
     for p in predictions:
-        item = dict(id=p.id, title=p.title, prediction=p.prediction, rule=p.rule.format(m=margin))
+        item = dict(id=p.id, title=p.title, prediction=p.prediction, rule=p.rule.format(m=margin),
+                    provisional=False, still_moving=[])
         if not all(n in variants for n in p.needs):
             item.update(measured="not run", verdict="inconclusive", separation="n/a (variant not in --variants)")
+        elif guard:
+            item.update(measured=f"not decided: {guard}", verdict="inconclusive", separation="n/a")
         else:
             verdict, measured, sep = p.decide(outcome)
-            item.update(measured=measured, verdict=verdict, separation=sep)
+            moving = [f"{n} still {'falling' if d > 0 else 'rising'} ({-d:+.3f} nats over the last quarter)"
+                      for n in p.needs for d in [variants[n]["tail_drop"]["mean"]] if abs(d) > margin]
+            item.update(measured=measured, verdict=verdict, separation=sep, provisional=bool(moving),
+                        still_moving=moving)
         out.append(item)
     return out
+
+
+def verdict_label(v: dict[str, Any]) -> str:
+    return v["verdict"].upper() + (" (provisional)" if v.get("provisional") else "")
 
 
 # ----- the experiment -------------------------------------------------------------------------------------
@@ -351,31 +419,64 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     runs = [summarise_run(r) for r in records]
     summary = summarise_variants(runs, ctx.levels, ctx.args.margin)
     return {"margin": ctx.args.margin, "self_bias": ctx.args.self_bias, "runs": runs, "variants": summary,
+            "gaps": {"attn_only - full": paired_gap(runs, "attn_only", "full")},
             "verdicts": verdicts(summary, ctx.levels, ctx.args.margin)}
 
 
+PLACES = {"at the unigram floor": "floor", "at the bigram level": "bigram", "between bigram and floor": "between",
+          "near full": "near full", "below bigram (uses context)": "uses context"}
+
+
 def table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    headers = ["variant", "final val loss", "place", "alpha_tt/layer (uniform)", "block-0 grad 0/100/300/end",
-               "growth"]
+    """One row per variant, narrow enough for a 120-column console at the cpu-quick shape."""
+    headers = ["variant", "final val", "place", "tail drop", "alpha_tt/layer", "block-0 grad 0>end", "growth"]
     rows = []
     for name, v in results["variants"].items():
+        loss = v["final_val_loss"]
+        loss_s = f"{loss['mean']:.3f}" + (f" +/- {loss['std']:.3f}" if loss["n"] > 1 else "")
         alpha = v["alpha_tt_layer_mean"]
-        alpha_s = (" ".join(f"{a:.2f}" for a in alpha) + f" ({v['uniform_baseline']:.3f})") if alpha else "n/a"
-        grads = " / ".join(f"{g:.3g}" for g in v["block0_grad_at"].values())
-        growth = f"{v['growth']:.2f}x" if v["growth"] is not None else "n/a"
-        rows.append([name, fmt_stats(v["final_val_loss"]), v["place"], alpha_s, grads, growth])
+        if not alpha:
+            alpha_s = "n/a"
+        elif len(alpha) <= 4:
+            alpha_s = " ".join(f"{a:.2f}" for a in alpha)
+        else:
+            alpha_s = f"{sum(alpha) / len(alpha):.2f} [{min(alpha):.2f}-{max(alpha):.2f}]"
+        grads = list(v["block0_grad_at"].values())
+        grad_s = f"{grads[0]:.3g} > {grads[-1]:.3g}" if grads else "n/a"
+        growth = f"{v['growth']:.1f}x" if v["growth"] is not None else "n/a"
+        rows.append([name, loss_s, PLACES.get(v["place"], v["place"]), f"{v['tail_drop']['mean']:+.3f}", alpha_s,
+                     grad_s, growth])
     return headers, rows
 
 
 def summary(results: dict[str, Any]) -> str:
-    lines = [f"place rule (margin {results['margin']} nats): floor if loss >= unigram - m; bigram if |loss - bigram| "
-             "<= m; near full if <= full + m; else below bigram (uses context) or between bigram and floor", ""]
+    m = results["margin"]
+    baseline = next((v["uniform_baseline"] for v in results["variants"].values() if v["uniform_baseline"]), None)
+    lines = [f"place (margin {m} nats): floor if loss >= unigram - m; bigram if |loss - bigram| <= m; near full "
+             "if <= full + m; else uses context (below bigram) or between",
+             "tail drop: val loss fall over the last quarter of training (settled when below the margin)"
+             + (f"; alpha_tt uniform baseline {baseline:.3f}" if baseline else "")]
+    gap = results.get("gaps", {}).get("attn_only - full")
+    if gap:
+        spread = f" +/- {gap['std']:.3f} (seed std, {gap['n']} seeds)" if gap["n"] > 1 else " (1 seed: no spread)"
+        lines.append(f"attn_only - full: {gap['mean']:+.3f} nats{spread}; the paper at 10M: +0.078")
+    lines.append("")
     for v in results["verdicts"]:
-        lines.append(f"{v['id']} {v['title']}: {v['verdict'].upper()}")
+        lines.append(f"{v['id']} {v['title']}: {verdict_label(v)}")
         lines.append(f"   predicted: {v['prediction']}")
         lines.append(f"   measured:  {v['measured']}")
         lines.append(f"   separation: {v['separation']}   [rule: {v['rule']}]")
+        if v.get("still_moving"):
+            lines.append(f"   provisional: {'; '.join(v['still_moving'])}")
+    longer = needs_longer(results)
+    if longer:
+        lines.append(f"\nstill moving by more than the margin at the end (train longer: --set max_steps=N): "
+                     f"{', '.join(longer)}")
     return "\n".join(lines)
+
+
+def needs_longer(results: dict[str, Any]) -> list[str]:
+    return [name for name, v in results["variants"].items() if abs(v["tail_drop"]["mean"]) > results["margin"]]
 
 
 def sections(results: dict[str, Any], ctx: Context) -> list:
@@ -384,9 +485,14 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
     runs = results["runs"]
     curves = {f"{r['variant']}/seed{r['seed']}": (r["val_curve"]["steps"], r["val_curve"]["loss"]) for r in runs}
     out: list = [("Verdicts", None, None)]
-    out += [f"{v['id']} {v['title']}: {v['verdict'].upper()}. Predicted: {v['prediction']}. "
+    out += [f"{v['id']} {v['title']}: {verdict_label(v)}. Predicted: {v['prediction']}. "
             f"Measured: {v['measured']}. Separation: {v['separation']}. Rule: {v['rule']}."
+            + (f" Provisional: {'; '.join(v['still_moving'])}." if v.get("still_moving") else "")
             for v in results["verdicts"]]
+    longer = needs_longer(results)
+    out.append("Runs still moving by more than the margin over the last quarter of training (they would need to "
+               f"be longer): {', '.join(longer)}." if longer else
+               "Every run's validation loss moved less than the margin over the last quarter of training.")
     out.append(("Validation loss", loss_curves(curves, reference_lines(results["reference_levels"]),
                                                title="Validation loss (fixed batches)")))
     alphas = {f"{r['variant']}/seed{r['seed']}": np.array(r["alpha_tt"]) for r in runs if r["alpha_tt"]}
@@ -414,7 +520,7 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
 
 
 def attention_figures(results: dict[str, Any], corpus, prompt: str = PROMPT) -> list:
-    """Attention patterns of the first seed's full, attn_only and ffn_only at the first and last layer."""
+    """Attention patterns of the first seed of every variant that has one, at the first and last layer."""
     import torch
 
     from interp.model import ResidualGPT
@@ -422,7 +528,7 @@ def attention_figures(results: dict[str, Any], corpus, prompt: str = PROMPT) -> 
 
     figures = []
     for run in results["runs"]:
-        if run["variant"] not in ("full", "attn_only", "ffn_only") or run["seed"] != results["seeds"][0]:
+        if run["alpha_tt"] is None or run["seed"] != results["seeds"][0]:
             continue
         model = ResidualGPT.from_checkpoint(Path(run["run_dir"]) / "ckpt.pt").eval()
         ids = corpus.encode(prompt)[: model.cfg.n_ctx]

@@ -137,7 +137,12 @@ def alpha_tt_heatmap(
     for name, a in arrays.items():
         if a.ndim != 2:
             raise PlotInputError(f"alpha_tt {name!r} must be [layer, head], got shape {a.shape}")
-    fig = make_subplots(rows=1, cols=len(arrays), subplot_titles=list(runs) if len(runs) > 1 else None)
+    # At most three runs a row, long names broken at "/": side-by-side titles never overlap.
+    cols = min(3, len(arrays))
+    rows = math.ceil(len(arrays) / cols)
+    titles = [name.replace("/", "<br>") for name in runs] if len(runs) > 1 else None
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.12,
+                        vertical_spacing=min(0.3, 0.6 / rows))
     extra = f"<br>uniform baseline {baseline:.3f}" if baseline is not None else ""
     for i, (name, a) in enumerate(arrays.items()):
         fig.add_trace(
@@ -150,15 +155,15 @@ def alpha_tt_heatmap(
                 texttemplate="%{z:.2f}",
                 hovertemplate=f"{name}<br>%{{y}}, %{{x}}<br>alpha_tt %{{z:.4f}}{extra}<extra></extra>",
             ),
-            row=1,
-            col=i + 1,
+            row=i // cols + 1,
+            col=i % cols + 1,
         )
     if baseline is not None:
         title = f"{title} (uniform baseline {baseline:.3f})"
     fig.update_layout(
         title=title,
         coloraxis=dict(colorscale="Viridis", cmin=0.0, cmax=1.0, colorbar=dict(title="alpha_tt")),
-        height=max(300, 60 * max(a.shape[0] for a in arrays.values()) + 160),
+        height=rows * max(300, 60 * max(a.shape[0] for a in arrays.values()) + 160),
     )
     fig.update_yaxes(autorange="reversed")
     return fig

@@ -34,7 +34,7 @@ def test_results_schema(smoke_run):
     for key in ("schema", "experiment", "preset", "seeds", "margin", "self_bias", "config", "reference_levels",
                 "runs", "variants", "verdicts", "software", "wall_time_s", "train_wall_time_s", "created"):
         assert key in results, key
-    assert results["schema"] == "routing-test/1" and results["preset"] == "smoke"
+    assert results["schema"] == "routing-test/2" and results["preset"] == "smoke"
     names = [v.name for v in routing_test.make_variants()]
     assert list(results["variants"]) == names and len(results["runs"]) == 9
     for run in results["runs"]:
@@ -49,6 +49,10 @@ def test_results_schema(smoke_run):
     assert results["verdicts"] == verdicts(results["variants"], results["reference_levels"], results["margin"])
     assert results["config"]["variants"]["attn_only + no_self"]["self_bias"] == "-inf"  # strict JSON
     assert results["config"]["overrides"] == {}
+    # smoke: even full sits at the floor, so nothing is decided
+    assert {v["verdict"] for v in results["verdicts"]} == {"inconclusive"}
+    assert all("the reference model did not learn" in v["measured"] for v in results["verdicts"])
+    assert results["gaps"]["attn_only - full"]["n"] == 1
 
 
 def test_report_is_self_contained(smoke_run):
@@ -144,8 +148,9 @@ def loss(mean, std=0.0, n=1):
     return {"mean": mean, "std": std, "min": mean, "max": mean, "n": n}
 
 
-def variant(mean, alpha=None, std=0.0, n=1):
-    return {"final_val_loss": loss(mean, std, n), "alpha_tt_layer_mean": alpha, "uniform_baseline": 0.04}
+def variant(mean, alpha=None, std=0.0, n=1, drop=0.0):
+    return {"final_val_loss": loss(mean, std, n), "alpha_tt_layer_mean": alpha, "uniform_baseline": 0.04,
+            "tail_drop": loss(drop)}
 
 
 def decide(pid, **variants):
@@ -237,3 +242,64 @@ def test_place_rule():
     assert routing_test.place(2.43, levels, 1.7, 0.05) == "at the bigram level"
     assert routing_test.place(1.75, levels, 1.7, 0.05) == "near full"
     assert routing_test.place(2.10, levels, 1.7, 0.05) == "below bigram (uses context)"
+
+
+def test_p1_p3_p7_need_three_seed_std_with_three_seeds():
+    wide = dict(std=0.05, n=3)  # 3 std = 0.15
+    assert decide("P1", ffn_only=variant(3.34), attn_only=variant(B - 0.10, **wide)) == "inconclusive"
+    assert decide("P1", ffn_only=variant(3.34), attn_only=variant(B - 0.16, **wide)) == "supports"
+    assert decide("P3", **{"attn_only + position_blind": variant(B - 0.10, **wide)}) == "inconclusive"
+    assert decide("P3", **{"attn_only + position_blind": variant(B - 0.16, **wide)}) == "contradicts"
+    assert decide("P7", **{"attn_only + uniform": variant(2.2, **wide), "attn_only": variant(2.1)}) == "contradicts"
+    assert decide("P7", **{"attn_only + uniform": variant(2.26, **wide), "attn_only": variant(2.1)}) == "supports"
+
+
+LEARNED = {"full": variant(1.9), "attn_only": variant(2.0, [0.9] * 4), "ffn_only": variant(3.34)}
+
+
+def test_nothing_is_decided_unless_the_reference_learned():
+    levels = {"unigram": U, "bigram": B}
+    decided = verdicts(LEARNED, levels, M)[0]
+    assert decided["verdict"] == "supports" and not decided["provisional"]
+    for full in (variant(B - M), None):  # at bigram - m: not below it; or not run at all
+        variants = {**LEARNED, "full": full} if full else {k: v for k, v in LEARNED.items() if k != "full"}
+        got = verdicts(variants, levels, M)
+        assert {v["verdict"] for v in got} == {"inconclusive"}
+        assert "reference model" in got[0]["measured"]
+
+
+def test_a_verdict_on_a_moving_run_is_provisional_with_its_direction():
+    levels = {"unigram": U, "bigram": B}
+    moving = {**LEARNED, "attn_only": variant(2.0, [0.9] * 4, drop=0.08)}
+    p1 = verdicts(moving, levels, M)[0]
+    assert p1["verdict"] == "supports" and p1["provisional"]
+    assert p1["still_moving"] == ["attn_only still falling (-0.080 nats over the last quarter)"]
+    settled = {**LEARNED, "attn_only": variant(2.0, [0.9] * 4, drop=M)}  # exactly the margin: settled
+    assert not verdicts(settled, levels, M)[0]["provisional"]
+
+
+def test_tail_drop_and_slope():
+    got = routing_test.tail([0, 100, 200, 300, 400], [3.0, 2.6, 2.4, 2.3, 2.1])
+    assert got["from_step"] == 300 and got["drop"] == pytest.approx(0.2) and got["slope_per_1k"] == pytest.approx(-2.0)
+    flat = routing_test.tail([0, 10, 20, 30, 40], [3.3, 3.3, 3.3, 3.3, 3.3])
+    assert flat["drop"] == 0.0 and flat["slope_per_1k"] == 0.0
+
+
+def test_attn_only_minus_full_is_paired_by_seed():
+    runs = [{"variant": v, "seed": s, "final_val_loss": x} for v, s, x in [
+        ("full", 1, 2.0), ("full", 2, 2.2), ("full", 3, 2.1), ("attn_only", 1, 2.1), ("attn_only", 2, 2.4),
+        ("attn_only", 3, 2.1), ("attn_only", 4, 9.9)]]
+    gap = routing_test.paired_gap(runs, "attn_only", "full")
+    assert gap["seeds"] == [1, 2, 3] and gap["mean"] == pytest.approx(0.1) and gap["std"] == pytest.approx(0.1)
+    assert routing_test.paired_gap(runs[:3], "attn_only", "full") is None
+
+
+def test_console_table_fits_120_columns():
+    from experiments.common import format_table
+
+    names = [v.name for v in routing_test.make_variants()]
+    variants = {n: {**variant(2.2345, [0.04, 0.08, 0.11, 0.05], std=0.0123, n=3, drop=-0.012),
+                    "place": "below bigram (uses context)", "block0_grad_at": {"0": 7.18, "100": 1.0, "end": 1.18e-07},
+                    "growth": 75.8} for n in names}
+    text = format_table(*routing_test.table({"variants": variants}))
+    assert max(len(line) for line in text.splitlines()) <= 120, text
