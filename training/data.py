@@ -1,6 +1,6 @@
 """Corpora to token arrays, seeded batch sampling, fixed validation batches, reference levels.
 
-Two corpora, as in the paper:
+The paper's two corpora:
     shakespeare_char  TinyShakespeare, 65 characters, first 90% train / last 10% val (the 10M setting)
     bpe / openwebtext GPT-2 BPE tokens in nanoGPT's train.bin / val.bin uint16 layout (the 124M setting)
 and, for tests and machines without data, "synthetic": a generated character Markov chain (training.synthetic).
