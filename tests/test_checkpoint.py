@@ -1,10 +1,16 @@
 """Checkpoints are data: atomic, versioned, loaded with weights_only, unsafe pickles refused."""
 
+import io
 import os
 import pickle
+import signal
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
+from conftest import REPO
 
 from interp import CheckpointError, ModelConfig, ResidualGPT, load_checkpoint, save_checkpoint
 from interp.io import DataFileError
@@ -78,15 +84,67 @@ def test_code_running_pickle_is_refused_and_runs_nothing(tmp_path):
     assert not marker.exists()
 
 
-def test_failed_save_keeps_the_old_file(tmp_path, monkeypatch):
+def half_then(monkeypatch, action):
+    """torch.save that writes the first half of the real bytes to its target, then calls action()."""
+    real_save = torch.save
+
+    def half_save(obj, f, *args, **kwargs):
+        buffer = io.BytesIO()
+        real_save(obj, buffer, *args, **kwargs)
+        with open(f, "wb") as out:
+            out.write(buffer.getvalue()[: len(buffer.getvalue()) // 2])
+            out.flush()
+            os.fsync(out.fileno())
+        action()
+
+    monkeypatch.setattr(torch, "save", half_save)
+
+
+def test_error_after_half_the_bytes_keeps_the_old_file(tmp_path, monkeypatch):
     path = tmp_path / "ckpt.pt"
     save_checkpoint(path, small(), step=1)
 
-    def boom(obj, f, *a, **k):
-        raise OSError("disk full")
+    def disk_full():
+        raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(torch, "save", boom)
-    with pytest.raises(DataFileError, match="disk full"):
+    half_then(monkeypatch, disk_full)
+    with pytest.raises(DataFileError, match="No space left"):
         save_checkpoint(path, small(), step=2)
     assert load_checkpoint(path).state["step"] == 1
-    assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]  # the half-written temporary is removed
+
+
+SAVE_THEN_KILL = textwrap.dedent(
+    """
+    import io, os, signal, sys
+    import torch
+    from interp import ModelConfig, ResidualGPT, save_checkpoint
+
+    model = ResidualGPT(ModelConfig(n_layers=1, d_model=16, n_heads=2, n_ctx=8, d_vocab=7))
+    save_checkpoint(sys.argv[1], model, step=1)
+    real_save = torch.save
+
+    def half_then_kill(obj, f, *args, **kwargs):
+        buffer = io.BytesIO()
+        real_save(obj, buffer)
+        with open(f, "wb") as out:
+            out.write(buffer.getvalue()[: len(buffer.getvalue()) // 2])
+            out.flush()
+            os.fsync(out.fileno())
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    torch.save = half_then_kill
+    save_checkpoint(sys.argv[1], model, step=2)
+    """
+)
+
+
+def test_sigkill_in_the_middle_of_a_save_keeps_the_old_file(tmp_path):
+    path = tmp_path / "ckpt.pt"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    killed = subprocess.run([sys.executable, "-c", SAVE_THEN_KILL, str(path)], env=env, cwd=REPO)
+    assert killed.returncode == -signal.SIGKILL
+    assert load_checkpoint(path).state["step"] == 1
+    # nothing ran to clean up: the half-written temporary stays beside it, under a name nothing loads
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name != "ckpt.pt"]
+    assert len(leftovers) == 1 and leftovers[0].startswith(".ckpt.pt.") and leftovers[0].endswith(".tmp")

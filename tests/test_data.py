@@ -1,11 +1,15 @@
 """Tests for training.data: corpus resolution, char and BPE corpora, batch sampling, reference levels.
 
-Offline: TinyShakespeare and the GPT-2 BPE files come from the shared data folder (tests that need them skip
-without it); downloads are served by a monkeypatched urllib.request.urlopen.
+Offline, and runnable on any machine: char-corpus mechanics run on the synthetic corpus (training.synthetic),
+whose reference levels are checked against their closed form; the BPE pipeline runs on a byte-level stand-in
+for the GPT-2 encoding when the real files are absent. Only the tests that pin facts of the real files
+(TinyShakespeare's split and levels, GPT-2's token ids) need ../shared/data, and say so when they skip.
+Downloads are served by a monkeypatched urllib.request.urlopen.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import math
@@ -22,13 +26,14 @@ import torch
 
 from interp.errors import DataError, ToolkitError
 from training import data as D
+from training import synthetic as S
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 SHAKESPEARE = SHARED / "tinyshakespeare" / "input.txt"
-needs_shakespeare = pytest.mark.skipif(not SHAKESPEARE.is_file(), reason=f"no TinyShakespeare at {SHAKESPEARE}")
-needs_gpt2 = pytest.mark.skipif(
-    not (SHARED / "gpt2" / "vocab.bpe").is_file(), reason=f"no GPT-2 BPE files under {SHARED / 'gpt2'}"
+needs_shakespeare = pytest.mark.skipif(
+    not SHAKESPEARE.is_file(), reason=f"pins facts of the real TinyShakespeare, absent at {SHAKESPEARE}"
 )
+HAS_GPT2 = all((SHARED / "gpt2" / name).is_file() for name in D.GPT2_FILES)
 
 
 @pytest.fixture(autouse=True)
@@ -44,10 +49,17 @@ def isolated_env(monkeypatch, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def shakespeare() -> D.Corpus:
-    if not SHAKESPEARE.is_file():
-        pytest.skip(f"no TinyShakespeare at {SHAKESPEARE}")
-    return D.load_char_corpus(SHAKESPEARE)
+def synthetic() -> D.Corpus:
+    return S.synthetic_corpus()
+
+
+@pytest.fixture
+def text_file(tmp_path) -> Path:
+    """A small char corpus file (synthetic text), standing in for TinyShakespeare's input.txt."""
+    path = tmp_path / "text" / "input.txt"
+    path.parent.mkdir()
+    path.write_text(S.synthetic_text(20_000, seed=5))
+    return path
 
 
 def serve(monkeypatch, payload: bytes) -> list[str]:
@@ -70,30 +82,50 @@ def test_data_error_is_a_toolkit_error():
     assert issubclass(DataError, ToolkitError)
 
 
+def test_char_corpus_from_data_dir(monkeypatch, tmp_path):
+    root = S.write_data_dir(tmp_path / "data", n_tokens=50_000, seed=3)
+    monkeypatch.setenv("RESIDUAL_DATA_DIR", str(root))
+    path = root / "tinyshakespeare" / "input.txt"
+    assert D.shakespeare_path() == path
+    corpus = D.load_corpus("shakespeare_char")
+    assert (corpus.name, corpus.encoding, corpus.vocab_size) == ("shakespeare_char", "char", 32)
+    assert corpus.vocab == sorted(corpus.vocab) == list(S.ALPHABET)
+    text = path.read_text()
+    assert (len(corpus.train), len(corpus.val)) == (int(len(text) * 0.9), len(text) - int(len(text) * 0.9))
+    assert corpus.train.dtype == np.uint16
+    assert corpus.decode(corpus.train.tolist()) + corpus.decode(corpus.val.tolist()) == text
+    # the loader reads back exactly the generated corpus: the same ids, the same split
+    generated = S.synthetic_corpus(50_000, seed=3)
+    assert np.array_equal(corpus.train, generated.train) and np.array_equal(corpus.val, generated.val)
+
+
 @needs_shakespeare
-def test_char_corpus_from_data_dir(monkeypatch):
+def test_real_tinyshakespeare_layout_and_levels(monkeypatch):
+    """nanoGPT's shakespeare_char numbers: 65 characters, 1,003,854 / 111,540 split, and the paper's levels."""
     monkeypatch.setenv("RESIDUAL_DATA_DIR", str(SHARED))
     assert D.shakespeare_path() == SHAKESPEARE
     corpus = D.load_corpus("shakespeare_char")
-    assert (corpus.name, corpus.encoding, corpus.vocab_size) == ("shakespeare_char", "char", 65)
-    assert corpus.vocab == sorted(corpus.vocab) and len(corpus.vocab) == 65
-    n = len(SHAKESPEARE.read_text())
-    assert (len(corpus.train), len(corpus.val)) == (int(n * 0.9), n - int(n * 0.9)) == (1_003_854, 111_540)
-    assert corpus.train.dtype == np.uint16 and int(corpus.train.max()) < 65
-    text = "First Citizen:\nBefore we proceed any further, hear me speak."
-    assert corpus.decode(corpus.encode(text)) == text
+    assert (corpus.name, corpus.vocab_size, len(corpus.train), len(corpus.val)) == (
+        "shakespeare_char", 65, 1_003_854, 111_540)
     assert corpus.decode(corpus.train[:14].tolist()) == "First Citizen:"
+    full = D.reference_levels_split(corpus.train, corpus.val, corpus.vocab_size)
+    assert 3.30 < full["unigram"] < 3.40 and 2.43 < full["bigram"] < 2.53
+    assert full["n_targets"] == len(corpus.val) - 1
+    fixed = D.reference_levels(corpus.train, D.fixed_batches(corpus.val, 128, 32, 50), 65)
+    assert 3.30 < fixed["unigram"] < 3.40 and 2.43 < fixed["bigram"] < 2.53
+    assert fixed["n_targets"] == 50 * 32 * 128
 
 
-def test_unknown_character_is_a_data_error(shakespeare):
-    with pytest.raises(DataError, match="not in the 65-character vocabulary"):
-        shakespeare.encode("caf\u00e9")
+def test_unknown_character_is_a_data_error(synthetic):
+    with pytest.raises(DataError, match="not in the 32-character vocabulary"):
+        synthetic.encode("caf\u00e9")
+    with pytest.raises(DataError, match="outside the 32-character vocabulary"):
+        synthetic.decode([32])
 
 
-@needs_shakespeare
-def test_explicit_path_wins_over_data_dir(monkeypatch, tmp_path):
+def test_explicit_path_wins_over_data_dir(monkeypatch, tmp_path, text_file):
     monkeypatch.setenv("RESIDUAL_DATA_DIR", str(tmp_path / "empty"))
-    assert D.shakespeare_path(SHAKESPEARE) == SHAKESPEARE
+    assert D.shakespeare_path(text_file) == text_file
 
 
 def test_missing_files_are_data_errors(monkeypatch, tmp_path):
@@ -122,20 +154,26 @@ def test_cached_copy_with_wrong_checksum_is_refused(tmp_path):
         D.shakespeare_path()
 
 
-@needs_shakespeare
-def test_download_writes_a_verified_cache_once(monkeypatch, tmp_path):
-    asked = serve(monkeypatch, SHAKESPEARE.read_bytes())
+@pytest.fixture
+def published(monkeypatch, text_file) -> bytes:
+    """text_file's bytes as the published file: SHAKESPEARE_SHA256 set to their digest."""
+    payload = text_file.read_bytes()
+    monkeypatch.setattr(D, "SHAKESPEARE_SHA256", hashlib.sha256(payload).hexdigest())
+    return payload
+
+
+def test_download_writes_a_verified_cache_once(monkeypatch, tmp_path, published):
+    asked = serve(monkeypatch, published)
     path = D.shakespeare_path()
     assert asked == [D.SHAKESPEARE_URL]
     assert path == tmp_path / "cache" / "tinyshakespeare" / "input.txt"
-    assert path.read_bytes() == SHAKESPEARE.read_bytes()
+    assert path.read_bytes() == published
     assert [p.name for p in path.parent.iterdir()] == ["input.txt"]  # no temporary left behind
-    assert D.load_char_corpus().vocab_size == 65 and asked == [D.SHAKESPEARE_URL]  # second use: the cache
+    assert D.load_char_corpus().vocab_size == 32 and asked == [D.SHAKESPEARE_URL]  # second use: the cache
 
 
-@needs_shakespeare
-def test_corrupted_download_is_refused_and_not_cached(monkeypatch, tmp_path):
-    payload = bytearray(SHAKESPEARE.read_bytes())
+def test_corrupted_download_is_refused_and_not_cached(monkeypatch, tmp_path, published):
+    payload = bytearray(published)
     payload[1000] ^= 1
     serve(monkeypatch, bytes(payload))
     with pytest.raises(DataError, match="sha256"):
@@ -252,21 +290,35 @@ def test_random_batches_follow_the_callers_generator():
 # GPT-2 BPE
 
 
+def byte_encoding():
+    """A stand-in for GPT-2's encoding on machines without its files: one token per byte, the same <|endoftext|>."""
+    import tiktoken
+    from tiktoken_ext.openai_public import r50k_pat_str
+
+    ranks = {bytes([i]): i for i in range(256)}
+    return tiktoken.Encoding(name="bytes", pat_str=r50k_pat_str, mergeable_ranks=ranks,
+                             special_tokens={"<|endoftext|>": D.GPT2_EOT})
+
+
 @pytest.fixture
 def gpt2_env(monkeypatch):
-    """RESIDUAL_DATA_DIR at the shared files; tiktoken.get_encoding (the network path) must not be used."""
-    if not (SHARED / "gpt2" / "vocab.bpe").is_file():
-        pytest.skip(f"no GPT-2 BPE files under {SHARED / 'gpt2'}")
-    import tiktoken
+    """The GPT-2 encoding from the shared files (tiktoken's network path refused), else the byte stand-in.
 
-    monkeypatch.setenv("RESIDUAL_DATA_DIR", str(SHARED))
+    The BPE pipeline (prepare, split, cache, load) does not depend on which encoding it is given.
+    """
+    import tiktoken
 
     def refuse(name):
         raise AssertionError("tiktoken.get_encoding called although local files exist")
 
     monkeypatch.setattr(tiktoken, "get_encoding", refuse)
+    if HAS_GPT2:
+        monkeypatch.setenv("RESIDUAL_DATA_DIR", str(SHARED))
+    else:
+        monkeypatch.setattr(D, "gpt2_encoding", byte_encoding)
 
 
+@pytest.mark.skipif(not HAS_GPT2, reason=f"pins GPT-2's real token ids; its BPE files are absent under {SHARED}/gpt2")
 def test_gpt2_encoding_from_local_files(gpt2_env):
     enc = D.gpt2_encoding()
     assert enc.encode("Hello world") == [15496, 995]
@@ -323,7 +375,7 @@ def test_prepare_bpe_corpus_round_trips(gpt2_env, text_dir, tmp_path):
     assert meta["train_tokens"] == int(len(tokens) * 0.75) == len(corpus.train)
     assert meta["val_tokens"] == len(corpus.val) and meta["vocab_size"] == 50257 and meta["n_docs"] == 3
     assert sorted(p.name for p in out.iterdir()) == ["meta.json", "train.bin", "val.bin"]
-    assert corpus.encode(" the") == [262]
+    assert corpus.decode(corpus.encode(" the cat")) == " the cat"
 
 
 def test_bpe_from_text_is_prepared_into_the_cache_once(gpt2_env, text_dir, tmp_path, monkeypatch):
@@ -401,7 +453,7 @@ def test_openwebtext_offline_is_a_data_error(gpt2_env, monkeypatch, tmp_path):
 
 
 def test_unknown_corpus_lists_the_known_names():
-    with pytest.raises(DataError, match="shakespeare_char, bpe, openwebtext"):
+    with pytest.raises(DataError, match="shakespeare_char, bpe, openwebtext, synthetic"):
         D.load_corpus("wikitext")
 
 
@@ -441,10 +493,61 @@ def test_reference_levels_reject_out_of_range_ids():
         D.reference_levels_split(np.array([0, 1, 2]), np.array([0, 5]), vocab_size=3)
 
 
-def test_shakespeare_reference_levels(shakespeare):
-    full = D.reference_levels_split(shakespeare.train, shakespeare.val, shakespeare.vocab_size)
-    assert 3.30 < full["unigram"] < 3.40 and 2.43 < full["bigram"] < 2.53
-    assert full["n_targets"] == len(shakespeare.val) - 1
-    fixed = D.reference_levels(shakespeare.train, D.fixed_batches(shakespeare.val, 128, 32, 50), 65)
-    assert 3.30 < fixed["unigram"] < 3.40 and 2.43 < fixed["bigram"] < 2.53
-    assert fixed["n_targets"] == 50 * 32 * 128
+# ----------------------------------------------------------------------------------------------------------
+# The synthetic corpus: closed-form levels, and the reference-level code against them
+
+
+def test_closed_form_levels_of_a_two_state_chain():
+    """P(0->1) = a, P(1->0) = b: stationary (b, a) / (a + b); H(next | current) = sum_i pi_i h(row i)."""
+    a, b = 0.2, 0.6
+    chain = S.MarkovChain(transitions=np.array([[1 - a, a], [b, 1 - b]]), order=1)
+    pi = np.array([b, a]) / (a + b)
+    h = lambda p: -(p * math.log(p) + (1 - p) * math.log(1 - p))  # noqa: E731
+    assert chain.stationary == pytest.approx(pi, abs=1e-12)
+    assert S.unigram_entropy(chain) == pytest.approx(h(pi[0]), abs=1e-12)
+    assert S.bigram_entropy(chain) == pytest.approx(pi[0] * h(a) + pi[1] * h(b), abs=1e-12)
+    assert S.entropy_rate(chain) == pytest.approx(S.bigram_entropy(chain), abs=1e-12)  # order 1: the same
+
+
+def test_closed_form_levels_of_an_order_two_chain_by_enumeration():
+    """Order 2 over 3 symbols: the pair distribution summed by hand from the stationary states."""
+    chain = S.markov_chain(vocab_size=3, order=2, seed=4)
+    pi = chain.stationary.reshape(3, 3)  # [older, last]
+    table = chain.transitions.reshape(3, 3, 3)  # [older, last, next]
+    assert np.einsum("ab,abc->bc", pi, table).sum(1) == pytest.approx(pi.sum(0), abs=1e-12)  # stationary
+    pairs = np.einsum("ab,abc->bc", pi, table)  # P(X_t = b, X_t+1 = c)
+    unigram = -(pairs.sum(1) * np.log(pairs.sum(1))).sum()
+    bigram = -(pairs * np.log(pairs / pairs.sum(1, keepdims=True))).sum()
+    rate = -(pi[..., None] * table * np.log(table)).sum()
+    assert (S.unigram_entropy(chain), S.bigram_entropy(chain), S.entropy_rate(chain)) == pytest.approx(
+        (unigram, bigram, rate), abs=1e-12)
+
+
+@pytest.mark.parametrize("order", [1, 2])
+def test_reference_levels_approach_the_closed_form(order):
+    """1M tokens (900k train counts, 100k val targets): the add-one levels sit within 0.02 nats of theory.
+
+    Why 0.02: over 8 sample seeds the empirical minus closed-form level had std <= 0.003 nats (val sampling
+    noise; add-one smoothing and count noise add < 0.001 with ~28k counts per context), so 0.02 is > 6 std,
+    while the gaps a wrong pairing would close are >= 0.5 nats (unigram - bigram, bigram - entropy rate).
+    """
+    corpus = S.synthetic_corpus(order=order)
+    chain = S.synthetic_chain(order=order)
+    levels = D.reference_levels_split(corpus.train, corpus.val, corpus.vocab_size)
+    assert levels["unigram"] == pytest.approx(S.unigram_entropy(chain), abs=0.02)
+    assert levels["bigram"] == pytest.approx(S.bigram_entropy(chain), abs=0.02)
+    assert S.unigram_entropy(chain) - S.bigram_entropy(chain) > 0.5
+    if order == 2:  # the chain reads two tokens back: a model with attention can beat bigram
+        assert S.bigram_entropy(chain) - S.entropy_rate(chain) > 0.5
+    fixed = D.reference_levels(corpus.train, D.fixed_batches(corpus.val, 128, 32, 20), corpus.vocab_size)
+    assert fixed["bigram"] == pytest.approx(S.bigram_entropy(chain), abs=0.05)  # 82k targets, overlapping
+
+
+def test_synthetic_corpus_is_seeded_and_loads_by_name():
+    a, b = S.synthetic_corpus(), D.load_corpus("synthetic")
+    assert (b.name, b.vocab_size, b.encoding, len(b.train), len(b.val)) == ("synthetic", 32, "char", 900_000, 100_000)
+    assert np.array_equal(a.train, b.train) and np.array_equal(a.val, b.val)
+    assert not np.array_equal(S.synthetic_corpus(10_000, seed=1).train, S.synthetic_corpus(10_000, seed=2).train)
+    assert set(np.unique(b.train).tolist()) == set(range(32))
+    with pytest.raises(DataError, match="takes no path"):
+        D.load_corpus("synthetic", "somewhere.txt")

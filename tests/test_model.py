@@ -12,6 +12,12 @@ SELF_BIASES = [0.0, 4.0, math.inf, -math.inf]
 MIXES = [("attention", b) for b in SELF_BIASES] + [("uniform", 0.0), ("position_blind", 0.0)]
 
 
+@pytest.fixture(autouse=True)
+def seeded_weights():
+    """Every model here is built from the same seed: a failure reproduces with the same weights."""
+    torch.manual_seed(0)
+
+
 def tiny(**kw) -> ModelConfig:
     return ModelConfig(**{"n_layers": 2, "d_model": 32, "n_heads": 4, "n_ctx": 16, "d_vocab": 11, **kw})
 
@@ -85,10 +91,29 @@ def test_minus_inf_position_zero_writes_zeros():
     assert torch.equal(cache["blocks.0.attn.hook_z"][:, 0], torch.zeros(3, 4, 8))
 
 
-def test_finite_self_bias_tilts_toward_self():
-    diag0 = pattern(tiny()).diagonal(dim1=-2, dim2=-1)[..., 1:].mean()
-    diag4 = pattern(tiny(self_bias=4.0)).diagonal(dim1=-2, dim2=-1)[..., 1:].mean()
-    assert diag4 > 0.9 > diag0
+@pytest.mark.parametrize("explicit", [False, True], ids=["fused", "explicit"])
+def test_self_bias_four_adds_exactly_four_to_the_self_score(explicit):
+    """With q zeroed every score is the self bias alone: query t puts e^4 / (e^4 + t) on itself and
+    1 / (e^4 + t) on each earlier key, so z = that pattern times v, on the fused and the explicit path."""
+    model = ResidualGPT(tiny(self_bias=4.0)).eval()
+    model.set_explicit_attention(explicit)
+    seen = {}
+
+    def keep(x, hook):
+        seen[hook.name.split(".")[-1]] = x.detach().clone()
+
+    hooks = [("blocks.0.attn.hook_q", lambda q, hook: torch.zeros_like(q)),
+             ("blocks.0.attn.hook_v", keep), ("blocks.0.attn.hook_z", keep)]
+    if explicit:
+        hooks.append(("blocks.0.attn.hook_pattern", keep))
+    model.run_with_hooks(tokens(n=7), fwd_hooks=hooks)
+    e4, t = math.exp(4.0), torch.arange(7, dtype=torch.float64)
+    expected = torch.tril(torch.ones(7, 7, dtype=torch.float64)) / (e4 + t)[:, None]
+    expected.diagonal().copy_(e4 / (e4 + t))
+    z = torch.einsum("qk,bkhd->bqhd", expected, seen["hook_v"].double())
+    torch.testing.assert_close(seen["hook_z"].double(), z, rtol=1e-5, atol=1e-6)
+    if explicit:
+        torch.testing.assert_close(seen["hook_pattern"].double(), expected.expand(3, 4, 7, 7), rtol=1e-6, atol=1e-7)
 
 
 def test_uniform_pattern_is_one_over_t_plus_one():

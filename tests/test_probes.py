@@ -5,8 +5,16 @@ import math
 import pytest
 import torch
 
-from interp import ModelConfig, ResidualGPT, save_checkpoint
-from probes import attention_stats, gradient_flow, hidden_norms, measure, parameter_grad_norms, uniform_baseline
+from interp import ModelConfig, ResidualGPT, load_checkpoint, save_checkpoint
+from probes import (
+    attention_stats,
+    gradient_flow,
+    hidden_norms,
+    measure,
+    parameter_grad_norms,
+    pattern_stats,
+    uniform_baseline,
+)
 from probes.gradients import capture_resid_grads
 
 
@@ -141,10 +149,132 @@ def test_hooks_are_removed_even_on_error():
     assert all(not hp.fwd_hooks and not hp.bwd_hooks for hp in model.hook_dict.values())
 
 
-def test_measure_on_a_checkpoint(tmp_path):
+def test_measure_on_a_checkpoint_equals_the_probes_on_the_model(tmp_path):
     model = model_of(residual="attn_only")
+    with torch.no_grad():
+        for block in model.blocks:  # sharper attention than the init's: the stats differ between weights
+            block.attn.in_proj.weight.mul_(4.0)
     save_checkpoint(tmp_path / "ckpt.pt", model)
-    result = measure(tmp_path / "ckpt.pt", batches())
-    assert set(result) == {"attention", "norms", "gradients"}
-    assert len(result["attention"]["alpha_tt"]) == 2 and result["norms"]["growth"] > 0
-    assert len(result["gradients"]["resid"]) == 3 and result["gradients"]["total"] > 0
+    data = batches()
+    direct = {
+        "attention": attention_stats(model, data),
+        "norms": hidden_norms(model, data),
+        "gradients": gradient_flow(model, *data[0]),
+    }
+    assert measure(tmp_path / "ckpt.pt", data) == direct  # bit for bit: the same weights, the same order
+    assert measure(load_checkpoint(tmp_path / "ckpt.pt"), data) == direct
+    assert measure(model, data) == direct
+
+
+# ----------------------------------------------------------------------------------------------------------
+# pattern_stats by hand: two heads of different patterns, two batches of unequal size
+
+
+def hand_patterns(batch: int, dtype=torch.float64) -> torch.Tensor:
+    """[batch, 2 heads, 4, 4]. Batch of 1: head 0 splits 1/2 self, 1/2 previous; head 1 is uniform.
+    Batch of 3: head 0 puts everything on position 0; head 1 everything on itself. Row 0 is [1, 0, 0, 0]."""
+    n = 4
+    eye, first = torch.eye(n, dtype=dtype), torch.zeros(n, n, dtype=dtype)
+    first[:, 0] = 1.0
+    if batch == 1:
+        split = 0.5 * eye + 0.5 * torch.diag(torch.ones(n - 1, dtype=dtype), -1)
+        split[0, 0] = 1.0
+        uniform = torch.tril(torch.ones(n, n, dtype=dtype)) / torch.arange(1, n + 1, dtype=dtype)[:, None]
+        heads = [split, uniform]
+    else:
+        heads = [first, eye]
+    return torch.stack(heads).expand(batch, 2, n, n).clone()
+
+
+# Per batch, means over t = 1, 2, 3:
+#   split:   alpha 1/2, prev 1/2, entropy ln 2, distance 1/2
+#   uniform: alpha = prev = (1/2 + 1/3 + 1/4) / 3 = 13/36, entropy (ln 2 + ln 3 + ln 4) / 3,
+#            distance (1/2 + 1 + 3/2) / 3 = 1
+#   first:   alpha 0, prev (1 + 0 + 0) / 3 = 1/3, entropy 0, distance (1 + 2 + 3) / 3 = 2
+#   self:    alpha 1, prev 0, entropy 0, distance 0
+# Over both batches each sequence counts once: (1 x batch-of-1 value + 3 x batch-of-3 value) / 4.
+EXPECTED = {
+    "alpha_tt": [(1 / 2 + 3 * 0) / 4, (13 / 36 + 3 * 1) / 4],
+    "prev_token": [(1 / 2 + 3 * 1 / 3) / 4, (13 / 36 + 3 * 0) / 4],
+    "entropy": [(math.log(2) + 0) / 4, ((math.log(2) + math.log(3) + math.log(4)) / 3 + 0) / 4],
+    "distance": [(1 / 2 + 3 * 2) / 4, (1 + 3 * 0) / 4],
+}
+
+
+def test_pattern_stats_by_hand():
+    stats = pattern_stats(torch.cat([hand_patterns(1), hand_patterns(3)]))
+    for name, expected in EXPECTED.items():
+        assert stats[name].tolist() == pytest.approx(expected, abs=1e-12), name
+
+
+def test_attention_stats_weights_batches_by_their_size():
+    model = model_of(n_heads=2, n_ctx=4)
+
+    def hand(pattern, hook):
+        return hand_patterns(pattern.shape[0], pattern.dtype)
+
+    data = [(torch.zeros(1, 4, dtype=torch.long),) * 2, (torch.zeros(3, 4, dtype=torch.long),) * 2]
+    with model.hooks(fwd_hooks=[("blocks.0.attn.hook_pattern", hand)]):
+        stats = attention_stats(model, data)
+    for name, expected in EXPECTED.items():
+        assert stats[name][0] == pytest.approx(expected, abs=1e-6), name  # float32 patterns in the model
+    assert stats["uniform_baseline"] == pytest.approx(13 / 36)
+    assert stats["alpha_tt_layer_mean"][0] == pytest.approx((1 / 8 + (13 / 36 + 3) / 4) / 2)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# What the default probes cost, in counted work (the wall-clock side lives in the benchmark)
+
+
+class ForwardCounter:
+    """Sequences through the model's forward, split by train / eval mode (probes run in eval mode)."""
+
+    def __init__(self):
+        self.sequences = {"train": 0, "eval": 0}
+
+    def on_train_start(self, trainer):
+        def count(module, args):
+            self.sequences["train" if module.training else "eval"] += args[0].shape[0]
+
+        trainer.model.register_forward_pre_hook(count)
+
+
+def probe_work(preset: str, tmp_path, **overrides) -> dict:
+    """Train preset with and without the default probes; forward sequences and probe records of each."""
+    from probes import default_callbacks
+    from training.presets import resolve
+    from training.trainer import Trainer, read_jsonl
+
+    out = {}
+    for probes in (False, True):
+        spec = resolve(preset, {"probes": probes, **overrides})
+        counter = ForwardCounter()
+        callbacks = [counter, *(default_callbacks(spec.train) if probes else [])]
+        run = tmp_path / f"probes-{probes}"
+        final = Trainer(spec.model, spec.train, run, callbacks=callbacks, progress=False).run()
+        records = [r["probe"] for r in read_jsonl(run / "probes.jsonl")]
+        out[probes] = {**counter.sequences, "records": records, "wall_time_s": final["wall_time_s"]}
+    return out
+
+
+def check_default_probe_work(work: dict, train) -> None:
+    """cpu-quick's schedule (150 steps): evaluations at 0, 75, 150; activation probes every second one
+    (0 and 150) on 2 batches, twice (attention, norms); gradient probes inside the training step."""
+    without, with_probes = work[False], work[True]
+    assert with_probes["train"] == without["train"] == 150 * train.batch_size  # gradient probe: no extra forward
+    assert without["eval"] == 3 * train.eval_batches * train.batch_size
+    extra = with_probes["eval"] - without["eval"]
+    assert extra == 2 * 2 * 2 * train.batch_size
+    assert extra <= 0.10 * with_probes["train"]  # forward only; each training sequence also runs backward
+    assert with_probes["records"].count("gradients") == len([*range(0, 150, train.log_interval), 149])
+    assert with_probes["records"].count("attention") == with_probes["records"].count("norms") == 2
+    assert without["records"] == []
+
+
+def test_default_probes_add_at_most_ten_percent_forward_work(data, tmp_path):
+    """The cpu-quick schedule with a tiny model and batch: the counts scale with the batch, not the model."""
+    from training.presets import resolve
+
+    small = {"n_layers": 1, "d_model": 16, "n_heads": 2, "n_ctx": 8, "batch_size": 4, "max_steps": 150}
+    work = probe_work("cpu-quick", tmp_path, **small)
+    check_default_probe_work(work, resolve("cpu-quick", small).train)

@@ -1,24 +1,21 @@
-"""Slow checks (`make test-slow`): real cpu-quick training, minutes each. Not in the default run."""
+"""Slow checks (`make test-slow`): real cpu-quick training, minutes each. Not in the default run.
+
+Costs are asserted as counted work (forward passes, probe records), never as wall-clock limits: time on a
+shared machine is not a property of the code. Wall times are printed for information; the timing belongs to
+the benchmark command.
+"""
 
 import pytest
+from test_probes import check_default_probe_work, probe_work
 
 from training.presets import resolve
-from training.trainer import Trainer
 
 pytestmark = pytest.mark.slow
 
 
-def test_probes_at_default_interval_cost_at_most_ten_percent(shared_data, tmp_path):
-    """Side by side, same run length: cpu-quick shape, 150 steps, with and without the default probes."""
-    from probes import default_callbacks
-
-    times = {}
-    for probes in (False, True, False, True):
-        spec = resolve("cpu-quick", {"max_steps": 150, "probes": probes})
-        callbacks = default_callbacks(spec.train) if probes else []
-        run = tmp_path / f"{probes}-{len(times)}"
-        final = Trainer(spec.model, spec.train, run, callbacks=callbacks, progress=False).run()
-        times.setdefault(probes, []).append(final["wall_time_s"])
-    without, with_probes = min(times[False]), min(times[True])
-    print(f"wall time without probes {without:.1f}s, with {with_probes:.1f}s: +{with_probes / without - 1:.1%}")
-    assert with_probes <= 1.10 * without
+def test_default_probes_on_the_cpu_quick_shape_add_at_most_ten_percent_forward_work(data, tmp_path):
+    """The real cpu-quick model and batch, 150 steps, with and without the default probes."""
+    work = probe_work("cpu-quick", tmp_path, max_steps=150)
+    without, with_probes = work[False]["wall_time_s"], work[True]["wall_time_s"]
+    print(f"wall time without probes {without:.1f}s, with {with_probes:.1f}s (information only)")
+    check_default_probe_work(work, resolve("cpu-quick").train)

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 import torch
-from conftest import REPO, SHARED_DATA, run_module
+from conftest import REPO, free_port, run_module
 
 from interp import load_checkpoint
 from probes import default_callbacks
@@ -27,7 +27,7 @@ def metrics(run_dir):
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_same_seed_gives_bitwise_identical_losses(shared_data, tmp_path):
+def test_same_seed_gives_bitwise_identical_losses(data, tmp_path):
     finals = [Trainer(*smoke(), tmp_path / f"run{i}", progress=False).run() for i in range(2)]
     a, b = metrics(tmp_path / "run0"), metrics(tmp_path / "run1")
     strip = [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in a]
@@ -37,7 +37,7 @@ def test_same_seed_gives_bitwise_identical_losses(shared_data, tmp_path):
     assert other["final_val_loss"] != finals[0]["final_val_loss"]
 
 
-def test_finished_run_is_not_retrained(shared_data, tmp_path):
+def test_finished_run_is_not_retrained(data, tmp_path):
     Trainer(*smoke(), tmp_path, progress=False).run()
     stamp = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
     again = Trainer(*smoke(), tmp_path, progress=False).run()
@@ -64,9 +64,9 @@ KILLER = textwrap.dedent(
 )
 
 
-def test_sigkill_and_resume_ends_bitwise_equal(shared_data, tmp_path):
+def test_sigkill_and_resume_ends_bitwise_equal(data, tmp_path):
     """Killed at step 25 (last checkpoint at 20), rerun, and compare with an uninterrupted run."""
-    env = {**os.environ, "RESIDUAL_DATA_DIR": str(SHARED_DATA), "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "RESIDUAL_DATA_DIR": str(data), "PYTHONPATH": str(REPO)}
     killed = subprocess.run([sys.executable, "-c", KILLER, str(tmp_path / "killed"), "25"], env=env, cwd=REPO)
     assert killed.returncode == -9
     assert not (tmp_path / "killed" / "final.json").exists()
@@ -86,17 +86,17 @@ def test_sigkill_and_resume_ends_bitwise_equal(shared_data, tmp_path):
     assert probes(tmp_path / "killed") == probes(tmp_path / "straight")
 
 
-def test_torchrun_two_ranks_match_single_process(shared_data, tmp_path):
+def test_torchrun_two_ranks_match_single_process(data, tmp_path):
     torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
     if torchrun is None:
         pytest.skip("torchrun not installed beside this python")
     args = ["--preset", "smoke", "--no-progress", "--set", "max_steps=20", "--set", "log_interval=1",
             "--set", "probes=false", "--set", "eval_interval=100"]
-    env = {**os.environ, "RESIDUAL_DATA_DIR": str(SHARED_DATA), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "RESIDUAL_DATA_DIR": str(data), "OMP_NUM_THREADS": "1"}
     single = subprocess.run([sys.executable, "-m", "training", "--out", str(tmp_path / "one"), *args],
                             cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert single.returncode == 0, single.stderr
-    ddp = subprocess.run([torchrun, "--nproc_per_node", "2", "--master_port", "29517", "-m", "training",
+    ddp = subprocess.run([torchrun, "--nproc_per_node", "2", "--master_port", str(free_port()), "-m", "training",
                           "--out", str(tmp_path / "two"), *args],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert ddp.returncode == 0, ddp.stderr[-3000:]
@@ -109,6 +109,37 @@ def test_torchrun_two_ranks_match_single_process(shared_data, tmp_path):
     assert json.loads((tmp_path / "two/smoke/full/seed1337/final.json").read_text())["world_size"] == 2
 
 
+def test_grad_accum_equals_the_large_batch(data, tmp_path):
+    """batch 4 x grad_accum 2 sees the same 8 windows per step as batch 8 (one generator, drawn in order),
+    so every step's loss, pre-clip gradient norm and the final weights match up to float summation order."""
+    common = dict(max_steps=6, log_interval=1, eval_interval=100, ckpt_interval=100)
+    big = Trainer(*smoke(batch_size=8, grad_accum=1, **common), tmp_path / "big", progress=False)
+    accum = Trainer(*smoke(batch_size=4, grad_accum=2, **common), tmp_path / "accum", progress=False)
+    big.run(), accum.run()
+    rows = {name: [r for r in metrics(tmp_path / name) if "train_loss" in r] for name in ("big", "accum")}
+    assert len(rows["big"]) == len(rows["accum"]) == 6
+    for a, b in zip(rows["big"], rows["accum"], strict=True):
+        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-5, abs=1e-6)
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)  # Adam would hide a lost 1/grad_accum
+    w_big, w_accum = (load_checkpoint(tmp_path / n / "ckpt.pt").weights for n in ("big", "accum"))
+    for name, w in w_big.items():
+        torch.testing.assert_close(w_accum[name], w, rtol=1e-4, atol=1e-5)
+    other = Trainer(*smoke(batch_size=4, grad_accum=1, **common), tmp_path / "half", progress=False)
+    other.run()  # the control: half the batch is a different run
+    assert [r["train_loss"] for r in metrics(tmp_path / "half") if "train_loss" in r][1] != rows["big"][1]["train_loss"]
+
+
+def test_cli_trains_on_the_synthetic_corpus_without_any_data_dir(tmp_path):
+    result = run_module("training", "--preset", "smoke", "--out", str(tmp_path), "--no-progress",
+                        "--set", "corpus=synthetic", "--set", "max_steps=10", "--set", "probes=false",
+                        env={"RESIDUAL_DATA_DIR": str(tmp_path / "absent"), "RESIDUAL_CACHE_DIR": str(tmp_path / "c")})
+    assert result.returncode == 0, result.stderr
+    config = json.loads((tmp_path / "smoke/full/seed1337/config.json").read_text())
+    assert config["train"]["corpus"] == "synthetic" and config["model"]["d_vocab"] == 32
+    final = json.loads((tmp_path / "smoke/full/seed1337/final.json").read_text())
+    assert final["final_val_loss"] < math.log(32)  # it learned something from the chain
+
+
 class PoisonAt:
     def __init__(self, step):
         self.step = step
@@ -119,14 +150,14 @@ class PoisonAt:
                 trainer.model.blocks[0].mlp.in_proj.weight.fill_(math.nan)
 
 
-def test_nan_loss_stops_with_last_good_checkpoint(shared_data, tmp_path):
+def test_nan_loss_stops_with_last_good_checkpoint(data, tmp_path):
     with pytest.raises(TrainingError, match="loss became nan at step 16.*last good checkpoint"):
         Trainer(*smoke(), tmp_path, callbacks=[PoisonAt(15)], progress=False).run()
     assert load_checkpoint(tmp_path / "ckpt.pt").state["step"] == 10
     assert not (tmp_path / "final.json").exists()
 
 
-def test_other_config_in_run_dir_is_refused(shared_data, tmp_path):
+def test_other_config_in_run_dir_is_refused(data, tmp_path):
     Trainer(*smoke(max_steps=10), tmp_path, progress=False).run()
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     (tmp_path / "final.json").unlink()
@@ -159,7 +190,7 @@ def test_cli_bad_input_is_one_error_line(tmp_path, args, message):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_cli_corrupt_data_and_existing_run_untouched(shared_data, tmp_path):
+def test_cli_corrupt_data_and_existing_run_untouched(data, tmp_path):
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"\xff\xfe\x00 not text")
     result = run_module("training", "--preset", "smoke", "--out", str(tmp_path / "out"), "--data", str(bad))

@@ -1,12 +1,13 @@
 """Corpora to token arrays, seeded batch sampling, fixed validation batches, reference levels.
 
-Two corpora, as in the paper:
+The paper's two corpora:
     shakespeare_char  TinyShakespeare, 65 characters, first 90% train / last 10% val (the 10M setting)
     bpe / openwebtext GPT-2 BPE tokens in nanoGPT's train.bin / val.bin uint16 layout (the 124M setting)
+and, for tests and machines without data, "synthetic": a generated character Markov chain (training.synthetic).
 
 Where files come from (first hit wins): an explicit path, then $RESIDUAL_DATA_DIR (a directory holding
-tinyshakespeare/input.txt and gpt2/), then the cache ($RESIDUAL_CACHE_DIR, default ~/.cache/residual-interp), then a one-time
-download that is checksummed before it is written.
+tinyshakespeare/input.txt and gpt2/), then the cache ($RESIDUAL_CACHE_DIR, default
+~/.cache/residual-interp), then a one-time download that is checksummed before it is written.
 
 Batches are drawn nanoGPT-style (uniform random window offsets) from a generator the sampler owns, so a run
 is reproducible from (seed, draws) and its state rides along in the checkpoint. Validation uses the same
@@ -48,7 +49,7 @@ GPT2_FILES = {  # file name -> sha256 (the files tiktoken itself downloads)
     "encoder.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
 }
 VAL_SEED = 99991
-CORPORA = ("shakespeare_char", "bpe", "openwebtext")
+CORPORA = ("shakespeare_char", "bpe", "openwebtext", "synthetic")
 OPENWEBTEXT_DATASET = "Skylion007/openwebtext"
 
 Batch = tuple[Int[Tensor, "batch pos"], Int[Tensor, "batch pos"]]
@@ -157,13 +158,8 @@ class Corpus:
     encoding: str  # "char" or "gpt2"
 
 
-def load_char_corpus(path: str | Path | None = None) -> Corpus:
-    """TinyShakespeare (or any text file) as characters, laid out as nanoGPT's shakespeare_char."""
-    path, data = _locate_shakespeare(path)
-    text = data.decode("utf-8")
-    chars = sorted(set(text))
-    if len(chars) > np.iinfo(np.uint16).max + 1:
-        raise DataError(f"{path} has {len(chars)} distinct characters; at most 65536 fit uint16 ids")
+def char_codec(chars: list[str]) -> tuple[Callable[[str], list[int]], Callable[[Iterable[int]], str]]:
+    """encode / decode between text and ids, id i being chars[i]; unknown input is a DataError."""
     stoi = {c: i for i, c in enumerate(chars)}
 
     def encode(s: str) -> list[int]:
@@ -178,6 +174,17 @@ def load_char_corpus(path: str | Path | None = None) -> Corpus:
         except IndexError:
             raise DataError(f"a token id is outside the {len(chars)}-character vocabulary") from None
 
+    return encode, decode
+
+
+def load_char_corpus(path: str | Path | None = None) -> Corpus:
+    """TinyShakespeare (or any text file) as characters, laid out as nanoGPT's shakespeare_char."""
+    path, data = _locate_shakespeare(path)
+    text = data.decode("utf-8")
+    chars = sorted(set(text))
+    if len(chars) > np.iinfo(np.uint16).max + 1:
+        raise DataError(f"{path} has {len(chars)} distinct characters; at most 65536 fit uint16 ids")
+    encode, decode = char_codec(chars)
     # Split the text, then encode: the val split starts exactly where nanoGPT's does.
     n_train = int(len(text) * 0.9)
     return Corpus(
@@ -387,6 +394,7 @@ def load_corpus(name: str, path: str | Path | None = None) -> Corpus:
     bpe               path: a prepared directory, or a text file / directory of .txt files, which is
                       prepared once into the cache, keyed by its path, sizes and mtimes
     openwebtext       path: the prepared directory (default: <cache>/openwebtext), prepared on first use
+    synthetic         no path: a seeded Markov chain with closed-form reference levels (training.synthetic)
     """
     if name == "shakespeare_char":
         return load_char_corpus(path)
@@ -402,6 +410,12 @@ def load_corpus(name: str, path: str | Path | None = None) -> Corpus:
         if not _is_prepared(out):
             prepare_bpe_corpus(path, out)
         return load_bpe_corpus(out)
+    if name == "synthetic":
+        if path is not None:
+            raise DataError("corpus 'synthetic' is generated (training.synthetic); it takes no path")
+        from training.synthetic import synthetic_corpus
+
+        return synthetic_corpus()
     if name == "openwebtext":
         out = Path(path) if path is not None else cache_dir() / "openwebtext"
         if not _is_prepared(out):

@@ -15,7 +15,7 @@ from typing import Any
 from interp.config import ModelConfig
 from interp.errors import ConfigError
 
-CORPORA = ("shakespeare_char", "bpe", "openwebtext")
+CORPORA = ("shakespeare_char", "bpe", "openwebtext", "synthetic")  # as training.data.CORPORA
 
 
 @dataclass(frozen=True)
