@@ -26,7 +26,7 @@ from transformer_lens.hook_points import HookedRootModule, HookPoint
 
 from interp.config import ModelConfig
 from interp.errors import ConfigError, ToolkitError
-from interp.mixers import make_mixer
+from interp.mixers import _hooked, make_mixer
 
 
 class LayerNorm(nn.Module):
@@ -34,9 +34,9 @@ class LayerNorm(nn.Module):
 
     As in TransformerLens, hook_scale holds sqrt(var + eps) [b, p, 1] and
     hook_normalized the normalised vector before w and b. The scale is computed
-    explicitly (TL's formula) only when hook_scale is hooked, e.g. by
-    run_with_cache, which ActivationCache.apply_ln_to_stack needs; otherwise
-    the fused F.layer_norm runs.
+    explicitly (TL's formula) only when hook_scale is read (run_with_cache,
+    which ActivationCache.apply_ln_to_stack needs, or nnsight); otherwise the
+    fused F.layer_norm runs.
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -47,7 +47,7 @@ class LayerNorm(nn.Module):
         self.hook_normalized = HookPoint()
 
     def forward(self, x: Float[Tensor, "b p d"]) -> Float[Tensor, "b p d"]:
-        if self.hook_scale.fwd_hooks or self.hook_scale.bwd_hooks:
+        if _hooked(self.hook_scale):
             x = x - x.mean(-1, keepdim=True)
             x = x / self.hook_scale((x.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt())
         else:
