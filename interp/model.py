@@ -256,6 +256,12 @@ class ResidualGPT(HookedRootModule):
             self.train(was_training)
         return tokens
 
+    def tokens_to_residual_directions(self, tokens: int | Int[Tensor, "..."]) -> Float[Tensor, "... d_model"]:
+        """Each token's unembedding direction, as HookedTransformer's (ActivationCache.logit_attrs reads it)."""
+        if isinstance(tokens, str):
+            raise ConfigError("ResidualGPT has no tokenizer: pass token ids")
+        return self.unembed.weight[torch.as_tensor(tokens, device=self.unembed.weight.device)]
+
     def num_params(self, include_pos_embed: bool = True) -> int:
         n = sum(p.numel() for p in self.parameters())  # tied weights counted once
         return n if include_pos_embed else n - self.pos_embed.weight.numel()

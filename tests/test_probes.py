@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from interp import ModelConfig, ResidualGPT, save_checkpoint
+from interp import ConfigError, ModelConfig, ResidualGPT, save_checkpoint
 from probes import attention_stats, gradient_flow, hidden_norms, measure, parameter_grad_norms, uniform_baseline
 from probes.gradients import capture_resid_grads
 
@@ -148,3 +148,15 @@ def test_measure_on_a_checkpoint(tmp_path):
     assert set(result) == {"attention", "norms", "gradients"}
     assert len(result["attention"]["alpha_tt"]) == 2 and result["norms"]["growth"] > 0
     assert len(result["gradients"]["resid"]) == 3 and result["gradients"]["total"] > 0
+
+
+def test_measure_takes_token_tensors_with_shifted_targets():
+    model = model_of(residual="ffn_only")
+    g = torch.Generator().manual_seed(3)
+    seqs = [torch.randint(0, 11, (3, 13), generator=g) for _ in range(2)]  # n_ctx + 1: inputs fill the context
+    pairs = [(t[:, :-1], t[:, 1:]) for t in seqs]
+    expected = measure(model, pairs)
+    assert measure(model, seqs) == expected
+    assert measure(model, seqs[0])["gradients"] == measure(model, pairs[:1])["gradients"]  # one bare tensor
+    with pytest.raises(ConfigError, match="pos >= 2"):
+        measure(model, [torch.zeros(3, 1, dtype=torch.long)])
