@@ -46,6 +46,7 @@ from torch import Tensor
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 from transformer_lens.components import PosEmbed
 from transformer_lens.hook_points import HookPoint
+from transformers import PreTrainedTokenizerFast  # imported by transformer_lens already
 
 from interp.checkpoint import SCHEMA, Checkpoint, atomic_write, load_checkpoint
 from interp.config import ModelConfig
@@ -203,7 +204,8 @@ def hooked_config(
 ) -> HookedTransformerConfig:
     """The HookedTransformerConfig of a ModelConfig (refuses what TL cannot express).
 
-    n_special token ids after the model's own get (zero) embedding rows, never logits.
+    n_special extra token ids (a tokenizer's special tokens, after the model's
+    own) get embedding rows (zero, from the caller) and no logits.
     """
     if cfg.mixer == "position_blind":
         raise ConfigError(
@@ -321,38 +323,33 @@ def _resolve(source: Any, device: str | torch.device | None) -> tuple[ResidualGP
 # --------------------------------------------------------------------------- tokenizers
 
 
-def _char_tokenizer_class():
-    from transformers import PreTrainedTokenizerFast
+class CharTokenizer(PreTrainedTokenizerFast):
+    """One token per character (see char_tokenizer); unknown characters and silent truncation are errors."""
 
-    class CharTokenizer(PreTrainedTokenizerFast):
-        """One token per character; refuses unknown characters and silent truncation with one clear error."""
+    chars: list[str] = []  # set per instance by char_tokenizer
 
-        chars: list[str] = []
+    def _check(self, text: Any, kwargs: dict[str, Any]) -> None:
+        texts = [text] if isinstance(text, str) else text if isinstance(text, (list, tuple)) else []
+        texts = [t.replace(SPECIAL, "") if isinstance(t, str) else "" for t in texts]
+        unknown = sorted({c for t in texts for c in t} - set(self.chars))
+        if unknown:
+            raise DataError(f"character(s) {unknown} not in the model's {len(self.chars)}-character vocabulary")
+        limit = kwargs.get("max_length")
+        if kwargs.get("truncation") and limit is not None:
+            longest = max((len(t) for t in texts), default=0)  # SPECIAL removed: it is one token
+            if longest > limit:
+                raise ConfigError(
+                    f"prompt of {longest} characters exceeds the context of {limit} tokens (TransformerLens "
+                    "would cut it silently); shorten it"
+                )
 
-        def _check(self, text: Any, kwargs: dict[str, Any]) -> None:
-            texts = [text] if isinstance(text, str) else text if isinstance(text, (list, tuple)) else []
-            texts = [t.replace(SPECIAL, "") if isinstance(t, str) else "" for t in texts]
-            unknown = sorted({c for t in texts for c in t} - set(self.chars))
-            if unknown:
-                raise DataError(f"character(s) {unknown} not in the model's {len(self.chars)}-character vocabulary")
-            limit = kwargs.get("max_length")
-            if kwargs.get("truncation") and limit is not None:
-                longest = max((len(t) for t in texts), default=0)  # SPECIAL removed: it is one token
-                if longest > limit:
-                    raise ConfigError(
-                        f"prompt of {longest} characters exceeds the context of {limit} tokens (TransformerLens "
-                        "would cut it silently); shorten it"
-                    )
+    def __call__(self, text=None, *args, **kwargs):
+        self._check(text if text is not None else kwargs.get("text"), kwargs)
+        return super().__call__(text, *args, **kwargs)
 
-        def __call__(self, text=None, *args, **kwargs):
-            self._check(text if text is not None else kwargs.get("text"), kwargs)
-            return super().__call__(text, *args, **kwargs)
-
-        def encode(self, text, *args, **kwargs):
-            self._check(text, kwargs)
-            return super().encode(text, *args, **kwargs)
-
-    return CharTokenizer
+    def encode(self, text, *args, **kwargs):
+        self._check(text, kwargs)
+        return super().encode(text, *args, **kwargs)
 
 
 def char_tokenizer(vocab: list[str]):
@@ -374,7 +371,7 @@ def char_tokenizer(vocab: list[str]):
     tok.decoder = decoders.Fuse()  # concatenate, no spaces between characters
     tok.add_special_tokens([AddedToken(SPECIAL, special=True)])  # id len(vocab)
     # No bos_token here: TL sets BOS to EOS itself (given one, it would try to re-download the tokenizer).
-    out = _char_tokenizer_class()(tokenizer_object=tok, eos_token=SPECIAL, pad_token=SPECIAL)
+    out = CharTokenizer(tokenizer_object=tok, eos_token=SPECIAL, pad_token=SPECIAL)
     out.chars = list(vocab)
     return out
 
@@ -391,7 +388,6 @@ def gpt2_files(data_dir: str | os.PathLike | None = None) -> tuple[Path, Path] |
 def gpt2_tokenizer(data_dir: str | os.PathLike | None = None):
     """GPT-2's byte-level BPE from local files (the ones tiktoken's "gpt2" uses), as a fast tokenizer."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
 
     files = gpt2_files(data_dir)
     if files is None:
