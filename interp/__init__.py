@@ -17,6 +17,8 @@ _LAZY = {
     "ToolkitError": "interp.errors",
     "ResidualGPT": "interp.model",
     "to_hooked_transformer": "interp.hooked",
+    "save_hooked": "interp.hooked",
+    "load_hooked": "interp.hooked",
 }
 
 

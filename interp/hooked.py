@@ -16,9 +16,19 @@ Being modules rather than hook functions, these survive model.reset_hooks()
 hook_attn_out, so interventions compose as they do on ResidualGPT.
 runtime_gain is folded into W_O / b_O and W_out / b_out.
 
-The rewiring lives in the module tree, not in TL's config or state dict: to
-get the model back, convert the checkpoint again rather than loading a saved
-HookedTransformer state dict into a plain HookedTransformer.
+The rewiring lives in the module tree. So that it cannot be lost silently, the
+ModelConfig is recorded in TL's config (cfg.residual_gpt_config, and the wiring
+in cfg.model_name), and every swapped hook point holds a buffer naming what it
+does (e.g. blocks.0.hook_resid_mid.residual_removed): loading a saved state
+dict into a plain HookedTransformer then fails with "Unexpected key(s)", and
+HookedTransformerConfig.from_dict(cfg.to_dict()) with an unexpected keyword.
+save_hooked / load_hooked round-trip an export exactly, tokenizer included.
+
+The position embedding refuses positions past n_ctx (TL would index out of
+range, or with to_tokens cut the prompt silently). The character tokenizer
+adds one special token, <|endoftext|>, after the characters (EOS, PAD and BOS;
+its embedding row is zero and the model never predicts it), so newlines stay
+ordinary text for generate, to_string and padding.
 """
 
 from __future__ import annotations
@@ -34,14 +44,19 @@ from einops import rearrange
 from jaxtyping import Float
 from torch import Tensor
 from transformer_lens import HookedTransformer, HookedTransformerConfig
+from transformer_lens.components import PosEmbed
 from transformer_lens.hook_points import HookPoint
+from transformers import PreTrainedTokenizerFast  # imported by transformer_lens already
 
-from interp.checkpoint import Checkpoint, load_checkpoint
+from interp.checkpoint import SCHEMA, Checkpoint, load_checkpoint
 from interp.config import ModelConfig
-from interp.errors import ConfigError, ToolkitError
+from interp.errors import CheckpointError, ConfigError, DataError, ToolkitError
+from interp.io import atomic_write
 from interp.model import ResidualGPT
 
 GPT2_VOCAB = 50257
+SPECIAL = "<|endoftext|>"  # the char tokenizer's only special token, id len(vocab)
+HOOKED_SCHEMA = "residual-gpt-hooked/1"
 _warned_non_additive = False
 
 
@@ -100,6 +115,8 @@ class NoResidualHookPoint(HookPoint):
     def __init__(self, slot: _Slot):
         super().__init__()
         self.slot = slot
+        # In the state dict, so a plain HookedTransformer refuses it ("Unexpected key(s)").
+        self.register_buffer("residual_removed", torch.tensor(True))
 
     def forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
         return _KeepSecond.apply(x, self.slot.take())
@@ -118,6 +135,9 @@ class RoutedScoresHookPoint(HookPoint):
         super().__init__()
         self.mixer = mixer
         self.self_bias = self_bias
+        # The routing, in the state dict (a plain HookedTransformer refuses these keys).
+        self.register_buffer("routing_self_bias", torch.tensor(self_bias))
+        self.register_buffer("routing_uniform", torch.tensor(mixer == "uniform"))
 
     def extra_repr(self) -> str:
         return f"mixer={self.mixer!r}, self_bias={self.self_bias}"
@@ -152,11 +172,42 @@ def _rewire(model: HookedTransformer, cfg: ModelConfig) -> None:
     model.setup()  # re-register hook names for the new modules
 
 
+class ContextCheckedPosEmbed(PosEmbed):
+    """TL's PosEmbed that refuses a position past n_ctx with a ConfigError (TL would index out of range)."""
+
+    def forward(self, tokens, past_kv_pos_offset: int = 0, attention_mask=None):
+        if attention_mask is None:
+            n = tokens.size(-1) + past_kv_pos_offset
+        else:  # padded: positions count the attended tokens only
+            n = int(attention_mask.sum(-1).max())
+        if n > self.cfg.n_ctx:
+            raise ConfigError(
+                f"sequence length {n} exceeds n_ctx {self.cfg.n_ctx}; with generate, ask for at most n_ctx minus "
+                "the prompt length new tokens (ResidualGPT.generate crops to the last n_ctx tokens instead)"
+            )
+        return super().forward(tokens, past_kv_pos_offset, attention_mask)
+
+
+def _install(model: HookedTransformer, cfg: ModelConfig) -> None:
+    """Everything that makes a plain HookedTransformer this ResidualGPT: rewiring, n_ctx check, the record."""
+    guarded = ContextCheckedPosEmbed(model.cfg)
+    guarded.W_pos = model.pos_embed.W_pos
+    model.pos_embed = guarded
+    _rewire(model, cfg)
+    model.cfg.residual_gpt_config = cfg.to_dict()  # not a TL field: from_dict(cfg.to_dict()) fails loudly
+
+
 # --------------------------------------------------------------------------- config and weights
 
 
-def hooked_config(cfg: ModelConfig, device: str | torch.device = "cpu", dtype=torch.float32) -> HookedTransformerConfig:
-    """The HookedTransformerConfig of a ModelConfig (refuses what TL cannot express)."""
+def hooked_config(
+    cfg: ModelConfig, device: str | torch.device = "cpu", dtype=torch.float32, n_special: int = 0
+) -> HookedTransformerConfig:
+    """The HookedTransformerConfig of a ModelConfig (refuses what TL cannot express).
+
+    n_special extra token ids (a tokenizer's special tokens, after the model's
+    own) get embedding rows (zero, from the caller) and no logits.
+    """
     if cfg.mixer == "position_blind":
         raise ConfigError(
             "mixer='position_blind' has no TransformerLens equivalent (its token mixer is a per-position MLP, "
@@ -169,14 +220,14 @@ def hooked_config(cfg: ModelConfig, device: str | torch.device = "cpu", dtype=to
         d_head=cfg.d_head,
         n_heads=cfg.n_heads,
         d_mlp=cfg.d_mlp,
-        d_vocab=cfg.d_vocab,
+        d_vocab=cfg.d_vocab + n_special,
         d_vocab_out=cfg.d_vocab,
         act_fn="gelu",  # exact erf GELU, as F.gelu in ResidualGPT
         normalization_type="LN",
         eps=1e-5,
         positional_embedding_type="standard",
         default_prepend_bos=False,  # trained without BOS
-        model_name=f"residual-gpt-{cfg.residual}-{cfg.mixer}",
+        model_name=f"residual-gpt(residual={cfg.residual}, mixer={cfg.mixer}, self_bias={cfg.self_bias:g})",
         original_architecture="ResidualGPT",
         init_weights=False,  # every weight is loaded below
         device=str(device),
@@ -268,24 +319,57 @@ def _resolve(source: Any, device: str | torch.device | None) -> tuple[ResidualGP
 # --------------------------------------------------------------------------- tokenizers
 
 
+class CharTokenizer(PreTrainedTokenizerFast):
+    """One token per character (see char_tokenizer); unknown characters and silent truncation are errors."""
+
+    chars: list[str] = []  # set per instance by char_tokenizer
+
+    def _check(self, text: Any, kwargs: dict[str, Any]) -> None:
+        texts = [text] if isinstance(text, str) else text if isinstance(text, (list, tuple)) else []
+        texts = [t.replace(SPECIAL, "") if isinstance(t, str) else "" for t in texts]
+        unknown = sorted({c for t in texts for c in t} - set(self.chars))
+        if unknown:
+            raise DataError(f"character(s) {unknown} not in the model's {len(self.chars)}-character vocabulary")
+        limit = kwargs.get("max_length")
+        if kwargs.get("truncation") and limit is not None:
+            longest = max((len(t) for t in texts), default=0)  # SPECIAL removed: it is one token
+            if longest > limit:
+                raise ConfigError(
+                    f"prompt of {longest} characters exceeds the context of {limit} tokens (TransformerLens "
+                    "would cut it silently); shorten it"
+                )
+
+    def __call__(self, text=None, *args, **kwargs):
+        self._check(text if text is not None else kwargs.get("text"), kwargs)
+        return super().__call__(text, *args, **kwargs)
+
+    def encode(self, text, *args, **kwargs):
+        self._check(text, kwargs)
+        return super().encode(text, *args, **kwargs)
+
+
 def char_tokenizer(vocab: list[str]):
     """A Hugging Face fast tokenizer with one token per character of `vocab` (id = index).
 
-    No normalizer; an unknown character is an error. Newline (or the first
-    entry) stands in for EOS/PAD (and so BOS), which TL requires to exist; the
-    model never saw a BOS, so prepend_bos stays off by default.
+    No normalizer. One special token, <|endoftext|>, takes id len(vocab): it is
+    EOS and PAD (and BOS, which TL sets to EOS), so no character of the corpus,
+    newline included, is ever stripped, masked or stopped at. The model never
+    predicts it, so generate runs max_new_tokens; the model never saw a BOS,
+    so prepend_bos stays off by default. An unknown character raises
+    DataError; a prompt that TL would truncate raises ConfigError.
     """
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 
     if len(set(vocab)) != len(vocab) or not all(isinstance(c, str) and len(c) == 1 for c in vocab):
         raise ConfigError("vocab must be a list of distinct single characters (index = token id)")
     tok = Tokenizer(models.WordLevel(vocab={c: i for i, c in enumerate(vocab)}, unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # every char, \n included
     tok.decoder = decoders.Fuse()  # concatenate, no spaces between characters
-    special = "\n" if "\n" in vocab else vocab[0]
+    tok.add_special_tokens([AddedToken(SPECIAL, special=True)])  # id len(vocab)
     # No bos_token here: TL sets BOS to EOS itself (given one, it would try to re-download the tokenizer).
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=special, pad_token=special)
+    out = CharTokenizer(tokenizer_object=tok, eos_token=SPECIAL, pad_token=SPECIAL)
+    out.chars = list(vocab)
+    return out
 
 
 def gpt2_files(data_dir: str | os.PathLike | None = None) -> tuple[Path, Path] | None:
@@ -300,7 +384,6 @@ def gpt2_files(data_dir: str | os.PathLike | None = None) -> tuple[Path, Path] |
 def gpt2_tokenizer(data_dir: str | os.PathLike | None = None):
     """GPT-2's byte-level BPE from local files (the ones tiktoken's "gpt2" uses), as a fast tokenizer."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
 
     files = gpt2_files(data_dir)
     if files is None:
@@ -374,18 +457,23 @@ def to_hooked_transformer(
             "fold_value_biases assumes every attention row sums to 1, but with self_bias=-inf position 0 attends "
             "nowhere; leave fold_value_biases off for this model"
         )
+    tokenizer, why_not = _tokenizer_for(cfg, vocab, state)
+    n_special = len(tokenizer) - cfg.d_vocab if tokenizer is not None else 0
     weight = model.embed.weight
-    tl_cfg = hooked_config(cfg, device=device or weight.device, dtype=weight.dtype)
+    tl_cfg = hooked_config(cfg, device=device or weight.device, dtype=weight.dtype, n_special=n_special)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # TL 3.x nudges towards TransformerBridge
         hooked = HookedTransformer(tl_cfg)
     state_dict = tl_state_dict(model)
+    if n_special:  # rows for the tokenizer's special token(s): zero, never trained, never predicted
+        w_e = state_dict["embed.W_E"]
+        state_dict["embed.W_E"] = torch.cat([w_e, w_e.new_zeros(n_special, w_e.shape[1])])
     state_dict.update(hooked.named_buffers())  # TL's constants (mask cache, IGNORE = -inf), not weights
     try:
         hooked.load_state_dict(state_dict, strict=True)
     except RuntimeError as e:  # a key or shape we produced that TL does not expect: a converter bug
         raise ToolkitError(f"TransformerLens rejected the converted weights: {e}") from None
-    _rewire(hooked, cfg)
+    _install(hooked, cfg)
     if fold_ln or center_writing_weights or center_unembed or fold_value_biases or refactor_factored_attn_matrices:
         hooked.load_and_process_state_dict(
             hooked.state_dict(),
@@ -395,10 +483,85 @@ def to_hooked_transformer(
             fold_value_biases=fold_value_biases,
             refactor_factored_attn_matrices=refactor_factored_attn_matrices,
         )
-    tokenizer, why_not = _tokenizer_for(cfg, vocab, state)
     if tokenizer is not None:
         hooked.set_tokenizer(tokenizer, default_padding_side="right")
     else:
         warnings.warn(f"no tokenizer attached: {why_not}; the model takes token tensors only", stacklevel=2)
     _warn_non_additive(cfg)
+    return hooked.eval()
+
+
+# --------------------------------------------------------------------------- saving
+
+
+def _tl_config_dict(cfg: HookedTransformerConfig) -> dict[str, Any]:
+    """TL's config as plain data: its __init__ fields, dtype and device as strings, numpy scalars as Python's."""
+    import dataclasses
+
+    out = {}
+    for f in dataclasses.fields(HookedTransformerConfig):
+        if f.init and hasattr(cfg, f.name):
+            value = getattr(cfg, f.name)
+            if f.name in ("dtype", "device"):
+                value = str(value).removeprefix("torch.")
+            elif hasattr(value, "item") and not isinstance(value, Tensor):  # numpy scalars (initializer_range)
+                value = value.item()
+            out[f.name] = value
+    return out
+
+
+def save_hooked(model: HookedTransformer, path: str | os.PathLike) -> None:
+    """Save an export from to_hooked_transformer (weights, TL config, wiring, tokenizer) for load_hooked.
+
+    Plain data only (read back with weights_only=True), written atomically.
+    """
+    record = getattr(model.cfg, "residual_gpt_config", None)
+    if record is None:
+        raise ToolkitError("save_hooked takes a model made by interp.to_hooked_transformer (no residual_gpt_config)")
+    tokenizer = model.tokenizer
+    chars = getattr(tokenizer, "chars", None)
+    payload = {
+        "schema": HOOKED_SCHEMA,
+        "model_config": dict(record),
+        "tl_config": _tl_config_dict(model.cfg),
+        "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+        "vocab": list(chars) if chars else None,
+        "encoding": "gpt2" if tokenizer is not None and not chars and len(tokenizer) == GPT2_VOCAB else None,
+    }
+    atomic_write(path, lambda tmp: torch.save(payload, tmp))
+
+
+def load_hooked(path: str | os.PathLike, device: str | torch.device | None = None) -> HookedTransformer:
+    """The HookedTransformer that save_hooked wrote, wiring and tokenizer included (strict: every key must fit)."""
+    import pickle
+
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"no saved HookedTransformer at {path}")
+    try:
+        payload = torch.load(path, map_location=device or "cpu", weights_only=True)
+    except (pickle.UnpicklingError, EOFError, RuntimeError, OSError, ValueError) as e:
+        raise CheckpointError(f"{path} is not a readable save_hooked file: {str(e).splitlines()[0]}") from None
+    schema = payload.get("schema") if isinstance(payload, dict) else None
+    if schema != HOOKED_SCHEMA:
+        hint = " (a ResidualGPT checkpoint: use to_hooked_transformer)" if schema == SCHEMA else ""
+        raise CheckpointError(f"{path} has schema {schema!r}; load_hooked reads {HOOKED_SCHEMA!r}{hint}")
+    cfg = ModelConfig.from_dict(payload["model_config"])
+    fields = dict(payload["tl_config"])
+    fields["dtype"] = getattr(torch, fields["dtype"])
+    if device is not None:
+        fields["device"] = str(device)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        hooked = HookedTransformer(HookedTransformerConfig(**fields))
+    _install(hooked, cfg)
+    try:
+        hooked.load_state_dict(payload["state_dict"], strict=True)
+    except RuntimeError as e:
+        detail = " ".join(line.strip() for line in str(e).splitlines()[1:])
+        raise CheckpointError(f"{path}: weights do not match the saved configuration: {detail}") from None
+    if payload.get("vocab") is not None:
+        hooked.set_tokenizer(char_tokenizer(payload["vocab"]), default_padding_side="right")
+    elif payload.get("encoding") == "gpt2" and gpt2_files() is not None:
+        hooked.set_tokenizer(gpt2_tokenizer(), default_padding_side="right")
     return hooked.eval()

@@ -8,7 +8,8 @@ Attention has two paths (docs/DESIGN.md contract 2): the fused
 F.scaled_dot_product_attention path used in training, and an explicit softmax
 path that fills hook_attn_scores / hook_pattern. The explicit path runs only
 when a hook sits on one of those two hook points (run_with_cache puts one on
-every hook point) or when `explicit` is set on the module.
+every hook point; nnsight's wrapper replaces their forward) or when `explicit`
+is set on the module.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from interp.config import ModelConfig
 
 
 def _hooked(hook: HookPoint) -> bool:
-    return bool(hook.fwd_hooks) or bool(hook.bwd_hooks)
+    """Whether anything reads the hook point: a TL or torch hook, or a replaced forward (nnsight's tracing)."""
+    return bool(hook.fwd_hooks or hook.bwd_hooks or hook._forward_hooks) or "forward" in hook.__dict__
 
 
 def allowed_keys(cfg: ModelConfig, n: int, device: torch.device) -> Bool[Tensor, "q k"]:

@@ -4,38 +4,54 @@
     resid_post = (resid_mid if ffn_residual  else 0) + mlp(ln2(resid_mid))
 
 Every intermediate passes through a TransformerLens HookPoint with TL's name, so
-run_with_cache / run_with_hooks / hooks() work as on a HookedTransformer.
+run_with_cache / run_with_hooks / hooks() work as on a HookedTransformer:
+run_with_cache returns TL's ActivationCache (`cache["resid_pre", 0]`), and
+model.cfg carries the few HookedTransformerConfig attributes TL's helpers read
+(device, n_key_value_heads, normalization_type, ...), so transformer_lens.patching
+runs on a ResidualGPT. generate() is nanoGPT's.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor, nn
+from transformer_lens import ActivationCache
 from transformer_lens.hook_points import HookedRootModule, HookPoint
 
 from interp.config import ModelConfig
-from interp.errors import ConfigError
-from interp.mixers import make_mixer
+from interp.errors import ConfigError, ToolkitError
+from interp.mixers import _hooked, make_mixer
 
 
 class LayerNorm(nn.Module):
     """LayerNorm (eps 1e-5), weight `w` and, when cfg.bias, bias `b`.
 
-    As in TransformerLens, hook_normalized holds the normalised vector before w and b.
+    As in TransformerLens, hook_scale holds sqrt(var + eps) [b, p, 1] and
+    hook_normalized the normalised vector before w and b. The scale is computed
+    explicitly (TL's formula) only when hook_scale is read (run_with_cache,
+    which ActivationCache.apply_ln_to_stack needs, or nnsight); otherwise the
+    fused F.layer_norm runs.
     """
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.w = nn.Parameter(torch.ones(cfg.d_model))
         self.b = nn.Parameter(torch.zeros(cfg.d_model)) if cfg.bias else None
+        self.hook_scale = HookPoint()
         self.hook_normalized = HookPoint()
 
     def forward(self, x: Float[Tensor, "b p d"]) -> Float[Tensor, "b p d"]:
-        x = self.hook_normalized(F.layer_norm(x, x.shape[-1:], eps=1e-5))
+        if _hooked(self.hook_scale):
+            x = x - x.mean(-1, keepdim=True)
+            x = x / self.hook_scale((x.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt())
+        else:
+            x = F.layer_norm(x, x.shape[-1:], eps=1e-5)
+        x = self.hook_normalized(x)
         return x * self.w + self.b if self.b is not None else x * self.w
 
 
@@ -74,12 +90,68 @@ class Block(nn.Module):
         return self.hook_resid_post(resid_mid + mlp_out if self.cfg.ffn_residual else mlp_out)
 
 
+# HookedTransformerConfig attributes that TransformerLens's helpers (patching,
+# ActivationCache) read from model.cfg, with their value for every ResidualGPT.
+_TL_CONSTANTS = dict(
+    n_key_value_heads=None,
+    attn_only=False,
+    normalization_type="LN",
+    positional_embedding_type="standard",
+    default_prepend_bos=False,
+    original_architecture="ResidualGPT",
+)
+
+
+def _bound_config(cfg: ModelConfig, device: torch.device) -> ModelConfig:
+    """A private copy of cfg that also answers TL's cfg.device, cfg.d_vocab_out, ...
+
+    They are plain attributes, not dataclass fields: equality, to_dict() and
+    replace() see the ModelConfig alone.
+    """
+    bound = cfg.replace()
+    for name, value in {**_TL_CONSTANTS, "d_vocab_out": cfg.d_vocab, "device": device}.items():
+        object.__setattr__(bound, name, value)
+    return bound
+
+
+class ResidualActivationCache(ActivationCache):
+    """TransformerLens's ActivationCache for a ResidualGPT.
+
+    Indexing (`cache["resid_pre", 0]`, `cache["pattern", 1, "attn"]`), keys(),
+    to(), accumulated_resid (with apply_ln) and the rest work as on a
+    HookedTransformer's cache. With a residual path removed the stream is not
+    the sum of the embeddings and sublayer outputs, so the methods that assume
+    it is refuse instead of answering wrongly.
+    """
+
+    def _refuse_if_not_additive(self, method: str) -> None:
+        residual = self.model.cfg.residual
+        if residual != "full":
+            raise ToolkitError(
+                f"ActivationCache.{method} assumes the residual stream is the sum of the embeddings and every "
+                f"sublayer output, which is false for residual={residual!r}; use interp.decompose, which follows "
+                "this model's wiring"
+            )
+
+    def decompose_resid(self, *args, **kwargs):
+        self._refuse_if_not_additive("decompose_resid")
+        return super().decompose_resid(*args, **kwargs)
+
+    def get_full_resid_decomposition(self, *args, **kwargs):
+        self._refuse_if_not_additive("get_full_resid_decomposition")
+        return super().get_full_resid_decomposition(*args, **kwargs)
+
+    def logit_attrs(self, *args, **kwargs):
+        self._refuse_if_not_additive("logit_attrs")
+        return super().logit_attrs(*args, **kwargs)
+
+
 class ResidualGPT(HookedRootModule):
     """The residual-ablation GPT. `forward(tokens)` -> logits; with targets, (logits, loss)."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.cfg = cfg
+        self.cfg = _bound_config(cfg, torch.device("cpu"))
         self.embed = nn.Embedding(cfg.d_vocab, cfg.d_model)
         self.pos_embed = nn.Embedding(cfg.n_ctx, cfg.d_model)
         self.embed_dropout = nn.Dropout(cfg.dropout)
@@ -125,6 +197,69 @@ class ResidualGPT(HookedRootModule):
             return logits
         loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
         return logits, loss
+
+    def _apply(self, fn, *args, **kwargs):
+        out = super()._apply(fn, *args, **kwargs)
+        object.__setattr__(self.cfg, "device", self.embed.weight.device)  # as TL's model.to() updates cfg.device
+        return out
+
+    def run_with_cache(
+        self, *model_args, return_cache_object: bool = True, remove_batch_dim: bool = False, **kwargs
+    ) -> tuple[Any, ActivationCache | dict[str, Tensor]]:
+        """(output, cache) as HookedTransformer.run_with_cache: an ActivationCache unless return_cache_object=False."""
+        out, cache = super().run_with_cache(*model_args, remove_batch_dim=remove_batch_dim, **kwargs)
+        if return_cache_object:
+            cache = ResidualActivationCache(cache, self, has_batch_dim=not remove_batch_dim)
+        return out, cache
+
+    @torch.no_grad()
+    def generate(
+        self,
+        tokens: Int[Tensor, "batch pos"],
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> Int[Tensor, "batch pos_plus_new"]:
+        """nanoGPT's generate: append max_new_tokens sampled tokens, feeding back at most n_ctx of them.
+
+        temperature 0 takes the argmax (greedy, as TransformerLens's sampler);
+        top_k keeps the k most likely tokens. Runs in eval mode (dropout off)
+        and restores the training flag afterwards.
+        """
+        if tokens.dim() != 2 or tokens.shape[1] == 0 or tokens.is_floating_point():
+            raise ConfigError(f"generate takes integer tokens [batch, pos] with pos >= 1, got {tuple(tokens.shape)}")
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+            raise ConfigError(f"max_new_tokens must be a non-negative integer, got {max_new_tokens!r}")
+        if not (temperature >= 0 and math.isfinite(temperature)):
+            raise ConfigError(f"temperature must be >= 0 (0 is greedy), got {temperature!r}")
+        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+            raise ConfigError(f"top_k must be a positive integer or None, got {top_k!r}")
+        if tokens.min() < 0 or tokens.max() >= self.cfg.d_vocab:
+            raise ConfigError(f"prompt holds token ids outside the vocabulary [0, {self.cfg.d_vocab})")
+        was_training = self.training
+        self.eval()
+        try:
+            for _ in range(max_new_tokens):
+                logits = self(tokens[:, -self.cfg.n_ctx :])[:, -1, :].float()
+                if temperature == 0:
+                    next_token = logits.argmax(-1, keepdim=True)
+                else:
+                    logits = logits / temperature
+                    if top_k is not None:
+                        kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
+                        logits = logits.masked_fill(logits < kth, -math.inf)
+                    next_token = torch.multinomial(logits.softmax(-1), 1, generator=generator)
+                tokens = torch.cat([tokens, next_token.to(tokens.dtype)], dim=1)
+        finally:
+            self.train(was_training)
+        return tokens
+
+    def tokens_to_residual_directions(self, tokens: int | Int[Tensor, "..."]) -> Float[Tensor, "... d_model"]:
+        """Each token's unembedding direction, as HookedTransformer's (ActivationCache.logit_attrs reads it)."""
+        if isinstance(tokens, str):
+            raise ConfigError("ResidualGPT has no tokenizer: pass token ids")
+        return self.unembed.weight[torch.as_tensor(tokens, device=self.unembed.weight.device)]
 
     def num_params(self, include_pos_embed: bool = True) -> int:
         n = sum(p.numel() for p in self.parameters())  # tied weights counted once

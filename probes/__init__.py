@@ -78,15 +78,42 @@ def default_callbacks(train_cfg) -> list:
     return [GradientProbe(train_cfg.log_interval), ActivationProbe(interval)]
 
 
+def _as_pairs(batches) -> list:
+    """(x, y) pairs from (x, y) pairs or token tensors [batch, pos] (targets by shifting: x[:, :-1], x[:, 1:])."""
+    import torch
+
+    from interp.errors import ConfigError
+
+    if isinstance(batches, torch.Tensor):  # one batch of tokens
+        batches = [batches]
+    pairs = []
+    for batch in batches:
+        if isinstance(batch, torch.Tensor):
+            tokens = batch if batch.dim() == 2 else batch[None]
+            if tokens.dim() != 2 or tokens.shape[1] < 2:
+                raise ConfigError(f"a token batch must be [batch, pos] with pos >= 2, got {tuple(batch.shape)}")
+            batch = (tokens[:, :-1], tokens[:, 1:])
+        elif not (isinstance(batch, (tuple, list)) and len(batch) == 2):
+            raise ConfigError(f"each batch must be a token tensor or an (x, y) pair, got {type(batch).__name__}")
+        pairs.append(batch)
+    if not pairs:
+        raise ConfigError("measure needs at least one batch")
+    return pairs
+
+
 def measure(checkpoint_or_model: Any, batches) -> dict:
-    """All probes post hoc: {"attention", "norms", "gradients"} as plain dicts."""
+    """All probes post hoc: {"attention", "norms", "gradients"} as plain dicts.
+
+    batches: (x, y) pairs, or token tensors [batch, pos] whose targets are the
+    next tokens (x = tokens[:, :-1], y = tokens[:, 1:]), or one such tensor.
+    """
     from interp.checkpoint import Checkpoint
     from interp.model import ResidualGPT
 
     model = checkpoint_or_model
     if isinstance(model, (str, Path, Checkpoint)):
         model = ResidualGPT.from_checkpoint(model)
-    batches = list(batches)
+    batches = _as_pairs(batches)
     return {
         "attention": attention_stats(model, batches),
         "norms": hidden_norms(model, batches),

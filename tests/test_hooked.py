@@ -109,7 +109,7 @@ def test_bias_untied_and_runtime_gain(residual):
     logit_diff, diffs = compare(model, tl)
     assert logit_diff <= TOL
     assert max(diffs.values()) <= TOL
-    assert not torch.equal(tl.W_U, tl.W_E.T)  # untied: W_U comes from unembed.weight
+    assert not torch.equal(tl.W_U, tl.W_E[: len(CHARS)].T)  # untied: W_U comes from unembed.weight
 
 
 def test_pattern_rows_for_infinite_self_bias():
@@ -215,6 +215,9 @@ def test_default_processing_is_off_and_config_matches():
     assert torch.equal(tl.blocks[0].ln1.b, torch.zeros(32))  # bias=False -> zeros
     assert torch.equal(tl.W_U, model.unembed.weight.T)
     assert tl.W_Q.shape == (2, 4, 32, 8) and tl.W_O.shape == (2, 4, 8, 32)
+    # one more embedding row, zero, for the tokenizer's <|endoftext|>; never a logit
+    assert (cfg.d_vocab, cfg.d_vocab_out) == (len(CHARS) + 1, len(CHARS))
+    assert torch.equal(tl.W_E[: len(CHARS)], model.embed.weight) and not tl.W_E[len(CHARS)].any()
 
 
 def test_uniform_mixer_has_zero_qk():

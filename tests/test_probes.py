@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from interp import ModelConfig, ResidualGPT, load_checkpoint, save_checkpoint
+from interp import ConfigError, ModelConfig, ResidualGPT, load_checkpoint, save_checkpoint
 from probes import (
     attention_stats,
     gradient_flow,
@@ -278,3 +278,15 @@ def test_default_probes_add_at_most_ten_percent_forward_work(data, tmp_path):
     small = {"n_layers": 1, "d_model": 16, "n_heads": 2, "n_ctx": 8, "batch_size": 4, "max_steps": 150}
     work = probe_work("cpu-quick", tmp_path, **small)
     check_default_probe_work(work, resolve("cpu-quick", small).train)
+
+
+def test_measure_takes_token_tensors_with_shifted_targets():
+    model = model_of(residual="ffn_only")
+    g = torch.Generator().manual_seed(3)
+    seqs = [torch.randint(0, 11, (3, 13), generator=g) for _ in range(2)]  # n_ctx + 1: inputs fill the context
+    pairs = [(t[:, :-1], t[:, 1:]) for t in seqs]
+    expected = measure(model, pairs)
+    assert measure(model, seqs) == expected
+    assert measure(model, seqs[0])["gradients"] == measure(model, pairs[:1])["gradients"]  # one bare tensor
+    with pytest.raises(ConfigError, match="pos >= 2"):
+        measure(model, [torch.zeros(3, 1, dtype=torch.long)])

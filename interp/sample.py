@@ -1,0 +1,104 @@
+"""Sample text from a checkpoint, as nanoGPT's sample.py.
+
+    python -m interp.sample --ckpt runs/.../ckpt.pt --prompt "ROMEO:" --max-new-tokens 200
+    python -m interp.sample --ckpt ckpt.pt --prompt $'ROMEO:\n' --max-new-tokens 100 --temperature 0   # greedy
+
+The prompt is encoded with the checkpoint's vocabulary (state["vocab"], or GPT-2
+BPE for encoding="gpt2"); ResidualGPT.generate feeds back at most n_ctx tokens.
+Prints the prompt and its continuation; errors print one `error:` line, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from interp.errors import CheckpointError, ConfigError, DataError, ToolkitError
+
+# torch and transformer_lens are imported in run(): --help and usage errors answer at once.
+
+
+class _UsageError(ToolkitError):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, no usage block (DESIGN.md contract 7)
+        raise _UsageError(f"{message} (see --help)")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m interp.sample", description="Sample from a ResidualGPT checkpoint (nanoGPT style).")
+    p.add_argument("--ckpt", required=True, type=Path, help="checkpoint file written by interp.save_checkpoint")
+    p.add_argument("--prompt", required=True, help="text to continue, in the checkpoint's vocabulary")
+    p.add_argument("--max-new-tokens", required=True, type=int, help="tokens to append")
+    p.add_argument("--temperature", type=float, default=1.0, help="softmax temperature; 0 is greedy (default 1.0)")
+    p.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens (default: all)")
+    p.add_argument("--seed", type=int, default=1337, help="sampling seed (default 1337)")
+    p.add_argument("--num-samples", type=int, default=1, help="independent samples to print (default 1)")
+    return p
+
+
+def codec(state: dict[str, Any]):
+    """(encode, decode) for the checkpoint's vocabulary."""
+    if state.get("vocab") is not None:
+        vocab = list(state["vocab"])
+        index = {c: i for i, c in enumerate(vocab)}
+
+        def encode(text: str) -> list[int]:
+            missing = sorted(set(text) - set(index))
+            if missing:
+                raise DataError(f"--prompt has character(s) {missing} not in the checkpoint's {len(vocab)}-character "
+                                "vocabulary")
+            return [index[c] for c in text]
+
+        return encode, lambda ids: "".join(vocab[i] for i in ids)
+    if state.get("encoding") == "gpt2":
+        from interp.hooked import gpt2_tokenizer
+
+        tokenizer = gpt2_tokenizer()
+        return (lambda text: tokenizer(text)["input_ids"]), tokenizer.decode
+    raise CheckpointError("the checkpoint has no vocabulary (state 'vocab' or encoding 'gpt2'); "
+                          "save it with interp.save_checkpoint(path, model, vocab=itos)")
+
+
+def run(args: argparse.Namespace) -> list[str]:
+    if args.max_new_tokens < 0 or args.num_samples < 1:
+        raise ConfigError("--max-new-tokens must be >= 0 and --num-samples >= 1")
+    if not args.prompt:
+        raise DataError("--prompt is empty; give at least one character (nanoGPT's default is a newline)")
+    from interp.checkpoint import load_checkpoint
+
+    ckpt = load_checkpoint(args.ckpt)
+    encode, decode = codec(ckpt.state)
+    ids = encode(args.prompt)
+
+    import torch  # the input is good: now the heavy imports
+
+    from interp.hooked import model_from_checkpoint
+
+    model = model_from_checkpoint(ckpt)
+    generator = torch.Generator().manual_seed(args.seed)
+    tokens = torch.tensor([ids])
+    out = []
+    for _ in range(args.num_samples):
+        sample = model.generate(tokens, args.max_new_tokens, args.temperature, args.top_k, generator=generator)
+        out.append(decode(sample[0].tolist()))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        samples = run(parser().parse_args(argv))
+    except (ToolkitError, OSError) as e:
+        message = str(e).replace("\n", " ")
+        print(f"error: {message}", file=sys.stderr)
+        return 2
+    print("\n---------------\n".join(samples))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

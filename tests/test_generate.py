@@ -1,0 +1,126 @@
+"""Generation and the character tokenizer: ResidualGPT.generate (nanoGPT's), tl.generate, interp.sample."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from test_hooked import CHARS, RESIDUALS, ROUTINGS, convert, make_model, tokens
+
+from interp import ConfigError, DataError, save_checkpoint
+
+PROMPTS = ["ROMEO:\n", "\n", "KING:", "a\n\nb\n"]  # newlines at the end, alone, absent, repeated
+
+
+def ids(text: str) -> torch.Tensor:
+    return torch.tensor([[CHARS.index(c) for c in text]])
+
+
+@pytest.mark.parametrize("routing", list(ROUTINGS))
+@pytest.mark.parametrize("residual", RESIDUALS)
+def test_greedy_generation_agrees_with_export(residual, routing):
+    mixer, self_bias = ROUTINGS[routing]
+    model = make_model("trained", residual=residual, mixer=mixer, self_bias=self_bias)
+    tl = convert(model)
+    for prompt in PROMPTS:
+        n_new = model.cfg.n_ctx - len(prompt)  # up to the full context
+        expected = model.generate(ids(prompt), n_new, temperature=0.0)
+        got = tl.generate(ids(prompt), max_new_tokens=n_new, do_sample=False, verbose=False)
+        assert got.tolist() == expected.tolist(), prompt
+        text = tl.generate(prompt, max_new_tokens=n_new, do_sample=False, verbose=False)
+        assert text == "".join(CHARS[i] for i in expected[0]), prompt  # every newline kept
+
+
+def test_generate_crops_to_the_context():
+    model = make_model("trained", residual="attn_only")
+    prompt = tokens(batch=2, n=10)
+    out = model.generate(prompt, 20, temperature=0.0)  # 30 tokens > n_ctx 16
+    assert out.shape == (2, 30) and torch.equal(out[:, :10], prompt)
+    with torch.no_grad():
+        for i in range(10, 30):
+            window = out[:, max(0, i - model.cfg.n_ctx) : i]
+            assert torch.equal(out[:, i], model(window)[:, -1].argmax(-1))
+
+
+def test_sampling_is_seeded_and_top_k_restricts():
+    model = make_model("trained", residual="none")
+    prompt = tokens(batch=4, n=4)
+    runs = [model.generate(prompt, 12, generator=torch.Generator().manual_seed(7)) for _ in range(2)]
+    assert torch.equal(runs[0], runs[1])
+    assert not torch.equal(runs[0], model.generate(prompt, 12, generator=torch.Generator().manual_seed(8)))
+    assert torch.equal(model.generate(prompt, 12, top_k=1), model.generate(prompt, 12, temperature=0.0))
+    out = model.generate(prompt, 12, temperature=2.0, top_k=3, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        logits = model(out[:, :-1])[:, 3:]  # the logits each new token was drawn from
+    top3 = logits.topk(3, dim=-1).indices
+    assert (top3 == out[:, 4:, None]).any(-1).all()
+
+
+def test_generate_keeps_training_flag_and_checks_arguments():
+    model = make_model("random").train()
+    model.generate(tokens(batch=1, n=3), 2)
+    assert model.training
+    for kwargs, match in [
+        (dict(max_new_tokens=-1), "max_new_tokens"),
+        (dict(max_new_tokens=2, temperature=-1.0), "temperature"),
+        (dict(max_new_tokens=2, temperature=math.nan), "temperature"),
+        (dict(max_new_tokens=2, top_k=0), "top_k"),
+    ]:
+        with pytest.raises(ConfigError, match=match):
+            model.generate(tokens(batch=1, n=3), **kwargs)
+    with pytest.raises(ConfigError, match="outside the vocabulary"):
+        model.generate(torch.tensor([[len(CHARS)]]), 1)
+    with pytest.raises(ConfigError, match=r"\[batch, pos\]"):
+        model.generate(torch.tensor([1, 2]), 1)
+
+
+def test_char_tokenizer_keeps_newlines_and_pads_with_its_own_token():
+    model = make_model("trained")
+    tl = convert(model)
+    tok = tl.tokenizer
+    assert tok.eos_token_id == tok.pad_token_id == tok.bos_token_id == len(CHARS)  # after every character
+    assert tl.to_string(tl.to_tokens("a\nb\n")[0]) == "a\nb\n"
+    batch = tl.to_tokens(["ab\n", "abcd"])
+    assert batch[0].tolist() == [CHARS.index(c) for c in "ab\n"] + [len(CHARS)]
+    with torch.no_grad():
+        padded = tl(batch)[0, :3]
+        alone = model(ids("ab\n"))[0]
+    assert (padded - alone).abs().max().item() <= 1e-5
+    assert tl.generate(["ROMEO:\n", "KING:"], max_new_tokens=4, do_sample=False, verbose=False)[0].startswith(
+        "ROMEO:\n"
+    )
+
+
+def test_unknown_characters_and_long_prompts_are_clear_errors():
+    model = make_model("random")
+    tl = convert(model)
+    with pytest.raises(DataError, match="'é'.*65-character vocabulary"):
+        tl.to_tokens("café")
+    with pytest.raises(ConfigError, match="17 characters exceeds the context of 16"):
+        tl.to_tokens("x" * 17)
+    with pytest.raises(ConfigError, match="sequence length 17 exceeds n_ctx 16"):
+        tl(tokens(batch=1, n=17))
+    with pytest.raises(ConfigError, match="sequence length 17 exceeds n_ctx 16"):
+        tl.generate("ROMEO:", max_new_tokens=12, do_sample=False, verbose=False)  # the 12th reads 17 positions
+    assert len(tl.generate("ROMEO:", max_new_tokens=11, do_sample=False, verbose=False)) == 17
+    with pytest.raises(ConfigError, match="sequence length 17 exceeds n_ctx 16"):
+        model(tokens(batch=1, n=17))
+
+
+def test_sample_command(tmp_path, capsys):
+    from interp import sample
+
+    model = make_model("trained", residual="ffn_only")
+    save_checkpoint(tmp_path / "ckpt.pt", model, vocab=CHARS)
+    args = ["--ckpt", str(tmp_path / "ckpt.pt"), "--prompt", "ROMEO:\n", "--max-new-tokens", "9"]
+    assert sample.main([*args, "--temperature", "0"]) == 0
+    expected = model.generate(ids("ROMEO:\n"), 9, temperature=0.0)[0]
+    assert capsys.readouterr().out == "".join(CHARS[i] for i in expected) + "\n"
+    assert sample.main([*args, "--top-k", "5", "--seed", "3"]) == 0
+    first = capsys.readouterr().out
+    assert sample.main([*args, "--top-k", "5", "--seed", "3"]) == 0
+    assert capsys.readouterr().out == first
+    assert sample.main([*args[:3], "café", *args[4:]]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "'é'" in err and err.count("\n") == 1
