@@ -28,7 +28,7 @@ sample-size handicap.
 Features are standardised per site (train-split mean and std), so one weight
 decay grid serves every site and wiring. The fit is full-batch L-BFGS, from
 zero, along the grid from strong to weak decay (each fit starts at the
-previous solution), deterministic for a given machine and thread count.
+previous solution), on one CPU thread, deterministic for a given machine.
 """
 
 from __future__ import annotations
@@ -266,6 +266,10 @@ def measure(
     fit_x, held_x = windows[n_held:], windows[:n_held]
 
     was_training = model.training
+    threads = torch.get_num_threads()
+    # One intra-op thread: these matmuls are small, and on a shared CPU the threads' synchronisation cost more
+    # than they saved (cpu-quick: 91 s with 2 threads, 22 s with 1, at load 8 on 2 cores; same numbers).
+    torch.set_num_threads(1)
     model.eval()
     try:
         fit_acts = _features(model, fit_x, sites, n_classes)
@@ -304,6 +308,7 @@ def measure(
                     nll[i, j] += float(F.cross_entropy(logits, y[valid, j], reduction="sum"))
     finally:
         model.train(was_training)
+        torch.set_num_threads(threads)
 
     levels: dict[str, dict[str, list[float]]] = {"unigram": {"accuracy": [], "ce": []},
                                                   "current_token": {"accuracy": [], "ce": []}}
