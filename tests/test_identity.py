@@ -9,7 +9,14 @@ import pytest
 import torch
 
 from interp import ModelConfig, ResidualGPT
-from probes.identity import IdentityProbe, IdentityProbeError, identity_sites, measure, train_windows
+from probes.identity import (
+    IdentityProbe,
+    IdentityProbeError,
+    identity_sites,
+    identity_summary,
+    measure,
+    train_windows,
+)
 from training.presets import resolve
 from training.trainer import Trainer, read_jsonl
 
@@ -96,3 +103,24 @@ def test_position_blind_stack_holds_nothing_beyond_the_current_token(shared_data
     print(f"offset -1: best site accuracy {best:.3f}, one-hot control {control:.3f}, reverse-bigram level {level:.3f}")
     assert best <= level + 0.01 and best <= control + 0.02
     assert all(acc[0] > 0.9 for acc in final["accuracy"][:2])  # the current token itself is there
+
+
+def test_summary_and_figures(one_thread):
+    from interp.plots import PlotInputError, identity_accuracy, logit_lens_ce
+
+    model = distinct_embedding_model()
+    tokens = markov_tokens(6000, 20, seed=1)
+    batches = val_batches(tokens[5000:], 16, 16)
+    summary = identity_summary(model, tokens[:5000], batches, n_train_windows=16)
+    lens = summary["logit_lens"]
+    assert lens["layers"] == ["embed", "0"]
+    with torch.no_grad():
+        loss = sum(float(model(x, y)[1]) for x, y in batches) / len(batches)
+    assert lens["ce"][-1] == pytest.approx(loss, abs=1e-4)
+    fig = identity_accuracy({"a": summary["identity"], "b": summary["identity"]}, offsets=(0, -1))
+    assert len(fig.data) == 4 and list(fig.data[0].x) == summary["identity"]["labels"]
+    assert len(fig.layout.shapes) == 3  # chance for both offsets, the current-token level for -1
+    fig = logit_lens_ce({"a": lens}, {"unigram": 3.0, "bigram": 2.0})
+    assert len(fig.data) == 1 and len(fig.layout.shapes) == 2
+    with pytest.raises(PlotInputError, match="no offset -2"):
+        identity_accuracy({"a": {**summary["identity"], "offsets": [0, -1], "accuracy": [[1, 0]] * 4}}, (0, -2))
