@@ -43,7 +43,7 @@ import torch
 from einops import rearrange
 from jaxtyping import Float
 from torch import Tensor
-from transformer_lens import HookedTransformer, HookedTransformerConfig
+from transformer_lens import ActivationCache, HookedTransformer, HookedTransformerConfig
 from transformer_lens.components import PosEmbed
 from transformer_lens.hook_points import HookPoint
 from transformers import PreTrainedTokenizerFast  # imported by transformer_lens already
@@ -57,7 +57,6 @@ from interp.model import ResidualGPT
 GPT2_VOCAB = 50257
 SPECIAL = "<|endoftext|>"  # the char tokenizer's only special token, id len(vocab)
 HOOKED_SCHEMA = "residual-gpt-hooked/1"
-_warned_non_additive = False
 
 
 # --------------------------------------------------------------------------- architecture
@@ -418,16 +417,80 @@ def _tokenizer_for(cfg: ModelConfig, vocab: list[str] | None, state: dict[str, A
 # --------------------------------------------------------------------------- entry point
 
 
-def _warn_non_additive(cfg: ModelConfig) -> None:
-    global _warned_non_additive
-    if cfg.residual == "full" or _warned_non_additive:
+class NonAdditiveResidualWarning(UserWarning):
+    """A TransformerLens method that assumes resid = embeddings + every sublayer output, on a model where it is not."""
+
+
+warnings.filterwarnings("always", category=NonAdditiveResidualWarning)  # every call, not once per line
+
+_ADDITIVE_METHODS = ("decompose_resid", "get_full_resid_decomposition", "stack_head_results", "logit_attrs")
+
+
+def _non_additive_message(residual: str, method: str) -> str:
+    return (
+        f"residual={residual!r}: ActivationCache.{method} assumes the residual stream is the sum of the embeddings "
+        "and every sublayer output, which a removed residual path breaks, so its stacks do not sum to the stream "
+        "(and their logit attributions not to the logit). Use interp.decompose.decompose / "
+        "direct_logit_attribution, which follow this model's wiring. accumulated_resid and the logit lens read the "
+        "stream itself and are right."
+    )
+
+
+class NonAdditiveCache(ActivationCache):
+    """The ActivationCache of an export with a removed residual path: the additive methods warn at every call."""
+
+    _depth = 0  # nested calls (get_full_resid_decomposition -> stack_head_results) warn once
+
+    def _warn_then(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        if self._depth == 0:
+            residual = getattr(self.model, "residual_config", "ablated")
+            warnings.warn(_non_additive_message(residual, method), NonAdditiveResidualWarning, stacklevel=3)
+        self._depth += 1
+        try:
+            return getattr(super(), method)(*args, **kwargs)
+        finally:
+            self._depth -= 1
+
+    def decompose_resid(self, *args: Any, **kwargs: Any) -> Any:
+        return self._warn_then("decompose_resid", *args, **kwargs)
+
+    def get_full_resid_decomposition(self, *args: Any, **kwargs: Any) -> Any:
+        return self._warn_then("get_full_resid_decomposition", *args, **kwargs)
+
+    def stack_head_results(self, *args: Any, **kwargs: Any) -> Any:
+        return self._warn_then("stack_head_results", *args, **kwargs)
+
+    def logit_attrs(self, *args: Any, **kwargs: Any) -> Any:
+        return self._warn_then("logit_attrs", *args, **kwargs)
+
+    def apply_slice_to_batch_dim(self, batch_slice: Any) -> ActivationCache:
+        sliced = super().apply_slice_to_batch_dim(batch_slice)
+        return NonAdditiveCache(sliced.cache_dict, sliced.model, has_batch_dim=sliced.has_batch_dim)
+
+
+class NonAdditiveHookedTransformer(HookedTransformer):
+    """An export with a removed residual path: run_with_cache returns a NonAdditiveCache."""
+
+    residual_config = "ablated"
+
+    def run_with_cache(self, *model_args: Any, **kwargs: Any) -> Any:
+        out, cache = super().run_with_cache(*model_args, **kwargs)
+        if isinstance(cache, ActivationCache):
+            cache = NonAdditiveCache(cache.cache_dict, self, has_batch_dim=cache.has_batch_dim)
+        return out, cache
+
+
+def _mark_non_additive(model: HookedTransformer, cfg: ModelConfig) -> None:
+    """Warn now, and make every later cache of this model warn on each additive method."""
+    if cfg.residual == "full":
         return
-    _warned_non_additive = True
+    model.__class__ = NonAdditiveHookedTransformer
+    model.residual_config = cfg.residual
     warnings.warn(
-        f"residual={cfg.residual!r}: the residual stream is not the sum of the embeddings and sublayer outputs, "
-        "so TransformerLens's accumulated_resid, decompose_resid and direct logit attribution are wrong for this "
-        "model; read hook_resid_* / hook_attn_out / hook_mlp_out directly (shown once per process)",
-        UserWarning,
+        f"residual={cfg.residual!r}: the residual stream is not the sum of the embeddings and every sublayer output; "
+        f"TransformerLens's {', '.join(_ADDITIVE_METHODS)} warn at every call on this model's caches. "
+        "interp.decompose gives the exact decomposition and direct logit attribution for this wiring",
+        NonAdditiveResidualWarning,
         stacklevel=3,
     )
 
@@ -447,6 +510,21 @@ def to_hooked_transformer(
 
     Processing is off by default so hook values equal ResidualGPT's; the TL
     processing flags keep log-probabilities (center_unembed shifts logits).
+
+    TL's cache.logit_attrs needs fold_ln=True even for residual='full': it
+    centres the stack and divides by the cached ln_final scale, then dots with
+    W_U's columns, but never multiplies by ln_final.w (nor adds ln_final.b).
+    Only when fold_ln has moved w into W_U (and b into b_U) do the
+    attributions sum to the logit; without it they are off by w, and a trained
+    w is far from 1. interp.decompose.direct_logit_attribution applies w and b
+    itself and is exact with or without fold_ln, for every residual config.
+
+    For residual != 'full' the model is a NonAdditiveHookedTransformer: its
+    caches warn (NonAdditiveResidualWarning) at every call of decompose_resid,
+    get_full_resid_decomposition, stack_head_results and logit_attrs, whose
+    sums assume every sublayer output reaches the final stream; use
+    interp.decompose there. accumulated_resid and the logit lens read the
+    stream itself and stay right.
     vocab (a list of characters) or the checkpoint's state["vocab"] /
     state["encoding"] == "gpt2" gives the attached tokenizer.
     """
@@ -487,7 +565,7 @@ def to_hooked_transformer(
         hooked.set_tokenizer(tokenizer, default_padding_side="right")
     else:
         warnings.warn(f"no tokenizer attached: {why_not}; the model takes token tensors only", stacklevel=2)
-    _warn_non_additive(cfg)
+    _mark_non_additive(hooked, cfg)
     return hooked.eval()
 
 
@@ -564,4 +642,5 @@ def load_hooked(path: str | os.PathLike, device: str | torch.device | None = Non
         hooked.set_tokenizer(char_tokenizer(payload["vocab"]), default_padding_side="right")
     elif payload.get("encoding") == "gpt2" and gpt2_files() is not None:
         hooked.set_tokenizer(gpt2_tokenizer(), default_padding_side="right")
+    _mark_non_additive(hooked, cfg)
     return hooked.eval()

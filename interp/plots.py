@@ -282,6 +282,86 @@ def loss_curves(
     return fig
 
 
+# --------------------------------------------------------------------------- where the token is
+
+
+def identity_accuracy(
+    runs: Mapping[str, Mapping[str, Any]],
+    offsets: Sequence[int] = (0, -1),
+    *,
+    title: str = "Where is the current token? Linear-probe accuracy by site",
+) -> go.Figure:
+    """One panel per offset: probe accuracy at each site, one line per variant (probes.identity.measure records).
+
+    Dashed lines: chance (unigram) and, for offsets before the current token, the
+    current-token level (what the current token alone predicts about that token).
+    """
+    if not runs:
+        raise PlotInputError("identity_accuracy needs at least one run")
+    fig = make_subplots(rows=1, cols=len(offsets), subplot_titles=[f"offset {k}" for k in offsets],
+                        shared_yaxes=True)
+    for i, (name, rec) in enumerate(runs.items()):
+        missing = {"labels", "offsets", "accuracy", "levels"} - set(rec)
+        if missing:
+            raise PlotInputError(f"run {name!r} is not an identity-probe record (missing {sorted(missing)})")
+        acc = _array(rec["accuracy"])
+        if acc.ndim != 2 or acc.shape != (len(rec["labels"]), len(rec["offsets"])):
+            raise PlotInputError(f"run {name!r}: accuracy must be [site][offset], got shape {acc.shape}")
+        for col, k in enumerate(offsets, start=1):
+            if k not in rec["offsets"]:
+                raise PlotInputError(f"run {name!r} has no offset {k} (has {rec['offsets']})")
+            j = rec["offsets"].index(k)
+            fig.add_trace(go.Scatter(
+                x=list(rec["labels"]), y=acc[:, j], mode="lines+markers", name=name, legendgroup=name,
+                showlegend=col == 1, line=dict(color=PALETTE[i % len(PALETTE)]),
+                hovertemplate=f"{name}<br>%{{x}}, offset {k}<br>accuracy %{{y:.3f}}<extra></extra>",
+            ), row=1, col=col)
+    first = next(iter(runs.values()))
+    for col, k in enumerate(offsets, start=1):
+        j = first["offsets"].index(k)
+        levels = [("chance (unigram)", first["levels"]["unigram"]["accuracy"][j], "#999")]
+        if k != 0:
+            levels.append(("current token alone", first["levels"]["current_token"]["accuracy"][j], "#555"))
+        for label, value, colour in levels:
+            fig.add_hline(y=float(value), line=dict(dash="dash", color=colour, width=1), row=1, col=col,
+                          annotation_text=f"{label} {float(value):.3f}", annotation_position="top left")
+        fig.update_xaxes(type="category", categoryorder="array", categoryarray=list(first["labels"]), row=1, col=col)
+    fig.update_yaxes(title_text="accuracy", range=[0, 1.02], row=1, col=1)
+    fig.update_layout(title=title, hovermode="closest", height=420)
+    return fig
+
+
+def logit_lens_ce(
+    runs: Mapping[str, Mapping[str, Any]],
+    references: Mapping[str, float] | None = None,
+    *,
+    title: str = "Logit lens: cross-entropy of the residual read through ln_final and the unembedding",
+) -> go.Figure:
+    """Cross-entropy by layer, one line per variant (interp.decompose.logit_lens_over records).
+
+    references (e.g. {"unigram": 3.35, "bigram": 2.48}) are dashed horizontal lines.
+    """
+    fig = go.Figure()
+    order: list[str] = []
+    for i, (name, rec) in enumerate(runs.items()):
+        if "ce" not in rec or "layers" not in rec:
+            raise PlotInputError(f"run {name!r} is not a logit-lens record (needs 'layers' and 'ce')")
+        ce = _array(rec["ce"])
+        if ce.ndim != 1 or len(ce) != len(rec["layers"]):
+            raise PlotInputError(f"run {name!r}: {len(rec['layers'])} layers but ce of shape {ce.shape}")
+        order += [x for x in rec["layers"] if x not in order]
+        fig.add_trace(go.Scatter(
+            x=list(rec["layers"]), y=ce, mode="lines+markers", name=name, line=dict(color=PALETTE[i % len(PALETTE)]),
+            hovertemplate=f"{name}<br>after %{{x}}<br>CE %{{y:.3f}}<extra></extra>",
+        ))
+    for name, value in (references or {}).items():
+        fig.add_hline(y=float(value), line=dict(dash="dash", color="#555", width=1),
+                      annotation_text=f"{name} {float(value):.3f}", annotation_position="top left")
+    fig.update_xaxes(type="category", categoryorder="array", categoryarray=order, title_text="residual after block")
+    fig.update_layout(title=title, yaxis_title="cross-entropy (nats)", hovermode="x unified")
+    return fig
+
+
 # --------------------------------------------------------------------------- output
 
 

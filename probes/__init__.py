@@ -3,6 +3,8 @@
     attention  alpha_tt, previous-token weight, entropy, attended distance (hook_pattern)
     gradients  per-block attention / MLP / embedding gradient norms, dLoss/d(resid)
     norms      residual-stream norm profile and its growth ratio
+    identity   linear decoders of the current and previous tokens at every residual site
+               (IdentityProbe: at the end of training; not in default_callbacks)
 
 Live, they append records {"step", "probe", ...} to probes.jsonl in the run
 directory. `measure()` computes all of them on a model or checkpoint.
@@ -16,6 +18,7 @@ from typing import Any
 
 from probes.attention import attention_stats, pattern_stats, uniform_baseline
 from probes.gradients import capture_resid_grads, gradient_flow, parameter_grad_norms, resid_grad_sites
+from probes.identity import IdentityProbe, identity_summary
 from probes.norms import hidden_norms
 
 PROBE_BATCHES = 2  # fixed validation batches the activation probes read (kept small: overhead <= 10%)
@@ -124,10 +127,12 @@ def measure(checkpoint_or_model: Any, batches) -> dict:
 __all__ = [
     "ActivationProbe",
     "GradientProbe",
+    "IdentityProbe",
     "attention_stats",
     "default_callbacks",
     "gradient_flow",
     "hidden_norms",
+    "identity_summary",
     "measure",
     "parameter_grad_norms",
     "pattern_stats",

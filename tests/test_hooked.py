@@ -312,15 +312,14 @@ def test_gpt2_tokenizer_from_local_files(monkeypatch):
     assert tl.to_str_tokens("Hello world") == ["Hello", " world"]
 
 
-def test_non_full_warning_once_per_process(monkeypatch):
-    monkeypatch.setattr(hooked, "_warned_non_additive", False)
+def test_non_full_warning_at_every_conversion():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         to_hooked_transformer(make_model("random", residual="full"), vocab=CHARS)
         to_hooked_transformer(make_model("random", residual="none"), vocab=CHARS)
         to_hooked_transformer(make_model("random", residual="attn_only"), vocab=CHARS)
-    messages = [str(w.message) for w in caught if "decompose_resid" in str(w.message)]
-    assert len(messages) == 1 and "residual='none'" in messages[0]
+    messages = [str(w.message) for w in caught if issubclass(w.category, hooked.NonAdditiveResidualWarning)]
+    assert len(messages) == 2 and "residual='none'" in messages[0] and "interp.decompose" in messages[0]
 
 
 def test_fold_value_biases_refused_when_a_row_attends_nowhere():

@@ -7,7 +7,7 @@ import re
 import shutil
 
 import pytest
-from conftest import run_module
+from conftest import data_root, run_module
 
 from experiments import routing_test
 from experiments.routing_test import PREDICTIONS, Outcome, separation, verdicts
@@ -19,12 +19,9 @@ IDS = ["P1", "P2", "P3", "P4", "P5", "P6", "P7"]
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
     """One routing test on the smoke preset, shared read-only by the tests below."""
-    from conftest import SHARED_DATA
-
     out = tmp_path_factory.mktemp("routing")
     with pytest.MonkeyPatch.context() as mp:
-        if (SHARED_DATA / "tinyshakespeare" / "input.txt").is_file():
-            mp.setenv("RESIDUAL_DATA_DIR", str(SHARED_DATA))
+        mp.setenv("RESIDUAL_DATA_DIR", str(data_root()))
         assert main(["--preset", "smoke", "--out", str(out), "--no-progress"]) == 0
         yield out
 

@@ -1,0 +1,362 @@
+"""Exact additive decompositions of the residual stream, for every residual wiring.
+
+In a full Pre-LN stack the residual at any site is embed + pos_embed + every
+earlier attn_out and mlp_out, which is what TransformerLens's decompose_resid
+stacks. Removing an identity path cuts that sum:
+
+    resid_mid  = (resid_pre if attn_residual else 0) + attn_out
+    resid_post = (resid_mid if ffn_residual  else 0) + mlp_out
+
+so under attn_only the final residual is the last block's mlp_out alone, and
+under ffn_only nothing written before a block's attention reaches past it.
+`decompose` walks this wiring back from a site and returns only the terms that
+reach it additively; their sum is the cached stream at that site (float
+rounding only, in eval mode: dropout breaks every decomposition).
+
+On top of it:
+
+    direct_logit_attribution  each term's share of a logit (difference) through the
+                              final LayerNorm with its scale frozen at the cached value;
+                              the shares sum to the true logit (difference)
+    logit_lens                every resid_post read through ln_final (statistics
+                              recomputed per site) and the unembedding, with its
+                              cross-entropy per layer
+
+Every function takes a cache as a dict of tensors (ResidualGPT's run_with_cache)
+or a transformer_lens ActivationCache (which carries its model), and the model:
+a ResidualGPT or its export from interp.hooked.to_hooked_transformer (with or
+without TL's weight processing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from einops import einsum, rearrange
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from interp.config import ModelConfig
+from interp.errors import ToolkitError
+
+
+class DecompositionError(ToolkitError, ValueError):
+    """A cache, site or model that cannot be decomposed (missing hook, unknown site, ...)."""
+
+
+@dataclass
+class Components:
+    """Terms that reach one residual site additively: stack[i] is labels[i]'s contribution."""
+
+    labels: list[str]
+    stack: Float[Tensor, "component ... d_model"]
+
+    def total(self) -> Float[Tensor, "... d_model"]:
+        return self.stack.sum(0)
+
+
+@dataclass
+class Attribution:
+    """Direct logit attribution: values[i] is labels[i]'s share of `target`; values.sum(0) == target."""
+
+    labels: list[str]
+    values: Float[Tensor, "component ..."]
+    target: Float[Tensor, "..."]  # the true logit (difference) from the cached ln_final output
+
+    def total(self) -> Float[Tensor, "..."]:
+        return self.values.sum(0)
+
+
+# --------------------------------------------------------------------------- model and cache access
+
+
+def _model_of(cache: Any, model: Any) -> Any:
+    if model is None:
+        model = getattr(cache, "model", None)  # an ActivationCache knows its model
+    if model is None:
+        raise DecompositionError("pass model= (a ResidualGPT or its HookedTransformer) with a dict cache")
+    return model
+
+
+def wiring(model: Any) -> tuple[int, bool, bool]:
+    """(n_layers, attn_residual, ffn_residual) of a ResidualGPT, its export, or a ModelConfig."""
+    cfg = model if isinstance(model, ModelConfig) else model.cfg
+    if isinstance(cfg, ModelConfig):
+        return cfg.n_layers, cfg.attn_residual, cfg.ffn_residual
+    from interp.hooked import NoResidualHookPoint  # an exported HookedTransformer: its hook points say
+
+    block = model.blocks[0]
+    return (
+        cfg.n_layers,
+        not isinstance(block.hook_resid_mid, NoResidualHookPoint),
+        not isinstance(block.hook_resid_post, NoResidualHookPoint),
+    )
+
+
+def _get(cache: Any, name: str) -> Tensor:
+    if name not in cache.keys():
+        raise DecompositionError(f"the cache holds no {name!r}; run the model with a cache of every hook point")
+    return cache[name]
+
+
+def resid_sites(n_layers: int) -> list[str]:
+    """Every distinct residual site: the embedding output, then each block's resid_mid and resid_post."""
+    sites = ["blocks.0.hook_resid_pre"]
+    for layer in range(n_layers):
+        sites += [f"blocks.{layer}.hook_resid_mid", f"blocks.{layer}.hook_resid_post"]
+    return sites
+
+
+def _parse_site(site: str, n_layers: int) -> tuple[int, str]:
+    if site in ("final", "ln_final.hook_in"):
+        return n_layers - 1, "post"
+    parts = site.split(".")
+    if len(parts) == 3 and parts[0] == "blocks" and parts[1].isdigit() and parts[2].startswith("hook_resid_"):
+        layer, kind = int(parts[1]), parts[2].removeprefix("hook_resid_")
+        if kind in ("pre", "mid", "post") and 0 <= layer < n_layers:
+            return layer, kind
+    raise DecompositionError(
+        f"unknown residual site {site!r}: use blocks.L.hook_resid_pre|mid|post with L < {n_layers}, or 'final'"
+    )
+
+
+def _terms(layer: int, kind: str, attn_residual: bool, ffn_residual: bool) -> list[tuple[str, int]]:
+    """(kind, layer) of each sublayer output reaching the site, in forward order."""
+    if kind == "pre" and layer == 0:
+        return [("embed", 0), ("pos_embed", 0)]
+    if kind == "pre":
+        return _terms(layer - 1, "post", attn_residual, ffn_residual)
+    if kind == "mid":
+        return (_terms(layer, "pre", attn_residual, ffn_residual) if attn_residual else []) + [("attn", layer)]
+    return (_terms(layer, "mid", attn_residual, ffn_residual) if ffn_residual else []) + [("mlp", layer)]
+
+
+def _head_weights(model: Any, layer: int) -> tuple[Float[Tensor, "head d_head d_model"], Tensor | None] | None:
+    """(W_O, b_O) of a block's attention as written into the residual, or None for a mixer without heads."""
+    if isinstance(model.cfg, ModelConfig):
+        cfg = model.cfg
+        if cfg.mixer == "position_blind":
+            return None
+        out = model.blocks[layer].attn.out_proj
+        w_o = rearrange(out.weight, "d (h dh) -> h dh d", h=cfg.n_heads) * cfg.runtime_gain
+        b_o = out.bias * cfg.runtime_gain if out.bias is not None else None
+        return w_o, b_o
+    attn = model.blocks[layer].attn
+    return attn.W_O, getattr(attn, "b_O", None)
+
+
+def decompose(cache: Any, site: str, model: Any = None, *, per_head: bool = False) -> Components:
+    """The terms that sum to the residual at `site` under this model's wiring.
+
+    Labels follow TransformerLens: "embed", "pos_embed", "{l}_attn_out",
+    "{l}_mlp_out"; with per_head, each surviving attn_out becomes "L{l}H{h}"
+    (hook_z through that head's W_O) plus "{l}_attn_bias" when b_O is not zero.
+    A mixer without heads (position_blind) keeps "{l}_attn_out" whole.
+    """
+    model = _model_of(cache, model)
+    n_layers, attn_residual, ffn_residual = wiring(model)
+    layer, kind = _parse_site(site, n_layers)
+    labels: list[str] = []
+    parts: list[Tensor] = []
+    for what, l in _terms(layer, kind, attn_residual, ffn_residual):
+        if what in ("embed", "pos_embed"):
+            labels.append(what)
+            parts.append(_get(cache, f"hook_{what}"))
+            continue
+        if what == "mlp":
+            if getattr(model.cfg, "attn_only", False):  # a TL attention-only model has no MLP
+                continue
+            labels.append(f"{l}_mlp_out")
+            parts.append(_get(cache, f"blocks.{l}.hook_mlp_out"))
+            continue
+        heads = _head_weights(model, l) if per_head else None
+        if heads is None:
+            labels.append(f"{l}_attn_out")
+            parts.append(_get(cache, f"blocks.{l}.hook_attn_out"))
+            continue
+        w_o, b_o = heads
+        z = _get(cache, f"blocks.{l}.attn.hook_z")
+        result = einsum(z, w_o.to(z.dtype), "... h dh, h dh d -> h ... d")
+        labels += [f"L{l}H{h}" for h in range(result.shape[0])]
+        parts += list(result)
+        if b_o is not None and bool(b_o.ne(0).any()):
+            labels.append(f"{l}_attn_bias")
+            parts.append(b_o.to(z.dtype).expand_as(result[0]))
+    stack = torch.stack([p.expand_as(parts[0]) for p in parts])
+    return Components(labels, stack)
+
+
+def decomposition_error(cache: Any, site: str, model: Any = None, *, per_head: bool = False) -> float:
+    """Largest |sum of the terms - cached stream| at a site (0 up to float rounding)."""
+    model = _model_of(cache, model)
+    layer, kind = _parse_site(site, wiring(model)[0])
+    stream = _get(cache, f"blocks.{layer}.hook_resid_{kind}")
+    return float((decompose(cache, site, model, per_head=per_head).total() - stream).abs().max().detach())
+
+
+# --------------------------------------------------------------------------- final LayerNorm and unembedding
+
+
+def _ln_final_params(model: Any) -> tuple[Tensor | None, Tensor | None, float]:
+    """(w, b, eps) of the final norm; TL's LayerNormPre (after fold_ln) has no w or b."""
+    cfg = model.cfg
+    if not isinstance(cfg, ModelConfig) and getattr(cfg, "normalization_type", "LN") not in ("LN", "LNPre"):
+        raise DecompositionError(f"final norm {cfg.normalization_type!r} is not a LayerNorm")
+    eps = 1e-5 if isinstance(cfg, ModelConfig) else float(cfg.eps)
+    ln = model.ln_final
+    return getattr(ln, "w", None), getattr(ln, "b", None), eps
+
+
+def _unembed_params(model: Any) -> tuple[Float[Tensor, "d_model d_vocab"], Tensor | None]:
+    if isinstance(model.cfg, ModelConfig):
+        return model.unembed.weight.T, None
+    return model.W_U, getattr(model, "b_U", None)
+
+
+def _final_scale(cache: Any, resid: Tensor, eps: float) -> Float[Tensor, "... 1"]:
+    """The final LayerNorm's scale as it was in the forward pass (TL caches it; otherwise recomputed)."""
+    if "ln_final.hook_scale" in cache.keys():
+        return cache["ln_final.hook_scale"]
+    centred = resid - resid.mean(-1, keepdim=True)
+    return (centred.pow(2).mean(-1, keepdim=True) + eps).sqrt()
+
+
+def _directions(w_u: Tensor, tokens: Any, like: Tensor) -> Float[Tensor, "... d_model"]:
+    tokens = torch.as_tensor(tokens, device=w_u.device)
+    return w_u.T[tokens].expand(*like.shape[:-1], w_u.shape[0])
+
+
+def direct_logit_attribution(
+    cache: Any,
+    tokens: int | Int[Tensor, "..."],
+    incorrect_tokens: int | Int[Tensor, "..."] | None = None,
+    model: Any = None,
+    *,
+    per_head: bool = False,
+) -> Attribution:
+    """Each term's direct effect on logit[tokens] (- logit[incorrect_tokens]) at every position.
+
+    The final LayerNorm is linear once its scale is frozen at the cached value:
+    LN(x) = (x - mean x) / scale * w + b, so the logit splits exactly into one
+    share per term of decompose(cache, "final") plus one "ln_final.b + b_U" share.
+    Unlike TransformerLens's logit_attrs, w is applied here, so no fold_ln is needed.
+    tokens: one id, or one per position (e.g. the next-token targets [batch, pos]).
+    """
+    model = _model_of(cache, model)
+    comps = decompose(cache, "final", model, per_head=per_head)
+    n_layers = wiring(model)[0]
+    resid = _get(cache, f"blocks.{n_layers - 1}.hook_resid_post")
+    w, b, eps = _ln_final_params(model)
+    w_u, b_u = _unembed_params(model)
+    direction = _directions(w_u, tokens, resid)
+    if incorrect_tokens is not None:
+        direction = direction - _directions(w_u, incorrect_tokens, resid)
+    scale = _final_scale(cache, resid, eps)
+    stack = (comps.stack - comps.stack.mean(-1, keepdim=True)) / scale
+    if w is not None:
+        stack = stack * w
+    values = (stack * direction).sum(-1)
+    unembed_bias = torch.zeros_like(values[0])
+    if b_u is not None:
+        unembed_bias = unembed_bias + b_u[torch.as_tensor(tokens, device=b_u.device)]
+        if incorrect_tokens is not None:
+            unembed_bias = unembed_bias - b_u[torch.as_tensor(incorrect_tokens, device=b_u.device)]
+    labels = list(comps.labels)
+    if b is not None or b_u is not None:
+        labels.append("ln_final.b + b_U")
+        ln_bias = (b * direction).sum(-1) if b is not None else 0.0
+        values = torch.cat([values, (ln_bias + unembed_bias).expand_as(values[0])[None]])
+    ln_out = _get(cache, "ln_final.hook_normalized")
+    ln_out = ln_out * w if w is not None else ln_out
+    ln_out = ln_out + b if b is not None else ln_out
+    target = (ln_out * direction).sum(-1) + unembed_bias
+    return Attribution(labels, values, target)
+
+
+# --------------------------------------------------------------------------- logit lens
+
+
+def lens_sites(n_layers: int) -> list[str]:
+    """The logit lens reads the embedding output and every block's resid_post."""
+    return ["blocks.0.hook_resid_pre", *(f"blocks.{layer}.hook_resid_post" for layer in range(n_layers))]
+
+
+def logit_lens(cache: Any, model: Any = None) -> tuple[list[str], Float[Tensor, "site ... d_vocab"]]:
+    """(sites, logits): each site through ln_final (its own statistics) and the unembedding.
+
+    This is the standard logit lens and needs no additivity, so it is right for
+    every wiring; the last site's logits are the model's own.
+    """
+    model = _model_of(cache, model)
+    sites = lens_sites(wiring(model)[0])
+    with torch.no_grad():
+        logits = torch.stack([model.unembed(model.ln_final(_get(cache, s))) for s in sites])
+    return sites, logits
+
+
+def logit_lens_ce(cache: Any, targets: Int[Tensor, "..."], model: Any = None) -> dict[str, list]:
+    """{"sites", "ce"}: the logit lens's mean cross-entropy (nats) on targets at each site."""
+    sites, logits = logit_lens(cache, model)
+    targets = torch.as_tensor(targets, device=logits.device).reshape(-1)
+    ce = [float(F.cross_entropy(lg.reshape(-1, lg.shape[-1]).float(), targets)) for lg in logits]
+    return {"sites": sites, "ce": ce}
+
+
+@torch.no_grad()
+def logit_lens_over(model: Any, batches: Iterable[tuple[Tensor, Tensor]]) -> dict[str, list]:
+    """{"sites", "layers", "ce"}: logit-lens cross-entropy per site, averaged over (x, y) batches, eval mode.
+
+    layers labels the sites "embed", "0", "1", ...: the residual after that many blocks.
+    """
+    n_layers = wiring(model)[0]
+    sites = lens_sites(n_layers)
+    sums = [0.0] * len(sites)
+    count = 0
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    try:
+        for x, y in batches:
+            cache: dict[str, Tensor] = {}
+
+            def keep(t, hook):
+                cache[hook.name] = t
+
+            with model.hooks(fwd_hooks=[(lambda name: name in sites, keep)]):
+                model(x.to(device))
+            result = logit_lens_ce(cache, y.to(device), model)
+            for i, ce in enumerate(result["ce"]):
+                sums[i] += ce * y.numel()
+            count += y.numel()
+    finally:
+        model.train(was_training)
+    if not count:
+        raise DecompositionError("no batches to read")
+    return {"sites": sites, "layers": ["embed", *map(str, range(n_layers))], "ce": [s / count for s in sums]}
+
+
+def additive_in_tl(model: Any) -> bool:
+    """Whether TransformerLens's decompose_resid / logit_attrs sums are right for this model (full wiring)."""
+    _, attn_residual, ffn_residual = wiring(model)
+    return attn_residual and ffn_residual
+
+
+__all__ = [
+    "Attribution",
+    "Components",
+    "DecompositionError",
+    "additive_in_tl",
+    "decompose",
+    "decomposition_error",
+    "direct_logit_attribution",
+    "lens_sites",
+    "logit_lens",
+    "logit_lens_ce",
+    "logit_lens_over",
+    "resid_sites",
+    "wiring",
+]

@@ -1,0 +1,391 @@
+"""Token-identity probes: where in the residual stream is the current token (and the ones before it)?
+
+What this measures: at every residual site - the embedding output (token +
+position), each block's resid_mid and resid_post (a block's resid_pre is the
+previous resid_post), and ln_final.hook_normalized - a linear multinomial
+logistic-regression decoder for the token at offset 0 (the current token), -1
+and -2. Decoders are fitted on activations of fixed training windows (drawn from
+the train split with a seed of their own), their L2 weight decay is chosen per
+site and offset on held-out windows of that training set, and accuracy and
+cross-entropy are reported on the fixed validation batches only: no decoder
+sees the data it is scored on.
+
+Two levels frame every number, counted on the train split, scored on the same
+validation tokens (add-one smoothing, as training.data.reference_levels):
+
+    unigram        chance: predict the token from its frequency alone
+    current_token  predict the token at offset k from the current token alone
+                   (offset 0: exact; -1: the reverse bigram; -2: the reverse skip-bigram).
+                   A site that holds only the current token reaches this level and
+                   no more; above it, cross-position information is present.
+
+and a control decoder ("control"): the same fit, on the same windows, of the
+current token one-hot. It is the current-token level as reachable by this
+probe from this much data (the counted level uses the whole train split), so a
+site is compared with it to ask "more than the current token?" without the
+sample-size handicap.
+
+Features are standardised per site (train-split mean and std), so one weight
+decay grid serves every site and wiring. The fit is full-batch L-BFGS, from
+zero, along the grid from strong to weak decay (each fit starts at the
+previous solution), on one CPU thread, deterministic for a given machine.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from interp.errors import ToolkitError
+
+OFFSETS = (0, -1, -2)
+WEIGHT_DECAYS = (1e-2, 1e-3, 1e-4)  # per-sample L2 on the standardised weights, strong to weak
+TRAIN_SEED = 424242  # the probes' own training windows, independent of the trainer's sampler
+N_TRAIN_WINDOWS = 64  # windows of n_ctx tokens; HELDOUT_FRACTION of them choose the weight decay
+HELDOUT_FRACTION = 0.25
+CONTROL = "control.current_token_onehot"
+MAX_ITER = 12  # L-BFGS iterations per weight decay (warm-started along the grid)
+
+
+class IdentityProbeError(ToolkitError, ValueError):
+    """Bad input to the identity probes (too little data, an offset after the current token, ...)."""
+
+
+# --------------------------------------------------------------------------- sites and data
+
+
+def identity_sites(n_layers: int) -> list[str]:
+    """Every distinct residual site, then the final LayerNorm's output."""
+    sites = ["blocks.0.hook_resid_pre"]
+    for layer in range(n_layers):
+        sites += [f"blocks.{layer}.hook_resid_mid", f"blocks.{layer}.hook_resid_post"]
+    return [*sites, "ln_final.hook_normalized"]
+
+
+def site_label(site: str) -> str:
+    """Short axis labels: embed, 0.mid, 0.post, ..., ln_final."""
+    if site == "blocks.0.hook_resid_pre":
+        return "embed"
+    if site.startswith("ln_final"):
+        return "ln_final"
+    _, layer, hook = site.split(".")
+    return f"{layer}.{hook.removeprefix('hook_resid_')}"
+
+
+def train_windows(
+    tokens: np.ndarray, n_ctx: int, n_windows: int = N_TRAIN_WINDOWS, seed: int = TRAIN_SEED
+) -> Int[Tensor, "window pos"]:
+    """n_windows random windows of n_ctx tokens from a token array, from a generator seeded `seed`."""
+    tokens = np.asarray(tokens)
+    if tokens.ndim != 1 or len(tokens) <= n_ctx:
+        raise IdentityProbeError(f"need a 1-D token array longer than n_ctx={n_ctx}, got shape {tokens.shape}")
+    starts = torch.randint(len(tokens) - n_ctx, (n_windows,), generator=torch.Generator().manual_seed(seed))
+    return torch.from_numpy(np.stack([np.asarray(tokens[s : s + n_ctx], dtype=np.int64) for s in starts.tolist()]))
+
+
+def _targets(x: Int[Tensor, "batch pos"], offsets: Sequence[int]) -> Int[Tensor, "batch pos offset"]:
+    """The token at t + k for each offset k; -100 (ignored) where t + k falls before the window."""
+    cols = []
+    for k in offsets:
+        if k > 0:
+            raise IdentityProbeError(f"offsets must be <= 0 (the current token or earlier), got {k}")
+        shifted = torch.full_like(x, -100)
+        shifted[:, -k:] = x[:, : x.shape[1] + k]
+        cols.append(shifted)
+    return torch.stack(cols, dim=-1)
+
+
+@torch.no_grad()
+def _features(model, x: Int[Tensor, "batch pos"], sites: Sequence[str], n_classes: int) -> dict[str, Tensor]:
+    """Site activations plus the control: the current token one-hot, decoded by the same procedure."""
+    acts = _activations(model, x, sites)
+    acts[CONTROL] = F.one_hot(x.reshape(-1), n_classes).float()
+    return acts
+
+
+def _activations(model, x: Int[Tensor, "batch pos"], sites: Sequence[str]) -> dict[str, Float[Tensor, "n d"]]:
+    acts: dict[str, Tensor] = {}
+
+    def keep(t, hook):
+        acts[hook.name] = t.detach().float().reshape(-1, t.shape[-1])
+
+    with model.hooks(fwd_hooks=[(lambda name: name in sites, keep)]):
+        model(x.to(next(model.parameters()).device))
+    missing = [s for s in sites if s not in acts]
+    if missing:
+        raise IdentityProbeError(f"the model has no hook point(s) {missing}")
+    return {s: acts[s].cpu() for s in sites}
+
+
+# --------------------------------------------------------------------------- the decoders
+
+
+def _fit(
+    x_fit: Float[Tensor, "n d"],
+    y_fit: Int[Tensor, "n offset"],
+    x_held: Float[Tensor, "m d"],
+    y_held: Int[Tensor, "m offset"],
+    n_classes: int,
+    weight_decays: Sequence[float],
+    max_iter: int,
+) -> tuple[Tensor, Tensor, list[float]]:
+    """One softmax decoder per offset, decay chosen per offset on the held-out rows.
+
+    The offsets are fitted jointly (one matmul; the problems are independent, so
+    the joint optimum is each one's optimum); the loss is the mean cross-entropy
+    per offset plus decay/2 |W|^2, its gradient written out (no autograd: a
+    third of the time). Returns W [offset, d, class], b [offset, class], decays.
+    """
+    n_off, d = y_fit.shape[1], x_fit.shape[1]
+    x1 = torch.cat([x_fit, torch.ones(len(x_fit), 1)], 1)
+    x1_t = x1.T.contiguous()
+    valid = y_fit >= 0
+    index = y_fit.clamp_min(0)[..., None]
+    row_weight = (valid.float() / valid.sum(0).clamp_min(1))[..., None]  # mean per offset; 0 where invalid
+    theta = torch.zeros(d + 1, n_off * n_classes)  # last row: the biases
+    best: list[tuple[float, Tensor | None, float]] = [(math.inf, None, 0.0)] * n_off
+    for decay in weight_decays:  # strong to weak, each fit starting from the last
+
+        def closure(decay=decay):
+            log_p = torch.log_softmax((x1 @ theta).view(len(x1), n_off, n_classes), -1)
+            loss = -(log_p.gather(-1, index) * row_weight).sum() + 0.5 * decay * theta[:-1].pow(2).sum()
+            g = log_p.exp_().scatter_add_(-1, index, torch.full_like(row_weight, -1.0)).mul_(row_weight)
+            grad = x1_t @ g.view(len(x1), -1)
+            grad[:-1] += decay * theta[:-1]
+            theta.grad = grad
+            return loss
+
+        opt = torch.optim.LBFGS([theta], lr=1.0, max_iter=max_iter, history_size=10, line_search_fn="strong_wolfe",
+                                tolerance_grad=1e-6, tolerance_change=1e-9)
+        opt.step(closure)
+        logits = (x_held @ theta[:-1] + theta[-1]).view(len(x_held), n_off, n_classes)
+        for k in range(n_off):
+            held = float(F.cross_entropy(logits[:, k], y_held[:, k], ignore_index=-100))
+            if held < best[k][0]:
+                best[k] = (held, theta.view(d + 1, n_off, n_classes)[:, k].clone(), decay)
+    w = torch.stack([t[:-1] for _, t, _ in best])
+    b = torch.stack([t[-1] for _, t, _ in best])
+    return w, b, [decay for *_, decay in best]
+
+
+# --------------------------------------------------------------------------- reference levels
+
+
+def _pairs(tokens: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(current, token at offset k) for every position of a 1-D array where both exist."""
+    return (tokens[-k:], tokens[: len(tokens) + k]) if k else (tokens, tokens)
+
+
+def _levels(train_tokens: np.ndarray, current: np.ndarray, target: np.ndarray, k: int, n_classes: int) -> dict:
+    """Unigram and current-token levels (accuracy, CE) of `target` given `current`, counted on train."""
+    train_tokens = np.asarray(train_tokens, dtype=np.int64)
+    counts = np.bincount(train_tokens, minlength=n_classes).astype(np.float64)
+    p_uni = (counts + 1) / (counts.sum() + n_classes)
+    uni = {"accuracy": float((target == counts.argmax()).mean()), "ce": float(-np.log(p_uni[target]).mean())}
+    if k == 0:
+        return {"unigram": uni, "current_token": {"accuracy": 1.0, "ce": 0.0}}
+    cur, tgt = _pairs(train_tokens, k)
+    codes, pair_counts = np.unique(cur * n_classes + tgt, return_counts=True)  # sparse: fine for BPE vocabularies
+    cur_counts = np.bincount(cur, minlength=n_classes).astype(np.float64)
+    queries = current * n_classes + target
+    where = np.minimum(np.searchsorted(codes, queries), len(codes) - 1)
+    seen = np.where(codes[where] == queries, pair_counts[where], 0)
+    p = (seen + 1) / (cur_counts[current] + n_classes)
+    # the most frequent target after each current token (the unigram argmax where a token never occurs)
+    order = np.lexsort((-pair_counts, codes // n_classes))
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = (codes[order][1:] // n_classes) != (codes[order][:-1] // n_classes)
+    guess = np.full(n_classes, counts.argmax())
+    guess[codes[order][first] // n_classes] = codes[order][first] % n_classes
+    return {
+        "unigram": uni,
+        "current_token": {"accuracy": float((guess[current] == target).mean()), "ce": float(-np.log(p).mean())},
+    }
+
+
+# --------------------------------------------------------------------------- measure
+
+
+def _as_model(checkpoint_or_model: Any):
+    from interp.checkpoint import Checkpoint
+    from interp.model import ResidualGPT
+
+    model = checkpoint_or_model
+    if isinstance(model, (str, Path)):
+        model = ResidualGPT.from_checkpoint(model)
+    elif isinstance(model, Checkpoint):
+        weights = model.weights
+        model = ResidualGPT(model.config)
+        model.load_state_dict(weights)
+    return model
+
+
+def measure(
+    checkpoint_or_model: Any,
+    train_tokens: np.ndarray,
+    val_batches: Iterable[tuple[Tensor, Tensor]],
+    *,
+    offsets: Sequence[int] = OFFSETS,
+    n_train_windows: int = N_TRAIN_WINDOWS,
+    weight_decays: Sequence[float] = WEIGHT_DECAYS,
+    max_iter: int = MAX_ITER,
+    seed: int = TRAIN_SEED,
+) -> dict[str, Any]:
+    """Identity probes on a model, Checkpoint or checkpoint path.
+
+    train_tokens: the train split (1-D token ids) - decoders are fitted on
+    n_train_windows windows of it and the levels are counted on all of it;
+    val_batches: the fixed validation batches (x, y), where everything is scored.
+
+    Returns {"sites", "labels", "offsets", "accuracy", "ce", "weight_decay"
+    ([site][offset] each), "levels": {"unigram", "current_token"} ->
+    {"accuracy", "ce"} (one per offset), "control": {"accuracy", "ce", "weight_decay"}
+    (one per offset), "n_fit", "n_heldout", "n_val" (tokens per offset)}.
+    """
+    model = _as_model(checkpoint_or_model)
+    cfg = model.cfg
+    n_classes, n_ctx = cfg.d_vocab, cfg.n_ctx
+    offsets = list(offsets)
+    sites = identity_sites(cfg.n_layers)
+    val = [x for x, _ in val_batches]
+    if not val:
+        raise IdentityProbeError("no validation batches to score the probes on")
+    train_tokens = np.asarray(train_tokens)
+    n_held = max(1, round(n_train_windows * HELDOUT_FRACTION))
+    if n_train_windows - n_held < 1:
+        raise IdentityProbeError(f"n_train_windows must be at least 2, got {n_train_windows}")
+    windows = train_windows(train_tokens, n_ctx, n_train_windows, seed)
+    fit_x, held_x = windows[n_held:], windows[:n_held]
+
+    was_training = model.training
+    threads = torch.get_num_threads()
+    # One intra-op thread: these matmuls are small, and on a shared CPU the threads' synchronisation cost more
+    # than they saved (cpu-quick: 91 s with 2 threads, 22 s with 1, at load 8 on 2 cores; same numbers).
+    torch.set_num_threads(1)
+    model.eval()
+    try:
+        fit_acts = _features(model, fit_x, sites, n_classes)
+        held_acts = _features(model, held_x, sites, n_classes)
+        y_fit = _targets(fit_x, offsets).reshape(-1, len(offsets))
+        y_held = _targets(held_x, offsets).reshape(-1, len(offsets))
+        decoders = {}
+        for site in [*sites, CONTROL]:
+            mean = fit_acts[site].mean(0)
+            std = fit_acts[site].std(0)
+            std = torch.where(std > 1e-6 * max(float(std.max()), 1e-30), std, torch.ones_like(std))
+            w, b, decay = _fit((fit_acts[site] - mean) / std, y_fit, (held_acts[site] - mean) / std, y_held,
+                               n_classes, weight_decays, max_iter)
+            decoders[site] = (mean, std, w, b, decay)
+        # score on the validation batches, one batch at a time
+        correct = np.zeros((len(sites) + 1, len(offsets)))  # the last row: the one-hot control
+        nll = np.zeros((len(sites) + 1, len(offsets)))
+        counts = np.zeros(len(offsets))
+        current_all, target_all = [[] for _ in offsets], [[] for _ in offsets]
+        for x in val:
+            x = x.cpu()
+            acts = _features(model, x, sites, n_classes)
+            y = _targets(x, offsets).reshape(-1, len(offsets))
+            for j in range(len(offsets)):
+                valid = y[:, j] >= 0
+                counts[j] += int(valid.sum())
+                current_all[j].append(x.reshape(-1)[valid].numpy())
+                target_all[j].append(y[valid, j].numpy())
+            for i, site in enumerate([*sites, CONTROL]):
+                mean, std, w, b, _ = decoders[site]
+                z = (acts[site] - mean) / std
+                for j in range(len(offsets)):
+                    valid = y[:, j] >= 0
+                    logits = z[valid] @ w[j] + b[j]
+                    correct[i, j] += int((logits.argmax(-1) == y[valid, j]).sum())
+                    nll[i, j] += float(F.cross_entropy(logits, y[valid, j], reduction="sum"))
+    finally:
+        model.train(was_training)
+        torch.set_num_threads(threads)
+
+    levels: dict[str, dict[str, list[float]]] = {"unigram": {"accuracy": [], "ce": []},
+                                                  "current_token": {"accuracy": [], "ce": []}}
+    for j, k in enumerate(offsets):
+        lv = _levels(train_tokens, np.concatenate(current_all[j]), np.concatenate(target_all[j]), k, n_classes)
+        for name in levels:
+            for stat in ("accuracy", "ce"):
+                levels[name][stat].append(lv[name][stat])
+    accuracy, ce = (correct / counts).tolist(), (nll / counts).tolist()
+    return {
+        "sites": sites,
+        "labels": [site_label(s) for s in sites],
+        "offsets": offsets,
+        "accuracy": accuracy[:-1],
+        "ce": ce[:-1],
+        "weight_decay": [decoders[s][4] for s in sites],
+        "control": {"accuracy": accuracy[-1], "ce": ce[-1], "weight_decay": decoders[CONTROL][4]},
+        "levels": levels,
+        "n_fit": int((y_fit >= 0).sum(0).min()),
+        "n_heldout": int((y_held >= 0).sum(0).min()),
+        "n_val": counts.astype(int).tolist(),
+    }
+
+
+def identity_summary(checkpoint_or_model: Any, train_tokens: np.ndarray, val_batches, **kwargs) -> dict[str, Any]:
+    """For a finished run: {"identity": measure(...), "logit_lens": {"sites", "layers", "ce"}}.
+
+    The logit lens is interp.decompose.logit_lens_over on the same validation batches.
+    """
+    from interp.decompose import logit_lens_over
+
+    model = _as_model(checkpoint_or_model)
+    val_batches = list(val_batches)
+    return {
+        "identity": measure(model, train_tokens, val_batches, **kwargs),
+        "logit_lens": logit_lens_over(model, val_batches),
+    }
+
+
+# --------------------------------------------------------------------------- trainer callback
+
+
+class IdentityProbe:
+    """Identity probes at the end of training (and every `interval` steps at evaluations; 0: off).
+
+    Writes {"step", "probe": "identity", ...measure()...} to probes.jsonl. Uses the
+    trainer's model, train split (trainer.corpus.train) and fixed validation
+    batches (the first n_val_batches of them; None: all).
+    """
+
+    def __init__(self, interval: int = 0, n_val_batches: int | None = None, **measure_kwargs: Any):
+        self.interval = interval
+        self.n_val_batches = n_val_batches
+        self.measure_kwargs = measure_kwargs
+
+    def _record(self, trainer, step: int) -> None:
+        if not getattr(trainer, "is_main", True):
+            return
+        batches = trainer.val_batches if self.n_val_batches is None else trainer.val_batches[: self.n_val_batches]
+        result = measure(trainer.model, trainer.corpus.train, batches, **self.measure_kwargs)
+        trainer.append("probes.jsonl", {"step": step, "probe": "identity", **result})
+
+    def on_eval(self, trainer, step: int, val_loss: float) -> None:
+        if self.interval and step % self.interval == 0 and step < trainer.train_cfg.max_steps:
+            self._record(trainer, step)
+
+    def on_train_end(self, trainer) -> None:
+        self._record(trainer, trainer.train_cfg.max_steps)
+
+
+__all__ = [
+    "OFFSETS",
+    "IdentityProbe",
+    "IdentityProbeError",
+    "identity_sites",
+    "identity_summary",
+    "measure",
+    "site_label",
+    "train_windows",
+]

@@ -1,0 +1,126 @@
+"""probes.identity: where the current token (and the ones before it) can be read from the residual stream."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from interp import ModelConfig, ResidualGPT
+from probes.identity import (
+    IdentityProbe,
+    IdentityProbeError,
+    identity_sites,
+    identity_summary,
+    measure,
+    train_windows,
+)
+from training.presets import resolve
+from training.trainer import Trainer, read_jsonl
+
+OFFSETS = (0, -1, -2)
+
+
+def markov_tokens(n: int, vocab: int, seed: int) -> np.ndarray:
+    """A seeded first-order Markov chain: each token has a few likely successors."""
+    rng = np.random.default_rng(seed)
+    trans = rng.dirichlet(np.full(vocab, 0.2), size=vocab)
+    out = np.empty(n, dtype=np.int64)
+    out[0] = 0
+    for i in range(1, n):
+        out[i] = rng.choice(vocab, p=trans[out[i - 1]])
+    return out
+
+
+def distinct_embedding_model() -> ResidualGPT:
+    """Orthonormal token embeddings, position embeddings 100x smaller."""
+    torch.manual_seed(0)
+    model = ResidualGPT(ModelConfig(n_layers=1, d_model=32, n_heads=2, n_ctx=16, d_vocab=20)).eval()
+    with torch.no_grad():
+        q, _ = torch.linalg.qr(torch.randn(32, 32))
+        model.embed.weight.copy_(q[:20])
+        model.pos_embed.weight.normal_(0, 0.01)
+    return model
+
+
+def val_batches(tokens: np.ndarray, n_ctx: int, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    x = train_windows(tokens, n_ctx + 1, n, seed=7)
+    return [(x[i : i + 8, :-1], x[i : i + 8, 1:]) for i in range(0, n, 8)]
+
+
+def test_embedding_site_decodes_the_current_token_exactly_and_deterministically():
+    model = distinct_embedding_model()
+    tokens = markov_tokens(6000, 20, seed=1)
+    train, val = tokens[:5000], tokens[5000:]
+    result = measure(model, train, val_batches(val, 16, 32), n_train_windows=32)
+    assert result["sites"] == identity_sites(1) and result["offsets"] == list(OFFSETS)
+    assert result["labels"] == ["embed", "0.mid", "0.post", "ln_final"]
+    assert result["accuracy"][0][0] == 1.0  # embed site, offset 0
+    assert result["control"]["accuracy"][0] == 1.0
+    assert result["levels"]["current_token"]["accuracy"][0] == 1.0
+    unigram, current = result["levels"]["unigram"], result["levels"]["current_token"]
+    assert current["ce"][1] < unigram["ce"][1]  # the chain makes the previous token predictable from the current
+    assert result["n_val"] == [32 * 16, 32 * 15, 32 * 14]  # offset -k is scored where t - k is in the window
+    again = measure(model, train, val_batches(val, 16, 32), n_train_windows=32)
+    assert json.dumps(again) == json.dumps(result)
+
+
+def test_bad_input_is_refused():
+    model = distinct_embedding_model()
+    with pytest.raises(IdentityProbeError, match="offsets must be <= 0"):
+        measure(model, markov_tokens(500, 20, 0), val_batches(markov_tokens(200, 20, 1), 16, 8), offsets=(1,))
+    with pytest.raises(IdentityProbeError, match="longer than n_ctx"):
+        measure(model, np.arange(10) % 20, val_batches(markov_tokens(200, 20, 1), 16, 8))
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny models: intra-op threads only add synchronisation (minutes instead of seconds on a busy CPU)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_position_blind_stack_holds_nothing_beyond_the_current_token(shared_data, tmp_path, one_thread):
+    """attn_only + position_blind can only see (token, position): offset -1 never beats the current-token level.
+
+    Trained briefly on TinyShakespeare with the probe as a trainer callback, which writes probes.jsonl.
+    """
+    spec = resolve("smoke", {"probes": False, "residual": "attn_only", "mixer": "position_blind",
+                             "max_steps": 30, "eval_interval": 10, "eval_batches": 16})
+    probe = IdentityProbe(interval=20, n_train_windows=64)
+    Trainer(spec.model, spec.train, tmp_path, callbacks=[probe], progress=False).run()
+    records = [r for r in read_jsonl(tmp_path / "probes.jsonl") if r["probe"] == "identity"]
+    assert [r["step"] for r in records] == [0, 20, 30]  # at the interval (from step 0) and at the end
+    final = records[-1]
+    j = final["offsets"].index(-1)
+    level = final["levels"]["current_token"]["accuracy"][j]
+    control = final["control"]["accuracy"][j]
+    best = max(acc[j] for acc in final["accuracy"])
+    print(f"offset -1: best site accuracy {best:.3f}, one-hot control {control:.3f}, reverse-bigram level {level:.3f}")
+    assert best <= level + 0.01 and best <= control + 0.02
+    assert all(acc[0] > 0.9 for acc in final["accuracy"][:2])  # the current token itself is there
+
+
+def test_summary_and_figures(one_thread):
+    from interp.plots import PlotInputError, identity_accuracy, logit_lens_ce
+
+    model = distinct_embedding_model()
+    tokens = markov_tokens(6000, 20, seed=1)
+    batches = val_batches(tokens[5000:], 16, 16)
+    summary = identity_summary(model, tokens[:5000], batches, n_train_windows=16)
+    lens = summary["logit_lens"]
+    assert lens["layers"] == ["embed", "0"]
+    with torch.no_grad():
+        loss = sum(float(model(x, y)[1]) for x, y in batches) / len(batches)
+    assert lens["ce"][-1] == pytest.approx(loss, abs=1e-4)
+    fig = identity_accuracy({"a": summary["identity"], "b": summary["identity"]}, offsets=(0, -1))
+    assert len(fig.data) == 4 and list(fig.data[0].x) == summary["identity"]["labels"]
+    assert len(fig.layout.shapes) == 3  # chance for both offsets, the current-token level for -1
+    fig = logit_lens_ce({"a": lens}, {"unigram": 3.0, "bigram": 2.0})
+    assert len(fig.data) == 1 and len(fig.layout.shapes) == 2
+    with pytest.raises(PlotInputError, match="no offset -2"):
+        identity_accuracy({"a": {**summary["identity"], "offsets": [0, -1], "accuracy": [[1, 0]] * 4}}, (0, -2))
