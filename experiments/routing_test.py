@@ -33,6 +33,8 @@ results.json schema ("routing-test/2"):
     variants        name -> {final_val_loss: {mean, std, min, max, n}, place, alpha_tt_layer_mean,
                     block0_grad_at {step: norm}, growth, tail_drop {mean, std, ...}, tail_slope_per_1k}
     gaps            {"attn_only - full": {seeds, mean, std, min, max, n}} per-seed paired difference (or null)
+    identity        variant -> {"identity": probes.identity.measure(...), "logit_lens": {sites, layers, ce}} on the
+                    first seed's final checkpoint (null with --no-identity)
     verdicts        list of {id, title, prediction, measured, verdict, separation, rule, provisional,
                     still_moving [text]}; nothing is decided unless full is below bigram - margin (then
                     every verdict is inconclusive); with >= 3 seeds a separation must exceed the margin
@@ -404,6 +406,8 @@ def add_arguments(p) -> None:
                    help=f"the finite self-score bias of 'ffn_only + self_bias' (default {DEFAULT_SELF_BIAS})")
     p.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
                    help=f"nats within which a loss counts as at a level (default {DEFAULT_MARGIN})")
+    p.add_argument("--no-identity", action="store_true",
+                   help="skip the token-identity probes and the logit lens on the first seed's checkpoints")
 
 
 def check(args) -> None:
@@ -420,7 +424,33 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     summary = summarise_variants(runs, ctx.levels, ctx.args.margin)
     return {"margin": ctx.args.margin, "self_bias": ctx.args.self_bias, "runs": runs, "variants": summary,
             "gaps": {"attn_only - full": paired_gap(runs, "attn_only", "full")},
+            "identity": None if ctx.args.no_identity else identity(ctx, runs),
             "verdicts": verdicts(summary, ctx.levels, ctx.args.margin)}
+
+
+def identity(ctx: Context, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where is the current token? Identity probes and the logit lens on each variant's first-seed checkpoint.
+
+    Derived from the final checkpoint and cached beside it (identity.json), so a rerun does not refit.
+    """
+    from tqdm.auto import tqdm
+
+    from interp.io import read_json, write_json
+    from probes.identity import identity_summary
+    from training.data import fixed_batches
+
+    spec = ctx.spec
+    first = [r for r in runs if r["seed"] == ctx.seeds[0]]
+    out = {}
+    for r in tqdm(first, desc="identity probes", unit="run", disable=not ctx.progress, leave=False):
+        cached = Path(r["run_dir"]) / "identity.json"
+        if cached.exists():
+            out[r["variant"]] = read_json(cached)
+            continue
+        batches = fixed_batches(ctx.corpus.val, spec.model.n_ctx, spec.train.batch_size, spec.train.eval_batches)
+        out[r["variant"]] = identity_summary(Path(r["run_dir"]) / "ckpt.pt", ctx.corpus.train, batches)
+        write_json(cached, out[r["variant"]])
+    return out
 
 
 PLACES = {"at the unigram floor": "floor", "at the bigram level": "bigram", "between bigram and floor": "between",
@@ -516,6 +546,19 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
     if profiles:
         out.append(("Hidden-norm profile (final, eval mode)",
                     norm_profile(profiles, sites, log_y=True, title="Mean per-token residual norm")))
+    if results.get("identity"):
+        from interp.plots import identity_accuracy, logit_lens_ce
+
+        ident = results["identity"]
+        out.append(("Where is the current token?",
+                    "Linear decoders (multinomial logistic regression, weight decay chosen on held-out training "
+                    "windows, scored on the fixed validation batches) read the token at offset 0 (current) and -1 "
+                    "(previous) from each site of the first seed's final checkpoint. Dashed: chance (unigram) and, "
+                    "for offset -1, what the current token alone predicts about the previous one.",
+                    identity_accuracy({n: v["identity"] for n, v in ident.items()}, (0, -1))))
+        out.append(("Logit lens", logit_lens_ce({n: v["logit_lens"] for n, v in ident.items()},
+                                                {"unigram": results["reference_levels"]["unigram"],
+                                                 "bigram": results["reference_levels"]["bigram"]})))
     return out + attention_figures(results, ctx.corpus)
 
 

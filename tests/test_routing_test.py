@@ -50,6 +50,13 @@ def test_results_schema(smoke_run):
     assert {v["verdict"] for v in results["verdicts"]} == {"inconclusive"}
     assert all("the reference model did not learn" in v["measured"] for v in results["verdicts"])
     assert results["gaps"]["attn_only - full"]["n"] == 1
+    # identity probes on every variant's checkpoint: the embedding holds the current token
+    assert list(results["identity"]) == names
+    for name, rec in results["identity"].items():
+        ident = rec["identity"]
+        assert ident["labels"][0] == "embed" and ident["offsets"] == [0, -1, -2]
+        assert ident["accuracy"][0][0] > 0.95, name  # the embedding site holds the current token
+        assert len(rec["logit_lens"]["ce"]) == 3  # embed + 2 blocks
 
 
 def test_report_is_self_contained(smoke_run):
@@ -57,7 +64,7 @@ def test_report_is_self_contained(smoke_run):
     assert not re.search(r"<script[^>]+src=[\"']?https?:", page)
     assert page.count("Plotly.newPlot") >= 10 and len(page) > 3_000_000  # plotly.js is inline
     for heading in ("Results", "Verdicts", "Validation loss", "alpha_tt", "Gradient flow", "Hidden-norm",
-                    "Attention patterns"):
+                    "Where is the current token?", "Logit lens", "Attention patterns"):
         assert heading in page
 
 
