@@ -13,6 +13,7 @@ run trained one way is found and reused by the other.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass
@@ -24,6 +25,31 @@ from interp.io import read_json, read_jsonl
 
 # The part of a config that decides whether a run directory holds "the same run".
 IDENTITY_KEYS = ("model", "train", "model_init")
+
+
+def _field_defaults(key: str) -> dict[str, Any]:
+    from interp.config import ModelConfig
+    from training.presets import TrainConfig
+
+    cls = {"model": ModelConfig, "train": TrainConfig}[key]
+    return {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+
+
+def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """The identity keys in which two config records differ.
+
+    A model or train field missing from the old record counts as its default, so a field
+    added to the code later (with a default) does not orphan runs trained before it existed.
+    """
+    differ = []
+    for key in IDENTITY_KEYS:
+        a, b = old.get(key), new.get(key)
+        if key in ("model", "train") and isinstance(a, dict) and isinstance(b, dict):
+            defaults = _field_defaults(key)
+            a, b = {**defaults, **a}, {**defaults, **b}
+        if a != b:
+            differ.append(key)
+    return differ
 
 
 def slug(name: str) -> str:
@@ -93,7 +119,7 @@ class RunDir:
     def holds(self, record: dict[str, Any]) -> bool:
         """True when the directory is empty of config or holds this same configuration."""
         old = self.read_config()
-        return old is None or {k: old.get(k) for k in IDENTITY_KEYS} == {k: record.get(k) for k in IDENTITY_KEYS}
+        return old is None or not config_diff(old, record)
 
     def load(self) -> dict[str, Any]:
         """A finished run as plain data: final record, metric curves, probe records by kind."""

@@ -36,7 +36,7 @@ from interp.io import append_jsonl, read_jsonl, remove_stale_temps, write_json, 
 from interp.model import ResidualGPT
 from training.data import BatchSampler, Corpus, fixed_batches, load_corpus, random_batches
 from training.presets import TrainConfig
-from training.rundir import IDENTITY_KEYS, RunDir
+from training.rundir import RunDir, config_diff
 
 
 class TrainingError(ToolkitError):
@@ -212,8 +212,8 @@ class Trainer:
         old = self.dir.read_config()
         if old is None:
             return
-        if not self.dir.holds(self.config_record):
-            diff = [k for k in IDENTITY_KEYS if old.get(k) != self.config_record[k]]
+        diff = config_diff(old, self.config_record)
+        if diff:
             raise TrainingError(f"{self.run_dir} holds a run of a different configuration ({', '.join(diff)} differ); "
                                 "choose another --out or delete that directory")
         old_data, new_data = (old.get("data") or {}).get("sha256"), self.config_record["data"]["sha256"]
@@ -356,13 +356,10 @@ class Trainer:
 
     def _check_checkpoint(self, ckpt) -> None:
         """A checkpoint resumes only the run it was written by: same model, training config and data."""
-        problems = []
-        if ckpt.config.to_dict() != self.config_record["model"]:
-            problems.append("model config")
-        if ckpt.state.get("train_config") != self.config_record["train"]:
-            problems.append("training config")
-        if ckpt.state.get("model_init") != self.config_record["model_init"]:
-            problems.append("model_init")
+        written = {"model": ckpt.config.to_dict(), "train": ckpt.state.get("train_config"),
+                   "model_init": ckpt.state.get("model_init")}
+        problems = [{"model": "model config", "train": "training config"}.get(k, k)
+                    for k in config_diff(written, self.config_record)]
         old = (ckpt.state.get("data") or {}).get("sha256")
         if old != self.config_record["data"]["sha256"]:
             problems.append(f"data (checkpoint sha256 {old}, this data {self.config_record['data']['sha256']})")

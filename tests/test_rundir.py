@@ -1,0 +1,53 @@
+"""The run-directory type: one name rule, confinement under --out, config identity, the lock probe."""
+
+import math
+
+import pytest
+from filelock import FileLock
+
+from interp.errors import ConfigError
+from training.presets import resolve
+from training.rundir import RunDir, config_diff, slug, variant_name
+
+
+@pytest.mark.parametrize("overrides, name, directory", [
+    ({"residual": "full"}, "full", "full"),
+    ({"residual": "attn_only", "mixer": "uniform"}, "attn_only + uniform", "attn_only_uniform"),
+    ({"residual": "attn_only", "mixer": "position_blind"}, "attn_only + position_blind", "attn_only_position_blind"),
+    ({"residual": "attn_only", "self_bias": -math.inf}, "attn_only + no_self", "attn_only_no_self"),
+    ({"residual": "ffn_only", "self_bias": math.inf}, "ffn_only + self_only", "ffn_only_self_only"),
+    ({"residual": "ffn_only", "self_bias": 4.0}, "ffn_only + self_bias", "ffn_only_self_bias"),
+])
+def test_one_name_rule(overrides, name, directory):
+    assert variant_name(overrides) == name and slug(name) == directory
+
+
+@pytest.mark.parametrize("variant", ["../../x", "/etc/passwd", "a/../../b", ".hidden"])
+def test_a_variant_never_leaves_out(tmp_path, variant):
+    path = RunDir.of(tmp_path / "out", "smoke", variant, 1).path
+    assert path.resolve().is_relative_to((tmp_path / "out").resolve())
+    assert len(path.relative_to(tmp_path / "out").parts) == 3
+
+
+@pytest.mark.parametrize("variant", ["", "..", "...", "//"])
+def test_a_name_without_characters_is_refused(tmp_path, variant):
+    with pytest.raises(ConfigError, match="no usable directory name"):
+        RunDir.of(tmp_path, "smoke", variant, 1)
+
+
+def test_a_field_added_later_with_its_default_keeps_old_runs():
+    spec = resolve("smoke")
+    new = {"model": spec.model.to_dict(), "train": spec.train.to_dict(), "model_init": None}
+    old = {**new, "train": {k: v for k, v in new["train"].items() if k != "probe_interval"}}  # written before
+    assert config_diff(old, new) == []
+    changed = {**new, "train": {**new["train"], "probe_interval": 7}}
+    assert config_diff(old, changed) == ["train"]
+    assert config_diff(new, {**new, "model_init": "x.f"}) == ["model_init"]
+
+
+def test_busy_while_another_holder_has_the_lock(tmp_path):
+    run = RunDir(tmp_path)
+    assert not run.busy()
+    with FileLock(run.lock):
+        assert run.busy()
+    assert not run.busy()
