@@ -163,6 +163,7 @@ def test_bad_site_and_missing_model_are_refused():
     with pytest.raises(DecompositionError, match="unknown residual site"):
         decompose(cache, "blocks.9.hook_resid_post", model)
     with pytest.raises(DecompositionError, match="pass model="):
-        decompose(cache, "final")
+        decompose(dict(cache.cache_dict), "final")  # a plain dict does not know its model
+    assert decompose(cache, "final").labels == decompose(cache, "final", model).labels  # an ActivationCache does
     with pytest.raises(DecompositionError, match="holds no"):
         decompose({}, "final", model)
