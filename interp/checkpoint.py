@@ -68,11 +68,11 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         raise CheckpointError(
             f"{path} is not a plain-data checkpoint (refused by weights_only loading): {_first_line(e)}"
         ) from None
-    except OSError as e:
+    except PermissionError as e:
         raise CheckpointError(f"cannot read {path}: {e.strerror or e}") from None
     except Exception as e:  # noqa: BLE001 - a damaged file raises EOFError, RuntimeError, IndexError, ...
-        raise CheckpointError(f"{path} is truncated or corrupt ({type(e).__name__}: {_first_line(e)}); "
-                              "it cannot be loaded") from None
+        detail = type(e).__name__ + (f": {str(e).strip().splitlines()[0]}" if str(e).strip() else "")
+        raise CheckpointError(f"{path} is truncated or corrupt ({detail}); it cannot be loaded") from None
     if not isinstance(payload, dict) or "schema" not in payload:
         raise CheckpointError(f"{path} is not a ResidualGPT checkpoint (no schema field)")
     if payload["schema"] != SCHEMA:

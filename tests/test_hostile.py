@@ -226,8 +226,8 @@ def test_training_truncated_checkpoint(out, capsys):
     refused(capsys, out, lambda: train(out), r"ckpt\.pt is truncated or corrupt")
 
 
-@pytest.mark.parametrize("key,match", [("optimizer", r"missing state \['optimizer'\]"), ("weights", "has no weights"),
-                                       ("model_config", "invalid model config")])
+@pytest.mark.parametrize("key,match", [("optimizer", r"lacks the training state \['optimizer'\]"),
+                                       ("weights", "has no weights"), ("model_config", "invalid model config")])
 def test_training_checkpoint_without_a_key(out, capsys, key, match):
     run = interrupted(out)
     rewrite_ckpt(run / "ckpt.pt", drop=key)

@@ -385,7 +385,8 @@ class Trainer:
             problems.append(f"data (checkpoint sha256 {old}, this data {self.config_record['data']['sha256']})")
         missing = [k for k in ("optimizer", "sampler", "step", "best", "totals") if k not in ckpt.state]
         if missing:
-            problems.append(f"missing state {missing}")
+            raise CheckpointError(f"{self.ckpt_path} lacks the training state {missing} a resume needs; "
+                                  "move it aside to start this run again")
         if problems:
             raise CheckpointError(f"{self.ckpt_path} belongs to another run ({'; '.join(problems)} differ); "
                                   "move it aside to start this run again")
