@@ -147,13 +147,19 @@ class Experiment:
         try:
             return self._main(argv, start)
         except ToolkitError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
+            if getattr(e, "exit_code", 2) != 130:  # 130: Ctrl-C inside a run (training.TrainingInterrupted)
+                print(f"error: {e}", file=sys.stderr)
+                return 2
         except KeyboardInterrupt:
-            command = shlex.join([sys.executable, "-m", f"experiments.{self.name}", *argv])
-            print(f"\ninterrupted after {time.perf_counter() - start:.0f}s; finished runs are kept and the "
-                  f"interrupted one resumes from its checkpoint: {command}", file=sys.stderr)
-            return 130
+            pass
+        except OSError as e:  # an I/O error no layer below turned into a ToolkitError
+            where = f" {e.filename}" if e.filename else ""
+            print(f"error: cannot read or write{where}: {e.strerror or e}", file=sys.stderr)
+            return 2
+        command = shlex.join([sys.executable, "-m", f"experiments.{self.name}", *argv])
+        print(f"\ninterrupted after {time.perf_counter() - start:.0f}s; finished runs are kept and the "
+              f"interrupted one resumes from its checkpoint: {command}", file=sys.stderr)
+        return 130
 
     def context(self, argv: list[str]) -> tuple[Context, list[Job]]:
         """Parse and check every option, then plan: (context, the jobs)."""

@@ -22,6 +22,12 @@ from interp.io import atomic_write
 SCHEMA = "residual-gpt/1"
 
 
+def _first_line(e: BaseException) -> str:
+    """An exception's first line, or its type when it has no message (EOFError on an empty file)."""
+    lines = str(e).strip().splitlines()
+    return lines[0] if lines else type(e).__name__
+
+
 @dataclass
 class Checkpoint:
     config: ModelConfig
@@ -42,7 +48,14 @@ def save_checkpoint(path: str | Path, model: nn.Module, **state: Any) -> None:
         "weights": {k: v.detach().cpu() for k, v in module.state_dict().items()},
         **state,
     }
-    atomic_write(path, lambda tmp: torch.save(payload, tmp))
+
+    def write(tmp: str) -> None:
+        try:
+            torch.save(payload, tmp)
+        except RuntimeError as e:  # torch's zip writer reports a full disk or an I/O error this way
+            raise CheckpointError(f"cannot write {path}: {_first_line(e)}; the previous checkpoint is kept") from None
+
+    atomic_write(path, write)
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> Checkpoint:
@@ -53,11 +66,13 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:
         raise CheckpointError(
-            f"{path} is not a plain-data checkpoint (refused by weights_only loading): "
-            f"{str(e).splitlines()[0]}"
+            f"{path} is not a plain-data checkpoint (refused by weights_only loading): {_first_line(e)}"
         ) from None
-    except (EOFError, RuntimeError, OSError, ValueError) as e:
-        raise CheckpointError(f"{path} is truncated or corrupt: {str(e).splitlines()[0]}") from None
+    except PermissionError as e:
+        raise CheckpointError(f"cannot read {path}: {e.strerror or e}") from None
+    except Exception as e:  # noqa: BLE001 - a damaged file raises EOFError, RuntimeError, IndexError, ...
+        detail = type(e).__name__ + (f": {str(e).strip().splitlines()[0]}" if str(e).strip() else "")
+        raise CheckpointError(f"{path} is truncated or corrupt ({detail}); it cannot be loaded") from None
     if not isinstance(payload, dict) or "schema" not in payload:
         raise CheckpointError(f"{path} is not a ResidualGPT checkpoint (no schema field)")
     if payload["schema"] != SCHEMA:
@@ -66,7 +81,10 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         )
     try:
         config = ModelConfig.from_dict(payload["model_config"])
-    except (ConfigError, KeyError, TypeError) as e:
+    except (ConfigError, KeyError, TypeError, ValueError, AttributeError) as e:
         raise CheckpointError(f"{path} holds an invalid model config: {e}") from None
+    weights = payload.get("weights")
+    if not isinstance(weights, dict) or not all(isinstance(v, torch.Tensor) for v in weights.values()):
+        raise CheckpointError(f"{path} has no weights (a dict of tensors under 'weights'); it cannot be loaded")
     state = {k: v for k, v in payload.items() if k not in ("schema", "model_config", "weights")}
-    return Checkpoint(config=config, weights=payload["weights"], state=state, path=path)
+    return Checkpoint(config=config, weights=weights, state=state, path=path)

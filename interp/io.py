@@ -19,6 +19,25 @@ from typing import Any
 from interp.errors import ToolkitError
 
 TMP_SUFFIX = ".tmp"
+KILL_ENV = "RESIDUAL_KILL_AT"
+_kill_counts: dict[str, int] = {}
+
+
+def kill_point(phase: str) -> None:
+    """Test hook: with RESIDUAL_KILL_AT="phase:n" this process SIGKILLs itself the n-th time it reaches phase.
+
+    Phases: "step" (after an optimizer step, training.trainer) and the name of a file that
+    atomic_write is about to rename into place ("ckpt.pt", "metrics.jsonl", "final.json", ...),
+    i.e. its temporary file is complete but not yet renamed. tests/test_sigkill.py kills there.
+    """
+    spec = os.environ.get(KILL_ENV)
+    if not spec or spec.rpartition(":")[0] != phase:
+        return
+    _kill_counts[phase] = _kill_counts.get(phase, 0) + 1
+    if _kill_counts[phase] == int(spec.rpartition(":")[2]):
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class DataFileError(ToolkitError):
@@ -48,11 +67,12 @@ def atomic_write(path: str | Path, write: Callable[[str], Any]) -> None:
     except OSError as e:
         raise DataFileError(f"cannot write {path}: {e.strerror or e}") from None
     os.close(fd)
-    os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are meant to be shared
     try:
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are meant to be shared
         write(tmp)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
+        kill_point(path.name)
         os.replace(tmp, path)
         fsync_dir(path.parent)
     except BaseException as e:
@@ -100,8 +120,10 @@ def read_json(path: str | Path) -> Any:
         raise DataFileError(f"cannot read {path}: {e.strerror or e}") from None
 
 
-def read_jsonl(path: str | Path, torn_tail_ok: bool = False) -> list[dict[str, Any]]:
+def read_jsonl(path: str | Path, torn_tail_ok: bool = False, required: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """Every record of a JSON-lines log; a damaged line is an error naming the file and line.
+
+    required: keys every record must hold (a record without one is damaged too).
 
     torn_tail_ok: a last line without its newline is what a kill mid-append leaves; when
     True it is dropped (the caller is about to rewrite the file from a checkpoint).
@@ -122,6 +144,9 @@ def read_jsonl(path: str | Path, torn_tail_ok: bool = False) -> list[dict[str, A
             record = json.loads(line)
             if not isinstance(record, dict):
                 raise ValueError("not a JSON object")
+            missing = [k for k in required if k not in record]
+            if missing:
+                raise ValueError(f"no {', '.join(map(repr, missing))}")
         except ValueError as e:
             if torn_tail_ok and number == len(lines) and not text.endswith("\n"):
                 break

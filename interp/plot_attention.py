@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from interp.errors import CheckpointError, ConfigError, DataError, ToolkitError
+from interp.io import DataFileError
 
 if TYPE_CHECKING:
     from interp.config import ModelConfig
@@ -115,6 +116,8 @@ def run(args: argparse.Namespace) -> Path:
         return save_html([intro, *sections], args.out, title=f"Attention patterns: {args.ckpt.name}")
     except OSError as e:
         raise ToolkitError(f"cannot write {args.out}: {e.strerror or e}; choose another --out") from None
+    except DataFileError as e:  # interp.io's atomic write: the old file, if any, is kept
+        raise DataFileError(f"{e}; choose another --out") from None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -89,6 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # before training started: nothing to resume
         print("\ninterrupted before training started; nothing was written", file=sys.stderr)
         return 130
+    except OSError as e:  # an I/O error no layer below turned into a ToolkitError
+        where = f" {e.filename}" if e.filename else ""
+        print(f"error: cannot read or write{where}: {e.strerror or e}", file=sys.stderr)
+        return 2
     if int(os.environ.get("RANK", "0")) == 0:
         print(f"run: {run_dir}")
         print(json.dumps(final, indent=2))

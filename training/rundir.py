@@ -21,10 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from interp.errors import ConfigError
-from interp.io import read_json, read_jsonl
+from interp.io import DataFileError, read_json, read_jsonl
 
 # The part of a config that decides whether a run directory holds "the same run".
 IDENTITY_KEYS = ("model", "train", "model_init")
+# What every final.json holds (training.trainer's final record) and the experiments read.
+FINAL_KEYS = ("final_val_loss", "best_val_loss", "best_step", "steps", "wall_time_s", "tokens_per_s")
 
 
 def _field_defaults(key: str) -> dict[str, Any]:
@@ -114,7 +116,12 @@ class RunDir:
         return False
 
     def read_config(self) -> dict[str, Any] | None:
-        return read_json(self.config) if self.config.exists() else None
+        if not self.config.exists():
+            return None
+        config = read_json(self.config)
+        if not isinstance(config, dict):
+            raise DataFileError(f"{self.config} is damaged (not a JSON object); move it aside to recover")
+        return config
 
     def holds(self, record: dict[str, Any]) -> bool:
         """True when the directory is empty of config or holds this same configuration."""
@@ -124,9 +131,13 @@ class RunDir:
     def load(self) -> dict[str, Any]:
         """A finished run as plain data: final record, metric curves, probe records by kind."""
         final = read_json(self.final)
-        metrics = read_jsonl(self.metrics)
+        missing = [k for k in FINAL_KEYS if not isinstance(final, dict) or k not in final]
+        if missing:
+            raise DataFileError(f"{self.final} is damaged (no {', '.join(missing)}); move the run directory "
+                                "aside and train it again")
+        metrics = read_jsonl(self.metrics, required=("step",))
         probes: dict[str, list[dict[str, Any]]] = {}
-        for record in read_jsonl(self.probes):
+        for record in read_jsonl(self.probes, required=("step", "probe")):
             probes.setdefault(record["probe"], []).append(record)
         val = [(r["step"], r["val_loss"]) for r in metrics if "val_loss" in r]
         train = [(r["step"], r["train_loss"]) for r in metrics if "train_loss" in r]

@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 from interp.checkpoint import load_checkpoint, save_checkpoint
 from interp.config import ModelConfig
 from interp.errors import CheckpointError, ConfigError, ToolkitError
-from interp.io import append_jsonl, read_jsonl, remove_stale_temps, write_json, write_jsonl
+from interp.io import append_jsonl, kill_point, read_jsonl, remove_stale_temps, write_json, write_jsonl
 from interp.model import ResidualGPT
 from training.data import BatchSampler, Corpus, fixed_batches, load_corpus, random_batches
 from training.presets import TrainConfig
@@ -212,14 +212,15 @@ class Trainer:
         old = self.dir.read_config()
         if old is None:
             return
-        diff = config_diff(old, self.config_record)
-        if diff:
-            raise TrainingError(f"{self.run_dir} holds a run of a different configuration ({', '.join(diff)} differ); "
-                                "choose another --out or delete that directory")
+        # Data first: other data can change the vocabulary, and so the model config, too.
         old_data, new_data = (old.get("data") or {}).get("sha256"), self.config_record["data"]["sha256"]
         if old_data != new_data:
             raise TrainingError(f"{self.run_dir} was trained on other data (sha256 {old_data}, this data {new_data}); "
                                 "use the same corpus, or choose another --out")
+        diff = config_diff(old, self.config_record)
+        if diff:
+            raise TrainingError(f"{self.run_dir} holds a run of a different configuration ({', '.join(diff)} differ); "
+                                "choose another --out or delete that directory")
 
     def _call(self, event: str, *args) -> None:
         for cb in self.callbacks:
@@ -239,12 +240,15 @@ class Trainer:
         self.check_run_dir()  # a finished run of another config is refused too, not silently reused
         if self.dir.finished:
             return read_json(self.final_path)
+        pick_device(self.train_cfg.device)  # an impossible device is refused before anything is written
         with self._lock():
             if self.dir.finished:  # finished by the holder we waited for
                 return read_json(self.final_path)
             previous = torch.are_deterministic_algorithms_enabled()
             try:
                 return self._train()
+            except KeyboardInterrupt:  # wherever it lands: files are whole (atomic writes), the run resumes
+                raise TrainingInterrupted(getattr(self, "step", 0), self.ckpt_path) from None
             finally:
                 torch.use_deterministic_algorithms(previous)  # leave a notebook's process as it was
 
@@ -262,18 +266,29 @@ class Trainer:
         try:
             lock.acquire()
         except Timeout:
-            holder = self.dir.lock.with_suffix(".holder")
-            who = holder.read_text().strip() if holder.exists() else "another process"
+            try:
+                who = self._holder.read_text().strip() or "another process"
+            except OSError:
+                who = "another process"
             raise TrainingError(f"{self.run_dir} is being trained by {who}; wait for it to finish "
                                 "(or stop it) and run again") from None
         except OSError as e:
             raise TrainingError(f"cannot lock {self.run_dir}: {e.strerror or e}") from None
         try:
-            self.dir.lock.with_suffix(".holder").write_text(f"pid {os.getpid()} on {os.uname().nodename}\n")
-            remove_stale_temps(self.run_dir)  # what a killed writer left; nobody else writes here now
+            try:
+                self._holder.write_text(f"pid {os.getpid()} on {os.uname().nodename}\n")
+                remove_stale_temps(self.run_dir)  # what a killed writer left; nobody else writes here now
+            except OSError as e:
+                raise TrainingError(f"cannot write in {self.run_dir}: {e.strerror or e}") from None
             yield
         finally:
+            self._holder.unlink(missing_ok=True)  # a killed holder leaves it; the next holder overwrites it
             lock.release()
+
+    @property
+    def _holder(self) -> Path:
+        """Who holds the lock (pid, host), beside it: the lock file itself is truncated by every opener."""
+        return self.dir.lock.with_name(".lock.holder")
 
     def _setup(self) -> None:
         """Device, determinism, DDP, model, optimizer, samplers: everything a step needs."""
@@ -349,10 +364,12 @@ class Trainer:
             raise CheckpointError(f"{self.ckpt_path} cannot be resumed ({type(e).__name__}: {e}); "
                                   "move it aside to start this run again") from None
         if self.is_main:
-            for path in (self.dir.metrics, self.dir.probes):  # drop what was logged after the checkpoint
-                if path.exists():
-                    kept = [r for r in read_jsonl(path, torn_tail_ok=True) if r.get("step", 0) < self.step]
-                    write_jsonl(path, kept)
+            # Drop what was logged after the checkpoint. Both logs are read (strictly: a damaged
+            # line is an error naming file and line) before either is rewritten.
+            logs = [(path, read_jsonl(path, torn_tail_ok=True)) for path in (self.dir.metrics, self.dir.probes)
+                    if path.exists()]
+            for path, records in logs:
+                write_jsonl(path, [r for r in records if r.get("step", 0) < self.step])
 
     def _check_checkpoint(self, ckpt) -> None:
         """A checkpoint resumes only the run it was written by: same model, training config and data."""
@@ -365,7 +382,8 @@ class Trainer:
             problems.append(f"data (checkpoint sha256 {old}, this data {self.config_record['data']['sha256']})")
         missing = [k for k in ("optimizer", "sampler", "step", "best", "totals") if k not in ckpt.state]
         if missing:
-            problems.append(f"missing state {missing}")
+            raise CheckpointError(f"{self.ckpt_path} lacks the training state {missing} a resume needs; "
+                                  "move it aside to start this run again")
         if problems:
             raise CheckpointError(f"{self.ckpt_path} belongs to another run ({'; '.join(problems)} differ); "
                                   "move it aside to start this run again")
@@ -450,6 +468,7 @@ class Trainer:
                 window_time += dt
                 window_tokens += tokens_per_step
                 self._call("on_step", step, loss_value)
+                kill_point("step")  # test hook (interp.io.kill_point); a no-op unless RESIDUAL_KILL_AT is set
                 if step % cfg.log_interval == 0 or "val_loss" in record:
                     record.update(step=step, lr=lr_at(step, cfg), train_loss=loss_value, grad_norm=grad_norm,
                                   tokens_per_s=window_tokens / max(window_time, 1e-9))
