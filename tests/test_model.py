@@ -197,3 +197,20 @@ def test_config_round_trip():
     assert tiny().d_mlp == 128 and tiny().d_head == 8
     with pytest.raises(ConfigError, match="unknown"):
         ModelConfig.from_dict({**tiny().to_dict(), "n_layer": 3})
+
+
+@pytest.mark.parametrize("mixer", ["attention", "uniform"])
+def test_causal_kernel_matches_masked_kernel_with_gradients(mixer):
+    torch.manual_seed(3)
+    model = ResidualGPT(tiny(mixer=mixer))
+    t = tokens()
+    grads = []
+    for causal_kernel in (True, False):
+        for block in model.blocks:
+            block.attn.causal_kernel = causal_kernel
+        model.zero_grad()
+        _, loss = model(t, t)
+        loss.backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for fast, masked in zip(*grads, strict=True):
+        torch.testing.assert_close(fast, masked, atol=1e-6, rtol=1e-5)
