@@ -20,13 +20,14 @@ from transformer_lens.hook_points import HookedRootModule, HookPoint
 
 from interp.config import ModelConfig
 from interp.errors import ConfigError
-from interp.mixers import make_mixer
+from interp.mixers import _hooked, make_mixer
 
 
 class LayerNorm(nn.Module):
     """LayerNorm (eps 1e-5), weight `w` and, when cfg.bias, bias `b`.
 
-    As in TransformerLens, hook_normalized holds the normalised vector before w and b.
+    As in TransformerLens, hook_normalized holds the normalised vector before w and b;
+    while nothing hooks it, one fused layer_norm applies w and b (no separate multiply).
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -36,6 +37,8 @@ class LayerNorm(nn.Module):
         self.hook_normalized = HookPoint()
 
     def forward(self, x: Float[Tensor, "b p d"]) -> Float[Tensor, "b p d"]:
+        if not _hooked(self.hook_normalized):
+            return F.layer_norm(x, x.shape[-1:], self.w, self.b, eps=1e-5)
         x = self.hook_normalized(F.layer_norm(x, x.shape[-1:], eps=1e-5))
         return x * self.w + self.b if self.b is not None else x * self.w
 
