@@ -10,6 +10,8 @@ times their training steps (forward, backward, clip, AdamW) in alternating
 rounds, warm-up excluded, so all share the machine's noise. Ratios are paired
 per round (variant's round median / reference's round median), then the
 median over rounds: more robust than the absolute ms on a shared machine.
+Contention only ever slows a step, so the ratio of the fastest steps
+(ratio_min) is shown beside it.
 MFU is against a large-matmul peak measured in the same run, at its start and
 end (the higher is used).
 
@@ -53,7 +55,7 @@ from training.presets import PRESETS, resolve
 from training.trainer import flops_per_token, make_optimizer, peak_matmul_flops, read_jsonl
 
 # (steps per round, rounds, warm-up steps) per shape; --steps / --rounds override.
-SHAPE_DEFAULTS = {"smoke": (3, 2, 1), "cpu-quick": (5, 4, 2), "paper-10m": (1, 3, 1)}
+SHAPE_DEFAULTS = {"smoke": (3, 2, 1), "cpu-quick": (2, 8, 2), "paper-10m": (1, 3, 1)}
 DEFAULT_SHAPES = "cpu-quick,paper-10m"
 RESIDUAL_CONFIGS = ("full", "attn_only", "ffn_only", "none")
 
@@ -116,6 +118,14 @@ def _no_causal_kernel(model: ResidualGPT) -> ResidualGPT:
     return model
 
 
+def _unfused_layer_norm(model: ResidualGPT) -> ResidualGPT:
+    """A permanent identity hook on every hook_normalized: LayerNorm takes its hooked (split) path."""
+    for name in model.hook_dict:
+        if name.endswith("hook_normalized"):
+            model.add_hook(name, lambda x, hook: x, is_permanent=True)
+    return model
+
+
 def _explicit(model: ResidualGPT) -> ResidualGPT:
     model.set_explicit_attention(True)
     return model
@@ -141,6 +151,8 @@ def variants_for(compile_: bool) -> list[Variant]:
     ]
     vs += [
         Variant("full/masked", lambda c: _no_causal_kernel(ResidualGPT(c)), note="explicit mask (before is_causal)"),
+        Variant("full/ln_split", lambda c: _unfused_layer_norm(ResidualGPT(c)),
+                note="LayerNorm then a separate * w (before fusing)"),
         Variant("full/explicit", lambda c: _explicit(ResidualGPT(c)), note="explicit softmax path"),
         Variant("full/no_hooks", lambda c: strip_hooks(ResidualGPT(c)), note="hook points stripped"),
         Variant("full/deterministic", ResidualGPT, deterministic_mode, note="the trainer's deterministic mode"),
@@ -236,6 +248,8 @@ def time_variants(shape: Shape, variants: list[Variant], seed: int = 0) -> dict[
         results[v.name] = {
             "ms_per_step": 1e3 * statistics.median(times[v.name]),
             "ratio": statistics.median(ratios),
+            "ms_min": 1e3 * min(times[v.name]),
+            "ratio_min": min(times[v.name]) / min(times["reference"]),
             "round_ratios": ratios,
             "first_step_s": first_step[v.name],
             "n_params": n_params,
@@ -431,11 +445,13 @@ def print_report(report: dict[str, Any]) -> None:
           f"load average {m['loadavg_start']} -> {m['loadavg_end']}")
     for name, s in report["shapes"].items():
         print(f"\n{name}: {s['describe']}; {s['rounds']} rounds x {s['steps']} steps (+{s['warmup']} warm-up)")
-        print(f"  {'variant':28s} {'ms/step':>9s} {'ratio':>7s} {'MFU':>7s}  rounds' ratios")
+        print(f"  {'variant':26s} {'ms/step':>8s} {'ratio':>6s} {'MFU':>6s} {'min ms':>8s} {'ratio':>6s}  "
+              "rounds' ratios")
         for vname, v in s["variants"].items():
             mfu = v["flops_per_step"] / (v["ms_per_step"] / 1e3) / peak
             rr = " ".join(f"{r:.3f}" for r in v["round_ratios"])
-            print(f"  {vname:28s} {v['ms_per_step']:9.1f} {v['ratio']:7.3f} {100 * mfu:6.1f}%  {rr}   {v['note']}")
+            print(f"  {vname:26s} {v['ms_per_step']:8.1f} {v['ratio']:6.3f} {100 * mfu:5.1f}% {v['ms_min']:8.1f} "
+                  f"{v['ratio_min']:6.3f}  {rr}   {v['note']}")
         if "compile" in s:
             c = s["compile"]
             print(f"  compile: {c['compile_s']:.1f} s extra on the first step, steady speed-up {c['speedup']:.3f}x; "
