@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -295,6 +296,88 @@ def compile_checks(shape: Shape, n_steps: int = 3) -> dict[str, Any]:
     }
 
 
+# ----- what the trainer adds around its steps ----------------------------------------------------------
+def _best_of(fn: Callable[[], Any], n: int = 2) -> float:
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def run_counts(train_cfg) -> dict[str, int]:
+    """How often the trainer evaluates, probes and checkpoints in a run at these intervals."""
+    from probes import default_callbacks
+
+    n = train_cfg.max_steps
+    grad_probe, act_probe = default_callbacks(train_cfg)
+    evals = [s for s in range(n + 1) if s % train_cfg.eval_interval == 0 or s == n]
+    return {
+        "evaluation": len(evals),
+        "activation_probes": sum(1 for s in evals if s % act_probe.interval == 0 or s == n),
+        "gradient_probe": sum(1 for s in range(n) if s % grad_probe.interval == 0 or s == n - 1),
+        "checkpoint": sum(1 for s in range(n) if (s + 1) % train_cfg.ckpt_interval == 0 and s + 1 < n) + 1,
+    }
+
+
+def component_costs(shape: Shape, max_steps: int | None = None, n_eval: int = 2) -> dict[str, Any]:
+    """Each thing the trainer does besides training steps, timed once here (best of 2) on ResidualGPT.
+
+    Evaluation is timed on n_eval batches and scaled to eval_batches. The gradient probe's
+    cost is a probed step minus a plain one (noisy: it is small).
+    """
+    from interp.checkpoint import save_checkpoint
+    from probes import PROBE_BATCHES
+    from probes.attention import attention_stats
+    from probes.gradients import capture_resid_grads, parameter_grad_norms, resid_grad_sites
+    from probes.norms import hidden_norms
+
+    cfg = shape.train
+    torch.manual_seed(0)
+    model = ResidualGPT(shape.model)
+    opt = make_optimizer(model, cfg, torch.device("cpu"))
+    batches = fixed_token_batches(shape)
+    train_step(model, opt, *batches[0], shape.grad_clip)
+
+    @torch.no_grad()
+    def evaluate():
+        model.eval()
+        for x, y in batches[:n_eval]:
+            model(x, y)[1].item()
+        model.train()
+
+    def probed_step():
+        with capture_resid_grads(model) as grads:
+            _, loss = model(*batches[1])
+            loss.backward()
+        record = parameter_grad_norms(model)
+        record["resid"] = [grads.get(site, 0.0) for site in resid_grad_sites(shape.model.n_layers)]
+        torch.nn.utils.clip_grad_norm_(model.parameters(), shape.grad_clip)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    def activation_probes():
+        attention_stats(model, batches[:PROBE_BATCHES])
+        hidden_norms(model, batches[:PROBE_BATCHES])
+        model.train()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        ckpt = Path(tmp) / "ckpt.pt"
+        seconds = {
+            "evaluation": _best_of(evaluate) * cfg.eval_batches / n_eval,
+            "activation_probes": _best_of(activation_probes),
+            "gradient_probe": _best_of(probed_step) - _best_of(lambda: train_step(model, opt, *batches[1], 1.0)),
+            "checkpoint": _best_of(lambda: save_checkpoint(ckpt, model, optimizer=opt.state_dict())),
+        }
+    counts = run_counts(dataclasses.replace(cfg, max_steps=max_steps or cfg.max_steps))
+    return {
+        name: {"seconds_each": seconds[name], "count": counts[name],
+               "ms_per_step": 1e3 * seconds[name] * counts[name] / (max_steps or cfg.max_steps)}
+        for name in seconds
+    }
+
+
 # ----- child processes: memory and the trainer ------------------------------------------------------------
 def peak_rss_mb() -> float:
     """This process's peak resident memory in MB.
@@ -416,6 +499,12 @@ def bench_shape(shape: Shape, args) -> dict[str, Any]:
         }
     ref = result["variants"]["reference"]["ms_per_step"]
     if not args.no_trainer and shape.name in args.trainer.split(","):
+        _progress(args, f"{shape.name}: the trainer's evaluation, probes and checkpoints, one by one")
+        costs = component_costs(shape, args.trainer_steps)
+        for c in costs.values():
+            c["ratio_to_reference"] = c["ms_per_step"] / ref
+        result["costs"] = costs
+    if not args.no_trainer and shape.name in args.trainer.split(","):
         _progress(args, f"{shape.name}: python -m training")
         tr = measure_trainer(shape, args.threads, args.trainer_steps)
         ref_after = reference_ms(shape, max(3, shape.steps))
@@ -458,6 +547,12 @@ def print_report(report: dict[str, Any]) -> None:
                   f"bitwise run-to-run {c['bitwise_repeat']}, run_with_cache {c['run_with_cache_ok']}, "
                   f"run_with_hooks {c['run_with_hooks_ok']}, "
                   f"state_dict keys unchanged {c['state_dict_keys_unchanged']}")
+        if "costs" in s:
+            print(f"  the trainer's other work at {name}'s intervals, timed one by one (per step of the run; "
+                  "ratio to the reference step):")
+            for cname, c in s["costs"].items():
+                print(f"    {cname:18s} {c['seconds_each']:7.3f} s x {c['count']:3d} = "
+                      f"{c['ms_per_step']:6.1f} ms/step  {c['ratio_to_reference']:.3f}x")
         if "trainer" in s:
             t = s["trainer"]
             print(f"  trainer ({t['steps']} steps, python -m training --preset {name}; reference "

@@ -32,6 +32,9 @@ def test_step_benchmark_json_on_the_tiny_shape(shared_data):
     assert trainer["steps"] == 12
     for key in ("steady_ratio", "whole_run_ratio", "command_ratio", "peak_rss_mb"):
         assert _positive(trainer[key]), key
+    costs = shape["costs"]  # the trainer's evaluation, probes and checkpoints, counted at smoke's intervals
+    assert costs["evaluation"]["count"] == 3 and costs["checkpoint"]["count"] == 2  # steps 0, 10, 12; at 10 and the end
+    assert all(math.isfinite(c["ms_per_step"]) for c in costs.values())
     memory = shape["memory"]
     assert all(_positive(memory[k]) for k in ("imports_mb", "reference_mb", "residual_gpt_mb"))
 
