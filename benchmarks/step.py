@@ -20,9 +20,13 @@ their default intervals): its steady-state step (median over logging windows
 of metrics.jsonl, first window excluded; the gradient probe's steps included)
 and its whole run per step (final.json wall_time_s / steps: evaluation,
 probes, checkpoints and logging included) as ratios to the same reference.
-Peak resident memory comes from child processes too (os.wait4's maxrss), one
-per measurement, so each is that of its own process: imports alone, a bare
-reference step, a bare ResidualGPT step, and the trainer run.
+The trainer's evaluation, activation probes, gradient probe and checkpoint
+writes are also timed one by one in this process and counted at the preset's
+intervals, to show where the whole run's extra time goes.
+
+Peak resident memory (VmHWM) comes from child processes, one per measurement,
+so each is that of its own process: after imports, after two bare reference
+steps, after two bare ResidualGPT steps, and over the trainer run.
 """
 
 from __future__ import annotations
