@@ -15,18 +15,19 @@ Contention only ever slows a step, so the ratio of the fastest steps
 MFU is against a large-matmul peak measured in the same run, at its start and
 end (the higher is used).
 
-Then `python -m training --preset SHAPE` runs in a child process (probes at
-their default intervals): its steady-state step (median over logging windows
-of metrics.jsonl, first window excluded; the gradient probe's steps included)
-and its whole run per step (final.json wall_time_s / steps: evaluation,
-probes, checkpoints and logging included) as ratios to the same reference.
+Then Trainer.run() trains the preset (probes at their default intervals)
+with a reference step interleaved after every few steps (a callback, outside
+the trainer's step timing): its steady-state step (per logging window of
+metrics.jsonl, first window excluded, gradient probe steps included) and its
+whole run per step (wall time, less the interleaved steps: evaluation,
+probes, checkpoints and logging included) as ratios to those reference steps.
 The trainer's evaluation, activation probes, gradient probe and checkpoint
 writes are also timed one by one in this process and counted at the preset's
 intervals, to show where the whole run's extra time goes.
 
 Peak resident memory (VmHWM) comes from child processes, one per measurement,
 so each is that of its own process: after imports, after two bare reference
-steps, after two bare ResidualGPT steps, and over the trainer run.
+steps, after two bare ResidualGPT steps, and over `python -m training`.
 """
 
 from __future__ import annotations
@@ -436,8 +437,88 @@ def measure_memory(shape: Shape, threads: int) -> dict[str, float]:
     return result
 
 
-def measure_trainer(shape: Shape, threads: int, max_steps: int | None) -> dict[str, Any]:
-    """`python -m training --preset SHAPE` in a child; its steady step, whole run and command per step."""
+class InterleavedReference:
+    """A trainer callback: a timed reference step after every `every`-th trainer step.
+
+    on_step runs after the trainer has taken its step's time, so the trainer's step
+    timings are untouched; the time spent here is taken off the run's wall time.
+    """
+
+    def __init__(self, shape: Shape, every: int):
+        torch.manual_seed(0)
+        self.shape, self.every = shape, every
+        self.model = RefGPT(shape.model)
+        self.opt = make_optimizer(self.model, shape.train, torch.device("cpu"))
+        self.batches = fixed_token_batches(shape)
+        self.samples: list[tuple[int, float]] = []
+        self.spent = 0.0
+
+    def _step(self, i: int) -> float:
+        prev = torch.are_deterministic_algorithms_enabled()
+        torch.use_deterministic_algorithms(False)  # as in the rounds
+        try:
+            t0 = time.perf_counter()
+            train_step(self.model, self.opt, *self.batches[i % len(self.batches)], self.shape.grad_clip)
+            return time.perf_counter() - t0
+        finally:
+            torch.use_deterministic_algorithms(prev)
+
+    def on_train_start(self, trainer) -> None:
+        self._step(0)  # warm-up
+
+    def on_step(self, trainer, step: int, loss: float) -> None:
+        if step % self.every == 0:
+            t0 = time.perf_counter()
+            self.samples.append((step, self._step(step)))
+            self.spent += time.perf_counter() - t0
+
+
+def measure_trainer(shape: Shape, max_steps: int | None) -> dict[str, Any]:
+    """Trainer.run() at the preset's defaults, probes on, with reference steps interleaved.
+
+    Steady state: per logging window (the first, which holds the warm-up, left out),
+    the trainer's mean step over the median reference step taken in that window; then
+    the median over windows. Whole run: wall time less the interleaved reference steps.
+    """
+    from probes import default_callbacks
+    from training.data import load_corpus
+    from training.trainer import Trainer
+
+    train_cfg = dataclasses.replace(shape.train, max_steps=max_steps or shape.train.max_steps)
+    corpus = load_corpus(train_cfg.corpus, train_cfg.data_path)
+    reference = InterleavedReference(shape, max(1, train_cfg.log_interval // 4))
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = Path(tmp) / "run"
+        callbacks = [*default_callbacks(train_cfg), reference]
+        final = Trainer(shape.model, train_cfg, run_dir, callbacks=callbacks, corpus=corpus, progress=False).run()
+        metrics = read_jsonl(run_dir / "metrics.jsonl")
+    windows = [r for r in metrics if "tokens_per_s" in r]
+    ref_all = statistics.median(t for _, t in reference.samples)
+    steady, ratios = [], []
+    for prev, rec in zip(windows, windows[1:], strict=False):
+        ms = 1e3 * shape.tokens_per_step / rec["tokens_per_s"]
+        refs = [t for step, t in reference.samples if prev["step"] < step <= rec["step"]]
+        steady.append(ms)
+        ratios.append(ms / (1e3 * statistics.median(refs or [ref_all])))
+    steps = final["steps"]
+    run_s = final["wall_time_s"] - reference.spent
+    return {
+        "steps": steps,
+        "steady_ms_per_step": statistics.median(steady) if steady else math.nan,
+        "steady_ratio": statistics.median(ratios) if ratios else math.nan,
+        "whole_run_ms_per_step": 1e3 * run_s / steps,
+        "whole_run_ratio": run_s / steps / ref_all,
+        "steps_per_minute": 60 * steps / run_s,
+        "reference_ms": 1e3 * ref_all,
+        "reference_samples": len(reference.samples),
+        "run_wall_s": run_s,
+        "train_config": {k: getattr(train_cfg, k) for k in
+                         ("max_steps", "eval_interval", "eval_batches", "log_interval", "ckpt_interval")},
+    }
+
+
+def measure_trainer_command(shape: Shape, threads: int, max_steps: int | None) -> dict[str, float]:
+    """`python -m training --preset SHAPE` in a child: its peak memory and wall time, imports included."""
     with tempfile.TemporaryDirectory() as out_dir:
         argv = ["--preset", shape.name, "--out", out_dir, "--no-progress"]
         if max_steps:
@@ -445,27 +526,8 @@ def measure_trainer(shape: Shape, threads: int, max_steps: int | None) -> dict[s
         _, rss, wall = run_child(["--training-child", "--", *argv], threads)
         (final_path,) = Path(out_dir).glob("**/final.json")
         final = json.loads(final_path.read_text())
-        metrics = read_jsonl(final_path.parent / "metrics.jsonl")
-    windows = [r for r in metrics if "tokens_per_s" in r][1:]  # the first window holds the warm-up step
-    steps = final["steps"]
-    steady = [1e3 * shape.tokens_per_step / r["tokens_per_s"] for r in windows]
-    return {
-        "steps": steps,
-        "steady_ms_per_step": statistics.median(steady) if steady else math.nan,
-        "whole_run_ms_per_step": 1e3 * final["wall_time_s"] / steps,
-        "command_ms_per_step": 1e3 * wall / steps,
-        "command_wall_s": wall,
-        "run_wall_s": final["wall_time_s"],
-        "peak_rss_mb": rss,
-        "train_config": {k: getattr(shape.train, k) for k in
-                         ("eval_interval", "eval_batches", "log_interval", "ckpt_interval", "probe_interval")},
-    }
-
-
-def reference_ms(shape: Shape, n_steps: int) -> float:
-    """Median reference step, measured again (after the trainer child) to see whether the load moved."""
-    timed = time_variants(Shape(**{**shape.__dict__, "steps": n_steps, "rounds": 1}), variants_for(False)[:1])
-    return timed["reference"]["ms_per_step"]
+    return {"trainer_run_mb": rss, "command_wall_s": wall, "run_wall_s": final["wall_time_s"],
+            "steps": final["steps"]}
 
 
 # ----- the command -------------------------------------------------------------------------------------------
@@ -509,19 +571,14 @@ def bench_shape(shape: Shape, args) -> dict[str, Any]:
             c["ratio_to_reference"] = c["ms_per_step"] / ref
         result["costs"] = costs
     if not args.no_trainer and shape.name in args.trainer.split(","):
-        _progress(args, f"{shape.name}: python -m training")
-        tr = measure_trainer(shape, args.threads, args.trainer_steps)
-        ref_after = reference_ms(shape, max(3, shape.steps))
-        tr["reference_ms_before"], tr["reference_ms_after"] = ref, ref_after
-        base = (ref + ref_after) / 2
-        tr["steady_ratio"] = tr["steady_ms_per_step"] / base
-        tr["whole_run_ratio"] = tr["whole_run_ms_per_step"] / base
-        tr["command_ratio"] = tr["command_ms_per_step"] / base
-        tr["steps_per_minute"] = 60e3 / tr["whole_run_ms_per_step"]
-        result["trainer"] = tr
+        _progress(args, f"{shape.name}: Trainer.run() with interleaved reference steps")
+        result["trainer"] = measure_trainer(shape, args.trainer_steps)
     if not args.no_memory and shape.name in args.memory.split(","):
         _progress(args, f"{shape.name}: peak memory")
         result["memory"] = measure_memory(shape, args.threads)
+        if shape.name in args.trainer.split(","):
+            _progress(args, f"{shape.name}: python -m training in a child, for its memory")
+            result["memory"].update(measure_trainer_command(shape, args.threads, args.trainer_steps))
     return result
 
 
@@ -559,18 +616,19 @@ def print_report(report: dict[str, Any]) -> None:
                       f"{c['ms_per_step']:6.1f} ms/step  {c['ratio_to_reference']:.3f}x")
         if "trainer" in s:
             t = s["trainer"]
-            print(f"  trainer ({t['steps']} steps, python -m training --preset {name}; reference "
-                  f"{t['reference_ms_before']:.1f} ms before, {t['reference_ms_after']:.1f} ms after):")
+            print(f"  Trainer.run() ({t['steps']} steps, probes on; {t['reference_samples']} reference steps "
+                  f"interleaved, median {t['reference_ms']:.1f} ms):")
             print(f"    steady-state step  {t['steady_ms_per_step']:9.1f} ms  {t['steady_ratio']:.3f}x")
             print(f"    whole run per step {t['whole_run_ms_per_step']:9.1f} ms  {t['whole_run_ratio']:.3f}x  "
                   f"({t['steps_per_minute']:.0f} steps/min)")
-            print(f"    command per step   {t['command_ms_per_step']:9.1f} ms  {t['command_ratio']:.3f}x  "
-                  f"(imports, data, model build included; {t['command_wall_s']:.1f} s)")
-            print(f"    peak RSS {t['peak_rss_mb']:.0f} MB")
         if "memory" in s:
             mem = s["memory"]
             print(f"  peak RSS: imports only {mem['imports_mb']:.0f} MB, reference step {mem['reference_mb']:.0f} MB, "
                   f"ResidualGPT step {mem['residual_gpt_mb']:.0f} MB")
+            if "trainer_run_mb" in mem:
+                print(f"  python -m training --preset {name} ({mem['steps']} steps): peak RSS "
+                      f"{mem['trainer_run_mb']:.0f} MB, {mem['command_wall_s']:.1f} s in all "
+                      f"({mem['run_wall_s']:.1f} s in the run, the rest imports, data, model build)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -30,13 +30,15 @@ def test_step_benchmark_json_on_the_tiny_shape(shared_data):
     assert variants["full"]["n_params"] == variants["reference"]["n_params"]  # same shape, same weights
     trainer = shape["trainer"]
     assert trainer["steps"] == 12
-    for key in ("steady_ratio", "whole_run_ratio", "command_ratio", "peak_rss_mb"):
+    for key in ("steady_ratio", "whole_run_ratio", "steps_per_minute", "reference_ms"):
         assert _positive(trainer[key]), key
+    assert trainer["reference_samples"] == 12  # one interleaved reference step after each trainer step
     costs = shape["costs"]  # the trainer's evaluation, probes and checkpoints, counted at smoke's intervals
     assert costs["evaluation"]["count"] == 3 and costs["checkpoint"]["count"] == 2  # steps 0, 10, 12; at 10 and the end
     assert all(math.isfinite(c["ms_per_step"]) for c in costs.values())
     memory = shape["memory"]
-    assert all(_positive(memory[k]) for k in ("imports_mb", "reference_mb", "residual_gpt_mb"))
+    assert all(_positive(memory[k]) for k in ("imports_mb", "reference_mb", "residual_gpt_mb", "trainer_run_mb"))
+    assert memory["steps"] == 12
 
 
 def test_unknown_shape_is_one_error_line():
