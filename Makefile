@@ -12,7 +12,7 @@ export RESIDUAL_DATA_DIR ?= $(SHARED_DATA)
 endif
 ARGS ?=
 
-.PHONY: test test-slow routing-test lint setup
+.PHONY: test test-slow routing-test lint setup bench
 
 setup: $(STAMP)
 
@@ -35,3 +35,7 @@ lint: $(STAMP)
 
 routing-test: $(STAMP)
 	$(PY) -m experiments.routing_test $(ARGS)
+
+# The training step side by side with a bare nanoGPT-style step (python -m benchmarks.step --help).
+bench: $(STAMP)
+	$(PY) -m benchmarks.step $(ARGS)

@@ -9,7 +9,10 @@ F.scaled_dot_product_attention path used in training, and an explicit softmax
 path that fills hook_attn_scores / hook_pattern. The explicit path runs only
 when a hook sits on one of those two hook points (run_with_cache puts one on
 every hook point; nnsight's wrapper replaces their forward) or when `explicit`
-is set on the module.
+is set on the module. The fused path passes is_causal=True when the mask is
+plain causal (self_bias 0, which includes the uniform mixer) and builds an
+additive mask only otherwise (`causal_kernel` False forces the mask, for
+benchmarks).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ class _PatternMixer(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.explicit = False
+        self.causal_kernel = True
         self.in_proj = nn.Linear(cfg.d_model, n_proj * cfg.d_model, bias=cfg.bias)
         self.out_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
         self.attn_dropout = nn.Dropout(cfg.dropout)
@@ -72,33 +76,44 @@ class _PatternMixer(nn.Module):
         v: Float[Tensor, "b p h dh"],
         scores_fn,
     ) -> Float[Tensor, "b p d"]:
-        n = v.shape[1]
-        allowed = allowed_keys(self.cfg, n, v.device)
-        # A query with no allowed key (position 0 under self_bias=-inf) reads nothing.
-        empty = ~allowed.any(-1)
         if self._wants_pattern():
-            scores = self.hook_attn_scores(scores_fn(q, k).masked_fill(~allowed, -math.inf))
-            safe = scores.masked_fill(empty[:, None], 0.0)
-            pattern = torch.softmax(safe, dim=-1).masked_fill(empty[:, None], 0.0)
-            pattern = self.hook_pattern(pattern)
-            z = einsum(self.attn_dropout(pattern), v, "b h q k, b k h dh -> b q h dh")
+            z = self._explicit(q, k, v, scores_fn)
+        elif self.cfg.self_bias == 0.0 and self.causal_kernel:
+            z = self._sdpa(q, k, v, is_causal=True)
         else:
-            mask = allowed | torch.diag(empty)  # give empty rows a key, zero them below
-            bias = torch.zeros(n, n, device=v.device, dtype=v.dtype).masked_fill(~mask, -math.inf)
-            if math.isfinite(self.cfg.self_bias) and self.cfg.self_bias != 0.0:
-                bias = bias + self.cfg.self_bias * torch.eye(n, device=v.device, dtype=v.dtype)
-            z = F.scaled_dot_product_attention(
-                rearrange(q, "b p h dh -> b h p dh"),
-                rearrange(k, "b p h dh -> b h p dh"),
-                rearrange(v, "b p h dh -> b h p dh"),
-                attn_mask=bias,
-                dropout_p=self.cfg.dropout if self.training else 0.0,
-            )
-            z = rearrange(z, "b h p dh -> b p h dh")
-            if empty.any():
-                z = z.masked_fill(empty[None, :, None, None], 0.0)
+            z = self._masked_sdpa(q, k, v)
         z = self.hook_z(z)
         return self.out_proj(rearrange(z, "b p h dh -> b p (h dh)"))
+
+    def _sdpa(self, q, k, v, **mask) -> Float[Tensor, "b p h dh"]:
+        z = F.scaled_dot_product_attention(
+            rearrange(q, "b p h dh -> b h p dh"),
+            rearrange(k, "b p h dh -> b h p dh"),
+            rearrange(v, "b p h dh -> b h p dh"),
+            dropout_p=self.cfg.dropout if self.training else 0.0,
+            **mask,
+        )
+        return rearrange(z, "b h p dh -> b p h dh")
+
+    def _masked_sdpa(self, q, k, v) -> Float[Tensor, "b p h dh"]:
+        n = v.shape[1]
+        allowed = allowed_keys(self.cfg, n, v.device)
+        empty = ~allowed.any(-1)  # a query with no allowed key (position 0 under self_bias=-inf) reads nothing
+        mask = allowed | torch.diag(empty)  # give empty rows a key, zero them below
+        bias = torch.zeros(n, n, device=v.device, dtype=v.dtype).masked_fill(~mask, -math.inf)
+        if math.isfinite(self.cfg.self_bias) and self.cfg.self_bias != 0.0:
+            bias = bias + self.cfg.self_bias * torch.eye(n, device=v.device, dtype=v.dtype)
+        z = self._sdpa(q, k, v, attn_mask=bias)
+        return z.masked_fill(empty[None, :, None, None], 0.0) if empty.any() else z
+
+    def _explicit(self, q, k, v, scores_fn) -> Float[Tensor, "b p h dh"]:
+        allowed = allowed_keys(self.cfg, v.shape[1], v.device)
+        empty = ~allowed.any(-1)
+        scores = self.hook_attn_scores(scores_fn(q, k).masked_fill(~allowed, -math.inf))
+        safe = scores.masked_fill(empty[:, None], 0.0)
+        pattern = torch.softmax(safe, dim=-1).masked_fill(empty[:, None], 0.0)
+        pattern = self.hook_pattern(pattern)
+        return einsum(self.attn_dropout(pattern), v, "b h q k, b k h dh -> b q h dh")
 
 
 class CausalAttention(_PatternMixer):

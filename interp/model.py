@@ -34,8 +34,8 @@ class LayerNorm(nn.Module):
     As in TransformerLens, hook_scale holds sqrt(var + eps) [b, p, 1] and
     hook_normalized the normalised vector before w and b. The scale is computed
     explicitly (TL's formula) only when hook_scale is read (run_with_cache,
-    which ActivationCache.apply_ln_to_stack needs, or nnsight); otherwise the
-    fused F.layer_norm runs.
+    which ActivationCache.apply_ln_to_stack needs, or nnsight); while nothing
+    hooks either, one fused layer_norm applies w and b (no separate multiply).
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -49,6 +49,8 @@ class LayerNorm(nn.Module):
         if _hooked(self.hook_scale):
             x = x - x.mean(-1, keepdim=True)
             x = x / self.hook_scale((x.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt())
+        elif not _hooked(self.hook_normalized):
+            return F.layer_norm(x, x.shape[-1:], self.w, self.b, eps=1e-5)
         else:
             x = F.layer_norm(x, x.shape[-1:], eps=1e-5)
         x = self.hook_normalized(x)

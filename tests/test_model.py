@@ -222,3 +222,41 @@ def test_config_round_trip():
     assert tiny().d_mlp == 128 and tiny().d_head == 8
     with pytest.raises(ConfigError, match="unknown"):
         ModelConfig.from_dict({**tiny().to_dict(), "n_layer": 3})
+
+
+@pytest.mark.parametrize("mixer", ["attention", "uniform"])
+def test_causal_kernel_matches_masked_kernel_with_gradients(mixer):
+    torch.manual_seed(3)
+    model = ResidualGPT(tiny(mixer=mixer))
+    t = tokens()
+    grads = []
+    for causal_kernel in (True, False):
+        for block in model.blocks:
+            block.attn.causal_kernel = causal_kernel
+        model.zero_grad()
+        _, loss = model(t, t)
+        loss.backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for fast, masked in zip(*grads, strict=True):
+        torch.testing.assert_close(fast, masked, atol=1e-6, rtol=1e-5)
+
+
+def test_fused_layer_norm_matches_the_hooked_path():
+    torch.manual_seed(4)
+    model = ResidualGPT(tiny(bias=True))
+    for p in model.parameters():  # non-trivial LayerNorm weights and biases
+        p.data.add_(0.1 * torch.randn_like(p))
+    t = tokens()
+    _, fused_loss = model(t, t)
+    fused_loss.backward()
+    fused_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    seen = []
+    hooks = [(name, lambda x, hook: seen.append(hook.name) or x) for name in model.hook_dict if "normalized" in name]
+    with model.hooks(fwd_hooks=hooks):
+        _, hooked_loss = model(t, t)
+        hooked_loss.backward()
+    assert len(seen) == 2 * 2 + 1  # the hooked path ran in every LayerNorm
+    torch.testing.assert_close(fused_loss, hooked_loss)
+    for fused, hooked in zip(fused_grads, [p.grad for p in model.parameters()], strict=True):
+        torch.testing.assert_close(fused, hooked, atol=1e-6, rtol=1e-5)

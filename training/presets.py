@@ -44,6 +44,7 @@ class TrainConfig:
     deterministic: bool = True
     probes: bool = True  # attach the default probes (alpha_tt, gradient flow, norms)
     probe_interval: int = 0  # 0: about 10 probe points per run
+    compile: bool = False  # torch.compile the model (training.compile.maybe_compile)
 
     def __post_init__(self) -> None:
         positive = ("batch_size", "grad_accum", "max_steps", "eval_interval", "eval_batches", "log_interval",
@@ -67,7 +68,10 @@ class TrainConfig:
             raise ConfigError("need 0 <= beta1, beta2 < 1, grad_clip >= 0 and weight_decay >= 0")
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        if not d["compile"]:
+            del d["compile"]  # run directories written before the field existed still resume
+        return d
 
 
 def _preset(model: dict, **train) -> dict:

@@ -34,6 +34,7 @@ from interp.config import ModelConfig
 from interp.errors import CheckpointError, ConfigError, ToolkitError
 from interp.io import append_jsonl, kill_point, read_jsonl, remove_stale_temps, write_json, write_jsonl
 from interp.model import ResidualGPT
+from training.compile import maybe_compile
 from training.data import BatchSampler, Corpus, fixed_batches, load_corpus, random_batches
 from training.presets import TrainConfig
 from training.rundir import RunDir, config_diff
@@ -309,7 +310,7 @@ class Trainer:
         model = ResidualGPT(self.model_cfg)
         if self.model_init is not None:
             self.model_init(model)
-        self.model = model.to(device)
+        self.model = maybe_compile(model.to(device), cfg.compile)  # opt-in; state_dict keys unchanged
         self.optimizer = make_optimizer(self.model, cfg, device)
         self.sampler = BatchSampler(self.corpus.train, self.model_cfg.n_ctx, cfg.batch_size, seed=cfg.seed)
         self.val_generator = torch.Generator().manual_seed(cfg.seed + 1)  # only for val_mode="random"

@@ -1,0 +1,1 @@
+"""Benchmarks: commands that measure, never timed tests (`python -m benchmarks.step`)."""
