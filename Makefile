@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -rs --durations=15
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
