@@ -10,7 +10,6 @@ import json
 import math
 import re
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -65,9 +64,7 @@ def final_mtimes(root: Path) -> dict[str, int]:
 def test_residual_sweep_smoke_schema_and_resume(tmp_path, shared_data, capsys):
     out = tmp_path / "sweep"
     argv = ["--preset", "smoke", "--out", str(out), "--no-progress", "--seeds", "1337"]
-    start = time.perf_counter()
     assert residual_sweep.EXPERIMENT.main(argv) == 0
-    assert time.perf_counter() - start < 120
     printed = capsys.readouterr().out
     assert "rule: collapses" in printed and "unigram" in printed and "bigram" in printed
 
@@ -78,13 +75,16 @@ def test_residual_sweep_smoke_schema_and_resume(tmp_path, shared_data, capsys):
     assert first["paper"] is None  # smoke is not a paper setting
     assert set(first["configs"]) == set(CONFIGS)
     assert first["config"]["variants"] == {c: {"residual": c} for c in CONFIGS}
-    for c in first["configs"].values():
-        assert c["classification"] in ("recovers", "collapses")
-        assert finite(c["ratio_to_full"]) and finite(c["gap_to_none"]) and finite(c["margin"])
-        for key in ("mean", "std", "min", "max", "n"):
-            assert finite(c["final_val_loss"][key]) and finite(c["best_val_loss"][key])
-    assert first["configs"]["none"]["gap_to_none"] == 0.0
-    assert first["configs"]["full"]["ratio_to_full"] == 1.0
+    # every derived number recomputed from the runs it summarises
+    final = {r["variant"]: r["final_val_loss"] for r in first["runs"]}
+    floor = min(first["reference_levels"]["unigram"], final["none"])
+    for name, c in first["configs"].items():
+        assert c["final_val_loss"]["mean"] == final[name] and c["final_val_loss"]["n"] == 1
+        assert c["ratio_to_full"] == pytest.approx(final[name] / final["full"])
+        assert c["gap_to_none"] == pytest.approx(final[name] - final["none"])
+        assert c["floor"] == floor and c["margin"] == 0.05  # one seed: no 3-std widening
+        expected = "collapses" if final[name] >= floor - 0.05 else "recovers"
+        assert c["classification"] == expected, name
     # contract 3: <out>/<preset>/<variant>/seed<k>/
     assert sorted(p.parent.name for p in result_dir.glob("*/seed1337")) == sorted(CONFIGS)
     check_report(result_dir / "report.html")
@@ -129,14 +129,51 @@ def test_residual_sweep_classification_and_paper_column():
     headers, rows = residual_sweep.table_rows(configs, with_paper=True)
     assert "paper" in headers
     assert rows[1][headers.index("paper")] == "1.580 +/- 0.003 (8 seeds)"
-    # the 124M numbers, as reported
-    assert residual_sweep.PAPER["paper-124m"]["attn_only"]["text"] == "6.037 +/- 0.355 (5 seeds)"
+    # the paper column's text is formatted from its numbers
+    assert residual_sweep._paper(6.037, 0.355, 5)["text"] == "6.037 +/- 0.355 (5 seeds)"
+    assert residual_sweep._paper(1.502, None, 1)["text"] == "1.502 (1 seed)"
+    assert residual_sweep._paper(3.356, None, None)["text"] == "3.356"
 
 
 # ----- gain confound ---------------------------------------------------------------------------------------
 
 
-def test_adam_invariance_check_is_small():
+def test_adam_ignores_a_constant_gradient_scale():
+    """The claim itself, checked without the helper: AdamW's update for G and 4G is the same (eps -> 0)."""
+    g = torch.Generator().manual_seed(0)
+    grads = [torch.randn(5, 3, generator=g) for _ in range(3)]
+    steps = []
+    for scale in (1.0, 4.0):
+        p = torch.nn.Parameter(torch.ones(5, 3))
+        opt = torch.optim.AdamW([p], lr=0.1, eps=1e-30, weight_decay=0.0)
+        for grad in grads:
+            p.grad = scale * grad
+            opt.step()
+        steps.append(p.detach().clone())
+    assert torch.allclose(steps[0], steps[1], rtol=1e-6, atol=1e-7)
+    sgd = [torch.ones(5, 3) - 0.1 * scale * sum(grads) for scale in (1.0, 4.0)]
+    assert not torch.allclose(*sgd)  # a scale-sensitive optimizer does see it
+
+
+def test_runtime_gain_equals_scaled_output_weights():
+    """Way (a) at weights W computes the same function as way (b) at g*W (no helper involved)."""
+    from interp.config import ModelConfig
+    from interp.model import ResidualGPT
+
+    cfg = ModelConfig(n_layers=2, d_model=16, n_heads=2, n_ctx=8, d_vocab=11, residual="attn_only")
+    torch.manual_seed(1)
+    runtime = ResidualGPT(cfg.replace(runtime_gain=2.0)).eval()
+    weights = ResidualGPT(cfg).eval()
+    weights.load_state_dict(runtime.state_dict())
+    gain_confound.scale_output_projections(weights, 2.0)
+    x = torch.randint(0, 11, (2, 8), generator=torch.Generator().manual_seed(2))
+    assert torch.allclose(runtime(x), weights(x), atol=1e-5)
+    unscaled = ResidualGPT(cfg).eval()
+    unscaled.load_state_dict(runtime.state_dict())
+    assert not torch.allclose(runtime(x), unscaled(x), atol=1e-3)  # the gain does change attn_only's function
+
+
+def test_adam_invariance_check_reports_the_algebra():
     check = gain_confound.adam_invariance_check()
     assert check["max_rel_update_diff"] < 1e-4  # eps -> 0: the algebra, up to float rounding
     assert check["model"]["function_max_abs_diff"] < 1e-5  # runtime g at W == weights g*W: the same function
@@ -168,10 +205,8 @@ def test_settle_step():
 
 def test_gain_confound_smoke(tmp_path, shared_data, capsys):
     out = tmp_path / "gain"
-    start = time.perf_counter()
     argv = ["--preset", "smoke", "--out", str(out), "--no-progress", "--gains", "0.5,1,2"]
     assert gain_confound.EXPERIMENT.main(argv) == 0
-    assert time.perf_counter() - start < 120
     printed = capsys.readouterr().out
     assert "Adam invariance" in printed and "m_hat/(sqrt(v_hat)+eps)" in printed
 
@@ -197,12 +232,17 @@ def test_gain_confound_smoke(tmp_path, shared_data, capsys):
             assert s["settle_step"] is None or s["settle_step"] in s["steps"]
             assert way in results["settle_step"][config]
         rescue = results["rescue"][config]
-        assert finite(rescue["g1_final"]) and isinstance(rescue["verdict"], str)
-        assert set(rescue["by_gain"]) == {"0.5", "2"}
-        assert all(isinstance(v["rescued"], bool) and finite(v["delta_vs_g1"]) for v in rescue["by_gain"].values())
+        g1 = [r for r in results["runs"] if r["config"] == config and r["gain"] == 1.0]
+        assert [r["way"] for r in g1] == ["both"]  # g = 1 trained once, shared by both ways
+        assert rescue["g1_final"] == g1[0]["final_val_loss"]
+        floor = results["reference_levels"]["unigram"] - results["margin"]
+        for gain, v in rescue["by_gain"].items():
+            run = next(r for r in results["runs"] if r["config"] == config and r["way"] == "weights"
+                       and gain_confound.gain_label(r["gain"]) == gain)
+            assert v["delta_vs_g1"] == pytest.approx(run["final_val_loss"] - g1[0]["final_val_loss"])
+            assert v["rescued"] == (run["final_val_loss"] < floor <= g1[0]["final_val_loss"])
+        assert rescue["rescued_gains"] == [g for g, v in rescue["by_gain"].items() if v["rescued"]]
         assert set(results["finals"][config]["runtime"]) == {"0.5", "1", "2"}
-    # g = 1 is the same number both ways
-    assert results["finals"]["attn_only"]["runtime"]["1"] == results["finals"]["attn_only"]["weights"]["1"]
     check = results["adam_invariance"]
     assert check["max_rel_update_diff"] < 1e-4 and finite(check["max_rel_update_diff_eps_default"])
     assert "LayerNorm" in results["explanation"]
@@ -224,10 +264,8 @@ def test_snapshot_steps():
 
 def test_eval_noise_smoke(tmp_path, shared_data, capsys):
     out = tmp_path / "noise"
-    start = time.perf_counter()
     argv = ["--preset", "smoke", "--out", str(out), "--no-progress", "--repeats", "8"]
     assert eval_noise.EXPERIMENT.main(argv) == 0
-    assert time.perf_counter() - start < 120
     printed = capsys.readouterr().out
     assert "fixed batches evaluated twice: max |diff| = 0.0e+00" in printed
 
