@@ -211,7 +211,9 @@ class Experiment:
         if not ctx.args.no_report:
             path = self.write_report(results, ctx)
             print(f"\nreport: {path}")
-        print(f"results: {ctx.result_dir / 'results.json'}  (wall time {time.perf_counter() - start:.0f}s)")
+        peaks = [r["final"].get("peak_matmul_flops") for r in records if r["final"].get("peak_matmul_flops")]
+        peak = f"; matmul peak {max(peaks) / 1e9:.0f} GFLOP/s as the runs measured it" if peaks else ""
+        print(f"results: {ctx.result_dir / 'results.json'}  (wall time {time.perf_counter() - start:.0f}s{peak})")
         return 0
 
     def results(self, ctx: Context, jobs: list[Job], records: list[dict[str, Any]]) -> dict[str, Any]:
