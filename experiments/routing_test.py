@@ -54,6 +54,7 @@ import numpy as np
 
 from experiments.common import reference_lines, stats
 from experiments.frame import Context, Experiment, Group, Variant, check_number, run_summary
+from interp.errors import DataError
 
 SCHEMA = "routing-test/2"
 DEFAULT_SELF_BIAS = 4.0
@@ -574,7 +575,10 @@ def attention_figures(results: dict[str, Any], corpus, prompt: str = PROMPT) -> 
         if run["alpha_tt"] is None or run["seed"] != results["seeds"][0]:
             continue
         model = ResidualGPT.from_checkpoint(Path(run["run_dir"]) / "ckpt.pt").eval()
-        ids = corpus.encode(prompt)[: model.cfg.n_ctx]
+        try:
+            ids = corpus.encode(prompt)[: model.cfg.n_ctx]
+        except DataError:  # a corpus without the prompt's characters: its own first validation tokens
+            ids = [int(i) for i in corpus.val[: min(len(prompt), model.cfg.n_ctx)]]
         tokens = [corpus.decode([i]) for i in ids]
         with torch.no_grad():
             _, cache = model.run_with_cache(torch.tensor([ids]), names_filter=lambda n: n.endswith("hook_pattern"))

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SHARED_DATA
+from conftest import REPO, data_root
 
 from interp import load_checkpoint
 from interp.io import read_jsonl
@@ -28,7 +28,7 @@ TIMES = ("wall_time_s", "tokens_per_s", "mfu", "peak_matmul_flops", "resumed_fro
 
 
 def start(out: Path, kill_at: str | None = None, *extra: str) -> subprocess.Popen:
-    env = {**os.environ, "RESIDUAL_DATA_DIR": str(SHARED_DATA), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "RESIDUAL_DATA_DIR": str(data_root()), "OMP_NUM_THREADS": "1"}
     env.pop("RESIDUAL_KILL_AT", None)
     if kill_at:
         env["RESIDUAL_KILL_AT"] = kill_at

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import SHARED_DATA
+from conftest import data_root
 from filelock import FileLock
 
 import training.__main__ as training_cli
@@ -35,11 +35,9 @@ EXPERIMENTS = {"routing_test": (routing_test, ["--variants", "full"]), "residual
 @pytest.fixture(scope="module")
 def fixture_dir(tmp_path_factory):
     """Built once: a finished smoke run (full), an attn_only one, and routing_test's results over them."""
-    if not (SHARED_DATA / "tinyshakespeare" / "input.txt").is_file():
-        pytest.skip(f"offline data not found at {SHARED_DATA}")
     root = tmp_path_factory.mktemp("fix")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("RESIDUAL_DATA_DIR", str(SHARED_DATA))
+        mp.setenv("RESIDUAL_DATA_DIR", str(data_root()))
         assert training_cli.main(["--out", str(root), *ARGS]) == 0
         assert training_cli.main(["--out", str(root), *ARGS, "--residual", "attn_only"]) == 0
         assert routing_test.EXPERIMENT.main(["--out", str(root), *ARGS, "--no-report", "--variants", "full"]) == 0
@@ -107,7 +105,7 @@ def short_data_dir(tmp_path: Path, chars: int = 900_000) -> Path:
     """
     corpus = tmp_path / "short" / "tinyshakespeare" / "input.txt"
     corpus.parent.mkdir(parents=True)
-    corpus.write_text((SHARED_DATA / "tinyshakespeare" / "input.txt").read_text()[:chars])
+    corpus.write_text((data_root() / "tinyshakespeare" / "input.txt").read_text()[:chars])
     return tmp_path / "short"
 
 
@@ -416,7 +414,7 @@ def test_experiment_full_disk_keeps_results_json(out, capsys, monkeypatch):
 
 
 def plot(ckpt: Path, html: Path, *extra: str):
-    return lambda: plot_cli.main(["--ckpt", str(ckpt), "--text", "RO", "--out", str(html), *extra])
+    return lambda: plot_cli.main(["--ckpt", str(ckpt), "--text", "to", "--out", str(html), *extra])  # in both corpora
 
 
 @pytest.mark.parametrize("content,match", [(b"", r"truncated or corrupt \(EOFError"), (b"abc", "truncated or corrupt"),
