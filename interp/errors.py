@@ -3,6 +3,10 @@
 Command-line entry points catch ToolkitError and print one `error:` line.
 """
 
+import sys
+from collections.abc import Callable
+from typing import Any
+
 
 class ToolkitError(Exception):
     """Base class for every error the toolkit raises on bad input."""
@@ -18,3 +22,13 @@ class CheckpointError(ToolkitError):
 
 class DataError(ToolkitError):
     """A corpus is missing, corrupt or too short for the requested context."""
+
+
+def one_line_errors(run: Callable[[], Any]) -> tuple[int, Any]:
+    """(0, run()) or, for a ToolkitError or OSError, (2, None) after one `error:` line on stderr."""
+    try:
+        return 0, run()
+    except (ToolkitError, OSError) as e:
+        message = str(e).replace("\n", " ")
+        print(f"error: {message}", file=sys.stderr)
+        return 2, None

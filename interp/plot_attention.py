@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from interp.errors import CheckpointError, ConfigError, DataError, ToolkitError
+from interp.errors import CheckpointError, ConfigError, DataError, ToolkitError, one_line_errors
 from interp.io import DataFileError
 
 if TYPE_CHECKING:
@@ -121,14 +121,10 @@ def run(args: argparse.Namespace) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        out = run(parser().parse_args(argv))
-    except (ToolkitError, OSError) as e:
-        message = str(e).replace("\n", " ")
-        print(f"error: {message}", file=sys.stderr)
-        return 2
-    print(f"wrote {out}")
-    return 0
+    code, out = one_line_errors(lambda: run(parser().parse_args(argv)))
+    if code == 0:
+        print(f"wrote {out}")
+    return code
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from interp.errors import CheckpointError, ConfigError, DataError, ToolkitError
+from interp.errors import CheckpointError, ConfigError, DataError, ToolkitError, one_line_errors
 
 # torch and transformer_lens are imported in run(): --help and usage errors answer at once.
 
@@ -90,14 +90,10 @@ def run(args: argparse.Namespace) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        samples = run(parser().parse_args(argv))
-    except (ToolkitError, OSError) as e:
-        message = str(e).replace("\n", " ")
-        print(f"error: {message}", file=sys.stderr)
-        return 2
-    print("\n---------------\n".join(samples))
-    return 0
+    code, samples = one_line_errors(lambda: run(parser().parse_args(argv)))
+    if code == 0:
+        print("\n---------------\n".join(samples))
+    return code
 
 
 if __name__ == "__main__":

@@ -123,11 +123,6 @@ class RunDir:
             raise DataFileError(f"{self.config} is damaged (not a JSON object); move it aside to recover")
         return config
 
-    def holds(self, record: dict[str, Any]) -> bool:
-        """True when the directory is empty of config or holds this same configuration."""
-        old = self.read_config()
-        return old is None or not config_diff(old, record)
-
     def load(self) -> dict[str, Any]:
         """A finished run as plain data: final record, metric curves, probe records by kind."""
         final = read_json(self.final)
