@@ -20,7 +20,7 @@ and nine variants separate the explanations:
     ffn_only + self_only               alpha_tt forced to 1 (self_bias = +inf): identity, no context
     ffn_only + self_bias               a finite bias on the self score: starts self-focused, can read context
 
-results.json schema ("routing-test/2"):
+results.json schema ("routing-test/3"):
     schema, experiment, preset, seeds, margin, self_bias   what was run and the decision margin (nats)
     config          {"model", "train"} of the preset (before per-variant overrides), variants: name -> overrides
     reference_levels {"unigram", "bigram", "n_targets", ...} on the fixed validation batches
@@ -29,16 +29,21 @@ results.json schema ("routing-test/2"):
                     alpha_tt [layer][head] (final),
                     alpha_tt_layer_mean, uniform_baseline, block0_grad {steps, norm}, resid_grad {steps, norms},
                     grad_flow {steps, attn, mlp} ([step][layer]), norms {sites, norms}, growth,
-                    tail {from_step, drop, slope_per_1k}: how much val loss still moved over the last quarter
+                    tail {from_step, drop, slope_per_1k, log_pace, projected}: how much val loss still moved
+                    over the last quarter, its slope per ln(step) over the second half and, at that pace,
+                    its value at 3x the steps; alpha_tt_projected [layer] likewise
     variants        name -> {final_val_loss: {mean, std, min, max, n}, place, alpha_tt_layer_mean,
-                    block0_grad_at {step: norm}, growth, tail_drop {mean, std, ...}, tail_slope_per_1k}
+                    block0_grad_at {step: norm}, growth, tail_drop {mean, std, ...}, tail_slope_per_1k,
+                    projected_val_loss {mean, std, ...}, alpha_tt_projected}
     gaps            {"attn_only - full": {seeds, mean, std, min, max, n}} per-seed paired difference (or null)
     identity        variant -> {"identity": probes.identity.measure(...), "logit_lens": {sites, layers, ce}} on the
                     first seed's final checkpoint (null with --no-identity)
     verdicts        list of {id, title, prediction, measured, verdict, separation, rule, provisional,
-                    still_moving [text]}; nothing is decided unless full is below bigram - margin (then
-                    every verdict is inconclusive); with >= 3 seeds a separation must exceed the margin
-                    and 3 seed std
+                    heading, still_moving [text], at_margins {margin: verdict} (half and twice
+                    the margin, on the final numbers)}; nothing is decided unless full is below bigram - margin
+                    (then every verdict is inconclusive); with >= 3 seeds a separation must exceed the
+                    margin and 3 seed std; provisional (heading: the other verdict) when the verdict
+                    decided on the 3x projections differs
     software        versions; wall_time_s (this invocation), train_wall_time_s (sum over runs); created
 """
 
@@ -56,7 +61,7 @@ from experiments.common import reference_lines, stats
 from experiments.frame import Context, Experiment, Group, Variant, check_number, run_summary
 from interp.errors import DataError
 
-SCHEMA = "routing-test/2"
+SCHEMA = "routing-test/3"
 DEFAULT_SELF_BIAS = 4.0
 DEFAULT_MARGIN = 0.05  # nats: "at a level" means within this of it
 PROMPT = "ROMEO:\nWhat light through yonder window breaks?"
@@ -108,12 +113,44 @@ def summarise_run(record: dict[str, Any]) -> dict[str, Any]:
         "norms": {"sites": last_norms.get("sites"), "norms": last_norms.get("norms")},
         "growth": last_norms.get("growth"),
         "tail": tail(record["val_curve"]["steps"], record["val_curve"]["loss"]),
+        "alpha_tt_projected": project_alpha(attention),
     }
 
 
+def project_alpha(attention: list[dict[str, Any]]) -> list[float] | None:
+    """Each layer's mean alpha_tt at PACE_FACTOR times the steps, at its pace over the second half."""
+    if not attention:
+        return None
+    steps = [r["step"] for r in attention]
+    layers = zip(*[r["alpha_tt_layer_mean"] for r in attention], strict=True)
+    return [min(1.0, max(0.0, series[-1] + log_pace(steps, list(series)) * math.log(PACE_FACTOR)))
+            for series in layers]
+
+
+MARGIN_CHECK = (0.5, 2.0)  # each verdict is also decided at these multiples of the margin
+PACE_FACTOR = 3  # provisional = the verdict would change in a run this many times longer, at the current pace
+
+
+def log_pace(steps: list[int], values: list[float]) -> float:
+    """Least-squares slope of values against ln(step) over the second half of training (step > 0).
+
+    Loss curves are close to straight in log-steps, so final + pace * ln(3) is where a run three
+    times longer would end if it kept its recent pace: a rough extrapolation, read as a warning.
+    """
+    points = [(math.log(s), v) for s, v in zip(steps, values, strict=True) if s > 0 and s >= steps[-1] / 2]
+    if len(points) < 2:
+        points = [(math.log(s), v) for s, v in zip(steps, values, strict=True) if s > 0][-2:]
+    if len(points) < 2:
+        return 0.0
+    mx, my = sum(x for x, _ in points) / len(points), sum(y for _, y in points) / len(points)
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    return sum((x - mx) * (y - my) for x, y in points) / sxx if sxx else 0.0
+
+
 def tail(steps: list[int], losses: list[float]) -> dict[str, Any]:
-    """How much a validation curve still moves: its drop over the last quarter of training and the
-    least-squares slope of the evaluations there (nats per 1,000 steps; negative = still falling)."""
+    """How much a validation curve still moves: its drop over the last quarter of training, the
+    least-squares slope of the evaluations there (nats per 1,000 steps; negative = still falling),
+    and where it would end at PACE_FACTOR times the steps at its pace over the second half."""
     start = 0.75 * steps[-1]
     points = [(s, v) for s, v in zip(steps, losses, strict=True) if s >= start]
     if len(points) < 2:
@@ -122,7 +159,9 @@ def tail(steps: list[int], losses: list[float]) -> dict[str, Any]:
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     sxx = sum((x - mx) ** 2 for x in xs)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx else 0.0
-    return {"from_step": xs[0], "drop": ys[0] - ys[-1], "slope_per_1k": 1000 * slope}
+    pace = log_pace(steps, losses)
+    return {"from_step": xs[0], "drop": ys[0] - ys[-1], "slope_per_1k": 1000 * slope, "log_pace": pace,
+            "projected": losses[-1] + pace * math.log(PACE_FACTOR)}
 
 
 def place(loss: float, levels: dict[str, float], full: float | None, margin: float) -> str:
@@ -137,6 +176,10 @@ def place(loss: float, levels: dict[str, float], full: float | None, margin: flo
     if full is not None and loss <= full + margin:
         return "near full"
     return "below bigram (uses context)"
+
+
+def mean_columns(rows: list[list[float]]) -> list[float] | None:
+    return [sum(col) / len(col) for col in zip(*rows, strict=True)] if rows else None
 
 
 def block0_at(runs: list[dict[str, Any]], wanted: list[int]) -> dict[str, float]:
@@ -163,16 +206,19 @@ def summarise_variants(runs: list[dict[str, Any]], levels: dict[str, float], mar
     for name, rs in by_variant.items():
         loss = stats([r["final_val_loss"] for r in rs])
         alphas = [r["alpha_tt_layer_mean"] for r in rs if r["alpha_tt_layer_mean"]]
+        projected = [r["alpha_tt_projected"] for r in rs if r.get("alpha_tt_projected")]
         growths = [r["growth"] for r in rs if r["growth"] is not None]
         out[name] = {
             "final_val_loss": loss,
             "place": place(loss["mean"], levels, None if name == "full" else full_mean, margin),
-            "alpha_tt_layer_mean": [sum(col) / len(col) for col in zip(*alphas, strict=True)] if alphas else None,
+            "alpha_tt_layer_mean": mean_columns(alphas),
             "uniform_baseline": rs[0]["uniform_baseline"],
             "block0_grad_at": block0_at(rs, [0, 100, 300]),
             "growth": sum(growths) / len(growths) if growths else None,
             "tail_drop": stats([r["tail"]["drop"] for r in rs]),
             "tail_slope_per_1k": stats([r["tail"]["slope_per_1k"] for r in rs])["mean"],
+            "projected_val_loss": stats([r["tail"]["projected"] for r in rs]),
+            "alpha_tt_projected": mean_columns(projected),
         }
     return out
 
@@ -359,44 +405,97 @@ PREDICTIONS = [
 ]
 
 
+def reference_guard(variants: dict[str, Any], bigram: float, margin: float) -> str | None:
+    """Why nothing can be decided (full did not learn to use context), or None."""
+    full = variants.get("full")
+    if full is None:
+        return "the reference model (full) was not run"
+    if not below(full["final_val_loss"], bigram, margin):
+        return (f"the reference model did not learn: full {full['final_val_loss']['mean']:.3f} is not below "
+                f"bigram {bigram:.3f} - {margin}")
+    return None
+
+
+def at_pace(variants: dict[str, Any], margin: float) -> dict[str, Any]:
+    """The variants as a run PACE_FACTOR times longer would leave them at their current pace: each loss
+    that would still move by more than the margin moves to its projection, and alpha_tt to its own."""
+    out = {}
+    for name, v in variants.items():
+        loss, proj = v["final_val_loss"], v.get("projected_val_loss")
+        moved = dict(v)
+        if proj is not None and abs(proj["mean"] - loss["mean"]) > margin:
+            moved["final_val_loss"] = {**loss, "mean": proj["mean"]}
+        if v.get("alpha_tt_projected"):
+            moved["alpha_tt_layer_mean"] = v["alpha_tt_projected"]
+        out[name] = moved
+    return out
+
+
 def verdicts(variants: dict[str, Any], levels: dict[str, float], margin: float,
              predictions: list[Prediction] = PREDICTIONS) -> list[dict[str, Any]]:
     """Every prediction decided on the numbers, behind two guards.
 
     reference   nothing is decided unless `full` learned to use context (below bigram - margin):
                 otherwise every verdict is "inconclusive: the reference model did not learn"
-    settling    a verdict resting on a variant whose loss still fell (or rose) by more than the
-                margin over the last quarter of training is marked provisional, with the direction
+    settling    each verdict is decided again on the variants as a run PACE_FACTOR times longer would
+                leave them at their pace over the second half of training (at_pace); where that
+                verdict differs, the verdict is provisional, heading to the other one, and the
+                variants still moving by more than the margin are named
     """
-    outcome = Outcome(variants, levels["unigram"], levels["bigram"], margin)
-    full = variants.get("full")
-    if full is None:
-        guard = "the reference model (full) was not run"
-    elif not below(full["final_val_loss"], levels["bigram"], margin):
-        guard = (f"the reference model did not learn: full {full['final_val_loss']['mean']:.3f} is not below "
-                 f"bigram {levels['bigram']:.3f} - {margin}")
-    else:
-        guard = None
+    unigram, bigram = levels["unigram"], levels["bigram"]
+    later = at_pace(variants, margin)
+
+    def decide(p: Prediction, vs: dict[str, Any], m: float = margin) -> tuple[str, str, str]:
+        guard = reference_guard(vs, bigram, m)
+        if guard:
+            return "inconclusive", f"not decided: {guard}", "n/a"
+        return p.decide(Outcome(vs, unigram, bigram, m))
+
     out = []
     for p in predictions:
         item = dict(id=p.id, title=p.title, prediction=p.prediction, rule=p.rule.format(m=margin),
-                    provisional=False, still_moving=[])
+                    provisional=False, heading=None, still_moving=[], at_margins={})
         if not all(n in variants for n in p.needs):
             item.update(measured="not run", verdict="inconclusive", separation="n/a (variant not in --variants)")
-        elif guard:
-            item.update(measured=f"not decided: {guard}", verdict="inconclusive", separation="n/a")
-        else:
-            verdict, measured, sep = p.decide(outcome)
-            moving = [f"{n} still {'falling' if d > 0 else 'rising'} ({-d:+.3f} nats over the last quarter)"
-                      for n in p.needs for d in [variants[n]["tail_drop"]["mean"]] if abs(d) > margin]
-            item.update(measured=measured, verdict=verdict, separation=sep, provisional=bool(moving),
-                        still_moving=moving)
+            out.append(item)
+            continue
+        verdict, measured, sep = decide(p, variants)
+        item.update(measured=measured, verdict=verdict, separation=sep,
+                    at_margins={f"{f * margin:g}": decide(p, variants, f * margin)[0] for f in MARGIN_CHECK})
+        heading = decide(p, later)[0]
+        if heading != verdict:
+            moving = [text for n in dict.fromkeys((*p.needs, "full")) if n in variants
+                      for text in moving_text(n, variants[n], later[n])]
+            item.update(provisional=True, heading=heading, still_moving=moving)
         out.append(item)
     return out
 
 
+def moving_text(name: str, now: dict[str, Any], later: dict[str, Any]) -> list[str]:
+    """What moves `name` in at_pace: its loss (by more than the margin) and its alpha_tt."""
+    out = []
+    a, b = now["final_val_loss"]["mean"], later["final_val_loss"]["mean"]
+    if a != b:
+        out.append(f"{name} {'falling' if b < a else 'rising'}: {a:.3f} now, {b:.3f} at {PACE_FACTOR}x the steps")
+    alpha, alpha_later = now.get("alpha_tt_layer_mean"), later.get("alpha_tt_layer_mean")
+    if alpha and alpha_later and alpha_later != alpha:
+        out.append(f"{name} mean alpha_tt {sum(alpha) / len(alpha):.2f} now, "
+                   f"{sum(alpha_later) / len(alpha_later):.2f} at {PACE_FACTOR}x the steps")
+    return out
+
+
+def margin_sensitive(v: dict[str, Any]) -> bool:
+    return any(other != v["verdict"] for other in v.get("at_margins", {}).values())
+
+
+def margin_text(v: dict[str, Any]) -> str:
+    return "; ".join(f"{other.upper()} at margin {m}" for m, other in v["at_margins"].items())
+
+
 def verdict_label(v: dict[str, Any]) -> str:
-    return v["verdict"].upper() + (" (provisional)" if v.get("provisional") else "")
+    if not v.get("provisional"):
+        return v["verdict"].upper()
+    return f"{v['verdict'].upper()} (provisional: heading to {v['heading'].upper()} in a longer run)"
 
 
 # ----- the experiment -------------------------------------------------------------------------------------
@@ -460,7 +559,7 @@ PLACES = {"at the unigram floor": "floor", "at the bigram level": "bigram", "bet
 
 def table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """One row per variant, narrow enough for a 120-column console at the cpu-quick shape."""
-    headers = ["variant", "final val", "place", "tail drop", "alpha_tt/layer", "block-0 grad 0>end", "growth"]
+    headers = ["variant", "final val", "place", "tail drop", "at 3x", "alpha_tt/layer", "block-0 grad", "growth"]
     rows = []
     for name, v in results["variants"].items():
         loss = v["final_val_loss"]
@@ -473,10 +572,10 @@ def table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         else:
             alpha_s = f"{sum(alpha) / len(alpha):.2f} [{min(alpha):.2f}-{max(alpha):.2f}]"
         grads = list(v["block0_grad_at"].values())
-        grad_s = f"{grads[0]:.3g} > {grads[-1]:.3g}" if grads else "n/a"
+        grad_s = f"{grads[0]:.2g} > {grads[-1]:.2g}" if grads else "n/a"
         growth = f"{v['growth']:.1f}x" if v["growth"] is not None else "n/a"
-        rows.append([name, loss_s, PLACES.get(v["place"], v["place"]), f"{v['tail_drop']['mean']:+.3f}", alpha_s,
-                     grad_s, growth])
+        rows.append([name, loss_s, PLACES.get(v["place"], v["place"]), f"{v['tail_drop']['mean']:+.3f}",
+                     f"{v['projected_val_loss']['mean']:.3f}", alpha_s, grad_s, growth])
     return headers, rows
 
 
@@ -485,7 +584,8 @@ def summary(results: dict[str, Any]) -> str:
     baseline = next((v["uniform_baseline"] for v in results["variants"].values() if v["uniform_baseline"]), None)
     lines = [f"place (margin {m} nats): floor if loss >= unigram - m; bigram if |loss - bigram| <= m; near full "
              "if <= full + m; else uses context (below bigram) or between",
-             "tail drop: val loss fall over the last quarter of training (settled when below the margin)"
+             "tail drop: val loss fall over the last quarter; at 3x: where a run 3x longer would end at the "
+             "pace (per log-step) of the second half; block-0 grad: step 0 > end"
              + (f"; alpha_tt uniform baseline {baseline:.3f}" if baseline else "")]
     gap = results.get("gaps", {}).get("attn_only - full")
     if gap:
@@ -499,15 +599,19 @@ def summary(results: dict[str, Any]) -> str:
         lines.append(f"   separation: {v['separation']}   [rule: {v['rule']}]")
         if v.get("still_moving"):
             lines.append(f"   provisional: {'; '.join(v['still_moving'])}")
+        if margin_sensitive(v):
+            lines.append(f"   margin-sensitive: {margin_text(v)}")
     longer = needs_longer(results)
     if longer:
-        lines.append(f"\nstill moving by more than the margin at the end (train longer: --set max_steps=N): "
-                     f"{', '.join(longer)}")
+        lines.append(f"\nwould still move by more than the margin in a run {PACE_FACTOR}x longer "
+                     f"(--set max_steps=N): {', '.join(longer)}")
     return "\n".join(lines)
 
 
 def needs_longer(results: dict[str, Any]) -> list[str]:
-    return [name for name, v in results["variants"].items() if abs(v["tail_drop"]["mean"]) > results["margin"]]
+    """Variants whose loss would still move by more than the margin in a run PACE_FACTOR times longer."""
+    return [name for name, v in results["variants"].items()
+            if abs(v["projected_val_loss"]["mean"] - v["final_val_loss"]["mean"]) > results["margin"]]
 
 
 def sections(results: dict[str, Any], ctx: Context) -> list:
@@ -519,11 +623,13 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
     out += [f"{v['id']} {v['title']}: {verdict_label(v)}. Predicted: {v['prediction']}. "
             f"Measured: {v['measured']}. Separation: {v['separation']}. Rule: {v['rule']}."
             + (f" Provisional: {'; '.join(v['still_moving'])}." if v.get("still_moving") else "")
+            + (f" Margin-sensitive: {margin_text(v)}." if margin_sensitive(v) else "")
             for v in results["verdicts"]]
     longer = needs_longer(results)
-    out.append("Runs still moving by more than the margin over the last quarter of training (they would need to "
-               f"be longer): {', '.join(longer)}." if longer else
-               "Every run's validation loss moved less than the margin over the last quarter of training.")
+    out.append(f"Runs whose validation loss would still move by more than the margin in a run {PACE_FACTOR}x "
+               f"longer, at the pace of their second half: {', '.join(longer)}." if longer else
+               f"No run's validation loss would move by more than the margin in a run {PACE_FACTOR}x longer "
+               "at the pace of its second half.")
     out.append(("Validation loss", loss_curves(curves, reference_lines(results["reference_levels"]),
                                                title="Validation loss (fixed batches)")))
     alphas = {f"{r['variant']}/seed{r['seed']}": np.array(r["alpha_tt"]) for r in runs if r["alpha_tt"]}

@@ -31,7 +31,7 @@ def test_results_schema(smoke_run):
     for key in ("schema", "experiment", "preset", "seeds", "margin", "self_bias", "config", "reference_levels",
                 "runs", "variants", "verdicts", "software", "wall_time_s", "train_wall_time_s", "created"):
         assert key in results, key
-    assert results["schema"] == "routing-test/2" and results["preset"] == "smoke"
+    assert results["schema"] == "routing-test/3" and results["preset"] == "smoke"
     names = [v.name for v in routing_test.make_variants()]
     assert list(results["variants"]) == names and len(results["runs"]) == 9
     for run in results["runs"]:
@@ -152,9 +152,11 @@ def loss(mean, std=0.0, n=1):
     return {"mean": mean, "std": std, "min": mean, "max": mean, "n": n}
 
 
-def variant(mean, alpha=None, std=0.0, n=1, drop=0.0):
+def variant(mean, alpha=None, std=0.0, n=1, drop=0.0, later=None, alpha_later=None):
+    """A variant summary; `later` is its projected loss at 3x the steps (default: settled at `mean`)."""
     return {"final_val_loss": loss(mean, std, n), "alpha_tt_layer_mean": alpha, "uniform_baseline": 0.04,
-            "tail_drop": loss(drop)}
+            "tail_drop": loss(drop), "projected_val_loss": loss(mean if later is None else later, std, n),
+            "alpha_tt_projected": alpha_later}
 
 
 def decide(pid, **variants):
@@ -272,21 +274,74 @@ def test_nothing_is_decided_unless_the_reference_learned():
         assert "reference model" in got[0]["measured"]
 
 
-def test_a_verdict_on_a_moving_run_is_provisional_with_its_direction():
-    levels = {"unigram": U, "bigram": B}
-    moving = {**LEARNED, "attn_only": variant(2.0, [0.9] * 4, drop=0.08)}
-    p1 = verdicts(moving, levels, M)[0]
-    assert p1["verdict"] == "supports" and p1["provisional"]
-    assert p1["still_moving"] == ["attn_only still falling (-0.080 nats over the last quarter)"]
-    settled = {**LEARNED, "attn_only": variant(2.0, [0.9] * 4, drop=M)}  # exactly the margin: settled
-    assert not verdicts(settled, levels, M)[0]["provisional"]
+LEVELS = {"unigram": U, "bigram": B}
 
 
-def test_tail_drop_and_slope():
+def test_a_verdict_a_longer_run_would_change_is_provisional_with_its_direction():
+    # P6 as cpu-quick left it at 450 steps: just above bigram - m, still falling at a pace that crosses it
+    trap = {**LEARNED, "ffn_only + self_bias": variant(2.473, later=2.375)}
+    p6 = next(v for v in verdicts(trap, LEVELS, M) if v["id"] == "P6")
+    assert p6["verdict"] == "contradicts" and p6["provisional"] and p6["heading"] == "supports"
+    assert p6["still_moving"] == ["ffn_only + self_bias falling: 2.473 now, 2.375 at 3x the steps"]
+    assert routing_test.verdict_label(p6) == "CONTRADICTS (provisional: heading to SUPPORTS in a longer run)"
+
+
+@pytest.mark.parametrize("later, provisional", [
+    (1.6, False),  # attn_only falls away from its threshold: the verdict only gets firmer
+    (2.0, False),  # settled
+    (2.6, True),   # rising back across bigram - m
+])
+def test_only_a_move_across_a_threshold_makes_a_verdict_provisional(later, provisional):
+    got = verdicts({**LEARNED, "attn_only": variant(2.0, [0.9] * 4, later=later)}, LEVELS, M)[0]
+    assert got["verdict"] == "supports" and got["provisional"] == provisional
+    assert got["heading"] == ("inconclusive" if provisional else None)
+
+
+def test_a_move_within_the_margin_does_not_make_a_verdict_provisional():
+    # 0.04 nats across the P6 threshold: less than the margin, so the run counts as settled
+    edge = {**LEARNED, "ffn_only + self_bias": variant(B - M + 0.01, later=B - M - 0.03)}
+    p6 = next(v for v in verdicts(edge, LEVELS, M) if v["id"] == "P6")
+    assert p6["verdict"] == "contradicts" and not p6["provisional"] and p6["still_moving"] == []
+
+
+def test_a_reference_that_would_learn_in_a_longer_run_makes_the_guard_provisional():
+    late = {**LEARNED, "full": variant(B, later=2.2)}
+    got = verdicts(late, LEVELS, M)
+    assert {v["verdict"] for v in got} == {"inconclusive"}
+    p1 = got[0]
+    assert p1["provisional"] and p1["heading"] == "supports"
+    assert "full falling: 2.480 now, 2.200 at 3x the steps" in p1["still_moving"]
+
+
+def test_alpha_tt_heading_toward_one_makes_p2_provisional():
+    rising = {**LEARNED, "attn_only": variant(2.0, [0.6] * 4, alpha_later=[0.9] * 4)}
+    p2 = verdicts(rising, LEVELS, M)[1]
+    assert (p2["verdict"], p2["heading"]) == ("inconclusive", "supports")
+    assert p2["still_moving"] == ["attn_only mean alpha_tt 0.60 now, 0.90 at 3x the steps"]
+
+
+def test_tail_drop_slope_and_pace():
     got = routing_test.tail([0, 100, 200, 300, 400], [3.0, 2.6, 2.4, 2.3, 2.1])
     assert got["from_step"] == 300 and got["drop"] == pytest.approx(0.2) and got["slope_per_1k"] == pytest.approx(-2.0)
     flat = routing_test.tail([0, 10, 20, 30, 40], [3.3, 3.3, 3.3, 3.3, 3.3])
-    assert flat["drop"] == 0.0 and flat["slope_per_1k"] == 0.0
+    assert flat["drop"] == 0.0 and flat["slope_per_1k"] == 0.0 and flat["projected"] == 3.3
+    # straight in log-steps over the second half: the pace is exact, and 3x the steps adds pace * ln 3
+    steps = [0, 100, 200, 300, 400, 500, 600]
+    losses = [4.0, 3.0, 2.9] + [2.5 - 0.2 * math.log(s / 300) for s in steps[3:]]
+    got = routing_test.tail(steps, losses)
+    assert got["log_pace"] == pytest.approx(-0.2)
+    assert got["projected"] == pytest.approx(losses[-1] - 0.2 * math.log(3))
+
+
+def test_alpha_projection_stays_a_weight():
+    rows = [{"step": s, "alpha_tt_layer_mean": [a, 0.5]} for s, a in [(0, 0.1), (100, 0.5), (200, 0.9)]]
+    assert routing_test.project_alpha(rows) == [1.0, 0.5]
+    assert routing_test.project_alpha([]) is None
+
+
+def test_needs_longer_names_runs_that_would_move_by_more_than_the_margin():
+    results = {"margin": M, "variants": {"full": variant(2.0, later=1.8), "ffn_only": variant(3.3, later=3.29)}}
+    assert routing_test.needs_longer(results) == ["full"]
 
 
 def test_attn_only_minus_full_is_paired_by_seed():
@@ -307,3 +362,14 @@ def test_console_table_fits_120_columns():
                     "growth": 75.8} for n in names}
     text = format_table(*routing_test.table({"variants": variants}))
     assert max(len(line) for line in text.splitlines()) <= 120, text
+
+
+def test_each_verdict_is_also_decided_at_half_and_twice_the_margin():
+    # ffn_only + self_bias 0.07 below bigram: supports at 0.05 and 0.025, contradicts at 0.1
+    edge = {**LEARNED, "ffn_only + self_bias": variant(B - 0.07)}
+    p6 = next(v for v in verdicts(edge, LEVELS, M) if v["id"] == "P6")
+    assert p6["verdict"] == "supports" and p6["at_margins"] == {"0.025": "supports", "0.1": "contradicts"}
+    assert routing_test.margin_sensitive(p6)
+    assert routing_test.margin_text(p6) == "SUPPORTS at margin 0.025; CONTRADICTS at margin 0.1"
+    firm = next(v for v in verdicts({**LEARNED, "ffn_only + self_bias": variant(2.0)}, LEVELS, M) if v["id"] == "P6")
+    assert not routing_test.margin_sensitive(firm)
