@@ -64,6 +64,8 @@ from interp.errors import DataError
 SCHEMA = "routing-test/3"
 DEFAULT_SELF_BIAS = 4.0
 DEFAULT_MARGIN = 0.05  # nats: "at a level" means within this of it
+MARGIN_CHECK = (0.5, 2.0)  # each verdict is also decided at these multiples of the margin
+PACE_FACTOR = 3  # provisional = the verdict would change in a run this many times longer, at the current pace
 PROMPT = "ROMEO:\nWhat light through yonder window breaks?"
 
 
@@ -125,10 +127,6 @@ def project_alpha(attention: list[dict[str, Any]]) -> list[float] | None:
     layers = zip(*[r["alpha_tt_layer_mean"] for r in attention], strict=True)
     return [min(1.0, max(0.0, series[-1] + log_pace(steps, list(series)) * math.log(PACE_FACTOR)))
             for series in layers]
-
-
-MARGIN_CHECK = (0.5, 2.0)  # each verdict is also decided at these multiples of the margin
-PACE_FACTOR = 3  # provisional = the verdict would change in a run this many times longer, at the current pace
 
 
 def log_pace(steps: list[int], values: list[float]) -> float:
