@@ -254,6 +254,7 @@ class Prediction:
     rule: str  # "{m}" stands for the margin
     needs: tuple[str, ...]
     decide: Callable[[Outcome], tuple[str, str, str]]  # -> (verdict, measured, separation)
+    reads_alpha: bool = False  # decided on alpha_tt rather than on losses
 
 
 def below(a: dict[str, float], level: float, m: float) -> bool:
@@ -383,7 +384,7 @@ PREDICTIONS = [
                decide_p1),
     Prediction("P2", "mechanism", "attn_only's attention puts alpha_tt near 1 on the current token",
                "supports if the layer-mean alpha_tt >= 0.8; contradicts if every layer < 0.5", ("attn_only",),
-               decide_p2),
+               decide_p2, reads_alpha=True),
     Prediction("P3", "the paper's mixer test", "a position-blind mixer in attn_only collapses to the floor",
                "read against the bigram level (+/- {m}); at bigram = inconclusive (no context, not no routing)",
                ("attn_only + position_blind",), decide_p3),
@@ -462,21 +463,22 @@ def verdicts(variants: dict[str, Any], levels: dict[str, float], margin: float,
                     at_margins={f"{f * margin:g}": decide(p, variants, f * margin)[0] for f in MARGIN_CHECK})
         heading = decide(p, later)[0]
         if heading != verdict:
-            moving = [text for n in dict.fromkeys((*p.needs, "full")) if n in variants
-                      for text in moving_text(n, variants[n], later[n])]
+            guard_moves = reference_guard(variants, bigram, margin) != reference_guard(later, bigram, margin)
+            names = (*p.needs, "full") if guard_moves and "full" not in p.needs else p.needs
+            moving = [text for n in names for text in moving_text(n, variants[n], later[n], p.reads_alpha)]
             item.update(provisional=True, heading=heading, still_moving=moving)
         out.append(item)
     return out
 
 
-def moving_text(name: str, now: dict[str, Any], later: dict[str, Any]) -> list[str]:
-    """What moves `name` in at_pace: its loss (by more than the margin) and its alpha_tt."""
+def moving_text(name: str, now: dict[str, Any], later: dict[str, Any], alpha_too: bool) -> list[str]:
+    """What moves `name` in at_pace: its loss (by more than the margin) and, if asked, its alpha_tt."""
     out = []
     a, b = now["final_val_loss"]["mean"], later["final_val_loss"]["mean"]
     if a != b:
         out.append(f"{name} {'falling' if b < a else 'rising'}: {a:.3f} now, {b:.3f} at {PACE_FACTOR}x the steps")
     alpha, alpha_later = now.get("alpha_tt_layer_mean"), later.get("alpha_tt_layer_mean")
-    if alpha and alpha_later and alpha_later != alpha:
+    if alpha_too and alpha and alpha_later and alpha_later != alpha:
         out.append(f"{name} mean alpha_tt {sum(alpha) / len(alpha):.2f} now, "
                    f"{sum(alpha_later) / len(alpha_later):.2f} at {PACE_FACTOR}x the steps")
     return out

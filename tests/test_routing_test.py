@@ -280,6 +280,7 @@ LEVELS = {"unigram": U, "bigram": B}
 def test_a_verdict_a_longer_run_would_change_is_provisional_with_its_direction():
     # P6 as cpu-quick left it at 450 steps: just above bigram - m, still falling at a pace that crosses it
     trap = {**LEARNED, "ffn_only + self_bias": variant(2.473, later=2.375)}
+    trap["full"] = variant(1.9, [0.2] * 4, later=1.6, alpha_later=[0.3] * 4)  # full moves, but P6 does not rest on it
     p6 = next(v for v in verdicts(trap, LEVELS, M) if v["id"] == "P6")
     assert p6["verdict"] == "contradicts" and p6["provisional"] and p6["heading"] == "supports"
     assert p6["still_moving"] == ["ffn_only + self_bias falling: 2.473 now, 2.375 at 3x the steps"]
