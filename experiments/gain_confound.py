@@ -16,7 +16,7 @@ after about 200 steps, so the runtime gain tests nothing); and whether way (b) r
 
 Default run length: the paper's claim is about the first ~200 steps, so unless --set says otherwise every run
 is trained for max_steps = min(preset's, 250) with eval_interval = min(preset's, 25) and probes off (the 18
-default cpu-quick runs would take ~50 min at 450 steps on 2 cores). --set max_steps=N / eval_interval=N /
+default cpu-quick runs would take ~25 min at the full 900 steps on 2 cores). --set max_steps=N / eval_interval=N /
 probes=true override these. The cosine schedule decays over max_steps, so a shortened run is not the first steps
 of a full-length one (warmup is unchanged; paper-124m's 2,000 warmup steps exceed 250: set max_steps there).
 
