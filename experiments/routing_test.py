@@ -138,11 +138,14 @@ def log_pace(steps: list[int], values: list[float]) -> float:
     points = [(math.log(s), v) for s, v in zip(steps, values, strict=True) if s > 0 and s >= steps[-1] / 2]
     if len(points) < 2:
         points = [(math.log(s), v) for s, v in zip(steps, values, strict=True) if s > 0][-2:]
-    if len(points) < 2:
-        return 0.0
-    mx, my = sum(x for x, _ in points) / len(points), sum(y for _, y in points) / len(points)
-    sxx = sum((x - mx) ** 2 for x, _ in points)
-    return sum((x - mx) * (y - my) for x, y in points) / sxx if sxx else 0.0
+    return slope(*zip(*points, strict=True)) if len(points) >= 2 else 0.0
+
+
+def slope(xs: tuple[float, ...], ys: tuple[float, ...]) -> float:
+    """Least-squares slope of ys against xs (0 when every x is the same)."""
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx else 0.0
 
 
 def tail(steps: list[int], losses: list[float]) -> dict[str, Any]:
@@ -153,12 +156,9 @@ def tail(steps: list[int], losses: list[float]) -> dict[str, Any]:
     points = [(s, v) for s, v in zip(steps, losses, strict=True) if s >= start]
     if len(points) < 2:
         points = list(zip(steps, losses, strict=True))[-2:]
-    xs, ys = [s for s, _ in points], [v for _, v in points]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    sxx = sum((x - mx) ** 2 for x in xs)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx else 0.0
+    xs, ys = tuple(s for s, _ in points), tuple(v for _, v in points)
     pace = log_pace(steps, losses)
-    return {"from_step": xs[0], "drop": ys[0] - ys[-1], "slope_per_1k": 1000 * slope, "log_pace": pace,
+    return {"from_step": xs[0], "drop": ys[0] - ys[-1], "slope_per_1k": 1000 * slope(xs, ys), "log_pace": pace,
             "projected": losses[-1] + pace * math.log(PACE_FACTOR)}
 
 
@@ -415,15 +415,20 @@ def reference_guard(variants: dict[str, Any], bigram: float, margin: float) -> s
     return None
 
 
+def moves(v: dict[str, Any], margin: float) -> bool:
+    """Would this variant's loss move by more than the margin in a run PACE_FACTOR times longer?"""
+    proj = v.get("projected_val_loss")
+    return proj is not None and abs(proj["mean"] - v["final_val_loss"]["mean"]) > margin
+
+
 def at_pace(variants: dict[str, Any], margin: float) -> dict[str, Any]:
     """The variants as a run PACE_FACTOR times longer would leave them at their current pace: each loss
     that would still move by more than the margin moves to its projection, and alpha_tt to its own."""
     out = {}
     for name, v in variants.items():
-        loss, proj = v["final_val_loss"], v.get("projected_val_loss")
         moved = dict(v)
-        if proj is not None and abs(proj["mean"] - loss["mean"]) > margin:
-            moved["final_val_loss"] = {**loss, "mean": proj["mean"]}
+        if moves(v, margin):
+            moved["final_val_loss"] = {**v["final_val_loss"], "mean": v["projected_val_loss"]["mean"]}
         if v.get("alpha_tt_projected"):
             moved["alpha_tt_layer_mean"] = v["alpha_tt_projected"]
         out[name] = moved
@@ -610,8 +615,7 @@ def summary(results: dict[str, Any]) -> str:
 
 def needs_longer(results: dict[str, Any]) -> list[str]:
     """Variants whose loss would still move by more than the margin in a run PACE_FACTOR times longer."""
-    return [name for name, v in results["variants"].items()
-            if abs(v["projected_val_loss"]["mean"] - v["final_val_loss"]["mean"]) > results["margin"]]
+    return [name for name, v in results["variants"].items() if moves(v, results["margin"])]
 
 
 def sections(results: dict[str, Any], ctx: Context) -> list:
