@@ -57,7 +57,7 @@ from interp.errors import ToolkitError
 from interp.model import ResidualGPT
 from training import trainer as trainer_module
 from training.compile import maybe_compile
-from training.presets import PRESETS, resolve
+from training.presets import PRESETS, parse_overrides, resolve
 from training.trainer import flops_per_token, make_optimizer, peak_matmul_flops, read_jsonl
 
 # (steps per round, rounds, warm-up steps) per shape; --steps / --rounds override.
@@ -183,6 +183,7 @@ class Shape:
     rounds: int
     warmup: int
     train: Any = field(repr=False, default=None)
+    sets: list[str] = field(default_factory=list)  # the --set KEY=VALUE overrides, passed on to child runs
 
     @property
     def tokens_per_step(self) -> int:
@@ -194,13 +195,13 @@ class Shape:
                 f"dropout{m.dropout:g}")
 
 
-def make_shape(name: str, steps: int | None, rounds: int | None) -> Shape:
+def make_shape(name: str, steps: int | None, rounds: int | None, sets: list[str] | None = None) -> Shape:
     if name not in SHAPE_DEFAULTS:
         raise BenchError(f"unknown shape {name!r}; shapes: {', '.join(SHAPE_DEFAULTS)}")
-    spec = resolve(name)
+    spec = resolve(name, parse_overrides(sets or []))
     d_steps, d_rounds, warmup = SHAPE_DEFAULTS[name]
     return Shape(name, spec.model, spec.train.batch_size, spec.train.grad_clip or math.inf,
-                 steps or d_steps, rounds or d_rounds, warmup, spec.train)
+                 steps or d_steps, rounds or d_rounds, warmup, spec.train, list(sets or []))
 
 
 def fixed_token_batches(shape: Shape, n: int = 4) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -317,7 +318,7 @@ def run_counts(train_cfg) -> dict[str, int]:
 
     n = train_cfg.max_steps
     grad_probe, act_probe = default_callbacks(train_cfg)
-    evals = [s for s in range(n + 1) if s % train_cfg.eval_interval == 0 or s == n]
+    evals = train_cfg.eval_steps()
     return {
         "evaluation": len(evals),
         "activation_probes": sum(1 for s in evals if s % act_probe.interval == 0 or s == n),
@@ -415,10 +416,10 @@ def run_child(argv: list[str], threads: int) -> tuple[str, float, float]:
     return out, float(marks[-1][len(RSS_MARK):]), wall
 
 
-def memory_child(kind: str, shape_name: str) -> None:
+def memory_child(kind: str, shape_name: str, sets: list[str]) -> None:
     """In a child: report the peak after imports, then build `kind` (reference, residual) and take two steps."""
     print(f"imports_{RSS_MARK}{peak_rss_mb()}")
-    shape = make_shape(shape_name, 1, 1)
+    shape = make_shape(shape_name, 1, 1, sets)
     torch.manual_seed(0)
     model = RefGPT(shape.model) if kind == "reference" else ResidualGPT(shape.model)
     opt = make_optimizer(model, shape.train, torch.device("cpu"))
@@ -426,10 +427,14 @@ def memory_child(kind: str, shape_name: str) -> None:
         train_step(model, opt, x, y, shape.grad_clip)
 
 
+def set_args(shape: Shape) -> list[str]:
+    return [arg for item in shape.sets for arg in ("--set", item)]
+
+
 def measure_memory(shape: Shape, threads: int) -> dict[str, float]:
     result = {}
     for kind in ("reference", "residual"):
-        out, rss, _ = run_child(["--memory-child", kind, "--shapes", shape.name], threads)
+        out, rss, _ = run_child(["--memory-child", kind, "--shapes", shape.name, *set_args(shape)], threads)
         imports = [line for line in out.splitlines() if line.startswith(f"imports_{RSS_MARK}")]
         result[f"{kind}_imports_mb"] = float(imports[-1].split("=")[1])
         result[{"reference": "reference_mb", "residual": "residual_gpt_mb"}[kind]] = rss
@@ -513,14 +518,14 @@ def measure_trainer(shape: Shape, max_steps: int | None) -> dict[str, Any]:
         "reference_samples": len(reference.samples),
         "run_wall_s": run_s,
         "train_config": {k: getattr(train_cfg, k) for k in
-                         ("max_steps", "eval_interval", "eval_batches", "log_interval", "ckpt_interval")},
+                         ("max_steps", "eval_interval", "eval_batches", "eval_from", "log_interval", "ckpt_interval")},
     }
 
 
 def measure_trainer_command(shape: Shape, threads: int, max_steps: int | None) -> dict[str, float]:
     """`python -m training --preset SHAPE` in a child: its peak memory and wall time, imports included."""
     with tempfile.TemporaryDirectory() as out_dir:
-        argv = ["--preset", shape.name, "--out", out_dir, "--no-progress"]
+        argv = ["--preset", shape.name, "--out", out_dir, "--no-progress", *set_args(shape)]
         if max_steps:
             argv += ["--set", f"max_steps={max_steps}"]
         _, rss, wall = run_child(["--training-child", "--", *argv], threads)
@@ -593,6 +598,8 @@ def print_report(report: dict[str, Any]) -> None:
     print(f"torch {m['torch']}, {m['threads']} threads, fp32 CPU; matmul peak {peak / 1e9:.0f} GFLOP/s "
           f"(start {m['peak_start'] / 1e9:.0f}, end {m['peak_end'] / 1e9:.0f}); "
           f"load average {m['loadavg_start']} -> {m['loadavg_end']}")
+    if report.get("overrides"):
+        print("overrides: " + ", ".join(f"{k}={v}" for k, v in report["overrides"].items()))
     for name, s in report["shapes"].items():
         print(f"\n{name}: {s['describe']}; {s['rounds']} rounds x {s['steps']} steps (+{s['warmup']} warm-up)")
         print(f"  {'variant':26s} {'ms/step':>8s} {'ratio':>6s} {'MFU':>6s} {'min ms':>8s} {'ratio':>6s}  "
@@ -654,6 +661,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="shapes whose trainer run is measured (default: smoke,cpu-quick; paper-10m takes hours)")
     p.add_argument("--trainer-steps", type=int, help="max_steps of the trainer run (default: the preset's)")
     p.add_argument("--no-trainer", action="store_true", help="skip the trainer run")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a preset field for every shape, as `python -m training --set` does "
+                        "(e.g. eval_from=0 to price the first half's evaluations); repeatable")
     p.add_argument("--memory", default="smoke,cpu-quick,paper-10m", help="shapes whose peak memory is measured")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory child processes")
     p.add_argument("--json", action="store_true", help="print the results as JSON (progress goes to stderr)")
@@ -677,15 +687,16 @@ def main(argv: list[str] | None = None) -> int:
         ):
             raise BenchError("--threads, --steps and --rounds must be positive")
         torch.set_num_threads(args.threads)
-        shapes = [make_shape(n.strip(), args.steps, args.rounds) for n in args.shapes.split(",") if n.strip()]
+        shapes = [make_shape(n.strip(), args.steps, args.rounds, args.set) for n in args.shapes.split(",")
+                  if n.strip()]
         if args.memory_child:
-            memory_child(args.memory_child, shapes[0].name)
+            memory_child(args.memory_child, shapes[0].name, args.set)
             print(f"{RSS_MARK}{peak_rss_mb()}")
             return 0
         report: dict[str, Any] = {"machine": {
             "torch": torch.__version__, "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
             "loadavg_start": [round(x, 2) for x in os.getloadavg()], "peak_start": measure_peak(),
-        }, "shapes": {}}
+        }, "overrides": parse_overrides(args.set), "shapes": {}}
         for shape in shapes:
             report["shapes"][shape.name] = bench_shape(shape, args)
         m = report["machine"]

@@ -52,7 +52,7 @@ from experiments.common import format_table, reference_lines, stats, table_figur
 from experiments.frame import Context, Experiment, Group, Variant, check_number, run_summary
 from interp.config import RESIDUALS
 from interp.errors import ToolkitError
-from training.presets import RunSpec, resolve
+from training.presets import RunSpec, TrainConfig, resolve
 
 SCHEMA = "eval-noise/1"
 DEFAULT_CONFIG = "attn_only"
@@ -73,9 +73,9 @@ def nanogpt_overrides(spec: RunSpec) -> dict[str, Any]:
             "warmup_steps": 0}
 
 
-def snapshot_steps(max_steps: int, eval_interval: int, count: int) -> list[int]:
-    """`count` evenly spaced evaluation steps after step 0, always including the last."""
-    evals = sorted({s for s in range(eval_interval, max_steps + 1, eval_interval)} | {max_steps})
+def snapshot_steps(train_cfg: TrainConfig, count: int) -> list[int]:
+    """`count` evenly spaced evaluation steps after step 0 (the trainer's, eval_from included), always the last."""
+    evals = [s for s in train_cfg.eval_steps() if s > 0]
     if count >= len(evals):
         return evals
     picks = {evals[int(i * (len(evals) - 1) / (count - 1) + 0.5)] for i in range(count)} if count > 1 else {evals[-1]}
@@ -254,7 +254,7 @@ def settings(ctx: Context) -> list[tuple[str, RunSpec, Variant]]:
 
 def _snapshots(spec: RunSpec, variant: Variant, count: int) -> list[int]:
     resolved = resolve(spec.preset, {**spec.overrides, **variant.overrides})
-    return snapshot_steps(resolved.train.max_steps, resolved.train.eval_interval, count)
+    return snapshot_steps(resolved.train, count)
 
 
 def plan(ctx: Context) -> list[Group]:

@@ -45,3 +45,22 @@ def test_unknown_shape_is_one_error_line():
     proc = run_module("benchmarks.step", "--shapes", "huge", "--no-trainer", "--no-memory")
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == ["error: unknown shape 'huge'; shapes: smoke, cpu-quick, paper-10m"]
+
+
+def test_set_overrides_reach_the_trainer_run_and_its_costs(shared_data):
+    proc = run_module("benchmarks.step", "--shapes", "smoke", "--steps", "1", "--rounds", "1", "--threads", "1",
+                      "--json", "--trainer-steps", "12", "--variants", "full", "--no-memory",
+                      "--set", "eval_from=0.5")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert report["overrides"] == {"eval_from": 0.5}
+    shape = report["shapes"]["smoke"]
+    assert shape["trainer"]["train_config"]["eval_from"] == 0.5
+    assert shape["costs"]["evaluation"]["count"] == 2  # steps 10 and 12: none before step 6
+
+
+def test_bad_set_is_one_error_line():
+    proc = run_module("benchmarks.step", "--shapes", "smoke", "--no-trainer", "--no-memory", "--set", "eval_from=2")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "eval_from" in lines[0], proc.stderr

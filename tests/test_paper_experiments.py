@@ -17,6 +17,7 @@ import torch
 from conftest import run_module
 
 from experiments import eval_noise, gain_confound, residual_sweep
+from training.presets import TrainConfig
 
 CONFIGS = ("full", "attn_only", "ffn_only", "none")
 
@@ -215,7 +216,8 @@ def test_gain_confound_smoke(tmp_path, shared_data, capsys):
     check_common(results, "gain_confound")
     assert results["schema"] == gain_confound.SCHEMA
     assert results["configs"] == ["attn_only", "ffn_only"] and results["gains"] == [0.5, 1.0, 2.0]
-    assert results["defaults"] == {"max_steps": 40, "eval_interval": 10, "probes": False}  # smoke is shorter
+    # smoke is shorter; the curves are read from step 0 whatever the preset's eval_from
+    assert results["defaults"] == {"max_steps": 40, "eval_interval": 10, "eval_from": 0.0, "probes": False}
     # g = 1 trained once per config, used by both ways: 2 configs x (1 + 2 runtime + 2 weights)
     assert len(results["runs"]) == 10
     names = {r["variant"] for r in results["runs"]}
@@ -255,11 +257,15 @@ def test_gain_confound_smoke(tmp_path, shared_data, capsys):
 
 
 def test_snapshot_steps():
-    assert eval_noise.snapshot_steps(40, 10, 5) == [10, 20, 30, 40]
-    assert eval_noise.snapshot_steps(450, 75, 5) == [75, 150, 300, 375, 450]
-    steps = eval_noise.snapshot_steps(3000, 100, 5)
+    def cfg(max_steps, eval_interval, eval_from=0.0):
+        return TrainConfig(max_steps=max_steps, eval_interval=eval_interval, eval_from=eval_from)
+
+    assert eval_noise.snapshot_steps(cfg(40, 10), 5) == [10, 20, 30, 40]
+    assert eval_noise.snapshot_steps(cfg(450, 75), 5) == [75, 150, 300, 375, 450]
+    assert eval_noise.snapshot_steps(cfg(900, 100, 0.5), 9) == [500, 600, 700, 800, 900]  # only steps it evaluates
+    steps = eval_noise.snapshot_steps(cfg(3000, 100), 5)
     assert len(steps) == 5 and steps[-1] == 3000 and steps == sorted(steps)
-    assert eval_noise.snapshot_steps(45, 10, 3)[-1] == 45
+    assert eval_noise.snapshot_steps(cfg(45, 10), 3)[-1] == 45
 
 
 def test_eval_noise_smoke(tmp_path, shared_data, capsys):

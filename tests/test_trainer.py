@@ -13,6 +13,7 @@ import torch
 from conftest import REPO, free_port, run_module
 
 from interp import load_checkpoint
+from interp.errors import ConfigError
 from probes import default_callbacks
 from training.presets import TrainConfig, parse_value, resolve
 from training.trainer import Trainer, TrainingError, lr_at
@@ -35,6 +36,34 @@ def test_same_seed_gives_bitwise_identical_losses(data, tmp_path):
     assert finals[0]["final_val_loss"] == finals[1]["final_val_loss"]
     other = Trainer(*smoke(seed=7), tmp_path / "seed7", progress=False).run()
     assert other["final_val_loss"] != finals[0]["final_val_loss"]
+
+
+def test_eval_from_evaluates_the_second_half_and_leaves_training_untouched(data, tmp_path):
+    """eval_from drops the early evaluations only: the same weights, the same numbers where both evaluate."""
+    runs = {f: Trainer(*smoke(eval_from=f), tmp_path / f"from{f}", progress=False) for f in (0.0, 0.5)}
+    finals = {f: t.run() for f, t in runs.items()}
+    every, half = metrics(tmp_path / "from0.0"), metrics(tmp_path / "from0.5")
+    assert [r["step"] for r in half if "val_loss" in r] == [20, 30, 40] == runs[0.5].train_cfg.eval_steps()
+    assert [r["step"] for r in every if "val_loss" in r] == [0, 10, 20, 30, 40]
+    late = {r["step"]: r["val_loss"] for r in every if "val_loss" in r and r["step"] >= 20}
+    assert late == {r["step"]: r["val_loss"] for r in half if "val_loss" in r}
+    assert [r.get("train_loss") for r in every] == [r.get("train_loss") for r in half]
+    weights = [t.model.state_dict() for t in runs.values()]
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    assert finals[0.0]["final_val_loss"] == finals[0.5]["final_val_loss"]
+    assert finals[0.5]["best_step"] >= 20
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.5])
+def test_eval_from_outside_zero_to_one_is_refused(value):
+    with pytest.raises(ConfigError, match="eval_from"):
+        TrainConfig(eval_from=value)
+
+
+def test_eval_steps_always_include_the_last_step():
+    assert TrainConfig(max_steps=95, eval_interval=10, eval_from=0.5).eval_steps() == [50, 60, 70, 80, 90, 95]
+    assert TrainConfig(max_steps=95, eval_interval=10, eval_from=1.0).eval_steps() == [95]
+    assert resolve("cpu-quick", {"eval_from": parse_value("eval_from", "0")}).train.eval_steps()[:2] == [0, 100]
 
 
 def test_finished_run_is_not_retrained(data, tmp_path):

@@ -451,7 +451,7 @@ class Trainer:
         try:
             for step in range(start_step, cfg.max_steps + 1):
                 self.step = step
-                if step % cfg.eval_interval == 0 or step == cfg.max_steps:
+                if cfg.is_eval_step(step):
                     record["val_loss"] = last_val = self.evaluate()
                     if last_val < self.best["val_loss"]:
                         self.best = {"val_loss": last_val, "step": step}
