@@ -258,16 +258,23 @@ def probe_work(preset: str, tmp_path, **overrides) -> dict:
 
 
 def check_default_probe_work(work: dict, train) -> None:
-    """cpu-quick's schedule (150 steps): evaluations at 0, 75, 150; activation probes every second one
-    (0 and 150) on 2 batches, twice (attention, norms); gradient probes inside the training step."""
+    """cpu-quick's schedule cut to 150 steps: evaluations at 100 and 150 (from step 75 on, eval_from 0.5);
+    activation probes at the last one (every 200 steps and the last) on 2 batches, twice (attention, norms);
+    gradient probes inside the training step."""
+    from probes import default_callbacks
+
     without, with_probes = work[False], work[True]
+    evals = train.eval_steps()
+    interval = default_callbacks(train)[1].interval
+    probed = [s for s in evals if s % interval == 0 or s == train.max_steps]
+    assert (train.max_steps, evals, probed) == (150, [100, 150], [150])
     assert with_probes["train"] == without["train"] == 150 * train.batch_size  # gradient probe: no extra forward
-    assert without["eval"] == 3 * train.eval_batches * train.batch_size
+    assert without["eval"] == len(evals) * train.eval_batches * train.batch_size
     extra = with_probes["eval"] - without["eval"]
-    assert extra == 2 * 2 * 2 * train.batch_size
+    assert extra == len(probed) * 2 * 2 * train.batch_size
     assert extra <= 0.10 * with_probes["train"]  # forward only; each training sequence also runs backward
     assert with_probes["records"].count("gradients") == len([*range(0, 150, train.log_interval), 149])
-    assert with_probes["records"].count("attention") == with_probes["records"].count("norms") == 2
+    assert with_probes["records"].count("attention") == with_probes["records"].count("norms") == len(probed)
     assert without["records"] == []
 
 

@@ -18,4 +18,4 @@ def test_default_probes_on_the_cpu_quick_shape_add_at_most_ten_percent_forward_w
     work = probe_work("cpu-quick", tmp_path, max_steps=150)
     without, with_probes = work[False]["wall_time_s"], work[True]["wall_time_s"]
     print(f"wall time without probes {without:.1f}s, with {with_probes:.1f}s (information only)")
-    check_default_probe_work(work, resolve("cpu-quick").train)
+    check_default_probe_work(work, resolve("cpu-quick", {"max_steps": 150}).train)

@@ -27,9 +27,11 @@ from training.rundir import RunDir, variant_name
 def _fields_help() -> str:
     lines = ["presets:"]
     for name, p in PRESETS.items():
-        m, t = p["model"], p["train"]
+        m, t = p["model"], resolve(name).train
         shape = f"{m.get('n_layers')}L d{m.get('d_model')} ctx{m.get('n_ctx')}"
-        lines.append(f"  {name:12s} {shape}, batch {t.get('batch_size')}, {t.get('max_steps')} steps")
+        first = t.eval_steps()[0]
+        lines.append(f"  {name:12s} {shape}, batch {t.batch_size}, {t.max_steps} steps, "
+                     f"evaluated every {t.eval_interval} from step {first}")
     lines.append("model fields (--set): " + ", ".join(MODEL_FIELDS))
     lines.append("train fields (--set): " + ", ".join(TRAIN_FIELDS))
     return "\n".join(lines)
