@@ -11,6 +11,7 @@ import os
 import pickle
 import re
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -291,6 +292,19 @@ def test_training_lock_held_names_the_holder(out, capsys):
     lock = FileLock(run / ".lock", timeout=0)
     with lock:
         refused(capsys, out, lambda: train(out), r"is being trained by pid 4242 on elsewhere")
+
+
+def test_training_lock_just_taken_still_names_the_holder(out, capsys):
+    """Two starts at once: the loser can look before the winner has written who it is; it waits for the line."""
+    run = interrupted(out)
+    (run / ".lock.holder").unlink(missing_ok=True)
+    with FileLock(run / ".lock", timeout=0):
+        writer = threading.Timer(0.3, lambda: (run / ".lock.holder").write_text("pid 4343 on here\n"))
+        writer.start()
+        try:
+            refused(capsys, out, lambda: train(out), r"is being trained by pid 4343 on here")
+        finally:
+            writer.join()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")

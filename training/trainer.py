@@ -32,7 +32,16 @@ from tqdm.auto import tqdm
 from interp.checkpoint import load_checkpoint, save_checkpoint
 from interp.config import ModelConfig
 from interp.errors import CheckpointError, ConfigError, ToolkitError
-from interp.io import append_jsonl, kill_point, read_jsonl, remove_stale_temps, write_json, write_jsonl
+from interp.io import (
+    DataFileError,
+    append_jsonl,
+    atomic_write,
+    kill_point,
+    read_jsonl,
+    remove_stale_temps,
+    write_json,
+    write_jsonl,
+)
 from interp.model import ResidualGPT
 from training.compile import maybe_compile
 from training.data import BatchSampler, Corpus, fixed_batches, load_corpus, random_batches
@@ -267,24 +276,34 @@ class Trainer:
         try:
             lock.acquire()
         except Timeout:
-            try:
-                who = self._holder.read_text().strip() or "another process"
-            except OSError:
-                who = "another process"
+            who = self._read_holder() or "another process"
             raise TrainingError(f"{self.run_dir} is being trained by {who}; wait for it to finish "
                                 "(or stop it) and run again") from None
         except OSError as e:
             raise TrainingError(f"cannot lock {self.run_dir}: {e.strerror or e}") from None
         try:
             try:
-                self._holder.write_text(f"pid {os.getpid()} on {os.uname().nodename}\n")
+                holder = f"pid {os.getpid()} on {os.uname().nodename}\n"
+                atomic_write(self._holder, lambda tmp: Path(tmp).write_text(holder))  # never read half-written
                 remove_stale_temps(self.run_dir)  # what a killed writer left; nobody else writes here now
-            except OSError as e:
-                raise TrainingError(f"cannot write in {self.run_dir}: {e.strerror or e}") from None
+            except (OSError, DataFileError) as e:
+                raise TrainingError(f"cannot write in {self.run_dir}: {getattr(e, 'strerror', None) or e}") from None
             yield
         finally:
             self._holder.unlink(missing_ok=True)  # a killed holder leaves it; the next holder overwrites it
             lock.release()
+
+    def _read_holder(self, wait: float = 2.0) -> str:
+        """The holder's line; a holder that has just taken the lock writes it a moment later, so wait a little."""
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                text = self._holder.read_text().strip()
+            except OSError:
+                text = ""
+            if text or time.monotonic() >= deadline:
+                return text
+            time.sleep(0.05)
 
     @property
     def _holder(self) -> Path:
