@@ -32,16 +32,7 @@ from tqdm.auto import tqdm
 from interp.checkpoint import load_checkpoint, save_checkpoint
 from interp.config import ModelConfig
 from interp.errors import CheckpointError, ConfigError, ToolkitError
-from interp.io import (
-    DataFileError,
-    append_jsonl,
-    atomic_write,
-    kill_point,
-    read_jsonl,
-    remove_stale_temps,
-    write_json,
-    write_jsonl,
-)
+from interp.io import TMP_SUFFIX, append_jsonl, kill_point, read_jsonl, remove_stale_temps, write_json, write_jsonl
 from interp.model import ResidualGPT
 from training.compile import maybe_compile
 from training.data import BatchSampler, Corpus, fixed_batches, load_corpus, random_batches
@@ -283,11 +274,14 @@ class Trainer:
             raise TrainingError(f"cannot lock {self.run_dir}: {e.strerror or e}") from None
         try:
             try:
-                holder = f"pid {os.getpid()} on {os.uname().nodename}\n"
-                atomic_write(self._holder, lambda tmp: Path(tmp).write_text(holder))  # never read half-written
+                # Renamed into place, so a loser of the lock race never reads it half-written; no fsync:
+                # it is bookkeeping, and a stale one is overwritten by the next holder.
+                tmp = self._holder.with_name(f"{self._holder.name}.{os.getpid()}{TMP_SUFFIX}")
+                tmp.write_text(f"pid {os.getpid()} on {os.uname().nodename}\n")
+                os.replace(tmp, self._holder)
                 remove_stale_temps(self.run_dir)  # what a killed writer left; nobody else writes here now
-            except (OSError, DataFileError) as e:
-                raise TrainingError(f"cannot write in {self.run_dir}: {getattr(e, 'strerror', None) or e}") from None
+            except OSError as e:
+                raise TrainingError(f"cannot write in {self.run_dir}: {e.strerror or e}") from None
             yield
         finally:
             self._holder.unlink(missing_ok=True)  # a killed holder leaves it; the next holder overwrites it
