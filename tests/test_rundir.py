@@ -45,6 +45,18 @@ def test_a_field_added_later_with_its_default_keeps_old_runs():
     assert config_diff(new, {**new, "model_init": "x.f"}) == ["model_init"]
 
 
+def test_a_run_that_evaluated_from_earlier_on_is_the_same_run():
+    """Runs trained before cpu-quick evaluated only its second half are reused; the other way round is not."""
+    spec = resolve("cpu-quick")
+    new = {"model": spec.model.to_dict(), "train": spec.train.to_dict(), "model_init": None}
+    assert new["train"]["eval_from"] == 0.5
+    before = {**new, "train": {k: v for k, v in new["train"].items() if k != "eval_from"}}  # evaluated from 0
+    assert config_diff(before, new) == []
+    assert config_diff(new, before) == ["train"]  # it lacks the first half's evaluations
+    assert config_diff({**new, "train": {**new["train"], "eval_from": "x"}}, new) == ["train"]
+    assert config_diff(before, {**new, "train": {**new["train"], "lr": 1.0}}) == ["train"]
+
+
 def test_busy_while_another_holder_has_the_lock(tmp_path):
     run = RunDir(tmp_path)
     assert not run.busy()

@@ -37,11 +37,18 @@ def _field_defaults(key: str) -> dict[str, Any]:
     return {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
 
 
+def _number(value: Any) -> float:
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else math.inf
+
+
 def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """The identity keys in which two config records differ.
 
     A model or train field missing from the old record counts as its default, so a field
     added to the code later (with a default) does not orphan runs trained before it existed.
+    An old run that evaluated from earlier on (a smaller eval_from) is the same run: where a
+    run evaluates changes no weight and no loss (contract 6), and it holds every evaluation
+    the new config asks for. One that started evaluating later lacks some, and differs.
     """
     differ = []
     for key in IDENTITY_KEYS:
@@ -49,6 +56,8 @@ def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         if key in ("model", "train") and isinstance(a, dict) and isinstance(b, dict):
             defaults = _field_defaults(key)
             a, b = {**defaults, **a}, {**defaults, **b}
+            if key == "train" and _number(a["eval_from"]) <= _number(b["eval_from"]):
+                a = {**a, "eval_from": b["eval_from"]}
         if a != b:
             differ.append(key)
     return differ
