@@ -99,7 +99,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     # cost of 450 steps of batch 32, 900 steps of batch 16 at twice the lr settle the routing test's
     # slowest variant (ffn_only + self_bias) furthest. 32 x 16 validation sequences, as before, but only
     # over the second half, which is all the routing test reads: one evaluation costs ~11 steps at batch
-    # 16, and the first half's five came to 6% of the run (README, "Speed").
+    # 16, and the first half's five came to about 5% of the run (README, "Training one model").
     "cpu-quick": _preset(
         dict(n_layers=4, n_heads=4, d_model=128, n_ctx=128, dropout=0.0),
         batch_size=16, max_steps=900, lr=2e-3, min_lr=2e-4, warmup_steps=100, eval_interval=100,
