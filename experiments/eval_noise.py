@@ -19,6 +19,9 @@ is the same preset with those differences as overrides (tie_embeddings=false, va
 lr_schedule=constant, min_lr=lr, warmup_steps=0), variant "<config> nanogpt". Both runs' best val is reported under
 fixed and under random evaluation.
 
+Every run evaluates from step 0 (eval_from = 0, whatever the preset's; --set eval_from=F overrides it): which
+step is "best" is a question about the whole run.
+
 A finished run directory without snapshots (trained by another experiment) is refused: delete it or use another
 --out.
 
@@ -321,6 +324,7 @@ EXPERIMENT = Experiment(
     name="eval_noise", schema=SCHEMA, doc=__doc__, title="Evaluation noise", plan=plan, analyse=analyse,
     table=lambda results: best_table(results["runs"]), summary=summary, sections=sections,
     add_arguments=add_arguments, check=check, owned={"residual": "--config"},
+    defaults=lambda spec: {"eval_from": 0.0},  # snapshots and "best val" span the whole run
 )
 
 if __name__ == "__main__":

@@ -30,7 +30,8 @@ constant factor from its input exactly, up to its eps (1e-5).
 results.json schema ("gain-confound/1"):
     schema, experiment   "gain-confound/1", "gain_confound"
     preset, seeds, configs, gains, threshold, margin
-    defaults             the overrides this experiment applied by default ({max_steps, eval_interval, probes})
+    defaults             the overrides this experiment applied by default ({max_steps, eval_interval, eval_from,
+                         probes})
     config               {"model", "train"} as run (preset + defaults + --set), "overrides",
                          "variants" (name -> {config, way, gain, overrides})
     reference_levels     {"unigram", "bigram", ...} on the fixed validation batches (train-split counts)
@@ -378,7 +379,7 @@ def final_table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 
 def spread_table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    headers = ["config", "way", "seed", "spread at step 0", "max spread", "final spread",
+    headers = ["config", "way", "seed", "spread at first eval", "max spread", "final spread",
                f"settles below {results['threshold']:g} from step"]
     rows = []
     for c, ways in results["spread"].items():

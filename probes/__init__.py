@@ -70,10 +70,12 @@ class ActivationProbe:
 
 
 def default_callbacks(train_cfg) -> list:
-    """Gradient probe at every logging step; activation probes every probe_interval steps.
+    """Gradient probe at every logging step; activation probes at evaluations, every probe_interval steps.
 
-    The default interval, two evaluation intervals (and always the last step), keeps the
-    probes' cost within 10% of training time (measured by tests/test_slow.py).
+    The activation probes run with the evaluations, so only where the run evaluates (from
+    eval_from x max_steps on) and always at the last step. The default interval, two
+    evaluation intervals, keeps the probes' cost within 10% of training time (measured by
+    tests/test_slow.py).
     """
     interval = train_cfg.probe_interval or 2 * train_cfg.eval_interval
     if interval % train_cfg.eval_interval:

@@ -245,7 +245,8 @@ def test_training_foreign_checkpoint_is_refused(out, capsys):
     """An attn_only checkpoint copied into an ffn_only run directory does not resume it."""
     (out / "smoke/ffn_only/seed1337").mkdir(parents=True)
     shutil.copy(out / "smoke/attn_only/seed1337/ckpt.pt", out / "smoke/ffn_only/seed1337/ckpt.pt")
-    refused(capsys, out, lambda: train(out, "--residual", "ffn_only"), r"belongs to another run \(model config")
+    refused(capsys, out, lambda: train(out, "--residual", "ffn_only"),
+            r"belongs to another run \(model\.residual 'attn_only' -> 'ffn_only'")
 
 
 @pytest.mark.parametrize("finished,chars", [(True, 900_000), (False, 900_000), (True, 200_000)])

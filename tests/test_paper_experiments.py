@@ -281,7 +281,7 @@ def test_eval_noise_smoke(tmp_path, shared_data, capsys):
     assert results["schema"] == eval_noise.SCHEMA and results["repeats"] == 8
     assert results["config"]["comparison"]["overrides"] == {
         "residual": "attn_only", "tie_embeddings": False, "val_mode": "random", "lr_schedule": "constant",
-        "min_lr": 3e-3, "warmup_steps": 0}
+        "min_lr": 3e-3, "warmup_steps": 0, "eval_from": 0.0}  # eval_from: this experiment's default
     assert [r["setting"] for r in results["runs"]] == ["preset", "nanogpt"]
     preset_run, nano_run = results["runs"]
     assert (preset_run["val_mode"], preset_run["tie_embeddings"]) == ("fixed", True)

@@ -7,7 +7,7 @@ from filelock import FileLock
 
 from interp.errors import ConfigError
 from training.presets import resolve
-from training.rundir import RunDir, config_diff, slug, variant_name
+from training.rundir import RunDir, config_diff, differing_fields, slug, variant_name
 
 
 @pytest.mark.parametrize("overrides, name, directory", [
@@ -55,6 +55,15 @@ def test_a_run_that_evaluated_from_earlier_on_is_the_same_run():
     assert config_diff(new, before) == ["train"]  # it lacks the first half's evaluations
     assert config_diff({**new, "train": {**new["train"], "eval_from": "x"}}, new) == ["train"]
     assert config_diff(before, {**new, "train": {**new["train"], "lr": 1.0}}) == ["train"]
+    assert differing_fields(new, before) == ["train.eval_from 0.5 -> 0.0"]
+
+
+def test_with_random_validation_batches_the_evaluation_schedule_is_part_of_the_run():
+    """Each evaluation draws fresh batches from one generator: skipping early ones changes the later draws."""
+    spec = resolve("cpu-quick", {"val_mode": "random"})
+    new = {"model": spec.model.to_dict(), "train": spec.train.to_dict(), "model_init": None}
+    before = {**new, "train": {**new["train"], "eval_from": 0.0}}
+    assert config_diff(before, new) == ["train"]
 
 
 def test_busy_while_another_holder_has_the_lock(tmp_path):

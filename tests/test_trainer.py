@@ -16,7 +16,7 @@ from interp import load_checkpoint
 from interp.errors import ConfigError
 from probes import default_callbacks
 from training.presets import TrainConfig, parse_value, resolve
-from training.trainer import Trainer, TrainingError, lr_at
+from training.trainer import Trainer, TrainingError, TrainingInterrupted, lr_at
 
 
 def smoke(**overrides):
@@ -51,10 +51,38 @@ def test_eval_from_evaluates_the_second_half_and_leaves_training_untouched(data,
     weights = [t.model.state_dict() for t in runs.values()]
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
     assert finals[0.0]["final_val_loss"] == finals[0.5]["final_val_loss"]
-    assert finals[0.5]["best_step"] >= 20
+    best = min((r["val_loss"], r["step"]) for r in half if "val_loss" in r)
+    assert (finals[0.5]["best_val_loss"], finals[0.5]["best_step"]) == best
 
 
-@pytest.mark.parametrize("value", [-0.1, 1.5])
+class StopAt:
+    """Ctrl-C at a step, as a user would press it."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def on_step(self, trainer, step, loss):
+        if step == self.step:
+            raise KeyboardInterrupt
+
+
+def test_resumed_under_a_later_eval_from_the_run_records_it(data, tmp_path):
+    """Stopped at 15 (checkpoint at 10), resumed evaluating from step 20 on: training is the same as one
+    uninterrupted run, and config.json says eval_from 0.5, so a later eval_from=0 request is refused
+    (the run lacks the evaluation at 10) and the message names the field."""
+    run = tmp_path / "run"
+    with pytest.raises(TrainingInterrupted):
+        Trainer(*smoke(eval_from=0.0), run, callbacks=[StopAt(15)], progress=False).run()
+    final = Trainer(*smoke(eval_from=0.5), run, progress=False).run()
+    assert [r["step"] for r in metrics(run) if "val_loss" in r] == [0, 20, 30, 40]
+    assert json.loads((run / "config.json").read_text())["train"]["eval_from"] == 0.5
+    whole = Trainer(*smoke(), tmp_path / "whole", progress=False).run()
+    assert final["final_val_loss"] == whole["final_val_loss"]
+    with pytest.raises(TrainingError, match=r"different configuration \(train\.eval_from 0\.5 -> 0\.0\)"):
+        Trainer(*smoke(eval_from=0.0), run, progress=False).run()
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.5, True, math.nan])
 def test_eval_from_outside_zero_to_one_is_refused(value):
     with pytest.raises(ConfigError, match="eval_from"):
         TrainConfig(eval_from=value)
@@ -63,6 +91,8 @@ def test_eval_from_outside_zero_to_one_is_refused(value):
 def test_eval_steps_always_include_the_last_step():
     assert TrainConfig(max_steps=95, eval_interval=10, eval_from=0.5).eval_steps() == [50, 60, 70, 80, 90, 95]
     assert TrainConfig(max_steps=95, eval_interval=10, eval_from=1.0).eval_steps() == [95]
+    assert TrainConfig(max_steps=200, eval_interval=10, eval_from=0.55).eval_steps()[0] == 110  # 110.00000000000001
+    assert TrainConfig(max_steps=100, eval_interval=7, eval_from=0.07).eval_steps()[0] == 7
     assert resolve("cpu-quick", {"eval_from": parse_value("eval_from", "0")}).train.eval_steps()[:2] == [0, 100]
 
 

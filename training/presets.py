@@ -56,7 +56,7 @@ class TrainConfig:
         for name in ("warmup_steps", "probe_interval", "seed"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)!r}")
-        if not 0 <= self.eval_from <= 1:
+        if isinstance(self.eval_from, bool) or not 0 <= self.eval_from <= 1:
             raise ConfigError(f"eval_from is a fraction of max_steps in [0, 1], got {self.eval_from!r}")
         if not (self.lr > 0 and 0 <= self.min_lr <= self.lr):
             raise ConfigError(f"need lr > 0 and 0 <= min_lr <= lr, got lr={self.lr}, min_lr={self.min_lr}")
@@ -72,7 +72,9 @@ class TrainConfig:
 
     def is_eval_step(self, step: int) -> bool:
         """Whether the trainer evaluates (and runs its activation probes' schedule) at this step."""
-        return step == self.max_steps or (step % self.eval_interval == 0 and step >= self.eval_from * self.max_steps)
+        # rounded: 0.55 * 200 is 110.00000000000001, and step 110 must count
+        first = round(self.eval_from * self.max_steps, 6)
+        return step == self.max_steps or (step % self.eval_interval == 0 and step >= first)
 
     def eval_steps(self) -> list[int]:
         return [s for s in range(self.max_steps + 1) if self.is_eval_step(s)]

@@ -46,21 +46,36 @@ def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
     A model or train field missing from the old record counts as its default, so a field
     added to the code later (with a default) does not orphan runs trained before it existed.
-    An old run that evaluated from earlier on (a smaller eval_from) is the same run: where a
-    run evaluates changes no weight and no loss (contract 6), and it holds every evaluation
-    the new config asks for. One that started evaluating later lacks some, and differs.
+    With fixed validation batches, an old run that evaluated from earlier on (a smaller
+    eval_from) is the same run: where it evaluates changes no weight and no loss (contract 6),
+    and it holds every evaluation the new config asks for. One that started evaluating later
+    lacks some, and differs; so does any with random validation batches, whose draws depend
+    on how many evaluations came before.
     """
-    differ = []
-    for key in IDENTITY_KEYS:
-        a, b = old.get(key), new.get(key)
-        if key in ("model", "train") and isinstance(a, dict) and isinstance(b, dict):
-            defaults = _field_defaults(key)
-            a, b = {**defaults, **a}, {**defaults, **b}
-            if key == "train" and _number(a["eval_from"]) <= _number(b["eval_from"]):
-                a = {**a, "eval_from": b["eval_from"]}
-        if a != b:
-            differ.append(key)
-    return differ
+    return [key for key in IDENTITY_KEYS if _identity(old, new, key)[0] != _identity(old, new, key)[1]]
+
+
+def differing_fields(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """What config_diff found, field by field: "train.lr 0.002 -> 1.0" (for an error message)."""
+    out = []
+    for key in config_diff(old, new):
+        a, b = _identity(old, new, key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += [f"{key}.{f} {a.get(f)!r} -> {b.get(f)!r}" for f in sorted(set(a) | set(b)) if a.get(f) != b.get(f)]
+        else:
+            out.append(f"{key} {a!r} -> {b!r}")
+    return out
+
+
+def _identity(old: dict[str, Any], new: dict[str, Any], key: str) -> tuple[Any, Any]:
+    a, b = old.get(key), new.get(key)
+    if key in ("model", "train") and isinstance(a, dict) and isinstance(b, dict):
+        defaults = _field_defaults(key)
+        a, b = {**defaults, **a}, {**defaults, **b}
+        fixed = a.get("val_mode") == b.get("val_mode") == "fixed"
+        if key == "train" and fixed and _number(a["eval_from"]) <= _number(b["eval_from"]):
+            a = {**a, "eval_from": b["eval_from"]}
+    return a, b
 
 
 def slug(name: str) -> str:

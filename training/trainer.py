@@ -37,7 +37,7 @@ from interp.model import ResidualGPT
 from training.compile import maybe_compile
 from training.data import BatchSampler, Corpus, fixed_batches, load_corpus, random_batches
 from training.presets import TrainConfig
-from training.rundir import RunDir, config_diff
+from training.rundir import RunDir, config_diff, differing_fields
 
 
 class TrainingError(ToolkitError):
@@ -218,9 +218,9 @@ class Trainer:
         if old_data != new_data:
             raise TrainingError(f"{self.run_dir} was trained on other data (sha256 {old_data}, this data {new_data}); "
                                 "use the same corpus, or choose another --out")
-        diff = config_diff(old, self.config_record)
-        if diff:
-            raise TrainingError(f"{self.run_dir} holds a run of a different configuration ({', '.join(diff)} differ); "
+        if config_diff(old, self.config_record):
+            fields = "; ".join(differing_fields(old, self.config_record))
+            raise TrainingError(f"{self.run_dir} holds a run of a different configuration ({fields}); "
                                 "choose another --out or delete that directory")
 
     def _call(self, event: str, *args) -> None:
@@ -371,6 +371,7 @@ class Trainer:
             return
         ckpt = load_checkpoint(self.ckpt_path)
         self._check_checkpoint(ckpt)
+        self._record_eval_from()
         try:
             self.model.load_state_dict(ckpt.weights)
             self.load_state_dict(ckpt.state)
@@ -385,12 +386,19 @@ class Trainer:
             for path, records in logs:
                 write_jsonl(path, [r for r in records if r.get("step", 0) < self.step])
 
+    def _record_eval_from(self) -> None:
+        """Resumed evaluating later than it started: config.json keeps the later eval_from, since
+        from now on the run lacks the evaluations before it (training/rundir.py: config_diff)."""
+        config = self.dir.read_config() if self.is_main else None
+        ours = self.train_cfg.eval_from
+        if config is not None and (config.get("train") or {}).get("eval_from", 0.0) != ours:
+            write_json(self.dir.config, {**config, "train": {**config["train"], "eval_from": ours}})
+
     def _check_checkpoint(self, ckpt) -> None:
         """A checkpoint resumes only the run it was written by: same model, training config and data."""
         written = {"model": ckpt.config.to_dict(), "train": ckpt.state.get("train_config"),
                    "model_init": ckpt.state.get("model_init")}
-        problems = [{"model": "model config", "train": "training config"}.get(k, k)
-                    for k in config_diff(written, self.config_record)]
+        problems = differing_fields(written, self.config_record)
         old = (ckpt.state.get("data") or {}).get("sha256")
         if old != self.config_record["data"]["sha256"]:
             problems.append(f"data (checkpoint sha256 {old}, this data {self.config_record['data']['sha256']})")
@@ -399,7 +407,7 @@ class Trainer:
             raise CheckpointError(f"{self.ckpt_path} lacks the training state {missing} a resume needs; "
                                   "move it aside to start this run again")
         if problems:
-            raise CheckpointError(f"{self.ckpt_path} belongs to another run ({'; '.join(problems)} differ); "
+            raise CheckpointError(f"{self.ckpt_path} belongs to another run ({'; '.join(problems)}); "
                                   "move it aside to start this run again")
 
     # ----- the loop ----------------------------------------------------------------------------------
