@@ -66,3 +66,14 @@ def run_module(module: str, *args: str, env: dict | None = None, timeout: float 
     return subprocess.run(
         [sys.executable, "-m", module, *args], cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout
     )
+
+
+class InterruptAt:
+    """A trainer callback that presses Ctrl-C at one step, as a user would."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def on_step(self, trainer, step, loss):
+        if step == self.step:
+            raise KeyboardInterrupt

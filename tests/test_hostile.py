@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import data_root
+from conftest import InterruptAt, data_root
 from filelock import FileLock
 
 import training.__main__ as training_cli
@@ -339,15 +339,6 @@ def test_training_variant_dotdot_writes_inside_out(out, tmp_path, capsys):
     assert (out / "new/smoke/x/seed1337/final.json").is_file()
     assert {p for p in tmp_path.rglob("*") if not p.is_relative_to(out)} == outside
     assert sorted(p.name for p in (out / "new").rglob("*") if p.is_dir()) == ["seed1337", "smoke", "x"]
-
-
-class InterruptAt:
-    def __init__(self, step):
-        self.step = step
-
-    def on_step(self, trainer, step, loss):
-        if step == self.step:
-            raise KeyboardInterrupt
 
 
 def test_training_ctrl_c_one_line_with_step_and_resume_command(out, capsys, monkeypatch):

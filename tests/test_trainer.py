@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 import torch
-from conftest import REPO, free_port, run_module
+from conftest import REPO, InterruptAt, free_port, run_module
 
 from interp import load_checkpoint
 from interp.errors import ConfigError
@@ -55,24 +55,13 @@ def test_eval_from_evaluates_the_second_half_and_leaves_training_untouched(data,
     assert (finals[0.5]["best_val_loss"], finals[0.5]["best_step"]) == best
 
 
-class StopAt:
-    """Ctrl-C at a step, as a user would press it."""
-
-    def __init__(self, step):
-        self.step = step
-
-    def on_step(self, trainer, step, loss):
-        if step == self.step:
-            raise KeyboardInterrupt
-
-
 def test_resumed_under_a_later_eval_from_the_run_records_it(data, tmp_path):
     """Stopped at 15 (checkpoint at 10), resumed evaluating from step 20 on: training is the same as one
     uninterrupted run, and config.json says eval_from 0.5, so a later eval_from=0 request is refused
     (the run lacks the evaluation at 10) and the message names the field."""
     run = tmp_path / "run"
     with pytest.raises(TrainingInterrupted):
-        Trainer(*smoke(eval_from=0.0), run, callbacks=[StopAt(15)], progress=False).run()
+        Trainer(*smoke(eval_from=0.0), run, callbacks=[InterruptAt(15)], progress=False).run()
     final = Trainer(*smoke(eval_from=0.5), run, progress=False).run()
     assert [r["step"] for r in metrics(run) if "val_loss" in r] == [0, 20, 30, 40]
     assert json.loads((run / "config.json").read_text())["train"]["eval_from"] == 0.5

@@ -52,7 +52,12 @@ def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     lacks some, and differs; so does any with random validation batches, whose draws depend
     on how many evaluations came before.
     """
-    return [key for key in IDENTITY_KEYS if _identity(old, new, key)[0] != _identity(old, new, key)[1]]
+    differ = []
+    for key in IDENTITY_KEYS:
+        a, b = _identity(old, new, key)
+        if a != b:
+            differ.append(key)
+    return differ
 
 
 def differing_fields(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -68,13 +73,15 @@ def differing_fields(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 def _identity(old: dict[str, Any], new: dict[str, Any], key: str) -> tuple[Any, Any]:
+    """The two sides of one identity key as config_diff compares them (see there)."""
     a, b = old.get(key), new.get(key)
-    if key in ("model", "train") and isinstance(a, dict) and isinstance(b, dict):
-        defaults = _field_defaults(key)
-        a, b = {**defaults, **a}, {**defaults, **b}
-        fixed = a.get("val_mode") == b.get("val_mode") == "fixed"
-        if key == "train" and fixed and _number(a["eval_from"]) <= _number(b["eval_from"]):
-            a = {**a, "eval_from": b["eval_from"]}
+    if key not in ("model", "train") or not (isinstance(a, dict) and isinstance(b, dict)):
+        return a, b
+    defaults = _field_defaults(key)
+    a, b = {**defaults, **a}, {**defaults, **b}
+    fixed = a["val_mode"] == b["val_mode"] == "fixed" if key == "train" else False
+    if fixed and _number(a["eval_from"]) <= _number(b["eval_from"]):
+        a = {**a, "eval_from": b["eval_from"]}
     return a, b
 
 
