@@ -371,7 +371,6 @@ class Trainer:
             return
         ckpt = load_checkpoint(self.ckpt_path)
         self._check_checkpoint(ckpt)
-        self._record_eval_from()
         try:
             self.model.load_state_dict(ckpt.weights)
             self.load_state_dict(ckpt.state)
@@ -385,6 +384,7 @@ class Trainer:
                     if path.exists()]
             for path, records in logs:
                 write_jsonl(path, [r for r in records if r.get("step", 0) < self.step])
+        self._record_eval_from()  # only once the checkpoint has loaded: a refused resume changes nothing
 
     def _record_eval_from(self) -> None:
         """Resumed evaluating later than it started: config.json keeps the later eval_from, since
