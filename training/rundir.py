@@ -63,8 +63,10 @@ def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 def differing_fields(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """What config_diff found, field by field: "train.lr 0.002 -> 1.0" (for an error message)."""
     out = []
-    for key in config_diff(old, new):
+    for key in IDENTITY_KEYS:
         a, b = _identity(old, new, key)
+        if a == b:
+            continue
         if isinstance(a, dict) and isinstance(b, dict):
             out += [f"{key}.{f} {a.get(f)!r} -> {b.get(f)!r}" for f in sorted(set(a) | set(b)) if a.get(f) != b.get(f)]
         else:

@@ -37,7 +37,7 @@ from interp.model import ResidualGPT
 from training.compile import maybe_compile
 from training.data import BatchSampler, Corpus, fixed_batches, load_corpus, random_batches
 from training.presets import TrainConfig
-from training.rundir import RunDir, config_diff, differing_fields
+from training.rundir import RunDir, differing_fields
 
 
 class TrainingError(ToolkitError):
@@ -218,9 +218,9 @@ class Trainer:
         if old_data != new_data:
             raise TrainingError(f"{self.run_dir} was trained on other data (sha256 {old_data}, this data {new_data}); "
                                 "use the same corpus, or choose another --out")
-        if config_diff(old, self.config_record):
-            fields = "; ".join(differing_fields(old, self.config_record))
-            raise TrainingError(f"{self.run_dir} holds a run of a different configuration ({fields}); "
+        fields = differing_fields(old, self.config_record)
+        if fields:
+            raise TrainingError(f"{self.run_dir} holds a run of a different configuration ({'; '.join(fields)}); "
                                 "choose another --out or delete that directory")
 
     def _call(self, event: str, *args) -> None:
