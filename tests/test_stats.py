@@ -1,4 +1,5 @@
-"""experiments.stats: the seed, curve and paired statistics every experiment reads its numbers with."""
+"""experiments.stats: the seed, curve and paired statistics every experiment reads its numbers with
+(and experiments.common's formatter for them)."""
 
 import math
 
@@ -70,3 +71,12 @@ def test_settle_step():
     assert settle_step(steps, [0.001] * 5, 0.002) == 0
     assert settle_step(steps, [0.0, 0.0, 0.0, 0.0, 0.01], 0.002) is None
     assert settle_step(steps, [0.0, 0.0, 0.0, 0.0, math.nan], 0.002) is None  # nan never counts as settled
+
+
+def test_one_formatter_for_table_cells():
+    from experiments.common import fmt_number, fmt_stats
+
+    assert fmt_number(2.34567) == "2.3457" and fmt_number(-0.01, "+.3f") == "-0.010" and fmt_number(2.0, "g") == "2"
+    assert fmt_number(None) == fmt_number(math.nan) == fmt_number(math.inf) == "-"
+    assert fmt_stats(stats([2.0])) == "2.000"
+    assert fmt_stats(stats([2.0, 2.2, 2.4]), 2) == "2.20 +/- 0.20 [2.00, 2.40]"
