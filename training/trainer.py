@@ -36,6 +36,7 @@ from interp.io import TMP_SUFFIX, append_jsonl, kill_point, read_jsonl, remove_s
 from interp.model import ResidualGPT
 from training.compile import maybe_compile
 from training.data import BatchSampler, Corpus, fixed_batches, load_corpus, random_batches
+from training.flops import flops_per_token, peak_matmul_flops
 from training.presets import TrainConfig
 from training.rundir import RunDir, differing_fields
 
@@ -105,33 +106,6 @@ def evaluate(model: torch.nn.Module, batches, device: torch.device, autocast=Non
         total += loss.item()
     model.train(was_training)
     return total / len(batches)
-
-
-_PEAK_FLOPS: dict[str, float] = {}
-
-
-def peak_matmul_flops(device: torch.device, dtype: torch.dtype = torch.float32) -> float:
-    """FLOP/s of a large matmul on this device, measured once per process (the MFU denominator)."""
-    key = f"{device}:{dtype}"
-    if key not in _PEAK_FLOPS:
-        n = 2048 if device.type == "cpu" else 8192
-        a = torch.randn(n, n, device=device, dtype=dtype)
-        b = torch.randn(n, n, device=device, dtype=dtype)
-        a @ b  # warm up
-        reps = 3
-        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-        sync()
-        start = time.perf_counter()
-        for _ in range(reps):
-            a @ b
-        sync()
-        _PEAK_FLOPS[key] = 2 * n**3 * reps / (time.perf_counter() - start)
-    return _PEAK_FLOPS[key]
-
-
-def flops_per_token(cfg: ModelConfig, n_params: int) -> float:
-    # nanoGPT / PaLM estimate: 6N for the matmuls plus the attention scores.
-    return 6 * n_params + 12 * cfg.n_layers * cfg.d_model * cfg.n_ctx
 
 
 def describe(fn) -> str | None:
