@@ -14,8 +14,7 @@ from typing import Any
 
 from interp.config import ModelConfig
 from interp.errors import ConfigError
-
-CORPORA = ("shakespeare_char", "bpe", "openwebtext", "synthetic")  # as training.data.CORPORA
+from training.corpus import CORPORA
 
 
 @dataclass(frozen=True)
@@ -176,10 +175,24 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class RunSpec:
+    """A preset with overrides, resolved: what one run (or every run of an experiment) trains."""
+
     preset: str
     model: ModelConfig
     train: TrainConfig
     overrides: dict[str, Any] = field(default_factory=dict)
+
+    def with_overrides(self, extra: dict[str, Any]) -> RunSpec:
+        """This spec with more overrides (a variant's, a seed), layered on the preset as resolve() layers them;
+        the vocabulary stays the one this spec was fitted to (fit_vocab) unless extra sets d_vocab."""
+        spec = resolve(self.preset, {**self.overrides, **extra})
+        return spec if "d_vocab" in extra else spec.fit_vocab(self.model.d_vocab)
+
+    def fit_vocab(self, d_vocab: int) -> RunSpec:
+        """The model sized to the data's vocabulary: the corpus, not the preset, decides d_vocab."""
+        if self.model.d_vocab == d_vocab:
+            return self
+        return dataclasses.replace(self, model=self.model.replace(d_vocab=d_vocab))
 
 
 def resolve(preset: str, overrides: dict[str, Any] | None = None) -> RunSpec:
