@@ -18,6 +18,7 @@ from torch import nn
 from benchmarks.reference import RefGPT
 from interp.config import ModelConfig
 from interp.model import ResidualGPT
+from interp.registry import mixer_names
 from training.compile import maybe_compile
 
 RESIDUAL_CONFIGS = ("full", "attn_only", "ffn_only", "none")
@@ -109,7 +110,7 @@ def variants_for(compile_: bool) -> list[StepVariant]:
     ]
     vs += [
         StepVariant(f"full+{m}", lambda c, m=m: ResidualGPT(c.replace(mixer=m)), note=f"{m} mixer")
-        for m in ("uniform", "position_blind")
+        for m in mixer_names() if m != "attention"  # every routing control the registry knows
     ]
     vs += [
         StepVariant("full/masked", lambda c: _no_causal_kernel(ResidualGPT(c)),

@@ -208,17 +208,19 @@ def identity(ctx: Context, runs: list[dict[str, Any]]) -> dict[str, Any]:
     from interp.io import read_json, write_json
     from probes.identity import identity_summary
     from training.data import fixed_batches
+    from training.rundir import RunDir
 
     spec = ctx.spec
     first = [r for r in runs if r["seed"] == ctx.seeds[0]]
     out = {}
     for r in tqdm(first, desc="identity probes", unit="run", disable=not ctx.progress, leave=False):
-        cached = Path(r["run_dir"]) / "identity.json"
+        run = RunDir(Path(r["run_dir"]))
+        cached = run.identity
         if cached.exists():
             out[r["variant"]] = read_json(cached)
             continue
         batches = fixed_batches(ctx.corpus.val, spec.model.n_ctx, spec.train.batch_size, spec.train.eval_batches)
-        out[r["variant"]] = identity_summary(Path(r["run_dir"]) / "ckpt.pt", ctx.corpus.train, batches)
+        out[r["variant"]] = identity_summary(run.ckpt, ctx.corpus.train, batches)
         write_json(cached, out[r["variant"]])
     return out
 

@@ -337,3 +337,15 @@ def test_bad_input_is_one_error_line(module, args, needle, tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], proc.stderr
     assert not any(tmp_path.iterdir())  # nothing written
+
+
+@pytest.mark.parametrize("module", [residual_sweep, eval_noise])
+def test_every_spec_holds_the_vocabulary_that_is_trained(module, tmp_path):
+    """The synthetic corpus has 32 characters, the smoke preset says 65: results.json's config.model, every
+    job and the config.json the launcher compares all hold 32, the trained value."""
+    from experiments.launch import run_config
+
+    ctx, jobs = module.EXPERIMENT.context(["--preset", "smoke", "--set", "corpus=synthetic", "--out", str(tmp_path)])
+    assert ctx.corpus.vocab_size == 32 and ctx.spec.model.d_vocab == 32
+    assert jobs and {job.spec.model.d_vocab for job in jobs} == {32}
+    assert {run_config(job, ctx.corpus)["model"]["d_vocab"] for job in jobs} == {32}
