@@ -158,6 +158,7 @@ class ResidualActivationCache(ActivationCache):
         return super().decompose_resid(*args, **kwargs)
 
     def get_full_resid_decomposition(self, *args, **kwargs):
+        self._refuse_if_not_additive("get_full_resid_decomposition")
         self._refuse_tl_layout("get_full_resid_decomposition")
 
     def stack_head_results(self, *args, **kwargs):
