@@ -42,6 +42,8 @@ def save_checkpoint(path: str | Path, model: nn.Module, **state: Any) -> None:
     if reserved:
         raise CheckpointError(f"state keys {sorted(reserved)} are reserved")
     module = getattr(model, "module", model)  # unwrap DDP
+    for key, value in getattr(module, "vocab_state", {}).items():  # the vocabulary from_checkpoint attached
+        state.setdefault(key, value)
     payload = {
         "schema": SCHEMA,
         "model_config": module.cfg.to_dict(),
@@ -58,7 +60,10 @@ def save_checkpoint(path: str | Path, model: nn.Module, **state: Any) -> None:
     atomic_write(path, write)
 
 
-def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> Checkpoint:
+def load_checkpoint(
+    path: str | Path, map_location: str | torch.device = "cpu", meta: str | Path | None = None
+) -> Checkpoint:
+    """A ResidualGPT checkpoint, or a nanoGPT train.py one (interp.nanogpt; meta: its meta.pkl, else looked for)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"no checkpoint at {path}")
@@ -73,8 +78,16 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     except Exception as e:  # noqa: BLE001 - a damaged file raises EOFError, RuntimeError, IndexError, ...
         detail = type(e).__name__ + (f": {str(e).strip().splitlines()[0]}" if str(e).strip() else "")
         raise CheckpointError(f"{path} is truncated or corrupt ({detail}); it cannot be loaded") from None
+    from interp import nanogpt_format as nanogpt
+
+    if nanogpt.is_nanogpt(payload):
+        return Checkpoint(**nanogpt.from_nanogpt(payload, path, meta))
     if not isinstance(payload, dict) or "schema" not in payload:
-        raise CheckpointError(f"{path} is not a ResidualGPT checkpoint (no schema field)")
+        keys = sorted(map(str, payload))[:6] if isinstance(payload, dict) else type(payload).__name__
+        raise CheckpointError(
+            f"{path} is not a ResidualGPT checkpoint (no schema field) nor a nanoGPT one (no model_args and model); "
+            f"it holds {keys}"
+        )
     if payload["schema"] != SCHEMA:
         raise CheckpointError(
             f"{path} has schema {payload['schema']!r}; this version reads {SCHEMA!r}"

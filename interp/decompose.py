@@ -93,14 +93,65 @@ def wiring(model: Any) -> tuple[int, bool, bool]:
     block = model.blocks[0]
     return (
         cfg.n_layers,
-        not isinstance(block.hook_resid_mid, NoResidualHookPoint),
-        not isinstance(block.hook_resid_post, NoResidualHookPoint),
+        not isinstance(getattr(block, "hook_resid_mid", None), NoResidualHookPoint),
+        not isinstance(getattr(block, "hook_resid_post", None), NoResidualHookPoint),
+    )
+
+
+# TransformerLens architectures whose block normalises a sublayer's output before hook_*_out (OLMo 2/3).
+_POST_NORM = ("Olmo2ForCausalLM", "Olmo3ForCausalLM")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a model's residual stream is built, as decompose needs it (ResidualGPT, its export, or any TL model).
+
+    pos_in_stream  hook_pos_embed is added to the stream (TL 'standard'; not shortformer, rotary, alibi)
+    has_mlp        blocks have an MLP (not TL attn_only=True)
+    has_mid        blocks have a resid_mid site (not attn_only, not parallel_attn_mlp)
+    parallel       attention and MLP both read resid_pre: resid_post = resid_pre + attn_out + mlp_out
+    heads_exact    hook_z through W_O is what the block adds (no LayerNorm after the attention)
+    """
+
+    n_layers: int
+    attn_residual: bool
+    ffn_residual: bool
+    pos_in_stream: bool = True
+    has_mlp: bool = True
+    has_mid: bool = True
+    parallel: bool = False
+    heads_exact: bool = True
+
+
+def layout(model: Any) -> Layout:
+    """The Layout of a ResidualGPT, its export or a plain TransformerLens HookedTransformer."""
+    n_layers, attn_residual, ffn_residual = wiring(model)
+    cfg = model if isinstance(model, ModelConfig) else model.cfg
+    if isinstance(cfg, ModelConfig):
+        return Layout(n_layers, attn_residual, ffn_residual)
+    attn_only = bool(getattr(cfg, "attn_only", False))
+    parallel = bool(getattr(cfg, "parallel_attn_mlp", False)) and not attn_only
+    post_norm = bool(getattr(cfg, "use_normalization_before_and_after", False)) or (
+        getattr(cfg, "original_architecture", None) in _POST_NORM
+    )
+    return Layout(
+        n_layers,
+        attn_residual,
+        ffn_residual,
+        pos_in_stream=getattr(cfg, "positional_embedding_type", "standard") == "standard",
+        has_mlp=not attn_only,
+        has_mid=not attn_only and not parallel,
+        parallel=parallel,
+        heads_exact=not post_norm,
     )
 
 
 def _get(cache: Any, name: str) -> Tensor:
     if name not in cache.keys():
-        raise DecompositionError(f"the cache holds no {name!r}; run the model with a cache of every hook point")
+        raise DecompositionError(
+            f"the cache holds no {name!r}, which this decomposition needs; take the cache with "
+            "run_with_cache(tokens) and no names_filter (or one that keeps it)"
+        )
     return cache[name]
 
 
@@ -112,12 +163,18 @@ def resid_sites(n_layers: int) -> list[str]:
     return sites
 
 
-def _parse_site(site: str, n_layers: int) -> tuple[int, str]:
+def _parse_site(site: str, lay: Layout) -> tuple[int, str]:
+    n_layers = lay.n_layers
     if site in ("final", "ln_final.hook_in"):
         return n_layers - 1, "post"
     parts = site.split(".")
     if len(parts) == 3 and parts[0] == "blocks" and parts[1].isdigit() and parts[2].startswith("hook_resid_"):
         layer, kind = int(parts[1]), parts[2].removeprefix("hook_resid_")
+        if kind == "mid" and not lay.has_mid and 0 <= layer < n_layers:
+            why = "parallel_attn_mlp=True" if lay.parallel else "attn_only=True"
+            raise DecompositionError(
+                f"{site}: this model ({why}) has no resid_mid; decompose blocks.L.hook_resid_pre or _post"
+            )
         if kind in ("pre", "mid", "post") and 0 <= layer < n_layers:
             return layer, kind
     raise DecompositionError(
@@ -125,15 +182,19 @@ def _parse_site(site: str, n_layers: int) -> tuple[int, str]:
     )
 
 
-def _terms(layer: int, kind: str, attn_residual: bool, ffn_residual: bool) -> list[tuple[str, int]]:
+def _terms(layer: int, kind: str, lay: Layout) -> list[tuple[str, int]]:
     """(kind, layer) of each sublayer output reaching the site, in forward order."""
     if kind == "pre" and layer == 0:
-        return [("embed", 0), ("pos_embed", 0)]
+        return [("embed", 0), ("pos_embed", 0)] if lay.pos_in_stream else [("embed", 0)]
     if kind == "pre":
-        return _terms(layer - 1, "post", attn_residual, ffn_residual)
+        return _terms(layer - 1, "post", lay)
     if kind == "mid":
-        return (_terms(layer, "pre", attn_residual, ffn_residual) if attn_residual else []) + [("attn", layer)]
-    return (_terms(layer, "mid", attn_residual, ffn_residual) if ffn_residual else []) + [("mlp", layer)]
+        return (_terms(layer, "pre", lay) if lay.attn_residual else []) + [("attn", layer)]
+    if not lay.has_mlp:  # TL attn_only: resid_post = resid_pre + attn_out
+        return _terms(layer, "pre", lay) + [("attn", layer)]
+    if lay.parallel:  # both sublayers read resid_pre and write resid_post
+        return _terms(layer, "pre", lay) + [("attn", layer), ("mlp", layer)]
+    return (_terms(layer, "mid", lay) if lay.ffn_residual else []) + [("mlp", layer)]
 
 
 def _head_weights(model: Any, layer: int) -> tuple[Float[Tensor, "head d_head d_model"], Tensor | None] | None:
@@ -157,18 +218,22 @@ def decompose(cache: Any, site: str, model: Any = None, *, per_head: bool = Fals
     A mixer without heads (has_heads False, e.g. position_blind) keeps "{l}_attn_out" whole.
     """
     model = _model_of(cache, model)
-    n_layers, attn_residual, ffn_residual = wiring(model)
-    layer, kind = _parse_site(site, n_layers)
+    lay = layout(model)
+    layer, kind = _parse_site(site, lay)
+    if per_head and not lay.heads_exact:
+        raise DecompositionError(
+            "per_head=True: this model normalises the attention output before hook_attn_out "
+            "(use_normalization_before_and_after or a post-norm architecture), so hook_z @ W_O is not what a head "
+            "adds to the stream; decompose with per_head=False"
+        )
     labels: list[str] = []
     parts: list[Tensor] = []
-    for what, l in _terms(layer, kind, attn_residual, ffn_residual):
+    for what, l in _terms(layer, kind, lay):
         if what in ("embed", "pos_embed"):
             labels.append(what)
             parts.append(_get(cache, f"hook_{what}"))
             continue
         if what == "mlp":
-            if getattr(model.cfg, "attn_only", False):  # a TL attention-only model has no MLP
-                continue
             labels.append(f"{l}_mlp_out")
             parts.append(_get(cache, f"blocks.{l}.hook_mlp_out"))
             continue
@@ -192,7 +257,7 @@ def decompose(cache: Any, site: str, model: Any = None, *, per_head: bool = Fals
 def decomposition_error(cache: Any, site: str, model: Any = None, *, per_head: bool = False) -> float:
     """Largest |sum of the terms - cached stream| at a site (0 up to float rounding)."""
     model = _model_of(cache, model)
-    layer, kind = _parse_site(site, wiring(model)[0])
+    layer, kind = _parse_site(site, layout(model))
     stream = _get(cache, f"blocks.{layer}.hook_resid_{kind}")
     return float((decompose(cache, site, model, per_head=per_head).total() - stream).abs().max().detach())
 
@@ -200,14 +265,42 @@ def decomposition_error(cache: Any, site: str, model: Any = None, *, per_head: b
 # --------------------------------------------------------------------------- final LayerNorm and unembedding
 
 
-def _ln_final_params(model: Any) -> tuple[Tensor | None, Tensor | None, float]:
-    """(w, b, eps) of the final norm; TL's LayerNormPre (after fold_ln) has no w or b."""
+@dataclass(frozen=True)
+class FinalNorm:
+    """The final norm as DLA needs it: LayerNorm centres, RMSNorm does not; None: no final norm at all."""
+
+    kind: str | None  # "LN", "RMS" or None
+    w: Tensor | None
+    b: Tensor | None
+    eps: float
+
+
+def final_norm(model: Any) -> FinalNorm:
+    """The final norm of a ResidualGPT, its export or a TL model (LN, LNPre, RMS, RMSPre, none)."""
     cfg = model.cfg
-    if not isinstance(cfg, ModelConfig) and getattr(cfg, "normalization_type", "LN") not in ("LN", "LNPre"):
-        raise DecompositionError(f"final norm {cfg.normalization_type!r} is not a LayerNorm")
-    eps = 1e-5 if isinstance(cfg, ModelConfig) else float(cfg.eps)
-    ln = model.ln_final
-    return getattr(ln, "w", None), getattr(ln, "b", None), eps
+    if isinstance(cfg, ModelConfig):
+        return FinalNorm("LN", model.ln_final.w, model.ln_final.b, 1e-5)
+    ln = getattr(model, "ln_final", None)
+    if ln is None or getattr(cfg, "normalization_type", "LN") is None:
+        return FinalNorm(None, None, None, 0.0)
+    from transformer_lens.components import LayerNorm, LayerNormPre, RMSNorm, RMSNormPre
+
+    if isinstance(ln, (RMSNorm, RMSNormPre)):
+        kind = "RMS"
+    elif isinstance(ln, (LayerNorm, LayerNormPre)):
+        kind = "LN"
+    else:
+        raise DecompositionError(f"final norm {type(ln).__name__} is neither a LayerNorm nor an RMSNorm")
+    return FinalNorm(kind, getattr(ln, "w", None), getattr(ln, "b", None), float(cfg.eps))
+
+
+def _refuse_soft_cap(model: Any, what: str) -> None:
+    cap = getattr(model.cfg, "output_logits_soft_cap", 0.0)
+    if cap and cap > 0:
+        raise DecompositionError(
+            f"{what}: this model soft-caps its logits (output_logits_soft_cap={cap}), so a logit is not a sum of "
+            "per-component shares; decompose the stream (decompose) or read logit_lens instead"
+        )
 
 
 def _unembed_params(model: Any) -> tuple[Float[Tensor, "d_model d_vocab"], Tensor | None]:
@@ -216,12 +309,12 @@ def _unembed_params(model: Any) -> tuple[Float[Tensor, "d_model d_vocab"], Tenso
     return model.W_U, getattr(model, "b_U", None)
 
 
-def _final_scale(cache: Any, resid: Tensor, eps: float) -> Float[Tensor, "... 1"]:
-    """The final LayerNorm's scale as it was in the forward pass (TL caches it; otherwise recomputed)."""
+def _final_scale(cache: Any, resid: Tensor, norm: FinalNorm) -> Float[Tensor, "... 1"]:
+    """The final norm's scale as it was in the forward pass (TL caches it; otherwise recomputed)."""
     if "ln_final.hook_scale" in cache.keys():
         return cache["ln_final.hook_scale"]
-    centred = resid - resid.mean(-1, keepdim=True)
-    return (centred.pow(2).mean(-1, keepdim=True) + eps).sqrt()
+    centred = resid - resid.mean(-1, keepdim=True) if norm.kind == "LN" else resid
+    return (centred.pow(2).mean(-1, keepdim=True) + norm.eps).sqrt()
 
 
 def _directions(w_u: Tensor, tokens: Any, like: Tensor) -> Float[Tensor, "... d_model"]:
@@ -246,16 +339,21 @@ def direct_logit_attribution(
     tokens: one id, or one per position (e.g. the next-token targets [batch, pos]).
     """
     model = _model_of(cache, model)
+    _refuse_soft_cap(model, "direct_logit_attribution")
     comps = decompose(cache, "final", model, per_head=per_head)
     n_layers = wiring(model)[0]
     resid = _get(cache, f"blocks.{n_layers - 1}.hook_resid_post")
-    w, b, eps = _ln_final_params(model)
+    norm = final_norm(model)
+    w, b = norm.w, norm.b
     w_u, b_u = _unembed_params(model)
     direction = _directions(w_u, tokens, resid)
     if incorrect_tokens is not None:
         direction = direction - _directions(w_u, incorrect_tokens, resid)
-    scale = _final_scale(cache, resid, eps)
-    stack = (comps.stack - comps.stack.mean(-1, keepdim=True)) / scale
+    stack = comps.stack
+    if norm.kind == "LN":
+        stack = stack - stack.mean(-1, keepdim=True)
+    if norm.kind is not None:
+        stack = stack / _final_scale(cache, resid, norm)
     if w is not None:
         stack = stack * w
     values = (stack * direction).sum(-1)
@@ -269,7 +367,7 @@ def direct_logit_attribution(
         labels.append("ln_final.b + b_U")
         ln_bias = (b * direction).sum(-1) if b is not None else 0.0
         values = torch.cat([values, (ln_bias + unembed_bias).expand_as(values[0])[None]])
-    ln_out = _get(cache, "ln_final.hook_normalized")
+    ln_out = _get(cache, "ln_final.hook_normalized") if norm.kind is not None else resid
     ln_out = ln_out * w if w is not None else ln_out
     ln_out = ln_out + b if b is not None else ln_out
     target = (ln_out * direction).sum(-1) + unembed_bias
@@ -292,8 +390,13 @@ def logit_lens(cache: Any, model: Any = None) -> tuple[list[str], Float[Tensor, 
     """
     model = _model_of(cache, model)
     sites = lens_sites(wiring(model)[0])
+    ln_final = getattr(model, "ln_final", None) if final_norm(model).kind is not None else None
+    cap = getattr(model.cfg, "output_logits_soft_cap", 0.0) or 0.0
     with torch.no_grad():
-        logits = torch.stack([model.unembed(model.ln_final(_get(cache, s))) for s in sites])
+        logits = torch.stack([model.unembed(ln_final(x) if ln_final is not None else x)
+                              for x in (_get(cache, s) for s in sites)])
+        if cap > 0:  # as the model's own forward does
+            logits = cap * torch.tanh(logits / cap)
     return sites, logits
 
 
@@ -348,6 +451,10 @@ __all__ = [
     "Attribution",
     "Components",
     "DecompositionError",
+    "FinalNorm",
+    "Layout",
+    "final_norm",
+    "layout",
     "additive_in_tl",
     "decompose",
     "decomposition_error",

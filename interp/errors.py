@@ -24,6 +24,26 @@ class DataError(ToolkitError):
     """A corpus is missing, corrupt or too short for the requested context."""
 
 
+class ToolkitWarning(UserWarning):
+    """Base class for the toolkit's warnings: a call that runs but whose number may not be the one meant."""
+
+
+class TrainModeWarning(ToolkitWarning):
+    """Activations taken in train mode with dropout on: every read of them is off by a random amount."""
+
+
+class LogitAttrsWarning(ToolkitWarning):
+    """TL's logit_attrs leaves out ln_final.w (no fold_ln) or b_U: its attributions do not sum to the logit."""
+
+
+class UntrainedTokenWarning(ToolkitWarning):
+    """A token the model never saw in training (the export's BOS / <|endoftext|> row) was put in its input."""
+
+
+class HiddenRoutingWarning(ToolkitWarning):
+    """W_Q / W_K of an export whose hook_attn_scores adds a routing (self_bias, uniform) they do not show."""
+
+
 def one_line_errors(run: Callable[[], Any]) -> tuple[int, Any]:
     """(0, run()) or, for a ToolkitError or OSError, (2, None) after one `error:` line on stderr."""
     try:
@@ -32,3 +52,12 @@ def one_line_errors(run: Callable[[], Any]) -> tuple[int, Any]:
         message = str(e).replace("\n", " ")
         print(f"error: {message}", file=sys.stderr)
         return 2, None
+
+
+def warn(message: str, category: type[Warning], stacklevel: int = 2) -> None:
+    """Warn at every call, not once per line - unless the caller's own filters say otherwise (they come first)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", category, append=True)
+        warnings.warn(message, category, stacklevel=stacklevel + 1)

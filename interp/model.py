@@ -24,7 +24,7 @@ from transformer_lens import ActivationCache
 from transformer_lens.hook_points import HookedRootModule, HookPoint
 
 from interp.config import ModelConfig
-from interp.errors import ConfigError, ToolkitError
+from interp.errors import ConfigError, LogitAttrsWarning, ToolkitError, TrainModeWarning, warn
 from interp.registry import mixer_spec
 
 
@@ -131,7 +131,10 @@ class ResidualActivationCache(ActivationCache):
     to(), accumulated_resid (with apply_ln) and the rest work as on a
     HookedTransformer's cache. With a residual path removed the stream is not
     the sum of the embeddings and sublayer outputs, so the methods that assume
-    it is refuse instead of answering wrongly.
+    it is refuse instead of answering wrongly. The per-head and per-neuron
+    methods need TL's weight layout (W_O, W_out), which a ResidualGPT does not
+    have: they refuse by name and point to interp.decompose. logit_attrs (full
+    wiring) leaves out ln_final.w, as on an export without fold_ln: it warns.
     """
 
     def _refuse_if_not_additive(self, method: str) -> None:
@@ -143,17 +146,55 @@ class ResidualActivationCache(ActivationCache):
                 "this model's wiring"
             )
 
+    def _refuse_tl_layout(self, method: str) -> None:
+        raise ToolkitError(
+            f"ActivationCache.{method} needs TransformerLens's weight layout (W_O, W_out), which a ResidualGPT does "
+            "not have; use interp.decompose.decompose(cache, site, per_head=True) (exact for every wiring), or "
+            "run the cache on interp.to_hooked_transformer(model)"
+        )
+
     def decompose_resid(self, *args, **kwargs):
         self._refuse_if_not_additive("decompose_resid")
         return super().decompose_resid(*args, **kwargs)
 
     def get_full_resid_decomposition(self, *args, **kwargs):
         self._refuse_if_not_additive("get_full_resid_decomposition")
-        return super().get_full_resid_decomposition(*args, **kwargs)
+        self._refuse_tl_layout("get_full_resid_decomposition")
+
+    def stack_head_results(self, *args, **kwargs):
+        self._refuse_tl_layout("stack_head_results")
+
+    def compute_head_results(self, *args, **kwargs):
+        self._refuse_tl_layout("compute_head_results")
+
+    def get_neuron_results(self, *args, **kwargs):
+        self._refuse_tl_layout("get_neuron_results")
+
+    def stack_neuron_results(self, *args, **kwargs):
+        self._refuse_tl_layout("stack_neuron_results")
 
     def logit_attrs(self, *args, **kwargs):
         self._refuse_if_not_additive("logit_attrs")
+        warn(LOGIT_ATTRS_MESSAGE, LogitAttrsWarning, stacklevel=2)
         return super().logit_attrs(*args, **kwargs)
+
+
+LOGIT_ATTRS_MESSAGE = (
+    "ActivationCache.logit_attrs centres the stack and divides by the final LayerNorm scale but never multiplies "
+    "by ln_final.w (nor adds ln_final.b), so its attributions do not sum to the logit: export with "
+    "interp.to_hooked_transformer(..., fold_ln=True), or use interp.decompose.direct_logit_attribution, which is "
+    "exact without fold_ln"
+)
+
+# HookedTransformer attributes in TL's weight layout that a ResidualGPT lacks (its weights are nn.Linear's).
+_TL_WEIGHT_NAMES = frozenset({
+    "W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "W_in", "W_out", "b_in", "b_out",
+    "W_E", "W_pos", "W_U", "b_U", "W_E_pos", "QK", "OV", "accumulated_bias", "all_head_labels",
+})
+
+
+class TLLayoutError(ToolkitError, AttributeError):
+    """A HookedTransformer weight (W_O, QK, ...) asked of a ResidualGPT (an AttributeError too, for hasattr)."""
 
 
 class ResidualGPT(HookedRootModule):
@@ -172,8 +213,22 @@ class ResidualGPT(HookedRootModule):
         self.unembed = nn.Linear(cfg.d_model, cfg.d_vocab, bias=False)
         if cfg.tie_embeddings:
             self.unembed.weight = self.embed.weight
+        # The vocabulary, as a checkpoint's state names it: {"vocab": [chars]} or {"encoding": "gpt2"}
+        # (from_checkpoint sets it); generate() then takes and returns text.
+        self.vocab_state: dict[str, Any] = {}
         self._init_weights()
         self.setup()
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name in _TL_WEIGHT_NAMES:
+                raise TLLayoutError(
+                    f"ResidualGPT has no {name} (TransformerLens's weight layout): read it from "
+                    f"interp.to_hooked_transformer(model).{name}, or use interp.decompose for per-head terms"
+                ) from None
+            raise
 
     def _init_weights(self) -> None:
         # nanoGPT's init: N(0, std) everywhere, std/sqrt(2L) on what writes into the residual.
@@ -217,15 +272,36 @@ class ResidualGPT(HookedRootModule):
         self, *model_args, return_cache_object: bool = True, remove_batch_dim: bool = False, **kwargs
     ) -> tuple[Any, ActivationCache | dict[str, Tensor]]:
         """(output, cache) as HookedTransformer.run_with_cache: an ActivationCache unless return_cache_object=False."""
+        if self.training and self.cfg.dropout > 0:
+            warn(
+                f"run_with_cache in train mode with dropout={self.cfg.dropout:g}: every cached activation (and "
+                "interp.decompose of it) is off by a random amount; call model.eval() first (from_checkpoint, "
+                "to_hooked_transformer and load_hooked return eval mode)",
+                TrainModeWarning,
+                stacklevel=2,
+            )
         out, cache = super().run_with_cache(*model_args, remove_batch_dim=remove_batch_dim, **kwargs)
         if return_cache_object:
             cache = ResidualActivationCache(cache, self, has_batch_dim=not remove_batch_dim)
         return out, cache
 
+    @property
+    def codec(self):
+        """encode / decode in the checkpoint's vocabulary (interp.vocab.Codec); a ConfigError when there is none."""
+        from interp.vocab import codec
+
+        if not self.vocab_state:
+            raise ConfigError(
+                "this ResidualGPT has no vocabulary, so it takes token ids only: load it with "
+                "ResidualGPT.from_checkpoint from a checkpoint saved with vocab=... (or encoding='gpt2'), or set "
+                "model.vocab_state = {'vocab': [...characters...]}"
+            )
+        return codec(self.vocab_state, what="the prompt")
+
     @torch.no_grad()
     def generate(
         self,
-        tokens: Int[Tensor, "batch pos"],
+        tokens: Int[Tensor, "batch pos"] | str,
         max_new_tokens: int,
         temperature: float = 1.0,
         top_k: int | None = None,
@@ -233,10 +309,25 @@ class ResidualGPT(HookedRootModule):
     ) -> Int[Tensor, "batch pos_plus_new"]:
         """nanoGPT's generate: append max_new_tokens sampled tokens, feeding back at most n_ctx of them.
 
+        tokens: integer ids [batch, pos], or a string when the model has a vocabulary
+        (from_checkpoint: the checkpoint's); a string comes back as the prompt and its
+        continuation, decoded. Past n_ctx the prompt is cropped to its last n_ctx tokens
+        at every step, as nanoGPT does (the export's generate does the same).
         temperature 0 takes the argmax (greedy, as TransformerLens's sampler);
         top_k keeps the k most likely tokens. Runs in eval mode (dropout off)
         and restores the training flag afterwards.
         """
+        if isinstance(tokens, str):
+            text_codec = self.codec
+            if not tokens:
+                raise ConfigError("generate got an empty prompt; give at least one character")
+            ids = torch.tensor([text_codec.encode(tokens)], device=self.embed.weight.device)
+            out = self.generate(ids, max_new_tokens, temperature, top_k, generator)
+            return text_codec.decode(out[0].tolist())
+        if not isinstance(tokens, Tensor):
+            raise ConfigError(
+                f"generate takes integer tokens [batch, pos] (a tensor) or one string, not {type(tokens).__name__}"
+            )
         if tokens.dim() != 2 or tokens.shape[1] == 0 or tokens.is_floating_point():
             raise ConfigError(f"generate takes integer tokens [batch, pos] with pos >= 1, got {tuple(tokens.shape)}")
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
@@ -268,7 +359,10 @@ class ResidualGPT(HookedRootModule):
     def tokens_to_residual_directions(self, tokens: int | Int[Tensor, "..."]) -> Float[Tensor, "... d_model"]:
         """Each token's unembedding direction, as HookedTransformer's (ActivationCache.logit_attrs reads it)."""
         if isinstance(tokens, str):
-            raise ConfigError("ResidualGPT has no tokenizer: pass token ids")
+            ids = self.codec.encode(tokens)
+            if len(ids) != 1:
+                raise ConfigError(f"{tokens!r} is {len(ids)} tokens, not one; pass a single token or its id")
+            tokens = ids[0]
         return self.unembed.weight[torch.as_tensor(tokens, device=self.unembed.weight.device)]
 
     def num_params(self, include_pos_embed: bool = True) -> int:
@@ -283,7 +377,12 @@ class ResidualGPT(HookedRootModule):
 
     @classmethod
     def from_checkpoint(cls, source, map_location: str | torch.device = "cpu") -> ResidualGPT:
-        """The one way from a checkpoint (a path or a loaded interp.checkpoint.Checkpoint) to a model."""
+        """The one way from a checkpoint (a path or a loaded interp.checkpoint.Checkpoint) to a model.
+
+        Returns the model in eval mode (dropout off: call .train() to train it) with the
+        checkpoint's vocabulary attached (generate then takes a string). A nanoGPT train.py
+        checkpoint is read too (interp.nanogpt).
+        """
         from interp.checkpoint import Checkpoint, load_checkpoint
         from interp.errors import CheckpointError
 
@@ -295,4 +394,5 @@ class ResidualGPT(HookedRootModule):
             detail = " ".join(line.strip() for line in str(e).splitlines()[1:])
             raise CheckpointError(f"{ckpt.path or 'checkpoint'}: weights do not match its model config: {detail}") \
                 from None
-        return model
+        model.vocab_state = {k: ckpt.state[k] for k in ("vocab", "encoding") if ckpt.state.get(k) is not None}
+        return model.eval()

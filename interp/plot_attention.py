@@ -40,7 +40,9 @@ The text is encoded with the checkpoint's vocabulary: state["vocab"] (a list of
 characters), or GPT-2 BPE for checkpoints saved with encoding="gpt2" (files
 from $RESIDUAL_DATA_DIR/gpt2). Errors print one `error:` line and exit 2.""",
     )
-    p.add_argument("--ckpt", required=True, type=Path, help="checkpoint file written by interp.save_checkpoint")
+    p.add_argument("--ckpt", required=True, type=Path, help="checkpoint (interp.save_checkpoint or nanoGPT train.py)")
+    p.add_argument("--meta", type=Path, default=None,
+                   help="a nanoGPT checkpoint's meta.pkl (default: found as nanoGPT's sample.py finds it)")
     p.add_argument("--text", required=True, help="prompt in the checkpoint's vocabulary, at most n_ctx tokens")
     p.add_argument("--layer", type=int, default=None, help="layer to plot (default: every layer)")
     p.add_argument("--out", type=Path, default=Path("attn.html"), help="HTML file to write (default: attn.html)")
@@ -62,7 +64,7 @@ def encode(text: str, state: dict[str, Any], cfg: ModelConfig) -> tuple[list[int
 def run(args: argparse.Namespace) -> Path:
     from interp.checkpoint import load_checkpoint
 
-    ckpt = load_checkpoint(args.ckpt)
+    ckpt = load_checkpoint(args.ckpt, meta=args.meta)
     cfg = ckpt.config
     if args.layer is not None and not 0 <= args.layer < cfg.n_layers:
         raise ConfigError(f"--layer {args.layer} is out of range: the model has layers 0..{cfg.n_layers - 1}")

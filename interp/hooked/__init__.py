@@ -6,9 +6,13 @@ The public face of the export; each concern has its module:
                mixer declares, or refused by name); to_hooked_transformer
     rewire     hook points that do what TL's block cannot: a mixer's routing of the
                scores, a removed residual path, the n_ctx check
+    export     the class every export is: TL's HookedTransformer plus a word where a TL habit
+               misleads (logit_attrs without fold_ln, prepend_bos, W_Q @ W_K under a routing)
+               and nanoGPT's crop when generating past n_ctx
     caches     for residual != 'full': the export and its caches warn where TL's additive
                methods (decompose_resid, logit_attrs, ...) would answer wrongly
-    persist    save_hooked / load_hooked, exact round trip, tokenizer included
+    persist    save_hooked / load_hooked, exact round trip, tokenizer included, in a layout
+               no plain HookedTransformer loader takes in
 
 The tokenizers live in interp.tokenizers (which one a checkpoint gets: interp.vocab).
 The position embedding refuses positions past n_ctx (TL would index out of
@@ -22,6 +26,7 @@ from interp.hooked.caches import (
     NonAdditiveResidualWarning,
 )
 from interp.hooked.convert import hooked_config, model_from_checkpoint, tl_state_dict, to_hooked_transformer
+from interp.hooked.export import ExportCache, ExportedHookedTransformer, logit_attrs_gap
 from interp.hooked.persist import HOOKED_SCHEMA, load_hooked, save_hooked
 from interp.hooked.rewire import (
     ContextCheckedPosEmbed,
@@ -40,6 +45,8 @@ __all__ = [
     "SPECIAL",
     "_ADDITIVE_METHODS",
     "CharTokenizer",
+    "ExportCache",
+    "ExportedHookedTransformer",
     "ContextCheckedPosEmbed",
     "NoResidualHookPoint",
     "NonAdditiveCache",
@@ -52,6 +59,7 @@ __all__ = [
     "gpt2_tokenizer",
     "hooked_config",
     "load_hooked",
+    "logit_attrs_gap",
     "model_from_checkpoint",
     "save_hooked",
     "tl_state_dict",

@@ -16,6 +16,7 @@ from typing import Any
 from transformer_lens import ActivationCache, HookedTransformer, HookedTransformerConfig
 
 from interp.config import ModelConfig
+from interp.hooked.export import ExportCache, ExportedHookedTransformer
 
 
 class NonAdditiveResidualWarning(UserWarning):
@@ -42,7 +43,7 @@ def _non_additive_message(residual: str, method: str) -> str:
     )
 
 
-class NonAdditiveCache(ActivationCache):
+class NonAdditiveCache(ExportCache):
     """The ActivationCache of an export with a removed residual path: the additive methods warn at every call."""
 
     _depth = 0  # nested calls (get_full_resid_decomposition -> stack_head_results) warn once
@@ -53,7 +54,7 @@ class NonAdditiveCache(ActivationCache):
             _warn(_non_additive_message(residual, method), stacklevel=3)
         self._depth += 1
         try:
-            return getattr(super(), method)(*args, **kwargs)
+            return getattr(ActivationCache, method)(self, *args, **kwargs)  # TL's, without a second word
         finally:
             self._depth -= 1
 
@@ -69,28 +70,20 @@ class NonAdditiveCache(ActivationCache):
     def logit_attrs(self, *args: Any, **kwargs: Any) -> Any:
         return self._warn_then("logit_attrs", *args, **kwargs)
 
-    def apply_slice_to_batch_dim(self, batch_slice: Any) -> ActivationCache:
-        sliced = super().apply_slice_to_batch_dim(batch_slice)
-        return NonAdditiveCache(sliced.cache_dict, sliced.model, has_batch_dim=sliced.has_batch_dim)
 
-
-class NonAdditiveHookedTransformer(HookedTransformer):
+class NonAdditiveHookedTransformer(ExportedHookedTransformer):
     """An export with a removed residual path: run_with_cache returns a NonAdditiveCache."""
+
+    cache_class = NonAdditiveCache
 
     @property
     def residual_config(self) -> str:
         return getattr(self.cfg, "residual_gpt_config", {}).get("residual", "ablated")
 
-    def run_with_cache(self, *model_args: Any, **kwargs: Any) -> Any:
-        out, cache = super().run_with_cache(*model_args, **kwargs)
-        if isinstance(cache, ActivationCache):
-            cache = NonAdditiveCache(cache.cache_dict, self, has_batch_dim=cache.has_batch_dim)
-        return out, cache
-
 
 def new_hooked_transformer(tl_cfg: HookedTransformerConfig, cfg: ModelConfig) -> HookedTransformer:
-    """An empty HookedTransformer of the class cfg's wiring needs (NonAdditive... for residual != 'full')."""
-    cls = HookedTransformer if cfg.residual == "full" else NonAdditiveHookedTransformer
+    """An empty export of the class cfg's wiring needs (NonAdditive... for residual != 'full')."""
+    cls = ExportedHookedTransformer if cfg.residual == "full" else NonAdditiveHookedTransformer
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # TL 3.x nudges towards TransformerBridge
         return cls(tl_cfg)

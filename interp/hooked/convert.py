@@ -172,7 +172,8 @@ def to_hooked_transformer(
             "nowhere; leave fold_value_biases off for this model"
         )
     tokenizer, why_not = tokenizer_for(cfg.d_vocab, vocab, state)
-    n_special = len(tokenizer) - cfg.d_vocab if tokenizer is not None else 0
+    # special tokens past the model's rows get zero rows; a vocabulary padded past the tokenizer (nanoGPT's 50304) none
+    n_special = max(0, len(tokenizer) - cfg.d_vocab) if tokenizer is not None else 0
     weight = model.embed.weight
     tl_cfg = hooked_config(cfg, device=device or weight.device, dtype=weight.dtype, n_special=n_special)
     hooked = new_hooked_transformer(tl_cfg, cfg)

@@ -1,6 +1,16 @@
 """save_hooked / load_hooked: an export round-tripped exactly, wiring and tokenizer included.
 
 Plain data only (read back with torch.load(weights_only=True)), written atomically.
+
+The file is a dict of TL's parameter names, each tensor with one extra leading
+dimension of size 1, plus the record under "residual_gpt_hooked" (schema, ModelConfig,
+TL config, vocabulary). The shapes are what keeps a plain HookedTransformer from
+taking it in as another model: load_state_dict (strict or not) and
+load_and_process_state_dict raise "size mismatch" at the first tensor, whatever
+route the file takes (the whole dict, or its tensors picked out by hand), where
+matching shapes would let strict=False drop the rewiring silently (an ablated
+model read as a full one, logits off by several nats). load_hooked strips the
+dimension and rebuilds the export with its wiring.
 """
 
 from __future__ import annotations
@@ -22,7 +32,9 @@ from interp.io import atomic_write
 from interp.tokenizers import char_tokenizer, gpt2_tokenizer
 from interp.vocab import GPT2_VOCAB_SIZE, gpt2_files
 
-HOOKED_SCHEMA = "residual-gpt-hooked/1"
+HOOKED_SCHEMA = "residual-gpt-hooked/2"
+_LEGACY_SCHEMA = "residual-gpt-hooked/1"  # tensors under "state_dict" in TL's shapes; still read
+RECORD = "residual_gpt_hooked"  # the key of the record in the file; every other key is a tensor
 
 
 def _tl_config_dict(cfg: HookedTransformerConfig) -> dict[str, Any]:
@@ -51,11 +63,12 @@ def save_hooked(model: HookedTransformer, path: str | os.PathLike) -> None:
         raise ToolkitError("save_hooked takes a model made by interp.to_hooked_transformer (no residual_gpt_config)")
     tokenizer = model.tokenizer
     chars = getattr(tokenizer, "chars", None)
-    payload = {
+    payload: dict[str, Any] = {k: v.detach().cpu()[None] for k, v in model.state_dict().items()}
+    payload[RECORD] = {
         "schema": HOOKED_SCHEMA,
+        "layout": "every tensor has an extra leading dimension of 1; read this file with interp.load_hooked",
         "model_config": dict(record),
         "tl_config": _tl_config_dict(model.cfg),
-        "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
         "vocab": list(chars) if chars else None,
         "encoding": "gpt2" if tokenizer is not None and not chars and len(tokenizer) == GPT2_VOCAB_SIZE else None,
     }
@@ -73,10 +86,17 @@ def load_hooked(path: str | os.PathLike, device: str | torch.device | None = Non
         payload = torch.load(path, map_location=device or "cpu", weights_only=True)
     except (pickle.UnpicklingError, EOFError, RuntimeError, OSError, ValueError) as e:
         raise CheckpointError(f"{path} is not a readable save_hooked file: {str(e).splitlines()[0]}") from None
-    schema = payload.get("schema") if isinstance(payload, dict) else None
-    if schema != HOOKED_SCHEMA:
+    record = payload.get(RECORD) if isinstance(payload, dict) else None
+    if isinstance(record, dict) and record.get("schema") == HOOKED_SCHEMA:
+        state_dict = {k: v[0] for k, v in payload.items() if k != RECORD}
+    elif isinstance(payload, dict) and payload.get("schema") == _LEGACY_SCHEMA:
+        record, state_dict = payload, payload["state_dict"]
+    else:
+        schema = record.get("schema") if isinstance(record, dict) else payload.get("schema") \
+            if isinstance(payload, dict) else None
         hint = " (a ResidualGPT checkpoint: use to_hooked_transformer)" if schema == SCHEMA else ""
         raise CheckpointError(f"{path} has schema {schema!r}; load_hooked reads {HOOKED_SCHEMA!r}{hint}")
+    payload = record
     cfg = ModelConfig.from_dict(payload["model_config"])
     fields = dict(payload["tl_config"])
     fields["dtype"] = getattr(torch, fields["dtype"])
@@ -85,7 +105,7 @@ def load_hooked(path: str | os.PathLike, device: str | torch.device | None = Non
     hooked = new_hooked_transformer(HookedTransformerConfig(**fields), cfg)
     install(hooked, cfg)
     try:
-        hooked.load_state_dict(payload["state_dict"], strict=True)
+        hooked.load_state_dict(state_dict, strict=True)
     except RuntimeError as e:
         detail = " ".join(line.strip() for line in str(e).splitlines()[1:])
         raise CheckpointError(f"{path}: weights do not match the saved configuration: {detail}") from None

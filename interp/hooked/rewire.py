@@ -16,8 +16,10 @@ Being modules rather than hook functions, these survive model.reset_hooks()
 (even including_permanent=True), always run first, and see a user's patch of
 hook_attn_out, so interventions compose as they do on ResidualGPT. Every
 swapped hook point holds a buffer naming what it does (e.g.
-blocks.0.hook_resid_mid.residual_removed), so a plain HookedTransformer refuses
-the state dict ("Unexpected key(s)") instead of losing the wiring silently.
+blocks.0.hook_resid_mid.residual_removed), so a strict load_state_dict into a
+plain HookedTransformer refuses the state dict ("Unexpected key(s)"); strict=False
+and load_and_process_state_dict would drop them, which is why save_hooked's file
+keeps its tensors in shapes no plain HookedTransformer takes (interp.hooked.persist).
 """
 
 from __future__ import annotations

@@ -1,0 +1,201 @@
+"""The HookedTransformer class every export is: TL's, plus a word (or the right answer) where a TL habit misleads.
+
+    logit_attrs     TL's leaves out ln_final.w (no fold_ln) and b_U: the cache warns
+                    (LogitAttrsWarning) unless both are trivial, naming fold_ln=True
+                    and interp.decompose.direct_logit_attribution.
+    prepend_bos     the model was trained without BOS and the char tokenizer's
+                    <|endoftext|> row is zero, never trained: to_tokens (and so
+                    generate, forward and run_with_cache on text) warns (UntrainedTokenWarning).
+    generate        past n_ctx the prompt is cropped to its last n_ctx tokens at every
+                    step, as ResidualGPT.generate and nanoGPT do (TL would index past W_pos).
+    QK, W_Q, W_K    with a routing in hook_attn_scores (self_bias, uniform) they do not
+                    show it: HiddenRoutingWarning, naming interp.scores.attention_scores.
+
+TransformerLens has no dropout, so an export's cache is the same in train and eval mode.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+from transformer_lens import ActivationCache, HookedTransformer
+from transformer_lens.FactoredMatrix import FactoredMatrix
+
+from interp.config import ModelConfig
+from interp.errors import ConfigError, HiddenRoutingWarning, LogitAttrsWarning, UntrainedTokenWarning, warn
+from interp.registry import mixer_spec
+
+
+def _nonzero(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and bool(t.detach().ne(0).any())
+
+
+def logit_attrs_gap(model: Any) -> str | None:
+    """What TL's logit_attrs leaves out on this model (ln_final.w, ln_final.b, b_U), or None if nothing."""
+    ln = getattr(model, "ln_final", None)
+    w, b = getattr(ln, "w", None), getattr(ln, "b", None)
+    missing = []
+    if isinstance(w, torch.Tensor) and bool(w.detach().ne(1).any()):
+        missing.append("ln_final.w (export with fold_ln=True to move it into W_U)")
+    if _nonzero(b):
+        missing.append("ln_final.b")
+    if _nonzero(getattr(model, "b_U", None)):
+        missing.append("b_U (where fold_ln puts ln_final.b)")
+    return "; ".join(missing) or None
+
+
+class ExportCache(ActivationCache):
+    """An export's ActivationCache: logit_attrs warns where its attributions cannot sum to the logit."""
+
+    def logit_attrs(self, *args: Any, **kwargs: Any) -> Any:
+        gap = logit_attrs_gap(self.model)
+        if gap:
+            warn(
+                f"ActivationCache.logit_attrs leaves out {gap}, so its attributions do not sum to the logit "
+                "(difference); interp.decompose.direct_logit_attribution(cache, tokens) applies them and is exact",
+                LogitAttrsWarning,
+                stacklevel=2,
+            )
+        return super().logit_attrs(*args, **kwargs)
+
+    def apply_slice_to_batch_dim(self, batch_slice: Any) -> ActivationCache:
+        sliced = super().apply_slice_to_batch_dim(batch_slice)
+        return type(self)(sliced.cache_dict, sliced.model, has_batch_dim=sliced.has_batch_dim)
+
+
+_GENERATE = inspect.signature(HookedTransformer.generate)
+_TO_TOKENS = inspect.signature(HookedTransformer.to_tokens)
+
+
+class ExportedHookedTransformer(HookedTransformer):
+    """A ResidualGPT as a HookedTransformer (interp.to_hooked_transformer, load_hooked); see the module docstring."""
+
+    cache_class: type[ActivationCache] = ExportCache
+
+    @property
+    def model_config(self) -> ModelConfig:
+        """The ResidualGPT ModelConfig this export computes."""
+        return ModelConfig.from_dict(self.cfg.residual_gpt_config)
+
+    def run_with_cache(self, *model_args: Any, **kwargs: Any) -> Any:
+        out, cache = super().run_with_cache(*model_args, **kwargs)
+        if isinstance(cache, ActivationCache):
+            cache = self.cache_class(cache.cache_dict, self, has_batch_dim=cache.has_batch_dim)
+        return out, cache
+
+    # ------------------------------------------------------------------ BOS
+
+    def to_tokens(self, *args: Any, **kwargs: Any) -> Any:
+        self._warn_bos(_TO_TOKENS.bind(self, *args, **kwargs).arguments.get("prepend_bos"))
+        return super().to_tokens(*args, **kwargs)
+
+    def _warn_bos(self, prepend_bos: bool | None) -> None:
+        if (self.cfg.default_prepend_bos if prepend_bos is None else prepend_bos) and self.tokenizer is not None:
+            bos = self.tokenizer.bos_token_id
+            row = (f"its embedding row (id {bos}) was never trained (zero)" if bos is not None
+                   and bos >= self.cfg.d_vocab_out else f"id {bos} never started a training sequence")
+            warn(
+                f"prepend_bos=True puts {self.tokenizer.bos_token!r} before the prompt, but this model was trained "
+                f"without BOS and {row}: every later position's logits shift. Leave prepend_bos off (the default)",
+                UntrainedTokenWarning,
+                stacklevel=3,
+            )
+
+    # ------------------------------------------------------------------ generate past n_ctx
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
+        """TransformerLens's generate; past n_ctx, nanoGPT's crop to the last n_ctx tokens at every step.
+
+        Within n_ctx this is TL's generate unchanged. Past it each new token is
+        sampled (with the same options) from the last n_ctx tokens, as in
+        ResidualGPT.generate; freq_penalty then counts those tokens only.
+        """
+        bound = _GENERATE.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        a = dict(bound.arguments)
+        text, n_new = a["input"], a["max_new_tokens"]
+        if isinstance(text, torch.Tensor) and text.ndim == 3 or a.get("generation_kwargs"):
+            return super().generate(*args, **kwargs)  # embeddings, HF extras: TL's own n_ctx check applies
+        if isinstance(text, list) and len(text) == 1:
+            text = text[0]
+        if isinstance(text, list):
+            tokens = None
+        elif isinstance(text, str):
+            tokens = HookedTransformer.to_tokens(self, text, prepend_bos=a["prepend_bos"],
+                                                 padding_side=a["padding_side"])
+        else:
+            tokens = text
+        if tokens is None or tokens.shape[-1] + n_new <= self.cfg.n_ctx:
+            return super().generate(*args, **kwargs)  # (a batch of prompts: TL's, whose n_ctx check names n_ctx)
+        if isinstance(text, str):
+            self._warn_bos(a["prepend_bos"])
+        return self._generate_cropped(tokens, n_new, a, as_text=isinstance(text, str))
+
+    def _generate_cropped(self, tokens: torch.Tensor, n_new: int, a: dict[str, Any], as_text: bool) -> Any:
+        return_type = a["return_type"]
+        if return_type == "input":
+            return_type = "str" if as_text else "tokens"
+        if return_type not in ("str", "tokens"):
+            raise ConfigError(f"generate past n_ctx ({self.cfg.n_ctx}) returns tokens or text, not {return_type!r}")
+        options = {k: a[k] for k in ("stop_at_eos", "eos_token_id", "do_sample", "top_k", "top_p", "temperature",
+                                     "freq_penalty", "use_past_kv_cache")}
+        stops: list[int] = []
+        pad = 0
+        if a["stop_at_eos"]:
+            eos = a["eos_token_id"] if a["eos_token_id"] is not None else getattr(self.tokenizer, "eos_token_id", None)
+            if eos is None:
+                raise ConfigError("stop_at_eos needs an eos_token_id (the export has no tokenizer)")
+            stops = [eos] if isinstance(eos, int) else list(eos)
+            pad = stops[0]
+        out = tokens.to(self.cfg.device)
+        n_prompt = out.shape[1]
+        finished = torch.zeros(out.shape[0], dtype=torch.bool, device=out.device)
+        first = max(0, min(n_new, self.cfg.n_ctx - n_prompt))
+        if first:  # up to n_ctx: TL's generate (its kv cache) as it is
+            out = super().generate(out, first, return_type="tokens", verbose=False, **options)
+            if stops:
+                finished |= torch.isin(out[:, n_prompt:], torch.tensor(stops, device=out.device)).any(-1)
+        while out.shape[1] - n_prompt < n_new and not (stops and bool(finished.all())):
+            step = super().generate(out[:, -self.cfg.n_ctx:], 1, return_type="tokens", verbose=False, **options)
+            step = step[:, -1:].clone()
+            if stops:
+                step[finished] = pad
+                finished |= torch.isin(step[:, 0], torch.tensor(stops, device=out.device))
+            out = torch.cat([out, step], dim=1)
+        if return_type == "str":
+            texts = [self.tokenizer.decode(row, skip_special_tokens=True) for row in out]
+            return texts[0] if len(texts) == 1 else texts
+        return out
+
+    # ------------------------------------------------------------------ the routing W_Q / W_K do not show
+
+    def _warn_hidden_routing(self, what: str) -> None:
+        cfg = self.model_config
+        # A routing that replaces the scores where W_Q is zero (uniform) is what W_Q @ W_K = 0 shows.
+        shown = not any(_nonzero(block.attn.W_Q) for block in self.blocks)
+        if mixer_spec(cfg.mixer).tl_routes_scores(cfg) and not shown:
+            warn(
+                f"{what}: this export's hook_attn_scores also applies mixer={cfg.mixer!r}, self_bias={cfg.self_bias:g} "
+                "(interp.mixers), which W_Q @ W_K does not show; scores rebuilt from hook_q / hook_k miss it too. "
+                "interp.scores.attention_scores(model, q, k) rebuilds the scores the model uses, routing included",
+                HiddenRoutingWarning,
+                stacklevel=3,
+            )
+
+    @property
+    def W_Q(self) -> torch.Tensor:
+        self._warn_hidden_routing("W_Q")
+        return HookedTransformer.W_Q.fget(self)
+
+    @property
+    def W_K(self) -> torch.Tensor:
+        self._warn_hidden_routing("W_K")
+        return HookedTransformer.W_K.fget(self)
+
+    @property
+    def QK(self) -> FactoredMatrix:
+        self._warn_hidden_routing("QK")
+        w_k = HookedTransformer.W_K.fget(self)
+        return FactoredMatrix(HookedTransformer.W_Q.fget(self), w_k.transpose(-2, -1))

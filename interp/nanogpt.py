@@ -1,0 +1,128 @@
+"""nanoGPT checkpoints in and out.
+
+In: a checkpoint that nanoGPT's train.py wrote ({"model", "model_args", "iter_num",
+"best_val_loss", "config", "optimizer"}; weight names possibly prefixed
+"_orig_mod." by torch.compile) is read by interp.load_checkpoint, so
+ResidualGPT.from_checkpoint, to_hooked_transformer, `python -m interp.sample` and
+`python -m interp.plot_attention` take it as they take their own. nanoGPT's block is
+ResidualGPT's with residual='full' and mixer='attention' (Pre-LN, LayerNorm eps
+1e-5, exact GELU, 4x MLP, tied embeddings): twelve names per layer change, no weight.
+Its vocabulary is not in the checkpoint: a character model's meta.pkl (itos) is
+found next to the checkpoint, in ../data/<dataset>/ or ./data/<dataset>/ (where
+nanoGPT's sample.py looks), or given; a 50257/50304-token model reads as GPT-2 BPE.
+
+Out: to_nanogpt(model) is the {"model_args", "model", ...} dict that nanoGPT's
+sample.py loads (GPT(GPTConfig(**model_args)), load_state_dict strict); only what
+nanoGPT's GPT can express: residual='full', mixer='attention', self_bias 0, tied
+embeddings, d_mlp 4 * d_model (runtime_gain is folded into the c_proj weights).
+Anything else is refused by name: nanoGPT would load it silently as another model.
+
+    python -m interp.nanogpt --ckpt runs/.../ckpt.pt --out out-nanogpt/ckpt.pt [--meta-out data/x/meta.pkl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from interp.cli import Parser, one_line_errors
+from interp.config import ModelConfig
+from interp.errors import ConfigError
+from interp.nanogpt_format import (  # noqa: F401  (the format's names, re-exported)
+    GPT2_SIZES,
+    MODEL_ARGS,
+    config_of,
+    from_nanogpt,
+    is_nanogpt,
+    name_map,
+    read_meta,
+    write_meta,
+)
+
+
+def refusal(cfg: ModelConfig) -> str | None:
+    """Why nanoGPT's GPT cannot express this ResidualGPT, or None."""
+    if cfg.residual != "full":
+        return f"residual={cfg.residual!r}: nanoGPT's Block always adds both residual paths"
+    if cfg.mixer != "attention":
+        return f"mixer={cfg.mixer!r}: nanoGPT's Block has causal softmax attention only"
+    if cfg.self_bias != 0.0:
+        return f"self_bias={cfg.self_bias:g}: nanoGPT's attention adds no bias to the self score"
+    if not cfg.tie_embeddings:
+        return "tie_embeddings=False: nanoGPT ties lm_head to wte (loading would overwrite one with the other)"
+    if cfg.d_mlp != 4 * cfg.d_model:
+        return f"d_mlp={cfg.d_mlp}: nanoGPT's MLP is 4 * n_embd = {4 * cfg.d_model} wide"
+    return None
+
+
+def to_nanogpt(source: Any, **extra: Any) -> dict[str, Any]:
+    """The checkpoint dict nanoGPT's sample.py loads: {"model_args", "model", "iter_num", "best_val_loss", "config"}.
+
+    source: a ResidualGPT, a Checkpoint or a checkpoint path. extra keys are added
+    (e.g. config={"dataset": "shakespeare_char"}, which sample.py reads to find meta.pkl).
+    """
+    from interp.model import ResidualGPT
+
+    model = source if isinstance(source, ResidualGPT) else ResidualGPT.from_checkpoint(source)
+    cfg = model.cfg
+    why = refusal(cfg)
+    if why:
+        raise ConfigError(f"nanoGPT cannot express this model ({why}); only residual='full' attention models export")
+    gain = cfg.runtime_gain  # every sublayer output is scaled: fold it into the weights that write it
+    names = name_map(cfg.n_layers)
+    weights = {}
+    for ours, tensor in model.state_dict().items():
+        tensor = tensor.detach().cpu().clone()
+        if ours.endswith(("attn.out_proj.weight", "attn.out_proj.bias", "mlp.out_proj.weight", "mlp.out_proj.bias")):
+            tensor = tensor * gain
+        weights[names[ours]] = tensor
+    weights["lm_head.weight"] = weights["transformer.wte.weight"]  # tied, as GPT's state_dict holds it
+    model_args = dict(n_layer=cfg.n_layers, n_head=cfg.n_heads, n_embd=cfg.d_model, block_size=cfg.n_ctx,
+                      bias=cfg.bias, vocab_size=cfg.d_vocab, dropout=cfg.dropout)
+    return {"model_args": model_args, "model": weights, "iter_num": 0, "best_val_loss": None, "config": {}, **extra}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = Parser(prog="python -m interp.nanogpt",
+               description="Write a ResidualGPT checkpoint as a nanoGPT checkpoint that nanoGPT's sample.py loads.")
+    p.add_argument("--ckpt", required=True, type=Path, help="a ResidualGPT checkpoint (interp.save_checkpoint)")
+    p.add_argument("--out", required=True, type=Path, help="nanoGPT checkpoint to write (e.g. out-x/ckpt.pt)")
+    p.add_argument("--dataset", default=None, help="config['dataset'], where sample.py looks for meta.pkl")
+    p.add_argument("--meta-out", type=Path, default=None,
+                   help="also write the character vocabulary as nanoGPT's meta.pkl here (data/<dataset>/meta.pkl)")
+    return p
+
+
+def run(args: argparse.Namespace) -> Path:
+    from interp.checkpoint import load_checkpoint
+    from interp.io import atomic_write
+
+    ckpt = load_checkpoint(args.ckpt)
+    why = refusal(ckpt.config)
+    if why:
+        raise ConfigError(f"{args.ckpt}: nanoGPT cannot express this model ({why})")
+    if args.meta_out is not None and ckpt.state.get("vocab") is None:
+        raise ConfigError(f"{args.ckpt} has no character vocabulary to write as --meta-out")
+    import torch
+
+    step = ckpt.state.get("step", 0)
+    extra = {"iter_num": step if isinstance(step, int) else 0,
+             "config": {"dataset": args.dataset} if args.dataset else {}}
+    payload = to_nanogpt(ckpt, **extra)
+    atomic_write(args.out, lambda tmp: torch.save(payload, tmp))
+    if args.meta_out is not None:
+        write_meta(args.meta_out, ckpt.state["vocab"])
+    return args.out
+
+
+def main(argv: list[str] | None = None) -> int:
+    code, out = one_line_errors(lambda: run(parser().parse_args(argv)))
+    if code == 0:
+        print(f"wrote {out}")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
