@@ -43,19 +43,18 @@ import torch
 from einops import rearrange
 from jaxtyping import Float
 from torch import Tensor
-from transformer_lens import ActivationCache, HookedTransformer, HookedTransformerConfig
-from transformer_lens.components import PosEmbed
+from transformer_lens import ActivationCache
 from transformer_lens.hook_points import HookPoint
-from transformers import PreTrainedTokenizerFast  # imported by transformer_lens already
 
 from interp.checkpoint import SCHEMA, Checkpoint, load_checkpoint
 from interp.config import ModelConfig
-from interp.errors import CheckpointError, ConfigError, DataError, ToolkitError
+from interp.errors import CheckpointError, ConfigError, ToolkitError
 from interp.io import atomic_write
 from interp.model import ResidualGPT
+from interp.tl_major import HookedTransformer, HookedTransformerConfig, PosEmbed  # 3.x only: ToolkitError on 4.x
+from interp.tokenizer import GPT2_VOCAB, SPECIAL, CharTokenizer, char_tokenizer, gpt2_files, gpt2_tokenizer  # noqa: F401
+from interp.tokenizer import tokenizer_for as _tokenizer_for
 
-GPT2_VOCAB = 50257
-SPECIAL = "<|endoftext|>"  # the char tokenizer's only special token, id len(vocab)
 HOOKED_SCHEMA = "residual-gpt-hooked/1"
 
 
@@ -313,105 +312,6 @@ def _resolve(source: Any, device: str | torch.device | None) -> tuple[ResidualGP
             f"to_hooked_transformer takes a ResidualGPT, a Checkpoint or a checkpoint path, not {type(source).__name__}"
         )
     return model_from_checkpoint(source, device), dict(source.state)
-
-
-# --------------------------------------------------------------------------- tokenizers
-
-
-class CharTokenizer(PreTrainedTokenizerFast):
-    """One token per character (see char_tokenizer); unknown characters and silent truncation are errors."""
-
-    chars: list[str] = []  # set per instance by char_tokenizer
-
-    def _check(self, text: Any, kwargs: dict[str, Any]) -> None:
-        texts = [text] if isinstance(text, str) else text if isinstance(text, (list, tuple)) else []
-        texts = [t.replace(SPECIAL, "") if isinstance(t, str) else "" for t in texts]
-        unknown = sorted({c for t in texts for c in t} - set(self.chars))
-        if unknown:
-            raise DataError(f"character(s) {unknown} not in the model's {len(self.chars)}-character vocabulary")
-        limit = kwargs.get("max_length")
-        if kwargs.get("truncation") and limit is not None:
-            longest = max((len(t) for t in texts), default=0)  # SPECIAL removed: it is one token
-            if longest > limit:
-                raise ConfigError(
-                    f"prompt of {longest} characters exceeds the context of {limit} tokens (TransformerLens "
-                    "would cut it silently); shorten it"
-                )
-
-    def __call__(self, text=None, *args, **kwargs):
-        self._check(text if text is not None else kwargs.get("text"), kwargs)
-        return super().__call__(text, *args, **kwargs)
-
-    def encode(self, text, *args, **kwargs):
-        self._check(text, kwargs)
-        return super().encode(text, *args, **kwargs)
-
-
-def char_tokenizer(vocab: list[str]):
-    """A Hugging Face fast tokenizer with one token per character of `vocab` (id = index).
-
-    No normalizer. One special token, <|endoftext|>, takes id len(vocab): it is
-    EOS and PAD (and BOS, which TL sets to EOS), so no character of the corpus,
-    newline included, is ever stripped, masked or stopped at. The model never
-    predicts it, so generate runs max_new_tokens; the model never saw a BOS,
-    so prepend_bos stays off by default. An unknown character raises
-    DataError; a prompt that TL would truncate raises ConfigError.
-    """
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
-
-    if len(set(vocab)) != len(vocab) or not all(isinstance(c, str) and len(c) == 1 for c in vocab):
-        raise ConfigError("vocab must be a list of distinct single characters (index = token id)")
-    tok = Tokenizer(models.WordLevel(vocab={c: i for i, c in enumerate(vocab)}, unk_token=None))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # every char, \n included
-    tok.decoder = decoders.Fuse()  # concatenate, no spaces between characters
-    tok.add_special_tokens([AddedToken(SPECIAL, special=True)])  # id len(vocab)
-    # No bos_token here: TL sets BOS to EOS itself (given one, it would try to re-download the tokenizer).
-    out = CharTokenizer(tokenizer_object=tok, eos_token=SPECIAL, pad_token=SPECIAL)
-    out.chars = list(vocab)
-    return out
-
-
-def gpt2_files(data_dir: str | os.PathLike | None = None) -> tuple[Path, Path] | None:
-    """(encoder.json, vocab.bpe) under data_dir or $RESIDUAL_DATA_DIR /gpt2, if both exist."""
-    root = data_dir or os.environ.get("RESIDUAL_DATA_DIR")
-    if not root:
-        return None
-    encoder, merges = Path(root) / "gpt2" / "encoder.json", Path(root) / "gpt2" / "vocab.bpe"
-    return (encoder, merges) if encoder.is_file() and merges.is_file() else None
-
-
-def gpt2_tokenizer(data_dir: str | os.PathLike | None = None):
-    """GPT-2's byte-level BPE from local files (the ones tiktoken's "gpt2" uses), as a fast tokenizer."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
-
-    files = gpt2_files(data_dir)
-    if files is None:
-        raise ConfigError(
-            "GPT-2 BPE files not found: set RESIDUAL_DATA_DIR to a folder holding gpt2/encoder.json and gpt2/vocab.bpe"
-        )
-    tok = Tokenizer(models.BPE.from_file(str(files[0]), str(files[1])))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens([AddedToken("<|endoftext|>", special=True)])
-    # No bos_token: TL then uses <|endoftext|> for BOS and PAD without trying to download anything.
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>")
-
-
-def _tokenizer_for(cfg: ModelConfig, vocab: list[str] | None, state: dict[str, Any]):
-    """The tokenizer to attach, or None and the reason."""
-    vocab = vocab if vocab is not None else state.get("vocab")
-    if vocab is not None:
-        vocab = list(vocab)
-        if len(vocab) != cfg.d_vocab:
-            raise ConfigError(f"vocab has {len(vocab)} entries but the model's d_vocab is {cfg.d_vocab}")
-        return char_tokenizer(vocab), None
-    if state.get("encoding") == "gpt2" or (cfg.d_vocab == GPT2_VOCAB and "encoding" not in state):
-        if gpt2_files() is None:
-            return None, "GPT-2 BPE files not found (set RESIDUAL_DATA_DIR to a folder holding gpt2/vocab.bpe)"
-        return gpt2_tokenizer(), None
-    if "encoding" in state:
-        return None, f"unknown encoding {state['encoding']!r} in the checkpoint"
-    return None, "no vocab given and none in the checkpoint (pass vocab=[...characters...])"
 
 
 # --------------------------------------------------------------------------- entry point

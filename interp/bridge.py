@@ -1,0 +1,464 @@
+"""A ResidualGPT as a TransformerLens 4 TransformerBridge that runs ResidualGPT's own forward.
+
+TransformerLens 4 removed HookedTransformer; its TransformerBridge wraps an
+existing nn.Module through an architecture adapter instead of re-implementing
+it. So, unlike the 3.x export (interp.hooked), nothing is converted: the bridge
+wraps a copy of the ResidualGPT itself, and every forward is ResidualGPT's -
+removed residual paths, routing controls (self_bias, uniform) and the
+position-blind mixer included - bit for bit.
+
+Hook names, two families on one model:
+
+    TL 4 canonical   blocks.{l}.hook_in / hook_out, blocks.{l}.attn.hook_in / hook_out,
+                     blocks.{l}.ln1.hook_in / hook_out, blocks.{l}.mlp.hook_in / hook_out,
+                     embed.hook_out, unembed.hook_out, ... (TL 4's generalized components)
+    TL 3 names       hook_embed, hook_pos_embed, blocks.{l}.hook_resid_pre|mid|post,
+                     blocks.{l}.hook_attn_out|mlp_out, blocks.{l}.ln1.hook_scale|normalized,
+                     blocks.{l}.attn.hook_q|k|v|attn_scores|pattern|z|result, blocks.{l}.mlp.hook_pre|post,
+                     ln_final.hook_scale|normalized
+
+The TL 3 names are ResidualGPT's own HookPoints (the ones its forward reads
+back), registered on the bridge's components, so a value cached or patched
+there is the one the model computes with: patching hook_resid_mid changes both
+the MLP input and the residual it feeds, as on a HookedTransformer (TL 4's own
+BlockBridge would alias it to ln2's input only). hook_result is the only one
+computed for the bridge: per-head outputs when set_use_attn_result(True), as on
+3.x. A mixer without heads (position_blind) has no attention hooks; asking for
+one is a ToolkitError.
+
+With a residual path removed, ActivationCache's additive methods refuse (they
+assume the stream is the sum of every sublayer output); interp.decompose reads
+bridge caches and is exact.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from einops import einsum, rearrange
+from torch import Tensor, nn
+from transformer_lens import ActivationCache
+from transformer_lens.config import TransformerBridgeConfig
+from transformer_lens.factories.architecture_adapter_factory import ArchitectureAdapterFactory
+from transformer_lens.hook_points import HookPoint
+from transformer_lens.model_bridge import ArchitectureAdapter, TransformerBridge
+from transformer_lens.model_bridge.generalized_components import (
+    BlockBridge,
+    EmbeddingBridge,
+    PosEmbedBridge,
+    UnembeddingBridge,
+)
+from transformer_lens.model_bridge.generalized_components.base import GeneralizedComponent
+from transformer_lens.model_bridge.sources import build_bridge_from_module
+
+from interp.checkpoint import SCHEMA, Checkpoint, load_checkpoint
+from interp.config import ModelConfig
+from interp.errors import CheckpointError, ConfigError, ToolkitError
+from interp.io import atomic_write
+from interp.model import ResidualGPT
+from interp.tokenizer import GPT2_VOCAB, tokenizer_for
+
+ARCHITECTURE = "ResidualGPT"
+BRIDGE_SCHEMA = "residual-gpt-bridge/1"
+
+# ResidualGPT's hook points, by the component that carries them on the bridge.
+_BLOCK_HOOKS = ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out", "hook_resid_post")
+_LN_HOOKS = ("hook_scale", "hook_normalized")
+_MLP_HOOKS = ("hook_pre", "hook_post")
+_ATTENTION_HOOKS = ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern", "hook_z")
+# What a mixer without heads lacks (hook_result included): asking for these is a clear error.
+_HEAD_HOOKS = (*_ATTENTION_HOOKS, "hook_result")
+
+
+def _adopt(component: GeneralizedComponent, module: nn.Module, names: tuple[str, ...]) -> None:
+    """Register module's own HookPoints (those it has) on the bridge component under the same names."""
+    for name in names:
+        hook = getattr(module, name, None)
+        if isinstance(hook, HookPoint):
+            setattr(component, name, hook)
+
+
+class _EmbedBridge(EmbeddingBridge):
+    """The token embedding; a tokenizer special (id >= d_vocab: <|endoftext|> as PAD / BOS) embeds as zeros.
+
+    As on the 3.x export, whose embedding has a zero row for it. ResidualGPT itself has no such row.
+    """
+
+    def forward(self, input_ids: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        weight = self.original_component.weight
+        special = input_ids >= weight.shape[0]
+        if not special.any():
+            return super().forward(input_ids, *args, **kwargs)
+        input_ids = self.hook_in(input_ids)
+        out = F.embedding(input_ids.masked_fill(special, 0), weight).masked_fill(special[..., None], 0.0)
+        return self.hook_out(out)
+
+
+class _Component(GeneralizedComponent):
+    """A bridged ResidualGPT module: TL 4's hook_in / hook_out around it, and its own hook points by name."""
+
+    adopted: tuple[str, ...] = ()
+
+    def set_original_component(self, original_component: nn.Module) -> None:
+        super().set_original_component(original_component)
+        _adopt(self, original_component, self.adopted)
+
+
+class _LayerNormBridge(_Component):
+    adopted = _LN_HOOKS
+
+
+class _MLPBridge(_Component):
+    adopted = _MLP_HOOKS
+
+
+class _HeadResults(nn.Module):
+    """The mixer's out_proj, which can fire hook_result: per-head outputs [batch, pos, head, d_model].
+
+    Off (the default), it is the plain Linear, bit for bit. On, it computes
+    each head's z_h @ W_O_h, lets hook_result see (and edit) them scaled by
+    runtime_gain - what each head adds to hook_attn_out, as on the 3.x export
+    where the gain is folded into W_O - and sums them.
+    """
+
+    def __init__(self, linear: nn.Linear, cfg: ModelConfig):
+        super().__init__()
+        self.linear = linear
+        self.n_heads, self.gain = cfg.n_heads, cfg.runtime_gain
+        self.hook_result = HookPoint()
+        self.enabled = False
+
+    @property
+    def weight(self) -> Tensor:
+        return self.linear.weight
+
+    @property
+    def bias(self) -> Tensor | None:
+        return self.linear.bias
+
+    def forward(self, z: Tensor) -> Tensor:
+        if not self.enabled:
+            return self.linear(z)
+        z = rearrange(z, "b p (h dh) -> b p h dh", h=self.n_heads)
+        w_o = rearrange(self.linear.weight, "d (h dh) -> h dh d", h=self.n_heads)
+        result = self.hook_result(einsum(z, w_o, "b p h dh, h dh d -> b p h d") * self.gain)
+        out = result.sum(-2) / self.gain if self.gain != 1.0 else result.sum(-2)
+        return out + self.linear.bias if self.linear.bias is not None else out
+
+
+class _MixerBridge(_Component):
+    """The attention slot: hook_q ... hook_z and hook_result where the mixer has heads."""
+
+    adopted = (*_ATTENTION_HOOKS, *_MLP_HOOKS)  # position_blind has hook_pre / hook_post
+
+    def set_original_component(self, original_component: nn.Module) -> None:
+        super().set_original_component(original_component)
+        if isinstance(getattr(original_component, "hook_pattern", None), HookPoint):
+            results = _HeadResults(original_component.out_proj, original_component.cfg)
+            original_component.out_proj = results
+            self.hook_result = results.hook_result
+
+
+class _ResidualBlockBridge(BlockBridge):
+    """A Block: TL 4's hook_in / hook_out, and ResidualGPT's residual hook points by their TL names.
+
+    No aliases: hook_resid_mid etc. are the block's own hook points (see the module docstring).
+    """
+
+    hook_aliases: dict[str, str] = {}
+
+    def set_original_component(self, original_component: nn.Module) -> None:
+        super().set_original_component(original_component)
+        _adopt(self, original_component, _BLOCK_HOOKS)
+
+    @staticmethod
+    def _is_standalone_hidden_state_call(args: tuple, kwargs: dict) -> bool:
+        return False  # ResidualGPT calls block(resid) and wants the tensor back, never a tuple
+
+
+class ResidualGPTAdapter(ArchitectureAdapter):
+    """How a _Host's module tree maps onto TL 4's components (the ResidualGPT lives at .gpt)."""
+
+    def __init__(self, cfg: Any) -> None:
+        super().__init__(cfg)
+        self.supports_fold_ln = False  # weights are ResidualGPT's own; no processing (see to_transformer_bridge)
+        self.supports_center_writing_weights = False
+        self.weight_processing_conversions = {}
+        block = _ResidualBlockBridge(
+            name="gpt.blocks",
+            config=self.cfg,
+            submodules={
+                "ln1": _LayerNormBridge(name="ln1"),
+                "attn": _MixerBridge(name="attn"),
+                "ln2": _LayerNormBridge(name="ln2"),
+                "mlp": _MLPBridge(name="mlp"),
+            },
+        )
+        self.component_mapping = {
+            "embed": _EmbedBridge(name="gpt.embed"),
+            "pos_embed": PosEmbedBridge(name="gpt.pos_embed"),
+            "blocks": block,
+            "ln_final": _LayerNormBridge(name="gpt.ln_final"),
+            "unembed": UnembeddingBridge(name="gpt.unembed"),
+        }
+
+
+ArchitectureAdapterFactory.register_adapter(ARCHITECTURE, ResidualGPTAdapter)
+
+
+class _Host(nn.Module):
+    """Holds the ResidualGPT at .gpt: its own names (embed, blocks, ...) would collide with the bridge's slots."""
+
+    def __init__(self, gpt: ResidualGPT):
+        super().__init__()
+        self.gpt = gpt
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, **kwargs: Any) -> Tensor:
+        n, n_ctx = input_ids.shape[-1], self.gpt.cfg.n_ctx
+        if n > n_ctx:
+            raise ConfigError(
+                f"sequence length {n} exceeds n_ctx {n_ctx}; with generate, ask for at most n_ctx minus the prompt "
+                "length new tokens (ResidualGPT.generate crops to the last n_ctx tokens instead)"
+            )
+        if attention_mask is not None and bool((attention_mask.diff(dim=-1) > 0).any()):
+            raise ConfigError(
+                "a padded batch must be padded on the right (ResidualGPT has no position offsets): "
+                "pass padding_side='right', or prompts of equal length"
+            )
+        return self.gpt(input_ids)
+
+
+# --------------------------------------------------------------------------- the bridge and its cache
+
+
+def _no_heads_error(name: str) -> ToolkitError:
+    return ToolkitError(
+        f"{name!r}: this model's token mixer is mixer='position_blind', a per-position MLP with no heads and no "
+        "attention pattern, so it has no hook_q / hook_k / hook_v / hook_attn_scores / hook_pattern / hook_z / "
+        "hook_result; its hooks are blocks.{l}.attn.hook_pre / hook_post (and hook_in / hook_out)"
+    )
+
+
+def _is_head_hook(name: str) -> bool:
+    return ".attn." in name and name.rsplit(".", 1)[-1] in _HEAD_HOOKS
+
+
+class BridgeActivationCache(ActivationCache):
+    """The ActivationCache of a ResidualBridge.
+
+    With a residual path removed the stream is not the sum of the embeddings and
+    every sublayer output, so decompose_resid, get_full_resid_decomposition,
+    stack_head_results and logit_attrs refuse at every call (use interp.decompose,
+    which follows the wiring and reads this cache). A head hook of a
+    position-blind model is a ToolkitError rather than a KeyError.
+    """
+
+    def _refuse_if_not_additive(self, method: str) -> None:
+        residual = self.model.residual_gpt.cfg.residual
+        if residual != "full":
+            raise ToolkitError(
+                f"ActivationCache.{method} assumes the residual stream is the sum of the embeddings and every "
+                f"sublayer output, which is false for residual={residual!r}; use interp.decompose (decompose, "
+                "direct_logit_attribution, logit_lens), which follows this model's wiring and reads this cache"
+            )
+
+    def __getitem__(self, key: Any) -> Tensor:
+        if isinstance(key, str) and key not in self.cache_dict and _is_head_hook(key) and not self.model.has_heads:
+            raise _no_heads_error(key)
+        if isinstance(key, tuple) and key and key[0] in ("q", "k", "v", "z", "pattern", "attn", "attn_scores",
+                                                          "result") and not self.model.has_heads:
+            raise _no_heads_error(f"{key[0]} (blocks.{{l}}.attn.hook_{key[0]})")
+        return super().__getitem__(key)
+
+    def decompose_resid(self, *args: Any, **kwargs: Any) -> Any:
+        self._refuse_if_not_additive("decompose_resid")
+        return super().decompose_resid(*args, **kwargs)
+
+    def get_full_resid_decomposition(self, *args: Any, **kwargs: Any) -> Any:
+        self._refuse_if_not_additive("get_full_resid_decomposition")
+        return super().get_full_resid_decomposition(*args, **kwargs)
+
+    def stack_head_results(self, *args: Any, **kwargs: Any) -> Any:
+        self._refuse_if_not_additive("stack_head_results")
+        return super().stack_head_results(*args, **kwargs)
+
+    def logit_attrs(self, *args: Any, **kwargs: Any) -> Any:
+        self._refuse_if_not_additive("logit_attrs")
+        return super().logit_attrs(*args, **kwargs)
+
+    def apply_slice_to_batch_dim(self, batch_slice: Any) -> ActivationCache:
+        sliced = super().apply_slice_to_batch_dim(batch_slice)
+        return BridgeActivationCache(sliced.cache_dict, self.model, has_batch_dim=sliced.has_batch_dim)
+
+
+class ResidualBridge(TransformerBridge):
+    """The TransformerBridge of a ResidualGPT (what to_transformer_bridge returns).
+
+    residual_gpt is the bridged model (its modules now wrapped by TL 4's
+    components); hook_embed and hook_pos_embed are its own hook points, as
+    every TL 3 name is (see the module docstring).
+    """
+
+    hook_aliases = {"hook_unembed": "unembed.hook_out"}
+
+    @property
+    def residual_gpt(self) -> ResidualGPT:
+        return self.original_model.gpt
+
+    @property
+    def has_heads(self) -> bool:
+        return self.residual_gpt.cfg.mixer != "position_blind"
+
+    def _resolve_hook_point(self, name: str, aliases: dict, hook_dict: dict) -> tuple[str, HookPoint]:
+        if _is_head_hook(name) and not self.has_heads:
+            raise _no_heads_error(name)
+        return super()._resolve_hook_point(name, aliases, hook_dict)
+
+    def set_use_attn_result(self, use_attn_result: bool) -> None:
+        """Fire blocks.{l}.attn.hook_result ([batch, pos, head, d_model], each head's share of hook_attn_out)."""
+        if not self.has_heads:
+            raise _no_heads_error("blocks.{l}.attn.hook_result")
+        self.cfg.use_attn_result = bool(use_attn_result)
+        for block in self.residual_gpt.blocks:
+            block.attn.original_component.out_proj.enabled = bool(use_attn_result)
+
+    def run_with_cache(self, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        out, cache = super().run_with_cache(*args, **kwargs)
+        if isinstance(cache, ActivationCache):
+            cache = BridgeActivationCache(cache.cache_dict, self, has_batch_dim=cache.has_batch_dim)
+        return out, cache
+
+
+def bridge_config(cfg: ModelConfig, n_special: int = 0) -> TransformerBridgeConfig:
+    """The TransformerBridgeConfig of a ModelConfig; n_special tokenizer specials get ids after the model's."""
+    return TransformerBridgeConfig(
+        d_model=cfg.d_model,
+        d_head=cfg.d_head,
+        n_heads=cfg.n_heads,
+        n_layers=cfg.n_layers,
+        n_ctx=cfg.n_ctx,
+        d_mlp=cfg.d_mlp,
+        d_vocab=cfg.d_vocab + n_special,
+        d_vocab_out=cfg.d_vocab,
+        act_fn="gelu",  # exact erf GELU, as F.gelu in ResidualGPT
+        normalization_type="LN",
+        eps=1e-5,
+        positional_embedding_type="standard",
+        default_prepend_bos=False,  # trained without BOS
+        architecture=ARCHITECTURE,
+        model_name=f"residual-gpt(residual={cfg.residual}, mixer={cfg.mixer}, self_bias={cfg.self_bias:g})",
+    )
+
+
+def _resolve(source: Any, device: str | torch.device | None) -> tuple[ResidualGPT, dict[str, Any]]:
+    """A private ResidualGPT (the bridge rewraps its modules in place) and the checkpoint's extra state."""
+    if isinstance(getattr(source, "module", None), ResidualGPT):  # DDP
+        source = source.module
+    if isinstance(source, ResidualBridge):
+        raise ToolkitError("to_transformer_bridge takes a ResidualGPT or a checkpoint, not a bridge (it is one)")
+    if isinstance(source, ResidualGPT):
+        model = ResidualGPT(source.cfg)  # a copy: bridging replaces the model's submodules
+        model.load_state_dict(source.state_dict())
+        model = model.to(device or source.embed.weight.device, source.embed.weight.dtype)
+        return model.eval(), {}
+    if isinstance(source, (str, os.PathLike)):
+        source = load_checkpoint(source, map_location=device or "cpu")
+    if not isinstance(source, Checkpoint):
+        raise ToolkitError(
+            f"to_transformer_bridge takes a ResidualGPT, a Checkpoint or a checkpoint path, not {type(source).__name__}"
+        )
+    model = ResidualGPT.from_checkpoint(source)
+    return (model.to(device) if device is not None else model).eval(), dict(source.state)
+
+
+def _bridge(model: ResidualGPT, tokenizer: Any) -> ResidualBridge:
+    n_special = len(tokenizer) - model.cfg.d_vocab if tokenizer is not None else 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # TL's notices about adapters it does not know, processing, ...
+        bridge = build_bridge_from_module(
+            _Host(model), ARCHITECTURE, tl_config=bridge_config(model.cfg, n_special), tokenizer=tokenizer
+        )
+    bridge.__class__ = ResidualBridge
+    bridge.hook_embed = model.hook_embed  # ResidualGPT's [batch, pos, d_model] values, not TL's aliases
+    bridge.hook_pos_embed = model.hook_pos_embed
+    if tokenizer is not None:
+        bridge.tokenizer.padding_side = "right"
+    return bridge.eval()
+
+
+def to_transformer_bridge(
+    source: ResidualGPT | Checkpoint | str | os.PathLike,
+    *,
+    vocab: list[str] | None = None,
+    device: str | torch.device | None = None,
+) -> ResidualBridge:
+    """A ResidualGPT, Checkpoint or checkpoint path as a TransformerLens 4 TransformerBridge.
+
+    The bridge runs a copy of the ResidualGPT (the one given is left as it
+    was), so logits and every TL 3 hook name's value are ResidualGPT's exactly.
+    No weight processing: enable_compatibility_mode's folding does not apply
+    (interp.decompose is exact without it). vocab (a list of characters) or the
+    checkpoint's state["vocab"] / state["encoding"] == "gpt2" gives the
+    tokenizer, as for to_hooked_transformer.
+    """
+    model, state = _resolve(source, device)
+    tokenizer, why_not = tokenizer_for(model.cfg, vocab, state)
+    if tokenizer is None:
+        warnings.warn(f"no tokenizer attached: {why_not}; the model takes token tensors only", stacklevel=2)
+    return _bridge(model, tokenizer)
+
+
+# --------------------------------------------------------------------------- saving
+
+
+def save_bridge(bridge: ResidualBridge, path: str | os.PathLike) -> None:
+    """Save a bridge from to_transformer_bridge for load_bridge: its ResidualGPT, wiring and tokenizer.
+
+    The weights are ResidualGPT's, under its own names, with its ModelConfig:
+    plain data (weights_only=True), written atomically.
+    """
+    if not isinstance(bridge, ResidualBridge):
+        raise ToolkitError("save_bridge takes a model made by interp.to_transformer_bridge")
+    gpt, tokenizer = bridge.residual_gpt, bridge.tokenizer
+    chars = getattr(tokenizer, "chars", None)
+    payload = {
+        "schema": BRIDGE_SCHEMA,
+        "model_config": gpt.cfg.to_dict(),
+        "state_dict": {k: v.detach().cpu() for k, v in ResidualGPT.state_dict(gpt).items()},
+        "vocab": list(chars) if chars else None,
+        "encoding": "gpt2" if tokenizer is not None and not chars and len(tokenizer) == GPT2_VOCAB else None,
+    }
+    atomic_write(path, lambda tmp: torch.save(payload, tmp))
+
+
+def load_bridge(path: str | os.PathLike, device: str | torch.device | None = None) -> ResidualBridge:
+    """The bridge that save_bridge wrote, wiring and tokenizer included (strict: every weight must fit)."""
+    import pickle
+
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"no saved bridge at {path}")
+    try:
+        payload = torch.load(path, map_location=device or "cpu", weights_only=True)
+    except (pickle.UnpicklingError, EOFError, RuntimeError, OSError, ValueError) as e:
+        raise CheckpointError(f"{path} is not a readable save_bridge file: {str(e).splitlines()[0]}") from None
+    schema = payload.get("schema") if isinstance(payload, dict) else None
+    if schema != BRIDGE_SCHEMA:
+        hint = " (a ResidualGPT checkpoint: use to_transformer_bridge)" if schema == SCHEMA else ""
+        raise CheckpointError(f"{path} has schema {schema!r}; load_bridge reads {BRIDGE_SCHEMA!r}{hint}")
+    cfg = ModelConfig.from_dict(payload["model_config"])
+    model = ResidualGPT(cfg)
+    try:
+        model.load_state_dict(payload["state_dict"], strict=True)
+    except RuntimeError as e:
+        detail = " ".join(line.strip() for line in str(e).splitlines()[1:])
+        raise CheckpointError(f"{path}: weights do not match the saved configuration: {detail}") from None
+    model = (model.to(device) if device is not None else model).eval()
+    state = {k: payload[k] for k in ("vocab", "encoding") if payload.get(k) is not None}
+    tokenizer, _ = tokenizer_for(cfg, None, state)
+    return _bridge(model, tokenizer)
