@@ -323,9 +323,50 @@ class ResidualBridge(TransformerBridge):
         """Fire blocks.{l}.attn.hook_result ([batch, pos, head, d_model], each head's share of hook_attn_out)."""
         if not self.has_heads:
             raise _no_heads_error("blocks.{l}.attn.hook_result")
-        self.cfg.use_attn_result = bool(use_attn_result)
+        self.cfg._set_bridge_managed_hook_flag("use_attn_result", bool(use_attn_result))  # cfg.x = routes here
         for block in self.residual_gpt.blocks:
             block.attn.original_component.out_proj.enabled = bool(use_attn_result)
+
+    def _wiring(self) -> dict[str, Tensor]:
+        cfg = self.residual_gpt.cfg
+        return {
+            "wiring.attn_residual": torch.tensor(cfg.attn_residual),
+            "wiring.ffn_residual": torch.tensor(cfg.ffn_residual),
+            "wiring.uniform_mixer": torch.tensor(cfg.mixer == "uniform"),
+            "wiring.position_blind_mixer": torch.tensor(cfg.mixer == "position_blind"),
+            "wiring.self_bias": torch.tensor(cfg.self_bias),
+            "wiring.runtime_gain": torch.tensor(cfg.runtime_gain),
+        }
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Tensor]:
+        """ResidualGPT's weights under its own names, and wiring.* entries that say how they are wired.
+
+        TL 4's own state_dict would drop weights of this tree; the wiring.* keys
+        make a plain TL 4 model refuse this dict ("Unexpected key(s)").
+        """
+        weights = {k: v.detach() for k, v in self._residual_weights.items()}
+        return {**weights, **self._wiring()}
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
+        """Load a ResidualBridge's state_dict: the wiring must be this model's, every weight must fit."""
+        state = dict(state_dict)
+        for key, value in self._wiring().items():
+            given = state.pop(key, None)
+            if given is None or not torch.equal(torch.as_tensor(given).to(value.dtype), value):
+                raise CheckpointError(
+                    f"state dict wiring {key}={given!r} is not this model's ({value.item()!r}): it belongs to "
+                    "another residual config or mixer (or is not a ResidualBridge's state dict)"
+                )
+        missing = sorted(set(self._residual_weights) - set(state))
+        unexpected = sorted(set(state) - set(self._residual_weights))
+        if missing or unexpected:
+            raise CheckpointError(f"state dict does not fit: missing {missing}, unexpected {unexpected}")
+        with torch.no_grad():
+            for key, tensor in self._residual_weights.items():
+                if state[key].shape != tensor.shape:
+                    raise CheckpointError(f"{key}: shape {tuple(state[key].shape)}, expected {tuple(tensor.shape)}")
+                tensor.copy_(state[key])
+        return None
 
     def run_with_cache(self, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
         out, cache = super().run_with_cache(*args, **kwargs)
@@ -378,12 +419,14 @@ def _resolve(source: Any, device: str | torch.device | None) -> tuple[ResidualGP
 
 def _bridge(model: ResidualGPT, tokenizer: Any) -> ResidualBridge:
     n_special = len(tokenizer) - model.cfg.d_vocab if tokenizer is not None else 0
+    weights = model.state_dict(keep_vars=True)  # references, by ResidualGPT's names, before TL renames the tree
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # TL's notices about adapters it does not know, processing, ...
         bridge = build_bridge_from_module(
             _Host(model), ARCHITECTURE, tl_config=bridge_config(model.cfg, n_special), tokenizer=tokenizer
         )
     bridge.__class__ = ResidualBridge
+    object.__setattr__(bridge, "_residual_weights", weights)  # not a submodule: no second copy in the tree
     bridge.hook_embed = model.hook_embed  # ResidualGPT's [batch, pos, d_model] values, not TL's aliases
     bridge.hook_pos_embed = model.hook_pos_embed
     if tokenizer is not None:
@@ -429,7 +472,7 @@ def save_bridge(bridge: ResidualBridge, path: str | os.PathLike) -> None:
     payload = {
         "schema": BRIDGE_SCHEMA,
         "model_config": gpt.cfg.to_dict(),
-        "state_dict": {k: v.detach().cpu() for k, v in ResidualGPT.state_dict(gpt).items()},
+        "state_dict": {k: v.detach().cpu() for k, v in bridge._residual_weights.items()},
         "vocab": list(chars) if chars else None,
         "encoding": "gpt2" if tokenizer is not None and not chars and len(tokenizer) == GPT2_VOCAB else None,
     }
