@@ -6,7 +6,7 @@ Runs on whichever TransformerLens major is installed (interp.load_tl: a
 HookedTransformer on 3.x, a TransformerBridge on 4.x): for each model, the
 largest |logits - ResidualGPT's| and the largest |cache - ResidualGPT's cache|
 over every hook name the two caches share (-inf scores compared as equal).
-Without --ckpt, small random-init models of every config (seed 0).
+Without --ckpt, small random-init models of every config and one with GPT-2's vocabulary (seed 0).
 """
 
 from __future__ import annotations
@@ -68,6 +68,9 @@ def main(argv=None) -> int:
                               mixer=mixer, self_bias=bias)
             model = ResidualGPT(cfg).eval()
             models.append((f"{residual}+{mixer}" + (f"(self_bias={bias:g})" if bias else ""), model, model))
+        torch.manual_seed(0)  # a GPT-2-BPE-sized vocabulary (its tokenizer attaches when the BPE files are found)
+        model = ResidualGPT(ModelConfig(n_layers=2, d_model=32, n_heads=4, n_ctx=32, d_vocab=50257)).eval()
+        models.append(("full+attention (GPT-2 BPE vocab)", model, model))
     print(f"transformer-lens {TL_VERSION}")
     print(f"{'model':44s} {'max|logits|':>12s} {'max|cache|':>12s}  shared/ResidualGPT hooks  worst hook")
     for label, model, source in models:

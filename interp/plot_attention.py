@@ -68,7 +68,7 @@ def encode(text: str, state: dict[str, Any], cfg: ModelConfig) -> tuple[list[int
             )
         ids, pieces = [index[c] for c in text], list(text)
     elif state.get("encoding") == "gpt2":
-        from interp.hooked import gpt2_tokenizer
+        from interp.tokenizer import gpt2_tokenizer
 
         tokenizer = gpt2_tokenizer()
         ids = tokenizer(text)["input_ids"]
@@ -97,10 +97,10 @@ def run(args: argparse.Namespace) -> Path:
 
     import torch  # the input is good: now the heavy imports
 
-    from interp.hooked import model_from_checkpoint
+    from interp.model import ResidualGPT
     from interp.plots import attention_patterns, save_html
 
-    model = model_from_checkpoint(ckpt)
+    model = ResidualGPT.from_checkpoint(ckpt).eval()  # no TransformerLens export: runs on either major
     names = [f"blocks.{layer}.attn.hook_pattern" for layer in layers]
     with torch.no_grad():
         _, cache = model.eval().run_with_cache(torch.tensor([ids]), names_filter=names)

@@ -56,7 +56,7 @@ def codec(state: dict[str, Any]):
 
         return encode, lambda ids: "".join(vocab[i] for i in ids)
     if state.get("encoding") == "gpt2":
-        from interp.hooked import gpt2_tokenizer
+        from interp.tokenizer import gpt2_tokenizer
 
         tokenizer = gpt2_tokenizer()
         return (lambda text: tokenizer(text)["input_ids"]), tokenizer.decode
@@ -77,9 +77,9 @@ def run(args: argparse.Namespace) -> list[str]:
 
     import torch  # the input is good: now the heavy imports
 
-    from interp.hooked import model_from_checkpoint
+    from interp.model import ResidualGPT
 
-    model = model_from_checkpoint(ckpt)
+    model = ResidualGPT.from_checkpoint(ckpt).eval()  # no TransformerLens export: runs on either major
     generator = torch.Generator().manual_seed(args.seed)
     tokens = torch.tensor([ids])
     out = []
