@@ -298,3 +298,19 @@ def test_load_tl_and_to_hooked_transformer_on_tl4(tmp_path):
         interp.to_hooked_transformer(model)
     with pytest.raises(ToolkitError, match="to_transformer_bridge"):
         importlib.import_module("interp.hooked")
+
+
+def test_nnsight_reads_and_edits_hook_pattern_on_the_bridge():
+    nnsight = pytest.importorskip("nnsight")
+    model = make_model("attn_only", trained=True)
+    b = bridge(model)
+    t = tokens(1)
+    _, cache = model.run_with_cache(t)
+    traced = nnsight.NNsight(b)
+    with traced.trace(t):
+        pattern = traced.blocks[0].attn.hook_pattern.output.save()
+        traced.blocks[1].attn.hook_pattern.output[:] = 0
+        out = traced.output.save()
+    torch.testing.assert_close(pattern, cache["blocks.0.attn.hook_pattern"], rtol=0, atol=1e-6)
+    want = model.run_with_hooks(t, fwd_hooks=[("blocks.1.attn.hook_pattern", lambda x, hook: torch.zeros_like(x))])
+    torch.testing.assert_close(out, want, rtol=0, atol=1e-5)
