@@ -23,8 +23,10 @@ there is the one the model computes with: patching hook_resid_mid changes both
 the MLP input and the residual it feeds, as on a HookedTransformer (TL 4's own
 BlockBridge would alias it to ln2's input only). hook_result is the only one
 computed for the bridge: per-head outputs when set_use_attn_result(True), as on
-3.x. A mixer without heads (position_blind) has no attention hooks; asking for
-one is a ToolkitError.
+3.x. Which hooks the attention slot has is what the mixer declares
+(interp.registry.mixer_spec: hook_sites, has_heads); a mixer without heads or
+pattern (position_blind) is bridged without them, and asking for one is a
+ToolkitError that names the hooks it has.
 
 With a residual path removed, ActivationCache's additive methods refuse (they
 assume the stream is the sum of every sublayer output); interp.decompose reads
@@ -61,7 +63,8 @@ from interp.config import ModelConfig
 from interp.errors import CheckpointError, ConfigError, ToolkitError
 from interp.io import atomic_write
 from interp.model import ResidualGPT
-from interp.tokenizer import GPT2_VOCAB, tokenizer_for
+from interp.registry import mixer_spec
+from interp.vocab import GPT2_VOCAB_SIZE, tokenizer_for
 
 ARCHITECTURE = "ResidualGPT"
 BRIDGE_SCHEMA = "residual-gpt-bridge/1"
@@ -70,9 +73,9 @@ BRIDGE_SCHEMA = "residual-gpt-bridge/1"
 _BLOCK_HOOKS = ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out", "hook_resid_post")
 _LN_HOOKS = ("hook_scale", "hook_normalized")
 _MLP_HOOKS = ("hook_pre", "hook_post")
-_ATTENTION_HOOKS = ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern", "hook_z")
-# What a mixer without heads lacks (hook_result included): asking for these is a clear error.
-_HEAD_HOOKS = (*_ATTENTION_HOOKS, "hook_result")
+# Every TL 3 name a mixer may have under blocks.{l}.attn; a model has those its mixer declares (_attn_sites).
+_ATTN_NAMES = ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern", "hook_z", "hook_result",
+               "hook_pre", "hook_post")
 
 
 def _adopt(component: GeneralizedComponent, module: nn.Module, names: tuple[str, ...]) -> None:
@@ -151,14 +154,21 @@ class _HeadResults(nn.Module):
         return out + self.linear.bias if self.linear.bias is not None else out
 
 
-class _MixerBridge(_Component):
-    """The attention slot: hook_q ... hook_z and hook_result where the mixer has heads."""
+def _attn_sites(cfg: ModelConfig) -> tuple[str, ...]:
+    """The TL 3 hook names under blocks.{l}.attn that this model's mixer has: its declared hook sites, and
+    hook_result where it has heads written through out_proj (see _HeadResults)."""
+    spec = mixer_spec(cfg.mixer)
+    return (*spec.hook_sites, *(("hook_result",) if spec.has_heads else ()))
 
-    adopted = (*_ATTENTION_HOOKS, *_MLP_HOOKS)  # position_blind has hook_pre / hook_post
+
+class _MixerBridge(GeneralizedComponent):
+    """The attention slot: the hook points the mixer declares, and hook_result where it has heads."""
 
     def set_original_component(self, original_component: nn.Module) -> None:
         super().set_original_component(original_component)
-        if isinstance(getattr(original_component, "hook_pattern", None), HookPoint):
+        spec = mixer_spec(original_component.cfg.mixer)
+        _adopt(self, original_component, spec.hook_sites)
+        if spec.has_heads and isinstance(getattr(original_component, "out_proj", None), nn.Linear):
             results = _HeadResults(original_component.out_proj, original_component.cfg)
             original_component.out_proj = results
             self.hook_result = results.hook_result
@@ -236,16 +246,21 @@ class _Host(nn.Module):
 # --------------------------------------------------------------------------- the bridge and its cache
 
 
-def _no_heads_error(name: str) -> ToolkitError:
+def _lacks(cfg: ModelConfig, name: str) -> bool:
+    """Whether `name` is a TL 3 attention hook name that this model's mixer does not have."""
+    site = name.rsplit(".", 1)[-1]
+    return ".attn." in name and site in _ATTN_NAMES and site not in _attn_sites(cfg)
+
+
+def _lacks_error(cfg: ModelConfig, name: str) -> ToolkitError:
+    spec = mixer_spec(cfg.mixer)
+    what = ", ".join(w for w, has in (("no heads", spec.has_heads), ("no attention pattern", spec.has_pattern))
+                     if not has) or "not this hook"
+    sites = " / ".join(_attn_sites(cfg)) or "none of TL 3's"
     return ToolkitError(
-        f"{name!r}: this model's token mixer is mixer='position_blind', a per-position MLP with no heads and no "
-        "attention pattern, so it has no hook_q / hook_k / hook_v / hook_attn_scores / hook_pattern / hook_z / "
-        "hook_result; its hooks are blocks.{l}.attn.hook_pre / hook_post (and hook_in / hook_out)"
+        f"{name!r}: this model's token mixer, mixer={cfg.mixer!r}, has {what}, so it has no such hook; its hooks "
+        f"under blocks.{{l}}.attn are {sites} (and hook_in / hook_out)"
     )
-
-
-def _is_head_hook(name: str) -> bool:
-    return ".attn." in name and name.rsplit(".", 1)[-1] in _HEAD_HOOKS
 
 
 class BridgeActivationCache(ActivationCache):
@@ -268,11 +283,14 @@ class BridgeActivationCache(ActivationCache):
             )
 
     def __getitem__(self, key: Any) -> Tensor:
-        if isinstance(key, str) and key not in self.cache_dict and _is_head_hook(key) and not self.model.has_heads:
-            raise _no_heads_error(key)
-        if isinstance(key, tuple) and key and key[0] in ("q", "k", "v", "z", "pattern", "attn", "attn_scores",
-                                                          "result") and not self.model.has_heads:
-            raise _no_heads_error(f"{key[0]} (blocks.{{l}}.attn.hook_{key[0]})")
+        cfg = self.model.residual_gpt.cfg
+        if isinstance(key, str) and key not in self.cache_dict and _lacks(cfg, key):
+            raise _lacks_error(cfg, key)
+        if isinstance(key, tuple) and key and isinstance(key[0], str):
+            short = {"attn": "pattern", "scores": "attn_scores"}.get(key[0], key[0])
+            name = f"blocks.{{l}}.attn.hook_{short}"
+            if _lacks(cfg, name):
+                raise _lacks_error(cfg, f"{key[0]} ({name})")
         return super().__getitem__(key)
 
     def decompose_resid(self, *args: Any, **kwargs: Any) -> Any:
@@ -296,6 +314,12 @@ class BridgeActivationCache(ActivationCache):
         return BridgeActivationCache(sliced.cache_dict, self.model, has_batch_dim=sliced.has_batch_dim)
 
 
+def _show(wiring: Tensor | None) -> str:
+    if wiring is None or wiring.dim() == 0:
+        return repr(None if wiring is None else wiring.item())
+    return repr(bytes(wiring.tolist()).decode(errors="replace"))  # wiring.mixer: the name
+
+
 class ResidualBridge(TransformerBridge):
     """The TransformerBridge of a ResidualGPT (what to_transformer_bridge returns).
 
@@ -312,17 +336,21 @@ class ResidualBridge(TransformerBridge):
 
     @property
     def has_heads(self) -> bool:
-        return self.residual_gpt.cfg.mixer != "position_blind"
+        return mixer_spec(self.residual_gpt.cfg.mixer).has_heads
+
+    @property
+    def has_pattern(self) -> bool:
+        return mixer_spec(self.residual_gpt.cfg.mixer).has_pattern
 
     def _resolve_hook_point(self, name: str, aliases: dict, hook_dict: dict) -> tuple[str, HookPoint]:
-        if _is_head_hook(name) and not self.has_heads:
-            raise _no_heads_error(name)
+        if _lacks(self.residual_gpt.cfg, name):
+            raise _lacks_error(self.residual_gpt.cfg, name)
         return super()._resolve_hook_point(name, aliases, hook_dict)
 
     def set_use_attn_result(self, use_attn_result: bool) -> None:
         """Fire blocks.{l}.attn.hook_result ([batch, pos, head, d_model], each head's share of hook_attn_out)."""
-        if not self.has_heads:
-            raise _no_heads_error("blocks.{l}.attn.hook_result")
+        if not all(isinstance(b.attn.original_component.out_proj, _HeadResults) for b in self.residual_gpt.blocks):
+            raise _lacks_error(self.residual_gpt.cfg, "blocks.{l}.attn.hook_result")
         self.cfg._set_bridge_managed_hook_flag("use_attn_result", bool(use_attn_result))  # cfg.x = routes here
         for block in self.residual_gpt.blocks:
             block.attn.original_component.out_proj.enabled = bool(use_attn_result)
@@ -332,8 +360,7 @@ class ResidualBridge(TransformerBridge):
         return {
             "wiring.attn_residual": torch.tensor(cfg.attn_residual),
             "wiring.ffn_residual": torch.tensor(cfg.ffn_residual),
-            "wiring.uniform_mixer": torch.tensor(cfg.mixer == "uniform"),
-            "wiring.position_blind_mixer": torch.tensor(cfg.mixer == "position_blind"),
+            "wiring.mixer": torch.tensor(list(cfg.mixer.encode()), dtype=torch.uint8),  # its name, as bytes
             "wiring.self_bias": torch.tensor(cfg.self_bias),
             "wiring.runtime_gain": torch.tensor(cfg.runtime_gain),
         }
@@ -352,10 +379,11 @@ class ResidualBridge(TransformerBridge):
         state = dict(state_dict)
         for key, value in self._wiring().items():
             given = state.pop(key, None)
-            if given is None or not torch.equal(torch.as_tensor(given).to(value.dtype), value):
+            given = None if given is None else torch.as_tensor(given).to(value.dtype)
+            if given is None or given.shape != value.shape or not torch.equal(given, value):
                 raise CheckpointError(
-                    f"state dict wiring {key}={given!r} is not this model's ({value.item()!r}): it belongs to "
-                    "another residual config or mixer (or is not a ResidualBridge's state dict)"
+                    f"state dict wiring {key}={_show(given)} is not this model's ({_show(value)}): it belongs "
+                    "to another residual config or mixer (or is not a ResidualBridge's state dict)"
                 )
         missing = sorted(set(self._residual_weights) - set(state))
         unexpected = sorted(set(state) - set(self._residual_weights))
@@ -450,7 +478,7 @@ def to_transformer_bridge(
     tokenizer, as for to_hooked_transformer.
     """
     model, state = _resolve(source, device)
-    tokenizer, why_not = tokenizer_for(model.cfg, vocab, state)
+    tokenizer, why_not = tokenizer_for(model.cfg.d_vocab, vocab, state)
     if tokenizer is None:
         warnings.warn(f"no tokenizer attached: {why_not}; the model takes token tensors only", stacklevel=2)
     return _bridge(model, tokenizer)
@@ -474,7 +502,7 @@ def save_bridge(bridge: ResidualBridge, path: str | os.PathLike) -> None:
         "model_config": gpt.cfg.to_dict(),
         "state_dict": {k: v.detach().cpu() for k, v in bridge._residual_weights.items()},
         "vocab": list(chars) if chars else None,
-        "encoding": "gpt2" if tokenizer is not None and not chars and len(tokenizer) == GPT2_VOCAB else None,
+        "encoding": "gpt2" if tokenizer is not None and not chars and len(tokenizer) == GPT2_VOCAB_SIZE else None,
     }
     atomic_write(path, lambda tmp: torch.save(payload, tmp))
 
@@ -503,5 +531,5 @@ def load_bridge(path: str | os.PathLike, device: str | torch.device | None = Non
         raise CheckpointError(f"{path}: weights do not match the saved configuration: {detail}") from None
     model = (model.to(device) if device is not None else model).eval()
     state = {k: payload[k] for k in ("vocab", "encoding") if payload.get(k) is not None}
-    tokenizer, _ = tokenizer_for(cfg, None, state)
+    tokenizer, _ = tokenizer_for(cfg.d_vocab, None, state)
     return _bridge(model, tokenizer)

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from interp.errors import ConfigError
+from interp.registry import MIXERS, mixer_spec
 
 RESIDUALS = ("full", "attn_only", "ffn_only", "none")
-MIXERS = ("attention", "uniform", "position_blind")
 ACT_FNS = ("gelu",)
 
 
@@ -26,7 +26,8 @@ class ModelConfig:
         attn_only keeps the attention residual, drops the FFN one
         ffn_only  keeps the FFN residual, drops the attention one
         none      drops both
-    mixer: the token mixer in the attention slot.
+    mixer: the token mixer in the attention slot (MIXERS: interp.registry's live list, so a
+        mixer registered with interp.registry.register_mixer is valid too); the built-ins:
         attention       causal softmax attention (self_bias added to the diagonal score)
         uniform         every causal score equal: the plain mean of earlier values
         position_blind  a per-position GELU MLP d -> 2d -> d: no cross-position information
@@ -87,8 +88,9 @@ class ModelConfig:
         for name in ("bias", "tie_embeddings"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
-        if self.self_bias != 0.0 and self.mixer != "attention":
-            raise ConfigError(f"self_bias applies only to mixer='attention', not {self.mixer!r}")
+        if self.self_bias != 0.0 and not mixer_spec(self.mixer).takes_self_bias:
+            raise ConfigError(f"self_bias applies only to a mixer that takes it (mixer='attention'), "
+                              f"not {self.mixer!r}")
 
     @property
     def d_head(self) -> int:

@@ -36,12 +36,13 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from einops import einsum, rearrange
+from einops import einsum
 from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp.config import ModelConfig
 from interp.errors import ToolkitError
+from interp.registry import mixer_spec
 
 
 class DecompositionError(ToolkitError, ValueError):
@@ -87,7 +88,7 @@ def wiring(model: Any) -> tuple[int, bool, bool]:
     cfg = model if isinstance(model, ModelConfig) else model.cfg
     if isinstance(cfg, ModelConfig):
         return cfg.n_layers, cfg.attn_residual, cfg.ffn_residual
-    from interp.hooked import NoResidualHookPoint  # an exported HookedTransformer: its hook points say
+    from interp.hooked.rewire import NoResidualHookPoint  # an exported HookedTransformer: its hook points say
 
     block = model.blocks[0]
     return (
@@ -139,12 +140,10 @@ def _head_weights(model: Any, layer: int) -> tuple[Float[Tensor, "head d_head d_
     """(W_O, b_O) of a block's attention as written into the residual, or None for a mixer without heads."""
     if isinstance(model.cfg, ModelConfig):
         cfg = model.cfg
-        if cfg.mixer == "position_blind":
+        if not mixer_spec(cfg.mixer).has_heads:  # the mixer declares it (interp.mixers)
             return None
-        out = model.blocks[layer].attn.out_proj
-        w_o = rearrange(out.weight, "d (h dh) -> h dh d", h=cfg.n_heads) * cfg.runtime_gain
-        b_o = out.bias * cfg.runtime_gain if out.bias is not None else None
-        return w_o, b_o
+        w_o, b_o = model.blocks[layer].attn.head_weights()
+        return w_o * cfg.runtime_gain, b_o * cfg.runtime_gain if b_o is not None else None
     attn = model.blocks[layer].attn
     return attn.W_O, getattr(attn, "b_O", None)
 
@@ -155,7 +154,7 @@ def decompose(cache: Any, site: str, model: Any = None, *, per_head: bool = Fals
     Labels follow TransformerLens: "embed", "pos_embed", "{l}_attn_out",
     "{l}_mlp_out"; with per_head, each surviving attn_out becomes "L{l}H{h}"
     (hook_z through that head's W_O) plus "{l}_attn_bias" when b_O is not zero.
-    A mixer without heads (position_blind) keeps "{l}_attn_out" whole.
+    A mixer without heads (has_heads False, e.g. position_blind) keeps "{l}_attn_out" whole.
     """
     model = _model_of(cache, model)
     n_layers, attn_residual, ffn_residual = wiring(model)

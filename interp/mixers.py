@@ -1,8 +1,18 @@
-"""Token mixers for the attention slot of a block.
+"""Token mixers for the attention slot of a block, each declaring what it can do.
 
 CausalAttention  softmax attention with an optional bias on the self score.
 UniformMixer     every causal score equal: position t takes the mean of values 0..t.
-PositionBlind    a per-position GELU MLP d -> 2d -> d: mixes nothing across positions.
+PositionBlind    a per-position GELU MLP d -> 2d -> d (interp.model.MLP): mixes nothing across positions.
+
+Every mixer is one class registered by name (interp.registry.register_mixer)
+whose class attributes and methods (the `Mixer` base below) say what the rest of
+the toolkit may do with it: its attention pattern (alpha_tt, plot_attention),
+its heads (per-head decomposition), its hook sites, its TransformerLens export
+(weights into TL's attention slots and the routing of TL's scores) or why it
+has none. Nothing else names a mixer. Adding one: subclass `Mixer` (with an
+nn.Module) or `PatternMixer`, declare, decorate with @register_mixer, and import
+the module before building a ModelConfig that names it;
+tests/test_mixer_registry.py does this for two toy mixers without touching the package.
 
 Attention has two paths (docs/DESIGN.md contract 2): the fused
 F.scaled_dot_product_attention path used in training, and an explicit softmax
@@ -18,6 +28,8 @@ benchmarks).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -27,11 +39,68 @@ from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
 from interp.config import ModelConfig
+from interp.errors import ConfigError
+from interp.model import MLP, _hooked
+from interp.registry import register_mixer
+
+TL_SLOTS = ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", "W_O", "b_O")  # TransformerLens's attention weights
+
+# take(name, like=None): the mixer's parameter `name` (relative to the mixer), detached and counted as exported;
+# a missing one (a bias with bias=False) is zeros like `like`.
+Take = Callable[..., Tensor]
 
 
-def _hooked(hook: HookPoint) -> bool:
-    """Whether anything reads the hook point: a TL or torch hook, or a replaced forward (nnsight's tracing)."""
-    return bool(hook.fwd_hooks or hook.bwd_hooks or hook._forward_hooks) or "forward" in hook.__dict__
+class Mixer:
+    """What a token mixer declares next to its forward. Mix it into an nn.Module subclass.
+
+    name             the ModelConfig.mixer value (register with interp.registry.register_mixer)
+    has_pattern      fills hook_attn_scores / hook_pattern [batch, head, q, k] (alpha_tt, plot_attention)
+    has_heads        writes hook_z [batch, pos, head, d_head] through head_weights(): per-head decomposition
+    takes_self_bias  ModelConfig.self_bias applies to it
+    hook_sites       its hook points, under blocks.{l}.attn
+    no_tl_equivalent why it has no TransformerLens export, when it declares none (tl_weights)
+    """
+
+    name: ClassVar[str]
+    has_pattern: ClassVar[bool] = False
+    has_heads: ClassVar[bool] = False
+    takes_self_bias: ClassVar[bool] = False
+    hook_sites: ClassVar[tuple[str, ...]] = ()
+    no_tl_equivalent: ClassVar[str] = "it declares no TransformerLens export (tl_weights)"
+
+    @classmethod
+    def exports_to_tl(cls) -> bool:
+        return cls.tl_weights is not Mixer.tl_weights
+
+    @classmethod
+    def refuse_tl(cls) -> ConfigError:
+        return ConfigError(
+            f"mixer={cls.name!r} has no TransformerLens equivalent ({cls.no_tl_equivalent}); analyse this "
+            "checkpoint with ResidualGPT and its own hooks instead"
+        )
+
+    def tl_weights(self, take: Take) -> dict[str, Tensor]:
+        """This mixer's weights in TL's attention slots (TL_SLOTS, TL's layout, before runtime_gain)."""
+        raise self.refuse_tl()
+
+    @classmethod
+    def tl_routes_scores(cls, cfg: ModelConfig) -> bool:
+        """Whether TL's hook_attn_scores must apply tl_scores (what TL's plain softmax attention lacks)."""
+        return False
+
+    @classmethod
+    def tl_scores(cls, cfg: ModelConfig, scores: Float[Tensor, "b h q k"]) -> Float[Tensor, "b h q k"]:
+        """TL's causally masked scores made this mixer's (q is the last n_q positions under a kv cache)."""
+        return scores
+
+    @classmethod
+    def tl_routing_record(cls, cfg: ModelConfig) -> dict[str, Tensor]:
+        """Buffers that name the routing in the export's state dict (a plain HookedTransformer refuses them)."""
+        return {f"routing_{cls.name}": torch.tensor(True)}
+
+    def head_weights(self) -> tuple[Float[Tensor, "h dh d"], Tensor | None] | None:
+        """(W_O per head, b_O) as written into the residual before runtime_gain, or None without heads."""
+        return None
 
 
 def allowed_keys(cfg: ModelConfig, n: int, device: torch.device) -> Bool[Tensor, "q k"]:
@@ -45,8 +114,15 @@ def allowed_keys(cfg: ModelConfig, n: int, device: torch.device) -> Bool[Tensor,
     return allowed
 
 
-class _PatternMixer(nn.Module):
-    """Shared tail of the two pattern-based mixers: pattern @ v -> z -> W_O."""
+class PatternMixer(Mixer, nn.Module):
+    """Base of the softmax-pattern mixers: in_proj of n_proj * d_model, pattern @ v -> z -> out_proj (W_O).
+
+    A subclass splits in_proj into q, k, v in forward (calling _mix) and in tl_qkv (for the export).
+    """
+
+    has_pattern = True
+    has_heads = True
+    hook_sites = ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern", "hook_z")
 
     def __init__(self, cfg: ModelConfig, n_proj: int):
         super().__init__()
@@ -62,6 +138,31 @@ class _PatternMixer(nn.Module):
         self.hook_attn_scores = HookPoint()  # [batch, head, query_pos, key_pos]
         self.hook_pattern = HookPoint()
         self.hook_z = HookPoint()  # [batch, pos, head, d_head]
+
+    @classmethod
+    def exports_to_tl(cls) -> bool:
+        return cls.tl_qkv is not PatternMixer.tl_qkv or cls.tl_weights is not PatternMixer.tl_weights
+
+    def tl_qkv(self, w_in: Tensor, b_in: Tensor) -> tuple[tuple[Tensor, Tensor], ...]:
+        """((w_q, b_q), (w_k, b_k), (w_v, b_v)) from in_proj, rows (h dh); zeros where the mixer has none."""
+        raise self.refuse_tl()
+
+    def tl_weights(self, take: Take) -> dict[str, Tensor]:
+        heads = dict(h=self.cfg.n_heads)
+        w_in = take("in_proj.weight")  # [n_proj * d, d]: rows are (h dh) outputs
+        b_in = take("in_proj.bias", w_in[:, 0])
+        sd = {}
+        for name, (w, bias) in zip("QKV", self.tl_qkv(w_in, b_in), strict=True):
+            sd[f"W_{name}"] = rearrange(w, "(h dh) d -> h d dh", **heads)
+            sd[f"b_{name}"] = rearrange(bias, "(h dh) -> h dh", **heads)
+        w_o = take("out_proj.weight")
+        sd["W_O"] = rearrange(w_o, "d (h dh) -> h dh d", **heads)
+        sd["b_O"] = take("out_proj.bias", w_o[:, 0])
+        return sd
+
+    def head_weights(self) -> tuple[Float[Tensor, "h dh d"], Tensor | None]:
+        w_o = rearrange(self.out_proj.weight, "d (h dh) -> h dh d", h=self.cfg.n_heads)
+        return w_o, self.out_proj.bias
 
     def _wants_pattern(self) -> bool:
         return self.explicit or _hooked(self.hook_attn_scores) or _hooked(self.hook_pattern)
@@ -116,9 +217,38 @@ class _PatternMixer(nn.Module):
         return einsum(self.attn_dropout(pattern), v, "b h q k, b k h dh -> b q h dh")
 
 
-class CausalAttention(_PatternMixer):
+@register_mixer
+class CausalAttention(PatternMixer):
+    name = "attention"
+    takes_self_bias = True
+
     def __init__(self, cfg: ModelConfig):
         super().__init__(cfg, n_proj=3)
+
+    def tl_qkv(self, w_in, b_in):
+        return tuple(zip(w_in.chunk(3), b_in.chunk(3), strict=True))
+
+    @classmethod
+    def tl_routes_scores(cls, cfg: ModelConfig) -> bool:
+        return cfg.self_bias != 0.0
+
+    @classmethod
+    def tl_scores(cls, cfg, scores):
+        """self_bias finite: added to each query's score on itself; +inf: every other key -inf; -inf: the
+        self key -inf (row 0 is then all -inf and TL turns its NaN pattern into zeros, as ResidualGPT does)."""
+        n_q, n_k = scores.shape[-2:]
+        offset = n_k - n_q  # queries are the last n_q positions when generating with a kv cache
+        q_pos = torch.arange(offset, n_k, device=scores.device)
+        is_self = q_pos[:, None] == torch.arange(n_k, device=scores.device)[None, :]
+        if cfg.self_bias == math.inf:
+            return scores.masked_fill(~is_self, -math.inf)
+        if cfg.self_bias == -math.inf:
+            return scores.masked_fill(is_self, -math.inf)
+        return scores + cfg.self_bias * is_self.to(scores.dtype)
+
+    @classmethod
+    def tl_routing_record(cls, cfg):
+        return {"routing_self_bias": torch.tensor(cfg.self_bias), "routing_uniform": torch.tensor(False)}
 
     def forward(self, x: Float[Tensor, "b p d"]) -> Float[Tensor, "b p d"]:
         q, k, v = self.in_proj(x).split(self.cfg.d_model, dim=-1)
@@ -135,15 +265,35 @@ class CausalAttention(_PatternMixer):
         return self._mix(q, k, v, scores)
 
 
-class UniformMixer(_PatternMixer):
+@register_mixer
+class UniformMixer(PatternMixer):
     """Attention with every causal score equal: no content-based routing.
 
     Has only a value and an output projection; q and k are zeros, so the fused
     path is the same SDPA kernel (with attention dropout) as real attention.
+    Exported with zero W_Q / W_K, and TL's scores set to 0 wherever not masked.
     """
+
+    name = "uniform"
 
     def __init__(self, cfg: ModelConfig):
         super().__init__(cfg, n_proj=1)
+
+    def tl_qkv(self, w_in, b_in):
+        zeros = (torch.zeros_like(w_in), torch.zeros_like(b_in))
+        return zeros, zeros, (w_in, b_in)
+
+    @classmethod
+    def tl_routes_scores(cls, cfg: ModelConfig) -> bool:
+        return True
+
+    @classmethod
+    def tl_scores(cls, cfg, scores):
+        return scores.masked_fill(scores != -math.inf, 0.0)  # whatever W_Q / W_K hold
+
+    @classmethod
+    def tl_routing_record(cls, cfg):
+        return {"routing_self_bias": torch.tensor(cfg.self_bias), "routing_uniform": torch.tensor(True)}
 
     def forward(self, x: Float[Tensor, "b p d"]) -> Float[Tensor, "b p d"]:
         v = self.hook_v(self._heads(self.in_proj(x)))
@@ -157,22 +307,14 @@ class UniformMixer(_PatternMixer):
         return self._mix(zeros, zeros, v, scores)
 
 
-class PositionBlind(nn.Module):
-    """GELU MLP d -> 2d -> d at each position: 4 d^2 weights, as bias-free attention."""
+@register_mixer
+class PositionBlind(MLP, Mixer):
+    """GELU MLP d -> 2d -> d at each position: 4 d^2 weights, as bias-free attention. No pattern, no heads."""
+
+    name = "position_blind"
+    hook_sites = ("hook_pre", "hook_post")
+    no_tl_equivalent = "its token mixer is a per-position MLP, not attention"
 
     def __init__(self, cfg: ModelConfig):
-        super().__init__()
+        super().__init__(cfg, d_hidden=2 * cfg.d_model)
         self.cfg = cfg
-        self.in_proj = nn.Linear(cfg.d_model, 2 * cfg.d_model, bias=cfg.bias)
-        self.out_proj = nn.Linear(2 * cfg.d_model, cfg.d_model, bias=cfg.bias)
-        self.hook_pre = HookPoint()
-        self.hook_post = HookPoint()
-
-    def forward(self, x: Float[Tensor, "b p d"]) -> Float[Tensor, "b p d"]:
-        return self.out_proj(self.hook_post(F.gelu(self.hook_pre(self.in_proj(x)))))
-
-
-def make_mixer(cfg: ModelConfig) -> nn.Module:
-    return {"attention": CausalAttention, "uniform": UniformMixer, "position_blind": PositionBlind}[
-        cfg.mixer
-    ](cfg)

@@ -25,7 +25,12 @@ from transformer_lens.hook_points import HookPoint
 
 from interp.config import ModelConfig
 from interp.errors import ConfigError, ToolkitError
-from interp.mixers import _hooked, make_mixer
+from interp.registry import mixer_spec
+
+
+def _hooked(hook: HookPoint) -> bool:
+    """Whether anything reads the hook point: a TL or torch hook, or a replaced forward (nnsight's tracing)."""
+    return bool(hook.fwd_hooks or hook.bwd_hooks or hook._forward_hooks) or "forward" in hook.__dict__
 
 
 class LayerNorm(nn.Module):
@@ -58,10 +63,13 @@ class LayerNorm(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    """GELU MLP d_model -> d_hidden (default cfg.d_mlp) -> d_model at each position."""
+
+    def __init__(self, cfg: ModelConfig, d_hidden: int | None = None):
         super().__init__()
-        self.in_proj = nn.Linear(cfg.d_model, cfg.d_mlp, bias=cfg.bias)
-        self.out_proj = nn.Linear(cfg.d_mlp, cfg.d_model, bias=cfg.bias)
+        d_hidden = d_hidden or cfg.d_mlp
+        self.in_proj = nn.Linear(cfg.d_model, d_hidden, bias=cfg.bias)
+        self.out_proj = nn.Linear(d_hidden, cfg.d_model, bias=cfg.bias)
         self.hook_pre = HookPoint()
         self.hook_post = HookPoint()
 
@@ -74,7 +82,7 @@ class Block(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.ln1 = LayerNorm(cfg)
-        self.attn = make_mixer(cfg)
+        self.attn = mixer_spec(cfg.mixer)(cfg)  # the registered mixer class (interp.registry)
         self.ln2 = LayerNorm(cfg)
         self.mlp = MLP(cfg)
         self.resid_dropout = nn.Dropout(cfg.dropout)

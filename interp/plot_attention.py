@@ -14,8 +14,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from interp.errors import CheckpointError, ConfigError, DataError, ToolkitError, one_line_errors
+from interp.cli import Parser, one_line_errors
+from interp.errors import ConfigError, DataError, ToolkitError
 from interp.io import DataFileError
+from interp.registry import mixer_spec
+from interp.vocab import codec
 
 if TYPE_CHECKING:
     from interp.config import ModelConfig
@@ -23,17 +26,8 @@ if TYPE_CHECKING:
 # torch, transformer_lens and plotly are imported in run(): --help and usage errors answer at once.
 
 
-class _UsageError(ToolkitError):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, no usage block (docs/DESIGN.md contract 7)
-        raise _UsageError(f"{message} (see --help)")
-
-
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = Parser(
         prog="python -m interp.plot_attention",
         description="Plot a ResidualGPT checkpoint's attention patterns on a prompt (one heatmap per head) "
         "into a self-contained HTML file that opens offline.",
@@ -57,27 +51,9 @@ def encode(text: str, state: dict[str, Any], cfg: ModelConfig) -> tuple[list[int
     """Token ids and their strings, with the checkpoint's vocabulary."""
     if not text:
         raise DataError("--text is empty; give at least one character")
-    if state.get("vocab") is not None:
-        vocab = list(state["vocab"])
-        index = {c: i for i, c in enumerate(vocab)}
-        missing = sorted(set(text) - set(index))
-        if missing:
-            raise DataError(
-                f"--text has characters the checkpoint's vocabulary lacks: {''.join(missing)!r}; "
-                f"use only these {len(vocab)}: {''.join(vocab)!r}"
-            )
-        ids, pieces = [index[c] for c in text], list(text)
-    elif state.get("encoding") == "gpt2":
-        from interp.tokenizer import gpt2_tokenizer
-
-        tokenizer = gpt2_tokenizer()
-        ids = tokenizer(text)["input_ids"]
-        pieces = [tokenizer.decode([i]) for i in ids]
-    else:
-        raise CheckpointError(
-            "the checkpoint has no vocabulary (state 'vocab' or encoding 'gpt2'); "
-            "save it with interp.save_checkpoint(path, model, vocab=itos)"
-        )
+    text_codec = codec(state, what="--text")
+    ids = text_codec.encode(text)
+    pieces = text_codec.pieces(ids)
     if len(ids) > cfg.n_ctx:
         raise DataError(f"--text is {len(ids)} tokens but the model's context is {cfg.n_ctx}; shorten it")
     return ids, pieces
@@ -88,19 +64,19 @@ def run(args: argparse.Namespace) -> Path:
 
     ckpt = load_checkpoint(args.ckpt)
     cfg = ckpt.config
-    if cfg.mixer == "position_blind":
-        raise ConfigError(f"{args.ckpt} uses mixer='position_blind', which has no attention pattern to plot")
     if args.layer is not None and not 0 <= args.layer < cfg.n_layers:
         raise ConfigError(f"--layer {args.layer} is out of range: the model has layers 0..{cfg.n_layers - 1}")
     layers = [args.layer] if args.layer is not None else list(range(cfg.n_layers))
     ids, pieces = encode(args.text, ckpt.state, cfg)
+    if not mixer_spec(cfg.mixer).has_pattern:
+        raise ConfigError(f"{args.ckpt} uses mixer={cfg.mixer!r}, which has no attention pattern to plot")
 
     import torch  # the input is good: now the heavy imports
 
     from interp.model import ResidualGPT
     from interp.plots import attention_patterns, save_html
 
-    model = ResidualGPT.from_checkpoint(ckpt).eval()  # no TransformerLens export: runs on either major
+    model = ResidualGPT.from_checkpoint(ckpt)
     names = [f"blocks.{layer}.attn.hook_pattern" for layer in layers]
     with torch.no_grad():
         _, cache = model.eval().run_with_cache(torch.tensor([ids]), names_filter=names)

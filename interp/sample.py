@@ -13,24 +13,16 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
-from interp.errors import CheckpointError, ConfigError, DataError, ToolkitError, one_line_errors
+from interp.cli import Parser, one_line_errors
+from interp.errors import ConfigError, DataError
+from interp.vocab import codec
 
 # torch and transformer_lens are imported in run(): --help and usage errors answer at once.
 
 
-class _UsageError(ToolkitError):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, no usage block (DESIGN.md contract 7)
-        raise _UsageError(f"{message} (see --help)")
-
-
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m interp.sample", description="Sample from a ResidualGPT checkpoint (nanoGPT style).")
+    p = Parser(prog="python -m interp.sample", description="Sample from a ResidualGPT checkpoint (nanoGPT style).")
     p.add_argument("--ckpt", required=True, type=Path, help="checkpoint file written by interp.save_checkpoint")
     p.add_argument("--prompt", required=True, help="text to continue, in the checkpoint's vocabulary")
     p.add_argument("--max-new-tokens", required=True, type=int, help="tokens to append")
@@ -41,29 +33,6 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def codec(state: dict[str, Any]):
-    """(encode, decode) for the checkpoint's vocabulary."""
-    if state.get("vocab") is not None:
-        vocab = list(state["vocab"])
-        index = {c: i for i, c in enumerate(vocab)}
-
-        def encode(text: str) -> list[int]:
-            missing = sorted(set(text) - set(index))
-            if missing:
-                raise DataError(f"--prompt has character(s) {missing} not in the checkpoint's {len(vocab)}-character "
-                                "vocabulary")
-            return [index[c] for c in text]
-
-        return encode, lambda ids: "".join(vocab[i] for i in ids)
-    if state.get("encoding") == "gpt2":
-        from interp.tokenizer import gpt2_tokenizer
-
-        tokenizer = gpt2_tokenizer()
-        return (lambda text: tokenizer(text)["input_ids"]), tokenizer.decode
-    raise CheckpointError("the checkpoint has no vocabulary (state 'vocab' or encoding 'gpt2'); "
-                          "save it with interp.save_checkpoint(path, model, vocab=itos)")
-
-
 def run(args: argparse.Namespace) -> list[str]:
     if args.max_new_tokens < 0 or args.num_samples < 1:
         raise ConfigError("--max-new-tokens must be >= 0 and --num-samples >= 1")
@@ -72,14 +41,14 @@ def run(args: argparse.Namespace) -> list[str]:
     from interp.checkpoint import load_checkpoint
 
     ckpt = load_checkpoint(args.ckpt)
-    encode, decode = codec(ckpt.state)
+    encode, decode = codec(ckpt.state, what="--prompt")
     ids = encode(args.prompt)
 
     import torch  # the input is good: now the heavy imports
 
     from interp.model import ResidualGPT
 
-    model = ResidualGPT.from_checkpoint(ckpt).eval()  # no TransformerLens export: runs on either major
+    model = ResidualGPT.from_checkpoint(ckpt).eval()
     generator = torch.Generator().manual_seed(args.seed)
     tokens = torch.tensor([ids])
     out = []

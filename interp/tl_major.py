@@ -3,10 +3,11 @@
     TL 3.x   interp.to_hooked_transformer -> HookedTransformer (interp.hooked)
     TL 4.x   interp.to_transformer_bridge -> TransformerBridge (interp.bridge)
 
-load_tl(checkpoint) returns whichever the installed major has. The names TL 4
-removed (HookedTransformer, HookedTransformerConfig, components.PosEmbed) are
-served from here for interp.hooked: on 4.x asking for one is a ToolkitError that
-names to_transformer_bridge, instead of TL's ImportError deep inside an import.
+load_tl(checkpoint) returns whichever the installed major has. TL 4 removed
+HookedTransformer; interp.hooked calls require_tl3() before it imports it, so on
+4.x `import interp.hooked` (and interp.to_hooked_transformer, save_hooked,
+load_hooked) is a ToolkitError that names to_transformer_bridge, instead of TL's
+ImportError deep inside an import.
 """
 
 from __future__ import annotations
@@ -19,30 +20,20 @@ from interp.errors import ToolkitError
 TL_VERSION = version("transformer-lens")
 TL_MAJOR = int(TL_VERSION.split(".")[0])
 
-_TL3_ONLY = {
-    "HookedTransformer": ("transformer_lens", "HookedTransformer"),
-    "HookedTransformerConfig": ("transformer_lens", "HookedTransformerConfig"),
-    "PosEmbed": ("transformer_lens.components", "PosEmbed"),
-}
-
 
 class NeedsTransformerLens3(ToolkitError, ImportError):
     """A TransformerLens 3.x-only path (HookedTransformer) asked for under TransformerLens 4."""
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _TL3_ONLY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def require_tl3() -> None:
+    """Raise NeedsTransformerLens3 unless TransformerLens 3.x (which has HookedTransformer) is installed."""
     if TL_MAJOR >= 4:
         raise NeedsTransformerLens3(
-            f"to_hooked_transformer / save_hooked / load_hooked need TransformerLens 3.x (HookedTransformer), but "
-            f"transformer-lens {TL_VERSION} is installed, which removed it: use interp.to_transformer_bridge "
-            "(or interp.load_tl, which picks the installed major), or install 'transformer-lens>=3.9,<4'"
+            f"to_hooked_transformer / save_hooked / load_hooked (interp.hooked) need TransformerLens 3.x "
+            f"(HookedTransformer), but transformer-lens {TL_VERSION} is installed, which removed it: use "
+            "interp.to_transformer_bridge (or interp.load_tl, which picks the installed major), or install "
+            "'transformer-lens>=3.9,<4'"
         )
-    import importlib
-
-    module, attr = _TL3_ONLY[name]
-    return getattr(importlib.import_module(module), attr)
 
 
 def load_tl(source: Any, **kwargs: Any) -> Any:
@@ -60,4 +51,4 @@ def load_tl(source: Any, **kwargs: Any) -> Any:
     return to_hooked_transformer(source, **kwargs)
 
 
-__all__ = ["TL_MAJOR", "TL_VERSION", "NeedsTransformerLens3", "load_tl"]
+__all__ = ["TL_MAJOR", "TL_VERSION", "NeedsTransformerLens3", "load_tl", "require_tl3"]

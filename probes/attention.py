@@ -15,6 +15,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from interp.registry import mixer_spec
+
 STATS = ("alpha_tt", "prev_token", "entropy", "distance")
 
 
@@ -47,12 +49,12 @@ def attention_stats(model, batches: Iterable[tuple[Tensor, Tensor]]) -> dict:
     """alpha_tt, previous-token weight, entropy and mean attended distance per layer and head.
 
     Runs the model in eval mode over the batches with hooks on every hook_pattern
-    (removed afterwards, even on error). Position-blind mixers have no pattern:
-    the result then says so in "skipped".
+    (removed afterwards, even on error). A mixer without a pattern (it declares
+    has_pattern False, e.g. position_blind): the result then says so in "skipped".
     """
-    cfg = model.cfg
-    if getattr(cfg, "mixer", "attention") == "position_blind":
-        return {"skipped": "position_blind mixer has no attention pattern"}
+    mixer = getattr(model.cfg, "mixer", "attention")  # a HookedTransformer has attention
+    if not mixer_spec(mixer).has_pattern:
+        return {"skipped": f"{mixer} mixer has no attention pattern"}
     sums: dict[int, dict[str, Tensor]] = {}
     counts: dict[int, int] = {}
 

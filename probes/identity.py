@@ -11,7 +11,7 @@ cross-entropy are reported on the fixed validation batches only: no decoder
 sees the data it is scored on.
 
 Two levels frame every number, counted on the train split, scored on the same
-validation tokens (add-one smoothing, as training.data.reference_levels):
+validation tokens (add-one smoothing; interp.levels, as training.data.reference_levels):
 
     unigram        chance: predict the token from its frequency alone
     current_token  predict the token at offset k from the current token alone
@@ -44,7 +44,9 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp.decompose import resid_sites
 from interp.errors import ToolkitError
+from interp.levels import add_one_levels
 
 OFFSETS = (0, -1, -2)
 WEIGHT_DECAYS = (1e-2, 1e-3, 1e-4)  # per-sample L2 on the standardised weights, strong to weak
@@ -63,11 +65,8 @@ class IdentityProbeError(ToolkitError, ValueError):
 
 
 def identity_sites(n_layers: int) -> list[str]:
-    """Every distinct residual site, then the final LayerNorm's output."""
-    sites = ["blocks.0.hook_resid_pre"]
-    for layer in range(n_layers):
-        sites += [f"blocks.{layer}.hook_resid_mid", f"blocks.{layer}.hook_resid_post"]
-    return [*sites, "ln_final.hook_normalized"]
+    """Every distinct residual site (interp.decompose.resid_sites), then the final LayerNorm's output."""
+    return [*resid_sites(n_layers), "ln_final.hook_normalized"]
 
 
 def site_label(site: str) -> str:
@@ -187,28 +186,10 @@ def _pairs(tokens: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 def _levels(train_tokens: np.ndarray, current: np.ndarray, target: np.ndarray, k: int, n_classes: int) -> dict:
     """Unigram and current-token levels (accuracy, CE) of `target` given `current`, counted on train."""
     train_tokens = np.asarray(train_tokens, dtype=np.int64)
-    counts = np.bincount(train_tokens, minlength=n_classes).astype(np.float64)
-    p_uni = (counts + 1) / (counts.sum() + n_classes)
-    uni = {"accuracy": float((target == counts.argmax()).mean()), "ce": float(-np.log(p_uni[target]).mean())}
-    if k == 0:
-        return {"unigram": uni, "current_token": {"accuracy": 1.0, "ce": 0.0}}
-    cur, tgt = _pairs(train_tokens, k)
-    codes, pair_counts = np.unique(cur * n_classes + tgt, return_counts=True)  # sparse: fine for BPE vocabularies
-    cur_counts = np.bincount(cur, minlength=n_classes).astype(np.float64)
-    queries = current * n_classes + target
-    where = np.minimum(np.searchsorted(codes, queries), len(codes) - 1)
-    seen = np.where(codes[where] == queries, pair_counts[where], 0)
-    p = (seen + 1) / (cur_counts[current] + n_classes)
-    # the most frequent target after each current token (the unigram argmax where a token never occurs)
-    order = np.lexsort((-pair_counts, codes // n_classes))
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = (codes[order][1:] // n_classes) != (codes[order][:-1] // n_classes)
-    guess = np.full(n_classes, counts.argmax())
-    guess[codes[order][first] // n_classes] = codes[order][first] % n_classes
-    return {
-        "unigram": uni,
-        "current_token": {"accuracy": float((guess[current] == target).mean()), "ce": float(-np.log(p).mean())},
-    }
+    pairs = _pairs(train_tokens, k) if k else None
+    lv = add_one_levels(train_tokens, current, target, n_classes, pairs=pairs, accuracy=True)
+    current_token = lv["pair"] if k else {"accuracy": 1.0, "ce": 0.0}  # offset 0: the current token itself
+    return {"unigram": lv["unigram"], "current_token": current_token}
 
 
 # --------------------------------------------------------------------------- measure
@@ -219,12 +200,8 @@ def _as_model(checkpoint_or_model: Any):
     from interp.model import ResidualGPT
 
     model = checkpoint_or_model
-    if isinstance(model, (str, Path)):
+    if isinstance(model, (str, Path, Checkpoint)):
         model = ResidualGPT.from_checkpoint(model)
-    elif isinstance(model, Checkpoint):
-        weights = model.weights
-        model = ResidualGPT(model.config)
-        model.load_state_dict(weights)
     return model
 
 

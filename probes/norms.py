@@ -15,12 +15,12 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor
 
+from interp.decompose import resid_sites
+
 
 def norm_site_names(n_layers: int) -> list[str]:
-    names = ["blocks.0.hook_resid_pre"]
-    for layer in range(n_layers):
-        names += [f"blocks.{layer}.hook_resid_mid", f"blocks.{layer}.hook_resid_post"]
-    return names
+    """The residual stream's sites: interp.decompose.resid_sites."""
+    return resid_sites(n_layers)
 
 
 @torch.no_grad()

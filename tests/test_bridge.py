@@ -238,12 +238,12 @@ def test_right_padded_batch_and_the_special_token():
 
 
 def test_gpt2_bpe_tokenizer():
-    from interp.tokenizer import GPT2_VOCAB, gpt2_files
+    from interp.vocab import GPT2_VOCAB_SIZE, gpt2_files
 
     if gpt2_files() is None:
         pytest.skip("GPT-2 BPE files not found (set RESIDUAL_DATA_DIR to a folder holding gpt2/)")
     torch.manual_seed(0)
-    model = ResidualGPT(ModelConfig(n_layers=1, d_model=16, n_heads=2, n_ctx=16, d_vocab=GPT2_VOCAB)).eval()
+    model = ResidualGPT(ModelConfig(n_layers=1, d_model=16, n_heads=2, n_ctx=16, d_vocab=GPT2_VOCAB_SIZE)).eval()
     b = to_transformer_bridge(model)
     t = b.to_tokens("Hello world\n<|endoftext|>")
     assert t[0, -1].item() == 50256 and b.to_string(t[0]) == "Hello world\n<|endoftext|>"

@@ -38,11 +38,12 @@ from torch import Tensor
 
 from interp.errors import DataError
 from interp.io import atomic_write
+from interp.levels import add_one_levels
+from interp.vocab import GPT2_VOCAB_SIZE
 
 SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
 SHAKESPEARE_REL = Path("tinyshakespeare") / "input.txt"
-GPT2_VOCAB_SIZE = 50257
 GPT2_EOT = 50256
 GPT2_FILES = {  # file name -> sha256 (the files tiktoken itself downloads)
     "vocab.bpe": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
@@ -543,23 +544,13 @@ def _reference_levels(train: np.ndarray, contexts: np.ndarray, targets: np.ndarr
     for ids, what in ((train, "the train split"), (contexts, "the contexts"), (targets, "the targets")):
         _check_ids(ids, vocab_size, what)
 
-    unigram_counts = np.bincount(train, minlength=vocab_size)
-    p_unigram = (unigram_counts[targets] + 1) / (len(train) + vocab_size)
-
-    # Bigram counts as sorted pair codes (current * V + next): sparse, so V = 50257 needs no V x V matrix.
-    pair_codes, pair_counts = np.unique(train[:-1] * vocab_size + train[1:], return_counts=True)
-    context_counts = np.bincount(train[:-1], minlength=vocab_size)
-    queries = contexts * vocab_size + targets
-    where = np.minimum(np.searchsorted(pair_codes, queries), len(pair_codes) - 1)
-    seen = np.where(pair_codes[where] == queries, pair_counts[where], 0)
-    p_bigram = (seen + 1) / (context_counts[contexts] + vocab_size)
-
+    levels = add_one_levels(train, contexts, targets, vocab_size, pairs=(train[:-1], train[1:]))
     return {
-        "unigram": float(-np.log(p_unigram).mean()),
-        "bigram": float(-np.log(p_bigram).mean()),
+        "unigram": levels["unigram"]["ce"],
+        "bigram": levels["pair"]["ce"],
         "n_targets": int(len(targets)),
         "n_train_tokens": int(len(train)),
-        "n_bigram_types": int(len(pair_codes)),
+        "n_bigram_types": levels["n_pair_types"],
         "vocab_size": int(vocab_size),
         "smoothing": "add-one",
     }

@@ -1,24 +1,21 @@
-"""Tokenizers for a ResidualGPT checkpoint, shared by both TransformerLens majors.
+"""Hugging Face tokenizers for an export: one token per character, or GPT-2's BPE from local files.
 
-char_tokenizer (one token per character, plus <|endoftext|>) and gpt2_tokenizer
-(GPT-2 byte-level BPE from local files) are Hugging Face fast tokenizers: the
-3.x export (interp.hooked) and the 4.x bridge (interp.bridge) attach the same
-objects, so to_tokens / to_string / generate read text identically on both.
-Nothing here imports transformer_lens.
+The character tokenizer adds one special token, <|endoftext|>, after the
+characters (EOS, PAD and BOS; its embedding row is zero and the model never
+predicts it), so newlines stay ordinary text for generate, to_string and
+padding. Which tokenizer a checkpoint gets is interp.vocab.tokenizer_for.
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
-from transformers import PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerFast  # imported by transformer_lens already
 
-from interp.config import ModelConfig
 from interp.errors import ConfigError, DataError
+from interp.vocab import gpt2_files
 
-GPT2_VOCAB = 50257
 SPECIAL = "<|endoftext|>"  # the char tokenizer's only special token, id len(vocab)
 
 
@@ -75,15 +72,6 @@ def char_tokenizer(vocab: list[str]):
     return out
 
 
-def gpt2_files(data_dir: str | os.PathLike | None = None) -> tuple[Path, Path] | None:
-    """(encoder.json, vocab.bpe) under data_dir or $RESIDUAL_DATA_DIR /gpt2, if both exist."""
-    root = data_dir or os.environ.get("RESIDUAL_DATA_DIR")
-    if not root:
-        return None
-    encoder, merges = Path(root) / "gpt2" / "encoder.json", Path(root) / "gpt2" / "vocab.bpe"
-    return (encoder, merges) if encoder.is_file() and merges.is_file() else None
-
-
 def gpt2_tokenizer(data_dir: str | os.PathLike | None = None):
     """GPT-2's byte-level BPE from local files (the ones tiktoken's "gpt2" uses), as a fast tokenizer."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
@@ -99,20 +87,3 @@ def gpt2_tokenizer(data_dir: str | os.PathLike | None = None):
     tok.add_special_tokens([AddedToken("<|endoftext|>", special=True)])
     # No bos_token: TL then uses <|endoftext|> for BOS and PAD without trying to download anything.
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>")
-
-
-def tokenizer_for(cfg: ModelConfig, vocab: list[str] | None, state: dict[str, Any]):
-    """The tokenizer for cfg (vocab, or the checkpoint state's vocab / encoding), or None and the reason."""
-    vocab = vocab if vocab is not None else state.get("vocab")
-    if vocab is not None:
-        vocab = list(vocab)
-        if len(vocab) != cfg.d_vocab:
-            raise ConfigError(f"vocab has {len(vocab)} entries but the model's d_vocab is {cfg.d_vocab}")
-        return char_tokenizer(vocab), None
-    if state.get("encoding") == "gpt2" or (cfg.d_vocab == GPT2_VOCAB and "encoding" not in state):
-        if gpt2_files() is None:
-            return None, "GPT-2 BPE files not found (set RESIDUAL_DATA_DIR to a folder holding gpt2/vocab.bpe)"
-        return gpt2_tokenizer(), None
-    if "encoding" in state:
-        return None, f"unknown encoding {state['encoding']!r} in the checkpoint"
-    return None, "no vocab given and none in the checkpoint (pass vocab=[...characters...])"

@@ -1,0 +1,68 @@
+"""A ResidualGPT as a TransformerLens HookedTransformer that computes the same function.
+
+The public face of the export; each concern has its module:
+
+    convert    TL's config and the weights in TL's layout (the attention slot as the
+               mixer declares, or refused by name); to_hooked_transformer
+    rewire     hook points that do what TL's block cannot: a mixer's routing of the
+               scores, a removed residual path, the n_ctx check
+    caches     for residual != 'full': the export and its caches warn where TL's additive
+               methods (decompose_resid, logit_attrs, ...) would answer wrongly
+    persist    save_hooked / load_hooked, exact round trip, tokenizer included
+
+The tokenizers live in interp.tokenizers (which one a checkpoint gets: interp.vocab).
+The position embedding refuses positions past n_ctx (TL would index out of
+range, or with to_tokens cut the prompt silently).
+
+TransformerLens 3.x only: TL 4 removed HookedTransformer, so there importing this
+package is a ToolkitError naming interp.to_transformer_bridge (interp.bridge).
+"""
+
+from interp.tl_major import require_tl3
+
+require_tl3()  # before anything below imports HookedTransformer
+
+# ruff: noqa: E402
+
+from interp.hooked.caches import (
+    _ADDITIVE_METHODS,
+    NonAdditiveCache,
+    NonAdditiveHookedTransformer,
+    NonAdditiveResidualWarning,
+)
+from interp.hooked.convert import hooked_config, model_from_checkpoint, tl_state_dict, to_hooked_transformer
+from interp.hooked.persist import HOOKED_SCHEMA, load_hooked, save_hooked
+from interp.hooked.rewire import (
+    ContextCheckedPosEmbed,
+    NoResidualHookPoint,
+    RecordedHookPoint,
+    RoutedScoresHookPoint,
+)
+from interp.tokenizers import SPECIAL, CharTokenizer, char_tokenizer, gpt2_tokenizer
+from interp.vocab import GPT2_VOCAB_SIZE, gpt2_files
+
+GPT2_VOCAB = GPT2_VOCAB_SIZE  # the name this module had for it
+
+__all__ = [
+    "GPT2_VOCAB",
+    "HOOKED_SCHEMA",
+    "SPECIAL",
+    "_ADDITIVE_METHODS",
+    "CharTokenizer",
+    "ContextCheckedPosEmbed",
+    "NoResidualHookPoint",
+    "NonAdditiveCache",
+    "NonAdditiveHookedTransformer",
+    "NonAdditiveResidualWarning",
+    "RecordedHookPoint",
+    "RoutedScoresHookPoint",
+    "char_tokenizer",
+    "gpt2_files",
+    "gpt2_tokenizer",
+    "hooked_config",
+    "load_hooked",
+    "model_from_checkpoint",
+    "save_hooked",
+    "tl_state_dict",
+    "to_hooked_transformer",
+]

@@ -1,0 +1,203 @@
+"""A ResidualGPT as a HookedTransformer: TL's config, the weights in TL's layout, and the entry point.
+
+The weights move into TL's layout one to one; the attention slot's as its mixer
+declares (interp.mixers); runtime_gain is folded into W_O / b_O and W_out /
+b_out. What TL's block cannot express is rewired (interp.hooked.rewire).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from typing import Any
+
+import torch
+from torch import Tensor
+from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+from interp.checkpoint import Checkpoint, load_checkpoint
+from interp.config import ModelConfig
+from interp.errors import ConfigError, ToolkitError
+from interp.hooked.caches import new_hooked_transformer, warn_non_additive
+from interp.hooked.rewire import install
+from interp.mixers import TL_SLOTS
+from interp.model import ResidualGPT
+from interp.registry import mixer_spec
+from interp.vocab import tokenizer_for
+
+
+def hooked_config(
+    cfg: ModelConfig, device: str | torch.device = "cpu", dtype=torch.float32, n_special: int = 0
+) -> HookedTransformerConfig:
+    """The HookedTransformerConfig of a ModelConfig (refuses what TL cannot express).
+
+    n_special extra token ids (a tokenizer's special tokens, after the model's
+    own) get embedding rows (zero, from the caller) and no logits.
+    """
+    mixer = mixer_spec(cfg.mixer)
+    if not mixer.exports_to_tl():
+        raise mixer.refuse_tl()
+    return HookedTransformerConfig(
+        n_layers=cfg.n_layers,
+        d_model=cfg.d_model,
+        n_ctx=cfg.n_ctx,
+        d_head=cfg.d_head,
+        n_heads=cfg.n_heads,
+        d_mlp=cfg.d_mlp,
+        d_vocab=cfg.d_vocab + n_special,
+        d_vocab_out=cfg.d_vocab,
+        act_fn="gelu",  # exact erf GELU, as F.gelu in ResidualGPT
+        normalization_type="LN",
+        eps=1e-5,
+        positional_embedding_type="standard",
+        default_prepend_bos=False,  # trained without BOS
+        model_name=f"residual-gpt(residual={cfg.residual}, mixer={cfg.mixer}, self_bias={cfg.self_bias:g})",
+        original_architecture="ResidualGPT",
+        init_weights=False,  # every weight is loaded below
+        device=str(device),
+        dtype=dtype,
+    )
+
+
+def tl_state_dict(model: ResidualGPT) -> dict[str, Tensor]:
+    """ResidualGPT weights in TL's names and layout; every ResidualGPT parameter must be used once.
+
+    The attention slot's weights are what its mixer declares (Mixer.tl_weights);
+    a mixer that declares none is refused by name.
+    """
+    cfg = model.cfg
+    params = dict(model.named_parameters())  # tied unembed appears once, as embed.weight
+    used: set[str] = set()
+
+    def take(name: str, like: Tensor | None = None) -> Tensor:
+        if like is not None and name not in params:
+            return torch.zeros_like(like)  # a bias the model does not have (bias=False)
+        used.add(name)
+        return params[name].detach()
+
+    gain = cfg.runtime_gain  # every sublayer output is scaled: fold it into the writing weights
+    embed = take("embed.weight")
+    sd: dict[str, Tensor] = {"embed.W_E": embed, "pos_embed.W_pos": take("pos_embed.weight")}
+    for layer in range(cfg.n_layers):
+        b = f"blocks.{layer}."  # the same block prefix in both models
+        for ln in ("ln1", "ln2"):
+            w = take(f"{b}{ln}.w")
+            sd[f"{b}{ln}.w"], sd[f"{b}{ln}.b"] = w, take(f"{b}{ln}.b", w)
+
+        attn = model.blocks[layer].attn.tl_weights(lambda name, like=None, b=b: take(f"{b}attn.{name}", like))
+        if sorted(attn) != sorted(TL_SLOTS):
+            raise ToolkitError(f"mixer {cfg.mixer!r}: tl_weights gave {sorted(attn)}, TransformerLens needs {TL_SLOTS}")
+        attn["W_O"], attn["b_O"] = attn["W_O"] * gain, attn["b_O"] * gain
+        sd.update({f"{b}attn.{name}": w for name, w in attn.items()})
+
+        w_in = take(f"{b}mlp.in_proj.weight")
+        sd[f"{b}mlp.W_in"] = w_in.T
+        sd[f"{b}mlp.b_in"] = take(f"{b}mlp.in_proj.bias", w_in[:, 0])
+        w_out = take(f"{b}mlp.out_proj.weight")
+        sd[f"{b}mlp.W_out"] = w_out.T * gain
+        sd[f"{b}mlp.b_out"] = take(f"{b}mlp.out_proj.bias", w_out[:, 0]) * gain
+
+    w = take("ln_final.w")
+    sd["ln_final.w"], sd["ln_final.b"] = w, take("ln_final.b", w)
+    w_u = take("unembed.weight") if "unembed.weight" in params else embed  # tied: a copy either way
+    sd["unembed.W_U"] = w_u.T
+    sd["unembed.b_U"] = torch.zeros(cfg.d_vocab, dtype=w_u.dtype, device=w_u.device)
+
+    unused = sorted(set(params) - used)
+    if unused:
+        raise ToolkitError(f"to_hooked_transformer does not know where to put ResidualGPT parameter(s) {unused}")
+    return {k: v.contiguous() for k, v in sd.items()}
+
+
+def model_from_checkpoint(ckpt: Checkpoint, device: str | torch.device | None = None) -> ResidualGPT:
+    """The checkpoint's ResidualGPT in eval mode; weights must fit its config exactly (strict)."""
+    model = ResidualGPT.from_checkpoint(ckpt)
+    return (model.to(device) if device is not None else model).eval()
+
+
+def _resolve(source: Any, device: str | torch.device | None) -> tuple[ResidualGPT, dict[str, Any]]:
+    """A ResidualGPT and the checkpoint's extra state (vocab, encoding, ...)."""
+    if isinstance(source, ResidualGPT):
+        return source, {}
+    if isinstance(getattr(source, "module", None), ResidualGPT):  # DDP
+        return source.module, {}
+    if isinstance(source, (str, os.PathLike)):
+        source = load_checkpoint(source, map_location=device or "cpu")
+    if not isinstance(source, Checkpoint):
+        raise ToolkitError(
+            f"to_hooked_transformer takes a ResidualGPT, a Checkpoint or a checkpoint path, not {type(source).__name__}"
+        )
+    return model_from_checkpoint(source, device), dict(source.state)
+
+
+def to_hooked_transformer(
+    source: ResidualGPT | Checkpoint | str | os.PathLike,
+    *,
+    vocab: list[str] | None = None,
+    fold_ln: bool = False,
+    center_writing_weights: bool = False,
+    center_unembed: bool = False,
+    fold_value_biases: bool = False,
+    refactor_factored_attn_matrices: bool = False,
+    device: str | torch.device | None = None,
+) -> HookedTransformer:
+    """A ResidualGPT, Checkpoint or checkpoint path as a HookedTransformer with the same logits and caches.
+
+    Processing is off by default so hook values equal ResidualGPT's; the TL
+    processing flags keep log-probabilities (center_unembed shifts logits).
+
+    TL's cache.logit_attrs needs fold_ln=True even for residual='full': it
+    centres the stack and divides by the cached ln_final scale, then dots with
+    W_U's columns, but never multiplies by ln_final.w (nor adds ln_final.b).
+    Only when fold_ln has moved w into W_U (and b into b_U) do the
+    attributions sum to the logit; without it they are off by w, and a trained
+    w is far from 1. interp.decompose.direct_logit_attribution applies w and b
+    itself and is exact with or without fold_ln, for every residual config.
+
+    For residual != 'full' the model is a NonAdditiveHookedTransformer (interp.hooked.caches): its
+    caches warn (NonAdditiveResidualWarning) at every call of decompose_resid,
+    get_full_resid_decomposition, stack_head_results and logit_attrs, whose
+    sums assume every sublayer output reaches the final stream; use
+    interp.decompose there. accumulated_resid and the logit lens read the
+    stream itself and stay right.
+    vocab (a list of characters) or the checkpoint's state["vocab"] /
+    state["encoding"] == "gpt2" gives the attached tokenizer.
+    """
+    model, state = _resolve(source, device)
+    cfg = model.cfg
+    if fold_value_biases and cfg.bias and cfg.self_bias == -math.inf:
+        raise ConfigError(
+            "fold_value_biases assumes every attention row sums to 1, but with self_bias=-inf position 0 attends "
+            "nowhere; leave fold_value_biases off for this model"
+        )
+    tokenizer, why_not = tokenizer_for(cfg.d_vocab, vocab, state)
+    n_special = len(tokenizer) - cfg.d_vocab if tokenizer is not None else 0
+    weight = model.embed.weight
+    tl_cfg = hooked_config(cfg, device=device or weight.device, dtype=weight.dtype, n_special=n_special)
+    hooked = new_hooked_transformer(tl_cfg, cfg)
+    state_dict = tl_state_dict(model)
+    if n_special:  # rows for the tokenizer's special token(s): zero, never trained, never predicted
+        w_e = state_dict["embed.W_E"]
+        state_dict["embed.W_E"] = torch.cat([w_e, w_e.new_zeros(n_special, w_e.shape[1])])
+    state_dict.update(hooked.named_buffers())  # TL's constants (mask cache, IGNORE = -inf), not weights
+    try:
+        hooked.load_state_dict(state_dict, strict=True)
+    except RuntimeError as e:  # a key or shape we produced that TL does not expect: a converter bug
+        raise ToolkitError(f"TransformerLens rejected the converted weights: {e}") from None
+    install(hooked, cfg)
+    if fold_ln or center_writing_weights or center_unembed or fold_value_biases or refactor_factored_attn_matrices:
+        hooked.load_and_process_state_dict(
+            hooked.state_dict(),
+            fold_ln=fold_ln,
+            center_writing_weights=center_writing_weights,
+            center_unembed=center_unembed,
+            fold_value_biases=fold_value_biases,
+            refactor_factored_attn_matrices=refactor_factored_attn_matrices,
+        )
+    if tokenizer is not None:
+        hooked.set_tokenizer(tokenizer, default_padding_side="right")
+    else:
+        warnings.warn(f"no tokenizer attached: {why_not}; the model takes token tensors only", stacklevel=2)
+    warn_non_additive(cfg)
+    return hooked.eval()

@@ -1,0 +1,158 @@
+"""The rewiring that makes a plain HookedTransformer compute a ResidualGPT's function.
+
+TL's block cannot express a removed residual path or a mixer's routing, so a
+few of its HookPoints are swapped for subclasses that do the work in their
+forward, i.e. before any hook (user, cache, permanent) sees the value:
+
+    attention routing  hook_attn_scores applies the mixer's declared routing
+                       (interp.mixers: self_bias, the uniform mixer) to the
+                       causally masked scores, exactly as ResidualGPT's
+                       hook_attn_scores holds them;
+    removed residual   hook_attn_out / hook_mlp_out record their output after all
+                       hooks ran, and hook_resid_mid / hook_resid_post return that
+                       record in place of TL's resid + out.
+
+Being modules rather than hook functions, these survive model.reset_hooks()
+(even including_permanent=True), always run first, and see a user's patch of
+hook_attn_out, so interventions compose as they do on ResidualGPT. Every
+swapped hook point holds a buffer naming what it does (e.g.
+blocks.0.hook_resid_mid.residual_removed), so a plain HookedTransformer refuses
+the state dict ("Unexpected key(s)") instead of losing the wiring silently.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+from transformer_lens import HookedTransformer
+from transformer_lens.components import PosEmbed
+from transformer_lens.hook_points import HookPoint
+
+from interp.config import ModelConfig
+from interp.errors import ConfigError
+from interp.registry import mixer_spec
+
+
+class _Slot:
+    """One tensor handed from a block's hook_*_out to its hook_resid_* (never a submodule)."""
+
+    value: Tensor | None = None
+
+    def take(self) -> Tensor:
+        value, self.value = self.value, None
+        if value is None:
+            raise RuntimeError("residual rewiring: hook_resid_* ran before its hook_*_out recorded a value")
+        return value
+
+
+class RecordedHookPoint(HookPoint):
+    """hook_attn_out / hook_mlp_out that remembers its output after every hook: what the block adds."""
+
+    def __init__(self, slot: _Slot):
+        super().__init__()
+        self.slot = slot
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        out = super().__call__(*args, **kwargs)
+        self.slot.value = out
+        return out
+
+
+class _KeepSecond(torch.autograd.Function):
+    """Return `kept`; `dropped` stays in the graph with a zero gradient.
+
+    A full backward hook on a module fires when the gradient of its input is
+    computed, so the discarded TL sum must remain connected for bwd hooks on
+    hook_resid_mid / hook_resid_post to run.
+    """
+
+    @staticmethod
+    def forward(ctx, dropped: Tensor, kept: Tensor) -> Tensor:
+        return kept.clone()
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor]:
+        return torch.zeros_like(grad), grad
+
+
+class NoResidualHookPoint(HookPoint):
+    """hook_resid_mid / hook_resid_post of a block without that identity path.
+
+    TL's block hands in resid + out; this returns out alone (the recorded
+    sublayer output, bit for bit), so every hook sees ResidualGPT's value.
+    """
+
+    def __init__(self, slot: _Slot):
+        super().__init__()
+        self.slot = slot
+        # In the state dict, so a plain HookedTransformer refuses it ("Unexpected key(s)").
+        self.register_buffer("residual_removed", torch.tensor(True))
+
+    def forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
+        return _KeepSecond.apply(x, self.slot.take())
+
+
+class RoutedScoresHookPoint(HookPoint):
+    """hook_attn_scores with the mixer's routing (its tl_scores) applied to TL's causally masked scores.
+
+    The routing is also in the state dict (the mixer's tl_routing_record buffers,
+    e.g. routing_self_bias / routing_uniform), which a plain HookedTransformer refuses.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.mixer = mixer_spec(cfg.mixer)
+        self.model_cfg = cfg
+        for name, value in self.mixer.tl_routing_record(cfg).items():
+            self.register_buffer(name, value)
+
+    def extra_repr(self) -> str:
+        return f"mixer={self.model_cfg.mixer!r}, self_bias={self.model_cfg.self_bias}"
+
+    def forward(self, scores: Float[Tensor, "batch head q k"]) -> Float[Tensor, "batch head q k"]:
+        return self.mixer.tl_scores(self.model_cfg, scores)
+
+
+def _rewire(model: HookedTransformer, cfg: ModelConfig) -> None:
+    """Swap in the hook points above where cfg departs from a plain Pre-LN GPT."""
+    routed = mixer_spec(cfg.mixer).tl_routes_scores(cfg)
+    for block in model.blocks:
+        if routed:
+            block.attn.hook_attn_scores = RoutedScoresHookPoint(cfg)
+        if not cfg.attn_residual:
+            slot = _Slot()
+            block.hook_attn_out = RecordedHookPoint(slot)
+            block.hook_resid_mid = NoResidualHookPoint(slot)
+        if not cfg.ffn_residual:
+            slot = _Slot()
+            block.hook_mlp_out = RecordedHookPoint(slot)
+            block.hook_resid_post = NoResidualHookPoint(slot)
+    model.setup()  # re-register hook names for the new modules
+
+
+class ContextCheckedPosEmbed(PosEmbed):
+    """TL's PosEmbed that refuses a position past n_ctx with a ConfigError (TL would index out of range)."""
+
+    def forward(self, tokens, past_kv_pos_offset: int = 0, attention_mask=None):
+        if attention_mask is None:
+            n = tokens.size(-1) + past_kv_pos_offset
+        else:  # padded: positions count the attended tokens only
+            n = int(attention_mask.sum(-1).max())
+        if n > self.cfg.n_ctx:
+            raise ConfigError(
+                f"sequence length {n} exceeds n_ctx {self.cfg.n_ctx}; with generate, ask for at most n_ctx minus "
+                "the prompt length new tokens (ResidualGPT.generate crops to the last n_ctx tokens instead)"
+            )
+        return super().forward(tokens, past_kv_pos_offset, attention_mask)
+
+
+def install(model: HookedTransformer, cfg: ModelConfig) -> None:
+    """Everything that makes a plain HookedTransformer this ResidualGPT: rewiring, n_ctx check, the record."""
+    guarded = ContextCheckedPosEmbed(model.cfg)
+    guarded.W_pos = model.pos_embed.W_pos
+    model.pos_embed = guarded
+    _rewire(model, cfg)
+    model.cfg.residual_gpt_config = cfg.to_dict()  # not a TL field: from_dict(cfg.to_dict()) fails loudly

@@ -1,0 +1,85 @@
+"""The mixer registry: every token mixer by name, and what it declares it can do.
+
+A mixer is one class (interp.mixers.Mixer) that declares next to its forward
+whether it has an attention pattern and heads, its hook sites, how it exports
+to TransformerLens (or why it cannot) and how it decomposes. Everything that
+depends on the mixer - ModelConfig validation, ResidualGPT's blocks, the export,
+interp.decompose, the alpha_tt probe, plot_attention - asks `mixer_spec(name)`
+here, never the name itself. Adding a mixer (see interp.mixers):
+
+    from interp.mixers import Mixer            # or PatternMixer for a softmax-pattern mixer
+    from interp.registry import register_mixer
+
+    @register_mixer
+    class MyMixer(Mixer, nn.Module):
+        name = "my_mixer"
+        ...
+
+This module is light (no torch): validating a config or a command line must
+answer at once. So the built-in mixers' names are listed here; their classes
+load from interp.mixers on first lookup (tests/test_mixer_registry.py checks
+that the two agree).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from typing import Any
+
+from interp.errors import ConfigError
+
+BUILTIN_MIXERS = ("attention", "uniform", "position_blind")  # defined, with their declarations, in interp.mixers
+_BUILTIN_MODULE = "interp.mixers"
+_REGISTRY: dict[str, type] = {}
+
+
+def register_mixer(cls: type) -> type:
+    """Class decorator: make `cls` the mixer for `mixer=cls.name` (a name is registered once)."""
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ConfigError(f"a mixer class needs a `name` that is an identifier, got {name!r} on {cls.__name__}")
+    for flag in ("has_pattern", "has_heads", "takes_self_bias"):
+        if not isinstance(getattr(cls, flag, None), bool):
+            raise ConfigError(f"mixer {name!r} must declare {flag} as True or False (subclass interp.mixers.Mixer)")
+    taken = _REGISTRY.get(name)
+    if taken is not None and taken.__qualname__ != cls.__qualname__:
+        raise ConfigError(f"mixer name {name!r} is already taken by {taken.__module__}.{taken.__qualname__}")
+    _REGISTRY[name] = cls  # the same class defined again (a module reloaded): the newer one
+    return cls
+
+
+def mixer_names() -> tuple[str, ...]:
+    """Every mixer a ModelConfig may name: the built-ins, then those registered since, in order."""
+    return (*BUILTIN_MIXERS, *(n for n in _REGISTRY if n not in BUILTIN_MIXERS))
+
+
+def mixer_spec(name: str) -> Any:
+    """The registered mixer class for `name`: its declarations (has_pattern, has_heads, ...) and its forward."""
+    if name not in _REGISTRY and name in BUILTIN_MIXERS:
+        importlib.import_module(_BUILTIN_MODULE)  # registers the built-ins
+    if name not in _REGISTRY:
+        raise ConfigError(f"unknown mixer {name!r}; registered: {mixer_names()} (register one with "
+                          "interp.registry.register_mixer)")
+    return _REGISTRY[name]
+
+
+class _MixerNames(Sequence):
+    """A live, read-only view of mixer_names(): `name in MIXERS`, iteration, argparse's choices=MIXERS."""
+
+    def __getitem__(self, index):
+        return mixer_names()[index]
+
+    def __len__(self) -> int:
+        return len(mixer_names())
+
+    def __contains__(self, name: object) -> bool:
+        return name in mixer_names()
+
+    def __repr__(self) -> str:
+        return repr(mixer_names())
+
+
+MIXERS: Sequence[str] = _MixerNames()
+
+__all__ = ["BUILTIN_MIXERS", "MIXERS", "mixer_names", "mixer_spec", "register_mixer"]
