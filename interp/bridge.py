@@ -35,6 +35,7 @@ bridge caches and is exact.
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from pathlib import Path
@@ -116,8 +117,33 @@ class _LayerNormBridge(_Component):
     adopted = _LN_HOOKS
 
 
+def _weights_of(module: nn.Module) -> Any:
+    """take(name, like=None) for a Mixer.tl_weights: module's tensor by dotted name (zeros like `like` if None)."""
+
+    def take(name: str, like: Tensor | None = None) -> Tensor:
+        value = functools.reduce(getattr, name.split("."), module)
+        return torch.zeros_like(like) if value is None else value
+
+    return take
+
+
 class _MLPBridge(_Component):
+    """The MLP, with TL's weight properties (W_in [d_model, d_mlp], ...; runtime_gain folded into W_out / b_out,
+    as on the 3.x export), read from ResidualGPT's own weights at each access."""
+
     adopted = _MLP_HOOKS
+    gain = 1.0  # the model's runtime_gain (an MLP has no cfg): set by _bridge
+
+    def _tl(self) -> dict[str, Tensor]:
+        take, gain = _weights_of(self.original_component), self.gain
+        w_in, w_out = take("in_proj.weight"), take("out_proj.weight")
+        return {"W_in": w_in.T, "b_in": take("in_proj.bias", w_in[:, 0]),
+                "W_out": w_out.T * gain, "b_out": take("out_proj.bias", w_out[:, 0]) * gain}
+
+    W_in = property(lambda self: self._tl()["W_in"])
+    b_in = property(lambda self: self._tl()["b_in"])
+    W_out = property(lambda self: self._tl()["W_out"])
+    b_out = property(lambda self: self._tl()["b_out"])
 
 
 class _HeadResults(nn.Module):
@@ -162,14 +188,42 @@ def _attn_sites(cfg: ModelConfig) -> tuple[str, ...]:
 
 
 class _MixerBridge(GeneralizedComponent):
-    """The attention slot: the hook points the mixer declares, and hook_result where it has heads."""
+    """The attention slot: the hook points the mixer declares, and hook_result where it has heads.
+
+    TL's weight properties (W_Q [n_heads, d_model, d_head], ..., W_O, b_O) are what the
+    mixer declares for TL (Mixer.tl_weights; runtime_gain folded into W_O / b_O, as on
+    the 3.x export), read from ResidualGPT's weights at each access; a mixer that
+    declares none (position_blind) makes them a ToolkitError.
+    """
+
+    def _tl(self) -> dict[str, Tensor]:
+        mixer = self.original_component
+        spec = type(mixer)  # a registered mixer class is its own spec (interp.registry)
+        if not spec.exports_to_tl():
+            raise ToolkitError(
+                f"mixer={spec.name!r} has no TransformerLens attention weights (W_Q, W_K, W_V, W_O, their biases, "
+                f"QK, OV): {spec.no_tl_equivalent}; read ResidualGPT's own weights instead, "
+                "bridge.residual_gpt.blocks[l].attn (its parameters by name)"
+            )
+        sd = mixer.tl_weights(_weights_of(mixer))
+        gain = mixer.cfg.runtime_gain
+        return {**sd, "W_O": sd["W_O"] * gain, "b_O": sd["b_O"] * gain}
+
+    W_Q = property(lambda self: self._tl()["W_Q"])
+    W_K = property(lambda self: self._tl()["W_K"])
+    W_V = property(lambda self: self._tl()["W_V"])
+    W_O = property(lambda self: self._tl()["W_O"])
+    b_Q = property(lambda self: self._tl()["b_Q"])
+    b_K = property(lambda self: self._tl()["b_K"])
+    b_V = property(lambda self: self._tl()["b_V"])
+    b_O = property(lambda self: self._tl()["b_O"])
 
     def set_original_component(self, original_component: nn.Module) -> None:
         super().set_original_component(original_component)
-        spec = mixer_spec(original_component.cfg.mixer)
+        spec, cfg = type(original_component), getattr(original_component, "cfg", None)
         _adopt(self, original_component, spec.hook_sites)
-        if spec.has_heads and isinstance(getattr(original_component, "out_proj", None), nn.Linear):
-            results = _HeadResults(original_component.out_proj, original_component.cfg)
+        if spec.has_heads and cfg is not None and isinstance(getattr(original_component, "out_proj", None), nn.Linear):
+            results = _HeadResults(original_component.out_proj, cfg)
             original_component.out_proj = results
             self.hook_result = results.hook_result
 
@@ -314,6 +368,16 @@ class BridgeActivationCache(ActivationCache):
         return BridgeActivationCache(sliced.cache_dict, self.model, has_batch_dim=sliced.has_batch_dim)
 
 
+def _no_processing(call: str) -> ToolkitError:
+    return ToolkitError(
+        f"{call}: TransformerLens 4's weight processing (fold_ln, center_writing_weights, center_unembed, "
+        "fold_value_biases) is not wired to this bridge, which runs ResidualGPT's own weights and forward (exact, "
+        "ablated residuals included) and already has TL 3's hook names; use interp.decompose for exact "
+        "decompositions (no folding needed), enable_compatibility_mode(no_processing=True) (a no-op here), or on "
+        "TransformerLens 3.x interp.to_hooked_transformer(..., fold_ln=True, center_writing_weights=True)"
+    )
+
+
 def _show(wiring: Tensor | None) -> str:
     if wiring is None or wiring.dim() == 0:
         return repr(None if wiring is None else wiring.item())
@@ -396,6 +460,38 @@ class ResidualBridge(TransformerBridge):
                 tensor.copy_(state[key])
         return None
 
+    def enable_compatibility_mode(self, disable_warnings: bool = False, no_processing: bool = False,
+                                  **processing: Any) -> None:
+        """A no-op with no_processing=True (this bridge already has TL 3's hook names); else a ToolkitError.
+
+        TL's weight processing (fold_ln, centering, fold_value_biases) is not wired
+        to ResidualGPT's forward: it would leave the bridge computing another function.
+        """
+        if not no_processing:
+            raise _no_processing("enable_compatibility_mode()")
+
+    def process_weights(self, *args: Any, **kwargs: Any) -> None:
+        raise _no_processing("process_weights()")
+
+    def generate(self, input: Any = "", *args: Any, **kwargs: Any) -> Any:
+        """TL 4's generate; a list of prompts of unequal token lengths runs one prompt at a time.
+
+        TL 4 left-pads such a batch, and ResidualGPT has no position offsets for
+        padding: each prompt alone gives what ResidualGPT.generate gives it.
+        """
+        if isinstance(input, (list, tuple)) and len(input) > 1 and all(isinstance(p, str) for p in input):
+            prepend_bos = kwargs.get("prepend_bos")
+            if len({self.to_tokens(p, prepend_bos=prepend_bos).shape[-1] for p in input}) > 1:
+                batched = [k for k in ("output_logits", "return_cache", "return_input_tokens") if kwargs.get(k)]
+                if kwargs.get("return_type", "input") not in ("input", "str") or batched:
+                    raise ConfigError(
+                        "generate on prompts of unequal lengths runs them one at a time and returns a list of "
+                        f"strings; it cannot give return_type={kwargs.get('return_type')!r} "
+                        f"{' / '.join(batched)}: call generate on each prompt instead"
+                    )
+                return [super(ResidualBridge, self).generate(p, *args, **kwargs) for p in input]
+        return super().generate(input, *args, **kwargs)
+
     def run_with_cache(self, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
         out, cache = super().run_with_cache(*args, **kwargs)
         if isinstance(cache, ActivationCache):
@@ -432,7 +528,11 @@ def _resolve(source: Any, device: str | torch.device | None) -> tuple[ResidualGP
         raise ToolkitError("to_transformer_bridge takes a ResidualGPT or a checkpoint, not a bridge (it is one)")
     if isinstance(source, ResidualGPT):
         model = ResidualGPT(source.cfg)  # a copy: bridging replaces the model's submodules
-        model.load_state_dict(source.state_dict())
+        try:
+            model.load_state_dict(source.state_dict())
+        except RuntimeError as e:  # a parameter ResidualGPT does not define (or one missing): no silent drop
+            detail = " ".join(line.strip() for line in str(e).splitlines()[1:])
+            raise ToolkitError(f"to_transformer_bridge cannot copy this ResidualGPT's weights: {detail}") from None
         model = model.to(device or source.embed.weight.device, source.embed.weight.dtype)
         return model.eval(), {}
     if isinstance(source, (str, os.PathLike)):
@@ -448,15 +548,24 @@ def _resolve(source: Any, device: str | torch.device | None) -> tuple[ResidualGP
 def _bridge(model: ResidualGPT, tokenizer: Any) -> ResidualBridge:
     n_special = len(tokenizer) - model.cfg.d_vocab if tokenizer is not None else 0
     weights = model.state_dict(keep_vars=True)  # references, by ResidualGPT's names, before TL renames the tree
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # TL's notices about adapters it does not know, processing, ...
-        bridge = build_bridge_from_module(
-            _Host(model), ARCHITECTURE, tl_config=bridge_config(model.cfg, n_special), tokenizer=tokenizer
-        )
+    probe = getattr(tokenizer, "chars", None) is not None
+    if probe:  # TL encodes "a" to see whether BOS / EOS get added (ours add neither); "a" may not be a character
+        tokenizer.encode = lambda text, *args, **kwargs: [0]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # TL's notices about adapters it does not know, processing, ...
+            bridge = build_bridge_from_module(
+                _Host(model), ARCHITECTURE, tl_config=bridge_config(model.cfg, n_special), tokenizer=tokenizer
+            )
+    finally:
+        if probe:
+            del tokenizer.encode  # the class's own again
     bridge.__class__ = ResidualBridge
     object.__setattr__(bridge, "_residual_weights", weights)  # not a submodule: no second copy in the tree
     bridge.hook_embed = model.hook_embed  # ResidualGPT's [batch, pos, d_model] values, not TL's aliases
     bridge.hook_pos_embed = model.hook_pos_embed
+    for block in bridge.blocks:
+        block.mlp.gain = model.cfg.runtime_gain
     if tokenizer is not None:
         bridge.tokenizer.padding_side = "right"
     return bridge.eval()

@@ -80,15 +80,8 @@ class InterruptAt:
             raise KeyboardInterrupt
 
 
-# The 3.x export's tests (HookedTransformer, which TransformerLens 4 removed) are not collected on 4.x;
-# tests/test_bridge.py covers the 4.x bridge there (make test-tl4) and skips itself on 3.x.
-TL3_ONLY_TESTS = ["test_causality.py", "test_decompose.py", "test_generate.py", "test_hooked.py", "test_interop.py",
-                  "test_plots.py"]
-if int(version("transformer-lens").split(".")[0]) >= 4:
-    collect_ignore = TL3_ONLY_TESTS
-
-
 def pytest_report_header(config):
     major = version("transformer-lens")
-    skipped = f"; not collected (3.x only): {', '.join(TL3_ONLY_TESTS)}" if int(major.split(".")[0]) >= 4 else ""
-    return f"transformer-lens {major}{skipped}"
+    tl4 = int(major.split(".")[0]) >= 4
+    export = "TransformerBridge (interp.bridge)" if tl4 else "HookedTransformer (interp.hooked)"
+    return f"transformer-lens {major}: the export tests run against the {export}"

@@ -314,3 +314,63 @@ def test_nnsight_reads_and_edits_hook_pattern_on_the_bridge():
     torch.testing.assert_close(pattern, cache["blocks.0.attn.hook_pattern"], rtol=0, atol=1e-6)
     want = model.run_with_hooks(t, fwd_hooks=[("blocks.1.attn.hook_pattern", lambda x, hook: torch.zeros_like(x))])
     torch.testing.assert_close(out, want, rtol=0, atol=1e-5)
+
+
+def test_weight_properties_compute_what_the_hooks_see():
+    """W_Q ... b_out are ResidualGPT's weights in TL's layout (runtime_gain folded into the writing weights)."""
+    model = make_model("attn_only", trained=True, bias=True, runtime_gain=1.5)
+    b = bridge(model)
+    with torch.no_grad():
+        _, cache = b.run_with_cache(tokens())
+        for layer in range(2):
+            block, ln = model.blocks[layer], f"blocks.{layer}.ln1"
+            x = cache[f"{ln}.hook_normalized"] * block.ln1.w + block.ln1.b
+            q = torch.einsum("bpd,hde->bphe", x, b.W_Q[layer]) + b.b_Q[layer]
+            assert (q - cache[f"blocks.{layer}.attn.hook_q"]).abs().max() < 1e-5
+            z = cache[f"blocks.{layer}.attn.hook_z"]
+            out = torch.einsum("bphe,hed->bpd", z, b.W_O[layer]) + b.b_O[layer]
+            assert (out - cache[f"blocks.{layer}.hook_attn_out"]).abs().max() < 1e-5
+            y = cache[f"blocks.{layer}.ln2.hook_normalized"] * block.ln2.w + block.ln2.b
+            mlp = torch.nn.functional.gelu(y @ b.W_in[layer] + b.b_in[layer]) @ b.W_out[layer] + b.b_out[layer]
+            assert (mlp - cache[f"blocks.{layer}.hook_mlp_out"]).abs().max() < 1e-5
+    assert b.OV.AB.shape == (2, 4, 32, 32) and b.QK.AB.shape == (2, 4, 32, 32)
+    assert torch.equal(b.W_U, model.unembed.weight.T)
+    uniform = bridge(make_model("full", mixer="uniform"))
+    assert not uniform.W_Q.any() and not uniform.W_K.any()  # as the 3.x export's
+    blind = bridge(make_model("full", mixer="position_blind"))
+    with pytest.raises(ToolkitError, match="mixer='position_blind' has no TransformerLens attention weights"):
+        _ = blind.OV
+    assert blind.W_in.shape == (2, 32, 128)
+
+
+def test_weight_processing_is_refused_or_a_no_op():
+    model = make_model("ffn_only", trained=True)
+    b = bridge(model)
+    for call in (b.enable_compatibility_mode, lambda: b.enable_compatibility_mode(fold_ln=True), b.process_weights):
+        with pytest.raises(ToolkitError, match="weight processing.*interp.decompose"):
+            call()
+    b.enable_compatibility_mode(no_processing=True)
+    assert torch.equal(b(tokens()), model(tokens()))
+
+
+def test_generate_on_prompts_of_unequal_lengths_runs_each_alone():
+    model = make_model("attn_only", trained=True)
+    b = bridge(model)
+    prompts = ["ROMEO:\n", "KING:", "a\n\nb"]
+    got = b.generate(prompts, max_new_tokens=5, do_sample=False, verbose=False)
+    expected = [b.generate(p, max_new_tokens=5, do_sample=False, verbose=False) for p in prompts]
+    assert got == expected
+    for prompt, text in zip(prompts, got, strict=True):
+        ids = torch.tensor([[CHARS.index(c) for c in prompt]])
+        assert text == "".join(CHARS[i] for i in model.generate(ids, 5, temperature=0.0)[0])
+    with pytest.raises(ConfigError, match="one at a time"):
+        b.generate(prompts, max_new_tokens=2, do_sample=False, verbose=False, return_type="tokens")
+    with pytest.raises(ConfigError, match="right"):  # a left-padded batch with its mask
+        toks = b.to_tokens(prompts[:2], padding_side="left")
+        b(toks, attention_mask=(toks != len(CHARS)).long())
+
+
+def test_state_dict_of_another_mixer_is_refused():
+    sd = bridge(make_model("full", mixer="uniform")).state_dict()
+    with pytest.raises(CheckpointError, match="wiring.mixer='uniform' is not this model's \\('attention'\\)"):
+        bridge(make_model("full")).load_state_dict(sd)
