@@ -37,8 +37,11 @@ $(STAMP4): pyproject.toml constraints/tl4.txt
 
 setup-tl4: $(STAMP4)
 
-# The tests that touch TransformerLens, on 4.x (each 3.x-only test skips itself there).
-TL4_TESTS ?= tests/test_bridge.py tests/test_model.py tests/test_probes.py
+# Every test that touches TransformerLens, on 4.x: the export tests run against the bridge there
+# (tests/majors.py), HookedTransformer-only checks skip themselves.
+TL4_TESTS ?= tests/test_bridge.py tests/test_hooked.py tests/test_generate.py tests/test_causality.py \
+	tests/test_decompose.py tests/test_interop.py tests/test_plots.py tests/test_mixer_registry.py \
+	tests/test_model.py tests/test_probes.py
 test-tl4: $(STAMP4)
 	$(PY4) -m pytest -q -rs $(TL4_TESTS)
 
