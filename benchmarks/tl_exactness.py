@@ -1,6 +1,6 @@
 """Max |difference| between ResidualGPT and its TransformerLens model, per residual config x mixer.
 
-    python -m benchmarks.tl_exactness [--ckpt PATH ...]
+    python -m benchmarks.tl_exactness [--ckpt PATH ...] [--per-hook]
 
 Runs on whichever TransformerLens major is installed (interp.load_tl: a
 HookedTransformer on 3.x, a TransformerBridge on 4.x): for each model, the
@@ -34,7 +34,7 @@ def max_diffs(model, tl_model, tokens):
         logits_gpt, cache_gpt = model.run_with_cache(tokens)
         logits_tl, cache_tl = tl_model.run_with_cache(tokens)
     logits = (logits_gpt - logits_tl[..., : logits_gpt.shape[-1]]).abs().max().item()
-    worst, worst_name, shared = 0.0, None, 0
+    worst, worst_name, shared, per_hook = 0.0, None, 0, {}
     for name in cache_gpt.keys():
         if name not in cache_tl.cache_dict:
             continue
@@ -42,14 +42,16 @@ def max_diffs(model, tl_model, tokens):
         same_inf = torch.isinf(a) & torch.isinf(b) & (a.sign() == b.sign())
         d = (a - b).masked_fill(same_inf, 0.0).abs().max().item()
         shared += 1
+        per_hook[name] = d
         if d > worst or worst_name is None:
             worst, worst_name = d, name
-    return logits, worst, worst_name, shared, len(cache_gpt.keys())
+    return logits, worst, worst_name, shared, len(cache_gpt.keys()), per_hook
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ckpt", nargs="*", default=[], help="checkpoints to measure instead of random-init models")
+    parser.add_argument("--per-hook", action="store_true", help="also print each shared hook's max |difference|")
     args = parser.parse_args(argv)
     import torch
 
@@ -81,8 +83,11 @@ def main(argv=None) -> int:
             continue
         torch.manual_seed(1)
         tokens = torch.randint(0, model.cfg.d_vocab, (4, model.cfg.n_ctx))
-        logits, worst, name, shared, total = max_diffs(model, tl_model, tokens)
+        logits, worst, name, shared, total, per_hook = max_diffs(model, tl_model, tokens)
         print(f"{label:44s} {logits:12.3g} {worst:12.3g}  {shared:3d}/{total:<3d}  {name}")
+        if args.per_hook:
+            for hook, d in per_hook.items():
+                print(f"    {hook:40s} {d:.3g}")
     return 0
 
 
