@@ -56,7 +56,8 @@ def main(argv=None) -> int:
     import torch
 
     from interp import ModelConfig, ResidualGPT
-    from interp.tl_major import TL_VERSION, load_tl
+    from interp.export import load_tl
+    from interp.tl_major import TL_VERSION
 
     warnings.simplefilter("ignore")
     models = []

@@ -47,15 +47,16 @@ results.json schema ("eval-noise/1"):
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
-from experiments.common import format_table, reference_lines, stats, table_figure
+from experiments.common import fmt_number, format_table, reference_lines, table_figure
 from experiments.frame import Context, Experiment, Group, Variant, check_number, run_summary
+from experiments.stats import stats
 from interp.config import RESIDUALS
 from interp.errors import ToolkitError
 from training.presets import RunSpec, TrainConfig, resolve
+from training.rundir import RunDir
 
 SCHEMA = "eval-noise/1"
 DEFAULT_CONFIG = "attn_only"
@@ -85,10 +86,6 @@ def snapshot_steps(train_cfg: TrainConfig, count: int) -> list[int]:
     return sorted(picks)
 
 
-def snapshot_path(directory: Path, step: int) -> Path:
-    return Path(directory) / "snapshots" / f"step{step}.pt"
-
-
 class SnapshotCallback:
     """Keep a copy of the model weights at the given evaluation steps (interp checkpoint, written atomically)."""
 
@@ -99,21 +96,21 @@ class SnapshotCallback:
         if step in self.steps and trainer.is_main:
             from interp.checkpoint import save_checkpoint
 
-            save_checkpoint(snapshot_path(trainer.run_dir, step), trainer.model, step=step, val_loss=val_loss)
+            save_checkpoint(trainer.run_dir.snapshot(step), trainer.model, step=step, val_loss=val_loss)
 
 
-def analyse_run(directory: Path, spec: RunSpec, corpus, steps: list[int], repeats: int, progress: bool) -> dict:
+def analyse_run(run: RunDir, spec: RunSpec, corpus, steps: list[int], repeats: int, progress: bool) -> dict:
     """Fixed-batch and random-batch evaluation of every snapshot of one run, and the best-val choice."""
     import torch
     from tqdm.auto import tqdm
 
     from interp.model import ResidualGPT
     from training.data import fixed_batches, random_batches
-    from training.trainer import autocast_context, evaluate, pick_device
+    from training.trainer import autocast_context, mean_loss, pick_device
 
-    missing = [s for s in steps if not snapshot_path(directory, s).is_file()]
+    missing = [s for s in steps if not run.snapshot(s).is_file()]
     if missing:
-        raise ToolkitError(f"{directory} has no snapshots for steps {missing} (finished by another experiment, or "
+        raise ToolkitError(f"{run.path} has no snapshots for steps {missing} (finished by another experiment, or "
                            "trained with other settings); delete that run directory or choose another --out")
     train = spec.train
     device = pick_device(train.device)
@@ -121,18 +118,18 @@ def analyse_run(directory: Path, spec: RunSpec, corpus, steps: list[int], repeat
     n_ctx = spec.model.n_ctx
     fixed = fixed_batches(corpus.val, n_ctx, train.batch_size, train.eval_batches)
     snapshots = []
-    bar = tqdm(total=len(steps) * (repeats + 2), desc=f"evaluating {directory.parent.name}", unit="eval",
+    bar = tqdm(total=len(steps) * (repeats + 2), desc=f"evaluating {run.path.parent.name}", unit="eval",
                disable=not progress, leave=False, dynamic_ncols=True)
     for i, step in enumerate(steps):
-        model = ResidualGPT.from_checkpoint(snapshot_path(directory, step)).to(device)
-        first = evaluate(model, fixed, device, autocast)
-        second = evaluate(model, fixed, device, autocast)
+        model = ResidualGPT.from_checkpoint(run.snapshot(step)).to(device)
+        first = mean_loss(model, fixed, device, autocast)
+        second = mean_loss(model, fixed, device, autocast)
         bar.update(2)
         losses = []
         for r in range(repeats):
             gen = torch.Generator().manual_seed(RANDOM_SEED_BASE + 10_000 * r + i)
             batches = random_batches(corpus.val, n_ctx, train.batch_size, train.eval_batches, gen)
-            losses.append(evaluate(model, batches, device, autocast))
+            losses.append(mean_loss(model, batches, device, autocast))
             bar.update(1)
         snapshots.append({"step": step, "fixed": first, "fixed_repeat_diff": second - first,
                           "random": stats(losses), "random_losses": losses})
@@ -163,15 +160,11 @@ def comparison(spec: RunSpec, config: str) -> tuple[RunSpec, Variant]:
     return spec, Variant(f"{config} nanogpt", {"residual": config, **nanogpt_overrides(spec)})
 
 
-def _f(x: float | None, fmt: str = ".4f") -> str:
-    return "-" if x is None or not math.isfinite(x) else format(x, fmt)
-
-
 def snapshot_table(run: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     headers = ["step", "fixed", "fixed twice: diff", "random mean", "random std", "random range", "fixed - random mean"]
-    rows = [[str(s["step"]), _f(s["fixed"]), f"{s['fixed_repeat_diff']:.1e}", _f(s["random"]["mean"]),
-             _f(s["random"]["std"]), f"[{_f(s['random']['min'])}, {_f(s['random']['max'])}]",
-             _f(s["fixed"] - s["random"]["mean"], "+.4f")] for s in run["snapshots"]]
+    rows = [[str(s["step"]), fmt_number(s["fixed"]), f"{s['fixed_repeat_diff']:.1e}", fmt_number(s["random"]["mean"]),
+             fmt_number(s["random"]["std"]), f"[{fmt_number(s['random']['min'])}, {fmt_number(s['random']['max'])}]",
+             fmt_number(s["fixed"] - s["random"]["mean"], "+.4f")] for s in run["snapshots"]]
     return headers, rows
 
 
@@ -187,8 +180,10 @@ def best_table(runs: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
         rl = b["random_loss"]
         rows.append([r["setting"], r["preset"], str(r["seed"]),
                      f"{r['val_mode']} val, {r['lr_schedule']} lr, {'tied' if r['tie_embeddings'] else 'untied'}",
-                     f"{_f(r['best_val_loss'])} ({r['best_step']})", f"{_f(b['fixed_loss'])} ({b['fixed_step']})",
-                     f"{_f(rl['mean'])} +/- {_f(rl['std'])} [{_f(rl['min'])}, {_f(rl['max'])}]",
+                     f"{fmt_number(r['best_val_loss'])} ({r['best_step']})",
+                     f"{fmt_number(b['fixed_loss'])} ({b['fixed_step']})",
+                     f"{fmt_number(rl['mean'])} +/- {fmt_number(rl['std'])} "
+                     f"[{fmt_number(rl['min'])}, {fmt_number(rl['max'])}]",
                      f"{b['fraction_different']:.0%}"])
         if with_paper:
             rows[-1].append(PAPER.get(r["preset"], {}).get(r["config"], "-"))
@@ -256,8 +251,7 @@ def settings(ctx: Context) -> list[tuple[str, RunSpec, Variant]]:
 
 
 def _snapshots(spec: RunSpec, variant: Variant, count: int) -> list[int]:
-    resolved = resolve(spec.preset, {**spec.overrides, **variant.overrides})
-    return snapshot_steps(resolved.train, count)
+    return snapshot_steps(spec.with_overrides(variant.overrides).train, count)
 
 
 def plan(ctx: Context) -> list[Group]:
@@ -275,10 +269,10 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     eval_start = time.perf_counter()
     for record in records:
         setting, s, variant = plan_of[(record["preset"], record["variant"])]
-        resolved = resolve(s.preset, {**s.overrides, **variant.overrides})
+        resolved = s.with_overrides(variant.overrides)
         base = run_summary(record)
-        analysis = analyse_run(Path(record["run_dir"]), resolved, ctx.corpus, _snapshots(s, variant, args.snapshots),
-                               args.repeats, ctx.progress)
+        steps = _snapshots(s, variant, args.snapshots)
+        analysis = analyse_run(RunDir(Path(record["run_dir"])), resolved, ctx.corpus, steps, args.repeats, ctx.progress)
         last = analysis["snapshots"][-1]
         matches = (abs(last["fixed"] - base["final_val_loss"])
                    if resolved.train.val_mode == "fixed" and last["step"] == base["steps"] else None)

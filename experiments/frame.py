@@ -23,7 +23,7 @@ every experiment shares:
 from __future__ import annotations
 
 import argparse
-import math
+import dataclasses
 import shlex
 import sys
 import time
@@ -33,68 +33,14 @@ from pathlib import Path
 from typing import Any
 
 from experiments.common import format_table, levels_line, software_versions, table_figure
+from experiments.launch import add_launcher_arguments, check_launcher_arguments, launch
+from experiments.options import check_number as check_number  # re-exported: the experiments import it here
+from experiments.options import parse_seeds
+from experiments.plan import Context, Group, Job, Variant, select_variants
 from interp.errors import ToolkitError
 from training.presets import PRESETS, RunSpec, parse_overrides, resolve
-from training.rundir import RunDir, variant_name
 
-
-@dataclass(frozen=True)
-class Variant:
-    """A named change to the preset: model/train overrides, and an optional model_init(model)."""
-
-    name: str
-    overrides: dict[str, Any] = field(default_factory=dict)
-    model_init: Callable | None = None
-
-    @classmethod
-    def of(cls, **overrides: Any) -> Variant:
-        """A variant named by the one rule the trainer CLI uses too (training.rundir.variant_name)."""
-        return cls(variant_name(overrides), overrides)
-
-
-@dataclass
-class Group:
-    """Variants trained on one preset spec for every seed; callbacks(variant, seed) adds trainer callbacks."""
-
-    spec: RunSpec
-    variants: list[Variant]
-    callbacks: Callable[[Variant, int], list] | None = None
-    probes: bool = True
-
-
-@dataclass(frozen=True)
-class Job:
-    group: Group
-    variant: Variant
-    seed: int
-
-    @property
-    def spec(self) -> RunSpec:
-        g = self.group.spec
-        return resolve(g.preset, {**g.overrides, **self.variant.overrides, "seed": self.seed})
-
-    def run_dir(self, out: Path) -> RunDir:
-        return RunDir.of(out, self.group.spec.preset, self.variant.name, self.seed)
-
-
-@dataclass
-class Context:
-    """What an experiment's plan, analysis and report see."""
-
-    args: argparse.Namespace
-    spec: RunSpec
-    seeds: list[int]
-    out: Path
-    corpus: Any = None
-    levels: dict[str, Any] | None = None
-
-    @property
-    def result_dir(self) -> Path:
-        return self.out / self.spec.preset
-
-    @property
-    def progress(self) -> bool:
-        return not self.args.no_progress
+__all__ = ["Context", "Experiment", "Group", "Job", "Variant", "check_number", "load_record", "run_summary"]
 
 
 @dataclass
@@ -134,8 +80,6 @@ class Experiment:
             p.add_argument("--variants", help="comma-separated subset of the variant names (default: all)")
         p.add_argument("--no-progress", action="store_true", help="no progress bars")
         p.add_argument("--no-report", action="store_true", help="skip report.html")
-        from experiments.launch import add_launcher_arguments
-
         add_launcher_arguments(p)
         if self.add_arguments:
             self.add_arguments(p)
@@ -162,10 +106,8 @@ class Experiment:
         return 130
 
     def context(self, argv: list[str]) -> tuple[Context, list[Job]]:
-        """Parse and check every option, then plan: (context, the jobs)."""
+        """Parse and check every option, load the corpus, then plan: (context, the jobs)."""
         args = self.parser().parse_args(argv)
-        from experiments.launch import check_launcher_arguments
-
         check_launcher_arguments(args)
         if self.check:
             self.check(args)
@@ -176,27 +118,27 @@ class Experiment:
         if args.data:
             user["data_path"] = args.data
         spec = resolve(args.preset, user)
-        if self.defaults:
+        if self.defaults:  # computed from the user's spec, and yielding to the user's own --set
             spec = resolve(args.preset, {**self.defaults(spec), **user})
         seeds = parse_seeds(args.seeds, [spec.train.seed])
-        ctx = Context(args=args, spec=spec, seeds=seeds, out=Path(args.out))
-        groups = self.plan(ctx)
+        from training.data import load_corpus
+
+        corpus = load_corpus(spec.train.corpus, spec.train.data_path)
+        # The data decides the vocabulary: every spec below (results.json's config too) holds the trained d_vocab.
+        spec = spec.fit_vocab(corpus.vocab_size)
+        ctx = Context(args=args, spec=spec, seeds=seeds, out=Path(args.out), corpus=corpus)
+        groups = [dataclasses.replace(g, spec=g.spec.fit_vocab(corpus.vocab_size)) for g in self.plan(ctx)]
         if self.variants_option and args.variants:
             groups = select_variants(groups, args.variants)
         jobs = [Job(g, v, s) for g in groups for v in g.variants for s in seeds]
         return ctx, jobs
 
     def _main(self, argv: list[str], start: float) -> int:
-        from experiments.launch import launch
-
         ctx, jobs = self.context(argv)
-        from training.data import load_corpus
-
-        ctx.corpus = load_corpus(ctx.spec.train.corpus, ctx.spec.train.data_path)
         ctx.levels = reference_levels(ctx.spec, ctx.corpus)
         print(f"{self.name.replace('_', ' ')}: preset {ctx.spec.preset}, seeds {ctx.seeds}, {len(jobs)} runs "
               f"-> {ctx.result_dir}")
-        if not launch(self, ctx, jobs, argv):
+        if not launch(self.name, ctx, jobs, argv):
             return 0  # submitted without waiting: the launcher printed how to collect
         records = [load_record(job, ctx.out) for job in jobs]
         results = self.results(ctx, jobs, records)
@@ -253,40 +195,6 @@ class Experiment:
 
 
 # ----- the pieces the runner uses (and experiments may too) --------------------------------------------
-
-
-def parse_seeds(text: str | None, default: list[int]) -> list[int]:
-    if text is None:
-        return default
-    try:
-        seeds = [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise ToolkitError(f"--seeds expects comma-separated integers, got {text!r}") from None
-    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
-        raise ToolkitError(f"--seeds needs distinct non-negative integers, got {text!r}")
-    return seeds
-
-
-def check_number(name: str, value: float, minimum: float = 0.0, inclusive: bool = True) -> None:
-    """A finite number >= minimum (> minimum when not inclusive), or one `error:` line naming the option."""
-    ok = math.isfinite(value) and (value >= minimum if inclusive else value > minimum)
-    if not ok:
-        relation = ">=" if inclusive else ">"
-        raise ToolkitError(f"{name} must be a finite number {relation} {minimum:g}, got {value}")
-
-
-def select_variants(groups: list[Group], text: str) -> list[Group]:
-    wanted = [w.strip() for w in text.split(",") if w.strip()]
-    known = [v.name for g in groups for v in g.variants]
-    unknown = [w for w in wanted if w not in known]
-    if unknown or not wanted:
-        raise ToolkitError(f"unknown variant(s) {unknown or text!r}; choose from: {', '.join(known)}")
-    picked = []
-    for g in groups:
-        variants = [v for name in wanted for v in g.variants if v.name == name]
-        if variants:
-            picked.append(Group(g.spec, variants, g.callbacks, g.probes))
-    return picked
 
 
 def reference_levels(spec: RunSpec, corpus) -> dict[str, Any]:

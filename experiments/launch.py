@@ -22,12 +22,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from experiments.options import check_number
+from experiments.plan import Context, Job
 from interp.errors import ToolkitError
-
-if TYPE_CHECKING:
-    from experiments.frame import Context, Experiment, Job
 
 LAUNCHERS = ("local", "slurm", "slurm-local")
 
@@ -51,8 +50,6 @@ def add_launcher_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def check_launcher_arguments(args: argparse.Namespace) -> None:
-    from experiments.frame import check_number
-
     check_number("--slurm-time", args.slurm_time, 1)
     check_number("--gpus-per-run", args.gpus_per_run, 0)
     check_number("--slurm-array-parallelism", args.slurm_array_parallelism, 1)
@@ -78,17 +75,17 @@ def slurm_parameters(args: argparse.Namespace) -> dict[str, Any]:
     return params
 
 
-def launch(experiment: Experiment, ctx: Context, jobs: list[Job], argv: list[str]) -> bool:
-    """Make every run finished; False when jobs were submitted and left running (--no-wait).
+def launch(name: str, ctx: Context, jobs: list[Job], argv: list[str]) -> bool:
+    """Make every run of experiment `name` finished; False when jobs were submitted and left running (--no-wait).
 
-    Every run directory is checked first: one that holds another configuration or was
-    trained on other data is refused before anything trains or is submitted.
+    Every run directory is checked first (RunDir.check): one that holds another configuration or
+    was trained on other data is refused before anything trains or is submitted.
     """
     todo = []
     for job in jobs:
-        trainer = make_trainer(job, ctx.out, ctx.corpus)
-        trainer.check_run_dir()
-        if not trainer.dir.finished:
+        run = job.run_dir(ctx.out)
+        run.check(run_config(job, ctx.corpus))
+        if not run.finished:
             todo.append(job)
     if ctx.args.collect:
         if todo:
@@ -99,7 +96,19 @@ def launch(experiment: Experiment, ctx: Context, jobs: list[Job], argv: list[str
     if ctx.args.launcher == "local":
         train_local(ctx, todo)
         return True
-    return submit(experiment, ctx, todo, argv)
+    return submit(name, ctx, todo, argv)
+
+
+def run_meta(job: Job) -> dict[str, Any]:
+    return {"preset": job.group.spec.preset, "variant": job.variant.name, "seed": job.seed}
+
+
+def run_config(job: Job, corpus) -> dict[str, Any]:
+    """What config.json holds for this job's run on this corpus (what RunDir.check compares)."""
+    from training.rundir import config_record
+
+    spec = job.spec.fit_vocab(corpus.vocab_size)
+    return config_record(spec.model, spec.train, corpus, job.variant.model_init, run_meta(job))
 
 
 def make_trainer(job: Job, out: Path, corpus=None, progress: bool = False):
@@ -112,8 +121,7 @@ def make_trainer(job: Job, out: Path, corpus=None, progress: bool = False):
     if job.group.callbacks is not None:
         callbacks += job.group.callbacks(job.variant, job.seed)
     return Trainer(spec.model, spec.train, job.run_dir(out), callbacks=callbacks, corpus=corpus,
-                   progress=progress, model_init=job.variant.model_init,
-                   meta={"preset": job.group.spec.preset, "variant": job.variant.name, "seed": job.seed})
+                   progress=progress, model_init=job.variant.model_init, meta=run_meta(job))
 
 
 def train_job(job: Job, out: Path, corpus=None, progress: bool = False) -> dict[str, Any]:
@@ -148,11 +156,11 @@ def job_main(module: str, argv: list[str], preset: str, variant: str, seed: int,
     matches = [j for j in jobs if (j.group.spec.preset, j.variant.name, j.seed) == (preset, variant, seed)]
     if len(matches) != 1:
         raise ToolkitError(f"the plan of {module} has no run {preset}/{variant}/seed{seed}")
-    train_job(matches[0], ctx.out)
+    train_job(matches[0], ctx.out, ctx.corpus)
     return str(matches[0].run_dir(ctx.out).path)
 
 
-def submit(experiment: Experiment, ctx: Context, todo: list[Job], argv: list[str]) -> bool:
+def submit(name: str, ctx: Context, todo: list[Job], argv: list[str]) -> bool:
     try:
         import submitit
     except ImportError:
@@ -170,13 +178,13 @@ def submit(experiment: Experiment, ctx: Context, todo: list[Job], argv: list[str
     cluster = "local" if ctx.args.launcher == "slurm-local" else "slurm"
     try:
         executor = submitit.AutoExecutor(folder=folder, cluster=cluster)
-        executor.update_parameters(name=f"{experiment.name}", **slurm_parameters(ctx.args))
+        executor.update_parameters(name=name, **slurm_parameters(ctx.args))
     except Exception as e:  # submitit raises plain exceptions for an unknown parameter or a missing sbatch
         raise ToolkitError(f"cannot set up the {cluster} executor: {e}") from None
     submitted = []
     if todo:
         with executor.batch():
-            submitted = [(job, executor.submit(job_main, experiment.name, job_argv, job.group.spec.preset,
+            submitted = [(job, executor.submit(job_main, name, job_argv, job.group.spec.preset,
                                                job.variant.name, job.seed, ctx.args.gpus_per_run)) for job in todo]
         print(f"submitted {len(submitted)} job(s) ({cluster}); logs in {folder}")
     for job, sub in submitted:
@@ -184,7 +192,7 @@ def submit(experiment: Experiment, ctx: Context, todo: list[Job], argv: list[str
     if ctx.args.no_wait:
         if not submitted:
             return False
-        command = shlex.join([sys.executable, "-m", f"experiments.{experiment.name}",
+        command = shlex.join([sys.executable, "-m", f"experiments.{name}",
                               *_without(argv, "--no-wait", "--launcher"), "--collect"])
         print(f"once they are done, aggregate with:\n  {command}")
         return False

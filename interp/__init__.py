@@ -22,7 +22,7 @@ _LAZY = {
     "to_transformer_bridge": "interp.bridge",
     "save_bridge": "interp.bridge",
     "load_bridge": "interp.bridge",
-    "load_tl": "interp.tl_major",
+    "load_tl": "interp.export",
     "TL_MAJOR": "interp.tl_major",
 }
 

@@ -62,10 +62,11 @@ from transformer_lens.model_bridge.sources import build_bridge_from_module
 from interp.checkpoint import SCHEMA, Checkpoint, load_checkpoint
 from interp.config import ModelConfig
 from interp.errors import CheckpointError, ConfigError, ToolkitError
+from interp.gpt2 import GPT2_VOCAB_SIZE
 from interp.io import atomic_write
 from interp.model import ResidualGPT
 from interp.registry import mixer_spec
-from interp.vocab import GPT2_VOCAB_SIZE, tokenizer_for
+from interp.tokenizers import tokenizer_for
 
 ARCHITECTURE = "ResidualGPT"
 BRIDGE_SCHEMA = "residual-gpt-bridge/1"

@@ -238,7 +238,7 @@ def test_right_padded_batch_and_the_special_token():
 
 
 def test_gpt2_bpe_tokenizer():
-    from interp.vocab import GPT2_VOCAB_SIZE, gpt2_files
+    from interp.gpt2 import GPT2_VOCAB_SIZE, gpt2_files
 
     if gpt2_files() is None:
         pytest.skip("GPT-2 BPE files not found (set RESIDUAL_DATA_DIR to a folder holding gpt2/)")

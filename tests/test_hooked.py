@@ -14,7 +14,7 @@ from majors import export, tl3_only
 
 import interp
 from interp import CheckpointError, ConfigError, ModelConfig, ResidualGPT, save_checkpoint
-from interp.vocab import gpt2_files
+from interp.gpt2 import gpt2_files
 
 TOL = 1e-5
 RESIDUALS = ("full", "attn_only", "ffn_only", "none")

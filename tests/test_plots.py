@@ -18,6 +18,7 @@ import torch
 from majors import export
 
 from interp import ModelConfig, ResidualGPT, save_checkpoint
+from interp.gpt2 import gpt2_files
 from interp.plot_attention import main
 from interp.plots import (
     PlotInputError,
@@ -30,7 +31,6 @@ from interp.plots import (
     token_labels,
     visible,
 )
-from interp.vocab import gpt2_files
 
 CHARS = list("\n !$&',-.3:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")  # TinyShakespeare's 65
 PROMPT = "ROMEO:\nO me, O"  # repeated characters: labels must stay distinct

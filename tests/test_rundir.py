@@ -7,7 +7,7 @@ from filelock import FileLock
 
 from interp.errors import ConfigError
 from training.presets import resolve
-from training.rundir import RunDir, config_diff, differing_fields, slug, variant_name
+from training.rundir import RunDir, RunDirError, config_diff, config_record, differing_fields, slug, variant_name
 
 
 @pytest.mark.parametrize("overrides, name, directory", [
@@ -72,3 +72,47 @@ def test_busy_while_another_holder_has_the_lock(tmp_path):
     with FileLock(run.lock):
         assert run.busy()
     assert not run.busy()
+
+
+def test_every_file_of_a_run_lives_inside_it(tmp_path):
+    run = RunDir.of(tmp_path, "smoke", "full", 1)
+    files = [run.config, run.metrics, run.probes, run.ckpt, run.final, run.lock, run.holder, run.identity,
+             run.snapshot(20)]
+    assert all(f.parent == run.path for f in files[:-1]) and run.snapshot(20) == run.path / "snapshots/step20.pt"
+    assert len({f.name for f in files}) == len(files)
+
+
+def _record(spec, corpus):
+    return config_record(spec.model.replace(d_vocab=corpus.vocab_size), spec.train, corpus, meta={"seed": 1})
+
+
+def test_check_refuses_another_config_or_other_data_without_a_trainer(tmp_path):
+    """What the launcher asks before it trains or submits anything."""
+    from interp.io import write_json
+    from training.presets import resolve
+    from training.synthetic import synthetic_corpus
+
+    corpus, other = synthetic_corpus(5_000, seed=1), synthetic_corpus(5_000, seed=2)
+    spec = resolve("smoke")
+    run = RunDir(tmp_path / "run")
+    run.check(_record(spec, corpus))  # nothing there yet
+    run.path.mkdir()
+    write_json(run.config, _record(spec, corpus))
+    run.check(_record(spec, corpus))
+    with pytest.raises(RunDirError, match=r"different configuration \(train\.lr 0\.003 -> 0\.01\)"):
+        run.check(_record(resolve("smoke", {"lr": 1e-2}), corpus))
+    with pytest.raises(RunDirError, match="trained on other data"):
+        run.check(_record(spec, other))
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(RunDirError, match="not a directory"):
+        RunDir(tmp_path / "file").check(_record(spec, corpus))
+
+
+def test_hold_names_the_holder_and_leaves_no_holder_line(tmp_path):
+    run = RunDir(tmp_path / "run")
+    with run.hold():
+        assert run.busy() and run.read_holder().startswith("pid ")
+        with pytest.raises(RunDirError, match=r"is being trained by pid \d+ on "):
+            with run.hold():
+                pass
+    assert not run.busy() and not run.holder.exists()

@@ -16,6 +16,7 @@ from interp import load_checkpoint
 from interp.errors import ConfigError
 from probes import default_callbacks
 from training.presets import TrainConfig, parse_value, resolve
+from training.rundir import RunDirError
 from training.trainer import Trainer, TrainingError, TrainingInterrupted, lr_at
 
 
@@ -67,7 +68,7 @@ def test_resumed_under_a_later_eval_from_the_run_records_it(data, tmp_path):
     assert json.loads((run / "config.json").read_text())["train"]["eval_from"] == 0.5
     whole = Trainer(*smoke(), tmp_path / "whole", progress=False).run()
     assert final["final_val_loss"] == whole["final_val_loss"]
-    with pytest.raises(TrainingError, match=r"different configuration \(train\.eval_from 0\.5 -> 0\.0\)"):
+    with pytest.raises(RunDirError, match=r"different configuration \(train\.eval_from 0\.5 -> 0\.0\)"):
         Trainer(*smoke(eval_from=0.0), run, progress=False).run()
 
 
@@ -209,7 +210,7 @@ def test_other_config_in_run_dir_is_refused(data, tmp_path):
     Trainer(*smoke(max_steps=10), tmp_path, progress=False).run()
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     (tmp_path / "final.json").unlink()
-    with pytest.raises(TrainingError, match="different configuration"):
+    with pytest.raises(RunDirError, match="different configuration"):
         Trainer(*smoke(max_steps=10, lr=1e-2), tmp_path, progress=False).run()
     assert all((tmp_path / n).read_bytes() == b for n, b in before.items() if n != "final.json")
 

@@ -68,10 +68,11 @@ def main(argv: list[str] | None = None) -> int:
             overrides["data_path"] = args.data
         spec = resolve(args.preset, overrides)
         variant = args.variant or variant_name(spec.model.to_dict())
-        run_dir = RunDir.of(args.out, args.preset, variant, spec.train.seed).path
+        run_dir = RunDir.of(args.out, args.preset, variant, spec.train.seed)
         from training.data import load_corpus
 
         corpus = load_corpus(spec.train.corpus, spec.train.data_path)
+        spec = spec.fit_vocab(corpus.vocab_size)  # the data decides the vocabulary
         from training.trainer import Trainer  # transformer_lens is slow to import: only once input is checked
 
         trainer = Trainer(spec.model, spec.train, run_dir, corpus=corpus,
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: cannot read or write{where}: {e.strerror or e}", file=sys.stderr)
         return 2
     if int(os.environ.get("RANK", "0")) == 0:
-        print(f"run: {run_dir}")
+        print(f"run: {run_dir.path}")
         print(json.dumps(final, indent=2))
     return 0
 

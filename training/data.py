@@ -25,8 +25,7 @@ import hashlib
 import json
 import os
 import urllib.request
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -37,9 +36,11 @@ from jaxtyping import Int
 from torch import Tensor
 
 from interp.errors import DataError
+from interp.gpt2 import GPT2_VOCAB_SIZE
 from interp.io import atomic_write
 from interp.levels import add_one_levels
-from interp.vocab import GPT2_VOCAB_SIZE
+from training.corpus import CORPORA, Corpus, char_codec
+from training.synthetic import synthetic_corpus
 
 SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
@@ -50,7 +51,6 @@ GPT2_FILES = {  # file name -> sha256 (the files tiktoken itself downloads)
     "encoder.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
 }
 VAL_SEED = 99991
-CORPORA = ("shakespeare_char", "bpe", "openwebtext", "synthetic")
 OPENWEBTEXT_DATASET = "Skylion007/openwebtext"
 
 Batch = tuple[Int[Tensor, "batch pos"], Int[Tensor, "batch pos"]]
@@ -143,39 +143,6 @@ def shakespeare_path(path: str | Path | None = None) -> Path:
 
 # ----------------------------------------------------------------------------------------------------------
 # Corpora
-
-
-@dataclass(eq=False)  # eq on arrays is ambiguous; identity is what matters
-class Corpus:
-    """A tokenised corpus: train/val id arrays and the codec that made them."""
-
-    name: str
-    vocab_size: int
-    train: np.ndarray
-    val: np.ndarray
-    encode: Callable[[str], list[int]]
-    decode: Callable[[list[int]], str]
-    vocab: list[str] | None  # the characters, for char corpora; None for BPE
-    encoding: str  # "char" or "gpt2"
-
-
-def char_codec(chars: list[str]) -> tuple[Callable[[str], list[int]], Callable[[Iterable[int]], str]]:
-    """encode / decode between text and ids, id i being chars[i]; unknown input is a DataError."""
-    stoi = {c: i for i, c in enumerate(chars)}
-
-    def encode(s: str) -> list[int]:
-        try:
-            return [stoi[c] for c in s]
-        except KeyError as e:
-            raise DataError(f"character {e.args[0]!r} is not in the {len(chars)}-character vocabulary") from None
-
-    def decode(ids: Iterable[int]) -> str:
-        try:
-            return "".join(chars[int(i)] for i in ids)
-        except IndexError:
-            raise DataError(f"a token id is outside the {len(chars)}-character vocabulary") from None
-
-    return encode, decode
 
 
 def load_char_corpus(path: str | Path | None = None) -> Corpus:
@@ -414,8 +381,6 @@ def load_corpus(name: str, path: str | Path | None = None) -> Corpus:
     if name == "synthetic":
         if path is not None:
             raise DataError("corpus 'synthetic' is generated (training.synthetic); it takes no path")
-        from training.synthetic import synthetic_corpus
-
         return synthetic_corpus()
     if name == "openwebtext":
         out = Path(path) if path is not None else cache_dir() / "openwebtext"

@@ -14,8 +14,8 @@ from typing import Any
 
 from interp.config import ModelConfig
 from interp.errors import ConfigError
-
-CORPORA = ("shakespeare_char", "bpe", "openwebtext", "synthetic")  # as training.data.CORPORA
+from interp.gpt2 import GPT2_VOCAB_SIZE
+from training.corpus import CORPORA
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     ),
     # The paper's 124M runs (OpenWebText, GPT-2 BPE), bf16 autocast on CUDA.
     "paper-124m": _preset(
-        dict(n_layers=12, n_heads=12, d_model=768, n_ctx=1024, d_vocab=50257, dropout=0.1),
+        dict(n_layers=12, n_heads=12, d_model=768, n_ctx=1024, d_vocab=GPT2_VOCAB_SIZE, dropout=0.1),
         corpus="openwebtext", batch_size=16, grad_accum=8, max_steps=20000, lr=6e-4, min_lr=6e-5,
         warmup_steps=2000, eval_interval=500, eval_batches=50, log_interval=10, ckpt_interval=1000,
         dtype="bfloat16",
@@ -176,10 +176,24 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class RunSpec:
+    """A preset with overrides, resolved: what one run (or every run of an experiment) trains."""
+
     preset: str
     model: ModelConfig
     train: TrainConfig
     overrides: dict[str, Any] = field(default_factory=dict)
+
+    def with_overrides(self, extra: dict[str, Any]) -> RunSpec:
+        """This spec with more overrides (a variant's, a seed), layered on the preset as resolve() layers them;
+        the vocabulary stays the one this spec was fitted to (fit_vocab) unless extra sets d_vocab."""
+        spec = resolve(self.preset, {**self.overrides, **extra})
+        return spec if "d_vocab" in extra else spec.fit_vocab(self.model.d_vocab)
+
+    def fit_vocab(self, d_vocab: int) -> RunSpec:
+        """The model sized to the data's vocabulary: the corpus, not the preset, decides d_vocab."""
+        if self.model.d_vocab == d_vocab:
+            return self
+        return dataclasses.replace(self, model=self.model.replace(d_vocab=d_vocab))
 
 
 def resolve(preset: str, overrides: dict[str, Any] | None = None) -> RunSpec:

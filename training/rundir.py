@@ -1,32 +1,52 @@
-"""The run directory: one home for its layout, its name and reading it back (docs/DESIGN.md contract 3).
+"""The run directory: its layout, its name, its safety and reading it back (docs/DESIGN.md contract 3).
 
     <out>/<preset>/<slug(variant)>/seed<k>/
-        config.json     what was trained (model, train, model_init, meta)  - written first
+        config.json     what was trained (model, train, model_init, data, meta)  - written first
         metrics.jsonl   one record per logged step
         probes.jsonl    probe records {"step", "probe", ...}
         ckpt.pt         the last checkpoint (weights, optimizer, samplers, RNG)
         final.json      the final record - written last: its presence means "finished"
+        .lock           held (flock) by whoever trains into the directory
+        .lock.holder    "pid <pid> on <host>" of that holder, while it holds the lock
+        identity.json   the routing test's identity-probe summary of ckpt.pt (a cache; absent otherwise)
+        snapshots/      step<k>.pt: eval_noise's weight snapshots (absent otherwise)
 
 The trainer CLI and every experiment name directories by the same rule, so a
-run trained one way is found and reused by the other.
+run trained one way is found and reused by the other. Whether a directory may
+be trained into (or reused) is decided here, for the trainer and the launcher
+alike: `check` (its config and data), `busy`, `finished`, `hold` (the lock).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import math
+import os
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from interp.errors import ConfigError
-from interp.io import DataFileError, read_json, read_jsonl
+from interp.errors import CheckpointError, ConfigError, ToolkitError
+from interp.io import TMP_SUFFIX, DataFileError, read_json, read_jsonl, remove_stale_temps
+
+if TYPE_CHECKING:
+    from interp.checkpoint import Checkpoint
+    from interp.config import ModelConfig
+    from training.corpus import Corpus
+    from training.presets import TrainConfig
 
 # The part of a config that decides whether a run directory holds "the same run".
 IDENTITY_KEYS = ("model", "train", "model_init")
 # What every final.json holds (training.trainer's final record) and the experiments read.
 FINAL_KEYS = ("final_val_loss", "best_val_loss", "best_step", "steps", "wall_time_s", "tokens_per_s")
+
+
+class RunDirError(ToolkitError):
+    """A run directory that cannot be trained into: it holds another run, or another process trains it."""
 
 
 def _field_defaults(key: str) -> dict[str, Any]:
@@ -87,6 +107,30 @@ def _identity(old: dict[str, Any], new: dict[str, Any], key: str) -> tuple[Any, 
     return a, b
 
 
+def describe(fn) -> str | None:
+    """A stable name for a model_init function (recorded in config.json, compared on resume)."""
+    if fn is None:
+        return None
+    if isinstance(fn, functools.partial):
+        args = ", ".join([*map(repr, fn.args), *(f"{k}={v!r}" for k, v in sorted(fn.keywords.items()))])
+        return f"{describe(fn.func)}({args})"
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+def config_record(model: ModelConfig, train: TrainConfig, corpus: Corpus, model_init=None,
+                  meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What config.json holds for a run: the model and training config, model_init, the data, meta."""
+    from training.corpus import data_provenance
+
+    return {
+        "model": model.to_dict(),
+        "train": train.to_dict(),
+        "model_init": describe(model_init),
+        "data": dict(data_provenance(corpus)),
+        "meta": dict(meta or {}),
+    }
+
+
 def slug(name: str) -> str:
     """A variant name as one safe path component: "attn_only + uniform" -> "attn_only_uniform"."""
     text = re.sub(r"[^A-Za-z0-9_.=-]+", "_", name).strip("_.")
@@ -129,10 +173,100 @@ class RunDir:
     ckpt = property(lambda self: self.path / "ckpt.pt")
     final = property(lambda self: self.path / "final.json")
     lock = property(lambda self: self.path / ".lock")
+    # Who holds the lock (pid, host), beside it: the lock file itself is truncated by every opener.
+    holder = property(lambda self: self.path / ".lock.holder")
+    identity = property(lambda self: self.path / "identity.json")  # the routing test's identity-probe cache
+    snapshots = property(lambda self: self.path / "snapshots")  # eval_noise's weight snapshots
+
+    def snapshot(self, step: int) -> Path:
+        """eval_noise's copy of the weights at one evaluation step."""
+        return self.snapshots / f"step{int(step)}.pt"
 
     @property
     def finished(self) -> bool:
         return self.final.is_file()
+
+    # ----- safety: is this the run asked for, and who trains it -------------------------------------
+    def check(self, record: dict[str, Any]) -> None:
+        """Refuse a directory that holds another configuration or was trained on other data.
+
+        record: what config.json would hold for the run asked for (config_record).
+        """
+        if self.path.exists() and not self.path.is_dir():
+            raise RunDirError(f"{self.path} exists and is not a directory; choose another --out")
+        old = self.read_config()
+        if old is None:
+            return
+        # Data first: other data can change the vocabulary, and so the model config, too.
+        old_data, new_data = (old.get("data") or {}).get("sha256"), record["data"]["sha256"]
+        if old_data != new_data:
+            raise RunDirError(f"{self.path} was trained on other data (sha256 {old_data}, this data {new_data}); "
+                              "use the same corpus, or choose another --out")
+        fields = differing_fields(old, record)
+        if fields:
+            raise RunDirError(f"{self.path} holds a run of a different configuration ({'; '.join(fields)}); "
+                              "choose another --out or delete that directory")
+
+    def check_checkpoint(self, ckpt: Checkpoint, record: dict[str, Any]) -> None:
+        """A checkpoint resumes only the run it was written by: same model, training config and data."""
+        written = {"model": ckpt.config.to_dict(), "train": ckpt.state.get("train_config"),
+                   "model_init": ckpt.state.get("model_init")}
+        problems = differing_fields(written, record)
+        old = (ckpt.state.get("data") or {}).get("sha256")
+        if old != record["data"]["sha256"]:
+            problems.append(f"data (checkpoint sha256 {old}, this data {record['data']['sha256']})")
+        missing = [k for k in ("optimizer", "sampler", "step", "best", "totals") if k not in ckpt.state]
+        if missing:
+            raise CheckpointError(f"{self.ckpt} lacks the training state {missing} a resume needs; "
+                                  "move it aside to start this run again")
+        if problems:
+            raise CheckpointError(f"{self.ckpt} belongs to another run ({'; '.join(problems)}); "
+                                  "move it aside to start this run again")
+
+    @contextlib.contextmanager
+    def hold(self):
+        """The lock, held while training; a killed holder's lock is free again (flock)."""
+        from filelock import FileLock, Timeout
+
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise RunDirError(f"cannot create {self.path}: {e.strerror or e}") from None
+        lock = FileLock(self.lock, timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            who = self.read_holder() or "another process"
+            raise RunDirError(f"{self.path} is being trained by {who}; wait for it to finish "
+                              "(or stop it) and run again") from None
+        except OSError as e:
+            raise RunDirError(f"cannot lock {self.path}: {e.strerror or e}") from None
+        try:
+            try:
+                # Renamed into place, so a loser of the lock race never reads it half-written; no fsync:
+                # it is bookkeeping, and a stale one is overwritten by the next holder.
+                tmp = self.holder.with_name(f"{self.holder.name}.{os.getpid()}{TMP_SUFFIX}")
+                tmp.write_text(f"pid {os.getpid()} on {os.uname().nodename}\n")
+                os.replace(tmp, self.holder)
+                remove_stale_temps(self.path)  # what a killed writer left; nobody else writes here now
+            except OSError as e:
+                raise RunDirError(f"cannot write in {self.path}: {e.strerror or e}") from None
+            yield
+        finally:
+            self.holder.unlink(missing_ok=True)  # a killed holder leaves it; the next holder overwrites it
+            lock.release()
+
+    def read_holder(self, wait: float = 2.0) -> str:
+        """The holder's line; a holder that has just taken the lock writes it a moment later, so wait a little."""
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                text = self.holder.read_text().strip()
+            except OSError:
+                text = ""
+            if text or time.monotonic() >= deadline:
+                return text
+            time.sleep(0.05)
 
     def busy(self) -> bool:
         """True while another process holds this directory's lock (is training into it)."""

@@ -26,8 +26,9 @@ from pathlib import Path
 import numpy as np
 from jaxtyping import Float
 
-from interp.checkpoint import atomic_write
 from interp.errors import DataError
+from interp.io import atomic_write
+from training.corpus import Corpus, char_codec
 
 ALPHABET = "".join(sorted(" \n!',.:;?abcdefghijklmnopqrstuvw"))  # 32 characters; sorted, as the char loader's vocab
 DEFAULT_TOKENS = 1_000_000  # about TinyShakespeare's 1.1M characters
@@ -131,10 +132,8 @@ def _sampled(n_tokens: int, seed: int, order: int) -> tuple[MarkovChain, np.ndar
     return chain, ids
 
 
-def synthetic_corpus(n_tokens: int = DEFAULT_TOKENS, seed: int = DEFAULT_SEED, order: int = 2):
+def synthetic_corpus(n_tokens: int = DEFAULT_TOKENS, seed: int = DEFAULT_SEED, order: int = 2) -> Corpus:
     """The chain's sample as a char Corpus over ALPHABET, split 90/10 like shakespeare_char."""
-    from training.data import Corpus, char_codec
-
     if n_tokens < 20:
         raise DataError(f"a synthetic corpus needs at least 20 tokens, got {n_tokens}")
     _, ids = _sampled(n_tokens, seed, order)

@@ -3,7 +3,8 @@
 A run directory (training.rundir, docs/DESIGN.md contract 3) holds config.json,
 metrics.jsonl, probes.jsonl, ckpt.pt and, written last, final.json. A run with
 final.json is done and never retrained; one without it resumes from ckpt.pt.
-Whoever trains into a run directory holds its lock for the whole run.
+The Trainer holds the run directory's lock for the whole run (RunDir.hold) and
+lets RunDir decide whether the directory holds this run (RunDir.check).
 
 Callbacks are plain objects; the trainer calls whichever of these they define:
     on_train_start(trainer)           on_step_begin(trainer, step)
@@ -15,33 +16,33 @@ Callbacks are plain objects; the trainer calls whichever of these they define:
 from __future__ import annotations
 
 import contextlib
-import functools
-import hashlib
 import math
 import os
 import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
-from filelock import FileLock, Timeout
 from tqdm.auto import tqdm
 
 from interp.checkpoint import load_checkpoint, save_checkpoint
 from interp.config import ModelConfig
 from interp.errors import CheckpointError, ConfigError, ToolkitError
-from interp.io import TMP_SUFFIX, append_jsonl, kill_point, read_jsonl, remove_stale_temps, write_json, write_jsonl
+from interp.io import append_jsonl, kill_point, read_jsonl, write_json, write_jsonl
 from interp.model import ResidualGPT
 from training.compile import maybe_compile
-from training.data import BatchSampler, Corpus, fixed_batches, load_corpus, random_batches
+from training.corpus import Corpus
+from training.data import BatchSampler, fixed_batches, load_corpus, random_batches
+from training.flops import flops_per_token, peak_matmul_flops
 from training.presets import TrainConfig
-from training.rundir import RunDir, differing_fields
+from training.rundir import RunDir, RunDirError, config_record
+
+__all__ = ["RunDirError", "Trainer", "TrainingError", "TrainingInterrupted", "mean_loss", "read_jsonl"]
 
 
 class TrainingError(ToolkitError):
-    """Training cannot go on (a non-finite loss, a run directory that holds another config)."""
+    """Training cannot go on (a non-finite loss). A run directory it may not use raises RunDirError."""
 
 
 # ----- the pieces every loop (and every evaluation) shares --------------------------------------------
@@ -94,7 +95,7 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, batches, device: torch.device, autocast=None) -> float:
+def mean_loss(model: torch.nn.Module, batches, device: torch.device, autocast=None) -> float:
     """Mean cross-entropy over batches, eval mode (dropout off); the model's mode is restored."""
     was_training = model.training
     model.eval()
@@ -107,58 +108,17 @@ def evaluate(model: torch.nn.Module, batches, device: torch.device, autocast=Non
     return total / len(batches)
 
 
-_PEAK_FLOPS: dict[str, float] = {}
-
-
-def peak_matmul_flops(device: torch.device, dtype: torch.dtype = torch.float32) -> float:
-    """FLOP/s of a large matmul on this device, measured once per process (the MFU denominator)."""
-    key = f"{device}:{dtype}"
-    if key not in _PEAK_FLOPS:
-        n = 2048 if device.type == "cpu" else 8192
-        a = torch.randn(n, n, device=device, dtype=dtype)
-        b = torch.randn(n, n, device=device, dtype=dtype)
-        a @ b  # warm up
-        reps = 3
-        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-        sync()
-        start = time.perf_counter()
-        for _ in range(reps):
-            a @ b
-        sync()
-        _PEAK_FLOPS[key] = 2 * n**3 * reps / (time.perf_counter() - start)
-    return _PEAK_FLOPS[key]
-
-
-def flops_per_token(cfg: ModelConfig, n_params: int) -> float:
-    # nanoGPT / PaLM estimate: 6N for the matmuls plus the attention scores.
-    return 6 * n_params + 12 * cfg.n_layers * cfg.d_model * cfg.n_ctx
-
-
-def describe(fn) -> str | None:
-    """A stable name for a model_init function (recorded in config.json, compared on resume)."""
-    if fn is None:
-        return None
-    if isinstance(fn, functools.partial):
-        args = ", ".join([*map(repr, fn.args), *(f"{k}={v!r}" for k, v in sorted(fn.keywords.items()))])
-        return f"{describe(fn.func)}({args})"
-    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
-
-
-@functools.lru_cache(maxsize=4)  # a sweep hashes its corpus once
-def data_provenance(corpus: Corpus) -> dict[str, Any]:
-    """Which data a run read: the corpus, its token counts and the sha256 of its token ids."""
-    h = hashlib.sha256()
-    for split in (corpus.train, corpus.val):
-        h.update(np.ascontiguousarray(split, dtype=np.uint16).tobytes())
-    return {"corpus": corpus.name, "encoding": corpus.encoding, "train_tokens": int(len(corpus.train)),
-            "val_tokens": int(len(corpus.val)), "sha256": h.hexdigest()}
 
 
 # ----- the trainer --------------------------------------------------------------------------------------
 
 
 class Trainer:
-    """Train one (ModelConfig, TrainConfig) into run_dir. `run()` returns the final record."""
+    """Train one (ModelConfig, TrainConfig) on a corpus into a run directory. `run()` returns the final record.
+
+    model_cfg's d_vocab is the corpus's (RunSpec.fit_vocab); one that differs is fitted to the corpus here,
+    and config.json records the trained value. corpus None loads train_cfg.corpus.
+    """
 
     def __init__(
         self,
@@ -172,8 +132,7 @@ class Trainer:
         model_init=None,
     ):
         self.train_cfg = train_cfg
-        self.dir = run_dir if isinstance(run_dir, RunDir) else RunDir(Path(run_dir))
-        self.run_dir = self.dir.path
+        self.run_dir = run_dir if isinstance(run_dir, RunDir) else RunDir(Path(run_dir))
         self.callbacks = list(callbacks)
         self.meta = dict(meta or {})
         self.progress = progress
@@ -190,38 +149,7 @@ class Trainer:
             raise ConfigError(f"n_ctx {model_cfg.n_ctx} is longer than the data ({shortest} tokens in a split)")
         if train_cfg.batch_size % self.world_size:
             raise ConfigError(f"batch_size {train_cfg.batch_size} is not divisible by {self.world_size} ranks")
-        self.config_record = {
-            "model": model_cfg.to_dict(),
-            "train": train_cfg.to_dict(),
-            "model_init": describe(model_init),
-            "data": dict(data_provenance(self.corpus)),
-            "meta": self.meta,
-        }
-
-    @property
-    def final_path(self) -> Path:
-        return self.dir.final
-
-    @property
-    def ckpt_path(self) -> Path:
-        return self.dir.ckpt
-
-    def check_run_dir(self) -> None:
-        """Refuse a directory that holds another configuration or was trained on other data."""
-        if self.run_dir.exists() and not self.run_dir.is_dir():
-            raise TrainingError(f"{self.run_dir} exists and is not a directory; choose another --out")
-        old = self.dir.read_config()
-        if old is None:
-            return
-        # Data first: other data can change the vocabulary, and so the model config, too.
-        old_data, new_data = (old.get("data") or {}).get("sha256"), self.config_record["data"]["sha256"]
-        if old_data != new_data:
-            raise TrainingError(f"{self.run_dir} was trained on other data (sha256 {old_data}, this data {new_data}); "
-                                "use the same corpus, or choose another --out")
-        fields = differing_fields(old, self.config_record)
-        if fields:
-            raise TrainingError(f"{self.run_dir} holds a run of a different configuration ({'; '.join(fields)}); "
-                                "choose another --out or delete that directory")
+        self.config_record = config_record(model_cfg, train_cfg, self.corpus, model_init, self.meta)
 
     def _call(self, event: str, *args) -> None:
         for cb in self.callbacks:
@@ -232,77 +160,26 @@ class Trainer:
     def append(self, name: str, record: dict[str, Any]) -> None:
         """Append one JSON line to a run-directory log (main rank only)."""
         if self.is_main:
-            append_jsonl(self.run_dir / name, record)
+            append_jsonl(self.run_dir.path / name, record)
 
     # ----- run: check, lock, resume or start, train --------------------------------------------------
     def run(self) -> dict[str, Any]:
         from interp.io import read_json
 
-        self.check_run_dir()  # a finished run of another config is refused too, not silently reused
-        if self.dir.finished:
-            return read_json(self.final_path)
+        self.run_dir.check(self.config_record)  # a finished run of another config is refused too, not reused
+        if self.run_dir.finished:
+            return read_json(self.run_dir.final)
         pick_device(self.train_cfg.device)  # an impossible device is refused before anything is written
-        with self._lock():
-            if self.dir.finished:  # finished by the holder we waited for
-                return read_json(self.final_path)
+        with self.run_dir.hold() if self.is_main else contextlib.nullcontext():
+            if self.run_dir.finished:  # finished by the holder we waited for
+                return read_json(self.run_dir.final)
             previous = torch.are_deterministic_algorithms_enabled()
             try:
                 return self._train()
             except KeyboardInterrupt:  # wherever it lands: files are whole (atomic writes), the run resumes
-                raise TrainingInterrupted(getattr(self, "step", 0), self.ckpt_path) from None
+                raise TrainingInterrupted(getattr(self, "step", 0), self.run_dir.ckpt) from None
             finally:
                 torch.use_deterministic_algorithms(previous)  # leave a notebook's process as it was
-
-    @contextlib.contextmanager
-    def _lock(self):
-        """The run directory's lock, held while training; a killed holder's lock is free again (flock)."""
-        if not self.is_main:
-            yield
-            return
-        try:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise TrainingError(f"cannot create {self.run_dir}: {e.strerror or e}") from None
-        lock = FileLock(self.dir.lock, timeout=0)
-        try:
-            lock.acquire()
-        except Timeout:
-            who = self._read_holder() or "another process"
-            raise TrainingError(f"{self.run_dir} is being trained by {who}; wait for it to finish "
-                                "(or stop it) and run again") from None
-        except OSError as e:
-            raise TrainingError(f"cannot lock {self.run_dir}: {e.strerror or e}") from None
-        try:
-            try:
-                # Renamed into place, so a loser of the lock race never reads it half-written; no fsync:
-                # it is bookkeeping, and a stale one is overwritten by the next holder.
-                tmp = self._holder.with_name(f"{self._holder.name}.{os.getpid()}{TMP_SUFFIX}")
-                tmp.write_text(f"pid {os.getpid()} on {os.uname().nodename}\n")
-                os.replace(tmp, self._holder)
-                remove_stale_temps(self.run_dir)  # what a killed writer left; nobody else writes here now
-            except OSError as e:
-                raise TrainingError(f"cannot write in {self.run_dir}: {e.strerror or e}") from None
-            yield
-        finally:
-            self._holder.unlink(missing_ok=True)  # a killed holder leaves it; the next holder overwrites it
-            lock.release()
-
-    def _read_holder(self, wait: float = 2.0) -> str:
-        """The holder's line; a holder that has just taken the lock writes it a moment later, so wait a little."""
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                text = self._holder.read_text().strip()
-            except OSError:
-                text = ""
-            if text or time.monotonic() >= deadline:
-                return text
-            time.sleep(0.05)
-
-    @property
-    def _holder(self) -> Path:
-        """Who holds the lock (pid, host), beside it: the lock file itself is truncated by every opener."""
-        return self.dir.lock.with_name(".lock.holder")
 
     def _setup(self) -> None:
         """Device, determinism, DDP, model, optimizer, samplers: everything a step needs."""
@@ -360,27 +237,27 @@ class Trainer:
 
     def save(self) -> None:
         if self.is_main:
-            save_checkpoint(self.ckpt_path, self.model, **self.state_dict())
+            save_checkpoint(self.run_dir.ckpt, self.model, **self.state_dict())
 
     def _resume_or_start(self) -> None:
-        if not self.ckpt_path.exists():
+        if not self.run_dir.ckpt.exists():
             if self.is_main:
-                for path in (self.dir.metrics, self.dir.probes):
+                for path in (self.run_dir.metrics, self.run_dir.probes):
                     path.unlink(missing_ok=True)
-                write_json(self.dir.config, self.config_record)
+                write_json(self.run_dir.config, self.config_record)
             return
-        ckpt = load_checkpoint(self.ckpt_path)
-        self._check_checkpoint(ckpt)
+        ckpt = load_checkpoint(self.run_dir.ckpt)
+        self.run_dir.check_checkpoint(ckpt, self.config_record)
         try:
             self.model.load_state_dict(ckpt.weights)
             self.load_state_dict(ckpt.state)
         except (KeyError, RuntimeError, ValueError, TypeError) as e:
-            raise CheckpointError(f"{self.ckpt_path} cannot be resumed ({type(e).__name__}: {e}); "
+            raise CheckpointError(f"{self.run_dir.ckpt} cannot be resumed ({type(e).__name__}: {e}); "
                                   "move it aside to start this run again") from None
         if self.is_main:
             # Drop what was logged after the checkpoint. Both logs are read (strictly: a damaged
             # line is an error naming file and line) before either is rewritten.
-            logs = [(path, read_jsonl(path, torn_tail_ok=True)) for path in (self.dir.metrics, self.dir.probes)
+            logs = [(path, read_jsonl(path, torn_tail_ok=True)) for path in (self.run_dir.metrics, self.run_dir.probes)
                     if path.exists()]
             for path, records in logs:
                 write_jsonl(path, [r for r in records if r.get("step", 0) < self.step])
@@ -389,26 +266,10 @@ class Trainer:
     def _record_eval_from(self) -> None:
         """Resumed evaluating later than it started: config.json keeps the later eval_from, since
         from now on the run lacks the evaluations before it (training/rundir.py: config_diff)."""
-        config = self.dir.read_config() if self.is_main else None
+        config = self.run_dir.read_config() if self.is_main else None
         ours = self.train_cfg.eval_from
         if config is not None and (config.get("train") or {}).get("eval_from", 0.0) != ours:
-            write_json(self.dir.config, {**config, "train": {**config["train"], "eval_from": ours}})
-
-    def _check_checkpoint(self, ckpt) -> None:
-        """A checkpoint resumes only the run it was written by: same model, training config and data."""
-        written = {"model": ckpt.config.to_dict(), "train": ckpt.state.get("train_config"),
-                   "model_init": ckpt.state.get("model_init")}
-        problems = differing_fields(written, self.config_record)
-        old = (ckpt.state.get("data") or {}).get("sha256")
-        if old != self.config_record["data"]["sha256"]:
-            problems.append(f"data (checkpoint sha256 {old}, this data {self.config_record['data']['sha256']})")
-        missing = [k for k in ("optimizer", "sampler", "step", "best", "totals") if k not in ckpt.state]
-        if missing:
-            raise CheckpointError(f"{self.ckpt_path} lacks the training state {missing} a resume needs; "
-                                  "move it aside to start this run again")
-        if problems:
-            raise CheckpointError(f"{self.ckpt_path} belongs to another run ({'; '.join(problems)}); "
-                                  "move it aside to start this run again")
+            write_json(self.run_dir.config, {**config, "train": {**config["train"], "eval_from": ours}})
 
     # ----- the loop ----------------------------------------------------------------------------------
     def train_step(self, step: int) -> tuple[float, float]:
@@ -433,7 +294,7 @@ class Trainer:
             dist.all_reduce(loss, op=dist.ReduceOp.AVG)
         loss_value = loss.item()
         if not math.isfinite(loss_value):
-            kept = (f"the last good checkpoint ({self.ckpt_path}) is kept" if self.ckpt_path.exists()
+            kept = (f"the last good checkpoint ({self.run_dir.ckpt}) is kept" if self.run_dir.ckpt.exists()
                     else "no checkpoint was written yet")
             raise TrainingError(f"loss became {loss_value} at step {step}; {kept}. Lower lr or raise warmup_steps")
         self._call("on_backward", step)
@@ -445,7 +306,7 @@ class Trainer:
             torch.cuda.synchronize(self.device)
         return loss_value, grad_norm
 
-    def evaluate(self, batches=None) -> float:
+    def val_loss(self, batches=None) -> float:
         """Validation loss: the fixed batches, or fresh random ones with val_mode="random"."""
         cfg = self.train_cfg
         if batches is None:
@@ -453,7 +314,7 @@ class Trainer:
             if cfg.val_mode == "random":
                 batches = random_batches(self.corpus.val, self.model_cfg.n_ctx, cfg.batch_size, cfg.eval_batches,
                                          self.val_generator)
-        return evaluate(self.model, batches, self.device, self.autocast)
+        return mean_loss(self.model, batches, self.device, self.autocast)
 
     def _train(self) -> dict[str, Any]:
         cfg = self.train_cfg
@@ -461,7 +322,7 @@ class Trainer:
         self._resume_or_start()
         start_step = self.step
         self._call("on_train_start")
-        label = " ".join(str(self.meta[k]) for k in ("variant", "seed") if k in self.meta) or self.run_dir.name
+        label = " ".join(str(self.meta[k]) for k in ("variant", "seed") if k in self.meta) or self.run_dir.path.name
         bar = tqdm(total=cfg.max_steps, initial=start_step, desc=label, unit="step",
                    disable=not (self.progress and self.is_main), leave=False, dynamic_ncols=True)
         self._wall_start = time.perf_counter()
@@ -473,7 +334,7 @@ class Trainer:
             for step in range(start_step, cfg.max_steps + 1):
                 self.step = step
                 if cfg.is_eval_step(step):
-                    record["val_loss"] = last_val = self.evaluate()
+                    record["val_loss"] = last_val = self.val_loss()
                     if last_val < self.best["val_loss"]:
                         self.best = {"val_loss": last_val, "step": step}
                     self._call("on_eval", step, last_val)
@@ -504,7 +365,7 @@ class Trainer:
                     self.step = step + 1
                     self.save()
         except KeyboardInterrupt:
-            raise TrainingInterrupted(self.step, self.ckpt_path) from None
+            raise TrainingInterrupted(self.step, self.run_dir.ckpt) from None
         finally:
             bar.close()
         self._call("on_train_end")
@@ -512,7 +373,7 @@ class Trainer:
         self.save()
         final = self._final_record(last_val, start_step)
         if self.is_main:
-            write_json(self.final_path, final)
+            write_json(self.run_dir.final, final)
         return final
 
     def _final_record(self, last_val: float, start_step: int) -> dict[str, Any]:

@@ -1,0 +1,92 @@
+"""What an experiment plans: named variants of a preset, groups of them, one job per (variant, seed).
+
+Plain types that the runner (experiments.frame), the launcher (experiments.launch)
+and every experiment share; this module imports neither of the first two.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from interp.errors import ToolkitError
+from training.presets import RunSpec
+from training.rundir import RunDir, variant_name
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A named change to the preset: model/train overrides, and an optional model_init(model)."""
+
+    name: str
+    overrides: dict[str, Any] = field(default_factory=dict)
+    model_init: Callable | None = None
+
+    @classmethod
+    def of(cls, **overrides: Any) -> Variant:
+        """A variant named by the one rule the trainer CLI uses too (training.rundir.variant_name)."""
+        return cls(variant_name(overrides), overrides)
+
+
+@dataclass
+class Group:
+    """Variants trained on one preset spec for every seed; callbacks(variant, seed) adds trainer callbacks."""
+
+    spec: RunSpec
+    variants: list[Variant]
+    callbacks: Callable[[Variant, int], list] | None = None
+    probes: bool = True
+
+
+@dataclass(frozen=True)
+class Job:
+    group: Group
+    variant: Variant
+    seed: int
+
+    @functools.cached_property
+    def spec(self) -> RunSpec:
+        """What this run trains: the group's spec with the variant's overrides and the seed."""
+        return self.group.spec.with_overrides({**self.variant.overrides, "seed": self.seed})
+
+    def run_dir(self, out: Path) -> RunDir:
+        return RunDir.of(out, self.group.spec.preset, self.variant.name, self.seed)
+
+
+@dataclass
+class Context:
+    """What an experiment's plan, analysis and report see."""
+
+    args: argparse.Namespace
+    spec: RunSpec
+    seeds: list[int]
+    out: Path
+    corpus: Any = None
+    levels: dict[str, Any] | None = None
+
+    @property
+    def result_dir(self) -> Path:
+        return self.out / self.spec.preset
+
+    @property
+    def progress(self) -> bool:
+        return not self.args.no_progress
+
+
+def select_variants(groups: list[Group], text: str) -> list[Group]:
+    """The groups cut down to the variants --variants names (comma-separated), in the order given."""
+    wanted = [w.strip() for w in text.split(",") if w.strip()]
+    known = [v.name for g in groups for v in g.variants]
+    unknown = [w for w in wanted if w not in known]
+    if unknown or not wanted:
+        raise ToolkitError(f"unknown variant(s) {unknown or text!r}; choose from: {', '.join(known)}")
+    picked = []
+    for g in groups:
+        variants = [v for name in wanted for v in g.variants if v.name == name]
+        if variants:
+            picked.append(Group(g.spec, variants, g.callbacks, g.probes))
+    return picked
