@@ -12,16 +12,38 @@ export RESIDUAL_DATA_DIR ?= $(SHARED_DATA)
 endif
 ARGS ?=
 
-.PHONY: test test-slow routing-test lint setup bench
+.PHONY: test test-slow routing-test lint setup bench setup-tl4 test-tl4
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints/tl3.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -c constraints/tl3.txt -e '.[dev]'
 	touch $(STAMP)
+
+# TransformerLens 4 (TransformerBridge) beside the default 3.x: its own environment, .venv-tl4.
+VENV4 := .venv-tl4
+PY4 := $(VENV4)/bin/python
+STAMP4 := $(VENV4)/.installed
+
+$(STAMP4): pyproject.toml constraints/tl4.txt
+	test -x $(PY4) || $(PYTHON) -m venv $(VENV4)
+	$(PY4) -m pip install -q --upgrade pip
+	$(PY4) -m pip install -q "$(TORCH_SPEC)"
+	$(PY4) -m pip install -q -c constraints/tl4.txt -e '.[dev]'
+	touch $(STAMP4)
+
+setup-tl4: $(STAMP4)
+
+# Every test that touches TransformerLens, on 4.x: the export tests run against the bridge there
+# (tests/majors.py), HookedTransformer-only checks skip themselves.
+TL4_TESTS ?= tests/test_bridge.py tests/test_hooked.py tests/test_generate.py tests/test_causality.py \
+	tests/test_decompose.py tests/test_interop.py tests/test_plots.py tests/test_mixer_registry.py \
+	tests/test_model.py tests/test_probes.py
+test-tl4: $(STAMP4)
+	$(PY4) -m pytest -q -rs $(TL4_TESTS)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .

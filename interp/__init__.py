@@ -19,6 +19,11 @@ _LAZY = {
     "to_hooked_transformer": "interp.hooked",
     "save_hooked": "interp.hooked",
     "load_hooked": "interp.hooked",
+    "to_transformer_bridge": "interp.bridge",
+    "save_bridge": "interp.bridge",
+    "load_bridge": "interp.bridge",
+    "load_tl": "interp.export",
+    "TL_MAJOR": "interp.tl_major",
 }
 
 

@@ -80,7 +80,7 @@ def _model_of(cache: Any, model: Any) -> Any:
         model = getattr(cache, "model", None)  # an ActivationCache knows its model
     if model is None:
         raise DecompositionError("pass model= (a ResidualGPT or its HookedTransformer) with a dict cache")
-    return model
+    return getattr(model, "residual_gpt", model)  # a TL 4 bridge (interp.bridge) runs this ResidualGPT
 
 
 def wiring(model: Any) -> tuple[int, bool, bool]:

@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor, nn
-from transformer_lens import ActivationCache
-from transformer_lens.hook_points import HookedRootModule, HookPoint
+from transformer_lens import ActivationCache, HookedRootModule  # the top-level name on TL 3.9+ and 4.x
+from transformer_lens.hook_points import HookPoint
 
 from interp.config import ModelConfig
 from interp.errors import ConfigError, LogitAttrsWarning, ToolkitError, TrainModeWarning, warn

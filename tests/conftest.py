@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -77,3 +78,10 @@ class InterruptAt:
     def on_step(self, trainer, step, loss):
         if step == self.step:
             raise KeyboardInterrupt
+
+
+def pytest_report_header(config):
+    major = version("transformer-lens")
+    tl4 = int(major.split(".")[0]) >= 4
+    export = "TransformerBridge (interp.bridge)" if tl4 else "HookedTransformer (interp.hooked)"
+    return f"transformer-lens {major}: the export tests run against the {export}"

@@ -1,4 +1,5 @@
-"""interp.hooked: every checkpoint as a HookedTransformer that computes the same function."""
+"""interp.hooked (and on TL 4 interp.bridge): every checkpoint as a TransformerLens model that computes the same
+function. convert is the installed major's export; HookedTransformer-only tests are marked tl3_only."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from majors import export, tl3_only
 
 import interp
-import interp.hooked as hooked
-from interp import CheckpointError, ConfigError, ModelConfig, ResidualGPT, save_checkpoint, to_hooked_transformer
+from interp import CheckpointError, ConfigError, ModelConfig, ResidualGPT, save_checkpoint
+from interp.gpt2 import gpt2_files
 
 TOL = 1e-5
 RESIDUALS = ("full", "attn_only", "ffn_only", "none")
@@ -55,7 +57,7 @@ def make_model(weights: str, seed: int = 0, **changes) -> ResidualGPT:
 def convert(source, **kwargs):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return to_hooked_transformer(source, vocab=CHARS, **kwargs)
+        return export(source, vocab=CHARS, **kwargs)
 
 
 def tokens(seed: int = 1, batch: int = 3, n: int = 16) -> torch.Tensor:
@@ -125,6 +127,7 @@ def test_pattern_rows_for_infinite_self_bias():
     assert torch.allclose(pattern[:, :, 1:].sum(-1), torch.ones(3, 4, 15))
 
 
+@tl3_only
 @pytest.mark.parametrize("routing", ["bias4", "bias-inf", "uniform"])
 def test_kv_cache_decoding_matches_full_forward(routing):
     """Routing hooks find the self key when queries are offset by a kv cache (as in tl.generate)."""
@@ -187,6 +190,7 @@ def test_gradients_and_backward_hooks_match(residual):
         assert (expected[name] - got[name]).abs().max().item() <= TOL, name
 
 
+@tl3_only
 @pytest.mark.parametrize("residual", RESIDUALS)
 def test_processing_keeps_log_probs(residual):
     model = make_model("trained", residual=residual, bias=True, self_bias=4.0)
@@ -204,6 +208,7 @@ def test_processing_keeps_log_probs(residual):
     assert (expected - got).abs().max().item() <= TOL
 
 
+@tl3_only
 def test_default_processing_is_off_and_config_matches():
     model = make_model("random", residual="attn_only", tie_embeddings=False)
     tl = convert(model)
@@ -235,15 +240,16 @@ def test_inputs_model_checkpoint_and_path_agree(tmp_path):
         assert torch.equal(out, outs[0])
 
 
+@tl3_only
 def test_position_blind_refused():
     model = ResidualGPT(tiny_config(mixer="position_blind"))
     with pytest.raises(ConfigError, match="position_blind.*no TransformerLens equivalent"):
-        to_hooked_transformer(model)
+        interp.to_hooked_transformer(model)
 
 
 def test_not_a_model_refused():
     with pytest.raises(interp.ToolkitError, match="ResidualGPT, a Checkpoint or a checkpoint path"):
-        to_hooked_transformer(42)
+        export(42)
 
 
 @pytest.mark.parametrize("change", ["missing", "extra", "shape"])
@@ -258,14 +264,14 @@ def test_weights_that_do_not_fit_are_refused(tmp_path, change):
         ckpt.weights["ln_final.w"] = torch.ones(31)
     key = {"missing": "out_proj", "extra": "extra", "shape": "ln_final"}[change]
     with pytest.raises(CheckpointError, match=f"do not match.*{key}"):
-        to_hooked_transformer(ckpt)
+        export(ckpt)
 
 
 def test_unknown_parameter_is_an_error():
     model = make_model("random")
     model.blocks[0].register_parameter("surprise", torch.nn.Parameter(torch.zeros(2)))
     with pytest.raises(interp.ToolkitError, match="surprise"):
-        to_hooked_transformer(model, vocab=CHARS)
+        export(model, vocab=CHARS)
 
 
 def _saved(tmp_path, model, **state) -> Path:
@@ -278,7 +284,7 @@ def test_char_tokenizer_from_checkpoint_vocab(tmp_path):
     model = make_model("random")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        tl = to_hooked_transformer(_saved(tmp_path, model, vocab=CHARS))
+        tl = export(_saved(tmp_path, model, vocab=CHARS))
     text = "ROMEO:\nO  me!"
     assert tl.to_str_tokens(text) == list(text)
     assert tl.to_tokens(text)[0].tolist() == [CHARS.index(c) for c in text]
@@ -288,41 +294,45 @@ def test_char_tokenizer_from_checkpoint_vocab(tmp_path):
 
 def test_vocab_of_the_wrong_size_refused():
     with pytest.raises(ConfigError, match="d_vocab"):
-        to_hooked_transformer(make_model("random"), vocab=CHARS[:-1])
+        export(make_model("random"), vocab=CHARS[:-1])
 
 
 def test_no_tokenizer_warns():
     model = ResidualGPT(ModelConfig(n_layers=1, d_model=16, n_heads=2, n_ctx=8, d_vocab=11))
     with pytest.warns(UserWarning, match="no tokenizer attached"):
-        tl = to_hooked_transformer(model)
+        tl = interp.load_tl(model)
     assert tl.tokenizer is None
 
 
 def test_gpt2_tokenizer_from_local_files(monkeypatch):
     data = os.environ.get("RESIDUAL_DATA_DIR") or str(SHARED_DATA)
-    if hooked.gpt2_files(data) is None:
+    if gpt2_files(data) is None:
         pytest.skip(f"GPT-2 BPE files not found under {data}/gpt2 (set RESIDUAL_DATA_DIR)")
     monkeypatch.setenv("RESIDUAL_DATA_DIR", data)
     model = ResidualGPT(ModelConfig(n_layers=1, d_model=16, n_heads=2, n_ctx=8, d_vocab=50257))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        tl = to_hooked_transformer(model)
+        tl = export(model)
     assert tl.to_tokens("Hello world")[0].tolist() == [15496, 995]
     assert tl.to_tokens(" the")[0].tolist() == [262]
     assert tl.to_str_tokens("Hello world") == ["Hello", " world"]
 
 
+@tl3_only
 def test_non_full_warning_at_every_conversion():
+    import interp.hooked as hooked
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        to_hooked_transformer(make_model("random", residual="full"), vocab=CHARS)
-        to_hooked_transformer(make_model("random", residual="none"), vocab=CHARS)
-        to_hooked_transformer(make_model("random", residual="attn_only"), vocab=CHARS)
+        hooked.to_hooked_transformer(make_model("random", residual="full"), vocab=CHARS)
+        hooked.to_hooked_transformer(make_model("random", residual="none"), vocab=CHARS)
+        hooked.to_hooked_transformer(make_model("random", residual="attn_only"), vocab=CHARS)
     messages = [str(w.message) for w in caught if issubclass(w.category, hooked.NonAdditiveResidualWarning)]
     assert len(messages) == 2 and "residual='none'" in messages[0] and "interp.decompose" in messages[0]
 
 
+@tl3_only
 def test_fold_value_biases_refused_when_a_row_attends_nowhere():
     model = make_model("random", bias=True, self_bias=-math.inf)
     with pytest.raises(ConfigError, match="fold_value_biases"):
-        to_hooked_transformer(model, vocab=CHARS, fold_value_biases=True)
+        interp.to_hooked_transformer(model, vocab=CHARS, fold_value_biases=True)

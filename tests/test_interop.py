@@ -7,11 +7,12 @@ import warnings
 import pytest
 import torch
 import transformer_lens.patching as patching
+from majors import TL4, tl3_only
 from test_hooked import CHARS, RESIDUALS, ROUTINGS, TOL, convert, make_model, tokens
-from transformer_lens import ActivationCache, HookedTransformer, HookedTransformerConfig
+from transformer_lens import ActivationCache
 
 import interp
-from interp import CheckpointError, ToolkitError, load_hooked, save_checkpoint, save_hooked
+from interp import CheckpointError, ToolkitError, save_checkpoint
 
 
 @pytest.mark.parametrize("residual", RESIDUALS)
@@ -78,7 +79,7 @@ def test_transformer_lens_patching_runs_on_residual_gpt(residual):
             assert got.abs().sum() > 0
 
 
-@pytest.mark.parametrize("processing", [False, True])
+@pytest.mark.parametrize("processing", [False, pytest.param(True, marks=tl3_only)])
 @pytest.mark.parametrize("routing", ["bias0", "bias-inf", "uniform"])
 @pytest.mark.parametrize("residual", RESIDUALS)
 def test_save_and_load_round_trip_exactly(tmp_path, residual, routing, processing):
@@ -86,8 +87,9 @@ def test_save_and_load_round_trip_exactly(tmp_path, residual, routing, processin
     model = make_model("trained", residual=residual, mixer=mixer, self_bias=self_bias, bias=processing)
     flags = dict(fold_ln=True, center_writing_weights=True, center_unembed=True) if processing else {}
     tl = convert(model, **flags)
-    save_hooked(tl, tmp_path / "tl.pt")
-    back = load_hooked(tmp_path / "tl.pt")
+    save, load = (interp.save_bridge, interp.load_bridge) if TL4 else (interp.save_hooked, interp.load_hooked)
+    save(tl, tmp_path / "tl.pt")
+    back = load(tmp_path / "tl.pt")
     toks = tokens(n=16)
     with torch.no_grad():
         logits, cache = tl.run_with_cache(toks)
@@ -96,12 +98,18 @@ def test_save_and_load_round_trip_exactly(tmp_path, residual, routing, processin
     assert sorted(back_cache.keys()) == sorted(cache.keys())
     assert all(torch.equal(back_cache[k], cache[k]) for k in cache.keys())
     assert back.to_string(back.to_tokens("ROMEO:\n")[0]) == "ROMEO:\n"
-    assert back.cfg.normalization_type == tl.cfg.normalization_type
-    assert back.cfg.residual_gpt_config == model.cfg.to_dict()
+    if TL4:
+        assert back.residual_gpt.cfg == model.cfg
+    else:
+        assert back.cfg.normalization_type == tl.cfg.normalization_type
+        assert back.cfg.residual_gpt_config == model.cfg.to_dict()
 
 
+@tl3_only
 @pytest.mark.parametrize("residual", RESIDUALS)
 def test_plain_hooked_transformer_cannot_lose_the_wiring_silently(tmp_path, residual):
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
     model = make_model("trained", residual=residual)
     tl = convert(model)
     assert f"residual={residual}" in tl.cfg.model_name and tl.cfg.residual_gpt_config["residual"] == residual
@@ -120,7 +128,10 @@ def test_plain_hooked_transformer_cannot_lose_the_wiring_silently(tmp_path, resi
             plain.load_state_dict(state)
 
 
+@tl3_only
 def test_routing_is_in_the_state_dict():
+    from transformer_lens import HookedTransformer
+
     tl = convert(make_model("random", self_bias=4.0))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -129,7 +140,10 @@ def test_routing_is_in_the_state_dict():
         plain.load_state_dict(tl.state_dict())
 
 
+@tl3_only
 def test_load_hooked_refuses_a_checkpoint(tmp_path):
+    from interp import load_hooked
+
     save_checkpoint(tmp_path / "ckpt.pt", make_model("random"), vocab=CHARS)
     with pytest.raises(CheckpointError, match="to_hooked_transformer"):
         load_hooked(tmp_path / "ckpt.pt")

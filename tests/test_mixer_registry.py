@@ -11,16 +11,16 @@ once handled by an `else: # uniform` fall-through:
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 import torch.nn.functional as F
+from majors import TL4, export, tl3_only
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
+import interp
 import interp.registry as registry
-from interp import ConfigError, ModelConfig, ResidualGPT, to_hooked_transformer
+from interp import ConfigError, ModelConfig, ResidualGPT, ToolkitError
 from interp.decompose import decompose, decomposition_error, direct_logit_attribution, resid_sites
 from interp.mixers import Mixer, PatternMixer
 from interp.registry import MIXERS, mixer_spec, register_mixer
@@ -119,9 +119,7 @@ def test_a_name_is_registered_once():
 @pytest.mark.parametrize("residual", ["full", "attn_only"])
 def test_declared_export_is_exact(residual):
     model = model_of("toy_tied_qkv", residual)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        tl = to_hooked_transformer(model, vocab=CHARS)
+    tl = export(model, vocab=CHARS)  # HookedTransformer on TL 3.x, TransformerBridge on 4.x
     x = tokens()
     with torch.no_grad():
         torch.testing.assert_close(tl(x), model(x), atol=1e-5, rtol=1e-5)
@@ -132,9 +130,25 @@ def test_declared_export_is_exact(residual):
     assert max(decomposition_error(theirs, s, per_head=True) for s in resid_sites(2)) < 1e-4
 
 
+@tl3_only
 def test_undeclared_export_is_refused_by_name():
     with pytest.raises(ConfigError, match="mixer='toy_shift' has no TransformerLens equivalent"):
-        to_hooked_transformer(model_of("toy_shift"), vocab=CHARS)
+        interp.to_hooked_transformer(model_of("toy_shift"), vocab=CHARS)
+
+
+@pytest.mark.skipif(not TL4, reason="TransformerLens 4 only (the bridge)")
+def test_bridge_runs_any_mixer_with_the_hooks_it_declares():
+    model = model_of("toy_shift")
+    tl = export(model, vocab=CHARS)  # the bridge runs the mixer's own forward: no export needed
+    x = tokens()
+    with torch.no_grad():
+        expected, ours = model.run_with_cache(x)
+        logits, theirs = tl.run_with_cache(x)
+    assert torch.equal(logits, expected) and torch.equal(theirs["blocks.1.attn.hook_v"], ours["blocks.1.attn.hook_v"])
+    with pytest.raises(ToolkitError, match="mixer='toy_shift', has no heads, no attention pattern.*are hook_v"):
+        tl.run_with_hooks(x, fwd_hooks=[("blocks.0.attn.hook_pattern", lambda t, hook: t)])
+    with pytest.raises(ToolkitError, match="mixer='toy_shift' has no TransformerLens attention weights"):
+        _ = tl.W_Q
 
 
 @pytest.mark.parametrize("mixer", ["toy_tied_qkv", "toy_shift"])

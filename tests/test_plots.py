@@ -8,7 +8,6 @@ import shutil
 import struct
 import subprocess
 import sys
-import warnings
 import zlib
 from pathlib import Path
 
@@ -16,9 +15,10 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 import torch
+from majors import export
 
-from interp import ModelConfig, ResidualGPT, save_checkpoint, to_hooked_transformer
-from interp.hooked import gpt2_files
+from interp import ModelConfig, ResidualGPT, save_checkpoint
+from interp.gpt2 import gpt2_files
 from interp.plot_attention import main
 from interp.plots import (
     PlotInputError,
@@ -59,13 +59,11 @@ def prompt_ids() -> torch.Tensor:
 # --------------------------------------------------------------------------- attention figure
 
 
-@pytest.mark.parametrize("source", ["hooked", "residual_gpt"])
+@pytest.mark.parametrize("source", ["tl", "residual_gpt"])  # tl: the installed major's export
 def test_attention_figure_holds_the_cached_pattern(source):
     model = tiny_model(residual="none")
-    if source == "hooked":
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            model = to_hooked_transformer(model, vocab=CHARS)
+    if source == "tl":
+        model = export(model, vocab=CHARS)
         tokens = model.to_str_tokens(PROMPT)
     else:
         tokens = list(PROMPT)

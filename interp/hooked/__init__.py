@@ -17,7 +17,16 @@ The public face of the export; each concern has its module:
 The tokenizers live in interp.tokenizers (which one a checkpoint gets: interp.vocab).
 The position embedding refuses positions past n_ctx (TL would index out of
 range, or with to_tokens cut the prompt silently).
+
+TransformerLens 3.x only: TL 4 removed HookedTransformer, so there importing this
+package is a ToolkitError naming interp.to_transformer_bridge (interp.bridge).
 """
+
+from interp.tl_major import require_tl3
+
+require_tl3()  # before anything below imports HookedTransformer
+
+# ruff: noqa: E402
 
 from interp.hooked.caches import (
     _ADDITIVE_METHODS,

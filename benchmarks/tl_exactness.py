@@ -1,0 +1,96 @@
+"""Max |difference| between ResidualGPT and its TransformerLens model, per residual config x mixer.
+
+    python -m benchmarks.tl_exactness [--ckpt PATH ...] [--per-hook]
+
+Runs on whichever TransformerLens major is installed (interp.load_tl: a
+HookedTransformer on 3.x, a TransformerBridge on 4.x): for each model, the
+largest |logits - ResidualGPT's| and the largest |cache - ResidualGPT's cache|
+over every hook name the two caches share (-inf scores compared as equal).
+Without --ckpt, small random-init models of every config and one with GPT-2's vocabulary (seed 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import warnings
+
+CONFIGS = [
+    ("full", "attention", 0.0),
+    ("attn_only", "attention", 0.0),
+    ("ffn_only", "attention", 0.0),
+    ("none", "attention", 0.0),
+    ("attn_only", "uniform", 0.0),
+    ("attn_only", "position_blind", 0.0),
+    ("ffn_only", "attention", 2.0),
+    ("ffn_only", "attention", float("inf")),
+    ("full", "attention", float("-inf")),
+]
+
+
+def max_diffs(model, tl_model, tokens):
+    import torch
+
+    with torch.no_grad():
+        logits_gpt, cache_gpt = model.run_with_cache(tokens)
+        logits_tl, cache_tl = tl_model.run_with_cache(tokens)
+    logits = (logits_gpt - logits_tl[..., : logits_gpt.shape[-1]]).abs().max().item()
+    worst, worst_name, shared, per_hook = 0.0, None, 0, {}
+    for name in cache_gpt.keys():
+        if name not in cache_tl.cache_dict:
+            continue
+        a, b = cache_gpt[name], cache_tl[name]
+        same_inf = torch.isinf(a) & torch.isinf(b) & (a.sign() == b.sign())
+        d = (a - b).masked_fill(same_inf, 0.0).abs().max().item()
+        shared += 1
+        per_hook[name] = d
+        if d > worst or worst_name is None:
+            worst, worst_name = d, name
+    return logits, worst, worst_name, shared, len(cache_gpt.keys()), per_hook
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ckpt", nargs="*", default=[], help="checkpoints to measure instead of random-init models")
+    parser.add_argument("--per-hook", action="store_true", help="also print each shared hook's max |difference|")
+    args = parser.parse_args(argv)
+    import torch
+
+    from interp import ModelConfig, ResidualGPT
+    from interp.export import load_tl
+    from interp.tl_major import TL_VERSION
+
+    warnings.simplefilter("ignore")
+    models = []
+    if args.ckpt:
+        for path in args.ckpt:
+            models.append((path, ResidualGPT.from_checkpoint(path).eval(), path))
+    else:
+        for residual, mixer, bias in CONFIGS:
+            torch.manual_seed(0)
+            cfg = ModelConfig(n_layers=3, d_model=64, n_heads=4, n_ctx=32, d_vocab=65, residual=residual,
+                              mixer=mixer, self_bias=bias)
+            model = ResidualGPT(cfg).eval()
+            models.append((f"{residual}+{mixer}" + (f"(self_bias={bias:g})" if bias else ""), model, model))
+        torch.manual_seed(0)  # a GPT-2-BPE-sized vocabulary (its tokenizer attaches when the BPE files are found)
+        model = ResidualGPT(ModelConfig(n_layers=2, d_model=32, n_heads=4, n_ctx=32, d_vocab=50257)).eval()
+        models.append(("full+attention (GPT-2 BPE vocab)", model, model))
+    print(f"transformer-lens {TL_VERSION}")
+    print(f"{'model':44s} {'max|logits|':>12s} {'max|cache|':>12s}  shared/ResidualGPT hooks  worst hook")
+    for label, model, source in models:
+        try:
+            tl_model = load_tl(source)
+        except Exception as e:  # position_blind has no HookedTransformer on 3.x
+            print(f"{label:44s} {'-':>12s} {'-':>12s}  {type(e).__name__}: {str(e)[:60]}")
+            continue
+        torch.manual_seed(1)
+        tokens = torch.randint(0, model.cfg.d_vocab, (4, model.cfg.n_ctx))
+        logits, worst, name, shared, total, per_hook = max_diffs(model, tl_model, tokens)
+        print(f"{label:44s} {logits:12.3g} {worst:12.3g}  {shared:3d}/{total:<3d}  {name}")
+        if args.per_hook:
+            for hook, d in per_hook.items():
+                print(f"    {hook:40s} {d:.3g}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,27 @@
+"""The TransformerLens major the tests run under, and its export of a ResidualGPT.
+
+`export` is interp.load_tl: a HookedTransformer on 3.x (make test), the TL 4
+TransformerBridge on 4.x (make test-tl4), so the export tests run on both.
+What only a HookedTransformer has (its weight processing, its config and state
+dict, save_hooked) is marked `tl3_only`; test_bridge.py holds the bridge's
+counterparts.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from interp.export import load_tl
+from interp.tl_major import TL_MAJOR
+
+TL4 = TL_MAJOR >= 4
+tl3_only = pytest.mark.skipif(TL4, reason="HookedTransformer only (TL 3.x); the bridge's counterpart: test_bridge.py")
+
+
+def export(source, **kwargs):
+    """The installed major's TransformerLens model of `source` (tokenizer warnings silenced)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return load_tl(source, **kwargs)
