@@ -22,7 +22,8 @@ from transformer_lens.hook_points import HookPoint
 import interp.registry as registry
 from interp import ConfigError, ModelConfig, ResidualGPT, to_hooked_transformer
 from interp.decompose import decompose, decomposition_error, direct_logit_attribution, resid_sites
-from interp.mixers import Mixer, PatternMixer
+from interp.errors import ToolkitError
+from interp.mixers import CausalAttention, Mixer, PatternMixer, UniformMixer
 from interp.registry import MIXERS, mixer_spec, register_mixer
 from probes import measure
 from probes.identity import measure as identity_measure
@@ -59,6 +60,28 @@ class Shift(Mixer, nn.Module):
     def forward(self, x):
         v = self.hook_v(self.in_proj(x))
         return self.out_proj(F.pad(v, (0, 0, 1, 0))[:, :-1])  # position t reads t - 1; position 0 reads zeros
+
+
+@register_mixer
+class DoubledUniform(UniformMixer):
+    """A forward changed under an inherited export: TL would compute the plain uniform mixer."""
+
+    name = "toy_doubled_uniform"
+
+    def forward(self, x):
+        return 2 * super().forward(x)
+
+
+@register_mixer
+class SwappedQK(CausalAttention):
+    """An export that hands TL (k, q, v): every slot filled, every parameter used once, and still wrong."""
+
+    name = "toy_swapped_qk"
+    takes_self_bias = False
+
+    def tl_qkv(self, w_in, b_in):
+        q, k, v = super().tl_qkv(w_in, b_in)
+        return k, q, v
 
 
 CHARS = [chr(ord("a") + i) for i in range(20)]
@@ -135,6 +158,14 @@ def test_declared_export_is_exact(residual):
 def test_undeclared_export_is_refused_by_name():
     with pytest.raises(ConfigError, match="mixer='toy_shift' has no TransformerLens equivalent"):
         to_hooked_transformer(model_of("toy_shift"), vocab=CHARS)
+
+
+@pytest.mark.parametrize("mixer", ["toy_doubled_uniform", "toy_swapped_qk"])
+def test_an_export_whose_logits_differ_is_refused_by_name(mixer):
+    model = model_of(mixer).train()
+    with pytest.raises(ToolkitError, match=rf"mixer '{mixer}': the HookedTransformer's logits differ .* by up to"):
+        to_hooked_transformer(model, vocab=CHARS)
+    assert model.training  # the check ran in eval mode and gave the model back as it was
 
 
 @pytest.mark.parametrize("mixer", ["toy_tied_qkv", "toy_shift"])
