@@ -11,6 +11,9 @@ once handled by an `else: # uniform` fall-through:
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import types
 import warnings
 
 import pytest
@@ -137,6 +140,67 @@ def test_a_name_is_registered_once():
         @register_mixer
         class Impostor(Shift):
             name = "toy_shift"
+
+
+def _module(name: str, source: str) -> types.ModuleType:
+    module = types.ModuleType(name)
+    exec(source, module.__dict__)
+    return module
+
+
+_SHIFTED = """
+from torch import nn
+from interp.mixers import Mixer
+from interp.registry import register_mixer
+
+@register_mixer
+class Shifted(Mixer, nn.Module):
+    name = "toy_shifted"
+"""
+
+
+def test_a_name_taken_by_another_module_is_refused():
+    first = _module("toy_moda", _SHIFTED)
+    with pytest.raises(ConfigError, match="'toy_shifted' is already taken by toy_moda.Shifted"):
+        _module("toy_modb", _SHIFTED)  # the same qualname from another module must not replace it
+    assert mixer_spec("toy_shifted") is first.Shifted
+    reloaded = _module("toy_moda", _SHIFTED)  # the same module reloaded: its class replaces the old one
+    assert mixer_spec("toy_shifted") is reloaded.Shifted
+
+
+def test_builtin_names_and_non_mixers_are_refused():
+    with pytest.raises(ConfigError, match="'uniform' is a built-in of interp.mixers"):
+
+        @register_mixer
+        class MyUniform(UniformMixer):
+            name = "uniform"
+
+    with pytest.raises(ConfigError, match="must subclass interp.mixers.Mixer"):
+
+        @register_mixer
+        class Flags(nn.Module):
+            name = "toy_flags_only"
+            has_pattern = has_heads = takes_self_bias = False
+
+    assert "toy_flags_only" not in MIXERS and mixer_spec("uniform") is UniformMixer
+
+
+def test_a_builtin_name_cannot_be_taken_before_the_builtins_load():
+    code = """if True:
+        from torch import nn
+        from interp.errors import ConfigError
+        from interp.registry import register_mixer, mixer_spec
+        try:
+            @register_mixer
+            class MyAttn(nn.Module):
+                name = "attention"; has_pattern = has_heads = takes_self_bias = False
+        except ConfigError as e:
+            print("refused:", e)
+        import interp.mixers
+        print(mixer_spec("attention") is interp.mixers.CausalAttention)
+    """
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "refused: mixer name 'attention' is a built-in" in out and out.strip().endswith("True")
 
 
 @pytest.mark.parametrize("residual", ["full", "attn_only"])
