@@ -87,6 +87,21 @@ class SwappedQK(CausalAttention):
         return k, q, v
 
 
+@register_mixer
+class Liar(Mixer, nn.Module):
+    """Declares a pattern and heads, and delivers neither (no hook_pattern filled, no head_weights)."""
+
+    name = "toy_liar"
+    has_pattern, has_heads = True, True
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.lin = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+
+    def forward(self, x):
+        return self.lin(x)
+
+
 CHARS = [chr(ord("a") + i) for i in range(20)]
 
 
@@ -243,6 +258,20 @@ def test_decomposition_is_exact_per_head_where_declared(mixer):
     assert ("L1H0" in labels) == (mixer == "toy_tied_qkv") and ("1_attn_out" in labels) == (mixer == "toy_shift")
     dla = direct_logit_attribution(cache, x)
     torch.testing.assert_close(dla.total(), dla.target, atol=1e-4, rtol=1e-4)
+
+
+def test_declared_but_undelivered_pattern_and_heads_are_refused_by_name():
+    from probes.attention import attention_stats
+
+    model = model_of("toy_liar", steps=2)
+    x = tokens()
+    with pytest.raises(ToolkitError, match="mixer 'toy_liar' declares has_pattern=True but filled .* in 0 of 2"):
+        attention_stats(model, [(x, x)])
+    with torch.no_grad():
+        _, cache = model.run_with_cache(x)
+    with pytest.raises(ToolkitError, match="mixer 'toy_liar' declares has_heads=True but its head_weights"):
+        decompose(cache, "final", model, per_head=True)
+    assert "1_attn_out" in decompose(cache, "final", model).labels  # without per_head: whole, as before
 
 
 @pytest.mark.parametrize("mixer", ["toy_tied_qkv", "toy_shift"])
