@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import torch
@@ -49,3 +50,23 @@ def test_make_mixer_builds_the_registered_mixer():
     assert type(make_mixer(cfg)) is CausalAttention
     mixer = make_mixer(ModelConfig(n_layers=1, d_model=8, n_heads=2, n_ctx=4, d_vocab=5, mixer="uniform"))
     assert type(mixer) is UniformMixer and mixer(torch.zeros(1, 4, 8)).shape == (1, 4, 8)
+
+
+def test_toolkit_warnings_follow_the_users_filters():
+    from interp import to_hooked_transformer
+    from interp.hooked import NonAdditiveResidualWarning
+    from interp.model import ResidualGPT
+
+    torch.manual_seed(0)
+    model = ResidualGPT(ModelConfig(n_layers=2, d_model=16, n_heads=2, n_ctx=8, d_vocab=5, residual="attn_only"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _, cache = to_hooked_transformer(model.eval(), vocab=list("abcde")).run_with_cache(torch.zeros(1, 8).long())
+    for action, expected in (("once", 1), ("default", 1), ("module", 1), ("always", 3)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter(action, NonAdditiveResidualWarning)
+            for _ in range(3):
+                cache.decompose_resid()  # one line: 'default' shows its warning once
+        ours = [w for w in caught if issubclass(w.category, NonAdditiveResidualWarning)]
+        assert len(ours) == expected, action
+        assert ours[0].filename == __file__  # attributed to the caller's line

@@ -189,7 +189,7 @@ def to_hooked_transformer(
     itself and is exact with or without fold_ln, for every residual config.
 
     For residual != 'full' the model is a NonAdditiveHookedTransformer (interp.hooked.caches): its
-    caches warn (NonAdditiveResidualWarning) at every call of decompose_resid,
+    caches warn (NonAdditiveResidualWarning; Python's filters decide how often) on decompose_resid,
     get_full_resid_decomposition, stack_head_results and logit_attrs, whose
     sums assume every sublayer output reaches the final stream; use
     interp.decompose there. accumulated_resid and the logit lens read the
