@@ -55,9 +55,11 @@ def one_line_errors(run: Callable[[], Any]) -> tuple[int, Any]:
 
 
 def warn(message: str, category: type[Warning], stacklevel: int = 2) -> None:
-    """Warn at every call, not once per line - unless the caller's own filters say otherwise (they come first)."""
+    """Warn, attributed to the caller's line; Python's filters (the user's) decide how often it shows.
+
+    The filters are never touched here: changing them at call time resets Python's record of what
+    was shown, which would break a user's 'once', 'default' or 'module' filter.
+    """
     import warnings
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("always", category, append=True)
-        warnings.warn(message, category, stacklevel=stacklevel + 1)
+    warnings.warn(message, category, stacklevel=stacklevel + 1)

@@ -318,3 +318,10 @@ class PositionBlind(MLP, Mixer):
     def __init__(self, cfg: ModelConfig):
         super().__init__(cfg, d_hidden=2 * cfg.d_model)
         self.cfg = cfg
+
+
+def make_mixer(cfg: ModelConfig) -> nn.Module:
+    """The mixer cfg.mixer names, built for cfg (through the registry, as ResidualGPT's blocks do)."""
+    from interp.registry import mixer_spec  # the registry's lookup, which this module's import completes
+
+    return mixer_spec(cfg.mixer)(cfg)

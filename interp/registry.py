@@ -35,15 +35,26 @@ _REGISTRY: dict[str, type] = {}
 
 
 def register_mixer(cls: type) -> type:
-    """Class decorator: make `cls` the mixer for `mixer=cls.name` (a name is registered once)."""
+    """Class decorator: make `cls` the mixer for `mixer=cls.name` (a name is registered once).
+
+    The class must subclass interp.mixers.Mixer; the built-in names belong to
+    interp.mixers; a name taken by a class of another module or qualname is refused
+    (only the same class defined again, a module reloaded, replaces it).
+    """
     name = getattr(cls, "name", None)
     if not isinstance(name, str) or not name.isidentifier():
         raise ConfigError(f"a mixer class needs a `name` that is an identifier, got {name!r} on {cls.__name__}")
+    where = f"{getattr(cls, '__module__', '?')}.{getattr(cls, '__qualname__', type(cls).__name__)}"
+    if name in BUILTIN_MIXERS and cls.__module__ != _BUILTIN_MODULE:
+        raise ConfigError(f"mixer name {name!r} is a built-in of {_BUILTIN_MODULE}; give {where} another name")
+    mixer_base = importlib.import_module(_BUILTIN_MODULE).Mixer  # lazily: this module stays light (no torch)
+    if not (isinstance(cls, type) and issubclass(cls, mixer_base)):
+        raise ConfigError(f"mixer {name!r}: {where} must subclass interp.mixers.Mixer (with an nn.Module)")
     for flag in ("has_pattern", "has_heads", "takes_self_bias"):
         if not isinstance(getattr(cls, flag, None), bool):
             raise ConfigError(f"mixer {name!r} must declare {flag} as True or False (subclass interp.mixers.Mixer)")
     taken = _REGISTRY.get(name)
-    if taken is not None and taken.__qualname__ != cls.__qualname__:
+    if taken is not None and (taken.__module__, taken.__qualname__) != (cls.__module__, cls.__qualname__):
         raise ConfigError(f"mixer name {name!r} is already taken by {taken.__module__}.{taken.__qualname__}")
     _REGISTRY[name] = cls  # the same class defined again (a module reloaded): the newer one
     return cls

@@ -15,6 +15,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from interp.errors import ToolkitError
 from interp.registry import mixer_spec
 
 STATS = ("alpha_tt", "prev_token", "entropy", "distance")
@@ -51,6 +52,7 @@ def attention_stats(model, batches: Iterable[tuple[Tensor, Tensor]]) -> dict:
     Runs the model in eval mode over the batches with hooks on every hook_pattern
     (removed afterwards, even on error). A mixer without a pattern (it declares
     has_pattern False, e.g. position_blind): the result then says so in "skipped".
+    A mixer that declares a pattern but fills no hook_pattern is refused by name.
     """
     mixer = getattr(model.cfg, "mixer", "attention")  # a HookedTransformer has attention
     if not mixer_spec(mixer).has_pattern:
@@ -77,6 +79,12 @@ def attention_stats(model, batches: Iterable[tuple[Tensor, Tensor]]) -> dict:
     finally:
         model.train(was_training)
     layers = sorted(sums)
+    if n_ctx is not None and len(layers) != model.cfg.n_layers:  # declared, not delivered: no silent empty stats
+        raise ToolkitError(
+            f"mixer {mixer!r} declares has_pattern=True but filled blocks.{{l}}.attn.hook_pattern in "
+            f"{len(layers)} of {model.cfg.n_layers} layers; fill hook_pattern in its forward when hooked, "
+            "or declare has_pattern=False"
+        )
     out = {k: [(sums[l][k] / counts[l]).tolist() for l in layers] for k in STATS}
     out["alpha_tt_layer_mean"] = [sum(row) / len(row) for row in out["alpha_tt"]]
     out["uniform_baseline"] = uniform_baseline(n_ctx)

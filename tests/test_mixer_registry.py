@@ -11,6 +11,10 @@ once handled by an `else: # uniform` fall-through:
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import types
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -22,7 +26,7 @@ import interp
 import interp.registry as registry
 from interp import ConfigError, ModelConfig, ResidualGPT, ToolkitError
 from interp.decompose import decompose, decomposition_error, direct_logit_attribution, resid_sites
-from interp.mixers import Mixer, PatternMixer
+from interp.mixers import CausalAttention, Mixer, PatternMixer, UniformMixer
 from interp.registry import MIXERS, mixer_spec, register_mixer
 from probes import measure
 from probes.identity import measure as identity_measure
@@ -59,6 +63,43 @@ class Shift(Mixer, nn.Module):
     def forward(self, x):
         v = self.hook_v(self.in_proj(x))
         return self.out_proj(F.pad(v, (0, 0, 1, 0))[:, :-1])  # position t reads t - 1; position 0 reads zeros
+
+
+@register_mixer
+class DoubledUniform(UniformMixer):
+    """A forward changed under an inherited export: TL would compute the plain uniform mixer."""
+
+    name = "toy_doubled_uniform"
+
+    def forward(self, x):
+        return 2 * super().forward(x)
+
+
+@register_mixer
+class SwappedQK(CausalAttention):
+    """An export that hands TL (k, q, v): every slot filled, every parameter used once, and still wrong."""
+
+    name = "toy_swapped_qk"
+    takes_self_bias = False
+
+    def tl_qkv(self, w_in, b_in):
+        q, k, v = super().tl_qkv(w_in, b_in)
+        return k, q, v
+
+
+@register_mixer
+class Liar(Mixer, nn.Module):
+    """Declares a pattern and heads, and delivers neither (no hook_pattern filled, no head_weights)."""
+
+    name = "toy_liar"
+    has_pattern, has_heads = True, True
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.lin = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+
+    def forward(self, x):
+        return self.lin(x)
 
 
 CHARS = [chr(ord("a") + i) for i in range(20)]
@@ -116,6 +157,67 @@ def test_a_name_is_registered_once():
             name = "toy_shift"
 
 
+def _module(name: str, source: str) -> types.ModuleType:
+    module = types.ModuleType(name)
+    exec(source, module.__dict__)
+    return module
+
+
+_SHIFTED = """
+from torch import nn
+from interp.mixers import Mixer
+from interp.registry import register_mixer
+
+@register_mixer
+class Shifted(Mixer, nn.Module):
+    name = "toy_shifted"
+"""
+
+
+def test_a_name_taken_by_another_module_is_refused():
+    first = _module("toy_moda", _SHIFTED)
+    with pytest.raises(ConfigError, match="'toy_shifted' is already taken by toy_moda.Shifted"):
+        _module("toy_modb", _SHIFTED)  # the same qualname from another module must not replace it
+    assert mixer_spec("toy_shifted") is first.Shifted
+    reloaded = _module("toy_moda", _SHIFTED)  # the same module reloaded: its class replaces the old one
+    assert mixer_spec("toy_shifted") is reloaded.Shifted
+
+
+def test_builtin_names_and_non_mixers_are_refused():
+    with pytest.raises(ConfigError, match="'uniform' is a built-in of interp.mixers"):
+
+        @register_mixer
+        class MyUniform(UniformMixer):
+            name = "uniform"
+
+    with pytest.raises(ConfigError, match="must subclass interp.mixers.Mixer"):
+
+        @register_mixer
+        class Flags(nn.Module):
+            name = "toy_flags_only"
+            has_pattern = has_heads = takes_self_bias = False
+
+    assert "toy_flags_only" not in MIXERS and mixer_spec("uniform") is UniformMixer
+
+
+def test_a_builtin_name_cannot_be_taken_before_the_builtins_load():
+    code = """if True:
+        from torch import nn
+        from interp.errors import ConfigError
+        from interp.registry import register_mixer, mixer_spec
+        try:
+            @register_mixer
+            class MyAttn(nn.Module):
+                name = "attention"; has_pattern = has_heads = takes_self_bias = False
+        except ConfigError as e:
+            print("refused:", e)
+        import interp.mixers
+        print(mixer_spec("attention") is interp.mixers.CausalAttention)
+    """
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "refused: mixer name 'attention' is a built-in" in out and out.strip().endswith("True")
+
+
 @pytest.mark.parametrize("residual", ["full", "attn_only"])
 def test_declared_export_is_exact(residual):
     model = model_of("toy_tied_qkv", residual)
@@ -151,6 +253,17 @@ def test_bridge_runs_any_mixer_with_the_hooks_it_declares():
         _ = tl.W_Q
 
 
+@tl3_only
+@pytest.mark.parametrize("mixer", ["toy_doubled_uniform", "toy_swapped_qk"])
+def test_an_export_whose_logits_differ_is_refused_by_name(mixer):
+    from interp.hooked import to_hooked_transformer
+
+    model = model_of(mixer).train()
+    with pytest.raises(ToolkitError, match=rf"mixer '{mixer}': the HookedTransformer's logits differ .* by up to"):
+        to_hooked_transformer(model, vocab=CHARS)
+    assert model.training  # the check ran in eval mode and gave the model back as it was
+
+
 @pytest.mark.parametrize("mixer", ["toy_tied_qkv", "toy_shift"])
 def test_decomposition_is_exact_per_head_where_declared(mixer):
     model = model_of(mixer, "ffn_only")
@@ -162,6 +275,20 @@ def test_decomposition_is_exact_per_head_where_declared(mixer):
     assert ("L1H0" in labels) == (mixer == "toy_tied_qkv") and ("1_attn_out" in labels) == (mixer == "toy_shift")
     dla = direct_logit_attribution(cache, x)
     torch.testing.assert_close(dla.total(), dla.target, atol=1e-4, rtol=1e-4)
+
+
+def test_declared_but_undelivered_pattern_and_heads_are_refused_by_name():
+    from probes.attention import attention_stats
+
+    model = model_of("toy_liar", steps=2)
+    x = tokens()
+    with pytest.raises(ToolkitError, match="mixer 'toy_liar' declares has_pattern=True but filled .* in 0 of 2"):
+        attention_stats(model, [(x, x)])
+    with torch.no_grad():
+        _, cache = model.run_with_cache(x)
+    with pytest.raises(ToolkitError, match="mixer 'toy_liar' declares has_heads=True but its head_weights"):
+        decompose(cache, "final", model, per_head=True)
+    assert "1_attn_out" in decompose(cache, "final", model).labels  # without per_head: whole, as before
 
 
 @pytest.mark.parametrize("mixer", ["toy_tied_qkv", "toy_shift"])

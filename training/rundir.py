@@ -178,6 +178,13 @@ class RunDir:
     identity = property(lambda self: self.path / "identity.json")  # the routing test's identity-probe cache
     snapshots = property(lambda self: self.path / "snapshots")  # eval_noise's weight snapshots
 
+    # Trainer.run_dir was a Path before it was a RunDir: callbacks doing run_dir / "x.json" keep working
+    def __truediv__(self, name: str | os.PathLike) -> Path:
+        return self.path / name
+
+    def __fspath__(self) -> str:
+        return os.fspath(self.path)
+
     def snapshot(self, step: int) -> Path:
         """eval_noise's copy of the weights at one evaluation step."""
         return self.snapshots / f"step{int(step)}.pt"

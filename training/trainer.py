@@ -32,13 +32,14 @@ from interp.errors import CheckpointError, ConfigError, ToolkitError
 from interp.io import append_jsonl, kill_point, read_jsonl, write_json, write_jsonl
 from interp.model import ResidualGPT
 from training.compile import maybe_compile
-from training.corpus import Corpus
+from training.corpus import Corpus, data_provenance
 from training.data import BatchSampler, fixed_batches, load_corpus, random_batches
 from training.flops import flops_per_token, peak_matmul_flops
 from training.presets import TrainConfig
-from training.rundir import RunDir, RunDirError, config_record
+from training.rundir import RunDir, RunDirError, config_record, describe
 
-__all__ = ["RunDirError", "Trainer", "TrainingError", "TrainingInterrupted", "mean_loss", "read_jsonl"]
+__all__ = ["RunDirError", "Trainer", "TrainingError", "TrainingInterrupted", "mean_loss", "read_jsonl",
+           "evaluate", "describe", "data_provenance"]  # the last three: old names, kept for researchers' scripts
 
 
 class TrainingError(ToolkitError):
@@ -106,6 +107,9 @@ def mean_loss(model: torch.nn.Module, batches, device: torch.device, autocast=No
         total += loss.item()
     model.train(was_training)
     return total / len(batches)
+
+
+evaluate = mean_loss  # its name before the restructure; describe and data_provenance are re-exported above
 
 
 

@@ -4,7 +4,8 @@ TransformerLens's decompose_resid, get_full_resid_decomposition,
 stack_head_results and logit_attrs assume resid = embeddings + every sublayer
 output. With a residual path removed that is false, so an export with
 residual != 'full' is built as a NonAdditiveHookedTransformer, whose caches
-warn (NonAdditiveResidualWarning) at every call of those methods; the export
+warn (NonAdditiveResidualWarning) when those methods are called (Python's warning
+filters decide how often it shows: by default once per calling line); the export
 itself warns once when made. interp.decompose follows the wiring and is exact.
 """
 
@@ -27,10 +28,8 @@ _ADDITIVE_METHODS = ("decompose_resid", "get_full_resid_decomposition", "stack_h
 
 
 def _warn(message: str, stacklevel: int) -> None:
-    """Warn at every call, not once per line - unless the caller's own filters say otherwise (they come first)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("always", NonAdditiveResidualWarning, append=True)
-        warnings.warn(message, NonAdditiveResidualWarning, stacklevel=stacklevel + 1)
+    """Warn, attributed to the caller's line; Python's filters (the user's) decide how often (never touched here)."""
+    warnings.warn(message, NonAdditiveResidualWarning, stacklevel=stacklevel + 1)
 
 
 def _non_additive_message(residual: str, method: str) -> str:
@@ -44,7 +43,7 @@ def _non_additive_message(residual: str, method: str) -> str:
 
 
 class NonAdditiveCache(ExportCache):
-    """The ActivationCache of an export with a removed residual path: the additive methods warn at every call."""
+    """The ActivationCache of an export with a removed residual path: the additive methods warn when called."""
 
     _depth = 0  # nested calls (get_full_resid_decomposition -> stack_head_results) warn once
 
@@ -95,7 +94,7 @@ def warn_non_additive(cfg: ModelConfig) -> None:
         return
     _warn(
         f"residual={cfg.residual!r}: the residual stream is not the sum of the embeddings and every sublayer output; "
-        f"TransformerLens's {', '.join(_ADDITIVE_METHODS)} warn at every call on this model's caches. "
+        f"TransformerLens's {', '.join(_ADDITIVE_METHODS)} warn on this model's caches. "
         "interp.decompose gives the exact decomposition and direct logit attribution for this wiring",
         stacklevel=3,
     )

@@ -110,6 +110,39 @@ def tl_state_dict(model: ResidualGPT) -> dict[str, Tensor]:
     return {k: v.contiguous() for k, v in sd.items()}
 
 
+def check_same_logits(model: ResidualGPT, hooked: HookedTransformer, rel_tol: float | None = None) -> None:
+    """Refuse an export whose logits differ from ResidualGPT's on a small fixed probe batch.
+
+    The declarations (tl_weights, tl_scores) cannot prove a mixer's forward is what
+    TL computes - a subclass may change forward and keep an inherited export - so
+    one small forward of each model is the check. The tolerance is relative to
+    the logit scale: 1e-4 in float32 (the fused and explicit attention kernels
+    differ by ~1e-6), looser in half precision.
+    """
+    cfg = model.cfg
+    weight = model.embed.weight
+    if rel_tol is None:
+        rel_tol = 1e-4 if weight.dtype in (torch.float32, torch.float64) else 3e-2
+    gen = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, cfg.d_vocab, (2, min(cfg.n_ctx, 16)), generator=gen).to(weight.device)
+    was_training, hooked_training = model.training, hooked.training
+    model.eval(), hooked.eval()
+    try:
+        with torch.no_grad():
+            ours, theirs = model(tokens).float(), hooked(tokens).float()
+    finally:
+        model.train(was_training), hooked.train(hooked_training)
+    diff = (ours - theirs).abs().max().item()
+    scale = max(1.0, ours.abs().max().item())
+    if not diff <= rel_tol * scale:  # NaN fails too
+        raise ToolkitError(
+            f"mixer {cfg.mixer!r}: the HookedTransformer's logits differ from ResidualGPT's by up to {diff:.3g} "
+            f"(logit scale {scale:.3g}, tolerance {rel_tol:g} of it) on a probe batch, so the export would be "
+            "silently wrong; does the mixer's forward match its tl_weights / tl_scores? (an inherited export "
+            "with a changed forward does not)"
+        )
+
+
 def model_from_checkpoint(ckpt: Checkpoint, device: str | torch.device | None = None) -> ResidualGPT:
     """The checkpoint's ResidualGPT in eval mode; weights must fit its config exactly (strict)."""
     model = ResidualGPT.from_checkpoint(ckpt)
@@ -156,7 +189,7 @@ def to_hooked_transformer(
     itself and is exact with or without fold_ln, for every residual config.
 
     For residual != 'full' the model is a NonAdditiveHookedTransformer (interp.hooked.caches): its
-    caches warn (NonAdditiveResidualWarning) at every call of decompose_resid,
+    caches warn (NonAdditiveResidualWarning; Python's filters decide how often) on decompose_resid,
     get_full_resid_decomposition, stack_head_results and logit_attrs, whose
     sums assume every sublayer output reaches the final stream; use
     interp.decompose there. accumulated_resid and the logit lens read the
@@ -187,6 +220,7 @@ def to_hooked_transformer(
     except RuntimeError as e:  # a key or shape we produced that TL does not expect: a converter bug
         raise ToolkitError(f"TransformerLens rejected the converted weights: {e}") from None
     install(hooked, cfg)
+    check_same_logits(model, hooked)  # before TL's processing, which may shift logits (center_unembed)
     if fold_ln or center_writing_weights or center_unembed or fold_value_biases or refactor_factored_attn_matrices:
         hooked.load_and_process_state_dict(
             hooked.state_dict(),

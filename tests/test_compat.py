@@ -1,0 +1,72 @@
+"""Names researchers' scripts and callbacks used before the restructure still work (old -> new)."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+import torch
+
+from interp.config import ModelConfig
+
+
+def test_trainer_keeps_its_old_names():
+    import training.trainer as trainer
+    from training.corpus import data_provenance
+    from training.rundir import describe
+
+    assert trainer.evaluate is trainer.mean_loss
+    assert trainer.describe is describe and trainer.data_provenance is data_provenance
+
+
+def test_run_dir_still_reads_as_a_path(tmp_path):
+    from training.rundir import RunDir
+
+    run_dir = RunDir(tmp_path / "run")
+    assert run_dir / "x.json" == tmp_path / "run" / "x.json" and isinstance(run_dir / "x.json", Path)
+    assert os.fspath(run_dir) == str(tmp_path / "run") and Path(run_dir) == run_dir.path
+    run_dir.path.mkdir()
+    (run_dir / "note.txt").write_text("kept")
+    assert os.path.exists(os.path.join(run_dir, "note.txt"))
+
+
+def test_routing_test_reexports_what_moved():
+    import experiments.routing_report as report
+    import experiments.routing_rules as rules
+    import experiments.routing_test as routing_test
+    from experiments.routing_test import PREDICTIONS, decide_p7, slope  # the old import lines
+    from experiments.stats import slope as stats_slope
+
+    assert PREDICTIONS is rules.PREDICTIONS and decide_p7 is rules.decide_p7 and slope is stats_slope
+    assert routing_test.needs_longer is report.needs_longer and routing_test.place is rules.place
+    assert all(hasattr(routing_test, f"decide_p{i}") for i in range(1, 8))
+
+
+def test_make_mixer_builds_the_registered_mixer():
+    from interp.mixers import CausalAttention, UniformMixer, make_mixer
+
+    cfg = ModelConfig(n_layers=1, d_model=8, n_heads=2, n_ctx=4, d_vocab=5)
+    assert type(make_mixer(cfg)) is CausalAttention
+    mixer = make_mixer(ModelConfig(n_layers=1, d_model=8, n_heads=2, n_ctx=4, d_vocab=5, mixer="uniform"))
+    assert type(mixer) is UniformMixer and mixer(torch.zeros(1, 4, 8)).shape == (1, 4, 8)
+
+
+def test_toolkit_warnings_follow_the_users_filters():
+    from interp import to_hooked_transformer
+    from interp.hooked import NonAdditiveResidualWarning
+    from interp.model import ResidualGPT
+
+    torch.manual_seed(0)
+    model = ResidualGPT(ModelConfig(n_layers=2, d_model=16, n_heads=2, n_ctx=8, d_vocab=5, residual="attn_only"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _, cache = to_hooked_transformer(model.eval(), vocab=list("abcde")).run_with_cache(torch.zeros(1, 8).long())
+    for action, expected in (("once", 1), ("default", 1), ("module", 1), ("always", 3)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter(action, NonAdditiveResidualWarning)
+            for _ in range(3):
+                cache.decompose_resid()  # one line: 'default' shows its warning once
+        ours = [w for w in caught if issubclass(w.category, NonAdditiveResidualWarning)]
+        assert len(ours) == expected, action
+        assert ours[0].filename == __file__  # attributed to the caller's line
