@@ -66,6 +66,7 @@ from interp.gpt2 import GPT2_VOCAB_SIZE
 from interp.io import atomic_write
 from interp.model import ResidualGPT
 from interp.registry import mixer_spec
+from interp.tl_major import tl_config_fields
 from interp.tokenizers import tokenizer_for
 
 ARCHITECTURE = "ResidualGPT"
@@ -502,23 +503,7 @@ class ResidualBridge(TransformerBridge):
 
 def bridge_config(cfg: ModelConfig, n_special: int = 0) -> TransformerBridgeConfig:
     """The TransformerBridgeConfig of a ModelConfig; n_special tokenizer specials get ids after the model's."""
-    return TransformerBridgeConfig(
-        d_model=cfg.d_model,
-        d_head=cfg.d_head,
-        n_heads=cfg.n_heads,
-        n_layers=cfg.n_layers,
-        n_ctx=cfg.n_ctx,
-        d_mlp=cfg.d_mlp,
-        d_vocab=cfg.d_vocab + n_special,
-        d_vocab_out=cfg.d_vocab,
-        act_fn="gelu",  # exact erf GELU, as F.gelu in ResidualGPT
-        normalization_type="LN",
-        eps=1e-5,
-        positional_embedding_type="standard",
-        default_prepend_bos=False,  # trained without BOS
-        architecture=ARCHITECTURE,
-        model_name=f"residual-gpt(residual={cfg.residual}, mixer={cfg.mixer}, self_bias={cfg.self_bias:g})",
-    )
+    return TransformerBridgeConfig(**tl_config_fields(cfg, n_special), architecture=ARCHITECTURE)
 
 
 def _resolve(source: Any, device: str | torch.device | None) -> tuple[ResidualGPT, dict[str, Any]]:

@@ -24,6 +24,7 @@ from interp.hooked.rewire import install
 from interp.mixers import TL_SLOTS
 from interp.model import ResidualGPT
 from interp.registry import mixer_spec
+from interp.tl_major import tl_config_fields
 from interp.tokenizers import tokenizer_for
 
 
@@ -39,20 +40,7 @@ def hooked_config(
     if not mixer.exports_to_tl():
         raise mixer.refuse_tl()
     return HookedTransformerConfig(
-        n_layers=cfg.n_layers,
-        d_model=cfg.d_model,
-        n_ctx=cfg.n_ctx,
-        d_head=cfg.d_head,
-        n_heads=cfg.n_heads,
-        d_mlp=cfg.d_mlp,
-        d_vocab=cfg.d_vocab + n_special,
-        d_vocab_out=cfg.d_vocab,
-        act_fn="gelu",  # exact erf GELU, as F.gelu in ResidualGPT
-        normalization_type="LN",
-        eps=1e-5,
-        positional_embedding_type="standard",
-        default_prepend_bos=False,  # trained without BOS
-        model_name=f"residual-gpt(residual={cfg.residual}, mixer={cfg.mixer}, self_bias={cfg.self_bias:g})",
+        **tl_config_fields(cfg, n_special),
         original_architecture="ResidualGPT",
         init_weights=False,  # every weight is loaded below
         device=str(device),
