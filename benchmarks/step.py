@@ -53,8 +53,9 @@ from torch import nn
 
 from benchmarks.reference import RefGPT
 from interp.config import ModelConfig
-from interp.errors import ToolkitError
+from interp.errors import ToolkitError, one_line
 from interp.model import ResidualGPT
+from interp.signals import exit_code, interrupts, signal_name
 from training import trainer as trainer_module
 from training.compile import maybe_compile
 from training.presets import PRESETS, parse_overrides, resolve
@@ -318,12 +319,13 @@ def run_counts(train_cfg) -> dict[str, int]:
 
     n = train_cfg.max_steps
     grad_probe, act_probe = default_callbacks(train_cfg)
-    evals = train_cfg.eval_steps()
+    evals = train_cfg.eval_steps()  # counted, never listed: max_steps may be 10**12
+    every = math.lcm(evals.multiples.step, act_probe.interval)
     return {
         "evaluation": len(evals),
-        "activation_probes": sum(1 for s in evals if s % act_probe.interval == 0 or s == n),
-        "gradient_probe": sum(1 for s in range(n) if s % grad_probe.interval == 0 or s == n - 1),
-        "checkpoint": sum(1 for s in range(n) if (s + 1) % train_cfg.ckpt_interval == 0 and s + 1 < n) + 1,
+        "activation_probes": len(range(-(-evals.multiples.start // every) * every, evals.multiples.stop, every)) + 1,
+        "gradient_probe": len(range(0, n, grad_probe.interval)) + (1 if (n - 1) % grad_probe.interval else 0),
+        "checkpoint": (n - 1) // train_cfg.ckpt_interval + 1,
     }
 
 
@@ -674,6 +676,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    with interrupts():  # SIGTERM like Ctrl-C
+        return _main(argv)
+
+
+def _main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.training_child:  # python -m training ARGS, then this process's peak memory
         from training.__main__ import main as train_main
@@ -682,10 +689,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{RSS_MARK}{peak_rss_mb()}")
         return rc
     try:
-        if args.threads <= 0 or (args.steps is not None and args.steps <= 0) or (
-            args.rounds is not None and args.rounds <= 0
-        ):
-            raise BenchError("--threads, --steps and --rounds must be positive")
+        if args.threads <= 0 or any(v is not None and v <= 0 for v in (args.steps, args.rounds, args.trainer_steps)):
+            raise BenchError("--threads, --steps, --rounds and --trainer-steps must be positive")
         torch.set_num_threads(args.threads)
         shapes = [make_shape(n.strip(), args.steps, args.rounds, args.set) for n in args.shapes.split(",")
                   if n.strip()]
@@ -707,8 +712,12 @@ def main(argv: list[str] | None = None) -> int:
             for v in s["variants"].values():
                 v["mfu"] = v["flops_per_step"] / (v["ms_per_step"] / 1e3) / m["peak_matmul_flops"]
     except ToolkitError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (interp.signals): nothing is written but stdout
+        code = exit_code(e)
+        print(f"\ninterrupted ({signal_name(code)}); no report was printed", file=sys.stderr)
+        return code
     if args.json:
         print(json.dumps(report, indent=2))
     else:
