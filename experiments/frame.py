@@ -11,7 +11,7 @@ every experiment shares:
     validation         every option; a --set key that a variant owns is refused
     runs               one run directory per (preset, variant, seed) (training.rundir),
                        trained locally or submitted through submitit (experiments.launch)
-    results.json       schema, experiment, preset, seeds, config (model, train, overrides,
+    results-<name>.json schema, experiment, preset, seeds, config (model, train, overrides,
                        variants), reference_levels, runs, the experiment's own keys,
                        software, train_wall_time_s, wall_time_s, created
     console, report    the levels line, one results table, the experiment's own text;

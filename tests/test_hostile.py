@@ -7,6 +7,7 @@ system call where it fails for real (the table in the issue-11 note ran them on 
 """
 
 import errno
+import json
 import os
 import pickle
 import re
@@ -23,6 +24,7 @@ import training.__main__ as training_cli
 from experiments import eval_noise, gain_confound, residual_sweep, routing_test
 from interp import load_checkpoint
 from interp import plot_attention as plot_cli
+from interp.checkpoint import HASH_KEY, content_hash
 from interp.errors import CheckpointError, ToolkitError
 from interp.io import DataFileError
 from training.rundir import RunDir
@@ -91,11 +93,15 @@ def damage_line(path: Path, number: int, text: str = '{"step": 5, "train_lo') ->
     path.write_text("".join(lines))
 
 
-def rewrite_ckpt(path: Path, drop: str | None = None, **replace) -> None:
+def rewrite_ckpt(path: Path, drop: str | None = None, rehash: bool = True, **replace) -> None:
+    """Edit a checkpoint; rehash: record the new content hash, as a deliberate forger would (so the checks
+    behind the hash are what refuses it)."""
     payload = torch.load(path, weights_only=True)
     if drop:
         del payload[drop]
     payload.update(replace)
+    if rehash:
+        payload[HASH_KEY] = content_hash(payload)
     torch.save(payload, path)
 
 
@@ -242,11 +248,16 @@ def test_training_code_running_checkpoint_is_not_run(out, capsys, monkeypatch):
 
 
 def test_training_foreign_checkpoint_is_refused(out, capsys):
-    """An attn_only checkpoint copied into an ffn_only run directory does not resume it."""
+    """An attn_only checkpoint copied into the full run's directory does not resume it."""
+    shutil.copy(out / "smoke/attn_only/seed1337/ckpt.pt", interrupted(out) / "ckpt.pt")
+    refused(capsys, out, lambda: train(out), r"belongs to another run \(model\.residual 'attn_only' -> 'full'")
+
+
+def test_training_checkpoint_without_config_is_refused(out, capsys):
+    """A checkpoint alone in a directory (no config.json) is nobody's run: refused, even one that would fit."""
     (out / "smoke/ffn_only/seed1337").mkdir(parents=True)
     shutil.copy(out / "smoke/attn_only/seed1337/ckpt.pt", out / "smoke/ffn_only/seed1337/ckpt.pt")
-    refused(capsys, out, lambda: train(out, "--residual", "ffn_only"),
-            r"belongs to another run \(model\.residual 'attn_only' -> 'ffn_only'")
+    refused(capsys, out, lambda: train(out, "--residual", "ffn_only"), r"holds ckpt\.pt but no config\.json")
 
 
 @pytest.mark.parametrize("finished,chars", [(True, 900_000), (False, 900_000), (True, 200_000)])
@@ -259,10 +270,15 @@ def test_training_changed_data_is_refused_naming_both_hashes(out, tmp_path, caps
 
 
 def test_training_checkpoint_of_other_data_is_refused(out, tmp_path, capsys, monkeypatch):
-    """No config.json (lost), but the checkpoint still says which data it was trained on."""
+    """config.json edited to claim the new data: the checkpoint still says which data it was trained on."""
     run = interrupted(out)
-    (run / "config.json").unlink()
     monkeypatch.setenv("RESIDUAL_DATA_DIR", str(short_data_dir(tmp_path)))
+    from training.corpus import data_provenance
+    from training.data import load_corpus
+
+    config = json.loads((run / "config.json").read_text())
+    config["data"] = dict(data_provenance(load_corpus("shakespeare_char")))
+    (run / "config.json").write_text(json.dumps(config, indent=2))
     line = refused(capsys, out, lambda: train(out), r"belongs to another run .*data \(checkpoint sha256")
     assert len(re.findall(r"\b[0-9a-f]{64}\b", line)) == 2, line
 
@@ -412,8 +428,8 @@ def test_experiment_full_disk_keeps_results_json(out, capsys, monkeypatch):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(os, "fsync", full)
-    assert (out / "smoke/results.json").is_file()
-    refused(capsys, out, experiment("routing_test", out), r"results\.json: No space left on device")
+    assert (out / "smoke/results-routing_test.json").is_file()
+    refused(capsys, out, experiment("routing_test", out), r"results-routing_test\.json: No space left on device")
 
 
 # ----- python -m interp.plot_attention -------------------------------------------------------------------

@@ -92,7 +92,7 @@ def _main(argv: list[str] | None = None) -> int:
         code = getattr(e, "exit_code", 2)
         if code != 2:  # Ctrl-C (130) or SIGTERM (143) during training
             command = shlex.join([sys.executable, "-m", "training", *(sys.argv[1:] if argv is None else argv)])
-            print(f"\n{e} ({signal_name(code)}); resume with: {command}", file=sys.stderr)
+            print(f"\n{e}; resume with: {command}", file=sys.stderr)
             return code
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2

@@ -31,7 +31,7 @@ from interp.config import ModelConfig
 from interp.errors import CheckpointError, ConfigError, ToolkitError, one_line
 from interp.io import append_jsonl, kill_point, read_jsonl, write_json, write_jsonl
 from interp.model import ResidualGPT
-from interp.signals import EXIT_INTERRUPT, exit_code
+from interp.signals import EXIT_INTERRUPT, EXIT_TERMINATED, exit_code
 from training.budget import check_fits
 from training.checkstate import check_training_state
 from training.compile import maybe_compile
@@ -460,4 +460,5 @@ class TrainingInterrupted(ToolkitError):
         self.step = step
         self.exit_code = exit_code  # 130 for Ctrl-C, 143 for SIGTERM (interp.signals)
         where = f"from its checkpoint {ckpt}" if ckpt.exists() else "from the start (no checkpoint yet)"
-        super().__init__(f"interrupted at step {step}; the run resumes {where}")
+        what = "terminated (SIGTERM)" if exit_code == EXIT_TERMINATED else "interrupted"
+        super().__init__(f"{what} at step {step}; the run resumes {where}")
