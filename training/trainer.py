@@ -197,11 +197,11 @@ class Trainer:
 
     # ----- run: check, lock, resume or start, train --------------------------------------------------
     def run(self) -> dict[str, Any]:
+        check_fits(self.model_cfg, self.train_cfg, self.train_cfg.device)  # a size that cannot fit, at once
         self.run_dir.check(self.config_record)  # a finished run of another config is refused too, not reused
         if self.run_dir.finished:
             return self.run_dir.verify_finished(self.config_record)  # checked against its own checkpoint
         pick_device(self.train_cfg.device)  # an impossible device is refused before anything is written
-        check_fits(self.model_cfg, self.train_cfg, self.train_cfg.device)
         with self.run_dir.hold() if self.is_main else contextlib.nullcontext():
             # Checked again under the lock: another holder may have finished or replaced it since.
             self.run_dir.check(self.config_record)
