@@ -40,7 +40,7 @@ from experiments.plan import Context, Group, Job, Variant, select_variants
 from interp.errors import ToolkitError, one_line
 from interp.io import remove_stale_temps
 from interp.signals import exit_code, interrupts, signal_name
-from training.budget import check_fits
+from training.budget import check_runnable
 from training.presets import PRESETS, RunSpec, parse_overrides, resolve
 
 __all__ = ["Context", "Experiment", "Group", "Job", "Variant", "check_number", "load_record", "run_summary"]
@@ -146,7 +146,7 @@ class Experiment:
         jobs = [Job(g, v, s) for g in groups for v in g.variants for s in seeds]
         # Before any work: a size that cannot fit is refused with the estimate (training.budget).
         for s in [spec, *(j.spec for j in jobs)]:
-            check_fits(s.model, s.train)
+            check_runnable(s.model, s.train)
         return ctx, jobs
 
     def _main(self, argv: list[str], start: float) -> int:

@@ -645,3 +645,9 @@ def test_identity_probes_are_sized_for_the_vocabulary():
     w, b, _ = _fit(torch.randn(8, 3), torch.randint(0, 4, (8, 1)), torch.randn(4, 3), torch.full((4, 1), -100), 4,
                    (1e-2,), 2)
     assert w.shape == (1, 3, 4)
+
+
+def test_training_probes_refuse_a_context_of_one(out, capsys):
+    """alpha_tt is measured from position 1 on: with n_ctx=1 every probe record would be NaN."""
+    refused(capsys, out, lambda: train(out / "new", "--set", "n_ctx=1"), r"probes need n_ctx >= 2")
+    assert not (out / "new").exists()

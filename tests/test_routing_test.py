@@ -104,7 +104,7 @@ def test_half_trained_run_resumes_through_the_experiment(smoke_run, tmp_path, sh
     (["--margin", "-0.1"], "--margin must be a finite number > 0"),
     (["--self-bias", "inf"], "--self-bias must be a finite number > 0"),
     (["--variants", "attn_only,bogus"], "unknown variant(s) ['bogus']"),
-    (["--seeds", "1,1"], "--seeds needs distinct non-negative integers"),
+    (["--seeds", "1,1"], "--seeds needs distinct integers in [0, 2**63)"),
     (["--no-wait"], "--no-wait, --slurm-set and --slurm-partition need --launcher slurm"),
     (["--launcher", "slurm-local", "--slurm-set", "oops"], "--slurm-set expects KEY=VALUE"),
 ])

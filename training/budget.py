@@ -1,4 +1,4 @@
-"""Will a run fit in memory? An estimate, checked before anything is allocated or written.
+"""Can a run run? A memory estimate (and the probes' one need), checked before anything is allocated or written.
 
 An absurd size (d_model=10**6, batch_size=10**8, eval_batches=10**9,
 n_layers=10**7) used to end in an allocator traceback, sometimes after a
@@ -71,3 +71,11 @@ def check_fits(cfg: ModelConfig, train, device: str | None = None) -> dict[str, 
         raise ConfigError(f"this run needs about {gib(need)} ({detail}) but the machine has {gib(total)} of {what}; "
                           "lower d_model, n_layers, n_ctx, batch_size or eval_batches")
     return parts
+
+
+def check_runnable(cfg: ModelConfig, train, device: str | None = None) -> dict[str, int]:
+    """check_fits, and what the default probes need: alpha_tt is measured from position 1 on, so n_ctx >= 2
+    (with n_ctx=1 every probe record would be NaN, which is never written)."""
+    if train.probes and cfg.n_ctx < 2:
+        raise ConfigError(f"the probes need n_ctx >= 2, got n_ctx={cfg.n_ctx}; raise n_ctx or set probes=false")
+    return check_fits(cfg, train, device)

@@ -32,7 +32,7 @@ from interp.errors import CheckpointError, ConfigError, ToolkitError, one_line
 from interp.io import append_jsonl, kill_point, read_jsonl, write_json, write_jsonl
 from interp.model import ResidualGPT
 from interp.signals import EXIT_INTERRUPT, EXIT_TERMINATED, exit_code
-from training.budget import check_fits
+from training.budget import check_runnable
 from training.checkstate import check_training_state
 from training.compile import maybe_compile
 from training.corpus import Corpus
@@ -197,7 +197,7 @@ class Trainer:
 
     # ----- run: check, lock, resume or start, train --------------------------------------------------
     def run(self) -> dict[str, Any]:
-        check_fits(self.model_cfg, self.train_cfg, self.train_cfg.device)  # a size that cannot fit, at once
+        check_runnable(self.model_cfg, self.train_cfg, self.train_cfg.device)  # a size that cannot fit, at once
         self.run_dir.check(self.config_record)  # a finished run of another config is refused too, not reused
         if self.run_dir.finished:
             return self.run_dir.verify_finished(self.config_record)  # checked against its own checkpoint
