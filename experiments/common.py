@@ -1,14 +1,17 @@
-"""Numbers and text every experiment shares: seed statistics, the reference-level lines, tables.
+"""Text every experiment shares: number formatting, the reference-level lines, tables, software versions.
 
-The experiment frame itself (options, runs, results.json, report) is experiments.frame.
+Seed and curve statistics are experiments.stats (`stats` is importable from here too); the
+experiment frame itself (options, runs, results.json, report) is experiments.frame.
 """
 
 from __future__ import annotations
 
+import math
 import platform
-import statistics
 import sys
 from typing import Any
+
+from experiments.stats import stats  # noqa: F401  (re-exported: residual_sweep and eval_noise import it here)
 
 
 def reference_lines(levels: dict[str, Any]) -> dict[str, float]:
@@ -22,19 +25,14 @@ def levels_line(levels: dict[str, Any]) -> str:
             f"unigram {levels['unigram']:.3f}, bigram {levels['bigram']:.3f} nats")
 
 
-def stats(values: list[float]) -> dict[str, float]:
-    """mean, sample std (0 for one value), min, max, n."""
-    values = [float(v) for v in values]
-    return {
-        "mean": statistics.fmean(values),
-        "std": statistics.stdev(values) if len(values) > 1 else 0.0,
-        "min": min(values),
-        "max": max(values),
-        "n": len(values),
-    }
+def fmt_number(x: float | None, spec: str = ".4f") -> str:
+    """One number for a table cell: format(x, spec), or "-" for None, nan and inf."""
+    return "-" if x is None or not math.isfinite(x) else format(x, spec)
 
 
 def fmt_stats(s: dict[str, float], digits: int = 3) -> str:
+    """Seed statistics (experiments.stats.stats) for a table cell: the mean alone for one seed, else
+    "mean +/- std [min, max]". Every figure goes through format(), so a diverged seed shows as nan."""
     if s["n"] == 1:
         return f"{s['mean']:.{digits}f}"
     return f"{s['mean']:.{digits}f} +/- {s['std']:.{digits}f} [{s['min']:.{digits}f}, {s['max']:.{digits}f}]"

@@ -47,12 +47,12 @@ results.json schema ("eval-noise/1"):
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
-from experiments.common import format_table, reference_lines, stats, table_figure
+from experiments.common import fmt_number, format_table, reference_lines, table_figure
 from experiments.frame import Context, Experiment, Group, Variant, check_number, run_summary
+from experiments.stats import stats
 from interp.config import RESIDUALS
 from interp.errors import ToolkitError
 from training.presets import RunSpec, TrainConfig, resolve
@@ -162,15 +162,11 @@ def comparison(spec: RunSpec, config: str) -> tuple[RunSpec, Variant]:
     return spec, Variant(f"{config} nanogpt", {"residual": config, **nanogpt_overrides(spec)})
 
 
-def _f(x: float | None, fmt: str = ".4f") -> str:
-    return "-" if x is None or not math.isfinite(x) else format(x, fmt)
-
-
 def snapshot_table(run: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     headers = ["step", "fixed", "fixed twice: diff", "random mean", "random std", "random range", "fixed - random mean"]
-    rows = [[str(s["step"]), _f(s["fixed"]), f"{s['fixed_repeat_diff']:.1e}", _f(s["random"]["mean"]),
-             _f(s["random"]["std"]), f"[{_f(s['random']['min'])}, {_f(s['random']['max'])}]",
-             _f(s["fixed"] - s["random"]["mean"], "+.4f")] for s in run["snapshots"]]
+    rows = [[str(s["step"]), fmt_number(s["fixed"]), f"{s['fixed_repeat_diff']:.1e}", fmt_number(s["random"]["mean"]),
+             fmt_number(s["random"]["std"]), f"[{fmt_number(s['random']['min'])}, {fmt_number(s['random']['max'])}]",
+             fmt_number(s["fixed"] - s["random"]["mean"], "+.4f")] for s in run["snapshots"]]
     return headers, rows
 
 
@@ -186,8 +182,10 @@ def best_table(runs: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
         rl = b["random_loss"]
         rows.append([r["setting"], r["preset"], str(r["seed"]),
                      f"{r['val_mode']} val, {r['lr_schedule']} lr, {'tied' if r['tie_embeddings'] else 'untied'}",
-                     f"{_f(r['best_val_loss'])} ({r['best_step']})", f"{_f(b['fixed_loss'])} ({b['fixed_step']})",
-                     f"{_f(rl['mean'])} +/- {_f(rl['std'])} [{_f(rl['min'])}, {_f(rl['max'])}]",
+                     f"{fmt_number(r['best_val_loss'])} ({r['best_step']})",
+                     f"{fmt_number(b['fixed_loss'])} ({b['fixed_step']})",
+                     f"{fmt_number(rl['mean'])} +/- {fmt_number(rl['std'])} "
+                     f"[{fmt_number(rl['min'])}, {fmt_number(rl['max'])}]",
                      f"{b['fraction_different']:.0%}"])
         if with_paper:
             rows[-1].append(PAPER.get(r["preset"], {}).get(r["config"], "-"))

@@ -57,11 +57,12 @@ import functools
 import math
 from typing import Any
 
-from experiments.common import format_table, reference_lines, stats, table_figure
+from experiments.adam_invariance import EXPLANATION, adam_invariance_check, adam_line, gain_label
+from experiments.common import fmt_number, format_table, reference_lines, table_figure
 from experiments.frame import Context, Experiment, Group, Variant, check_number, run_summary
+from experiments.stats import settle_step, stats
 from interp.config import RESIDUALS
 from interp.errors import ToolkitError
-from training.presets import resolve
 
 SCHEMA = "gain-confound/1"
 DEFAULT_CONFIGS = ("attn_only", "ffn_only")
@@ -74,35 +75,6 @@ PAPER_NOTE = {  # what the paper reports for its 10M setting (section 5.1)
     "paper-10m": "paper (10M): runtime g = 2.0 first appeared to recover attn_only to best val 1.54; the runtime-gain "
                  "curves overlapped within 0.002 after ~200 steps under AdamW, so the result was withdrawn",
 }
-TINY_EPS = 1e-30  # "eps -> 0" for the invariance check: no 0/0 on exactly-zero gradients
-
-EXPLANATION = " ".join("""
-Why a runtime gain tests nothing under Adam. Write a sublayer's output as y = g*f(x; W). Then dL/dW =
-g*(df/dW)^T dL/dy, and Adam's step m_hat/(sqrt(v_hat)+eps), with m and v running means of the gradient and
-its square, is unchanged when every gradient is multiplied by the same constant c (m scales by c, sqrt(v) by
-|c|), up to eps. So W takes steps of the same size whatever g is, and what is left is the constant g in
-front of f. A LayerNorm removes a constant factor from its input: LN(g*y) = LN(y) exactly without its eps,
-and to within a relative |1 - 1/g^2| eps / (2 var(y)) with eps = 1e-5. Precisely, for this architecture: in
-ffn_only and none, every sublayer output either enters a LayerNorm directly (no attention residual:
-resid_mid = g*attn) or is added to a term that carries the same g, so after block 0's attention the whole
-stream is g times the g = 1 stream and ln_final removes it: the loss is the same function of the weights for
-every g, and the runs differ only through LayerNorm's eps, which matters while var(sublayer output) is not
-much larger than 1e-5/g^2, i.e. early, while the output projections are near their 0.02/sqrt(2L) init. In
-attn_only the same holds except in block 0, where g*attn_0 is added to the unscaled embedding (resid_mid_0 =
-embed + g*attn_0): the runtime gain is equivalent to multiplying block 0's attention output projection alone
-by g - at init and, because Adam ignores the gradient's scale, in every update (that one matrix trains at g
-times the learning rate, weight decay aside). In full every residual sum meets the unscaled embedding (the
-gain is equivalent to dividing the input token and position embeddings by g; the tied unembedding is
-unchanged). Gradient clipping rescales the whole gradient by a step-dependent factor while it is active, and
-Adam is invariant only to a constant one, so there the invariance is approximate. Way (b) differs in kind:
-after W' = g*W once, the gradient with respect to W' is 1/g of the unscaled one (LayerNorm downstream) but
-Adam's step size is not, so those weights move 1/g as fast relative to their size - a change in the
-optimisation that persists.
-""".split())
-
-
-def gain_label(g: float) -> str:
-    return f"{g:g}"
 
 
 def scale_output_projections(model, gain: float) -> None:
@@ -134,147 +106,7 @@ def make_variants(configs: list[str], gains: list[float]) -> list[tuple[Variant,
     return out
 
 
-# ----- the numerical demonstration ------------------------------------------------------------------------
-
-
-def adam_invariance_check(gains=(0.25, 0.5, 2.0, 4.0), residual: str = "attn_only", steps: int = 5, seed: int = 0,
-                          model_cfg=None, train_cfg=None, batches=None, device: str = "cpu") -> dict[str, Any]:
-    """Adam's update is invariant to a constant rescaling of the gradient; measured two ways.
-
-    optimizer: one model trained `steps` AdamW steps (the trainer's betas, lr, weight decay; no clipping) on real
-        gradients G_t, beside a copy of its parameters fed c*G_t by a second AdamW: the two updates at every step.
-    model: the model with runtime_gain = g at weights W, and the g = 1 model at W with every out_proj.weight
-        multiplied by g - the same function. One AdamW step (weight decay 0: decay acts on the raw weights, which
-        differ by g) on the same batch: the gradient of each out_proj in the first is g times the second's, every
-        other gradient is equal, and Adam makes the two raw updates equal.
-
-    The figure is ||update_a - update_b|| / ||update_b|| over all parameters, the max over gains (and steps),
-    once with eps -> 0 (1e-30: the algebra, up to float rounding; bitwise 0 for powers of two) and once with
-    PyTorch's eps = 1e-8, where entries whose gradient is within ~100 eps of zero are not invariant.
-    """
-    import torch
-
-    from interp.model import ResidualGPT
-
-    spec = resolve("smoke")
-    model_cfg = (model_cfg or spec.model.replace(d_vocab=65)).replace(residual=residual, dropout=0.0,
-                                                                      runtime_gain=1.0)
-    train_cfg = train_cfg or spec.train
-    dev = torch.device(device)
-    if batches is None:
-        gen = torch.Generator().manual_seed(seed)
-        batches = [tuple(torch.randint(0, model_cfg.d_vocab, (4, model_cfg.n_ctx), generator=gen) for _ in range(2))
-                   for _ in range(steps)]
-    batches = [(x.to(dev), y.to(dev)) for x, y in list(batches)[:steps]]
-    if not batches:
-        raise ToolkitError("adam_invariance_check needs at least one batch")
-    gains = [float(g) for g in gains if float(g) != 1.0] or [2.0]
-
-    from training.trainer import optimizer_groups
-
-    def adamw(params, eps, weight_decay):
-        return torch.optim.AdamW(optimizer_groups(params, weight_decay), lr=train_cfg.lr,
-                                 betas=(train_cfg.beta1, train_cfg.beta2), eps=eps)
-
-    def rel(a: list, b: list) -> float:
-        da = torch.cat([t.flatten().double() for t in a])
-        db = torch.cat([t.flatten().double() for t in b])
-        denom = db.norm().item()
-        return (da - db).norm().item() / denom if denom > 0 else 0.0
-
-    def fresh(cfg):
-        torch.manual_seed(seed)
-        return ResidualGPT(cfg).to(dev).train()
-
-    optimizer_part: dict[str, Any] = {}
-    small_fraction = None
-    for label, eps in (("eps_zero", TINY_EPS), ("eps_default", 1e-8)):
-        per_gain = {}
-        for c in gains:
-            model = fresh(model_cfg)
-            shadow = [torch.nn.Parameter(p.detach().clone()) for p in model.parameters()]
-            opt_a = adamw(model.parameters(), eps, train_cfg.weight_decay)
-            opt_b = adamw(shadow, eps, train_cfg.weight_decay)
-            diffs = []
-            for x, y in batches:
-                before_a = [p.detach().clone() for p in model.parameters()]
-                before_b = [p.detach().clone() for p in shadow]
-                _, loss = model(x, y)
-                loss.backward()
-                if small_fraction is None:
-                    grads = torch.cat([p.grad.flatten().abs() for p in model.parameters()])
-                    small_fraction = (grads < 100 * 1e-8).double().mean().item()
-                for pa, pb in zip(model.parameters(), shadow, strict=True):
-                    pb.grad = c * pa.grad.detach().clone()
-                opt_a.step()
-                opt_b.step()
-                opt_a.zero_grad(set_to_none=True)
-                opt_b.zero_grad(set_to_none=True)
-                diffs.append(rel([p.detach() - b for p, b in zip(shadow, before_b, strict=True)],
-                                 [p.detach() - b for p, b in zip(model.parameters(), before_a, strict=True)]))
-            per_gain[gain_label(c)] = diffs
-        optimizer_part[label] = max(max(d) for d in per_gain.values())
-        optimizer_part[f"{label}_per_step"] = per_gain
-    optimizer_part["small_gradient_fraction"] = small_fraction
-
-    model_part: dict[str, Any] = {}
-    x, y = batches[0]
-    function_diff = 0.0
-    for label, eps in (("eps_zero", TINY_EPS), ("eps_default", 1e-8)):
-        worst = 0.0
-        for g in gains:
-            runtime = fresh(model_cfg.replace(runtime_gain=g))
-            scaled = fresh(model_cfg)
-            scaled.load_state_dict(runtime.state_dict())
-            scale_output_projections(scaled, g)
-            with torch.no_grad():
-                function_diff = max(function_diff, (runtime(x) - scaled(x)).abs().max().item())
-            updates = []
-            for model in (runtime, scaled):
-                opt = adamw(model.parameters(), eps, 0.0)
-                before = [p.detach().clone() for p in model.parameters()]
-                _, loss = model(x, y)
-                loss.backward()
-                opt.step()
-                updates.append([p.detach() - b for p, b in zip(model.parameters(), before, strict=True)])
-            worst = max(worst, rel(updates[0], updates[1]))
-        model_part[label] = worst
-    model_part["function_max_abs_diff"] = function_diff
-    return {
-        "max_rel_update_diff": max(optimizer_part["eps_zero"], model_part["eps_zero"]),
-        "max_rel_update_diff_eps_default": max(optimizer_part["eps_default"], model_part["eps_default"]),
-        "optimizer": optimizer_part,
-        "model": model_part,
-        "metric": "||update_a - update_b||_2 / ||update_b||_2 over all parameters; max over gains (and steps)",
-        "gains": gains,
-        "steps": len(batches),
-        "eps": {"eps_zero": TINY_EPS, "eps_default": 1e-8},
-        "model_config": model_cfg.to_dict(),
-        "lr": train_cfg.lr,
-        "betas": [train_cfg.beta1, train_cfg.beta2],
-    }
-
-
-def adam_line(check: dict[str, Any]) -> str:
-    opt = check["optimizer"]
-    return (f"Adam invariance: updates for gradient G and g*G (g in {check['gains']}, {check['steps']} steps) and for "
-            f"runtime gain g vs weights*g (same function, max |logit diff| "
-            f"{check['model']['function_max_abs_diff']:.1e}) differ by {check['max_rel_update_diff']:.1e} "
-            f"relative with eps -> 0, {check['max_rel_update_diff_eps_default']:.1e} with eps = 1e-8 "
-            f"({100 * opt['small_gradient_fraction']:.1f}% of gradient entries are within 100 eps of 0)")
-
-
 # ----- aggregation ----------------------------------------------------------------------------------------
-
-
-def settle_step(steps: list[int], spread: list[float], threshold: float) -> int | None:
-    """The first step from which every later spread is below threshold (None if the last one is not)."""
-    settle = None
-    for s, v in zip(reversed(steps), reversed(spread), strict=True):
-        if not (v < threshold):
-            break
-        settle = s
-    return settle
 
 
 def spreads(runs: list[dict[str, Any]], configs: list[str], seeds: list[int], threshold: float) -> dict[str, Any]:
@@ -359,10 +191,6 @@ def rescue(runs: list[dict[str, Any]], configs: list[str], gains: list[float], l
 # ----- output ---------------------------------------------------------------------------------------------
 
 
-def _f(x: float | None, fmt: str = ".4f") -> str:
-    return "-" if x is None or not math.isfinite(x) else format(x, fmt)
-
-
 def final_table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     headers = ["config", "g", "runtime final", "weights final", "weights - g=1", "weights below floor"]
     rows = []
@@ -371,8 +199,8 @@ def final_table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         for g in results["gains"]:
             k = gain_label(g)
             res = results["rescue"][c]["by_gain"].get(k)
-            rows.append([c, k, _f(fin["runtime"][k], ".3f"), _f(fin["weights"][k], ".3f"),
-                         _f(res["delta_vs_g1"], "+.3f") if res else "(g=1)",
+            rows.append([c, k, fmt_number(fin["runtime"][k], ".3f"), fmt_number(fin["weights"][k], ".3f"),
+                         fmt_number(res["delta_vs_g1"], "+.3f") if res else "(g=1)",
                          ("yes" if res["below_floor"] else "no") if res else
                          ("yes" if results["rescue"][c]["g1_final"] < results["rescue"][c]["floor"] else "no")])
     return headers, rows
@@ -386,7 +214,8 @@ def spread_table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         for way, per_seed in ways.items():
             for seed, s in per_seed.items():
                 first = s["spread"][0] if s["spread"] else None
-                rows.append([c, way, seed, _f(first), _f(max(s["spread"], default=None)), _f(s["final_spread"]),
+                rows.append([c, way, seed, fmt_number(first), fmt_number(max(s["spread"], default=None)),
+                             fmt_number(s["final_spread"]),
                              "never" if s["settle_step"] is None else str(s["settle_step"])])
     return headers, rows
 
@@ -498,7 +327,8 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     runs = [{**run_summary(r), **tags[r["variant"]]} for r in records]
     model_cfg = spec.model.replace(d_vocab=ctx.corpus.vocab_size)
     check_batches = fixed_batches(ctx.corpus.train, model_cfg.n_ctx, min(4, spec.train.batch_size), 5)
-    check = adam_invariance_check(gains=[g for g in gains if g != 1.0], residual=configs[0], model_cfg=model_cfg,
+    check = adam_invariance_check(scale_output_projections, gains=[g for g in gains if g != 1.0],
+                                  residual=configs[0], model_cfg=model_cfg,
                                   train_cfg=spec.train, batches=check_batches,
                                   device=str(pick_device(spec.train.device)))
     spread = spreads(runs, configs, ctx.seeds, ctx.args.threshold)

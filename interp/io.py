@@ -28,7 +28,7 @@ def kill_point(phase: str) -> None:
 
     Phases: "step" (after an optimizer step, training.trainer) and the name of a file that
     atomic_write is about to rename into place ("ckpt.pt", "metrics.jsonl", "final.json", ...),
-    i.e. its temporary file is complete but not yet renamed. tests/test_sigkill.py kills there.
+    i.e. its temporary file is complete but not yet renamed. tests/test_crash.py kills there.
     """
     spec = os.environ.get(KILL_ENV)
     if not spec or spec.rpartition(":")[0] != phase:

@@ -3,7 +3,7 @@
 The character tokenizer adds one special token, <|endoftext|>, after the
 characters (EOS, PAD and BOS; its embedding row is zero and the model never
 predicts it), so newlines stay ordinary text for generate, to_string and
-padding. Which tokenizer a checkpoint gets is interp.vocab.tokenizer_for.
+padding. Which tokenizer a checkpoint gets is tokenizer_for, below.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 from transformers import PreTrainedTokenizerFast  # imported by transformer_lens already
 
 from interp.errors import ConfigError, DataError
-from interp.vocab import gpt2_files
+from interp.gpt2 import GPT2_VOCAB_SIZE, gpt2_files
 
 SPECIAL = "<|endoftext|>"  # the char tokenizer's only special token, id len(vocab)
 
@@ -87,3 +87,24 @@ def gpt2_tokenizer(data_dir: str | os.PathLike | None = None):
     tok.add_special_tokens([AddedToken("<|endoftext|>", special=True)])
     # No bos_token: TL then uses <|endoftext|> for BOS and PAD without trying to download anything.
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>")
+
+
+def tokenizer_for(d_vocab: int, vocab: list[str] | None, state: dict[str, Any]) -> tuple[Any, str | None]:
+    """(the Hugging Face tokenizer for an export, None) or (None, why there is none).
+
+    vocab (characters) wins, then the checkpoint's state["vocab"], then GPT-2 BPE
+    for encoding "gpt2" (or a GPT-2-sized model that names no encoding).
+    """
+    vocab = vocab if vocab is not None else state.get("vocab")
+    if vocab is not None:
+        vocab = list(vocab)
+        if len(vocab) != d_vocab:
+            raise ConfigError(f"vocab has {len(vocab)} entries but the model's d_vocab is {d_vocab}")
+        return char_tokenizer(vocab), None
+    if state.get("encoding") == "gpt2" or (d_vocab == GPT2_VOCAB_SIZE and "encoding" not in state):
+        if gpt2_files() is None:
+            return None, "GPT-2 BPE files not found (set RESIDUAL_DATA_DIR to a folder holding gpt2/vocab.bpe)"
+        return gpt2_tokenizer(), None
+    if "encoding" in state:
+        return None, f"unknown encoding {state['encoding']!r} in the checkpoint"
+    return None, "no vocab given and none in the checkpoint (pass vocab=[...characters...])"

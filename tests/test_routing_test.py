@@ -9,8 +9,8 @@ import shutil
 import pytest
 from conftest import data_root, run_module
 
-from experiments import routing_test
-from experiments.routing_test import PREDICTIONS, Outcome, separation, verdicts
+from experiments import routing_report, routing_rules, routing_test
+from experiments.routing_rules import PREDICTIONS, Outcome, separation, verdicts
 
 main = routing_test.EXPERIMENT.main
 IDS = ["P1", "P2", "P3", "P4", "P5", "P6", "P7"]
@@ -242,12 +242,12 @@ def test_a_prediction_without_its_variants_is_not_run():
 
 def test_place_rule():
     levels = {"unigram": 3.35, "bigram": 2.48}
-    assert routing_test.place(3.301, levels, 1.7, 0.05) == "at the unigram floor"
-    assert routing_test.place(3.299, levels, 1.7, 0.05) == "between bigram and floor"
-    assert routing_test.place(2.53, levels, 1.7, 0.05) == "at the bigram level"
-    assert routing_test.place(2.43, levels, 1.7, 0.05) == "at the bigram level"
-    assert routing_test.place(1.75, levels, 1.7, 0.05) == "near full"
-    assert routing_test.place(2.10, levels, 1.7, 0.05) == "below bigram (uses context)"
+    assert routing_rules.place(3.301, levels, 1.7, 0.05) == "at the unigram floor"
+    assert routing_rules.place(3.299, levels, 1.7, 0.05) == "between bigram and floor"
+    assert routing_rules.place(2.53, levels, 1.7, 0.05) == "at the bigram level"
+    assert routing_rules.place(2.43, levels, 1.7, 0.05) == "at the bigram level"
+    assert routing_rules.place(1.75, levels, 1.7, 0.05) == "near full"
+    assert routing_rules.place(2.10, levels, 1.7, 0.05) == "below bigram (uses context)"
 
 
 def test_p1_p3_p7_need_three_seed_std_with_three_seeds():
@@ -284,7 +284,7 @@ def test_a_verdict_a_longer_run_would_change_is_provisional_with_its_direction()
     p6 = next(v for v in verdicts(trap, LEVELS, M) if v["id"] == "P6")
     assert p6["verdict"] == "contradicts" and p6["provisional"] and p6["heading"] == "supports"
     assert p6["still_moving"] == ["ffn_only + self_bias falling: 2.473 now, 2.375 at 3x the steps"]
-    assert routing_test.verdict_label(p6) == "CONTRADICTS (provisional: heading to SUPPORTS in a longer run)"
+    assert routing_report.verdict_label(p6) == "CONTRADICTS (provisional: heading to SUPPORTS in a longer run)"
 
 
 @pytest.mark.parametrize("later, provisional", [
@@ -321,19 +321,6 @@ def test_alpha_tt_heading_toward_one_makes_p2_provisional():
     assert p2["still_moving"] == ["attn_only mean alpha_tt 0.60 now, 0.90 at 3x the steps"]
 
 
-def test_tail_drop_slope_and_pace():
-    got = routing_test.tail([0, 100, 200, 300, 400], [3.0, 2.6, 2.4, 2.3, 2.1])
-    assert got["from_step"] == 300 and got["drop"] == pytest.approx(0.2) and got["slope_per_1k"] == pytest.approx(-2.0)
-    flat = routing_test.tail([0, 10, 20, 30, 40], [3.3, 3.3, 3.3, 3.3, 3.3])
-    assert flat["drop"] == 0.0 and flat["slope_per_1k"] == 0.0 and flat["projected"] == 3.3
-    # straight in log-steps over the second half: the pace is exact, and 3x the steps adds pace * ln 3
-    steps = [0, 100, 200, 300, 400, 500, 600]
-    losses = [4.0, 3.0, 2.9] + [2.5 - 0.2 * math.log(s / 300) for s in steps[3:]]
-    got = routing_test.tail(steps, losses)
-    assert got["log_pace"] == pytest.approx(-0.2)
-    assert got["projected"] == pytest.approx(losses[-1] - 0.2 * math.log(3))
-
-
 def test_alpha_projection_stays_a_weight():
     rows = [{"step": s, "alpha_tt_layer_mean": [a, 0.5]} for s, a in [(0, 0.1), (100, 0.5), (200, 0.9)]]
     assert routing_test.project_alpha(rows) == [1.0, 0.5]
@@ -342,16 +329,7 @@ def test_alpha_projection_stays_a_weight():
 
 def test_needs_longer_names_runs_that_would_move_by_more_than_the_margin():
     results = {"margin": M, "variants": {"full": variant(2.0, later=1.8), "ffn_only": variant(3.3, later=3.29)}}
-    assert routing_test.needs_longer(results) == ["full"]
-
-
-def test_attn_only_minus_full_is_paired_by_seed():
-    runs = [{"variant": v, "seed": s, "final_val_loss": x} for v, s, x in [
-        ("full", 1, 2.0), ("full", 2, 2.2), ("full", 3, 2.1), ("attn_only", 1, 2.1), ("attn_only", 2, 2.4),
-        ("attn_only", 3, 2.1), ("attn_only", 4, 9.9)]]
-    gap = routing_test.paired_gap(runs, "attn_only", "full")
-    assert gap["seeds"] == [1, 2, 3] and gap["mean"] == pytest.approx(0.1) and gap["std"] == pytest.approx(0.1)
-    assert routing_test.paired_gap(runs[:3], "attn_only", "full") is None
+    assert routing_report.needs_longer(results) == ["full"]
 
 
 def test_console_table_fits_120_columns():
@@ -361,7 +339,7 @@ def test_console_table_fits_120_columns():
     variants = {n: {**variant(2.2345, [0.04, 0.08, 0.11, 0.05], std=0.0123, n=3, drop=-0.012),
                     "place": "below bigram (uses context)", "block0_grad_at": {"0": 7.18, "100": 1.0, "end": 1.18e-07},
                     "growth": 75.8} for n in names}
-    text = format_table(*routing_test.table({"variants": variants}))
+    text = format_table(*routing_report.table({"variants": variants}))
     assert max(len(line) for line in text.splitlines()) <= 120, text
 
 
@@ -370,7 +348,7 @@ def test_each_verdict_is_also_decided_at_half_and_twice_the_margin():
     edge = {**LEARNED, "ffn_only + self_bias": variant(B - 0.07)}
     p6 = next(v for v in verdicts(edge, LEVELS, M) if v["id"] == "P6")
     assert p6["verdict"] == "supports" and p6["at_margins"] == {"0.025": "supports", "0.1": "contradicts"}
-    assert routing_test.margin_sensitive(p6)
-    assert routing_test.margin_text(p6) == "SUPPORTS at margin 0.025; CONTRADICTS at margin 0.1"
+    assert routing_report.margin_sensitive(p6)
+    assert routing_report.margin_text(p6) == "SUPPORTS at margin 0.025; CONTRADICTS at margin 0.1"
     firm = next(v for v in verdicts({**LEARNED, "ffn_only + self_bias": variant(2.0)}, LEVELS, M) if v["id"] == "P6")
-    assert not routing_test.margin_sensitive(firm)
+    assert not routing_report.margin_sensitive(firm)

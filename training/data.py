@@ -36,9 +36,9 @@ from jaxtyping import Int
 from torch import Tensor
 
 from interp.errors import DataError
+from interp.gpt2 import GPT2_VOCAB_SIZE
 from interp.io import atomic_write
 from interp.levels import add_one_levels
-from interp.vocab import GPT2_VOCAB_SIZE
 from training.corpus import CORPORA, Corpus, char_codec
 from training.synthetic import synthetic_corpus
 

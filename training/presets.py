@@ -15,6 +15,7 @@ from typing import Any
 
 from interp.config import ModelConfig
 from interp.errors import ConfigError
+from interp.gpt2 import GPT2_VOCAB_SIZE
 from training.corpus import CORPORA
 
 
@@ -153,7 +154,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     ),
     # The paper's 124M runs (OpenWebText, GPT-2 BPE), bf16 autocast on CUDA.
     "paper-124m": _preset(
-        dict(n_layers=12, n_heads=12, d_model=768, n_ctx=1024, d_vocab=50257, dropout=0.1),
+        dict(n_layers=12, n_heads=12, d_model=768, n_ctx=1024, d_vocab=GPT2_VOCAB_SIZE, dropout=0.1),
         corpus="openwebtext", batch_size=16, grad_accum=8, max_steps=20000, lr=6e-4, min_lr=6e-5,
         warmup_steps=2000, eval_interval=500, eval_batches=50, log_interval=10, ckpt_interval=1000,
         dtype="bfloat16",

@@ -37,6 +37,7 @@ from training.checkstate import check_training_state
 from training.compile import maybe_compile
 from training.corpus import Corpus
 from training.data import BatchSampler, fixed_batches, load_corpus, random_batches
+from training.flops import flops_per_token, peak_matmul_flops
 from training.presets import TrainConfig
 from training.rundir import RunDir, RunDirError, config_record
 
@@ -110,31 +111,6 @@ def mean_loss(model: torch.nn.Module, batches, device: torch.device, autocast=No
     return total / len(batches)
 
 
-_PEAK_FLOPS: dict[str, float] = {}
-
-
-def peak_matmul_flops(device: torch.device, dtype: torch.dtype = torch.float32) -> float:
-    """FLOP/s of a large matmul on this device, measured once per process (the MFU denominator)."""
-    key = f"{device}:{dtype}"
-    if key not in _PEAK_FLOPS:
-        n = 2048 if device.type == "cpu" else 8192
-        a = torch.randn(n, n, device=device, dtype=dtype)
-        b = torch.randn(n, n, device=device, dtype=dtype)
-        a @ b  # warm up
-        reps = 3
-        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-        sync()
-        start = time.perf_counter()
-        for _ in range(reps):
-            a @ b
-        sync()
-        _PEAK_FLOPS[key] = 2 * n**3 * reps / (time.perf_counter() - start)
-    return _PEAK_FLOPS[key]
-
-
-def flops_per_token(cfg: ModelConfig, n_params: int) -> float:
-    # nanoGPT / PaLM estimate: 6N for the matmuls plus the attention scores.
-    return 6 * n_params + 12 * cfg.n_layers * cfg.d_model * cfg.n_ctx
 
 
 # ----- the trainer --------------------------------------------------------------------------------------

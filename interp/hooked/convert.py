@@ -24,7 +24,7 @@ from interp.hooked.rewire import install
 from interp.mixers import TL_SLOTS
 from interp.model import ResidualGPT
 from interp.registry import mixer_spec
-from interp.vocab import tokenizer_for
+from interp.tokenizers import tokenizer_for
 
 
 def hooked_config(
