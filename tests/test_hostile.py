@@ -651,3 +651,9 @@ def test_training_probes_refuse_a_context_of_one(out, capsys):
     """alpha_tt is measured from position 1 on: with n_ctx=1 every probe record would be NaN."""
     refused(capsys, out, lambda: train(out / "new", "--set", "n_ctx=1"), r"probes need n_ctx >= 2")
     assert not (out / "new").exists()
+
+
+def test_training_optimizer_overflow_is_one_line(out, capsys):
+    """lr=1e38: AdamW's step size overflows float32 inside torch; exit 2 naming the step, no traceback."""
+    refused(capsys, out, lambda: train(out / "new", "--set", "lr=1e38", "--set", "min_lr=0", "--set", "max_steps=3",
+                                       "--set", "warmup_steps=0"), r"optimizer step failed at step 0")

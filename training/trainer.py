@@ -316,7 +316,11 @@ class Trainer:
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip).item()
         if not math.isfinite(grad_norm):  # the step would make every weight NaN
             raise self.not_finite("gradient norm", grad_norm, step)
-        self.optimizer.step()
+        try:
+            self.optimizer.step()
+        except RuntimeError as e:  # an lr so large that AdamW's step size overflows float32
+            raise TrainingError(f"the optimizer step failed at step {step} (lr {lr:g}: {one_line(e)}); "
+                                f"{self.kept()}. Lower lr") from None
         self.optimizer.zero_grad(set_to_none=True)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -324,11 +328,14 @@ class Trainer:
 
     def not_finite(self, what: str, value: float, step: int) -> TrainingError:
         """The error for a non-finite number: nothing non-finite is ever written as a result."""
+        return TrainingError(f"{what} became {value} at step {step}; nothing was recorded for that step and "
+                             f"{self.kept()}. Lower lr or raise warmup_steps")
+
+    def kept(self) -> str:
+        """Where the run stands after a failed step: its last good checkpoint, or none."""
         saved = getattr(self, "saved_step", None)
-        kept = (f"the last good checkpoint is {self.run_dir.ckpt} (step {saved})" if saved is not None
+        return (f"the last good checkpoint is {self.run_dir.ckpt} (step {saved})" if saved is not None
                 and self.run_dir.ckpt.exists() else "no checkpoint was written yet")
-        return TrainingError(f"{what} became {value} at step {step}; nothing was recorded for that step and {kept}. "
-                             "Lower lr or raise warmup_steps")
 
     def val_loss(self, batches=None) -> float:
         """Validation loss: the fixed batches, or fresh random ones with val_mode="random"."""
