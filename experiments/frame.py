@@ -160,8 +160,9 @@ class Experiment:
         results = self.results(ctx, jobs, records)
         results["wall_time_s"] = time.perf_counter() - start
         results_path, report_path = self.results_path(ctx), self.report_path(ctx)
-        # What a killed writer of these two left; another experiment's files in this folder are not ours to touch.
-        remove_stale_temps(ctx.result_dir, (results_path.name, report_path.name))
+        # What a killed writer of these two left (or of results.json / report.html, which no writer names any
+        # more); another experiment's files in this folder are not ours to touch.
+        remove_stale_temps(ctx.result_dir, (results_path.name, report_path.name, "results.json", "report.html"))
         report_path.unlink(missing_ok=True)  # an old report never stands beside new results
         write_results(results_path, results)
         print()

@@ -620,7 +620,8 @@ def test_each_experiment_writes_its_own_results_and_cleans_its_own_temporaries(o
                                                           m.EXPERIMENT.report_path(ctx))]
     assert len(set(paths)) == 8
     folder = out / "smoke"
-    ours = [folder / ".results-routing_test.json.abc.tmp", folder / ".report-routing_test.html.def.tmp"]
+    ours = [folder / ".results-routing_test.json.abc.tmp", folder / ".report-routing_test.html.def.tmp",
+            folder / ".results.json.jkl.tmp"]  # the last: a killed writer of the old, shared name
     theirs = folder / ".results-residual_sweep.json.ghi.tmp"
     for p in [*ours, theirs]:
         p.write_text("what a killed writer left")
