@@ -45,7 +45,8 @@ from benchmarks.report import print_report
 from benchmarks.shapes import DEFAULT_SHAPES, SHAPE_DEFAULTS, BenchError, Shape, make_shape
 from benchmarks.timing import compile_checks, component_costs, measure_trainer, time_variants
 from benchmarks.variants import variants_for
-from interp.errors import ToolkitError
+from interp.errors import ToolkitError, one_line
+from interp.signals import exit_code, interrupts, signal_name
 from training.flops import peak_matmul_flops
 from training.presets import PRESETS, parse_overrides
 
@@ -142,6 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    with interrupts():  # SIGTERM like Ctrl-C
+        return _main(argv)
+
+
+def _main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.training_child:  # python -m training ARGS, then this process's peak memory
         from training.__main__ import main as train_main
@@ -150,10 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{RSS_MARK}{peak_rss_mb()}")
         return rc
     try:
-        if args.threads <= 0 or (args.steps is not None and args.steps <= 0) or (
-            args.rounds is not None and args.rounds <= 0
-        ):
-            raise BenchError("--threads, --steps and --rounds must be positive")
+        if args.threads <= 0 or any(v is not None and v <= 0 for v in (args.steps, args.rounds, args.trainer_steps)):
+            raise BenchError("--threads, --steps, --rounds and --trainer-steps must be positive")
         torch.set_num_threads(args.threads)
         shapes = [make_shape(n.strip(), args.steps, args.rounds, args.set) for n in args.shapes.split(",")
                   if n.strip()]
@@ -175,8 +179,12 @@ def main(argv: list[str] | None = None) -> int:
             for v in s["variants"].values():
                 v["mfu"] = v["flops_per_step"] / (v["ms_per_step"] / 1e3) / m["peak_matmul_flops"]
     except ToolkitError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (interp.signals): nothing is written but stdout
+        code = exit_code(e)
+        print(f"\ninterrupted ({signal_name(code)}); no report was printed", file=sys.stderr)
+        return code
     if args.json:
         print(json.dumps(report, indent=2))
     else:

@@ -131,12 +131,13 @@ def run_counts(train_cfg) -> dict[str, int]:
 
     n = train_cfg.max_steps
     grad_probe, act_probe = default_callbacks(train_cfg)
-    evals = train_cfg.eval_steps()
+    evals = train_cfg.eval_steps()  # counted, never listed: max_steps may be 10**12
+    every = math.lcm(evals.multiples.step, act_probe.interval)
     return {
         "evaluation": len(evals),
-        "activation_probes": sum(1 for s in evals if s % act_probe.interval == 0 or s == n),
-        "gradient_probe": sum(1 for s in range(n) if s % grad_probe.interval == 0 or s == n - 1),
-        "checkpoint": sum(1 for s in range(n) if (s + 1) % train_cfg.ckpt_interval == 0 and s + 1 < n) + 1,
+        "activation_probes": len(range(-(-evals.multiples.start // every) * every, evals.multiples.stop, every)) + 1,
+        "gradient_probe": len(range(0, n, grad_probe.interval)) + (1 if (n - 1) % grad_probe.interval else 0),
+        "checkpoint": (n - 1) // train_cfg.ckpt_interval + 1,
     }
 
 

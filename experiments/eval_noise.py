@@ -79,10 +79,12 @@ def nanogpt_overrides(spec: RunSpec) -> dict[str, Any]:
 
 def snapshot_steps(train_cfg: TrainConfig, count: int) -> list[int]:
     """`count` evenly spaced evaluation steps after step 0 (the trainer's, eval_from included), always the last."""
-    evals = [s for s in train_cfg.eval_steps() if s > 0]
-    if count >= len(evals):
-        return evals
-    picks = {evals[int(i * (len(evals) - 1) / (count - 1) + 0.5)] for i in range(count)} if count > 1 else {evals[-1]}
+    evals = train_cfg.eval_steps()  # a lazy sequence: max_steps may be 10**12
+    skip = 1 if evals[0] == 0 else 0
+    n = len(evals) - skip
+    if count >= n:
+        return list(evals)[skip:]
+    picks = {evals[skip + int(i * (n - 1) / (count - 1) + 0.5)] for i in range(count)} if count > 1 else {evals[-1]}
     return sorted(picks)
 
 

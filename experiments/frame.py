@@ -11,7 +11,7 @@ every experiment shares:
     validation         every option; a --set key that a variant owns is refused
     runs               one run directory per (preset, variant, seed) (training.rundir),
                        trained locally or submitted through submitit (experiments.launch)
-    results.json       schema, experiment, preset, seeds, config (model, train, overrides,
+    results-<name>.json schema, experiment, preset, seeds, config (model, train, overrides,
                        variants), reference_levels, runs, the experiment's own keys,
                        software, train_wall_time_s, wall_time_s, created
     console, report    the levels line, one results table, the experiment's own text;
@@ -37,7 +37,10 @@ from experiments.launch import add_launcher_arguments, check_launcher_arguments,
 from experiments.options import check_number as check_number  # re-exported: the experiments import it here
 from experiments.options import parse_seeds
 from experiments.plan import Context, Group, Job, Variant, select_variants
-from interp.errors import ToolkitError
+from interp.errors import ToolkitError, one_line
+from interp.io import remove_stale_temps
+from interp.signals import exit_code, interrupts, signal_name
+from training.budget import check_runnable
 from training.presets import PRESETS, RunSpec, parse_overrides, resolve
 
 __all__ = ["Context", "Experiment", "Group", "Job", "Variant", "check_number", "load_record", "run_summary"]
@@ -64,6 +67,14 @@ class Experiment:
     def default_out(self) -> str:
         return f"runs/{self.name}"
 
+    # Named after the experiment, so two experiments sharing an --out (and so its runs) never overwrite
+    # each other's results (docs/DESIGN.md contract 3).
+    def results_path(self, ctx: Context) -> Path:
+        return ctx.result_dir / f"results-{self.name}.json"
+
+    def report_path(self, ctx: Context) -> Path:
+        return ctx.result_dir / f"report-{self.name}.html"
+
     # ----- the command line --------------------------------------------------------------------------
     def parser(self) -> argparse.ArgumentParser:
         p = argparse.ArgumentParser(prog=f"python -m experiments.{self.name}",
@@ -89,21 +100,23 @@ class Experiment:
         argv = list(sys.argv[1:] if argv is None else argv)
         start = time.perf_counter()
         try:
-            return self._main(argv, start)
+            with interrupts():  # SIGTERM is handled like Ctrl-C (interp.signals)
+                return self._main(argv, start)
         except ToolkitError as e:
-            if getattr(e, "exit_code", 2) != 130:  # 130: Ctrl-C inside a run (training.TrainingInterrupted)
-                print(f"error: {e}", file=sys.stderr)
+            code = getattr(e, "exit_code", 2)
+            if code == 2:
+                print(f"error: {one_line(e)}", file=sys.stderr)
                 return 2
-        except KeyboardInterrupt:
-            pass
+        except KeyboardInterrupt as e:
+            code = exit_code(e)
         except OSError as e:  # an I/O error no layer below turned into a ToolkitError
             where = f" {e.filename}" if e.filename else ""
             print(f"error: cannot read or write{where}: {e.strerror or e}", file=sys.stderr)
             return 2
         command = shlex.join([sys.executable, "-m", f"experiments.{self.name}", *argv])
-        print(f"\ninterrupted after {time.perf_counter() - start:.0f}s; finished runs are kept and the "
-              f"interrupted one resumes from its checkpoint: {command}", file=sys.stderr)
-        return 130
+        print(f"\ninterrupted ({signal_name(code)}) after {time.perf_counter() - start:.0f}s; finished runs are "
+              f"kept and the interrupted one resumes from its checkpoint: {command}", file=sys.stderr)
+        return code
 
     def context(self, argv: list[str]) -> tuple[Context, list[Job]]:
         """Parse and check every option, load the corpus, then plan: (context, the jobs)."""
@@ -128,9 +141,12 @@ class Experiment:
         spec = spec.fit_vocab(corpus.vocab_size)
         ctx = Context(args=args, spec=spec, seeds=seeds, out=Path(args.out), corpus=corpus)
         groups = [dataclasses.replace(g, spec=g.spec.fit_vocab(corpus.vocab_size)) for g in self.plan(ctx)]
-        if self.variants_option and args.variants:
+        if self.variants_option and args.variants is not None:  # "" is an empty list, not "all"
             groups = select_variants(groups, args.variants)
         jobs = [Job(g, v, s) for g in groups for v in g.variants for s in seeds]
+        # Before any work: a size that cannot fit is refused with the estimate (training.budget).
+        for s in [spec, *(j.spec for j in jobs)]:
+            check_runnable(s.model, s.train)
         return ctx, jobs
 
     def _main(self, argv: list[str], start: float) -> int:
@@ -143,7 +159,12 @@ class Experiment:
         records = [load_record(job, ctx.out) for job in jobs]
         results = self.results(ctx, jobs, records)
         results["wall_time_s"] = time.perf_counter() - start
-        write_results(ctx.result_dir / "results.json", results)
+        results_path, report_path = self.results_path(ctx), self.report_path(ctx)
+        # What a killed writer of these two left (or of results.json / report.html, which no writer names any
+        # more); another experiment's files in this folder are not ours to touch.
+        remove_stale_temps(ctx.result_dir, (results_path.name, report_path.name, "results.json", "report.html"))
+        report_path.unlink(missing_ok=True)  # an old report never stands beside new results
+        write_results(results_path, results)
         print()
         print(levels_line(ctx.levels))
         print(format_table(*self.table(results)))
@@ -155,7 +176,7 @@ class Experiment:
             print(f"\nreport: {path}")
         peaks = [r["final"].get("peak_matmul_flops") for r in records if r["final"].get("peak_matmul_flops")]
         peak = f"; matmul peak {max(peaks) / 1e9:.0f} GFLOP/s as the runs measured it" if peaks else ""
-        print(f"results: {ctx.result_dir / 'results.json'}  (wall time {time.perf_counter() - start:.0f}s{peak})")
+        print(f"results: {results_path}  (wall time {time.perf_counter() - start:.0f}s{peak})")
         return 0
 
     def results(self, ctx: Context, jobs: list[Job], records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -190,7 +211,7 @@ class Experiment:
         sections: list = [intro, ("Results", table_figure(*self.table(results)))]
         if self.sections:
             sections += self.sections(results, ctx)
-        return save_html(sections, ctx.result_dir / "report.html", title=f"{self.title or self.name} - "
+        return save_html(sections, self.report_path(ctx), title=f"{self.title or self.name} - "
                                                                           f"{results['preset']}")
 
 
@@ -232,8 +253,15 @@ def run_summary(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_results(path: Path, results: dict[str, Any]) -> None:
+    """Strict JSON: the config's infinities (self_bias) are spelled "inf"; any other non-finite number is an error."""
     from datetime import datetime, timezone
 
-    from interp.io import json_safe, write_json
+    from interp.io import NonFiniteError, json_safe, write_json
 
-    write_json(path, json_safe({**results, "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}))
+    results = {**results, "config": json_safe(results.get("config")),
+               "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    try:
+        write_json(path, results)
+    except NonFiniteError as e:
+        raise NonFiniteError(f"{e}; no result is written from a non-finite number - check the runs it comes "
+                             "from (their final.json and metrics.jsonl)") from None

@@ -78,14 +78,18 @@ def slurm_parameters(args: argparse.Namespace) -> dict[str, Any]:
 def launch(name: str, ctx: Context, jobs: list[Job], argv: list[str]) -> bool:
     """Make every run of experiment `name` finished; False when jobs were submitted and left running (--no-wait).
 
-    Every run directory is checked first (RunDir.check): one that holds another configuration or
-    was trained on other data is refused before anything trains or is submitted.
+    Every run directory is checked first (RunDir.check, and RunDir.verify_finished for a finished
+    one): one that holds another configuration, was trained on other data, or whose records disagree
+    with its checkpoint is refused before anything trains or is submitted.
     """
     todo = []
     for job in jobs:
         run = job.run_dir(ctx.out)
-        run.check(run_config(job, ctx.corpus))
-        if not run.finished:
+        record = run_config(job, ctx.corpus)
+        run.check(record)
+        if run.finished:
+            run.verify_finished(record)  # a finished run is reused only as a fact its checkpoint confirms
+        else:
             todo.append(job)
     if ctx.args.collect:
         if todo:

@@ -79,11 +79,16 @@ class Context:
 
 def select_variants(groups: list[Group], text: str) -> list[Group]:
     """The groups cut down to the variants --variants names (comma-separated), in the order given."""
-    wanted = [w.strip() for w in text.split(",") if w.strip()]
+    wanted = [w.strip() for w in text.split(",")]
     known = [v.name for g in groups for v in g.variants]
+    if not text.strip() or "" in wanted:
+        raise ToolkitError(f"--variants {text!r} has an empty entry; name one or more of: {', '.join(known)}")
+    repeated = sorted({w for w in wanted if wanted.count(w) > 1})
+    if repeated:  # one run counted twice would pass for two seeds (n=2, std 0) in every statistic
+        raise ToolkitError(f"--variants names {', '.join(repeated)} more than once; name each variant once")
     unknown = [w for w in wanted if w not in known]
-    if unknown or not wanted:
-        raise ToolkitError(f"unknown variant(s) {unknown or text!r}; choose from: {', '.join(known)}")
+    if unknown:
+        raise ToolkitError(f"unknown variant(s) {unknown}; choose from: {', '.join(known)}")
     picked = []
     for g in groups:
         variants = [v for name in wanted for v in g.variants if v.name == name]

@@ -58,6 +58,7 @@ from experiments.frame import Context, Experiment, Group, Variant, check_number,
 from experiments.routing_report import sections, summary, table
 from experiments.routing_rules import place, verdicts
 from experiments.stats import PACE_FACTOR, log_pace, mean_columns, paired_gap, stats, tail
+from interp.errors import ToolkitError
 
 SCHEMA = "routing-test/3"
 DEFAULT_SELF_BIAS = 4.0
@@ -187,6 +188,8 @@ def check(args) -> None:
 
 
 def plan(ctx: Context) -> list[Group]:
+    if ctx.spec.model.n_ctx < 3:  # routing needs context; the identity probes read offsets 0, -1, -2
+        raise ToolkitError(f"the routing test needs n_ctx >= 3, got --set n_ctx={ctx.spec.model.n_ctx}")
     return [Group(ctx.spec, make_variants(ctx.args.self_bias))]
 
 
@@ -207,22 +210,32 @@ def identity(ctx: Context, runs: list[dict[str, Any]]) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
     from interp.io import read_json, write_json
-    from probes.identity import identity_summary
+    from probes.identity import identity_sites, identity_summary, too_costly
     from training.data import fixed_batches
     from training.rundir import RunDir
 
     spec = ctx.spec
+    reason = too_costly(spec.model)
+    if reason:  # a large vocabulary: the decoders would run for hours with nothing printed
+        print(f"identity probes skipped: {reason}; the results hold identity null")
+        return None
     first = [r for r in runs if r["seed"] == ctx.seeds[0]]
     out = {}
-    for r in tqdm(first, desc="identity probes", unit="run", disable=not ctx.progress, leave=False):
+    per_run = len(identity_sites(spec.model.n_layers)) + 1
+    bar = tqdm(total=len(first) * per_run, desc="identity probes", unit="site", disable=not ctx.progress,
+               leave=False, dynamic_ncols=True)
+    for r in first:
         run = RunDir(Path(r["run_dir"]))
         cached = run.identity
         if cached.exists():
             out[r["variant"]] = read_json(cached)
+            bar.update(per_run)
             continue
+        bar.set_postfix_str(r["variant"])
         batches = fixed_batches(ctx.corpus.val, spec.model.n_ctx, spec.train.batch_size, spec.train.eval_batches)
-        out[r["variant"]] = identity_summary(run.ckpt, ctx.corpus.train, batches)
+        out[r["variant"]] = identity_summary(run.ckpt, ctx.corpus.train, batches, progress=lambda _: bar.update(1))
         write_json(cached, out[r["variant"]])
+    bar.close()
     return out
 
 

@@ -1,12 +1,19 @@
 """Checkpoints are data, not code (docs/DESIGN.md contract 4).
 
-A checkpoint is a dict {schema, model_config, weights, **training state},
-written atomically and read back with torch.load(weights_only=True), so a file
-that would run code on unpickling is refused, never executed.
+A checkpoint is a dict {schema, model_config, weights, **training state,
+content_sha256}, written atomically and read back with
+torch.load(weights_only=True), so a file that would run code on unpickling is
+refused, never executed. content_sha256 is a hash of everything else in it
+(every tensor's dtype, shape and bytes; every other value's repr): torch does
+not check its archive's CRCs, so without it one flipped bit in a weight loads
+without a word. load_checkpoint recomputes it (a mismatch is an error naming
+the file) and refuses non-finite weights. A file written before the field
+existed has none and loads unchecked.
 """
 
 from __future__ import annotations
 
+import hashlib
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +35,36 @@ def _first_line(e: BaseException) -> str:
     return lines[0] if lines else type(e).__name__
 
 
+HASH_KEY = "content_sha256"
+
+
+def content_hash(payload: Any) -> str:
+    """sha256 of a checkpoint payload's content (less HASH_KEY): tensors by dtype, shape and bytes, in key order."""
+    h = hashlib.sha256()
+
+    def feed(obj: Any) -> None:
+        if isinstance(obj, torch.Tensor):
+            t = obj.detach().cpu().contiguous()
+            h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
+            if t.numel():
+                h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+        elif isinstance(obj, dict):
+            keys = sorted((k for k in obj if k != HASH_KEY), key=repr)
+            h.update(f"D{len(keys)}".encode())
+            for k in keys:
+                h.update(f"K{k!r}".encode())
+                feed(obj[k])
+        elif isinstance(obj, (list, tuple)):
+            h.update(f"L{type(obj).__name__}{len(obj)}".encode())
+            for v in obj:
+                feed(v)
+        else:
+            h.update(f"V{type(obj).__name__}:{obj!r}".encode())
+
+    feed(payload)
+    return h.hexdigest()
+
+
 @dataclass
 class Checkpoint:
     config: ModelConfig
@@ -35,9 +72,14 @@ class Checkpoint:
     state: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
 
+    @property
+    def content_sha256(self) -> str | None:
+        """The hash recorded in the file (verified on load), None for a file written before it existed."""
+        return self.state.get(HASH_KEY)
 
-def save_checkpoint(path: str | Path, model: nn.Module, **state: Any) -> None:
-    """Save model config + weights + any training state (plain data and tensors only)."""
+
+def save_checkpoint(path: str | Path, model: nn.Module, **state: Any) -> str:
+    """Save model config + weights + any training state (plain data and tensors only); returns its content hash."""
     reserved = {"schema", "model_config", "weights"} & set(state)
     if reserved:
         raise CheckpointError(f"state keys {sorted(reserved)} are reserved")
@@ -50,6 +92,7 @@ def save_checkpoint(path: str | Path, model: nn.Module, **state: Any) -> None:
         "weights": {k: v.detach().cpu() for k, v in module.state_dict().items()},
         **state,
     }
+    payload[HASH_KEY] = content_hash(payload)
 
     def write(tmp: str) -> None:
         try:
@@ -58,6 +101,7 @@ def save_checkpoint(path: str | Path, model: nn.Module, **state: Any) -> None:
             raise CheckpointError(f"cannot write {path}: {_first_line(e)}; the previous checkpoint is kept") from None
 
     atomic_write(path, write)
+    return payload[HASH_KEY]
 
 
 def load_checkpoint(
@@ -99,5 +143,13 @@ def load_checkpoint(
     weights = payload.get("weights")
     if not isinstance(weights, dict) or not all(isinstance(v, torch.Tensor) for v in weights.values()):
         raise CheckpointError(f"{path} has no weights (a dict of tensors under 'weights'); it cannot be loaded")
+    recorded = payload.get(HASH_KEY)
+    if recorded is not None and recorded != content_hash(payload):
+        raise CheckpointError(f"{path} is damaged: its content does not match the hash recorded in it "
+                              "(a changed bit, or an edit); it cannot be loaded - restore it or train the run again")
+    bad = [k for k, v in weights.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:
+        raise CheckpointError(f"{path} holds non-finite weights ({', '.join(bad[:3])}{', ...' * (len(bad) > 3)}); "
+                              "it cannot be used - train the run again or resume from an earlier checkpoint")
     state = {k: v for k, v in payload.items() if k not in ("schema", "model_config", "weights")}
     return Checkpoint(config=config, weights=weights, state=state, path=path)

@@ -45,13 +45,27 @@ class HiddenRoutingWarning(ToolkitWarning):
 
 
 def one_line_errors(run: Callable[[], Any]) -> tuple[int, Any]:
-    """(0, run()) or, for a ToolkitError or OSError, (2, None) after one `error:` line on stderr."""
+    """(0, run()) or, for a ToolkitError or OSError, (2, None) after one `error:` line on stderr.
+
+    Ctrl-C and SIGTERM (interp.signals) end it too: one line, exit 130 or 143.
+    """
+    from interp.signals import exit_code, interrupts, signal_name
+
     try:
-        return 0, run()
+        with interrupts():
+            return 0, run()
     except (ToolkitError, OSError) as e:
-        message = str(e).replace("\n", " ")
-        print(f"error: {message}", file=sys.stderr)
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 2, None
+    except KeyboardInterrupt as e:
+        code = exit_code(e)
+        print(f"\ninterrupted ({signal_name(code)}); nothing was written", file=sys.stderr)
+        return code, None
+
+
+def one_line(e: BaseException) -> str:
+    """An error's message on one line (torch's and numpy's messages span several)."""
+    return " ".join(str(e).split("\n")).strip() or type(e).__name__
 
 
 def warn(message: str, category: type[Warning], stacklevel: int = 2) -> None:

@@ -83,11 +83,15 @@ def atomic_write(path: str | Path, write: Callable[[str], Any]) -> None:
         raise
 
 
-def remove_stale_temps(directory: Path) -> list[Path]:
-    """Delete temporary files a killed writer left in directory; return what was removed."""
+def remove_stale_temps(directory: Path, names: tuple[str, ...] = ()) -> list[Path]:
+    """Delete temporary files a killed writer left in directory; return what was removed.
+
+    names: only the temporaries of these files (atomic_write's ".<name>.*.tmp"); default: every one.
+    """
     removed = []
+    patterns = [f".{n}.*{TMP_SUFFIX}" for n in names] or [f".*{TMP_SUFFIX}"]
     if directory.is_dir():
-        for tmp in directory.glob(f".*{TMP_SUFFIX}"):
+        for tmp in (t for p in patterns for t in directory.glob(p)):
             tmp.unlink(missing_ok=True)
             removed.append(tmp)
     return removed
@@ -104,17 +108,54 @@ def json_safe(obj: Any) -> Any:
     return obj
 
 
+class NonFiniteError(DataFileError, ValueError):
+    """A NaN or infinity about to be written as a number: strict JSON has none, and a result must be finite."""
+
+
+def dumps(obj: Any, path: str | Path, **kwargs: Any) -> str:
+    """json.dumps that refuses NaN and infinities (allow_nan=False): every file the project writes is strict JSON.
+
+    A caller with a legitimately infinite value (a config's self_bias) encodes it first (json_safe, to_dict).
+    """
+    try:
+        return json.dumps(obj, allow_nan=False, **kwargs)
+    except ValueError:
+        where = ", ".join(non_finite_keys(obj)[:5]) or "a value"
+        raise NonFiniteError(f"refusing to write {path}: {where} is not a finite number") from None
+
+
+def non_finite_keys(obj: Any, prefix: str = "") -> list[str]:
+    """Where in a JSON-like object the non-finite floats are ("final_val_loss", "runs[2].best_val_loss")."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return [prefix or "the value"]
+    if isinstance(obj, dict):
+        return [k for key, v in obj.items() for k in non_finite_keys(v, f"{prefix}.{key}" if prefix else str(key))]
+    if isinstance(obj, (list, tuple)):
+        return [k for i, v in enumerate(obj) for k in non_finite_keys(v, f"{prefix}[{i}]")]
+    return []
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def loads(text: str) -> Any:
+    """json.loads that refuses the NaN / Infinity extensions, as every reader of the project's files does."""
+    return json.loads(text, parse_constant=_refuse_constant)
+
+
 def write_json(path: str | Path, obj: Any) -> None:
-    atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(obj, indent=2) + "\n"))
+    text = dumps(obj, path, indent=2) + "\n"  # refused before the temporary file exists
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text))
 
 
 def read_json(path: str | Path) -> Any:
     path = Path(path)
     try:
-        return json.loads(path.read_text())
+        return loads(path.read_text())
     except FileNotFoundError:
         raise DataFileError(f"{path} does not exist") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError, or a NaN / Infinity constant
         raise DataFileError(f"{path} is damaged (not valid JSON: {e}); move it aside to recover") from None
     except OSError as e:
         raise DataFileError(f"cannot read {path}: {e.strerror or e}") from None
@@ -141,7 +182,7 @@ def read_jsonl(path: str | Path, torn_tail_ok: bool = False, required: tuple[str
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = loads(line)
             if not isinstance(record, dict):
                 raise ValueError("not a JSON object")
             missing = [k for k in required if k not in record]
@@ -159,12 +200,14 @@ def read_jsonl(path: str | Path, torn_tail_ok: bool = False, required: tuple[str
 
 
 def write_jsonl(path: str | Path, records: list[dict[str, Any]]) -> None:
-    atomic_write(path, lambda tmp: Path(tmp).write_text("".join(json.dumps(r) + "\n" for r in records)))
+    text = "".join(dumps(r, path) + "\n" for r in records)
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text))
 
 
 def append_jsonl(path: str | Path, record: dict[str, Any]) -> None:
+    line = dumps(record, path) + "\n"
     try:
         with open(path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+            f.write(line)
     except OSError as e:
         raise DataFileError(f"cannot append to {path}: {e.strerror or e}") from None

@@ -168,7 +168,7 @@ def _fit(
         logits = (x_held @ theta[:-1] + theta[-1]).view(len(x_held), n_off, n_classes)
         for k in range(n_off):
             held = float(F.cross_entropy(logits[:, k], y_held[:, k], ignore_index=-100))
-            if held < best[k][0]:
+            if best[k][1] is None or held < best[k][0]:  # a NaN held-out loss keeps the first fit, not None
                 best[k] = (held, theta.view(d + 1, n_off, n_classes)[:, k].clone(), decay)
     w = torch.stack([t[:-1] for _, t, _ in best])
     b = torch.stack([t[-1] for _, t, _ in best])
@@ -190,6 +190,39 @@ def _levels(train_tokens: np.ndarray, current: np.ndarray, target: np.ndarray, k
     lv = add_one_levels(train_tokens, current, target, n_classes, pairs=pairs, accuracy=True)
     current_token = lv["pair"] if k else {"accuracy": 1.0, "ce": 0.0}  # offset 0: the current token itself
     return {"unigram": lv["unigram"], "current_token": current_token}
+
+
+# --------------------------------------------------------------------------- cost
+
+MAX_FLOPS = 2e12  # about two minutes of one CPU thread; cpu-quick's probes cost ~3e11
+MAX_BYTES = 2 * 2**30  # the decoders' parameters and logits, the one-hot control's included
+
+
+def cost(cfg, n_train_windows: int = N_TRAIN_WINDOWS, weight_decays: Sequence[float] = WEIGHT_DECAYS,
+         max_iter: int = MAX_ITER, offsets: Sequence[int] = OFFSETS) -> dict[str, float]:
+    """Rough FLOPs and peak bytes of measure() on a model of this config.
+
+    Every site's decoder is a [d + 1, offsets x d_vocab] matrix fitted by L-BFGS on n_fit rows (each
+    evaluation a forward and a gradient matmul); the control's d is d_vocab itself, so the cost grows as
+    d_vocab^2 and a BPE vocabulary (50257) would need ~10^16 FLOPs and 30 GB for the control alone.
+    """
+    v, n_off = cfg.d_vocab, len(offsets)
+    n_fit = (n_train_windows - max(1, round(n_train_windows * HELDOUT_FRACTION))) * cfg.n_ctx
+    widths = [cfg.d_model + 1] * (len(identity_sites(cfg.n_layers))) + [v + 1]
+    evals = len(weight_decays) * max_iter * 1.25  # strong-Wolfe line search: a few more evaluations than steps
+    flops = evals * sum(4 * n_fit * w * n_off * v for w in widths)
+    peak = 4 * ((v + 1) * n_off * v * 3 + n_fit * (v + 1) + 2 * n_fit * n_off * v)  # control: theta, grad, history
+    return {"flops": flops, "bytes": peak}
+
+
+def too_costly(cfg, **kwargs: Any) -> str | None:
+    """Why measure() would take too long or too much memory on this config (None: it will not)."""
+    c = cost(cfg, **kwargs)
+    if c["flops"] > MAX_FLOPS or c["bytes"] > MAX_BYTES:
+        return (f"a vocabulary of {cfg.d_vocab} tokens needs about {c['flops']:.1e} FLOPs and "
+                f"{c['bytes'] / 2**30:.1f} GiB for the decoders (limits {MAX_FLOPS:.0e} FLOPs, "
+                f"{MAX_BYTES / 2**30:.0f} GiB)")
+    return None
 
 
 # --------------------------------------------------------------------------- measure
@@ -215,6 +248,7 @@ def measure(
     weight_decays: Sequence[float] = WEIGHT_DECAYS,
     max_iter: int = MAX_ITER,
     seed: int = TRAIN_SEED,
+    progress: Any = None,
 ) -> dict[str, Any]:
     """Identity probes on a model, Checkpoint or checkpoint path.
 
@@ -231,6 +265,8 @@ def measure(
     cfg = model.cfg
     n_classes, n_ctx = cfg.d_vocab, cfg.n_ctx
     offsets = list(offsets)
+    if n_ctx <= max(-k for k in offsets):
+        raise IdentityProbeError(f"offsets {offsets} need n_ctx > {max(-k for k in offsets)}, the model has {n_ctx}")
     sites = identity_sites(cfg.n_layers)
     val = [x for x, _ in val_batches]
     if not val:
@@ -261,6 +297,8 @@ def measure(
             w, b, decay = _fit((fit_acts[site] - mean) / std, y_fit, (held_acts[site] - mean) / std, y_held,
                                n_classes, weight_decays, max_iter)
             decoders[site] = (mean, std, w, b, decay)
+            if progress is not None:  # progress(label): one call per fitted site
+                progress(site_label(site) if site != CONTROL else "control")
         # score on the validation batches, one batch at a time
         correct = np.zeros((len(sites) + 1, len(offsets)))  # the last row: the one-hot control
         nll = np.zeros((len(sites) + 1, len(offsets)))
@@ -360,9 +398,11 @@ __all__ = [
     "OFFSETS",
     "IdentityProbe",
     "IdentityProbeError",
+    "cost",
     "identity_sites",
     "identity_summary",
     "measure",
     "site_label",
+    "too_costly",
     "train_windows",
 ]

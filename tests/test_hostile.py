@@ -7,6 +7,7 @@ system call where it fails for real (the table in the issue-11 note ran them on 
 """
 
 import errno
+import json
 import os
 import pickle
 import re
@@ -23,6 +24,7 @@ import training.__main__ as training_cli
 from experiments import eval_noise, gain_confound, residual_sweep, routing_test
 from interp import load_checkpoint
 from interp import plot_attention as plot_cli
+from interp.checkpoint import HASH_KEY, content_hash
 from interp.errors import CheckpointError, ToolkitError
 from interp.io import DataFileError
 from training.rundir import RunDir
@@ -91,11 +93,15 @@ def damage_line(path: Path, number: int, text: str = '{"step": 5, "train_lo') ->
     path.write_text("".join(lines))
 
 
-def rewrite_ckpt(path: Path, drop: str | None = None, **replace) -> None:
+def rewrite_ckpt(path: Path, drop: str | None = None, rehash: bool = True, **replace) -> None:
+    """Edit a checkpoint; rehash: record the new content hash, as a deliberate forger would (so the checks
+    behind the hash are what refuses it)."""
     payload = torch.load(path, weights_only=True)
     if drop:
         del payload[drop]
     payload.update(replace)
+    if rehash:
+        payload[HASH_KEY] = content_hash(payload)
     torch.save(payload, path)
 
 
@@ -242,11 +248,16 @@ def test_training_code_running_checkpoint_is_not_run(out, capsys, monkeypatch):
 
 
 def test_training_foreign_checkpoint_is_refused(out, capsys):
-    """An attn_only checkpoint copied into an ffn_only run directory does not resume it."""
+    """An attn_only checkpoint copied into the full run's directory does not resume it."""
+    shutil.copy(out / "smoke/attn_only/seed1337/ckpt.pt", interrupted(out) / "ckpt.pt")
+    refused(capsys, out, lambda: train(out), r"belongs to another run \(model\.residual 'attn_only' -> 'full'")
+
+
+def test_training_checkpoint_without_config_is_refused(out, capsys):
+    """A checkpoint alone in a directory (no config.json) is nobody's run: refused, even one that would fit."""
     (out / "smoke/ffn_only/seed1337").mkdir(parents=True)
     shutil.copy(out / "smoke/attn_only/seed1337/ckpt.pt", out / "smoke/ffn_only/seed1337/ckpt.pt")
-    refused(capsys, out, lambda: train(out, "--residual", "ffn_only"),
-            r"belongs to another run \(model\.residual 'attn_only' -> 'ffn_only'")
+    refused(capsys, out, lambda: train(out, "--residual", "ffn_only"), r"holds ckpt\.pt but no config\.json")
 
 
 @pytest.mark.parametrize("finished,chars", [(True, 900_000), (False, 900_000), (True, 200_000)])
@@ -259,10 +270,15 @@ def test_training_changed_data_is_refused_naming_both_hashes(out, tmp_path, caps
 
 
 def test_training_checkpoint_of_other_data_is_refused(out, tmp_path, capsys, monkeypatch):
-    """No config.json (lost), but the checkpoint still says which data it was trained on."""
+    """config.json edited to claim the new data: the checkpoint still says which data it was trained on."""
     run = interrupted(out)
-    (run / "config.json").unlink()
     monkeypatch.setenv("RESIDUAL_DATA_DIR", str(short_data_dir(tmp_path)))
+    from training.corpus import data_provenance
+    from training.data import load_corpus
+
+    config = json.loads((run / "config.json").read_text())
+    config["data"] = dict(data_provenance(load_corpus("shakespeare_char")))
+    (run / "config.json").write_text(json.dumps(config, indent=2))
     line = refused(capsys, out, lambda: train(out), r"belongs to another run .*data \(checkpoint sha256")
     assert len(re.findall(r"\b[0-9a-f]{64}\b", line)) == 2, line
 
@@ -412,8 +428,8 @@ def test_experiment_full_disk_keeps_results_json(out, capsys, monkeypatch):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(os, "fsync", full)
-    assert (out / "smoke/results.json").is_file()
-    refused(capsys, out, experiment("routing_test", out), r"results\.json: No space left on device")
+    assert (out / "smoke/results-routing_test.json").is_file()
+    refused(capsys, out, experiment("routing_test", out), r"results-routing_test\.json: No space left on device")
 
 
 # ----- python -m interp.plot_attention -------------------------------------------------------------------
@@ -516,3 +532,129 @@ def test_damaged_json_is_a_data_file_error(tmp_path):
         read_json(tmp_path / "a.json")
     with pytest.raises(DataFileError, match=r"b\.jsonl, line 2 is damaged"):
         read_jsonl(tmp_path / "b.jsonl", torn_tail_ok=True)  # only a torn LAST line is forgiven
+
+
+# ----- issue 26: faults nobody rehearsed (the fault x entry-point table is tests/test_faults.py) -----------
+
+
+def test_training_non_finite_loss_fails_naming_step_and_checkpoint(out, capsys):
+    """lr=1e30: the training loss stays finite at step 0 but validation is NaN at the last step: exit 2, no
+    final.json, and nothing non-finite written anywhere."""
+    line = refused(capsys, out, lambda: train(out / "new", "--set", "lr=1e30", "--set", "min_lr=0",
+                                              "--set", "max_steps=1"), r"became nan at step \d")
+    assert "checkpoint" in line
+    assert not list((out / "new").rglob("final.json"))
+    for path in (out / "new").rglob("*.json*"):
+        assert "NaN" not in path.read_text() and "Infinity" not in path.read_text()
+
+
+def test_experiment_non_finite_run_writes_no_result(out, capsys):
+    refused(capsys, out / "new", experiment("residual_sweep", out / "new", "--set", "lr=1e30", "--set", "min_lr=0",
+                                            "--set", "max_steps=1"), r"became nan at step")
+    assert not list((out / "new").rglob("results*.json"))
+
+
+def test_training_run_dir_removed_under_a_live_trainer_stops_it(out, capsys, monkeypatch):
+    import probes
+
+    class RemoveDir:
+        def on_step(self, trainer, step, loss):
+            if step == 6:  # after the checkpoint at 5
+                shutil.rmtree(trainer.run_dir.path)
+
+    monkeypatch.setattr(probes, "default_callbacks", lambda cfg: [RemoveDir()])
+    capsys.readouterr()
+    assert train(out / "new", "--set", "probes=true") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and re.search(r"was removed or replaced while this run trained", err[0]), err
+    assert not (out / "new" / RUN).exists(), "the trainer recreated the directory it lost"
+
+
+def test_training_check_is_repeated_under_the_lock(out, capsys, monkeypatch):
+    """Another process changes the run directory between the first check and the lock: refused, not trained."""
+    run = interrupted(out)
+    hold = RunDir.hold
+
+    def hold_after_a_change(self):
+        config = json.loads(self.config.read_text())
+        config["train"]["lr"] = 0.5
+        self.config.write_text(json.dumps(config))
+        return hold(self)
+
+    monkeypatch.setattr(RunDir, "hold", hold_after_a_change)
+    capsys.readouterr()
+    assert train(out) == 2
+    assert re.search(r"different configuration \(train\.lr 0\.5 -> 0\.003\)", capsys.readouterr().err)
+    assert not (run / "final.json").exists()
+
+
+@pytest.mark.parametrize("option,value,match", [
+    ("--variants", "full,full", "more than once"), ("--variants", "", "empty entry"),
+    ("--variants", ",", "empty entry"), ("--variants", "full,,attn_only", "empty entry"),
+    ("--seeds", "1,,2", "empty entry"), ("--seeds", "1, 1", "distinct"), ("--seeds", str(2**64), "distinct"),
+])
+def test_experiment_list_options_refuse_empty_and_repeated_entries(out, capsys, option, value, match):
+    refused(capsys, out, experiment("routing_test", out / "new", option, value), match)
+    assert not (out / "new").exists()
+
+
+@pytest.mark.parametrize("key,value", [("d_model", "1048576"), ("batch_size", "100000000"),
+                                       ("eval_batches", "1000000000"), ("n_layers", "10000000")])
+def test_sizes_that_cannot_fit_are_refused_with_the_estimate(out, capsys, key, value):
+    extra = ["--set", f"{key}={value}"] + (["--set", "n_heads=1"] if key == "d_model" else [])
+    refused(capsys, out, experiment("routing_test", out / "new", *extra), r"needs about .* GiB \(parameters")
+    refused(capsys, out, lambda: train(out / "new", *extra), r"needs about .* GiB")
+    assert not (out / "new").exists()
+
+
+def test_routing_test_refuses_a_context_of_one(out, capsys):
+    refused(capsys, out, experiment("routing_test", out / "new", "--set", "n_ctx=1"), r"n_ctx >= 3")
+
+
+def test_each_experiment_writes_its_own_results_and_cleans_its_own_temporaries(out, capsys):
+    from experiments.plan import Context
+    from training.presets import resolve
+
+    ctx = Context(args=None, spec=resolve("smoke"), seeds=[1], out=out)
+    paths = [p for m, _ in EXPERIMENTS.values() for p in (m.EXPERIMENT.results_path(ctx),
+                                                          m.EXPERIMENT.report_path(ctx))]
+    assert len(set(paths)) == 8
+    folder = out / "smoke"
+    ours = [folder / ".results-routing_test.json.abc.tmp", folder / ".report-routing_test.html.def.tmp",
+            folder / ".results.json.jkl.tmp"]  # the last: a killed writer of the old, shared name
+    theirs = folder / ".results-residual_sweep.json.ghi.tmp"
+    for p in [*ours, theirs]:
+        p.write_text("what a killed writer left")
+    assert experiment("routing_test", out, "--no-identity")() == 0
+    assert not any(p.exists() for p in ours) and theirs.exists()
+
+
+def test_eval_steps_of_a_huge_run_are_computed_not_listed():
+    from training.presets import TrainConfig
+
+    steps = TrainConfig(max_steps=10**12, eval_interval=100, eval_from=0.5).eval_steps()
+    assert len(steps) == 5 * 10**9 + 1 and steps[0] == 5 * 10**11 and steps[-1] == 10**12
+
+
+def test_identity_probes_are_sized_for_the_vocabulary():
+    from interp.config import ModelConfig
+    from probes.identity import _fit, too_costly
+
+    assert too_costly(ModelConfig(n_layers=4, d_model=128, n_heads=4, n_ctx=128, d_vocab=65)) is None
+    assert "50257 tokens" in too_costly(ModelConfig(n_layers=2, d_model=32, n_heads=2, n_ctx=32, d_vocab=50257))
+    # a held-out set with no valid target (NaN loss) keeps a fit instead of crashing
+    w, b, _ = _fit(torch.randn(8, 3), torch.randint(0, 4, (8, 1)), torch.randn(4, 3), torch.full((4, 1), -100), 4,
+                   (1e-2,), 2)
+    assert w.shape == (1, 3, 4)
+
+
+def test_training_probes_refuse_a_context_of_one(out, capsys):
+    """alpha_tt is measured from position 1 on: with n_ctx=1 every probe record would be NaN."""
+    refused(capsys, out, lambda: train(out / "new", "--set", "n_ctx=1"), r"probes need n_ctx >= 2")
+    assert not (out / "new").exists()
+
+
+def test_training_optimizer_overflow_is_one_line(out, capsys):
+    """lr=1e38: AdamW's step size overflows float32 inside torch; exit 2 naming the step, no traceback."""
+    refused(capsys, out, lambda: train(out / "new", "--set", "lr=1e38", "--set", "min_lr=0", "--set", "max_steps=3",
+                                       "--set", "warmup_steps=0"), r"optimizer step failed at step 0")

@@ -70,7 +70,7 @@ def test_residual_sweep_smoke_schema_and_resume(tmp_path, shared_data, capsys):
     assert "rule: collapses" in printed and "unigram" in printed and "bigram" in printed
 
     result_dir = out / "smoke"
-    first = json.loads((result_dir / "results.json").read_text())
+    first = json.loads((result_dir / "results-residual_sweep.json").read_text())
     check_common(first, "residual_sweep")
     assert first["schema"] == residual_sweep.SCHEMA and first["seeds"] == [1337]
     assert first["paper"] is None  # smoke is not a paper setting
@@ -88,7 +88,7 @@ def test_residual_sweep_smoke_schema_and_resume(tmp_path, shared_data, capsys):
         assert c["classification"] == expected, name
     # contract 3: <out>/<preset>/<variant>/seed<k>/
     assert sorted(p.parent.name for p in result_dir.glob("*/seed1337")) == sorted(CONFIGS)
-    check_report(result_dir / "report.html")
+    check_report(result_dir / "report-residual_sweep.html")
 
     # an interrupted sweep: one run directory gone; the rerun trains only that one
     before = final_mtimes(result_dir)
@@ -99,7 +99,7 @@ def test_residual_sweep_smoke_schema_and_resume(tmp_path, shared_data, capsys):
     assert {k: v for k, v in after.items() if not k.startswith("ffn_only")} == \
         {k: v for k, v in before.items() if not k.startswith("ffn_only")}
     assert after["ffn_only/seed1337/final.json"] != before["ffn_only/seed1337/final.json"]
-    second = json.loads((result_dir / "results.json").read_text())
+    second = json.loads((result_dir / "results-residual_sweep.json").read_text())
     for a, b in zip(first["runs"], second["runs"], strict=True):
         assert (a["variant"], a["final_val_loss"], a["best_val_loss"], a["val_curve"]) == \
             (b["variant"], b["final_val_loss"], b["best_val_loss"], b["val_curve"])
@@ -107,12 +107,12 @@ def test_residual_sweep_smoke_schema_and_resume(tmp_path, shared_data, capsys):
         {k: v["final_val_loss"] for k, v in second["configs"].items()}
 
     # finished runs of another configuration are refused, not silently reported as this one
-    written = (result_dir / "results.json").read_bytes()
+    written = (result_dir / "results-residual_sweep.json").read_bytes()
     capsys.readouterr()
     assert residual_sweep.EXPERIMENT.main([*argv, "--set", "max_steps=30"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and "different configuration" in err[0]
-    assert (result_dir / "results.json").read_bytes() == written
+    assert (result_dir / "results-residual_sweep.json").read_bytes() == written
 
 
 def test_residual_sweep_classification_and_paper_column():
@@ -207,7 +207,7 @@ def test_gain_confound_smoke(tmp_path, shared_data, capsys):
     assert "Adam invariance" in printed and "m_hat/(sqrt(v_hat)+eps)" in printed
 
     result_dir = out / "smoke"
-    results = json.loads((result_dir / "results.json").read_text())
+    results = json.loads((result_dir / "results-gain_confound.json").read_text())
     check_common(results, "gain_confound")
     assert results["schema"] == gain_confound.SCHEMA
     assert results["configs"] == ["attn_only", "ffn_only"] and results["gains"] == [0.5, 1.0, 2.0]
@@ -243,9 +243,9 @@ def test_gain_confound_smoke(tmp_path, shared_data, capsys):
     check = results["adam_invariance"]
     assert check["max_rel_update_diff"] < 1e-4 and finite(check["max_rel_update_diff_eps_default"])
     assert "LayerNorm" in results["explanation"]
-    report = (result_dir / "report.html").read_text(encoding="utf-8")
+    report = (result_dir / "report-gain_confound.html").read_text(encoding="utf-8")
     assert "Adam" in report and "LayerNorm" in report
-    check_report(result_dir / "report.html")
+    check_report(result_dir / "report-gain_confound.html")
 
 
 # ----- evaluation noise ------------------------------------------------------------------------------------
@@ -271,7 +271,7 @@ def test_eval_noise_smoke(tmp_path, shared_data, capsys):
     assert "fixed batches evaluated twice: max |diff| = 0.0e+00" in printed
 
     result_dir = out / "smoke"
-    results = json.loads((result_dir / "results.json").read_text())
+    results = json.loads((result_dir / "results-eval_noise.json").read_text())
     check_common(results, "eval_noise")
     assert results["schema"] == eval_noise.SCHEMA and results["repeats"] == 8
     assert results["config"]["comparison"]["overrides"] == {
@@ -295,15 +295,15 @@ def test_eval_noise_smoke(tmp_path, shared_data, capsys):
     # the last snapshot on the fixed batches is exactly what the trainer measured there
     assert preset_run["fixed_matches_training"] == 0.0 and nano_run["fixed_matches_training"] is None
     assert set(results["summary"]) == {"preset", "nanogpt"}
-    check_report(result_dir / "report.html")
+    check_report(result_dir / "report-eval_noise.html")
 
     # a finished run without snapshots is refused with one line, exit 2, results untouched
-    written = (result_dir / "results.json").read_bytes()
+    written = (result_dir / "results-eval_noise.json").read_bytes()
     shutil.rmtree(Path(preset_run["run_dir"]) / "snapshots")
     assert eval_noise.EXPERIMENT.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and "snapshots" in err[0]
-    assert (result_dir / "results.json").read_bytes() == written
+    assert (result_dir / "results-eval_noise.json").read_bytes() == written
 
 
 # ----- command lines ---------------------------------------------------------------------------------------

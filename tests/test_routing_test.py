@@ -27,7 +27,7 @@ def smoke_run(tmp_path_factory):
 
 
 def test_results_schema(smoke_run):
-    results = json.loads((smoke_run / "smoke" / "results.json").read_text())
+    results = json.loads((smoke_run / "smoke" / "results-routing_test.json").read_text())
     for key in ("schema", "experiment", "preset", "seeds", "margin", "self_bias", "config", "reference_levels",
                 "runs", "variants", "verdicts", "software", "wall_time_s", "train_wall_time_s", "created"):
         assert key in results, key
@@ -60,7 +60,7 @@ def test_results_schema(smoke_run):
 
 
 def test_report_is_self_contained(smoke_run):
-    page = (smoke_run / "smoke" / "report.html").read_text()
+    page = (smoke_run / "smoke" / "report-routing_test.html").read_text()
     assert not re.search(r"<script[^>]+src=[\"']?https?:", page)
     assert page.count("Plotly.newPlot") >= 10 and len(page) > 3_000_000  # plotly.js is inline
     for heading in ("Results", "Verdicts", "Validation loss", "alpha_tt", "Gradient flow", "Hidden-norm",
@@ -71,13 +71,13 @@ def test_report_is_self_contained(smoke_run):
 def test_rerun_after_a_kill_retrains_only_what_is_missing(smoke_run, tmp_path, shared_data):
     out = tmp_path / "copy"
     shutil.copytree(smoke_run, out)  # the shared run stays untouched
-    first = json.loads((out / "smoke" / "results.json").read_text())
+    first = json.loads((out / "smoke" / "results-routing_test.json").read_text())
     victim = out / "smoke" / "attn_only_uniform" / "seed1337"
     kept = {p: p.stat().st_mtime_ns for p in (out / "smoke").glob("*/seed1337/final.json") if victim not in p.parents}
     shutil.rmtree(victim)  # as if killed before this run started
     assert main(["--preset", "smoke", "--out", str(out), "--no-progress", "--no-report"]) == 0
     assert {p: p.stat().st_mtime_ns for p in kept} == kept
-    again = json.loads((out / "smoke" / "results.json").read_text())
+    again = json.loads((out / "smoke" / "results-routing_test.json").read_text())
     numbers = lambda r: [(x["variant"], x["final_val_loss"], x["alpha_tt"], x["growth"]) for x in r["runs"]]  # noqa: E731
     assert numbers(again) == numbers(first)
     assert again["verdicts"] == first["verdicts"]
@@ -104,12 +104,12 @@ def test_half_trained_run_resumes_through_the_experiment(smoke_run, tmp_path, sh
     (["--margin", "-0.1"], "--margin must be a finite number > 0"),
     (["--self-bias", "inf"], "--self-bias must be a finite number > 0"),
     (["--variants", "attn_only,bogus"], "unknown variant(s) ['bogus']"),
-    (["--seeds", "1,1"], "--seeds needs distinct non-negative integers"),
+    (["--seeds", "1,1"], "--seeds needs distinct integers in [0, 2**63)"),
     (["--no-wait"], "--no-wait, --slurm-set and --slurm-partition need --launcher slurm"),
     (["--launcher", "slurm-local", "--slurm-set", "oops"], "--slurm-set expects KEY=VALUE"),
 ])
 def test_bad_options_are_one_error_line(argv, message, smoke_run, capsys):
-    results = smoke_run / "smoke" / "results.json"
+    results = smoke_run / "smoke" / "results-routing_test.json"
     before = results.read_bytes()
     assert main(["--preset", "smoke", "--out", str(smoke_run), "--no-progress", *argv]) == 2
     err = capsys.readouterr().err
@@ -139,7 +139,7 @@ def test_trainer_cli_reuses_the_routing_runs_and_the_other_way_round(smoke_run, 
     assert main(["--preset", "smoke", "--out", str(fresh), "--no-progress", "--no-report",
                  "--variants", "ffn_only + self_only"]) == 0
     assert cli_final.stat().st_mtime_ns == stamp
-    results = json.loads((fresh / "smoke" / "results.json").read_text())
+    results = json.loads((fresh / "smoke" / "results-routing_test.json").read_text())
     assert results["runs"][0]["final_val_loss"] == json.loads(cli_final.read_text())["final_val_loss"]
 
 

@@ -6,8 +6,8 @@ The run lands in <out>/<preset>/<variant>/seed<seed>/ (training.rundir), named
 by the same rule as the experiments' runs ("attn_only + uniform" ->
 attn_only_uniform), so a run trained here is reused by an experiment with the
 same --out and the other way round. Running the same command again resumes an
-interrupted run, and does nothing for a finished one; Ctrl-C exits 130 with
-the command that resumes.
+interrupted run, and does nothing for a finished one; Ctrl-C exits 130 and
+SIGTERM 143, each with one line and the command that resumes.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import shlex
 import sys
 
 from interp.config import MIXERS, RESIDUALS
-from interp.errors import ToolkitError
+from interp.errors import ToolkitError, one_line
+from interp.signals import exit_code, interrupts, signal_name
 from training.presets import MODEL_FIELDS, PRESETS, TRAIN_FIELDS, parse_overrides, resolve
 from training.rundir import RunDir, variant_name
 
@@ -58,6 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    with interrupts():  # SIGTERM is handled like Ctrl-C (interp.signals)
+        return _main(argv)
+
+
+def _main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         overrides = parse_overrides(args.set)
@@ -83,15 +89,17 @@ def main(argv: list[str] | None = None) -> int:
             trainer.callbacks.extend(default_callbacks(spec.train))
         final = trainer.run()
     except ToolkitError as e:
-        if getattr(e, "exit_code", 2) == 130:  # Ctrl-C during training
+        code = getattr(e, "exit_code", 2)
+        if code != 2:  # Ctrl-C (130) or SIGTERM (143) during training
             command = shlex.join([sys.executable, "-m", "training", *(sys.argv[1:] if argv is None else argv)])
             print(f"\n{e}; resume with: {command}", file=sys.stderr)
-            return 130
-        print(f"error: {e}", file=sys.stderr)
+            return code
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # before training started: nothing to resume
-        print("\ninterrupted before training started; nothing was written", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # before training started: nothing to resume
+        code = exit_code(e)
+        print(f"\ninterrupted ({signal_name(code)}) before training started; nothing was written", file=sys.stderr)
+        return code
     except OSError as e:  # an I/O error no layer below turned into a ToolkitError
         where = f" {e.filename}" if e.filename else ""
         print(f"error: cannot read or write{where}: {e.strerror or e}", file=sys.stderr)

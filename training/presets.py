@@ -6,6 +6,7 @@ field can be overridden (`--set key=value` on the command line).
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import math
 import typing
@@ -56,6 +57,11 @@ class TrainConfig:
         for name in ("warmup_steps", "probe_interval", "seed"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        if self.seed >= 2**63:  # what torch's generators take
+            raise ConfigError(f"seed must be < 2**63, got {self.seed!r}")
+        for name in ("lr", "min_lr", "weight_decay", "grad_clip"):
+            if not math.isfinite(getattr(self, name)):
+                raise ConfigError(f"{name} must be a finite number, got {getattr(self, name)!r}")
         if isinstance(self.eval_from, bool) or not 0 <= self.eval_from <= 1:
             raise ConfigError(f"eval_from is a fraction of max_steps in [0, 1], got {self.eval_from!r}")
         if not (self.lr > 0 and 0 <= self.min_lr <= self.lr):
@@ -76,14 +82,46 @@ class TrainConfig:
         first = round(self.eval_from * self.max_steps, 6)
         return step == self.max_steps or (step % self.eval_interval == 0 and step >= first)
 
-    def eval_steps(self) -> list[int]:
-        return [s for s in range(self.max_steps + 1) if self.is_eval_step(s)]
+    def eval_steps(self) -> EvalSteps:
+        """Every step is_eval_step holds for, in order: a lazy sequence (max_steps may be 10**12)."""
+        first = round(self.eval_from * self.max_steps, 6)
+        start = -(-math.ceil(first) // self.eval_interval) * self.eval_interval  # first multiple >= first
+        return EvalSteps(range(start, self.max_steps, self.eval_interval), self.max_steps)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         if not d["compile"]:
             del d["compile"]  # run directories written before the field existed still resume
         return d
+
+
+class EvalSteps(collections.abc.Sequence):
+    """The evaluation steps: multiples of eval_interval from eval_from on, then max_steps - computed, not listed."""
+
+    def __init__(self, multiples: range, last: int):
+        self.multiples, self.last = multiples, last
+
+    def __len__(self) -> int:
+        return len(self.multiples) + 1
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError("evaluation step index out of range")
+        i %= n
+        return self.last if i == n - 1 else self.multiples[i]
+
+    def __iter__(self):
+        yield from self.multiples
+        yield self.last
+
+    def __eq__(self, other) -> bool:
+        return list(self) == list(other) if isinstance(other, (list, EvalSteps)) else NotImplemented
+
+    def __repr__(self) -> str:
+        return f"EvalSteps({self.multiples!r} + [{self.last}])"
 
 
 def _preset(model: dict, **train) -> dict:

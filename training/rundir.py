@@ -203,7 +203,14 @@ class RunDir:
             raise RunDirError(f"{self.path} exists and is not a directory; choose another --out")
         old = self.read_config()
         if old is None:
+            records = [p.name for p in self.records() if p.exists()]
+            if records:  # its config is gone: nothing says what it holds, so it is nobody's run
+                raise RunDirError(f"{self.path} holds {', '.join(records)} but no config.json, so what it trained "
+                                  "is unknown; it is never reused - move that directory aside and run again")
             return
+        if self.finished and not self.ckpt.is_file():
+            raise RunDirError(f"{self.path} has final.json but no ckpt.pt to check it against; it is never reused - "
+                              "move that directory aside and run again")
         # Data first: other data can change the vocabulary, and so the model config, too.
         old_data, new_data = (old.get("data") or {}).get("sha256"), record["data"]["sha256"]
         if old_data != new_data:
@@ -213,6 +220,47 @@ class RunDir:
         if fields:
             raise RunDirError(f"{self.path} holds a run of a different configuration ({'; '.join(fields)}); "
                               "choose another --out or delete that directory")
+
+    def records(self) -> list[Path]:
+        """The files that only a run writes (config.json aside): one of them without config.json is refused."""
+        return [self.metrics, self.probes, self.ckpt, self.final, self.identity, self.snapshots]
+
+    def verify_finished(self, record: dict[str, Any]) -> dict[str, Any]:
+        """A finished run as a fact checked against its own checkpoint; returns its final record.
+
+        config.json (checked by `check`) is one editable file; the checkpoint records the model and
+        training config and the data hash it was trained with, and final.json the checkpoint's content
+        hash. Reused only when all of them agree with the run asked for.
+        """
+        from interp.checkpoint import load_checkpoint
+
+        final = self.read_final()
+        ckpt = load_checkpoint(self.ckpt)  # its content hash is verified there
+        try:
+            self.check_checkpoint(ckpt, record)
+        except CheckpointError as e:
+            raise RunDirError(f"{self.path} is not the finished run it claims to be: {e}") from None
+        written, recorded = ckpt.content_sha256, final.get("ckpt_sha256")
+        if written != recorded or ckpt.state.get("step") != record["train"]["max_steps"]:
+            raise RunDirError(f"{self.path}: final.json and ckpt.pt are not the same run (checkpoint hash "
+                              f"{str(written)[:12]}, final.json names {str(recorded)[:12]}; "
+                              f"step {ckpt.state.get('step')!r}); "
+                              "it is never reused - move that directory aside and run again")
+        return final
+
+    def read_final(self) -> dict[str, Any]:
+        """final.json, checked: a JSON object with every FINAL_KEYS and finite losses."""
+        final = read_json(self.final)
+        missing = [k for k in FINAL_KEYS if not isinstance(final, dict) or k not in final]
+        if missing:
+            raise DataFileError(f"{self.final} is damaged (no {', '.join(missing)}); move the run directory "
+                                "aside and train it again")
+        bad = [k for k in ("final_val_loss", "best_val_loss")
+               if not isinstance(final[k], (int, float)) or isinstance(final[k], bool) or not math.isfinite(final[k])]
+        if bad:
+            raise DataFileError(f"{self.final} holds no finite {', '.join(bad)}; move the run directory aside and "
+                                "train it again")
+        return final
 
     def check_checkpoint(self, ckpt: Checkpoint, record: dict[str, Any]) -> None:
         """A checkpoint resumes only the run it was written by: same model, training config and data."""
@@ -263,6 +311,20 @@ class RunDir:
             self.holder.unlink(missing_ok=True)  # a killed holder leaves it; the next holder overwrites it
             lock.release()
 
+    def inode(self) -> tuple[int, int] | None:
+        """(device, inode) of the directory: a directory deleted and made again has another."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return st.st_dev, st.st_ino
+
+    def check_still_there(self, inode: tuple[int, int] | None, step: int) -> None:
+        """Refuse to write into a directory removed (or replaced) under a live trainer: it is no longer this run."""
+        if inode is None or self.inode() != inode or not self.config.is_file():
+            raise RunDirError(f"{self.path} was removed or replaced while this run trained (step {step}); stopped "
+                              "without writing there again - run the command again to start it afresh")
+
     def read_holder(self, wait: float = 2.0) -> str:
         """The holder's line; a holder that has just taken the lock writes it a moment later, so wait a little."""
         deadline = time.monotonic() + wait
@@ -299,15 +361,17 @@ class RunDir:
 
     def load(self) -> dict[str, Any]:
         """A finished run as plain data: final record, metric curves, probe records by kind."""
-        final = read_json(self.final)
-        missing = [k for k in FINAL_KEYS if not isinstance(final, dict) or k not in final]
-        if missing:
-            raise DataFileError(f"{self.final} is damaged (no {', '.join(missing)}); move the run directory "
-                                "aside and train it again")
+        final = self.read_final()
         metrics = read_jsonl(self.metrics, required=("step",))
         probes: dict[str, list[dict[str, Any]]] = {}
         for record in read_jsonl(self.probes, required=("step", "probe")):
             probes.setdefault(record["probe"], []).append(record)
+        # Strict JSON already refuses NaN; a curve point that is not a number is damage too.
+        bad = [r["step"] for r in metrics for k in ("val_loss", "train_loss")
+               if k in r and (not isinstance(r[k], (int, float)) or not math.isfinite(r[k]))]
+        if bad:
+            raise DataFileError(f"{self.metrics} holds a loss that is not a finite number at step {bad[0]}; "
+                                "move the run directory aside and train it again")
         val = [(r["step"], r["val_loss"]) for r in metrics if "val_loss" in r]
         train = [(r["step"], r["train_loss"]) for r in metrics if "train_loss" in r]
         return {

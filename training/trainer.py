@@ -28,9 +28,12 @@ from tqdm.auto import tqdm
 
 from interp.checkpoint import load_checkpoint, save_checkpoint
 from interp.config import ModelConfig
-from interp.errors import CheckpointError, ConfigError, ToolkitError
+from interp.errors import CheckpointError, ConfigError, ToolkitError, one_line
 from interp.io import append_jsonl, kill_point, read_jsonl, write_json, write_jsonl
 from interp.model import ResidualGPT
+from interp.signals import EXIT_INTERRUPT, EXIT_TERMINATED, exit_code
+from training.budget import check_runnable
+from training.checkstate import check_training_state
 from training.compile import maybe_compile
 from training.corpus import Corpus, data_provenance
 from training.data import BatchSampler, fixed_batches, load_corpus, random_batches
@@ -164,24 +167,32 @@ class Trainer:
     def append(self, name: str, record: dict[str, Any]) -> None:
         """Append one JSON line to a run-directory log (main rank only)."""
         if self.is_main:
+            self._check_dir()
             append_jsonl(self.run_dir.path / name, record)
+
+    def _check_dir(self) -> None:
+        """Stop, not recreate, when the run directory was removed under this trainer (RunDir.check_still_there)."""
+        if hasattr(self, "_dir_inode"):
+            self.run_dir.check_still_there(self._dir_inode, getattr(self, "step", 0))
 
     # ----- run: check, lock, resume or start, train --------------------------------------------------
     def run(self) -> dict[str, Any]:
-        from interp.io import read_json
-
+        check_runnable(self.model_cfg, self.train_cfg, self.train_cfg.device)  # a size that cannot fit, at once
         self.run_dir.check(self.config_record)  # a finished run of another config is refused too, not reused
         if self.run_dir.finished:
-            return read_json(self.run_dir.final)
+            return self.run_dir.verify_finished(self.config_record)  # checked against its own checkpoint
         pick_device(self.train_cfg.device)  # an impossible device is refused before anything is written
         with self.run_dir.hold() if self.is_main else contextlib.nullcontext():
-            if self.run_dir.finished:  # finished by the holder we waited for
-                return read_json(self.run_dir.final)
+            # Checked again under the lock: another holder may have finished or replaced it since.
+            self.run_dir.check(self.config_record)
+            if self.run_dir.finished:
+                return self.run_dir.verify_finished(self.config_record)
+            self._dir_inode = self.run_dir.inode()
             previous = torch.are_deterministic_algorithms_enabled()
             try:
                 return self._train()
-            except KeyboardInterrupt:  # wherever it lands: files are whole (atomic writes), the run resumes
-                raise TrainingInterrupted(getattr(self, "step", 0), self.run_dir.ckpt) from None
+            except KeyboardInterrupt as e:  # wherever it lands: files are whole (atomic writes), the run resumes
+                raise TrainingInterrupted(getattr(self, "step", 0), self.run_dir.ckpt, exit_code(e)) from None
             finally:
                 torch.use_deterministic_algorithms(previous)  # leave a notebook's process as it was
 
@@ -241,7 +252,9 @@ class Trainer:
 
     def save(self) -> None:
         if self.is_main:
-            save_checkpoint(self.run_dir.ckpt, self.model, **self.state_dict())
+            self._check_dir()
+            self.ckpt_sha256 = save_checkpoint(self.run_dir.ckpt, self.model, **self.state_dict())
+        self.saved_step = self.step
 
     def _resume_or_start(self) -> None:
         if not self.run_dir.ckpt.exists():
@@ -252,12 +265,15 @@ class Trainer:
             return
         ckpt = load_checkpoint(self.run_dir.ckpt)
         self.run_dir.check_checkpoint(ckpt, self.config_record)
+        # Every field checked before anything is loaded or any log rewritten (training.checkstate).
+        check_training_state(ckpt, self.model, self.optimizer, self.train_cfg, self.run_dir.ckpt)
         try:
             self.model.load_state_dict(ckpt.weights)
             self.load_state_dict(ckpt.state)
-        except (KeyError, RuntimeError, ValueError, TypeError) as e:
-            raise CheckpointError(f"{self.run_dir.ckpt} cannot be resumed ({type(e).__name__}: {e}); "
+        except (KeyError, RuntimeError, ValueError, TypeError, ToolkitError) as e:
+            raise CheckpointError(f"{self.run_dir.ckpt} cannot be resumed ({type(e).__name__}: {one_line(e)}); "
                                   "move it aside to start this run again") from None
+        self.saved_step, self.ckpt_sha256 = self.step, ckpt.content_sha256
         if self.is_main:
             # Drop what was logged after the checkpoint. Both logs are read (strictly: a damaged
             # line is an error naming file and line) before either is rewritten.
@@ -298,17 +314,32 @@ class Trainer:
             dist.all_reduce(loss, op=dist.ReduceOp.AVG)
         loss_value = loss.item()
         if not math.isfinite(loss_value):
-            kept = (f"the last good checkpoint ({self.run_dir.ckpt}) is kept" if self.run_dir.ckpt.exists()
-                    else "no checkpoint was written yet")
-            raise TrainingError(f"loss became {loss_value} at step {step}; {kept}. Lower lr or raise warmup_steps")
+            raise self.not_finite("training loss", loss_value, step)
         self._call("on_backward", step)
         clip = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip).item()
-        self.optimizer.step()
+        if not math.isfinite(grad_norm):  # the step would make every weight NaN
+            raise self.not_finite("gradient norm", grad_norm, step)
+        try:
+            self.optimizer.step()
+        except RuntimeError as e:  # an lr so large that AdamW's step size overflows float32
+            raise TrainingError(f"the optimizer step failed at step {step} (lr {lr:g}: {one_line(e)}); "
+                                f"{self.kept()}. Lower lr") from None
         self.optimizer.zero_grad(set_to_none=True)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return loss_value, grad_norm
+
+    def not_finite(self, what: str, value: float, step: int) -> TrainingError:
+        """The error for a non-finite number: nothing non-finite is ever written as a result."""
+        return TrainingError(f"{what} became {value} at step {step}; nothing was recorded for that step and "
+                             f"{self.kept()}. Lower lr or raise warmup_steps")
+
+    def kept(self) -> str:
+        """Where the run stands after a failed step: its last good checkpoint, or none."""
+        saved = getattr(self, "saved_step", None)
+        return (f"the last good checkpoint is {self.run_dir.ckpt} (step {saved})" if saved is not None
+                and self.run_dir.ckpt.exists() else "no checkpoint was written yet")
 
     def val_loss(self, batches=None) -> float:
         """Validation loss: the fixed batches, or fresh random ones with val_mode="random"."""
@@ -339,6 +370,8 @@ class Trainer:
                 self.step = step
                 if cfg.is_eval_step(step):
                     record["val_loss"] = last_val = self.val_loss()
+                    if not math.isfinite(last_val):
+                        raise self.not_finite("validation loss", last_val, step)
                     if last_val < self.best["val_loss"]:
                         self.best = {"val_loss": last_val, "step": step}
                     self._call("on_eval", step, last_val)
@@ -368,8 +401,8 @@ class Trainer:
                 if (step + 1) % cfg.ckpt_interval == 0 and step + 1 < cfg.max_steps:
                     self.step = step + 1
                     self.save()
-        except KeyboardInterrupt:
-            raise TrainingInterrupted(self.step, self.run_dir.ckpt) from None
+        except KeyboardInterrupt as e:
+            raise TrainingInterrupted(self.step, self.run_dir.ckpt, exit_code(e)) from None
         finally:
             bar.close()
         self._call("on_train_end")
@@ -377,6 +410,7 @@ class Trainer:
         self.save()
         final = self._final_record(last_val, start_step)
         if self.is_main:
+            self._check_dir()
             write_json(self.run_dir.final, final)
         return final
 
@@ -400,15 +434,18 @@ class Trainer:
             "device": str(self.device),
             "world_size": self.world_size,
             "n_params": n_params,
+            "ckpt_sha256": getattr(self, "ckpt_sha256", None),  # the checkpoint this record is of (verify_finished)
         }
 
 
 class TrainingInterrupted(ToolkitError):
     """Ctrl-C during training: the step reached and where the run resumes from."""
 
-    exit_code = 130
+    exit_code = EXIT_INTERRUPT
 
-    def __init__(self, step: int, ckpt: Path):
+    def __init__(self, step: int, ckpt: Path, exit_code: int = EXIT_INTERRUPT):
         self.step = step
+        self.exit_code = exit_code  # 130 for Ctrl-C, 143 for SIGTERM (interp.signals)
         where = f"from its checkpoint {ckpt}" if ckpt.exists() else "from the start (no checkpoint yet)"
-        super().__init__(f"interrupted at step {step}; the run resumes {where}")
+        what = "terminated (SIGTERM)" if exit_code == EXIT_TERMINATED else "interrupted"
+        super().__init__(f"{what} at step {step}; the run resumes {where}")

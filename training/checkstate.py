@@ -1,0 +1,116 @@
+"""Every field of a checkpoint's training state checked before a resume uses any of it.
+
+A resume loads weights and optimizer state and then rewrites metrics.jsonl and
+probes.jsonl (dropping what was logged after the checkpoint). A field of the
+wrong type, range, shape or dtype used to load without a word (torch casts
+float16 or int64 weights; AdamW takes a mis-shaped moment) and fail steps
+later, after those logs were rewritten, or to give other numbers. Here each is
+checked first, and a bad one is a CheckpointError naming the file and field.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from interp.errors import CheckpointError
+
+
+def _int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def check_training_state(ckpt, model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_cfg,
+                         path: Path) -> None:
+    """Raise CheckpointError for the first field of ckpt (weights and training state) a resume cannot use."""
+    problems = weight_problems(ckpt.weights, model) or state_problems(ckpt.state, train_cfg)
+    if not problems:
+        problems = optimizer_problems(ckpt.state["optimizer"], optimizer)
+    if problems:
+        raise CheckpointError(f"{path} cannot be resumed: {problems[0]}; move it aside to start this run again")
+
+
+def weight_problems(weights: dict[str, torch.Tensor], model: torch.nn.Module) -> list[str]:
+    ours = model.state_dict()
+    missing, extra = sorted(set(ours) - set(weights)), sorted(set(weights) - set(ours))
+    if missing or extra:
+        return [f"its weights do not fit this model (missing {missing[:3]}, unexpected {extra[:3]})"]
+    for name, ref in ours.items():
+        w = weights[name]
+        if w.dtype != ref.dtype or w.shape != ref.shape:
+            return [f"weight {name} is {w.dtype} {tuple(w.shape)}, this model's is {ref.dtype} {tuple(ref.shape)}"]
+    return []
+
+
+def state_problems(state: dict[str, Any], cfg) -> list[str]:
+    step, best, totals = state.get("step"), state.get("best"), state.get("totals")
+    if not _int(step) or not 0 <= step <= cfg.max_steps:
+        return [f"step {step!r} is not an integer in [0, max_steps={cfg.max_steps}]"]
+    if not isinstance(best, dict) or not _number(best.get("val_loss")) or math.isnan(best["val_loss"]):
+        return [f"best {best!r} is not {{'val_loss': number, 'step': step or None}}"]
+    best_step = best.get("step")
+    if not (best_step is None and best["val_loss"] == math.inf) and not (_int(best_step) and 0 <= best_step <= step
+                                                                         and math.isfinite(best["val_loss"])):
+        return [f"best {best!r} is not a finite loss at a step <= {step} (or inf with step None)"]
+    if not isinstance(totals, dict):
+        return [f"totals {totals!r} is not a dict"]
+    for key, kind in (("train_time", _number), ("train_tokens", _int), ("wall_time", _number)):
+        v = totals.get(key)
+        if not kind(v) or not math.isfinite(v) or v < 0:
+            return [f"totals[{key!r}] {v!r} is not a finite number >= 0"]
+    for key in ("val_generator", "torch_rng"):
+        v = state.get(key)
+        if not isinstance(v, torch.Tensor) or v.dtype != torch.uint8 or v.shape != torch.get_rng_state().shape:
+            return [f"{key} is not a CPU generator state (a uint8 tensor of {torch.get_rng_state().numel()} bytes)"]
+    sampler = state.get("sampler")
+    if not isinstance(sampler, dict) or not (_int(sampler.get("seed")) and _int(sampler.get("draws"))
+                                             and sampler["draws"] >= 0):
+        return [f"sampler state {_short(sampler)} is not {{'generator', 'seed', 'draws' >= 0}}"]
+    gen = sampler.get("generator")
+    if not isinstance(gen, torch.Tensor) or gen.dtype != torch.uint8 or gen.shape != torch.get_rng_state().shape:
+        return ["the sampler's generator is not a CPU generator state"]
+    return []
+
+
+def optimizer_problems(saved: Any, optimizer: torch.optim.Optimizer) -> list[str]:
+    """AdamW's state_dict: the same groups and parameter count, moments shaped and typed as the parameters."""
+    if not isinstance(saved, dict) or not isinstance(saved.get("state"), dict) or not isinstance(
+            saved.get("param_groups"), list):
+        return ["the optimizer state is not {'state': dict, 'param_groups': list}"]
+    groups = optimizer.param_groups
+    if len(saved["param_groups"]) != len(groups) or any(
+            not isinstance(s, dict) or len(s.get("params", ())) != len(g["params"])
+            for s, g in zip(saved["param_groups"], groups, strict=True)):
+        return ["the optimizer's parameter groups do not match this model's"]
+    params = [p for g in groups for p in g["params"]]
+    ids = [i for s in saved["param_groups"] for i in s["params"]]
+    for i, entry in saved["state"].items():
+        if i not in ids:
+            return [f"the optimizer state names parameter {i!r}, which no group holds"]
+        p = params[ids.index(i)]
+        if not isinstance(entry, dict):
+            return [f"the optimizer state of parameter {i} is not a dict"]
+        for key in ("exp_avg", "exp_avg_sq"):
+            m = entry.get(key)
+            if not isinstance(m, torch.Tensor) or m.shape != p.shape or m.dtype != p.dtype:
+                got = f"{m.dtype} {tuple(m.shape)}" if isinstance(m, torch.Tensor) else repr(type(m).__name__)
+                return [f"Adam's {key} of parameter {i} is {got}, the parameter is {p.dtype} {tuple(p.shape)}"]
+            if not bool(torch.isfinite(m).all()):
+                return [f"Adam's {key} of parameter {i} holds non-finite values"]
+        step = entry.get("step")
+        value = step.item() if isinstance(step, torch.Tensor) and step.numel() == 1 else step
+        if not _number(value) or not math.isfinite(value) or value < 0:
+            return [f"Adam's step count of parameter {i} is {_short(step)}"]
+    return []
+
+
+def _short(x: Any) -> str:
+    text = repr(x)
+    return text if len(text) < 80 else text[:77] + "..."
