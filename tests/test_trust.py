@@ -217,6 +217,39 @@ def test_decompose_is_exact_or_refuses_by_name_on_tl_kinds(kind, per_head):
     assert (attr.values.sum(0) - direct).abs().max().item() < 1e-4, kind
 
 
+HOOKS_UNDER_CACHE = {  # hook -> whether per-head terms still rebuild the stream
+    "none": ([], True),
+    "zero attn_out 0": ([("blocks.0.hook_attn_out", lambda x, hook: torch.zeros_like(x))], False),
+    "scale attn_out 1": ([("blocks.1.hook_attn_out", lambda x, hook: 0.5 * x)], False),
+    "zero head 0 in z": ([("blocks.1.attn.hook_z", lambda z, hook: torch.cat([0 * z[..., :1, :], z[..., 1:, :]], -2))],
+                         True),
+    "negate mlp_out 0": ([("blocks.0.hook_mlp_out", lambda x, hook: -x)], True),
+}
+
+
+@pytest.mark.parametrize("on", ["ResidualGPT", "export"])
+@pytest.mark.parametrize("hook", list(HOOKS_UNDER_CACHE))
+def test_per_head_decompose_of_a_cache_taken_under_a_hook_is_exact_or_refuses(hook, on):
+    fwd_hooks, rebuilds = HOOKS_UNDER_CACHE[hook]
+    model = make_model("trained", bias=True)
+    runner = model if on == "ResidualGPT" else convert(model)
+    with torch.no_grad(), runner.hooks(fwd_hooks=fwd_hooks):
+        logits, cache = runner.run_with_cache(tokens())
+    stream = cache["blocks.1.hook_resid_post"]
+    whole = decompose(cache, "final")  # the whole attn_out is what the stream got: always exact
+    assert (whole.total() - stream).abs().max().item() < TOL
+    if not rebuilds:
+        for call in (lambda: decompose(cache, "final", per_head=True),
+                     lambda: direct_logit_attribution(cache, 3, per_head=True)):
+            with pytest.raises(DecompositionError, match=r"layer \d.*intervention on the\s+attention output"):
+                call()
+        return
+    parts = decompose(cache, "final", per_head=True)
+    assert (parts.total() - stream).abs().max().item() < TOL, hook
+    attr = direct_logit_attribution(cache, 3, per_head=True)
+    assert (attr.values.sum(0) - logits[..., 3]).abs().max().item() < 1e-4, hook
+
+
 # ----------------------------------------------------------------- 5. the self bias, visible to QK analysis
 
 ROUTES_QK = {"bias4": ("attention", 4.0), "bias+inf": ("attention", math.inf), "bias-inf": ("attention", -math.inf),
