@@ -274,13 +274,33 @@ def test_scores_rebuilt_from_q_and_k_include_the_routing(routing, on):
         assert (rebuilt[finite] - held[finite]).abs().max().item() < TOL
 
 
+QK_OWNERS = {"model": lambda tl: tl, "block 0": lambda tl: tl.blocks[0].attn, "block 1": lambda tl: tl.blocks[1].attn}
+
+
+@pytest.mark.parametrize("owner", list(QK_OWNERS))
 @pytest.mark.parametrize("attr", ["QK", "W_Q", "W_K"])
 @pytest.mark.parametrize("routing,warns", [("bias4", True), ("bias-inf", True), ("bias0", False), ("uniform", False)])
-def test_qk_of_a_routed_export_warns(routing, warns, attr):
+def test_qk_of_a_routed_export_warns(routing, warns, attr, owner):
     mixer, bias = ROUTES_QK[routing]
     tl = convert(make_model("random", mixer=mixer, self_bias=bias))
-    _, did = warned(HiddenRoutingWarning, getattr, tl, attr)
-    assert did == warns
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        getattr(QK_OWNERS[owner](tl), attr)
+    routing_words = [w for w in record if issubclass(w.category, HiddenRoutingWarning)]
+    assert len(routing_words) == (1 if warns else 0), [str(w.message) for w in routing_words]
+    if warns and owner != "model":
+        assert f"blocks[{owner[-1]}].attn.{attr}" in str(routing_words[0].message)
+
+
+@pytest.mark.parametrize("routing", ["bias4", "uniform"])
+def test_running_a_routed_export_says_nothing_of_the_routing(routing):
+    mixer, bias = ROUTES_QK[routing]
+    model = make_model("random", mixer=mixer, self_bias=bias)
+    tl = convert(model)
+    (logits, _), did = warned(HiddenRoutingWarning, tl.run_with_cache, tokens())
+    assert not did
+    with torch.no_grad():
+        assert (logits - model(tokens())).abs().max().item() < TOL
 
 
 # ----------------------------------------------------------------- 6. documented refusals, generate on text
