@@ -135,6 +135,58 @@ def test_cache_in_train_mode_with_dropout_warns(mode, dropout, warns):
     assert did == warns
 
 
+def _ablate_head0(z, hook):
+    return torch.cat([0 * z[..., :1, :], z[..., 1:, :]], -2)
+
+
+def _patch_resid_pre(model):
+    from transformer_lens import patching
+
+    clean, corrupt = tokens(seed=1, batch=1), tokens(seed=2, batch=1)
+    _, clean_cache = quiet(model.run_with_cache, clean)
+    return patching.get_act_patch_resid_pre(model, corrupt, clean_cache, lambda logits: logits[0, -1, 0])
+
+
+def _hooked_forward(model):
+    model.add_hook("blocks.0.hook_resid_mid", lambda x, hook: x)
+    try:
+        return model(tokens())
+    finally:
+        model.reset_hooks()
+
+
+HOOKED_CALLS = {
+    "run_with_hooks": lambda m: m.run_with_hooks(tokens(), fwd_hooks=[("blocks.1.attn.hook_z", _ablate_head0)]),
+    "hooks() context": lambda m: _in_hooks(m),
+    "add_hook + forward": _hooked_forward,
+    "transformer_lens.patching": _patch_resid_pre,
+    "no_grad run_with_hooks": lambda m: torch.no_grad()(HOOKED_CALLS["run_with_hooks"])(m),
+}
+
+
+def _in_hooks(model):
+    with model.hooks(fwd_hooks=[("blocks.0.hook_mlp_out", lambda x, hook: -x)]):
+        return model(tokens())
+
+
+@pytest.mark.parametrize("call", list(HOOKED_CALLS))
+@pytest.mark.parametrize("mode,dropout,warns", [("train", 0.2, True), ("eval", 0.2, False), ("train", 0.0, False)])
+def test_hooked_calls_in_train_mode_with_dropout_warn(mode, dropout, warns, call):
+    model = ResidualGPT(tiny_config(dropout=dropout)).train(mode == "train")
+    _, did = warned(TrainModeWarning, HOOKED_CALLS[call], model)
+    assert did == warns, call
+
+
+def test_plain_training_forward_and_gradient_probe_say_nothing():
+    from probes.gradients import capture_resid_grads
+
+    model = ResidualGPT(tiny_config(dropout=0.2)).train()
+    _, did_plain = warned(TrainModeWarning, model, tokens())
+    with capture_resid_grads(model):
+        _, did_probe = warned(TrainModeWarning, model, tokens())
+    assert not did_plain and not did_probe
+
+
 def test_export_cache_is_exact_in_train_mode():
     """TransformerLens has no dropout: an export's cache in train mode is its eval-mode cache, no word needed."""
     tl = convert(make_model("trained", dropout=0.2))
