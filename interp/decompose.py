@@ -213,6 +213,29 @@ def _head_weights(model: Any, layer: int) -> tuple[Float[Tensor, "head d_head d_
     return attn.W_O, getattr(attn, "b_O", None)
 
 
+def _check_heads_rebuild(
+    cache: Any, layer: int, result: Float[Tensor, "head ... d_model"], bias: Tensor | None
+) -> None:
+    """Refuse when hook_z @ W_O (+ b_O) is not the cached hook_attn_out: the stream holds something else.
+
+    A hook that replaced hook_attn_out (or hook_result) during the cached forward leaves hook_z as it was, so
+    per-head terms rebuilt from it would miss what the stream actually got.
+    """
+    attn_out = _get(cache, f"blocks.{layer}.hook_attn_out")
+    rebuilt = result.sum(0) + bias if bias is not None else result.sum(0)
+    off = float((rebuilt - attn_out).abs().max().detach()) if attn_out.numel() else 0.0
+    scale = float(attn_out.abs().max().detach()) if attn_out.numel() else 0.0
+    tol = max(1e-4, 32 * torch.finfo(attn_out.dtype).eps) * (1.0 + scale)
+    if not off <= tol:  # also refuses a NaN
+        raise DecompositionError(
+            f"per_head=True: at layer {layer} the heads (hook_z @ W_O + b_O) do not add up to the cached "
+            f"blocks.{layer}.hook_attn_out (off by {off:.3g}): the cache was taken under an intervention on the "
+            "attention output (a hook on hook_attn_out or hook_result), or in train mode with dropout, so "
+            "per-head terms would miss what the stream got; use per_head=False, or take the cache without "
+            "that hook (in eval mode)"
+        )
+
+
 def decompose(cache: Any, site: str, model: Any = None, *, per_head: bool = False) -> Components:
     """The terms that sum to the residual at `site` under this model's wiring.
 
@@ -220,6 +243,7 @@ def decompose(cache: Any, site: str, model: Any = None, *, per_head: bool = Fals
     "{l}_mlp_out"; with per_head, each surviving attn_out becomes "L{l}H{h}"
     (hook_z through that head's W_O) plus "{l}_attn_bias" when b_O is not zero.
     A mixer without heads (has_heads False, e.g. position_blind) keeps "{l}_attn_out" whole.
+    per_head refuses (DecompositionError) when the heads do not rebuild the cached hook_attn_out.
     """
     model = _model_of(cache, model)
     lay = layout(model)
@@ -249,11 +273,13 @@ def decompose(cache: Any, site: str, model: Any = None, *, per_head: bool = Fals
         w_o, b_o = heads
         z = _get(cache, f"blocks.{l}.attn.hook_z")
         result = einsum(z, w_o.to(z.dtype), "... h dh, h dh d -> h ... d")
+        bias = b_o.to(z.dtype).expand_as(result[0]) if b_o is not None else None
+        _check_heads_rebuild(cache, l, result, bias)
         labels += [f"L{l}H{h}" for h in range(result.shape[0])]
         parts += list(result)
         if b_o is not None and bool(b_o.ne(0).any()):
             labels.append(f"{l}_attn_bias")
-            parts.append(b_o.to(z.dtype).expand_as(result[0]))
+            parts.append(bias)
     stack = torch.stack([p.expand_as(parts[0]) for p in parts])
     return Components(labels, stack)
 

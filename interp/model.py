@@ -14,6 +14,10 @@ runs on a ResidualGPT. generate() is nanoGPT's.
 from __future__ import annotations
 
 import math
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import torch
@@ -197,6 +201,20 @@ class TLLayoutError(ToolkitError, AttributeError):
     """A HookedTransformer weight (W_O, QK, ...) asked of a ResidualGPT (an AttributeError too, for hasattr)."""
 
 
+# Set where hooks in train mode are meant (training-time probes) or already warned about (run_with_cache).
+_TRAIN_HOOKS_QUIET: ContextVar[bool] = ContextVar("train_hooks_quiet", default=False)
+
+
+@contextmanager
+def train_mode_hooks_expected() -> Iterator[None]:
+    """No TrainModeWarning for hooks inside: a probe that reads activations during training on purpose."""
+    token = _TRAIN_HOOKS_QUIET.set(True)
+    try:
+        yield
+    finally:
+        _TRAIN_HOOKS_QUIET.reset(token)
+
+
 class ResidualGPT(HookedRootModule):
     """The residual-ablation GPT. `forward(tokens)` -> logits; with targets, (logits, loss)."""
 
@@ -248,6 +266,14 @@ class ResidualGPT(HookedRootModule):
         tokens: Int[Tensor, "batch pos"],
         targets: Int[Tensor, "batch pos"] | None = None,
     ) -> Float[Tensor, "batch pos d_vocab"] | tuple[Float[Tensor, "batch pos d_vocab"], Tensor]:
+        if self.training and self.cfg.dropout > 0 and not _TRAIN_HOOKS_QUIET.get() and self._any_hook():
+            # run_with_hooks, hooks(), add_hook, transformer_lens.patching: once per call site, not per forward
+            warnings.warn(
+                f"a hooked forward in train mode with dropout={self.cfg.dropout:g}: every hooked activation and "
+                "patching result is off by a random amount (two identical calls differ); call model.eval() first",
+                TrainModeWarning,
+                stacklevel=2,
+            )
         n = tokens.shape[-1]
         if n > self.cfg.n_ctx:
             raise ConfigError(f"sequence length {n} exceeds n_ctx {self.cfg.n_ctx}")
@@ -262,6 +288,9 @@ class ResidualGPT(HookedRootModule):
             return logits
         loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
         return logits, loss
+
+    def _any_hook(self) -> bool:
+        return any(hp._forward_hooks or hp._backward_hooks for hp in self.hook_dict.values())
 
     def _apply(self, fn, *args, **kwargs):
         out = super()._apply(fn, *args, **kwargs)
@@ -280,7 +309,11 @@ class ResidualGPT(HookedRootModule):
                 TrainModeWarning,
                 stacklevel=2,
             )
-        out, cache = super().run_with_cache(*model_args, remove_batch_dim=remove_batch_dim, **kwargs)
+        token = _TRAIN_HOOKS_QUIET.set(True)  # warned above (or in eval mode): not again in forward
+        try:
+            out, cache = super().run_with_cache(*model_args, remove_batch_dim=remove_batch_dim, **kwargs)
+        finally:
+            _TRAIN_HOOKS_QUIET.reset(token)
         if return_cache_object:
             cache = ResidualActivationCache(cache, self, has_batch_dim=not remove_batch_dim)
         return out, cache

@@ -17,6 +17,8 @@ from contextlib import contextmanager
 
 from torch import Tensor, nn
 
+from interp.model import train_mode_hooks_expected
+
 
 def parameter_grad_norms(model: nn.Module) -> dict:
     """L2 norms of the current .grad, grouped; a parameter without a grad counts as zero."""
@@ -61,7 +63,7 @@ def capture_resid_grads(model: nn.Module):
             name = hook.name
             resid.register_hook(lambda g: grads.__setitem__(name, g.detach().double().norm().item()))
 
-    with model.hooks(fwd_hooks=[(lambda name: name in sites, attach)]):
+    with train_mode_hooks_expected(), model.hooks(fwd_hooks=[(lambda name: name in sites, attach)]):
         yield grads
 
 

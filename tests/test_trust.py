@@ -135,6 +135,58 @@ def test_cache_in_train_mode_with_dropout_warns(mode, dropout, warns):
     assert did == warns
 
 
+def _ablate_head0(z, hook):
+    return torch.cat([0 * z[..., :1, :], z[..., 1:, :]], -2)
+
+
+def _patch_resid_pre(model):
+    from transformer_lens import patching
+
+    clean, corrupt = tokens(seed=1, batch=1), tokens(seed=2, batch=1)
+    _, clean_cache = quiet(model.run_with_cache, clean)
+    return patching.get_act_patch_resid_pre(model, corrupt, clean_cache, lambda logits: logits[0, -1, 0])
+
+
+def _hooked_forward(model):
+    model.add_hook("blocks.0.hook_resid_mid", lambda x, hook: x)
+    try:
+        return model(tokens())
+    finally:
+        model.reset_hooks()
+
+
+HOOKED_CALLS = {
+    "run_with_hooks": lambda m: m.run_with_hooks(tokens(), fwd_hooks=[("blocks.1.attn.hook_z", _ablate_head0)]),
+    "hooks() context": lambda m: _in_hooks(m),
+    "add_hook + forward": _hooked_forward,
+    "transformer_lens.patching": _patch_resid_pre,
+    "no_grad run_with_hooks": lambda m: torch.no_grad()(HOOKED_CALLS["run_with_hooks"])(m),
+}
+
+
+def _in_hooks(model):
+    with model.hooks(fwd_hooks=[("blocks.0.hook_mlp_out", lambda x, hook: -x)]):
+        return model(tokens())
+
+
+@pytest.mark.parametrize("call", list(HOOKED_CALLS))
+@pytest.mark.parametrize("mode,dropout,warns", [("train", 0.2, True), ("eval", 0.2, False), ("train", 0.0, False)])
+def test_hooked_calls_in_train_mode_with_dropout_warn(mode, dropout, warns, call):
+    model = ResidualGPT(tiny_config(dropout=dropout)).train(mode == "train")
+    _, did = warned(TrainModeWarning, HOOKED_CALLS[call], model)
+    assert did == warns, call
+
+
+def test_plain_training_forward_and_gradient_probe_say_nothing():
+    from probes.gradients import capture_resid_grads
+
+    model = ResidualGPT(tiny_config(dropout=0.2)).train()
+    _, did_plain = warned(TrainModeWarning, model, tokens())
+    with capture_resid_grads(model):
+        _, did_probe = warned(TrainModeWarning, model, tokens())
+    assert not did_plain and not did_probe
+
+
 def test_export_cache_is_exact_in_train_mode():
     """TransformerLens has no dropout: an export's cache in train mode is its eval-mode cache, no word needed."""
     tl = convert(make_model("trained", dropout=0.2))
@@ -217,6 +269,39 @@ def test_decompose_is_exact_or_refuses_by_name_on_tl_kinds(kind, per_head):
     assert (attr.values.sum(0) - direct).abs().max().item() < 1e-4, kind
 
 
+HOOKS_UNDER_CACHE = {  # hook -> whether per-head terms still rebuild the stream
+    "none": ([], True),
+    "zero attn_out 0": ([("blocks.0.hook_attn_out", lambda x, hook: torch.zeros_like(x))], False),
+    "scale attn_out 1": ([("blocks.1.hook_attn_out", lambda x, hook: 0.5 * x)], False),
+    "zero head 0 in z": ([("blocks.1.attn.hook_z", lambda z, hook: torch.cat([0 * z[..., :1, :], z[..., 1:, :]], -2))],
+                         True),
+    "negate mlp_out 0": ([("blocks.0.hook_mlp_out", lambda x, hook: -x)], True),
+}
+
+
+@pytest.mark.parametrize("on", ["ResidualGPT", "export"])
+@pytest.mark.parametrize("hook", list(HOOKS_UNDER_CACHE))
+def test_per_head_decompose_of_a_cache_taken_under_a_hook_is_exact_or_refuses(hook, on):
+    fwd_hooks, rebuilds = HOOKS_UNDER_CACHE[hook]
+    model = make_model("trained", bias=True)
+    runner = model if on == "ResidualGPT" else convert(model)
+    with torch.no_grad(), runner.hooks(fwd_hooks=fwd_hooks):
+        logits, cache = runner.run_with_cache(tokens())
+    stream = cache["blocks.1.hook_resid_post"]
+    whole = decompose(cache, "final")  # the whole attn_out is what the stream got: always exact
+    assert (whole.total() - stream).abs().max().item() < TOL
+    if not rebuilds:
+        for call in (lambda: decompose(cache, "final", per_head=True),
+                     lambda: direct_logit_attribution(cache, 3, per_head=True)):
+            with pytest.raises(DecompositionError, match=r"layer \d.*intervention on the\s+attention output"):
+                call()
+        return
+    parts = decompose(cache, "final", per_head=True)
+    assert (parts.total() - stream).abs().max().item() < TOL, hook
+    attr = direct_logit_attribution(cache, 3, per_head=True)
+    assert (attr.values.sum(0) - logits[..., 3]).abs().max().item() < 1e-4, hook
+
+
 # ----------------------------------------------------------------- 5. the self bias, visible to QK analysis
 
 ROUTES_QK = {"bias4": ("attention", 4.0), "bias+inf": ("attention", math.inf), "bias-inf": ("attention", -math.inf),
@@ -241,13 +326,33 @@ def test_scores_rebuilt_from_q_and_k_include_the_routing(routing, on):
         assert (rebuilt[finite] - held[finite]).abs().max().item() < TOL
 
 
+QK_OWNERS = {"model": lambda tl: tl, "block 0": lambda tl: tl.blocks[0].attn, "block 1": lambda tl: tl.blocks[1].attn}
+
+
+@pytest.mark.parametrize("owner", list(QK_OWNERS))
 @pytest.mark.parametrize("attr", ["QK", "W_Q", "W_K"])
 @pytest.mark.parametrize("routing,warns", [("bias4", True), ("bias-inf", True), ("bias0", False), ("uniform", False)])
-def test_qk_of_a_routed_export_warns(routing, warns, attr):
+def test_qk_of_a_routed_export_warns(routing, warns, attr, owner):
     mixer, bias = ROUTES_QK[routing]
     tl = convert(make_model("random", mixer=mixer, self_bias=bias))
-    _, did = warned(HiddenRoutingWarning, getattr, tl, attr)
-    assert did == warns
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        getattr(QK_OWNERS[owner](tl), attr)
+    routing_words = [w for w in record if issubclass(w.category, HiddenRoutingWarning)]
+    assert len(routing_words) == (1 if warns else 0), [str(w.message) for w in routing_words]
+    if warns and owner != "model":
+        assert f"blocks[{owner[-1]}].attn.{attr}" in str(routing_words[0].message)
+
+
+@pytest.mark.parametrize("routing", ["bias4", "uniform"])
+def test_running_a_routed_export_says_nothing_of_the_routing(routing):
+    mixer, bias = ROUTES_QK[routing]
+    model = make_model("random", mixer=mixer, self_bias=bias)
+    tl = convert(model)
+    (logits, _), did = warned(HiddenRoutingWarning, tl.run_with_cache, tokens())
+    assert not did
+    with torch.no_grad():
+        assert (logits - model(tokens())).abs().max().item() < TOL
 
 
 # ----------------------------------------------------------------- 6. documented refusals, generate on text

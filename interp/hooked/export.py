@@ -9,7 +9,8 @@
     generate        past n_ctx the prompt is cropped to its last n_ctx tokens at every
                     step, as ResidualGPT.generate and nanoGPT do (TL would index past W_pos).
     QK, W_Q, W_K    with a routing in hook_attn_scores (self_bias, uniform) they do not
-                    show it: HiddenRoutingWarning, naming interp.scores.attention_scores.
+                    show it: HiddenRoutingWarning, naming interp.scores.attention_scores;
+                    so do each routed block's attn.QK / W_Q / W_K (rewire.RoutedAttention).
 
 TransformerLens has no dropout, so an export's cache is the same in train and eval mode.
 """
@@ -24,7 +25,8 @@ from transformer_lens import ActivationCache, HookedTransformer
 from transformer_lens.FactoredMatrix import FactoredMatrix
 
 from interp.config import ModelConfig
-from interp.errors import ConfigError, HiddenRoutingWarning, LogitAttrsWarning, UntrainedTokenWarning, warn
+from interp.errors import ConfigError, LogitAttrsWarning, UntrainedTokenWarning, warn
+from interp.hooked.rewire import hidden_routing_warning, routing_quiet
 from interp.registry import mixer_spec
 
 
@@ -174,28 +176,26 @@ class ExportedHookedTransformer(HookedTransformer):
     def _warn_hidden_routing(self, what: str) -> None:
         cfg = self.model_config
         # A routing that replaces the scores where W_Q is zero (uniform) is what W_Q @ W_K = 0 shows.
-        shown = not any(_nonzero(block.attn.W_Q) for block in self.blocks)
+        with routing_quiet():
+            shown = not any(_nonzero(block.attn.W_Q) for block in self.blocks)
         if mixer_spec(cfg.mixer).tl_routes_scores(cfg) and not shown:
-            warn(
-                f"{what}: this export's hook_attn_scores also applies mixer={cfg.mixer!r}, self_bias={cfg.self_bias:g} "
-                "(interp.mixers), which W_Q @ W_K does not show; scores rebuilt from hook_q / hook_k miss it too. "
-                "interp.scores.attention_scores(model, q, k) rebuilds the scores the model uses, routing included",
-                HiddenRoutingWarning,
-                stacklevel=3,
-            )
+            hidden_routing_warning(what, cfg, stacklevel=3)
 
     @property
     def W_Q(self) -> torch.Tensor:
         self._warn_hidden_routing("W_Q")
-        return HookedTransformer.W_Q.fget(self)
+        with routing_quiet():  # warned once here, not again per block
+            return HookedTransformer.W_Q.fget(self)
 
     @property
     def W_K(self) -> torch.Tensor:
         self._warn_hidden_routing("W_K")
-        return HookedTransformer.W_K.fget(self)
+        with routing_quiet():
+            return HookedTransformer.W_K.fget(self)
 
     @property
     def QK(self) -> FactoredMatrix:
         self._warn_hidden_routing("QK")
-        w_k = HookedTransformer.W_K.fget(self)
-        return FactoredMatrix(HookedTransformer.W_Q.fget(self), w_k.transpose(-2, -1))
+        with routing_quiet():
+            w_k = HookedTransformer.W_K.fget(self)
+            return FactoredMatrix(HookedTransformer.W_Q.fget(self), w_k.transpose(-2, -1))

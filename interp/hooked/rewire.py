@@ -20,21 +20,27 @@ blocks.0.hook_resid_mid.residual_removed), so a strict load_state_dict into a
 plain HookedTransformer refuses the state dict ("Unexpected key(s)"); strict=False
 and load_and_process_state_dict would drop them, which is why save_hooked's file
 keeps its tensors in shapes no plain HookedTransformer takes (interp.hooked.persist).
+
+A routed block's attention also becomes a RoutedAttention, so reading its W_Q, W_K or
+QK from outside the forward pass warns (HiddenRoutingWarning) as the model-level ones do.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import torch
 from jaxtyping import Float
 from torch import Tensor
 from transformer_lens import HookedTransformer
-from transformer_lens.components import PosEmbed
+from transformer_lens.components import Attention, PosEmbed
 from transformer_lens.hook_points import HookPoint
 
 from interp.config import ModelConfig
-from interp.errors import ConfigError
+from interp.errors import ConfigError, HiddenRoutingWarning, warn
 from interp.registry import mixer_spec
 
 
@@ -118,12 +124,71 @@ class RoutedScoresHookPoint(HookPoint):
         return self.mixer.tl_scores(self.model_cfg, scores)
 
 
+_ROUTING_QUIET: ContextVar[bool] = ContextVar("routing_quiet", default=False)
+
+
+@contextmanager
+def routing_quiet() -> Iterator[None]:
+    """No HiddenRoutingWarning inside: the forward pass, and model-level reads that warned once already."""
+    token = _ROUTING_QUIET.set(True)
+    try:
+        yield
+    finally:
+        _ROUTING_QUIET.reset(token)
+
+
+def hidden_routing_warning(what: str, cfg: ModelConfig, stacklevel: int) -> None:
+    """Warn that `what` (W_Q, W_K, QK) leaves out the routing cfg's hook_attn_scores applies."""
+    warn(
+        f"{what}: this export's hook_attn_scores also applies mixer={cfg.mixer!r}, self_bias={cfg.self_bias:g} "
+        "(interp.mixers), which W_Q @ W_K does not show; scores rebuilt from hook_q / hook_k miss it too. "
+        "interp.scores.attention_scores(model, q, k) rebuilds the scores the model uses, routing included",
+        HiddenRoutingWarning,
+        stacklevel=stacklevel + 1,
+    )
+
+
+class RoutedAttention(Attention):
+    """TL's Attention in a routed block: W_Q, W_K and QK read by a user warn (HiddenRoutingWarning).
+
+    Its own forward pass reads W_Q / W_K too, so it runs under routing_quiet. A zero W_Q
+    (the uniform mixer) shows the routing itself: W_Q @ W_K = 0, so no word then.
+    """
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        with routing_quiet():
+            return super().forward(*args, **kwargs)
+
+    def _warn_hidden(self, what: str) -> None:
+        w_q = self._parameters.get("W_Q")
+        routing = self._modules.get("hook_attn_scores")
+        if _ROUTING_QUIET.get() or not isinstance(routing, RoutedScoresHookPoint) or w_q is None:
+            return
+        if bool(w_q.detach().ne(0).any()):
+            layer = getattr(self, "layer_id", None)
+            where = f"blocks[{layer}].attn.{what}" if layer is not None else f"attn.{what}"
+            hidden_routing_warning(where, routing.model_cfg, stacklevel=3)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("W_Q", "W_K"):
+            self._warn_hidden(name)
+        return super().__getattr__(name)
+
+    @property
+    def QK(self) -> Any:
+        self._warn_hidden("QK")
+        with routing_quiet():
+            return Attention.QK.fget(self)
+
+
 def _rewire(model: HookedTransformer, cfg: ModelConfig) -> None:
     """Swap in the hook points above where cfg departs from a plain Pre-LN GPT."""
     routed = mixer_spec(cfg.mixer).tl_routes_scores(cfg)
     for block in model.blocks:
         if routed:
             block.attn.hook_attn_scores = RoutedScoresHookPoint(cfg)
+            if type(block.attn) is Attention:  # what every export builds (no GQA)
+                block.attn.__class__ = RoutedAttention
         if not cfg.attn_residual:
             slot = _Slot()
             block.hook_attn_out = RecordedHookPoint(slot)
