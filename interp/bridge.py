@@ -61,10 +61,10 @@ from transformer_lens.model_bridge.sources import build_bridge_from_module
 
 from interp.checkpoint import SCHEMA, Checkpoint, load_checkpoint
 from interp.config import ModelConfig
-from interp.errors import CheckpointError, ConfigError, ToolkitError
+from interp.errors import CheckpointError, ConfigError, LogitAttrsWarning, ToolkitError, warn
 from interp.gpt2 import GPT2_VOCAB_SIZE
 from interp.io import atomic_write
-from interp.model import ResidualGPT
+from interp.model import LOGIT_ATTRS_MESSAGE, ResidualGPT
 from interp.registry import mixer_spec
 from interp.tl_major import tl_config_fields
 from interp.tokenizers import tokenizer_for
@@ -363,6 +363,8 @@ class BridgeActivationCache(ActivationCache):
 
     def logit_attrs(self, *args: Any, **kwargs: Any) -> Any:
         self._refuse_if_not_additive("logit_attrs")
+        # the bridge never folds ln_final, so TL's attributions leave out its weight (as on an unfolded 3.x export)
+        warn(LOGIT_ATTRS_MESSAGE, LogitAttrsWarning, stacklevel=2)
         return super().logit_attrs(*args, **kwargs)
 
     def apply_slice_to_batch_dim(self, batch_slice: Any) -> ActivationCache:

@@ -374,3 +374,12 @@ def test_state_dict_of_another_mixer_is_refused():
     sd = bridge(make_model("full", mixer="uniform")).state_dict()
     with pytest.raises(CheckpointError, match="wiring.mixer='uniform' is not this model's \\('attention'\\)"):
         bridge(make_model("full")).load_state_dict(sd)
+
+
+def test_logit_attrs_on_a_full_bridge_warns_that_ln_final_w_is_left_out():
+    from interp.errors import LogitAttrsWarning
+
+    b = bridge(make_model("full", trained=True))
+    _, cache = b.run_with_cache(tokens())
+    with pytest.warns(LogitAttrsWarning, match="fold_ln=True"):
+        cache.logit_attrs(cache["ln_final.hook_normalized"], tokens=torch.tensor([3]))
