@@ -116,3 +116,21 @@ def test_hold_names_the_holder_and_leaves_no_holder_line(tmp_path):
             with run.hold():
                 pass
     assert not run.busy() and not run.holder.exists()
+
+
+@pytest.mark.parametrize("key, value", [("final_val_loss", 0.123456), ("best_val_loss", 0.5), ("best_step", 1)])
+def test_an_edited_number_in_final_json_is_never_reported(tmp_path, key, value):
+    import json
+
+    from conftest import run_module
+
+    args = ("training", "--preset", "smoke", "--out", str(tmp_path), "--no-progress")
+    assert run_module(*args).returncode == 0
+    final = tmp_path / "smoke" / "full" / "seed1337" / "final.json"
+    record = json.loads(final.read_text())
+    record[key] = value
+    final.write_text(json.dumps(record))
+    edited = final.read_bytes()
+    again = run_module(*args)
+    assert again.returncode == 2 and f"final.json's {key}" in again.stderr.strip().splitlines()[-1]
+    assert str(value) not in again.stdout and final.read_bytes() == edited

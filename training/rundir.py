@@ -246,7 +246,19 @@ class RunDir:
                               f"{str(written)[:12]}, final.json names {str(recorded)[:12]}; "
                               f"step {ckpt.state.get('step')!r}); "
                               "it is never reused - move that directory aside and run again")
+        self._check_numbers(final, ckpt.state)
         return final
+
+    def _check_numbers(self, final: dict[str, Any], state: dict[str, Any]) -> None:
+        """final.json's losses are the checkpoint's: an edited number is never reported as the result."""
+        best = state.get("best") if isinstance(state.get("best"), dict) else {}
+        pairs = [("best_val_loss", best.get("val_loss")), ("best_step", best.get("step"))]
+        if "final_val_loss" in state:  # checkpoints written before this record lack it
+            pairs.append(("final_val_loss", state["final_val_loss"]))
+        differ = [k for k, want in pairs if want is not None and final.get(k) != want]
+        if differ:
+            raise RunDirError(f"{self.path}: final.json's {', '.join(differ)} differ from what ckpt.pt records; "
+                              "it is never reused - move that directory aside and run again")
 
     def read_final(self) -> dict[str, Any]:
         """final.json, checked: a JSON object with every FINAL_KEYS and finite losses."""

@@ -237,6 +237,8 @@ class Trainer:
             train_config=self.train_cfg.to_dict(), model_init=self.config_record["model_init"],
             data=self.config_record["data"], vocab=self.corpus.vocab, encoding=self.corpus.encoding,
         )
+        if getattr(self, "last_val", None) is not None:  # the finished run's last validation loss
+            state["final_val_loss"] = self.last_val
         if self.device.type == "cuda":
             state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
         return state
@@ -407,6 +409,7 @@ class Trainer:
             bar.close()
         self._call("on_train_end")
         self.step = cfg.max_steps
+        self.last_val = last_val  # recorded in the final checkpoint, so final.json is checked against it
         self.save()
         final = self._final_record(last_val, start_step)
         if self.is_main:
