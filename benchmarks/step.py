@@ -142,6 +142,21 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def shape_names(option: str, text: str, allow_empty: bool = False) -> list[str]:
+    """A comma-separated list of known shapes, each once; an empty entry or list is an error (an empty
+    --trainer / --memory means none)."""
+    names = [n.strip() for n in text.split(",")] if text.strip() or not allow_empty else []
+    if any(not n for n in names) or (not names and not allow_empty):
+        raise BenchError(f"{option} {text!r} has an empty entry; name one or more of: {', '.join(SHAPE_DEFAULTS)}")
+    unknown = [n for n in names if n not in SHAPE_DEFAULTS]
+    if unknown:
+        raise BenchError(f"{option}: unknown shape(s) {', '.join(unknown)}; shapes: {', '.join(SHAPE_DEFAULTS)}")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise BenchError(f"{option} names {', '.join(repeated)} more than once; name each shape once")
+    return names
+
+
 def main(argv: list[str] | None = None) -> int:
     with interrupts():  # SIGTERM like Ctrl-C
         return _main(argv)
@@ -159,8 +174,10 @@ def _main(argv: list[str] | None = None) -> int:
         if args.threads <= 0 or any(v is not None and v <= 0 for v in (args.steps, args.rounds, args.trainer_steps)):
             raise BenchError("--threads, --steps, --rounds and --trainer-steps must be positive")
         torch.set_num_threads(args.threads)
-        shapes = [make_shape(n.strip(), args.steps, args.rounds, args.set) for n in args.shapes.split(",")
-                  if n.strip()]
+        names = shape_names("--shapes", args.shapes)
+        for option, value in (("--trainer", args.trainer), ("--memory", args.memory)):
+            shape_names(option, value, allow_empty=True)
+        shapes = [make_shape(n, args.steps, args.rounds, args.set) for n in names]
         if args.memory_child:
             memory_child(args.memory_child, shapes[0].name, args.set)
             print(f"{RSS_MARK}{peak_rss_mb()}")

@@ -3,6 +3,7 @@
 import json
 import math
 
+import pytest
 from conftest import run_module
 
 
@@ -64,3 +65,18 @@ def test_bad_set_is_one_error_line():
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "eval_from" in lines[0], proc.stderr
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--shapes", ""], "empty entry"),
+    (["--shapes", "smoke,"], "empty entry"),
+    (["--shapes", "smoke,smoke"], "more than once"),
+    (["--shapes", "smoke", "--memory", "bogus"], "unknown shape"),
+    (["--shapes", "smoke", "--trainer", "smoke,,cpu-quick"], "empty entry"),
+])
+def test_shape_lists_are_checked_before_any_work(argv, message, capsys):
+    from benchmarks.step import main
+
+    assert main([*argv, "--no-trainer", "--no-memory"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and message in err[0]
