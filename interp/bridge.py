@@ -494,7 +494,34 @@ class ResidualBridge(TransformerBridge):
                         f"{' / '.join(batched)}: call generate on each prompt instead"
                     )
                 return [super(ResidualBridge, self).generate(p, *args, **kwargs) for p in input]
-        return super().generate(input, *args, **kwargs)
+        return self._generate_cropping(input, *args, **kwargs)
+
+    def _generate_cropping(self, input: Any, max_new_tokens: int = 10, *args: Any, **kwargs: Any) -> Any:
+        """TL 4's generate; past n_ctx, each new token from the last n_ctx tokens (nanoGPT's crop, as
+        ResidualGPT.generate and the 3.x export). Only one prompt (text or tokens) returning text or tokens."""
+        n_ctx = self.residual_gpt.cfg.n_ctx
+        return_type = kwargs.get("return_type", "input")
+        if isinstance(input, str):
+            tokens = self.to_tokens(input, prepend_bos=kwargs.get("prepend_bos"))
+        elif isinstance(input, torch.Tensor) and input.ndim in (1, 2):
+            tokens = input if input.ndim == 2 else input[None]
+        else:
+            tokens = None
+        extras = [k for k in ("output_logits", "return_cache", "return_input_tokens") if kwargs.get(k)]
+        if (tokens is None or args or tokens.shape[0] != 1 or tokens.shape[-1] + max_new_tokens <= n_ctx
+                or extras or return_type not in ("input", "str", "tokens") or kwargs.get("stop_at_eos")):
+            return super().generate(input, max_new_tokens, *args, **kwargs)
+        step_kwargs = {k: v for k, v in kwargs.items() if k not in ("return_type", "prepend_bos")}
+        step_kwargs["verbose"] = False
+        out = tokens
+        first = max(0, n_ctx - out.shape[-1])
+        if first:
+            out = super().generate(out, first, return_type="tokens", **step_kwargs)
+        while out.shape[-1] < tokens.shape[-1] + max_new_tokens:
+            step = super().generate(out[:, -n_ctx:], 1, return_type="tokens", **step_kwargs)
+            out = torch.cat([out, step[:, -1:]], dim=1)
+        as_text = return_type == "str" or (return_type == "input" and isinstance(input, str))
+        return self.tokenizer.decode(out[0], skip_special_tokens=True) if as_text else out
 
     def run_with_cache(self, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
         out, cache = super().run_with_cache(*args, **kwargs)

@@ -218,12 +218,12 @@ def test_generate_greedy_agrees_with_residual_gpt_on_prompts_with_newlines():
         assert text == b.to_string(want[0])
 
 
-def test_context_length_is_a_clear_error():
+def test_context_length_is_a_clear_error_and_generate_crops():
     b = bridge(make_model())
     with pytest.raises(ConfigError, match="exceeds n_ctx 16"):
         b(torch.zeros(1, 17, dtype=torch.long))
-    with pytest.raises(ConfigError, match="exceeds n_ctx 16"):
-        b.generate(b.to_tokens("abcdefghij"), max_new_tokens=10, do_sample=False, verbose=False)
+    out = b.generate(b.to_tokens("abcdefghij"), max_new_tokens=10, do_sample=False, verbose=False)
+    assert out.shape == (1, 20)  # past n_ctx generate crops to the last n_ctx tokens, as on the 3.x export
 
 
 def test_right_padded_batch_and_the_special_token():
@@ -383,3 +383,12 @@ def test_logit_attrs_on_a_full_bridge_warns_that_ln_final_w_is_left_out():
     _, cache = b.run_with_cache(tokens())
     with pytest.warns(LogitAttrsWarning, match="fold_ln=True"):
         cache.logit_attrs(cache["ln_final.hook_normalized"], tokens=torch.tensor([3]))
+
+
+def test_generate_past_n_ctx_crops_as_residual_gpt_does():
+    model = make_model("attn_only", trained=True)
+    b = bridge(model)
+    n_new = model.cfg.n_ctx + 5
+    ours = model.eval().generate(b.to_tokens("AB"), n_new, temperature=0)
+    theirs = b.generate(b.to_tokens("AB"), max_new_tokens=n_new, do_sample=False, verbose=False)
+    assert torch.equal(theirs, ours)
