@@ -150,7 +150,8 @@ def shape_names(option: str, text: str, allow_empty: bool = False) -> list[str]:
         raise BenchError(f"{option} {text!r} has an empty entry; name one or more of: {', '.join(SHAPE_DEFAULTS)}")
     unknown = [n for n in names if n not in SHAPE_DEFAULTS]
     if unknown:
-        raise BenchError(f"{option}: unknown shape(s) {', '.join(unknown)}; shapes: {', '.join(SHAPE_DEFAULTS)}")
+        where = "" if option == "--shapes" else f"{option}: "
+        raise BenchError(f"{where}unknown shape {unknown[0]!r}; shapes: {', '.join(SHAPE_DEFAULTS)}")
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise BenchError(f"{option} names {', '.join(repeated)} more than once; name each shape once")
