@@ -38,25 +38,27 @@ import os
 import sys
 from typing import Any
 
-import torch
-
-from benchmarks.children import RSS_MARK, measure_memory, measure_trainer_command, memory_child, peak_rss_mb
-from benchmarks.report import print_report
-from benchmarks.shapes import DEFAULT_SHAPES, SHAPE_DEFAULTS, BenchError, Shape, make_shape
-from benchmarks.timing import compile_checks, component_costs, measure_trainer, time_variants
-from benchmarks.variants import variants_for
 from interp.errors import ToolkitError, one_line
-from interp.signals import exit_code, interrupts, signal_name
-from training.flops import peak_matmul_flops
-from training.presets import PRESETS, parse_overrides
+from interp.signals import exit_code, fired_code, interrupts, signal_name
 
+# torch and the benchmark's modules are imported inside main(), once interrupts() is in place, so a
+# SIGTERM that arrives while torch loads (seconds on a busy machine) is handled like any other.
 
 def measure_peak() -> float:
     """The matmul peak, measured now (the trainer keeps the figure for its own MFU)."""
+    import torch
+
+    from training.flops import peak_matmul_flops
+
     return peak_matmul_flops(torch.device("cpu"), remeasure=True)
 
 
-def bench_shape(shape: Shape, args) -> dict[str, Any]:
+def bench_shape(shape, args) -> dict[str, Any]:
+    from benchmarks.children import measure_memory, measure_trainer_command
+    from benchmarks.shapes import BenchError
+    from benchmarks.timing import compile_checks, component_costs, measure_trainer, time_variants
+    from benchmarks.variants import variants_for
+
     variants = variants_for(args.compile)
     if args.variants:
         wanted = set(args.variants.split(","))
@@ -108,6 +110,10 @@ def _progress(args, text: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from benchmarks.shapes import DEFAULT_SHAPES, SHAPE_DEFAULTS
+    from benchmarks.variants import variants_for
+    from training.presets import PRESETS
+
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.step",
         description=__doc__.split("\n\n", 2)[2],
@@ -145,6 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
 def shape_names(option: str, text: str, allow_empty: bool = False) -> list[str]:
     """A comma-separated list of known shapes, each once; an empty entry or list is an error (an empty
     --trainer / --memory means none)."""
+    from benchmarks.shapes import SHAPE_DEFAULTS, BenchError
+
     names = [n.strip() for n in text.split(",")] if text.strip() or not allow_empty else []
     if any(not n for n in names) or (not names and not allow_empty):
         raise BenchError(f"{option} {text!r} has an empty entry; name one or more of: {', '.join(SHAPE_DEFAULTS)}")
@@ -159,18 +167,33 @@ def shape_names(option: str, text: str, allow_empty: bool = False) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    with interrupts():  # SIGTERM like Ctrl-C
-        return _main(argv)
+    try:
+        with interrupts():  # SIGTERM like Ctrl-C, from before torch is imported
+            return _main(argv)
+    except (KeyboardInterrupt, Exception) as e:  # Ctrl-C or SIGTERM (interp.signals): nothing is written but stdout
+        code = exit_code(e) if isinstance(e, KeyboardInterrupt) else fired_code()
+        if code is None:  # no signal: a bug, shown as one
+            raise
+        print(f"\ninterrupted ({signal_name(code)}); no report was printed", file=sys.stderr)
+        return code
 
 
 def _main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from benchmarks.children import RSS_MARK, memory_child, peak_rss_mb
+
     if args.training_child:  # python -m training ARGS, then this process's peak memory
         from training.__main__ import main as train_main
 
         rc = train_main(args.training_args)
         print(f"{RSS_MARK}{peak_rss_mb()}")
         return rc
+    import torch
+
+    from benchmarks.report import print_report
+    from benchmarks.shapes import BenchError, make_shape
+    from training.presets import parse_overrides
+
     try:
         if args.threads <= 0 or any(v is not None and v <= 0 for v in (args.steps, args.rounds, args.trainer_steps)):
             raise BenchError("--threads, --steps, --rounds and --trainer-steps must be positive")
@@ -199,10 +222,6 @@ def _main(argv: list[str] | None = None) -> int:
     except ToolkitError as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (interp.signals): nothing is written but stdout
-        code = exit_code(e)
-        print(f"\ninterrupted ({signal_name(code)}); no report was printed", file=sys.stderr)
-        return code
     if args.json:
         print(json.dumps(report, indent=2))
     else:

@@ -39,7 +39,7 @@ from experiments.options import parse_seeds
 from experiments.plan import Context, Group, Job, Variant, select_variants
 from interp.errors import ToolkitError, one_line
 from interp.io import remove_stale_temps
-from interp.signals import exit_code, interrupts, signal_name
+from interp.signals import exit_code, fired_code, interrupts, signal_name
 from training.budget import check_runnable
 from training.presets import PRESETS, RunSpec, parse_overrides, resolve
 
@@ -113,6 +113,10 @@ class Experiment:
             where = f" {e.filename}" if e.filename else ""
             print(f"error: cannot read or write{where}: {e.strerror or e}", file=sys.stderr)
             return 2
+        except Exception:  # a library turned the interrupt into another exception (interp.signals.fired_code)
+            code = fired_code()
+            if code is None:
+                raise
         command = shlex.join([sys.executable, "-m", f"experiments.{self.name}", *argv])
         print(f"\ninterrupted ({signal_name(code)}) after {time.perf_counter() - start:.0f}s; finished runs are "
               f"kept and the interrupted one resumes from its checkpoint: {command}", file=sys.stderr)

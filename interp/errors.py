@@ -47,9 +47,9 @@ class HiddenRoutingWarning(ToolkitWarning):
 def one_line_errors(run: Callable[[], Any]) -> tuple[int, Any]:
     """(0, run()) or, for a ToolkitError or OSError, (2, None) after one `error:` line on stderr.
 
-    Ctrl-C and SIGTERM (interp.signals) end it too: one line, exit 130 or 143.
+    Ctrl-C, SIGTERM and SIGHUP (interp.signals) end it too: one line, exit 130, 143 or 129.
     """
-    from interp.signals import exit_code, interrupts, signal_name
+    from interp.signals import exit_code, fired_code, interrupts, signal_name
 
     try:
         with interrupts():
@@ -57,8 +57,10 @@ def one_line_errors(run: Callable[[], Any]) -> tuple[int, Any]:
     except (ToolkitError, OSError) as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2, None
-    except KeyboardInterrupt as e:
-        code = exit_code(e)
+    except (KeyboardInterrupt, Exception) as e:  # a library may turn the interrupt into another exception
+        code = exit_code(e) if isinstance(e, KeyboardInterrupt) else fired_code()
+        if code is None:  # no signal fired: a bug, shown as one
+            raise
         print(f"\ninterrupted ({signal_name(code)}); nothing was written", file=sys.stderr)
         return code, None
 

@@ -7,10 +7,17 @@ with exit 143, no message, and whatever `finally` blocks would have cleaned up
 path that handles Ctrl-C handles both: files stay whole, the lock is released,
 one line says where the run resumes. The exit status tells them apart:
 
-    Ctrl-C (SIGINT)   130      SIGTERM   143      (128 + the signal's number, as a shell reports it)
+    Ctrl-C (SIGINT)   130      SIGTERM   143      SIGHUP   129
+    (128 + the signal's number, as a shell reports it)
 
-A second signal while the first is being handled is ignored, so the cleanup
-finishes instead of ending in a traceback; SIGKILL still stops anything.
+SIGHUP (a closed terminal or ssh session) is handled the same way where the
+process has not been told to ignore it (nohup), so no lock holder line is left.
+Once a signal has fired the process is ending: every later one, even after
+the `with` block has closed and before the process exits, is ignored, so the
+cleanup and the closing line finish instead of ending in a traceback (two
+Ctrl-C 50 ms apart); SIGKILL still stops anything. Two different signals that land while the
+process is inside one long C call are handled in CPython's order (lowest number first), so Ctrl-C
+then wins over a SIGTERM sent just before it.
 """
 
 from __future__ import annotations
@@ -21,48 +28,93 @@ import threading
 
 EXIT_INTERRUPT = 128 + signal.SIGINT  # 130
 EXIT_TERMINATED = 128 + signal.SIGTERM  # 143
+_HANGUP = getattr(signal, "SIGHUP", None)  # not on Windows
+EXIT_HANGUP = 128 + (_HANGUP or 1)  # 129
+HANDLED = tuple(s for s in (signal.SIGINT, signal.SIGTERM, _HANGUP) if s is not None)
+_fired: list[int] = []  # the signal that is ending this process, once one has
+_left: dict = {}  # the handlers from before, while a fired signal leaves them ignored
+_depth: list[int] = []  # non-empty inside interrupts()
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the process was, as Ctrl-C raises KeyboardInterrupt."""
+    """SIGTERM (or SIGHUP), raised where the process was, as Ctrl-C raises KeyboardInterrupt."""
+
+    def __init__(self, signum: int = signal.SIGTERM):
+        super().__init__()
+        self.signum = signum
 
 
 def exit_code(interrupt: BaseException) -> int:
-    """130 for Ctrl-C, 143 for SIGTERM (an exception that carries its own exit_code keeps it)."""
+    """130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP (an exception carrying its own exit_code keeps it)."""
     code = getattr(interrupt, "exit_code", None)
     if isinstance(code, int):
         return code
-    return EXIT_TERMINATED if isinstance(interrupt, Terminated) else EXIT_INTERRUPT
+    if isinstance(interrupt, Terminated):
+        return 128 + int(interrupt.signum)
+    return EXIT_INTERRUPT
+
+
+def fired_code() -> int | None:
+    """128 + the signal that is ending this process, or None while none has fired.
+
+    A signal raises its interrupt wherever the process is; a library that catches it there (transformers'
+    lazy importer turns it into ModuleNotFoundError) hands on another exception. The command lines ask this
+    before treating an unexpected exception as a bug, so such an exception is still reported as the
+    interrupt it was, with its exit status and no traceback.
+    """
+    return 128 + int(_fired[0]) if _fired else None
 
 
 def signal_name(code: int) -> str:
-    return "SIGTERM" if code == EXIT_TERMINATED else "Ctrl-C"
+    return {EXIT_TERMINATED: "SIGTERM", EXIT_HANGUP: "SIGHUP"}.get(code, "Ctrl-C")
+
+
+def restore() -> None:
+    """Put back the handlers from before a fired signal (for a process that goes on: a test runner)."""
+    for s, h in _left.items():
+        signal.signal(s, h if h is not None else signal.SIG_DFL)
+    _left.clear()
+    _fired.clear()
 
 
 @contextlib.contextmanager
 def interrupts():
-    """SIGINT raises KeyboardInterrupt and SIGTERM raises Terminated, once; the previous handlers come back after.
+    """SIGINT raises KeyboardInterrupt, SIGTERM and SIGHUP raise Terminated, once; afterwards the previous
+    handlers come back, unless a signal fired (then the process is ending and further ones stay ignored;
+    restore() puts them back for a process that goes on).
 
-    Only the main thread can set handlers; elsewhere (a thread, some embedders) this does nothing.
+    Only the main thread can set handlers; elsewhere (a thread, some embedders) this does nothing. A signal
+    the process already ignores (SIGHUP under nohup) stays ignored. Nested uses share the outermost one.
     """
-    if threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread() or _depth:
         yield
         return
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    restore()  # a signal that fired in an earlier use in this process left its handlers ignored
+    previous = {s: signal.getsignal(s) for s in HANDLED}
 
     def handler(signum, frame):
-        for s in previous:  # the first signal is being handled: let its cleanup finish
-            signal.signal(s, signal.SIG_IGN)
-        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+        if _fired:  # a second signal while the first one's cleanup runs: let it finish
+            return
+        _fired.append(signum)  # from here every signal lands above; setting SIG_IGN instead would make
+        # CPython print "Signal 15 ignored due to race condition" for one already on its way
+        raise KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
 
     try:
-        for s in previous:
-            signal.signal(s, handler)
+        for s, h in previous.items():
+            if h is not signal.SIG_IGN or s == signal.SIGINT:
+                signal.signal(s, handler)
     except (ValueError, OSError):  # not allowed here: leave the process's handlers as they are
         yield
         return
+    _depth.append(1)
     try:
         yield
     finally:
-        for s, h in previous.items():
-            signal.signal(s, h if h is not None else signal.SIG_DFL)
+        _depth.clear()
+        if _fired:  # the process is ending: a late signal must not cut its last line short, nor kill it while
+            _left.update(previous)  # Python shuts down (which puts the default back for a Python handler)
+            for s in previous:
+                signal.signal(s, signal.SIG_IGN)
+        else:
+            for s, h in previous.items():
+                signal.signal(s, h if h is not None else signal.SIG_DFL)

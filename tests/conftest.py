@@ -85,3 +85,13 @@ def pytest_report_header(config):
     tl4 = int(major.split(".")[0]) >= 4
     export = "TransformerBridge (interp.bridge)" if tl4 else "HookedTransformer (interp.hooked)"
     return f"transformer-lens {major}: the export tests run against the {export}"
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_back():
+    """A test that ends a command with a signal leaves its handlers ignored, as a process that is ending
+    should (interp.signals); this test process goes on, so they come back after each test."""
+    yield
+    from interp.signals import restore
+
+    restore()

@@ -7,7 +7,7 @@ by the same rule as the experiments' runs ("attn_only + uniform" ->
 attn_only_uniform), so a run trained here is reused by an experiment with the
 same --out and the other way round. Running the same command again resumes an
 interrupted run, and does nothing for a finished one; Ctrl-C exits 130 and
-SIGTERM 143, each with one line and the command that resumes.
+SIGTERM 143 (SIGHUP 129), each with one line and the command that resumes.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import sys
 
 from interp.config import MIXERS, RESIDUALS
 from interp.errors import ToolkitError, one_line
-from interp.signals import exit_code, interrupts, signal_name
+from interp.signals import exit_code, fired_code, interrupts, signal_name
 from training.presets import MODEL_FIELDS, PRESETS, TRAIN_FIELDS, parse_overrides, resolve
 from training.rundir import RunDir, variant_name
 
@@ -104,6 +104,13 @@ def _main(argv: list[str] | None = None) -> int:
         where = f" {e.filename}" if e.filename else ""
         print(f"error: cannot read or write{where}: {e.strerror or e}", file=sys.stderr)
         return 2
+    except Exception:  # a library turned the interrupt into another exception (interp.signals.fired_code)
+        code = fired_code()
+        if code is None:
+            raise
+        print(f"\ninterrupted ({signal_name(code)}); the run resumes from its last checkpoint, if any: "
+              f"rerun the same command", file=sys.stderr)
+        return code
     if int(os.environ.get("RANK", "0")) == 0:
         print(f"run: {run_dir.path}")
         print(json.dumps(final, indent=2))

@@ -31,7 +31,7 @@ from interp.config import ModelConfig
 from interp.errors import CheckpointError, ConfigError, ToolkitError, one_line
 from interp.io import append_jsonl, kill_point, read_jsonl, write_json, write_jsonl
 from interp.model import ResidualGPT
-from interp.signals import EXIT_INTERRUPT, EXIT_TERMINATED, exit_code
+from interp.signals import EXIT_INTERRUPT, exit_code, signal_name
 from training.budget import check_runnable
 from training.checkstate import check_training_state
 from training.compile import maybe_compile
@@ -448,7 +448,7 @@ class TrainingInterrupted(ToolkitError):
 
     def __init__(self, step: int, ckpt: Path, exit_code: int = EXIT_INTERRUPT):
         self.step = step
-        self.exit_code = exit_code  # 130 for Ctrl-C, 143 for SIGTERM (interp.signals)
+        self.exit_code = exit_code  # 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP (interp.signals)
         where = f"from its checkpoint {ckpt}" if ckpt.exists() else "from the start (no checkpoint yet)"
-        what = "terminated (SIGTERM)" if exit_code == EXIT_TERMINATED else "interrupted"
+        what = "interrupted" if exit_code == EXIT_INTERRUPT else f"terminated ({signal_name(exit_code)})"
         super().__init__(f"{what} at step {step}; the run resumes {where}")

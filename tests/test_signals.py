@@ -1,0 +1,98 @@
+"""Signals end every command with one line and their own exit status (docs/DESIGN.md contract 7).
+
+In-process checks of interp.signals, and real signals sent to real commands: SIGHUP like SIGTERM, a second
+Ctrl-C that lands while the first one's cleanup runs, and SIGTERM while benchmarks.step is still importing.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from interp.signals import EXIT_HANGUP, Terminated, exit_code, fired_code, interrupts, restore, signal_name
+
+pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="POSIX signals")
+
+
+def test_each_signal_raises_its_interrupt_once_and_carries_its_exit_status():
+    for signum, kind, code in ((signal.SIGINT, KeyboardInterrupt, 130), (signal.SIGTERM, Terminated, 143),
+                               (signal.SIGHUP, Terminated, 129)):
+        with pytest.raises(kind) as caught:
+            with interrupts():
+                os.kill(os.getpid(), signum)
+                time.sleep(1)
+        assert exit_code(caught.value) == code and fired_code() == code
+        # the process is taken to be ending: a second signal is ignored, even after the block
+        os.kill(os.getpid(), signum)
+        time.sleep(0.05)
+        restore()
+        assert fired_code() is None and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal_name(EXIT_HANGUP) == "SIGHUP"
+
+
+def test_a_block_without_a_signal_puts_the_handlers_back_and_nested_blocks_share_one():
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    with interrupts():
+        inside = signal.getsignal(signal.SIGTERM)
+        with interrupts():
+            assert signal.getsignal(signal.SIGTERM) is inside
+        assert signal.getsignal(signal.SIGTERM) is inside  # the inner block did not restore the defaults
+    assert {s: signal.getsignal(s) for s in before} == before
+
+
+def test_an_ignored_sighup_stays_ignored_under_nohup():
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with interrupts():
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
+def _start(args, env_extra=None):
+    env = {**os.environ, **(env_extra or {})}
+    return subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+
+
+def _wait_for(path, proc, timeout=240):
+    t0 = time.time()
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.time() - t0 < timeout
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("signals,code", [((signal.SIGHUP,), 129), ((signal.SIGINT, signal.SIGINT), 130),
+                                          ((signal.SIGTERM, signal.SIGTERM), 143)])
+def test_training_ends_with_one_line_and_no_lock_holder(signals, code, tmp_path, shared_data):
+    out = tmp_path / "runs"
+    proc = _start(["-m", "training", "--preset", "smoke", "--no-progress", "--out", str(out),
+                   "--set", "max_steps=100000"])
+    run = out / "smoke" / "full" / "seed1337"
+    _wait_for(run / "metrics.jsonl", proc)
+    time.sleep(0.5)
+    for i, s in enumerate(signals):
+        if i:
+            time.sleep(0.03)  # lands while the first one's cleanup runs
+        proc.send_signal(s)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == code, err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].count("resume") >= 1
+    assert not (run / ".lock.holder").exists()
+    assert not list(run.glob(".*.tmp")) and not list(run.glob("*.tmp"))
+
+
+@pytest.mark.parametrize("delay", [0.2, 0.8])
+def test_sigterm_while_the_benchmark_imports_torch_is_one_line(delay):
+    proc = _start(["-m", "benchmarks.step", "--shapes", "smoke", "--no-trainer", "--no-memory"])
+    time.sleep(delay)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == "interrupted (SIGTERM); no report was printed"
