@@ -29,7 +29,7 @@ hooks, interventions on paths a model lacks, the patching ends) and the largest 
 ResidualGPT and its export under the same hooks are reported.
 
 Cost: about (7 + 2 x heads) x layers + 3 forward passes over --val-batches batches per model, plus the
-probes. --val-batches (default 4 of the preset's fixed batches; 0: all) bounds it.
+probes. --val-batches (default 2 of the preset's fixed batches; 0: all) bounds it.
 
 results.json schema ("interventions/1"):
     schema, experiment, preset, seeds, config, reference_levels, software, wall_time_s, created   (the frame's)
@@ -63,7 +63,7 @@ from experiments.routing_test import DEFAULT_MARGIN, DEFAULT_SELF_BIAS, make_var
 from interp.errors import ToolkitError
 
 SCHEMA = "interventions/1"
-DEFAULT_VAL_BATCHES = 4
+DEFAULT_VAL_BATCHES = 2  # cpu-quick: ~70 forward passes a model; 2 batches = 32 sequences of 128 tokens
 
 
 def add_arguments(p) -> None:
