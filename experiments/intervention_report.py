@@ -1,0 +1,174 @@
+"""The interventions experiment's report: console table and summary, report.html sections and figures.
+
+Reads results.json's dict (experiments.interventions' analyse); decides nothing (the rules are
+experiments.intervention_rules).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from experiments.frame import Context
+from experiments.intervention_rules import bearing
+from interp.interventions import LAYER_INTERVENTIONS
+
+SHORT = {"remove_attn_residual": "-attn resid", "remove_ffn_residual": "-ffn resid", "knock_out_self": "-self",
+         "self_only": "self only", "uniform_pattern": "uniform", "zero_head": "zero head (worst)",
+         "mean_head": "mean head (worst)", "attn_out": "patch attn_out", "resid_post": "patch resid_post"}
+IDENTITY_FLOW = ("remove_attn_residual", "knock_out_self", "self_only")  # the interventions that move the token
+
+
+def cell(x: dict[str, float] | None, digits: int = 2) -> str:
+    if x is None:
+        return "n/a"
+    return f"{x['mean']:+.{digits}f} [{x['lo']:+.{digits}f},{x['hi']:+.{digits}f}]"
+
+
+def worst_head(row: list[dict[str, float]]) -> dict[str, float]:
+    return max(row, key=lambda x: x["mean"])
+
+
+def rows_of(name: str, v: dict[str, Any]) -> list[tuple[str, list[dict[str, float] | None] | None]]:
+    """(label, [layer] interval or None) for every row of one variant."""
+    e = v["effects"]
+    out = [(SHORT[i], None if e["layers"][i] is None else [r["delta"] for r in e["layers"][i]])
+           for i in LAYER_INTERVENTIONS]
+    out += [(SHORT[h], None if grid is None else [worst_head(row) for row in grid]) for h, grid in e["heads"].items()]
+    out += [(SHORT[s], e["patching"]["sites"][s]) for s in e["patching"]["sites"]]
+    return out
+
+
+def table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """One row per (variant, intervention): the change in loss per layer with its interval (patching: restored)."""
+    n_layers = results["config"]["model"]["n_layers"]
+    headers = ["variant", "clean", "intervention", *[f"layer {i}" for i in range(n_layers)]]
+    rows = []
+    for name, v in results["variants"].items():
+        clean = f"{v['effects']['clean_loss']['mean']:.3f}"
+        for i, (label, cells) in enumerate(rows_of(name, v)):
+            rows.append([name if i == 0 else "", clean if i == 0 else "", label,
+                         *(["n/a"] * n_layers if cells is None else [cell(c) for c in cells])])
+    return headers, rows
+
+
+def summary(results: dict[str, Any]) -> str:
+    m = results["margin"]
+    b = results["bootstrap"]
+    lines = [f"change in validation loss (nats, intervened - clean) on {results['n_sequences']} validation sequences "
+             f"({results['val_batches']} fixed batches), mean over seeds, [{b['level']:.0%} bootstrap interval, "
+             f"{b['resamples']} resamples]; head rows: the worst head of the layer; patch rows: fraction of the "
+             f"previous-token loss gap restored at position {results['patch_pos']} (n/a: the model lacks the hook, "
+             "or the gap is about 0)", ""]
+    for v in results["verdicts"]:
+        lines.append(f"{v['id']} {v['title']}: {v['verdict'].upper()} ({bearing(v)})")
+        lines.append(f"   predicted: {v['prediction']}")
+        lines.append(f"   measured:  {v['measured']}")
+        lines.append(f"   interval:  {v['interval']}   [rule: {v['rule'].format(m=m)}]")
+    failed = [c for c in results["sanity"] if not c["ok"]]
+    lines.append("")
+    lines.append(f"sanity checks: {len(results['sanity']) - len(failed)} of {len(results['sanity'])} pass")
+    for c in failed:
+        lines.append(f"   FAILED {c['variant']} seed {c['seed']}: {c['check']} = {c['value']:.3g} "
+                     f"(expected {c['expected']})")
+    diffs = {n: e["max_abs_diff"] for n, e in results["export"].items() if e}
+    if diffs:
+        worst = max(diffs, key=diffs.get)
+        lines.append(f"ResidualGPT vs its TransformerLens export, same hooks: largest |loss difference| "
+                     f"{diffs[worst]:.2e} ({worst})")
+    return "\n".join(lines)
+
+
+# ----- figures ---------------------------------------------------------------------------------------------
+
+
+def loss_heatmap(name: str, v: dict[str, Any]):
+    """Layer x intervention heatmap of the change in loss, the interval on hover."""
+    import plotly.graph_objects as go
+
+    rows = [(label, cells) for label, cells in rows_of(name, v) if cells is not None and "patch" not in label]
+    z = [[c["mean"] for c in cells] for _, cells in rows]
+    text = [[f"{c['mean']:+.3f} nats<br>95% CI [{c['lo']:+.3f}, {c['hi']:+.3f}]" for c in cells] for _, cells in rows]
+    layers = [f"layer {i}" for i in range(len(z[0]))] if z else []
+    fig = go.Figure(go.Heatmap(z=z, x=layers, y=[label for label, _ in rows], customdata=text,
+                               colorscale="RdBu_r", zmid=0, texttemplate="%{z:+.2f}",
+                               hovertemplate="%{y}, %{x}<br>%{customdata}<extra></extra>",
+                               colorbar=dict(title="change in loss")))
+    fig.update_layout(title=f"{name}: change in validation loss per layer and intervention "
+                            f"(clean {v['effects']['clean_loss']['mean']:.3f})", height=120 + 45 * len(rows))
+    fig.update_yaxes(autorange="reversed")
+    return fig
+
+
+def patching_map(name: str, v: dict[str, Any]):
+    """Head x layer map of the fraction of the previous-token loss gap that patching one head's z restores."""
+    import plotly.graph_objects as go
+
+    p = v["effects"]["patching"]
+    grid = p["heads"]
+    if grid is None or any(c is None for row in grid for c in row):
+        return None
+    z = [[c["mean"] for c in row] for row in grid]
+    text = [[f"{c['mean']:.3f} restored<br>95% CI [{c['lo']:.3f}, {c['hi']:.3f}]" for c in row] for row in grid]
+    fig = go.Figure(go.Heatmap(z=z, x=[f"head {h}" for h in range(len(z[0]))], y=[f"layer {i}" for i in range(len(z))],
+                               customdata=text, colorscale="Viridis", zmin=0, zmax=1, texttemplate="%{z:.2f}",
+                               hovertemplate="%{y}, %{x}<br>%{customdata}<extra></extra>",
+                               colorbar=dict(title="restored")))
+    fig.update_layout(title=f"{name}: previous-token patching per head (clean loss at T {p['clean_loss']:.3f}, "
+                            f"corrupted {p['corrupt_loss']:.3f})", height=160 + 50 * len(z))
+    fig.update_yaxes(autorange="reversed")
+    return fig
+
+
+def identity_flow(results: dict[str, Any]):
+    """Current- and previous-token probe CE at each layer's resid_post, clean and under the interventions."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    from interp.plots import PALETTE
+
+    fig = make_subplots(rows=1, cols=2, subplot_titles=["current token (offset 0)", "previous token (offset -1)"])
+    colour = 0
+    for name, v in results["variants"].items():
+        layers = v["effects"]["layers"]
+        first = next((rows for rows in layers.values() if rows and "identity" in rows[0]), None)
+        if first is None:
+            continue
+        x = [f"{i}.post" for i in range(len(first))]
+        series = {"clean": [r["identity"]["clean_ce"] for r in first]}
+        for i in IDENTITY_FLOW:
+            if layers.get(i):
+                series[i] = [r["identity"]["ce"] for r in layers[i]]
+        for label, values in series.items():
+            for j in range(2):
+                fig.add_trace(go.Scatter(
+                    x=x, y=[val[j] for val in values], mode="lines+markers", name=f"{name}: {label}",
+                    legendgroup=f"{name}: {label}", showlegend=j == 0,
+                    line=dict(color=PALETTE[colour % len(PALETTE)], dash="solid" if label == "clean" else "dot"),
+                    hovertemplate=f"{name}: {label}<br>%{{x}}<br>probe CE %{{y:.3f}}<extra></extra>"), row=1, col=j + 1)
+        colour += 1
+    fig.update_yaxes(title_text="decoder cross-entropy (nats)", row=1, col=1)
+    fig.update_layout(title="Identity flow: decodability at the site after the intervened layer (decoders fitted on "
+                            "the clean model)", height=520)
+    return fig
+
+
+def sections(results: dict[str, Any], ctx: Context) -> list:
+    out: list = [("Verdicts", None, None)]
+    out += [f"{v['id']} {v['title']}: {v['verdict'].upper()} ({bearing(v)}). Predicted: {v['prediction']}. "
+            f"Measured: {v['measured']}. Interval: {v['interval']}. Rule: {v['rule']}." for v in results["verdicts"]]
+    out.append(("Sanity checks", None, None))
+    out += [f"{'ok' if c['ok'] else 'FAILED'}: {c['variant']} seed {c['seed']}: {c['check']} = {c['value']:.3g} "
+            f"(expected {c['expected']})" for c in results["sanity"]]
+    diffs = {n: e for n, e in results["export"].items() if e}
+    if diffs:
+        out.append(("ResidualGPT and its export", "The same hooks on the first seed's model and its TransformerLens "
+                    "export (interp.load_tl), first validation batch: largest |per-sequence loss difference| - "
+                    + "; ".join(f"{n}: {e['max_abs_diff']:.2e}" for n, e in diffs.items()) + ".", None))
+    for name, v in results["variants"].items():
+        out.append((f"{name}: effects", loss_heatmap(name, v)))
+        fig = patching_map(name, v)
+        if fig is not None:
+            out.append((f"{name}: patching", fig))
+    if results.get("identity_probes"):
+        out.append(("Identity flow", identity_flow(results)))
+    return out

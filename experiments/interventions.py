@@ -1,0 +1,193 @@
+"""python -m experiments.interventions: causal interventions inside the routing test's trained models.
+
+The routing test trains variants; this opens each trained model and, one layer at a time, removes
+or replaces one path at inference on the fixed validation batches (interp.interventions: every
+intervention is a list of TransformerLens hooks, so it runs the same on the export):
+
+    remove_attn_residual   resid_mid := attn_out         remove_ffn_residual   resid_post := mlp_out
+    knock_out_self         the pattern's self weight removed, rows renormalised (self score -inf)
+    self_only              every query reads only itself: the position-blind read of the routing controls
+    uniform_pattern        causal uniform weights (the uniform control)
+    zero_head, mean_head   one head's hook_z set to 0 / to its mean over the validation batches
+    patching               previous-token activation patching at position T (--patch-pos): the token at
+                           T-1 resampled, clean activations at T patched into the corrupted run per layer
+                           (attn_out, resid_post) and per head (hook_z); fraction of the loss gap restored
+
+It trains nothing of its own: it plans exactly the routing test's runs (same --preset, --seeds,
+--variants, --set, --self-bias and run directories under --out), so finished routing-test runs are
+reused and missing ones are trained as any experiment trains them.
+
+Every effect is a change in validation loss (nats, per-sequence means, intervened - clean) with a 95%
+percentile bootstrap interval over validation sequences (seeded); a variant's effect is the mean over
+its seeds (they share the sequences). Identity probes (probes.identity.fit_decoders: fitted once on
+the clean model at each layer's resid_post, offsets 0 and -1) score the site after the intervened layer:
+the change in current- and previous-token decoder cross-entropy. Losses are placed against the
+unigram and bigram levels (the routing test's place rule). The predictions I1-I8
+(experiments.intervention_rules) were fixed from the hypothesis before any number; each verdict cites
+its interval and which routing-test prediction (P1-P7) it confirms or refines. Sanity checks (no-op
+hooks, interventions on paths a model lacks, the patching ends) and the largest difference between
+ResidualGPT and its export under the same hooks are reported.
+
+Cost: about (7 + 2 x heads) x layers + 3 forward passes over --val-batches batches per model, plus the
+probes. --val-batches (default 2 of the preset's fixed batches; 0: all) bounds it.
+
+results.json schema ("interventions/1"):
+    schema, experiment, preset, seeds, config, reference_levels, software, wall_time_s, created   (the frame's)
+    margin, self_bias, val_batches, n_sequences, patch_pos, bootstrap {resamples, seed, level}
+    runs        one per (variant, seed): variant, seed, run_dir, final_val_loss, effects (below),
+                wall_time_s (this run's interventions)
+    variants    name -> {seeds, effects: the same layout over the seed-mean per-sequence numbers,
+                seed_spread {intervention: [layer] std over seeds of the mean change]}}
+    effects     clean_loss {mean, lo, hi}, clean_place;
+                layers {intervention: [layer] {delta {mean, lo, hi}, loss {mean, lo, hi}, place,
+                identity {clean_ce [offset], ce [offset], delta_ce [offset] {mean, lo, hi}}} or null
+                where the model lacks the hook};
+                heads {zero_head, mean_head: [layer][head] {mean, lo, hi} (change in loss) or null};
+                patching {clean_loss, corrupt_loss, gap {mean, lo, hi}, first_resid_pre, sites {attn_out,
+                resid_post: [layer]}, heads [layer][head]}: fraction restored {mean, lo, hi} or null (gap ~0);
+                no_op_max_abs; probe_levels {offsets, unigram_ce, current_token_ce}
+    verdicts    list of {id, title, prediction, rule, bears_on, relation, verdict, measured, interval}
+    sanity      list of {variant, seed, check, value, expected, ok}
+    export      variant -> {max_abs_diff, per_intervention, sequences} (first seed; null: no TL export)
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from experiments.frame import Context, Experiment, Group, check_number, run_summary
+from experiments.intervention_report import sections, summary, table
+from experiments.routing_test import DEFAULT_MARGIN, DEFAULT_SELF_BIAS, make_variants
+from interp.errors import ToolkitError
+
+SCHEMA = "interventions/1"
+DEFAULT_VAL_BATCHES = 2  # cpu-quick: ~70 forward passes a model; 2 batches = 32 sequences of 128 tokens
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--self-bias", type=float, default=DEFAULT_SELF_BIAS,
+                   help=f"as the routing test's: the self-score bias of 'ffn_only + self_bias' (default "
+                        f"{DEFAULT_SELF_BIAS}); pick the routing test's value to reuse its runs")
+    p.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
+                   help=f"nats: an effect counts when its interval clears this (default {DEFAULT_MARGIN})")
+    p.add_argument("--val-batches", type=int, default=DEFAULT_VAL_BATCHES,
+                   help=f"how many of the preset's fixed validation batches to intervene on (default "
+                        f"{DEFAULT_VAL_BATCHES}; 0: all); the cost grows linearly with it")
+    p.add_argument("--patch-pos", type=int, default=None,
+                   help="position T whose previous token is resampled for patching (default n_ctx // 2)")
+    p.add_argument("--no-identity", action="store_true", help="skip the identity probes (I8 is then inconclusive)")
+
+
+def check(args) -> None:
+    check_number("--margin", args.margin, 0.0, inclusive=False)
+    check_number("--self-bias", args.self_bias, 0.0, inclusive=False)
+    if args.val_batches < 0:
+        raise ToolkitError(f"--val-batches must be >= 0 (0: all), got {args.val_batches}")
+
+
+def plan(ctx: Context) -> list[Group]:
+    """The routing test's plan, so the run directories (and finished runs) are shared."""
+    n_ctx = ctx.spec.model.n_ctx
+    if n_ctx < 3:
+        raise ToolkitError(f"the interventions need n_ctx >= 3, got --set n_ctx={n_ctx}")
+    pos = ctx.args.patch_pos
+    if pos is not None and not 1 <= pos < n_ctx:
+        raise ToolkitError(f"--patch-pos must be in [1, {n_ctx - 1}] (a position with a previous token), got {pos}")
+    return [Group(ctx.spec, make_variants(ctx.args.self_bias))]
+
+
+def validation(ctx: Context) -> list:
+    from training.data import fixed_batches
+
+    spec = ctx.spec
+    n = spec.train.eval_batches if ctx.args.val_batches == 0 else min(ctx.args.val_batches, spec.train.eval_batches)
+    return fixed_batches(ctx.corpus.val, spec.model.n_ctx, spec.train.batch_size, spec.train.eval_batches)[:n]
+
+
+def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
+    import numpy as np
+    import torch
+    from tqdm.auto import tqdm
+
+    from experiments import intervention_effects as fx
+    from experiments.intervention_rules import verdicts
+    from interp.model import ResidualGPT
+    from probes.identity import fit_decoders, too_costly
+
+    batches = validation(ctx)
+    n_seq = sum(len(x) for x, _ in batches)
+    patch_pos = ctx.args.patch_pos or ctx.spec.model.n_ctx // 2
+    idx = fx.bootstrap_index(n_seq)
+    margin, levels = ctx.args.margin, ctx.levels
+    counts = np.bincount(np.asarray(ctx.corpus.train), minlength=ctx.spec.model.d_vocab).astype(float)
+    unigram = counts / counts.sum()
+    identity = not ctx.args.no_identity and too_costly(ctx.spec.model) is None
+    if not ctx.args.no_identity and not identity:
+        print(f"identity probes skipped: {too_costly(ctx.spec.model)}")
+
+    cfgs = {r["variant"]: None for r in records}
+    total = 0
+    for r in records:
+        cfg = _config(r)
+        cfgs[r["variant"]] = cfg
+        total += fx.n_ticks(cfg, identity)
+    bar = tqdm(total=total, desc="interventions", unit="pass", disable=not ctx.progress, leave=False,
+               dynamic_ncols=True)
+    runs, raws, sanity, export = [], {}, [], {}
+    for r in records:
+        start = time.perf_counter()
+        bar.set_postfix_str(f"{r['variant']} seed {r['seed']}")
+        model = ResidualGPT.from_checkpoint(Path(r["run_dir"]) / "ckpt.pt")
+        decoders = None
+        if identity:
+            sites = [f"blocks.{layer}.hook_resid_post" for layer in range(model.cfg.n_layers)]
+            decoders = fit_decoders(model, ctx.corpus.train, sites)
+        raw = fx.measure_model(model, batches, decoders=decoders, patch_pos=patch_pos, unigram=unigram,
+                               tick=lambda: bar.update(1))
+        raws.setdefault(r["variant"], []).append(raw)
+        sanity += [{**c, "seed": r["seed"]} for c in fx.sanity_checks(r["variant"], model.cfg, raw, levels, margin)]
+        if r["seed"] == ctx.seeds[0]:
+            with torch.no_grad():
+                export[r["variant"]] = fx.export_difference(model, batches[0], patch_pos, unigram)
+        runs.append({**{k: v for k, v in run_summary(r).items() if k in ("variant", "seed", "run_dir",
+                                                                         "final_val_loss")},
+                     "effects": fx.summarise(raw, idx, levels, margin),
+                     "wall_time_s": time.perf_counter() - start})
+    bar.close()
+    variants = {}
+    for name, rs in raws.items():
+        effects = fx.summarise(fx.mean_raw(rs), idx, levels, margin)
+        spread = {}
+        for iv_name, per_layer in rs[0]["layers"].items():
+            if per_layer is not None:
+                spread[iv_name] = [float(np.std([(raw["layers"][iv_name][layer] - raw["clean"]).mean() for raw in rs],
+                                                ddof=1)) if len(rs) > 1 else 0.0 for layer in range(len(per_layer))]
+        variants[name] = {"seeds": [r["seed"] for r in records if r["variant"] == name], "effects": effects,
+                          "seed_spread": spread}
+    from experiments.intervention_effects import BOOTSTRAP, BOOTSTRAP_SEED, LEVEL
+
+    return {"margin": margin, "self_bias": ctx.args.self_bias, "val_batches": len(batches), "n_sequences": n_seq,
+            "patch_pos": patch_pos, "bootstrap": {"resamples": BOOTSTRAP, "seed": BOOTSTRAP_SEED, "level": LEVEL},
+            "identity_probes": identity, "runs": runs, "variants": variants,
+            "verdicts": verdicts({n: v["effects"] for n, v in variants.items()}, levels, margin),
+            "sanity": sanity, "export": export}
+
+
+def _config(record: dict[str, Any]):
+    from interp.config import ModelConfig
+    from interp.io import read_json
+
+    return ModelConfig.from_dict(read_json(Path(record["run_dir"]) / "config.json")["model"])
+
+
+EXPERIMENT = Experiment(
+    name="interventions", schema=SCHEMA, doc=__doc__, title="Interventions", plan=plan, analyse=analyse,
+    table=table, summary=summary, sections=sections, add_arguments=add_arguments, check=check,
+    variants_option=True,
+    owned={"residual": "--variants", "mixer": "--variants", "self_bias": "--variants / --self-bias"},
+)
+
+if __name__ == "__main__":
+    raise SystemExit(EXPERIMENT.main())
