@@ -40,6 +40,10 @@ class UntrainedTokenWarning(ToolkitWarning):
     """A token the model never saw in training (the export's BOS / <|endoftext|> row) was put in its input."""
 
 
+class WeightsOnlyWarning(ToolkitWarning):
+    """state_dict() of a rewired export: its weights alone load into a plain HookedTransformer as another model."""
+
+
 class HiddenRoutingWarning(ToolkitWarning):
     """W_Q / W_K of an export whose hook_attn_scores adds a routing (self_bias, uniform) they do not show."""
 

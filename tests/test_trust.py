@@ -22,7 +22,13 @@ import interp.hooked as hooked
 from interp import CheckpointError, ConfigError, ResidualGPT, ToolkitError, load_hooked, save_checkpoint, save_hooked
 from interp.checkpoint import load_checkpoint
 from interp.decompose import DecompositionError, decompose, direct_logit_attribution, resid_sites
-from interp.errors import HiddenRoutingWarning, LogitAttrsWarning, TrainModeWarning, UntrainedTokenWarning
+from interp.errors import (
+    HiddenRoutingWarning,
+    LogitAttrsWarning,
+    TrainModeWarning,
+    UntrainedTokenWarning,
+    WeightsOnlyWarning,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 TOL = 1e-5
@@ -90,6 +96,42 @@ def test_saved_export_is_never_taken_in_silently_wrong(tmp_path, wiring, route):
     with torch.no_grad():
         off = (quiet(model, toks) - tl(toks)).abs().max().item()
     assert off < TOL, f"{route} took in a {wiring} export as another model (logits off by {off:.3g})"
+
+
+MEMORY_ROUTES = {  # the export's state_dict() in memory, into a plain HookedTransformer
+    "strict=False": lambda m, sd: m.load_state_dict(sd, strict=False),
+    "assign=True, strict=False": lambda m, sd: m.load_state_dict(sd, strict=False, assign=True),
+    "by hand": lambda m, sd: [p.data.copy_(sd[n]) for n, p in m.named_parameters()],
+    "load_and_process_state_dict": lambda m, sd: m.load_and_process_state_dict(
+        sd, fold_ln=False, center_writing_weights=False, center_unembed=False, fold_value_biases=False),
+    "torch.save, then strict=False": lambda m, sd: m.load_state_dict(_through_a_file(sd), strict=False),
+}
+
+
+def _through_a_file(sd):
+    import io
+
+    buffer = io.BytesIO()
+    torch.save(sd, buffer)
+    buffer.seek(0)
+    return torch.load(buffer)
+
+
+@pytest.mark.parametrize("route", list(MEMORY_ROUTES))
+@pytest.mark.parametrize("wiring", [*WIRINGS, "full"])
+def test_an_exports_state_dict_in_memory_warns_where_a_plain_model_would_compute_another(wiring, route):
+    tl = convert(make_model("trained", **WIRINGS.get(wiring, {})))
+    sd, said = warned(WeightsOnlyWarning, tl.state_dict)
+    plain = plain_twin(tl)
+    try:
+        quiet(MEMORY_ROUTES[route], plain, sd)
+    except Exception:  # noqa: BLE001 - a refusal is right too
+        return
+    toks = tokens(batch=1)
+    with torch.no_grad():
+        off = (quiet(plain, toks) - tl(toks)).abs().max().item()
+    assert said or off < TOL, f"{route}: a {wiring} export's weights computed another model (off by {off:.3g})"
+    assert said == (wiring != "full")  # and no word where the weights alone are the model
 
 
 @pytest.mark.parametrize("wiring", [*WIRINGS, "full"])

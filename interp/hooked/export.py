@@ -8,6 +8,11 @@
                     generate, forward and run_with_cache on text) warns (UntrainedTokenWarning).
     generate        past n_ctx the prompt is cropped to its last n_ctx tokens at every
                     step, as ResidualGPT.generate and nanoGPT do (TL would index past W_pos).
+    state_dict      of a rewired export (a residual removed, a routing in hook_attn_scores) asked for by
+                    user code: WeightsOnlyWarning. The wiring lives in hook points; a plain
+                    HookedTransformer takes the weights with strict=False, assign=True or by hand
+                    and computes a full-residual, plain-attention model. save_hooked / load_hooked
+                    keep it. (A strict load_state_dict refuses: the marker buffers are unexpected.)
     QK, W_Q, W_K    with a routing in hook_attn_scores (self_bias, uniform) they do not
                     show it: HiddenRoutingWarning, naming interp.scores.attention_scores;
                     so do each routed block's attn.QK / W_Q / W_K (rewire.RoutedAttention).
@@ -18,6 +23,7 @@ TransformerLens has no dropout, so an export's cache is the same in train and ev
 from __future__ import annotations
 
 import inspect
+import sys
 from typing import Any
 
 import torch
@@ -25,7 +31,7 @@ from transformer_lens import ActivationCache, HookedTransformer
 from transformer_lens.FactoredMatrix import FactoredMatrix
 
 from interp.config import ModelConfig
-from interp.errors import ConfigError, LogitAttrsWarning, UntrainedTokenWarning, warn
+from interp.errors import ConfigError, LogitAttrsWarning, UntrainedTokenWarning, WeightsOnlyWarning, warn
 from interp.hooked.rewire import hidden_routing_warning, routing_quiet
 from interp.registry import mixer_spec
 
@@ -67,6 +73,8 @@ class ExportCache(ActivationCache):
         return type(self)(sliced.cache_dict, sliced.model, has_batch_dim=sliced.has_batch_dim)
 
 
+# Libraries that call state_dict() for their own bookkeeping (TL's weight processing, torch, nnsight): no word
+_QUIET_CALLERS = ("transformer_lens", "torch", "interp", "nnsight", "accelerate", "transformers", "copy")
 _GENERATE = inspect.signature(HookedTransformer.generate)
 _TO_TOKENS = inspect.signature(HookedTransformer.to_tokens)
 
@@ -86,6 +94,26 @@ class ExportedHookedTransformer(HookedTransformer):
         if isinstance(cache, ActivationCache):
             cache = self.cache_class(cache.cache_dict, self, has_batch_dim=cache.has_batch_dim)
         return out, cache
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        if caller.split(".")[0] not in _QUIET_CALLERS and self.rewired():
+            cfg = self.model_config
+            warn(
+                f"state_dict() holds this export's weights only; its wiring (residual={cfg.residual!r}, "
+                f"mixer={cfg.mixer!r}, self_bias={cfg.self_bias:g}) lives in its hook points, so a plain "
+                "HookedTransformer that takes these weights (strict=False, assign=True, by hand, "
+                "load_and_process_state_dict) computes another model. interp.save_hooked / interp.load_hooked "
+                "keep the wiring",
+                WeightsOnlyWarning,
+                stacklevel=2,
+            )
+        return super().state_dict(*args, **kwargs)
+
+    def rewired(self) -> bool:
+        """Whether this export computes something a plain HookedTransformer with its weights would not."""
+        cfg = self.model_config
+        return cfg.residual != "full" or mixer_spec(cfg.mixer).tl_routes_scores(cfg)
 
     # ------------------------------------------------------------------ BOS
 
