@@ -100,6 +100,21 @@ def edit_config(out: Path) -> None:
     (out / RUN / "config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 
+def cut_metrics(out: Path) -> None:
+    path = out / RUN / "metrics.jsonl"
+    text = path.read_text()
+    path.write_text(text[: len(text) - len(text.splitlines()[-1]) // 2 - 1])  # the last line, half of it
+
+
+def edit_last_eval(out: Path) -> str:
+    lines = (out / RUN / "metrics.jsonl").read_text().splitlines()
+    last = max(i for i, line in enumerate(lines) if '"val_loss"' in line)
+    record = json.loads(lines[last])
+    record["val_loss"] = 0.1234
+    lines[last] = json.dumps(record)
+    return "\n".join(lines) + "\n"
+
+
 def sigterm_at_step(monkeypatch, step: int = 3) -> None:
     import training.trainer as trainer_module
 
@@ -160,6 +175,10 @@ FAULTS = [
           r"not the finished run it claims to be.*train\.lr 0\.003 -> 0\.01", extra=["--set", "lr=0.01"]),
     Fault("bare NaN in final.json", ("run",), lambda o, m: (o / RUN / "final.json").write_text(
         (o / RUN / "final.json").read_text().replace('"best_step"', '"x": NaN, "best_step"')), r"not valid JSON"),
+    Fault("metrics.jsonl cut mid-line", ("run",), lambda o, m: cut_metrics(o),
+          r"metrics\.jsonl.*(line \d+|does not end with the run's final evaluation)"),
+    Fault("last evaluation edited in metrics.jsonl", ("run",), lambda o, m: (o / RUN / "metrics.jsonl").write_text(
+        edit_last_eval(o)), r"does not end with the run's final evaluation"),
     Fault("non-finite lr", ("run",), lambda o, m: None, r"lr must be a finite number", extra=["--set", "lr=inf"]),
     Fault("size that cannot fit", ("run",), lambda o, m: None, r"needs about .* GiB",
           extra=["--set", "d_model=4194304", "--set", "n_heads=1"]),

@@ -247,7 +247,21 @@ class RunDir:
                               f"step {ckpt.state.get('step')!r}); "
                               "it is never reused - move that directory aside and run again")
         self._check_numbers(final, ckpt.state)
+        self._check_logs(final)
         return final
+
+    def _check_logs(self, final: dict[str, Any]) -> None:
+        """The logs of a finished run are whole (a torn or damaged line is an error naming it) and end with
+        the final evaluation, so the curves an experiment reads from them are the run's."""
+        from interp.io import read_jsonl
+
+        evals = [r for r in read_jsonl(self.metrics) if "val_loss" in r]
+        read_jsonl(self.probes)
+        last = evals[-1] if evals else {}
+        if last.get("step") != final["steps"] or last.get("val_loss") != final["final_val_loss"]:
+            raise RunDirError(f"{self.metrics} does not end with the run's final evaluation (step {final['steps']}, "
+                              f"val_loss {final['final_val_loss']}); it was cut or edited, so the run is never "
+                              "reused - move that directory aside and run again")
 
     def _check_numbers(self, final: dict[str, Any], state: dict[str, Any]) -> None:
         """final.json's losses are the checkpoint's: an edited number is never reported as the result."""
