@@ -147,7 +147,6 @@ class Experiment:
         # The data decides the vocabulary: every spec below (results.json's config too) holds the trained d_vocab.
         spec = spec.fit_vocab(corpus.vocab_size)
         ctx = Context(args=args, spec=spec, seeds=seeds, out=Path(args.out), corpus=corpus)
-        check_runnable(spec.model, spec.train)
         return ctx, self.jobs(ctx)
 
     def jobs(self, ctx: Context) -> list[Job]:
@@ -158,8 +157,8 @@ class Experiment:
             groups = select_variants(groups, ctx.args.variants)
         jobs = [Job(g, v, s) for g in groups for v in g.variants for s in (g.seeds or ctx.seeds)]
         # Before any work: a size that cannot fit is refused with the estimate (training.budget).
-        for job in jobs:
-            check_runnable(job.spec.model, job.spec.train)
+        for s in [ctx.spec, *(j.spec for j in jobs)]:
+            check_runnable(s.model, s.train)
         return jobs
 
     def _main(self, argv: list[str], start: float) -> int:

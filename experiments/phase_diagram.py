@@ -36,13 +36,15 @@ has finished). The cost is printed before any work: training FLOPs (training.flo
 200 GFLOP/s.
 
 Base shape (phase-cell: 2 layers, 4 heads, d_model 64, n_ctx 64, batch 16, 600 steps, lr 2e-3 with 50
-warm-up steps, evaluated and probed every 25 steps from step 0). Measured on a 2-core machine shared with
-other jobs (load ~5), one torch thread (OMP_NUM_THREADS=1; two threads were ~8x slower under that
-load): full L2 12 s of training (2.31 nats, below bigram 2.48: it learns context), ffn_only L2 12 s
-(2.90, between), ffn_only L6 37 s (3.32, on the floor), attn_only L6 52 s (2.47, at bigram); 300 steps
-left full at the bigram level (2.46), so 600 it is. The whole default grid is about 20 TFLOP of training
-(the printed estimate): under 2 minutes at 200 GFLOP/s, a few times that in wall time at these small
-shapes, where per-step overhead rather than matmuls dominates; to be re-measured on a quiet machine.
+warm-up steps, evaluated and probed every 25 steps from step 0). Measured through this command on a
+2-core machine shared with other jobs (load ~4.5), with one torch thread (OMP_NUM_THREADS=1; at that load
+two threads made a cell ~8x slower): ffn_only L2 12 s (2.93 nats, between, still falling), ffn_only L6
+32 s (3.32, on the floor), full L2 12 s (2.33) and full L6 35 s (2.29), both below bigram (2.49): full
+learns context, so places mean something. At 300 steps full L2 stayed at the bigram level (2.46), hence
+600. Those 4 runs are 3.9 TFLOP by training.flops and trained in ~92 s (~42 GFLOP/s effective: per-step
+overhead, not matmuls, dominates at these shapes). The default grid is 46.6 TFLOP: 3.9 min at 200
+GFLOP/s, ~18 min at the rate measured here; --confirm adds 9x each boundary cell (~1 TFLOP a cell).
+To be re-measured on a quiet machine.
 
 results.json schema ("phase-diagram/1"):
     schema, experiment, preset, seeds, config {model, train, overrides, variants: cell name -> overrides}

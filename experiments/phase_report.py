@@ -39,6 +39,16 @@ def table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
+def reference_lines(results: dict[str, Any]) -> list[str]:
+    """Each reference residual's places, depth by depth: 'full: depth 1 width 64 context, ...'."""
+    by: dict[str, list[str]] = {}
+    for c in results["cells"]:
+        if c["role"] == "reference":
+            x = c["coords"]
+            by.setdefault(x["residual"], []).append(f"depth {x['n_layers']} width {x['d_model']} {mark(c)}")
+    return [f"{name}: {', '.join(items)}" for name, items in by.items()]
+
+
 def changes(results: dict[str, Any]) -> list[str]:
     """What the confirmation runs changed: one line per confirmed cell whose place moved."""
     return [f"{c['name']}: {mark(c)} -> {mark(c['confirm'])}" for c in results["cells"] if c.get("changed")]
@@ -51,6 +61,7 @@ def summary(results: dict[str, Any]) -> str:
              "'?' provisional (a 3x projection sits elsewhere); split: the seeds disagree; rel = (loss - bigram) / "
              "(unigram - bigram)", "", "boundary:"]
     lines += [f"  {s}" for s in results["boundary"]]
+    lines += [f"  reference {line}" for line in reference_lines(results)]
     provisional = [c["name"] for c in results["cells"] if c["final_provisional"]]
     split = [c["name"] for c in results["cells"] if c["final_place"] == "seed-split"]
     lines.append(f"\nprovisional cells: {', '.join(provisional) or 'none'}")
@@ -134,6 +145,7 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
     cells = {tuple(sorted(c["coords"].items())): c for c in results["cells"]}
     out: list = [("Boundary", None, None)]
     out += list(results["boundary"])
+    out += [f"Reference {line}." for line in reference_lines(results)]
     moved = changes(results)
     if results["confirm"]:
         out.append(f"Confirmation ({CONFIRM_SEEDS} seeds at {CONFIRM_FACTOR}x the steps) changed: "

@@ -336,3 +336,14 @@ def test_features_from_probe_records():
     assert f["alpha_early"] == pytest.approx(0.3) and f["identity_early"] == 0.4 and f["identity_end"] == 0.9
     assert f["growth_early"] == 2.0 and f["growth_end"] == 2.5
     assert set(features({}, 25, 100).values()) == {None}
+
+
+@pytest.mark.slow
+def test_slurm_local_plans_the_confirmation_round_in_its_jobs_and_equals_local(grid_run, tmp_path, shared_data):
+    out = tmp_path / "slurm"
+    assert main([*ARGS, "--confirm", "--no-report", "--out", str(out), "--launcher", "slurm-local"]) == 0
+    local, cluster = results_of(grid_run), results_of(out)
+    assert any(c["confirm"] for c in cluster["cells"])  # the jobs of the second round found their runs in the plan
+    assert [(c["name"], c["final_val_loss"], c["confirm"]) for c in cluster["cells"]] == \
+        [(c["name"], c["final_val_loss"], c["confirm"]) for c in local["cells"]]
+    assert cluster["boundary"] == local["boundary"]
