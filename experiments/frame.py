@@ -62,6 +62,12 @@ class Experiment:
     variants_option: bool = False  # whether --variants picks a subset
     defaults: Callable[[RunSpec], dict[str, Any]] | None = None  # overrides applied unless --set says otherwise
     title: str = ""
+    preface: Callable[[Context, list[Job]], str] | None = None  # printed before any run trains (e.g. its cost)
+    default_preset: str = "cpu-quick"
+    # The plan may grow once runs finish (plan reads finished run directories, e.g. a confirmation of the
+    # cells a first pass put next to a boundary): after launching, the runner plans again and launches what is
+    # new, until nothing is. A cluster job re-plans the same way, so it finds its run in the grown plan.
+    replan: bool = False
 
     @property
     def default_out(self) -> str:
@@ -80,7 +86,8 @@ class Experiment:
         p = argparse.ArgumentParser(prog=f"python -m experiments.{self.name}",
                                     description=self.doc.split("results.json schema")[0],
                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-        p.add_argument("--preset", default="cpu-quick", help=f"one of {', '.join(PRESETS)} (default: cpu-quick)")
+        p.add_argument("--preset", default=self.default_preset,
+                       help=f"one of {', '.join(PRESETS)} (default: {self.default_preset})")
         p.add_argument("--seeds", default=None, help="comma-separated seeds (default: the preset's, 1337)")
         p.add_argument("--out", default=self.default_out, help=f"experiment directory (default: {self.default_out})")
         p.add_argument("--data", help="corpus file or prepared directory "
@@ -144,22 +151,40 @@ class Experiment:
         # The data decides the vocabulary: every spec below (results.json's config too) holds the trained d_vocab.
         spec = spec.fit_vocab(corpus.vocab_size)
         ctx = Context(args=args, spec=spec, seeds=seeds, out=Path(args.out), corpus=corpus)
-        groups = [dataclasses.replace(g, spec=g.spec.fit_vocab(corpus.vocab_size)) for g in self.plan(ctx)]
-        if self.variants_option and args.variants is not None:  # "" is an empty list, not "all"
-            groups = select_variants(groups, args.variants)
-        jobs = [Job(g, v, s) for g in groups for v in g.variants for s in seeds]
+        return ctx, self.jobs(ctx)
+
+    def jobs(self, ctx: Context) -> list[Job]:
+        """The plan's runs: every group's variants x its seeds (the group's own, else --seeds)."""
+        vocab = ctx.corpus.vocab_size
+        groups = [dataclasses.replace(g, spec=g.spec.fit_vocab(vocab)) for g in self.plan(ctx)]
+        if self.variants_option and ctx.args.variants is not None:  # "" is an empty list, not "all"
+            groups = select_variants(groups, ctx.args.variants)
+        jobs = [Job(g, v, s) for g in groups for v in g.variants for s in (g.seeds or ctx.seeds)]
         # Before any work: a size that cannot fit is refused with the estimate (training.budget).
-        for s in [spec, *(j.spec for j in jobs)]:
+        for s in [ctx.spec, *(j.spec for j in jobs)]:
             check_runnable(s.model, s.train)
-        return ctx, jobs
+        return jobs
 
     def _main(self, argv: list[str], start: float) -> int:
         ctx, jobs = self.context(argv)
         ctx.levels = reference_levels(ctx.spec, ctx.corpus)
         print(f"{self.name.replace('_', ' ')}: preset {ctx.spec.preset}, seeds {ctx.seeds}, {len(jobs)} runs "
               f"-> {ctx.result_dir}")
+        if self.preface:
+            print(self.preface(ctx, jobs))
         if not launch(self.name, ctx, jobs, argv):
             return 0  # submitted without waiting: the launcher printed how to collect
+        while self.replan:
+            known = {_key(j) for j in jobs}
+            more = [j for j in self.jobs(ctx) if _key(j) not in known]
+            if not more:
+                break
+            print(f"{len(more)} more runs, planned from the finished ones")
+            if self.preface:
+                print(self.preface(ctx, more))
+            if not launch(self.name, ctx, more, argv):
+                return 0
+            jobs += more
         records = [load_record(job, ctx.out) for job in jobs]
         results = self.results(ctx, jobs, records)
         results["wall_time_s"] = time.perf_counter() - start
@@ -229,6 +254,10 @@ def reference_levels(spec: RunSpec, corpus) -> dict[str, Any]:
 
     batches = fixed_batches(corpus.val, spec.model.n_ctx, spec.train.batch_size, spec.train.eval_batches)
     return levels(corpus.train, batches, corpus.vocab_size)
+
+
+def _key(job: Job) -> tuple[str, str, int]:
+    return job.group.spec.preset, job.variant.name, job.seed
 
 
 def load_record(job: Job, out: Path) -> dict[str, Any]:

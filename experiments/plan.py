@@ -34,12 +34,16 @@ class Variant:
 
 @dataclass
 class Group:
-    """Variants trained on one preset spec for every seed; callbacks(variant, seed) adds trainer callbacks."""
+    """Variants trained on one preset spec for every seed; callbacks(variant, seed) adds trainer callbacks.
+
+    seeds: this group's own seeds instead of --seeds (e.g. a confirmation rerun with three seeds).
+    """
 
     spec: RunSpec
     variants: list[Variant]
     callbacks: Callable[[Variant, int], list] | None = None
     probes: bool = True
+    seeds: list[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -93,5 +97,5 @@ def select_variants(groups: list[Group], text: str) -> list[Group]:
     for g in groups:
         variants = [v for name in wanted for v in g.variants if v.name == name]
         if variants:
-            picked.append(Group(g.spec, variants, g.callbacks, g.probes))
+            picked.append(Group(g.spec, variants, g.callbacks, g.probes, g.seeds))
     return picked

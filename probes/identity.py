@@ -250,12 +250,15 @@ def measure(
     max_iter: int = MAX_ITER,
     seed: int = TRAIN_SEED,
     progress: Any = None,
+    sites: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Identity probes on a model, Checkpoint or checkpoint path.
 
     train_tokens: the train split (1-D token ids) - decoders are fitted on
     n_train_windows windows of it and the levels are counted on all of it;
-    val_batches: the fixed validation batches (x, y), where everything is scored.
+    val_batches: the fixed validation batches (x, y), where everything is scored;
+    sites: a subset of identity_sites(n_layers) to probe (default: all of them), e.g. one site
+    read often during training at a fraction of the cost.
 
     Returns {"sites", "labels", "offsets", "accuracy", "ce", "weight_decay"
     ([site][offset] each), "levels": {"unigram", "current_token"} ->
@@ -268,7 +271,12 @@ def measure(
     offsets = list(offsets)
     if n_ctx <= max(-k for k in offsets):
         raise IdentityProbeError(f"offsets {offsets} need n_ctx > {max(-k for k in offsets)}, the model has {n_ctx}")
-    sites = identity_sites(cfg.n_layers)
+    every = identity_sites(cfg.n_layers)
+    sites = every if sites is None else list(sites)
+    unknown = [s for s in sites if s not in every]
+    if unknown or not sites:
+        raise IdentityProbeError(f"sites {unknown or sites} are not residual sites of this model; "
+                                 f"choose from {', '.join(every)}")
     val = [x for x, _ in val_batches]
     if not val:
         raise IdentityProbeError("no validation batches to score the probes on")

@@ -67,6 +67,20 @@ def test_embedding_site_decodes_the_current_token_exactly_and_deterministically(
     assert json.dumps(again) == json.dumps(result)
 
 
+def test_a_subset_of_sites_gives_the_same_numbers_as_the_full_probe_there():
+    model = distinct_embedding_model()
+    tokens = markov_tokens(6000, 20, seed=1)
+    train, val = tokens[:5000], val_batches(tokens[5000:], 16, 32)
+    full = measure(model, train, val, n_train_windows=32, offsets=(0,))
+    one = measure(model, train, val, n_train_windows=32, offsets=(0,), sites=["blocks.0.hook_resid_mid"])
+    assert one["sites"] == ["blocks.0.hook_resid_mid"] and one["labels"] == ["0.mid"]
+    assert one["accuracy"] == [full["accuracy"][1]] and one["control"] == full["control"]
+    with pytest.raises(IdentityProbeError, match="not residual sites"):
+        measure(model, train, val, sites=["blocks.3.hook_resid_mid"])
+    with pytest.raises(IdentityProbeError, match="not residual sites"):
+        measure(model, train, val, sites=[])
+
+
 def test_bad_input_is_refused():
     model = distinct_embedding_model()
     with pytest.raises(IdentityProbeError, match="offsets must be <= 0"):

@@ -135,6 +135,14 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         batch_size=8, max_steps=40, lr=3e-3, min_lr=3e-4, warmup_steps=5, eval_interval=10, eval_batches=4,
         log_interval=5, ckpt_interval=10,
     ),
+    # One cell of a grid of many small models (experiments.phase_diagram, whose docstring has the timing): on
+    # TinyShakespeare characters `full` learns context within its 600 steps and deep ffn_only sits on the floor.
+    # Evaluated and probed every 25 steps from step 0, so the first hundred steps are seen.
+    "phase-cell": _preset(
+        dict(n_layers=2, n_heads=4, d_model=64, n_ctx=64, dropout=0.0),
+        batch_size=16, max_steps=600, lr=2e-3, min_lr=2e-4, warmup_steps=50, eval_interval=25, eval_batches=8,
+        log_interval=10, ckpt_interval=300, probe_interval=25,
+    ),
     # About 1.5 min per run on 2 CPU cores. Sized by measurement (README, "Verdicts that stand"): at the
     # cost of 450 steps of batch 32, 900 steps of batch 16 at twice the lr settle the routing test's
     # slowest variant (ffn_only + self_bias) furthest. 32 x 16 validation sequences, as before, but only

@@ -1,0 +1,304 @@
+"""python -m experiments.phase_diagram: where ffn_only's collapse holds, over depth, lr, width and self-bias.
+
+The paper calls ffn_only's collapse to the floor universal. Single runs cannot say where it holds; this
+trains a grid of small models and maps it. Each cell is a (residual, n_layers, lr, d_model, self_bias)
+point on a base shape (--preset, default phase-cell, plus --set); lr moves min_lr with it (same ratio).
+
+    default grid   ffn_only over depth (1,2,3,4,6) x lr (5e-4, 1e-3, 2e-3, 4e-3), over depth x self_bias
+                   (0, 1, 2, 4), and over width (64, 128) at depth 4 (the routing test's cpu-quick shape is 4
+                   layers at width 128); full and attn_only at every depth and width (at the base lr) as
+                   references: 48 cells
+    --axes A=v,... one product grid instead (repeatable; axes residual, n_layers, lr, d_model, self_bias),
+                   e.g. --axes n_layers=1,2,3,4,6 --axes lr=1e-3,2e-3; residual is ffn_only unless an axis
+    --references   residuals trained at every depth and width of the grid (default full,attn_only; '' none)
+
+Each cell's place among the reference levels is the routing test's rule (experiments.routing_rules.place:
+floor if loss >= unigram - margin; bigram within the margin of it; between; near full; uses context),
+applied to every run of the cell: runs that disagree make it "seed-split", never an average. A run whose
+loss at 3x its steps, at the pace of its second half (experiments.stats.tail), would sit elsewhere makes
+the cell provisional ("floor?" in the table). With --confirm, the cells next to the boundary (a place
+differing from a neighbour's along an axis) are trained again with 3 seeds at 3x the steps (separate run
+directories, variant "<cell> x3"), once the first pass has finished; the boundary sentences read their
+places where they ran and say "unconfirmed" otherwise. The console prints one sentence per slice, e.g.
+"ffn_only collapses at depth >= 3 for lr <= 0.001; ...", derived from the places.
+
+Early-training predictor (experiments.phase_predictor): per run, block-0 gradient norm at step 0 and at
+the end of warm-up, layer-0 alpha_tt up to --early-step, current-token decodability at blocks.0.hook_resid_mid
+(probes.identity, one site) at --early-step and at the end, hidden-norm growth; each early one tested as a
+one-feature threshold classifier of "collapsed" on held-out runs (leave-one-out with an exact interval,
+against the majority class; random half splits; AUC with a bootstrap interval). It may predict nothing:
+then the report says so.
+
+Runs are run directories as everywhere (<out>/<preset>/<cell>/seed<k>/): a finished cell is never
+retrained, so adding axis values grows the grid; --launcher slurm spreads the cells over a cluster (a
+job re-plans from the same command line; with --confirm the confirmation round is planned once the first
+has finished). The cost is printed before any work: training FLOPs (training.flops) and the time at
+200 GFLOP/s.
+
+Base shape (phase-cell: 2 layers, 4 heads, d_model 64, n_ctx 64, batch 16, 600 steps, lr 2e-3 with 50
+warm-up steps, evaluated and probed every 25 steps from step 0). Measured through this command on a
+2-core machine shared with other jobs (load ~4.5), with one torch thread (OMP_NUM_THREADS=1; at that load
+two threads made a cell ~8x slower): ffn_only L2 12 s (2.93 nats, between, still falling), ffn_only L6
+32 s (3.32, on the floor), full L2 12 s (2.33) and full L6 35 s (2.29), both below bigram (2.49): full
+learns context, so places mean something. At 300 steps full L2 stayed at the bigram level (2.46), hence
+600. Those 4 runs are 3.9 TFLOP by training.flops and trained in ~92 s (~42 GFLOP/s effective: per-step
+overhead, not matmuls, dominates at these shapes). The default grid is 46.6 TFLOP: 3.9 min at 200
+GFLOP/s, ~18 min at the rate measured here; --confirm adds 9x each boundary cell (~1 TFLOP a cell).
+To be re-measured on a quiet machine.
+
+results.json schema ("phase-diagram/1"):
+    schema, experiment, preset, seeds, config {model, train, overrides, variants: cell name -> overrides}
+    margin, confirm, early_step, references
+    slices           [{base: coords, axes: {axis: values}}]: the grid as asked for
+    reference_levels {"unigram", "bigram", ...} on the fixed validation batches
+    runs             one per (cell, seed): variant, seed, run_dir, final_val_loss, best_val_loss, best_step,
+                     steps, wall_time_s, tokens_per_s, val_curve, train_curve, tail {from_step, drop,
+                     slope_per_1k, log_pace, projected}, features {grad0, grad_warm, alpha_early,
+                     identity_early, growth_early, identity_end, growth_end} (null where not recorded)
+    cells            one per cell: name, role ("grid" | "reference"), coords {residual, n_layers, lr, d_model,
+                     self_bias}, seeds, final_val_loss {mean, std, min, max, n}, relative_loss ((mean - bigram) /
+                     (unigram - bigram): 1 floor, 0 bigram), projected_val_loss {...}, place, seed_places,
+                     provisional, heading, boundary (null without --confirm), confirm (null, or {name, seeds,
+                     steps, final_val_loss, relative_loss, place, seed_places, provisional, heading}),
+                     final_place, final_provisional (the confirmed place where confirmation ran, else place),
+                     changed (final_place differs from place)
+    views            one per slice view: title, residual, x, xs, y, ys, fixed, sentence
+    boundary         the sentences, in view order
+    predictor        feature -> {n, n_collapsed, loo_accuracy, loo_interval, majority_accuracy, split_accuracy,
+                     n_splits, auc, auc_interval, threshold [cut, above], predicts} or {n, n_collapsed, untestable}
+    predictor_runs   [{variant, seed, collapsed, features}] (grid cells' first-pass runs)
+    estimate         {flops, flops_to_train, seconds_at_200_gflops}
+    software, train_wall_time_s, wall_time_s, created
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from experiments.frame import Context, Experiment, Group, Job, Variant, check_number, run_summary
+from experiments.phase_boundary import FLOOR, cell_place, sentence, views
+from experiments.phase_grid import (
+    CONFIRM_FACTOR,
+    CONFIRM_SEEDS,
+    REFERENCES,
+    Cell,
+    base_cell,
+    boundary_cells,
+    confirm_seeds,
+    default_slices,
+    full_reference,
+    grid_cells,
+    parse_axes,
+    parse_references,
+    reference_cells,
+    run_flops,
+    slices_of,
+)
+from experiments.phase_predictor import EarlyIdentity, evaluate, features
+from experiments.phase_report import sections, summary, table
+from experiments.routing_rules import place
+from experiments.stats import PACE_FACTOR, stats, tail
+from interp.errors import ToolkitError
+
+SCHEMA = "phase-diagram/1"
+DEFAULT_MARGIN = 0.05
+DEFAULT_EARLY = 100
+ASSUMED_FLOPS = 200e9  # the FLOP/s the printed time estimate assumes
+
+
+def add_arguments(p) -> None:
+    g = p.add_argument_group("the grid")
+    g.add_argument("--axes", action="append", default=[], metavar="AXIS=V1,V2,...",
+                   help="an axis of one product grid instead of the default grid (repeatable); axes: residual, "
+                        "n_layers, lr, d_model, self_bias")
+    g.add_argument("--references", default=",".join(REFERENCES),
+                   help="residuals trained at every depth and width of the grid as references "
+                        "(default full,attn_only; '' for none)")
+    g.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
+                   help=f"nats within which a loss counts as at a level (default {DEFAULT_MARGIN})")
+    g.add_argument("--confirm", action="store_true",
+                   help=f"rerun the cells next to the boundary with 3 seeds at {CONFIRM_FACTOR}x the steps")
+    g.add_argument("--early-step", type=int, default=DEFAULT_EARLY,
+                   help=f"the evaluation step the early features are read at (default {DEFAULT_EARLY})")
+
+
+def check(args) -> None:
+    parse_axes(args.axes)
+    parse_references(args.references)
+    check_number("--margin", args.margin, 0.0, inclusive=False)
+    check_number("--early-step", args.early_step, 1)
+
+
+class Grid:
+    """The grid a command line asks for: slices, their cells, the reference cells."""
+
+    def __init__(self, ctx: Context):
+        self.base = base_cell(ctx.spec)
+        axes = parse_axes(ctx.args.axes)
+        self.slices = slices_of(axes, self.base) if axes else default_slices(self.base)
+        self.cells = grid_cells(self.slices)
+        self.references = reference_cells(self.cells, self.base, parse_references(ctx.args.references))
+        train = ctx.spec.train
+        self.ratio = train.min_lr / train.lr
+        self.steps = train.max_steps
+
+    def variant(self, cell: Cell) -> Variant:
+        return Variant(cell.name, cell.overrides(self.ratio))
+
+    def confirm_variant(self, cell: Cell) -> Variant:
+        return Variant(f"{cell.name} x{CONFIRM_FACTOR}",
+                       {**cell.overrides(self.ratio), "max_steps": CONFIRM_FACTOR * self.steps})
+
+
+def plan(ctx: Context) -> list[Group]:
+    train = ctx.spec.train
+    early = ctx.args.early_step
+    if early >= train.max_steps or not train.is_eval_step(early):
+        raise ToolkitError(f"--early-step {early} must be an evaluation step before max_steps {train.max_steps} "
+                           f"(a multiple of eval_interval {train.eval_interval} from eval_from on)")
+    if ctx.spec.model.n_ctx < 2:
+        raise ToolkitError(f"the phase diagram needs n_ctx >= 2 (context to route), got {ctx.spec.model.n_ctx}")
+    grid = Grid(ctx)
+    groups = [Group(ctx.spec, [grid.variant(c) for c in grid.cells + grid.references],
+                    callbacks=lambda variant, seed: [EarlyIdentity(early)])]
+    if ctx.args.confirm:
+        places = first_places(ctx, grid)
+        if places is not None:  # the first pass has finished: its boundary cells are known
+            boundary = boundary_cells({c: p["place"] for c, p in places.items()}, grid.cells)
+            if boundary:
+                groups.append(Group(ctx.spec, [grid.confirm_variant(c) for c in boundary], probes=False,
+                                    seeds=confirm_seeds(ctx.seeds[0])))
+    return groups
+
+
+def first_places(ctx: Context, grid: Grid) -> dict[Cell, dict[str, Any]] | None:
+    """The first pass's places from its run directories, or None while any of its runs is unfinished."""
+    from experiments.frame import reference_levels
+    from training.rundir import RunDir
+
+    records: dict[str, list[dict[str, Any]]] = {}
+    for cell in grid.cells + grid.references:
+        for seed in ctx.seeds:
+            run = RunDir.of(ctx.out, ctx.spec.preset, cell.name, seed)
+            if not run.finished:
+                return None
+            records.setdefault(cell.name, []).append({"seed": seed, **run.load()})
+    levels = ctx.levels or reference_levels(ctx.spec, ctx.corpus)
+    runs = {name: [summarise_run({**r, "variant": name}, ctx.args.early_step, ctx.spec.train.warmup_steps)
+                   for r in rs] for name, rs in records.items()}
+    return places_of(runs, grid.cells + grid.references, levels, ctx.args.margin)
+
+
+# ----- analysis -----------------------------------------------------------------------------------------
+
+
+def summarise_run(record: dict[str, Any], early: int, warmup: int) -> dict[str, Any]:
+    """run_summary's numbers, the tail (3x projection) and the early features of one run."""
+    return {**run_summary(record), "tail": tail(record["val_curve"]["steps"], record["val_curve"]["loss"], PACE_FACTOR),
+            "features": features(record.get("probes", {}), warmup, early)}
+
+
+def places_of(runs: dict[str, list[dict[str, Any]]], cells: list[Cell], levels: dict[str, float],
+              margin: float, suffix: str = "") -> dict[Cell, dict[str, Any]]:
+    """Each cell's place (phase_boundary.cell_place) from its runs (variant name + suffix -> runs)."""
+    def mean_loss(cell: Cell) -> float | None:
+        rs = runs.get(cell.name)
+        return stats([r["final_val_loss"] for r in rs])["mean"] if rs else None
+
+    out = {}
+    for cell in cells:
+        rs = runs.get(cell.name + suffix)
+        if not rs:
+            continue
+        ref = full_reference(cell, {c: None for c in cells if c.name in runs})
+        out[cell] = cell_place([r["final_val_loss"] for r in rs], [r["tail"]["projected"] for r in rs], levels,
+                               mean_loss(ref) if ref else None, margin)
+    return out
+
+
+def relative(loss: float, levels: dict[str, float]) -> float:
+    """(loss - bigram) / (unigram - bigram): 1 at the floor, 0 at the bigram level, below 0 using context."""
+    return (loss - levels["bigram"]) / (levels["unigram"] - levels["bigram"])
+
+
+def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
+    grid = Grid(ctx)
+    levels, margin = ctx.levels, ctx.args.margin
+    warmup = ctx.spec.train.warmup_steps
+    runs = [summarise_run(r, ctx.args.early_step, warmup) for r in records]
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    for r in runs:
+        by_name.setdefault(r["variant"], []).append(r)
+    every = grid.cells + grid.references
+    first = places_of(by_name, every, levels, margin)
+    suffix = f" x{CONFIRM_FACTOR}"
+    confirmed = places_of(by_name, every, levels, margin, suffix)
+    boundary = set(boundary_cells({c: p["place"] for c, p in first.items()}, grid.cells)) if ctx.args.confirm else None
+    final = {c: confirmed.get(c, p) for c, p in first.items()}
+    cells = []
+    for c in every:
+        rs = by_name.get(c.name, [])
+        loss = stats([r["final_val_loss"] for r in rs])
+        item = {"name": c.name, "role": "grid" if c in grid.cells else "reference", "coords": c.coords(),
+                "seeds": [r["seed"] for r in rs], "final_val_loss": loss,
+                "relative_loss": relative(loss["mean"], levels),
+                "projected_val_loss": stats([r["tail"]["projected"] for r in rs]), **first[c],
+                "boundary": None if boundary is None else c in boundary, "confirm": None}
+        if c in confirmed:
+            cr = by_name[c.name + suffix]
+            closs = stats([r["final_val_loss"] for r in cr])
+            item["confirm"] = {"name": c.name + suffix, "seeds": [r["seed"] for r in cr], "steps": cr[0]["steps"],
+                               "final_val_loss": closs, "relative_loss": relative(closs["mean"], levels),
+                               **confirmed[c]}
+        item["final_place"], item["final_provisional"] = final[c]["place"], final[c]["provisional"]
+        item["changed"] = final[c]["place"] != first[c]["place"]
+        cells.append(item)
+    done = None if boundary is None else {c: c in confirmed for c in boundary}
+    view_items = []
+    for s in grid.slices:
+        for v in views(s):
+            view_items.append({"title": v.title(), "residual": v.residual, "x": v.x, "xs": list(v.xs), "y": v.y,
+                               "ys": list(v.ys), "fixed": dict(v.fixed), "sentence": sentence(v, final, done)})
+    samples = [{"variant": r["variant"], "seed": r["seed"], "features": r["features"],
+                "collapsed": place(r["final_val_loss"], levels, None, margin) == FLOOR}
+               for c in grid.cells for r in by_name.get(c.name, [])]
+    return {"margin": margin, "confirm": ctx.args.confirm, "early_step": ctx.args.early_step,
+            "references": list(parse_references(ctx.args.references)),
+            "slices": [s.to_dict() for s in grid.slices], "runs": runs, "cells": cells, "views": view_items,
+            "boundary": [v["sentence"] for v in view_items], "predictor": evaluate(samples),
+            "predictor_runs": samples, "estimate": estimate(ctx, EXPERIMENT.jobs(ctx))}
+
+
+def estimate(ctx: Context, jobs: list[Job]) -> dict[str, float]:
+    """Training FLOPs of the runs (training.flops), those still to train, and the seconds at ASSUMED_FLOPS."""
+    total = todo = 0.0
+    for job in jobs:
+        flops = run_flops(job.spec.model, job.spec.train)
+        total += flops
+        todo += 0.0 if job.run_dir(ctx.out).finished else flops
+    return {"flops": total, "flops_to_train": todo, "seconds_at_200_gflops": todo / ASSUMED_FLOPS}
+
+
+def flops_text(flops: float) -> str:
+    return f"{flops / 1e12:.1f} TFLOP" if flops >= 1e11 else f"{flops / 1e9:.1f} GFLOP"
+
+
+def preface(ctx: Context, jobs: list[Job]) -> str:
+    e = estimate(ctx, jobs)
+    line = (f"estimated cost: {flops_text(e['flops'])} of training for {len(jobs)} runs, "
+            f"{flops_text(e['flops_to_train'])} still to train: about {e['seconds_at_200_gflops'] / 60:.1f} "
+            f"min at {ASSUMED_FLOPS / 1e9:.0f} GFLOP/s (small shapes run well below a machine's matmul peak)")
+    if ctx.args.confirm and not any(j.variant.name.endswith(f" x{CONFIRM_FACTOR}") for j in jobs):
+        line += (f"; --confirm then adds {CONFIRM_SEEDS * CONFIRM_FACTOR}x the cost of each cell next to the "
+                 "boundary, planned once these have finished")
+    return line
+
+
+EXPERIMENT = Experiment(
+    name="phase_diagram", schema=SCHEMA, doc=__doc__, title="Phase diagram", plan=plan, analyse=analyse,
+    table=table, summary=summary, sections=sections, add_arguments=add_arguments, check=check,
+    owned={"residual": "--axes residual=..."}, default_preset="phase-cell", replan=True, preface=preface,
+)
+
+if __name__ == "__main__":
+    raise SystemExit(EXPERIMENT.main())

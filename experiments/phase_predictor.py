@@ -1,0 +1,207 @@
+"""Can the first steps tell whether a cell collapses? Early features of a run, and a held-out test of each.
+
+Per run, from its probe records (probes.GradientProbe, ActivationProbe, and EarlyIdentity below):
+
+    grad0           block-0 parameter-gradient norm (attention and MLP together) at step 0
+    grad_warm       the same at the end of warm-up (the last gradient record at or before warmup_steps)
+    alpha_early     layer-0 alpha_tt averaged over the activation records up to the early step
+    identity_early  current-token accuracy of a linear decoder at blocks.0.hook_resid_mid at the early step
+    growth_early    hidden-norm growth (final resid_post / embedding) at the early step
+and, measured at the end, for the record only: identity_end, growth_end.
+
+The test, per feature: the outcome is "collapsed" (the run's own final loss sits at the unigram floor);
+a one-feature threshold classifier (the threshold and side that classify the training cells best) is
+fitted on all but one run and scored on the one left out, for every run (leave-one-out), with an exact
+(Clopper-Pearson) 95% interval on the held-out accuracy, beside the accuracy of always guessing the more
+common outcome (a fold's majority would do worse: left out, a run of a balanced grid is always the
+minority); and on seeded random half splits (the mean held-out
+accuracy). The rank-based AUC (no fitting; 0.5 = no information, either side of 0.5 informs) comes with a
+seeded bootstrap 95% interval. A feature "predicts" only when its interval's lower bound is above the
+majority baseline. Plain Python (no numpy), seeded: the same numbers on every machine.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+EARLY_FEATURES = ("grad0", "grad_warm", "alpha_early", "identity_early", "growth_early")
+IDENTITY_SITE = "blocks.0.hook_resid_mid"
+IDENTITY_BATCHES = 2  # fixed validation batches the early decoder is scored on (kept small: it runs in training)
+N_SPLITS = 20
+N_BOOTSTRAP = 1000
+SEED = 2024
+
+
+class EarlyIdentity:
+    """Trainer callback: the current-token decoder at block 0's resid_mid at `step` and at the end of training.
+
+    Appends {"step", "probe": "identity", ...probes.identity.measure(...)} to probes.jsonl, on one site and
+    offset 0 only (a fraction of a full identity probe's cost). A resumed run drops records from after its
+    checkpoint and writes them again, as every probe's.
+    """
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def _record(self, trainer, step: int) -> None:
+        from probes.identity import measure
+
+        if not getattr(trainer, "is_main", True):
+            return
+        result = measure(trainer.model, trainer.corpus.train, trainer.val_batches[:IDENTITY_BATCHES], offsets=(0,),
+                         sites=[IDENTITY_SITE])
+        trainer.append("probes.jsonl", {"step": step, "probe": "identity", **result})
+
+    def on_eval(self, trainer, step: int, val_loss: float) -> None:
+        if step == self.step and step < trainer.train_cfg.max_steps:
+            self._record(trainer, step)
+
+    def on_train_end(self, trainer) -> None:
+        self._record(trainer, trainer.train_cfg.max_steps)
+
+
+# ----- features -----------------------------------------------------------------------------------------
+
+
+def features(probes: dict[str, list[dict[str, Any]]], warmup: int, early: int) -> dict[str, float | None]:
+    """The early features (and identity_end, growth_end) of one run from its probe records; None where absent."""
+    grads = [(g["step"], math.hypot(g["attn"][0], g["mlp"][0])) for g in probes.get("gradients", [])]
+    attention = [(r["step"], r["alpha_tt_layer_mean"][0]) for r in probes.get("attention", [])
+                 if r.get("alpha_tt_layer_mean")]
+    norms = [(r["step"], r["growth"]) for r in probes.get("norms", [])]
+    identity = [(r["step"], r["accuracy"][0][0]) for r in probes.get("identity", [])]
+    early_alpha = [a for s, a in attention if s <= early]
+    return {
+        "grad0": _at(grads, 0, exact=True),
+        "grad_warm": _at(grads, warmup),
+        "alpha_early": sum(early_alpha) / len(early_alpha) if early_alpha else None,
+        "identity_early": _at(identity, early, exact=True),
+        "growth_early": _at(norms, early),
+        "identity_end": identity[-1][1] if identity and identity[-1][0] > early else None,
+        "growth_end": norms[-1][1] if norms else None,
+    }
+
+
+def _at(series: list[tuple[int, float]], step: int, exact: bool = False) -> float | None:
+    """The value at `step` (exact), or at the last step at or before it."""
+    before = [v for s, v in series if (s == step if exact else s <= step)]
+    return before[-1] if before else None
+
+
+# ----- the held-out test --------------------------------------------------------------------------------
+
+
+def fit_threshold(xs: list[float], ys: list[bool]) -> tuple[float, bool]:
+    """(threshold, above): predict collapsed when (x > threshold) == above; the best on (xs, ys), first on ties."""
+    values = sorted(set(xs))
+    cuts = [values[0] - 1.0] + [(a + b) / 2 for a, b in zip(values, values[1:], strict=False)]
+    best, best_hits = (cuts[0], True), -1
+    for cut in cuts:
+        for above in (True, False):
+            hits = sum(((x > cut) == above) == y for x, y in zip(xs, ys, strict=True))
+            if hits > best_hits:
+                best, best_hits = (cut, above), hits
+    return best
+
+
+def predict(model: tuple[float, bool], x: float) -> bool:
+    cut, above = model
+    return (x > cut) == above
+
+
+def leave_one_out(xs: list[float], ys: list[bool]) -> int:
+    """Held-out hits of the threshold classifier, each run scored by a classifier fitted without it."""
+    return sum(predict(fit_threshold(xs[:i] + xs[i + 1:], ys[:i] + ys[i + 1:]), xs[i]) == ys[i]
+               for i in range(len(xs)))
+
+
+def random_splits(xs: list[float], ys: list[bool], n: int = N_SPLITS, seed: int = SEED) -> list[float]:
+    """Held-out accuracy on `n` seeded random half splits (fitted on one half, scored on the other)."""
+    rng = random.Random(seed)
+    out = []
+    idx = list(range(len(xs)))
+    for _ in range(n):
+        rng.shuffle(idx)
+        train, test = idx[: len(idx) // 2], idx[len(idx) // 2:]
+        if len({ys[i] for i in train}) < 2:  # one class only: nothing to fit a threshold to
+            continue
+        model = fit_threshold([xs[i] for i in train], [ys[i] for i in train])
+        out.append(sum(predict(model, xs[i]) == ys[i] for i in test) / len(test))
+    return out
+
+
+def auc(xs: list[float], ys: list[bool]) -> float:
+    """P(a collapsed run's x > a non-collapsed run's x), ties counting half (Mann-Whitney)."""
+    pos = [x for x, y in zip(xs, ys, strict=True) if y]
+    neg = [x for x, y in zip(xs, ys, strict=True) if not y]
+    return sum((p > q) + 0.5 * (p == q) for p in pos for q in neg) / (len(pos) * len(neg))
+
+
+def bootstrap_auc(xs: list[float], ys: list[bool], n: int = N_BOOTSTRAP, seed: int = SEED) -> tuple[float, float]:
+    """A seeded percentile bootstrap 95% interval of the AUC (resamples with one class only are skipped)."""
+    rng = random.Random(seed)
+    values = []
+    for _ in range(n):
+        pick = [rng.randrange(len(xs)) for _ in xs]
+        ry = [ys[i] for i in pick]
+        if 0 < sum(ry) < len(ry):
+            values.append(auc([xs[i] for i in pick], ry))
+    values.sort()
+    return values[int(0.025 * (len(values) - 1))], values[int(0.975 * (len(values) - 1))]
+
+
+def binomial_interval(k: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
+    """Exact (Clopper-Pearson) interval of a proportion k/n, by bisection on the binomial tail."""
+    def tail(j: int, p: float) -> float:  # P(X >= j), increasing in p
+        return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(j, n + 1))
+
+    def solve(j: int, target: float) -> float:  # the p where P(X >= j) = target
+        lo, hi = 0.0, 1.0
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if tail(j, mid) < target else (lo, mid)
+        return (lo + hi) / 2
+
+    lower = 0.0 if k == 0 else solve(k, alpha / 2)  # P(X >= k) = alpha / 2
+    upper = 1.0 if k == n else solve(k + 1, 1 - alpha / 2)  # P(X <= k) = alpha / 2
+    return lower, upper
+
+
+def evaluate(samples: list[dict[str, Any]], names: tuple[str, ...] = EARLY_FEATURES) -> dict[str, Any]:
+    """Each feature's held-out test over samples ({"features", "collapsed"}); a reason instead where untestable."""
+    out = {}
+    for name in names:
+        pairs = [(s["features"][name], s["collapsed"]) for s in samples if s["features"].get(name) is not None]
+        xs, ys = [float(x) for x, _ in pairs], [bool(y) for _, y in pairs]
+        n, k = len(xs), sum(ys)
+        item: dict[str, Any] = {"n": n, "n_collapsed": k}
+        if n < 4:
+            item["untestable"] = f"{n} run(s) with this feature; at least 4 are needed"
+        elif k in (0, n):
+            item["untestable"] = f"every run is {'collapsed' if k else 'not collapsed'}: nothing to predict"
+        else:
+            hits, base = leave_one_out(xs, ys), max(k, n - k)
+            splits = random_splits(xs, ys)
+            lo, hi = binomial_interval(hits, n)
+            a_lo, a_hi = bootstrap_auc(xs, ys)
+            item.update(loo_accuracy=hits / n, loo_interval=[lo, hi], majority_accuracy=base / n,
+                        split_accuracy=sum(splits) / len(splits) if splits else None, n_splits=len(splits),
+                        auc=auc(xs, ys), auc_interval=[a_lo, a_hi], threshold=list(fit_threshold(xs, ys)),
+                        predicts=lo > base / n)
+        out[name] = item
+    return out
+
+
+def verdict_text(name: str, item: dict[str, Any]) -> str:
+    """One line per feature for the console and the report."""
+    if "untestable" in item:
+        return f"{name}: not testable ({item['untestable']})"
+    lo, hi = item["loo_interval"]
+    a_lo, a_hi = item["auc_interval"]
+    split = f"{item['split_accuracy']:.2f}" if item["split_accuracy"] is not None else "n/a"
+    word = "PREDICTS" if item["predicts"] else "does not predict beyond the majority class"
+    return (f"{name}: {word}: held-out (leave-one-out) accuracy {item['loo_accuracy']:.2f} [{lo:.2f}, {hi:.2f}] "
+            f"vs majority {item['majority_accuracy']:.2f}; random halves {split}; AUC {item['auc']:.2f} "
+            f"[{a_lo:.2f}, {a_hi:.2f}] ({item['n']} runs, {item['n_collapsed']} collapsed)")

@@ -1,0 +1,167 @@
+"""The phase diagram's console table and summary, and its report sections (heatmaps, predictor figures).
+
+Reads results.json's dict (experiments.phase_diagram's analyse) and writes text or figures; nothing here
+decides (places and sentences: experiments.phase_boundary; the predictor test: experiments.phase_predictor).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from experiments.common import fmt_number, table_figure
+from experiments.frame import Context
+from experiments.phase_boundary import SHORT, mark
+from experiments.phase_grid import CONFIRM_FACTOR, CONFIRM_SEEDS, LABELS
+from experiments.phase_predictor import EARLY_FEATURES, verdict_text
+
+
+def _loss(s: dict[str, float]) -> str:
+    return f"{s['mean']:.3f}" + (f" +/- {s['std']:.3f}" if s["n"] > 1 else "")
+
+
+def confirm_mark(cell: dict[str, Any]) -> str:
+    c = cell.get("confirm")
+    if c:
+        return f"{mark(c)} {_loss(c['final_val_loss'])}"
+    return "boundary: not run" if cell.get("boundary") else ""
+
+
+def table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    headers = ["cell", "role", "final val", "rel", "place", "at 3x", f"{CONFIRM_SEEDS} seeds at {CONFIRM_FACTOR}x",
+               "grad0", "identity early"]
+    feats = {(r["variant"], r["seed"]): r["features"] for r in results["runs"]}
+    rows = []
+    for c in results["cells"]:
+        f = feats.get((c["name"], c["seeds"][0]), {}) if c["seeds"] else {}
+        rows.append([c["name"], c["role"], _loss(c["final_val_loss"]), f"{c['relative_loss']:+.2f}", mark(c),
+                     f"{c['projected_val_loss']['mean']:.3f}", confirm_mark(c), fmt_number(f.get("grad0"), ".3g"),
+                     fmt_number(f.get("identity_early"), ".2f")])
+    return headers, rows
+
+
+def reference_lines(results: dict[str, Any]) -> list[str]:
+    """Each reference residual's places, depth by depth: 'full: depth 1 width 64 context, ...'."""
+    by: dict[str, list[str]] = {}
+    for c in results["cells"]:
+        if c["role"] == "reference":
+            x = c["coords"]
+            by.setdefault(x["residual"], []).append(f"depth {x['n_layers']} width {x['d_model']} {mark(c)}")
+    return [f"{name}: {', '.join(items)}" for name, items in by.items()]
+
+
+def changes(results: dict[str, Any]) -> list[str]:
+    """What the confirmation runs changed: one line per confirmed cell whose place moved."""
+    return [f"{c['name']}: {mark(c)} -> {mark(c['confirm'])}" for c in results["cells"] if c.get("changed")]
+
+
+def summary(results: dict[str, Any]) -> str:
+    m = results["margin"]
+    lines = [f"place (margin {m} nats), read per run, never on an average: floor if loss >= unigram - m; bigram if "
+             "|loss - bigram| <= m; between; near full if <= full + m; else context (below bigram). "
+             "'?' provisional (a 3x projection sits elsewhere); split: the seeds disagree; rel = (loss - bigram) / "
+             "(unigram - bigram)", "", "boundary:"]
+    lines += [f"  {s}" for s in results["boundary"]]
+    lines += [f"  reference {line}" for line in reference_lines(results)]
+    provisional = [c["name"] for c in results["cells"] if c["final_provisional"]]
+    split = [c["name"] for c in results["cells"] if c["final_place"] == "seed-split"]
+    lines.append(f"\nprovisional cells: {', '.join(provisional) or 'none'}")
+    lines.append(f"seed-split cells: {', '.join(split) or 'none'}")
+    if results["confirm"]:
+        moved = changes(results)
+        lines.append(f"confirmation ({CONFIRM_SEEDS} seeds at {CONFIRM_FACTOR}x the steps) changed: "
+                     + ("; ".join(moved) if moved else "no place"))
+    lines.append("\nearly-training predictor of collapse, on held-out runs:")
+    pred = results["predictor"]
+    lines += [f"  {verdict_text(n, pred[n])}" for n in EARLY_FEATURES if n in pred]
+    if not any(item.get("predicts") for item in pred.values()):
+        lines.append("  no early feature predicts collapse beyond the majority class on held-out runs")
+    return "\n".join(lines)
+
+
+# ----- report sections ---------------------------------------------------------------------------------
+
+
+def heatmap(view: dict[str, Any], cells: dict[tuple, dict[str, Any]]):
+    """One view: colour = relative loss, text = place (confirmed place after '->' where confirmation ran)."""
+    import plotly.graph_objects as go
+
+    def cell_at(xv, yv) -> dict[str, Any] | None:
+        coords = {**view["fixed"], "residual": view["residual"]}
+        if view["x"]:
+            coords[view["x"]] = xv
+        if view["y"]:
+            coords[view["y"]] = yv
+        return cells.get(tuple(sorted(coords.items())))
+
+    z, text = [], []
+    for yv in view["ys"]:
+        zr, tr = [], []
+        for xv in view["xs"]:
+            c = cell_at(xv, yv)
+            zr.append(c["relative_loss"] if c else None)
+            label = mark(c) if c else "not run"
+            if c and c.get("confirm"):
+                label += f" -> {mark(c['confirm'])}"
+            tr.append(label)
+        z.append(zr)
+        text.append(tr)
+    xs = [str(v) for v in view["xs"]]
+    ys = [str(v) for v in view["ys"]]
+    fig = go.Figure(go.Heatmap(z=z, x=xs, y=ys, text=text, texttemplate="%{text}", zmin=-0.5, zmax=1.1,
+                               colorscale="RdBu_r", colorbar=dict(title="(loss - bigram)<br>/ (unigram - bigram)"),
+                               hovertemplate="%{x}, %{y}: rel %{z:.2f}, %{text}<extra></extra>"))
+    fig.update_xaxes(type="category", title=LABELS.get(view["x"], "") if view["x"] else "")
+    fig.update_yaxes(type="category", title=LABELS.get(view["y"], "") if view["y"] else "")
+    fig.update_layout(title=view["title"], height=160 + 60 * len(ys), margin=dict(l=60, r=20, t=50, b=50))
+    return fig
+
+
+def predictor_figures(results: dict[str, Any]) -> list:
+    """Each early feature against the run's relative final loss, collapsed runs marked."""
+    import plotly.graph_objects as go
+
+    rel = {(r["variant"], r["seed"]): r["final_val_loss"] for r in results["runs"]}
+    levels = results["reference_levels"]
+    span = levels["unigram"] - levels["bigram"]
+    out = []
+    for name in EARLY_FEATURES:
+        pts = [(s["features"][name], (rel[(s["variant"], s["seed"])] - levels["bigram"]) / span, s["collapsed"],
+                f"{s['variant']} seed {s['seed']}") for s in results["predictor_runs"]
+               if s["features"].get(name) is not None]
+        if not pts:
+            continue
+        fig = go.Figure()
+        for flag, colour in ((True, "#c0392b"), (False, "#2c7fb8")):
+            sel = [p for p in pts if p[2] == flag]
+            fig.add_trace(go.Scatter(x=[p[0] for p in sel], y=[p[1] for p in sel], mode="markers",
+                                     text=[p[3] for p in sel], name="collapsed" if flag else "not collapsed",
+                                     marker=dict(color=colour, size=9)))
+        fig.update_layout(title=f"{name} vs outcome", xaxis_title=name, yaxis_title="relative final loss", height=380)
+        out.append((f"Predictor: {name}", verdict_text(name, results["predictor"][name]), fig))
+    return out
+
+
+def sections(results: dict[str, Any], ctx: Context) -> list:
+    cells = {tuple(sorted(c["coords"].items())): c for c in results["cells"]}
+    out: list = [("Boundary", None, None)]
+    out += list(results["boundary"])
+    out += [f"Reference {line}." for line in reference_lines(results)]
+    moved = changes(results)
+    if results["confirm"]:
+        out.append(f"Confirmation ({CONFIRM_SEEDS} seeds at {CONFIRM_FACTOR}x the steps) changed: "
+                   + ("; ".join(moved) if moved else "no place") + ".")
+    legend = ", ".join(f"{v} = {k}" for k, v in SHORT.items())
+    out.append(f"Each cell: colour = (loss - bigram) / (unigram - bigram) (1: floor, 0: bigram); text = its place "
+               f"({legend}; '?' provisional), and '-> place' its place with {CONFIRM_SEEDS} seeds at "
+               f"{CONFIRM_FACTOR}x the steps where it was confirmed.")
+    out += [(v["title"], heatmap(v, cells)) for v in results["views"]]
+    pred = results["predictor"]
+    rows = [[n, item["n"], item["n_collapsed"], fmt_number(item.get("loo_accuracy"), ".2f"),
+             "-" if "loo_interval" not in item else "[{:.2f}, {:.2f}]".format(*item["loo_interval"]),
+             fmt_number(item.get("majority_accuracy"), ".2f"), fmt_number(item.get("auc"), ".2f"),
+             "-" if "auc_interval" not in item else "[{:.2f}, {:.2f}]".format(*item["auc_interval"]),
+             "yes" if item.get("predicts") else item.get("untestable", "no")] for n, item in pred.items()]
+    out.append(("Early-training predictor (held-out runs)", table_figure(
+        ["feature", "runs", "collapsed", "LOO accuracy", "95% (exact)", "majority", "AUC", "95% (bootstrap)",
+         "predicts"], rows)))
+    return out + predictor_figures(results)

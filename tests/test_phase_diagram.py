@@ -1,0 +1,349 @@
+"""The phase diagram: a smoke-size grid end to end (results.json, confirmation runs, reuse, option checks,
+report), and its rules on synthetic cells - axes, neighbours, places, boundary sentences and the
+early-training predictor's held-out test - branch by branch."""
+
+import json
+import math
+
+import pytest
+from conftest import data_root
+
+from experiments import phase_diagram
+from experiments.phase_boundary import FLOOR, SPLIT, View, cell_place, collapsed_text, confirmation_text, range_text
+from experiments.phase_boundary import sentence as boundary_sentence
+from experiments.phase_boundary import views as slice_views
+from experiments.phase_grid import (
+    Cell,
+    Slice,
+    boundary_cells,
+    default_slices,
+    grid_cells,
+    neighbours,
+    parse_axes,
+    parse_references,
+    reference_cells,
+)
+from experiments.phase_predictor import (
+    EARLY_FEATURES,
+    auc,
+    binomial_interval,
+    bootstrap_auc,
+    evaluate,
+    features,
+    fit_threshold,
+    leave_one_out,
+    random_splits,
+    verdict_text,
+)
+from interp.errors import ToolkitError
+from training.rundir import slug
+
+main = phase_diagram.EXPERIMENT.main
+# Two cells along lr at depth 1 (at smoke size lr 1e-3 stays on the floor, 1e-2 leaves it), full as reference.
+SHAPE = ["--preset", "smoke", "--set", "n_layers=1", "--references", "full", "--early-step", "10", "--no-progress"]
+ARGS = [*SHAPE, "--axes", "lr=1e-3,1e-2"]
+
+
+@pytest.fixture(scope="module")
+def grid_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("phase")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RESIDUAL_DATA_DIR", str(data_root()))
+        assert main([*ARGS, "--confirm", "--out", str(out)]) == 0
+        yield out
+
+
+def results_of(out):
+    return json.loads((out / "smoke" / "results-phase_diagram.json").read_text())
+
+
+def test_results_schema_and_places(grid_run):
+    r = results_of(grid_run)
+    assert r["schema"] == "phase-diagram/1" and r["confirm"] is True and r["early_step"] == 10
+    assert [c["name"] for c in r["cells"]] == ["ffn_only L1 d32 lr0.001 sb0", "ffn_only L1 d32 lr0.01 sb0",
+                                               "full L1 d32 lr0.003 sb0"]
+    for c in r["cells"]:
+        assert c["place"] in (FLOOR, SPLIT, "at the bigram level", "between bigram and floor", "near full",
+                              "below bigram (uses context)")
+        levels = r["reference_levels"]
+        rel = (c["final_val_loss"]["mean"] - levels["bigram"]) / (levels["unigram"] - levels["bigram"])
+        assert math.isclose(c["relative_loss"], rel)
+        assert isinstance(c["provisional"], bool) and c["boundary"] in (True, False)
+    assert [c["role"] for c in r["cells"]] == ["grid", "grid", "reference"]
+    assert len(r["views"]) == 1 and r["boundary"] == [r["views"][0]["sentence"]]
+    assert r["boundary"][0].startswith("ffn_only collapses ")
+    assert set(r["predictor"]) == set(EARLY_FEATURES)
+    assert r["estimate"]["flops"] > 0 and r["estimate"]["flops_to_train"] == 0
+    feats = r["runs"][0]["features"]
+    assert feats["grad0"] > 0 and 0 <= feats["identity_early"] <= 1 and 0 <= feats["identity_end"] <= 1
+    assert feats["alpha_early"] is not None and feats["growth_early"] > 0
+
+
+def test_boundary_cells_are_confirmed_with_three_seeds_at_three_times_the_steps(grid_run):
+    r = results_of(grid_run)
+    for c in r["cells"]:
+        if c["boundary"]:
+            assert c["confirm"]["seeds"] == [1337, 1338, 1339] and c["confirm"]["steps"] == 120
+            for seed in (1337, 1338, 1339):
+                final = json.loads((grid_run / "smoke" / slug(c["confirm"]["name"]) / f"seed{seed}" /
+                                    "final.json").read_text())
+                assert final["steps"] == 120
+            assert c["final_place"] == c["confirm"]["place"]
+        else:
+            assert c["confirm"] is None and c["final_place"] == c["place"]
+    if any(c["boundary"] for c in r["cells"]):
+        assert "confirmed with 3 seeds at 3x the steps" in r["boundary"][0]
+
+
+def test_finished_cells_are_never_retrained_and_new_values_grow_the_grid(grid_run, tmp_path, capsys):
+    import shutil
+
+    out = tmp_path / "grow"
+    shutil.copytree(grid_run, out)
+    finals = sorted((out / "smoke").glob("*/seed*/final.json"))
+    stamps = {p: p.stat().st_mtime_ns for p in finals}
+    argv = [a if a != "lr=1e-3,1e-2" else "lr=1e-3,3e-3,1e-2" for a in ARGS]
+    assert main([*argv, "--no-report", "--out", str(out)]) == 0
+    assert "4 runs" in capsys.readouterr().out
+    assert all(p.stat().st_mtime_ns == stamps[p] for p in finals)
+    assert (out / "smoke" / "ffn_only_L1_d32_lr0.003_sb0" / "seed1337" / "final.json").is_file()
+    r = results_of(out)
+    assert r["boundary"][0].endswith("unconfirmed)")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--axes", "depth=1,2"], "unknown axis 'depth'"),
+    (["--axes", "lr=1e-3,0.001"], "--axes lr repeats 0.001"),
+    (["--axes", "lr=1e-3", "--axes", "lr=2e-3"], "--axes lr is given twice"),
+    (["--axes", "n_layers=1,,2"], "has an empty entry"),
+    (["--axes", "n_layers=1.5"], "is not an integer"),
+    (["--axes", "lr=-1"], "must be finite and > 0"),
+    (["--axes", "residual=both"], "is not a residual"),
+    (["--axes", "lr"], "expects NAME=V1,V2"),
+    (["--references", "full,full"], "names a residual twice"),
+    (["--set", "residual=full"], "--axes residual="),
+    (["--early-step", "15"], "must be an evaluation step"),
+    (["--margin", "0"], "--margin must be"),
+])
+def test_bad_options_are_one_error_line(argv, message, grid_run, capsys):
+    results = grid_run / "smoke" / "results-phase_diagram.json"
+    before = results.read_bytes()
+    assert main([*(SHAPE if "--axes" in argv else ARGS), "--out", str(grid_run), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1, err
+    assert results.read_bytes() == before
+
+
+def test_report_is_self_contained_with_a_heatmap_per_view(grid_run):
+    page = (grid_run / "smoke" / "report-phase_diagram.html").read_text()
+    assert "<script src=\"http" not in page and "Plotly" in page
+    assert page.count("<h2>ffn_only: lr (") == 1 and "Early-training predictor" in page
+
+
+def test_help_explains_the_grid(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    assert "--axes" in text and "--confirm" in text and "results.json schema" not in text
+
+
+# ----- the grid ---------------------------------------------------------------------------------------
+
+
+BASE = Cell("ffn_only", 2, 2e-3, 64, 0.0)
+
+
+def test_axes_parse_sorted_and_checked():
+    axes = parse_axes(["n_layers=3,1,2", "lr=2e-3,1e-3", "residual=ffn_only,full", "self_bias=-1,4"])
+    assert axes == {"n_layers": (1, 2, 3), "lr": (1e-3, 2e-3), "residual": ("ffn_only", "full"),
+                    "self_bias": (-1.0, 4.0)}
+    with pytest.raises(ToolkitError, match="must be finite"):
+        parse_axes(["self_bias=inf"])
+    assert parse_references("") == () and parse_references("full, attn_only") == ("full", "attn_only")
+    with pytest.raises(ToolkitError, match="choose residuals"):
+        parse_references("full,bogus")
+
+
+def test_default_grid_is_48_cells_with_references_at_every_depth_and_width():
+    cells = grid_cells(default_slices(BASE))
+    refs = reference_cells(cells, BASE, ("full", "attn_only"))
+    assert len(cells) == 36 and len(refs) == 12 and len(set(cells + refs)) == 48
+    assert all(c.residual == "ffn_only" for c in cells)
+    assert Cell("ffn_only", 4, 2e-3, 128, 0.0) in cells and Cell("full", 4, 2e-3, 128, 0.0) in refs
+    assert {(c.n_layers, c.d_model) for c in refs} == {(1, 64), (2, 64), (3, 64), (4, 64), (6, 64), (4, 128)}
+
+
+def test_overrides_move_min_lr_with_lr():
+    assert Cell("ffn_only", 2, 1e-3, 64, 0.0).overrides(0.1)["min_lr"] == pytest.approx(1e-4)
+
+
+def test_neighbours_and_boundary_along_each_axis():
+    s = Slice(BASE, (("n_layers", (1, 2, 3)), ("lr", (1e-3, 2e-3))))
+    cells = s.cells()
+    assert len(neighbours(cells)) == 2 * 2 + 3 * 1  # along depth: 2 per lr; along lr: 1 per depth
+    places = {c: (FLOOR if c.n_layers >= 2 else "between") for c in cells}
+    assert set(boundary_cells(places, cells)) == {c for c in cells if c.n_layers in (1, 2)}
+    assert boundary_cells({c: FLOOR for c in cells}, cells) == []
+    # a cell without a place (not run) is left out: the cells either side of it become neighbours
+    del places[Cell("ffn_only", 2, 1e-3, 64, 0.0)]
+    found = boundary_cells(places, cells)
+    assert Cell("ffn_only", 2, 1e-3, 64, 0.0) not in found and Cell("ffn_only", 3, 1e-3, 64, 0.0) in found
+
+
+# ----- places and sentences ---------------------------------------------------------------------------
+
+LEVELS = {"unigram": 3.3, "bigram": 2.5}
+
+
+def test_cell_place_per_seed_never_averaged():
+    one = cell_place([3.29], [3.29], LEVELS, None, 0.05)
+    assert one == {"place": FLOOR, "seed_places": [FLOOR], "provisional": False, "heading": None}
+    split = cell_place([3.29, 2.9], [3.29, 2.9], LEVELS, None, 0.05)
+    assert split["place"] == SPLIT and split["seed_places"] == [FLOOR, "between bigram and floor"]
+    moving = cell_place([3.29], [3.0], LEVELS, None, 0.05)
+    assert moving["provisional"] and moving["heading"] == "between bigram and floor"
+    assert cell_place([2.0], [2.0], LEVELS, 2.02, 0.05)["place"] == "near full"
+
+
+@pytest.mark.parametrize("collapsed, expected", [
+    (set(), "at no depth tried"),
+    ({1, 2, 4}, "at every depth tried"),
+    ({2, 4}, "at depth >= 2"),
+    ({1, 2}, "at depth <= 2"),
+    ({1, 4}, "at depth 1, 4 only"),
+])
+def test_collapsed_text(collapsed, expected):
+    assert collapsed_text("n_layers", [1, 2, 4], collapsed) == expected
+    assert "no cell has a place" in collapsed_text("n_layers", [], set())
+
+
+@pytest.mark.parametrize("group, expected", [
+    ([1, 2, 3, 4], "at every lr tried"), ([2], "at lr 2"), ([1, 2], "for lr <= 2"), ([3, 4], "for lr >= 3"),
+    ([2, 3], "for 2 <= lr <= 3"),
+])
+def test_range_text(group, expected):
+    assert range_text("lr", group, [1, 2, 3, 4]) == expected
+
+
+def places_for(view, rule, provisional=()):
+    out = {}
+    for yv in view.ys:
+        for xv in view.xs:
+            c = view.cell(xv, yv)
+            p = rule(xv, yv)
+            if p is not None:
+                out[c] = {"place": p, "provisional": c in provisional, "heading": "between bigram and floor"}
+    return out
+
+
+def test_sentence_two_axes_groups_rows_into_ranges():
+    view = slice_views(Slice(BASE, (("n_layers", (1, 2, 3, 6)), ("lr", (5e-4, 1e-3, 2e-3, 4e-3)))))[0]
+
+    def rule(n, lr):  # deep collapses at small lr; everything collapses at 2e-3; nothing at 4e-3
+        if lr == 4e-3:
+            return "between bigram and floor"
+        return FLOOR if lr == 2e-3 or n >= 3 else "between bigram and floor"
+
+    text = boundary_sentence(view, places_for(view, rule), None)
+    assert text == ("ffn_only collapses at depth >= 3 for lr <= 0.001; at every depth tried at lr 0.002; "
+                    "at no depth tried at lr 0.004 (width 64, self_bias 0; unconfirmed)")
+
+
+def test_sentence_marks_split_provisional_and_confirmation():
+    view = slice_views(Slice(BASE, (("n_layers", (1, 2, 3)),)))[0]
+    split_cell, moving = view.cell(2), view.cell(3)
+    places = places_for(view, lambda n, _: {1: "between bigram and floor", 2: SPLIT, 3: FLOOR}[n], {moving})
+    text = boundary_sentence(view, places, {split_cell: True, moving: False})
+    assert text.startswith("ffn_only collapses at depth >= 3 (")  # the split cell is left out of the rule
+    assert "seed-split at depth 2" in text and "provisional at depth 3 (heading to between)" in text
+    assert "1 of 2 boundary cells confirmed, the rest unconfirmed" in text
+
+
+def test_sentence_one_cell_and_residual_axis():
+    [one] = slice_views(Slice(BASE, ()))
+    assert boundary_sentence(one, {one.cell(): {"place": FLOOR, "provisional": False}}, None).startswith(
+        "ffn_only sits at the unigram floor")
+    assert "not run" in boundary_sentence(one, {}, None)
+    two = slice_views(Slice(BASE, (("residual", ("ffn_only", "full")), ("lr", (1e-3, 2e-3)))))
+    assert [v.residual for v in two] == ["ffn_only", "full"] and all(v.x == "lr" and v.y is None for v in two)
+
+
+def test_views_of_three_axes_fix_the_third():
+    vs = slice_views(Slice(BASE, (("n_layers", (1, 2)), ("lr", (1e-3,)), ("d_model", (32, 64)))))
+    assert len(vs) == 2 and [dict(v.fixed)["d_model"] for v in vs] == [32, 64]
+    assert isinstance(vs[0], View) and vs[0].title().startswith("ffn_only: lr x depth (width 32")
+
+
+def test_confirmation_text_branches():
+    a, b = Cell("ffn_only", 1, 1e-3, 64, 0.0), Cell("ffn_only", 2, 1e-3, 64, 0.0)
+    assert confirmation_text([a, b], None) == "unconfirmed"
+    assert confirmation_text([a, b], {}) == "no boundary cell to confirm"
+    assert confirmation_text([a, b], {a: True, b: True}).startswith("its 2 boundary cells confirmed")
+    assert confirmation_text([a, b], {a: True}).startswith("its 1 boundary cell confirmed")
+
+
+# ----- the predictor ----------------------------------------------------------------------------------
+
+
+def test_threshold_fit_and_leave_one_out():
+    xs, ys = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0], [False, False, False, True, True, True]
+    assert fit_threshold(xs, ys) == (3.5, True)
+    assert fit_threshold(xs, [not y for y in ys]) == (3.5, False)
+    # held out, 4.0 falls exactly on the cut fitted without it (3 and 5: 4.0) and counts as below: 5 of 6 right
+    assert leave_one_out(xs, ys) == 5
+    assert random_splits(xs, ys, n=5) and all(0 <= a <= 1 for a in random_splits(xs, ys, n=5))
+
+
+def test_auc_and_intervals():
+    assert auc([1, 2, 3, 4], [False, False, True, True]) == 1.0
+    assert auc([1, 2, 3, 4], [True, True, False, False]) == 0.0
+    assert auc([1, 1, 1, 1], [True, False, True, False]) == 0.5
+    lo, hi = bootstrap_auc([1, 2, 3, 4, 5, 6], [False, False, False, True, True, True], n=200)
+    assert lo == hi == 1.0
+    lo, hi = binomial_interval(7, 10)  # Clopper-Pearson 95%: [0.348, 0.933]
+    assert lo == pytest.approx(0.3475, abs=1e-3) and hi == pytest.approx(0.9333, abs=1e-3)
+    assert binomial_interval(0, 10)[0] == 0.0 and binomial_interval(10, 10)[1] == 1.0
+
+
+def sample(x, collapsed):
+    return {"features": {"grad0": x, "grad_warm": None}, "collapsed": collapsed}
+
+
+def test_evaluate_says_what_predicts_and_what_cannot_be_tested():
+    separable = [sample(x, x > 10) for x in range(20)]
+    out = evaluate(separable, ("grad0", "grad_warm"))
+    assert out["grad0"]["predicts"] and out["grad0"]["loo_accuracy"] == 19 / 20  # one held-out run on the cut
+    assert out["grad_warm"] == {"n": 0, "n_collapsed": 0, "untestable": "0 run(s) with this feature; at least 4 are "
+                                                                         "needed"}
+    assert "PREDICTS" in verdict_text("grad0", out["grad0"])
+    noise = [sample(x, x % 2 == 0) for x in range(12)]  # alternating: no threshold separates it
+    item = evaluate(noise, ("grad0",))["grad0"]
+    assert item["majority_accuracy"] == 0.5 and not item["predicts"]
+    assert "does not predict" in verdict_text("grad0", item)
+    same = evaluate([sample(x, True) for x in range(6)], ("grad0",))["grad0"]
+    assert "every run is collapsed" in same["untestable"] and "not testable" in verdict_text("grad0", same)
+
+
+def test_features_from_probe_records():
+    probes = {
+        "gradients": [{"step": s, "attn": [3.0 * (s + 1)], "mlp": [4.0 * (s + 1)]} for s in (0, 10, 20, 30)],
+        "attention": [{"step": s, "alpha_tt_layer_mean": [0.1 * (s // 25 + 1)]} for s in (0, 25, 50, 75, 100, 125)],
+        "norms": [{"step": s, "growth": 1.0 + s / 100} for s in (0, 50, 100, 150)],
+        "identity": [{"step": 100, "accuracy": [[0.4]]}, {"step": 200, "accuracy": [[0.9]]}],
+    }
+    f = features(probes, warmup=25, early=100)
+    assert f["grad0"] == 5.0 and f["grad_warm"] == pytest.approx(math.hypot(63, 84))  # step 20: the last <= 25
+    assert f["alpha_early"] == pytest.approx(0.3) and f["identity_early"] == 0.4 and f["identity_end"] == 0.9
+    assert f["growth_early"] == 2.0 and f["growth_end"] == 2.5
+    assert set(features({}, 25, 100).values()) == {None}
+
+
+@pytest.mark.slow
+def test_slurm_local_plans_the_confirmation_round_in_its_jobs_and_equals_local(grid_run, tmp_path, shared_data):
+    out = tmp_path / "slurm"
+    assert main([*ARGS, "--confirm", "--no-report", "--out", str(out), "--launcher", "slurm-local"]) == 0
+    local, cluster = results_of(grid_run), results_of(out)
+    assert any(c["confirm"] for c in cluster["cells"])  # the jobs of the second round found their runs in the plan
+    assert [(c["name"], c["final_val_loss"], c["confirm"]) for c in cluster["cells"]] == \
+        [(c["name"], c["final_val_loss"], c["confirm"]) for c in local["cells"]]
+    assert cluster["boundary"] == local["boundary"]
