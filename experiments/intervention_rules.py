@@ -10,7 +10,10 @@ variants' effect summaries from experiments.intervention_effects.summarise, the 
 
 Intervals are the 95% bootstrap intervals over validation sequences of the seed-mean effect. "Raises
 the loss" means the interval's lower end is above the margin; "does not" means its upper end is below
-it. A layer's effect is read at the layer where the intervention hurts most (peak). A prediction on a
+it. With three or more seeds an effect must also clear 3 seed standard deviations of the per-seed mean
+change (the routing test's rule, docs/DESIGN.md contract 8): the interval covers the validation
+sequences, the spread covers training. A layer's effect is read at the layer where the intervention
+hurts most (peak). A prediction on a
 model that sits at the unigram floor (clean loss >= unigram - margin) is not decided: such a model
 has nothing left to lose.
 """
@@ -31,6 +34,13 @@ class Outcome:
 
     def layers(self, variant: str, intervention: str) -> list[dict[str, Any]] | None:
         return self.variants[variant]["layers"].get(intervention)
+
+    def spread(self, variant: str, intervention: str, layer: int) -> float:
+        """3 seed std of the layer's mean change with >= 3 seeds, else 0 (the interval alone decides)."""
+        v = self.variants[variant]
+        if v.get("n_seeds", 1) < 3:
+            return 0.0
+        return 3 * float(v.get("seed_spread", {}).get(intervention, [0.0] * (layer + 1))[layer])
 
 
 @dataclass(frozen=True)
@@ -61,7 +71,8 @@ def raises(o: Outcome, variant: str, intervention: str) -> tuple[str, str, str]:
     if rows is None:
         return "inconclusive", f"{intervention} does not apply to {variant}", "n/a"
     layer, row = peak(rows)
-    if row["delta"]["lo"] > o.margin:
+    seeds = o.spread(variant, intervention, layer)
+    if row["delta"]["lo"] > o.margin and row["delta"]["mean"] - o.margin > seeds:
         verdict = "supports"
     elif all(r["delta"]["hi"] < o.margin for r in rows):
         verdict = "contradicts"
@@ -69,7 +80,8 @@ def raises(o: Outcome, variant: str, intervention: str) -> tuple[str, str, str]:
         verdict = "inconclusive"
     measured = f"{variant}, {intervention}: change in loss per layer " + ", ".join(
         f"{r['delta']['mean']:+.3f}" for r in rows)
-    return verdict, measured, f"peak layer {layer}: {ci(row['delta'])} nats"
+    spread = f"; 3 seed std {seeds:.3f}" if seeds else ""
+    return verdict, measured, f"peak layer {layer}: {ci(row['delta'])} nats{spread}"
 
 
 def smaller(o: Outcome, small: tuple[str, str], large: tuple[str, str]) -> tuple[str, str, str]:
@@ -78,15 +90,18 @@ def smaller(o: Outcome, small: tuple[str, str], large: tuple[str, str]) -> tuple
     if rows_s is None or rows_l is None:
         return "inconclusive", "an intervention does not apply", "n/a"
     (ls, s), (ll, big) = peak(rows_s), peak(rows_l)
-    if s["delta"]["hi"] < big["delta"]["lo"]:
+    seeds = (o.spread(*small, ls) ** 2 + o.spread(*large, ll) ** 2) ** 0.5
+    apart = abs(big["delta"]["mean"] - s["delta"]["mean"]) > seeds
+    if s["delta"]["hi"] < big["delta"]["lo"] and apart:
         verdict = "supports"
-    elif s["delta"]["lo"] > big["delta"]["hi"]:
+    elif s["delta"]["lo"] > big["delta"]["hi"] and apart:
         verdict = "contradicts"
     else:
         verdict = "inconclusive"
     measured = (f"{small[0]} {small[1]} peak {s['delta']['mean']:+.3f} (layer {ls}); "
                 f"{large[0]} {large[1]} peak {big['delta']['mean']:+.3f} (layer {ll})")
-    return verdict, measured, f"{ci(s['delta'])} vs {ci(big['delta'])} nats"
+    spread = f"; 3 seed std {seeds:.3f}" if seeds else ""
+    return verdict, measured, f"{ci(s['delta'])} vs {ci(big['delta'])} nats{spread}"
 
 
 def decide_i1(o: Outcome) -> tuple[str, str, str]:

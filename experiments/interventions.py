@@ -171,7 +171,8 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     return {"margin": margin, "self_bias": ctx.args.self_bias, "val_batches": len(batches), "n_sequences": n_seq,
             "patch_pos": patch_pos, "bootstrap": {"resamples": BOOTSTRAP, "seed": BOOTSTRAP_SEED, "level": LEVEL},
             "identity_probes": identity, "runs": runs, "variants": variants,
-            "verdicts": verdicts({n: v["effects"] for n, v in variants.items()}, levels, margin),
+            "verdicts": verdicts({n: {**v["effects"], "seed_spread": v["seed_spread"], "n_seeds": len(v["seeds"])}
+                                  for n, v in variants.items()}, levels, margin),
             "sanity": sanity, "export": export}
 
 

@@ -201,6 +201,15 @@ def test_raises_rule(deltas, expected):
         "inconclusive"
 
 
+def test_with_three_seeds_an_effect_must_also_clear_three_seed_std():
+    effect = {"remove_attn_residual": [row(0.0), row(0.3)], "knock_out_self": [row(0.0), row(0.1)]}
+    for spread, n_seeds, expected in ((0.03, 3, "supports"), (0.2, 3, "inconclusive"), (0.2, 2, "supports")):
+        full = {**variant(**effect), "n_seeds": n_seeds,
+                "seed_spread": {"remove_attn_residual": [0.0, spread], "knock_out_self": [0.0, spread]}}
+        assert rules.decide_i1(outcome(full=full))[0] == expected, (spread, n_seeds)
+        assert rules.decide_i2(outcome(full=full))[0] == expected, (spread, n_seeds)
+
+
 @pytest.mark.parametrize("small,large,expected", [(0.1, 0.5, "supports"), (0.5, 0.1, "contradicts"),
                                                   (0.3, 0.31, "inconclusive")])
 def test_smaller_rule(small, large, expected):
