@@ -104,6 +104,14 @@ def save_checkpoint(path: str | Path, model: nn.Module, **state: Any) -> str:
     return payload[HASH_KEY]
 
 
+def _is_save_hooked(payload: Any) -> bool:
+    """A file interp.save_hooked wrote (its record under one key; the legacy format at the top)."""
+    if not isinstance(payload, dict):
+        return False
+    records = [payload] + [v for v in payload.values() if isinstance(v, dict)]
+    return any(str(r.get("schema", "")).startswith("residual-gpt-hooked") for r in records)
+
+
 def load_checkpoint(
     path: str | Path, map_location: str | torch.device = "cpu", meta: str | Path | None = None
 ) -> Checkpoint:
@@ -126,6 +134,9 @@ def load_checkpoint(
 
     if nanogpt.is_nanogpt(payload):
         return Checkpoint(**nanogpt.from_nanogpt(payload, path, meta))
+    if _is_save_hooked(payload):
+        raise CheckpointError(f"{path} is a save_hooked file (a HookedTransformer, not a checkpoint): read it with "
+                              "interp.load_hooked(path)")
     if not isinstance(payload, dict) or "schema" not in payload:
         keys = sorted(map(str, payload))[:6] if isinstance(payload, dict) else type(payload).__name__
         raise CheckpointError(

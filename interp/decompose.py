@@ -243,8 +243,17 @@ def decompose(cache: Any, site: str, model: Any = None, *, per_head: bool = Fals
     "{l}_mlp_out"; with per_head, each surviving attn_out becomes "L{l}H{h}"
     (hook_z through that head's W_O) plus "{l}_attn_bias" when b_O is not zero.
     A mixer without heads (has_heads False, e.g. position_blind) keeps "{l}_attn_out" whole.
-    per_head refuses (DecompositionError) when the heads do not rebuild the cached hook_attn_out.
+    per_head refuses (DecompositionError) when the heads do not rebuild the cached hook_attn_out, and
+    every decomposition when its terms do not sum to the cached stream (a hook edited the stream).
     """
+    model = _model_of(cache, model)
+    comps = _decompose(cache, site, model, per_head)
+    layer, kind = _parse_site(site, layout(model))
+    _check_sum(cache, f"blocks.{layer}.hook_resid_{kind}", site, comps.stack)
+    return comps
+
+
+def _decompose(cache: Any, site: str, model: Any, per_head: bool) -> Components:
     model = _model_of(cache, model)
     lay = layout(model)
     layer, kind = _parse_site(site, lay)
@@ -284,12 +293,33 @@ def decompose(cache: Any, site: str, model: Any = None, *, per_head: bool = Fals
     return Components(labels, stack)
 
 
+def _check_sum(cache: Any, name: str, site: str, stack: Tensor) -> None:
+    """Refuse terms that do not add up to the cached stream: a hook edited the stream itself (steering,
+    patching a hook_resid_*), which no term records. A cache without the stream is not checked."""
+    try:
+        stream = cache[name]
+    except (KeyError, TypeError):
+        return
+    if not isinstance(stream, Tensor) or stream.shape != stack.shape[1:]:
+        return
+    with torch.no_grad():
+        off = (stack.sum(0) - stream).abs().max().item()
+        scale = max(1.0, stream.abs().max().item())
+    tol = 1e-4 if stream.dtype in (torch.float32, torch.float64) else 3e-2
+    if not off <= tol * scale:
+        raise DecompositionError(
+            f"the terms at {site} do not sum to the cached {name} (off by {off:.3g}): a hook changed the "
+            "residual stream itself (steering or patching a hook_resid_* point), which no term records; take the "
+            "cache without that hook, or add the edit to the terms yourself"
+        )
+
+
 def decomposition_error(cache: Any, site: str, model: Any = None, *, per_head: bool = False) -> float:
     """Largest |sum of the terms - cached stream| at a site (0 up to float rounding)."""
     model = _model_of(cache, model)
     layer, kind = _parse_site(site, layout(model))
     stream = _get(cache, f"blocks.{layer}.hook_resid_{kind}")
-    return float((decompose(cache, site, model, per_head=per_head).total() - stream).abs().max().detach())
+    return float((_decompose(cache, site, model, per_head).total() - stream).abs().max().detach())
 
 
 # --------------------------------------------------------------------------- final LayerNorm and unembedding

@@ -177,6 +177,10 @@ class ResidualActivationCache(ActivationCache):
     def stack_neuron_results(self, *args, **kwargs):
         self._refuse_tl_layout("stack_neuron_results")
 
+    def apply_slice_to_batch_dim(self, batch_slice):
+        sliced = super().apply_slice_to_batch_dim(batch_slice)  # TL's returns a plain ActivationCache
+        return type(self)(sliced.cache_dict, sliced.model, has_batch_dim=sliced.has_batch_dim)
+
     def logit_attrs(self, *args, **kwargs):
         self._refuse_if_not_additive("logit_attrs")
         warn(LOGIT_ATTRS_MESSAGE, LogitAttrsWarning, stacklevel=2)
@@ -274,6 +278,11 @@ class ResidualGPT(HookedRootModule):
                 TrainModeWarning,
                 stacklevel=2,
             )
+        if not isinstance(tokens, Tensor):
+            raise ConfigError(
+                f"ResidualGPT takes token ids (a LongTensor [batch, pos]), not {type(tokens).__name__}: encode text "
+                "with model.codec.encode(text) (torch.tensor([...]) around it), or call model.generate(text)"
+            )
         n = tokens.shape[-1]
         if n > self.cfg.n_ctx:
             raise ConfigError(f"sequence length {n} exceeds n_ctx {self.cfg.n_ctx}")
@@ -286,11 +295,13 @@ class ResidualGPT(HookedRootModule):
         logits = self.unembed(self.ln_final(resid))
         if targets is None:
             return logits
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+        # ignore_index=-1 as nanoGPT's: a target of -1 is masked out of the loss
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-1)
         return logits, loss
 
     def _any_hook(self) -> bool:
-        return any(hp._forward_hooks or hp._backward_hooks for hp in self.hook_dict.values())
+        """A hook anywhere: TL's hook points, or register_forward_hook / nnsight on any submodule."""
+        return any(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks for m in self.modules())
 
     def _apply(self, fn, *args, **kwargs):
         out = super()._apply(fn, *args, **kwargs)

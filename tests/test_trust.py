@@ -623,3 +623,66 @@ def test_readme_decompose_line_is_right():
     _, cache = model.run_with_cache(tokens())
     parts = decompose(cache, "final", per_head=True)
     assert (parts.stack.sum(0) - cache["blocks.1.hook_resid_post"]).abs().max().item() < TOL
+
+
+# ----------------------------------------------------------------- 9. neighbours an audit found (audit 25b)
+
+def _steer(site):
+    vec = torch.randn(32, generator=torch.Generator().manual_seed(0)) * 3
+    return [(site, lambda x, hook: x + vec)]
+
+
+@pytest.mark.parametrize("site", ["blocks.0.hook_resid_post", "blocks.1.hook_resid_pre", "blocks.1.hook_resid_mid"])
+@pytest.mark.parametrize("on", ["residual_gpt", "export"])
+def test_decompose_of_a_cache_taken_under_a_steering_hook_refuses(site, on):
+    model = make_model("trained")
+    target = model if on == "residual_gpt" else convert(model)
+    with target.hooks(fwd_hooks=_steer(site)):
+        logits, cache = quiet(target.run_with_cache, tokens())
+    with pytest.raises(DecompositionError, match="a hook changed the residual stream"):
+        decompose(cache, "final")
+    with pytest.raises(DecompositionError, match="a hook changed the residual stream"):
+        direct_logit_attribution(cache, 3, 5)
+
+
+@pytest.mark.parametrize("bad", ["ROMEO:", [1, 2, 3], None])
+@pytest.mark.parametrize("call", ["forward", "run_with_cache"])
+def test_residual_gpt_given_anything_but_token_ids_names_the_codec(bad, call):
+    model = make_model("trained")
+    with pytest.raises(ConfigError, match="model.codec.encode"):
+        model(bad) if call == "forward" else model.run_with_cache(bad)
+
+
+def test_nanogpt_masked_targets_are_left_out_of_the_loss():
+    model = make_model("trained")
+    x = tokens()
+    y = x.clone()
+    y[:, :3] = -1
+    _, loss = model(x, y)
+    want = F.cross_entropy(model(x)[:, 3:].flatten(0, 1), y[:, 3:].flatten())
+    assert abs(loss.item() - want.item()) < 1e-6
+
+
+def test_a_sliced_cache_of_an_ablated_model_still_refuses():
+    model = make_model("trained", residual="attn_only")
+    _, cache = model.run_with_cache(tokens())
+    with pytest.raises(ToolkitError, match="interp.decompose"):
+        cache.apply_slice_to_batch_dim(slice(0, 1)).decompose_resid()
+
+
+def test_a_save_hooked_file_given_to_a_checkpoint_loader_names_load_hooked(tmp_path):
+    tl = convert(make_model("trained", residual="attn_only"))
+    save_hooked(tl, tmp_path / "x.tl.pt")
+    for load in (load_checkpoint, ResidualGPT.from_checkpoint, hooked.to_hooked_transformer):
+        with pytest.raises(CheckpointError, match=r"interp\.load_hooked"):
+            quiet(load, tmp_path / "x.tl.pt")
+
+
+def test_train_mode_warning_sees_hooks_on_any_submodule():
+    model = ResidualGPT(tiny_config(dropout=0.2)).train()
+    handle = model.blocks[1].register_forward_hook(lambda module, args, out: None)
+    _, did = warned(TrainModeWarning, model, tokens())
+    handle.remove()
+    assert did
+    _, did = warned(TrainModeWarning, model, tokens())  # no hook: a training forward says nothing
+    assert not did

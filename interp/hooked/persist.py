@@ -94,7 +94,11 @@ def load_hooked(path: str | os.PathLike, device: str | torch.device | None = Non
     else:
         schema = record.get("schema") if isinstance(record, dict) else payload.get("schema") \
             if isinstance(payload, dict) else None
-        hint = " (a ResidualGPT checkpoint: use to_hooked_transformer)" if schema == SCHEMA else ""
+        from interp.nanogpt_format import is_nanogpt
+
+        checkpoint = schema == SCHEMA or is_nanogpt(payload)
+        hint = (" (a ResidualGPT or nanoGPT checkpoint: interp.to_hooked_transformer(path) exports it)"
+                if checkpoint else "")
         raise CheckpointError(f"{path} has schema {schema!r}; load_hooked reads {HOOKED_SCHEMA!r}{hint}")
     payload = record
     cfg = ModelConfig.from_dict(payload["model_config"])
