@@ -60,9 +60,9 @@ def bench_shape(shape, args) -> dict[str, Any]:
     from benchmarks.variants import variants_for
 
     variants = variants_for(args.compile)
-    if args.variants:
-        wanted = set(args.variants.split(","))
-        unknown = wanted - {v.name for v in variants}
+    if args.variants is not None:
+        wanted = variant_names(args.variants)
+        unknown = set(wanted) - {v.name for v in variants}
         if unknown:
             raise BenchError(f"unknown variant(s) {sorted(unknown)}; variants: {', '.join(v.name for v in variants)}")
         variants = [v for v in variants if v.name in wanted or v.name == "reference"]
@@ -148,6 +148,19 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def variant_names(text: str) -> list[str]:
+    """--variants: names, each once, none empty (the reference is always timed)."""
+    from benchmarks.shapes import BenchError
+
+    names = [n.strip() for n in text.split(",")]
+    if any(not n for n in names):
+        raise BenchError(f"--variants {text!r} has an empty entry; name one or more variants (see --help)")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise BenchError(f"--variants names {', '.join(repeated)} more than once; name each variant once")
+    return names
+
+
 def shape_names(option: str, text: str, allow_empty: bool = False) -> list[str]:
     """A comma-separated list of known shapes, each once; an empty entry or list is an error (an empty
     --trainer / --memory means none)."""
@@ -201,7 +214,13 @@ def _main(argv: list[str] | None = None) -> int:
         names = shape_names("--shapes", args.shapes)
         for option, value in (("--trainer", args.trainer), ("--memory", args.memory)):
             shape_names(option, value, allow_empty=True)
+        if args.variants is not None:
+            variant_names(args.variants)
         shapes = [make_shape(n, args.steps, args.rounds, args.set) for n in names]
+        from training.budget import check_runnable
+
+        for shape in shapes:  # a size that cannot fit is refused with its estimate, before any work
+            check_runnable(shape.model, shape.train, "cpu")
         if args.memory_child:
             memory_child(args.memory_child, shapes[0].name, args.set)
             print(f"{RSS_MARK}{peak_rss_mb()}")

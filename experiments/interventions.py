@@ -92,6 +92,9 @@ def plan(ctx: Context) -> list[Group]:
     n_ctx = ctx.spec.model.n_ctx
     if n_ctx < 3:
         raise ToolkitError(f"the interventions need n_ctx >= 3, got --set n_ctx={n_ctx}")
+    if ctx.args.val_batches > ctx.spec.train.eval_batches:
+        raise ToolkitError(f"--val-batches {ctx.args.val_batches} is more than the preset's "
+                           f"{ctx.spec.train.eval_batches} fixed validation batches (0: all of them)")
     pos = ctx.args.patch_pos
     if pos is not None and not 1 <= pos < n_ctx:
         raise ToolkitError(f"--patch-pos must be in [1, {n_ctx - 1}] (a position with a previous token), got {pos}")

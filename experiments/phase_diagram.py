@@ -123,7 +123,15 @@ def add_arguments(p) -> None:
 
 
 def check(args) -> None:
-    parse_axes(args.axes)
+    from training.presets import parse_overrides
+
+    axes = parse_axes(args.axes)
+    # a --set of a key every cell sets itself would be recorded as applied but change nothing
+    varied = set(axes) if axes else {"n_layers"}  # the default grid sets depth everywhere; lr, d_model, self_bias
+    taken = sorted(varied & set(parse_overrides(args.set)))  # are its base values (the other slices, references)
+    if taken:
+        raise ToolkitError(f"--set {taken[0]}=... would be overridden by the grid's cells, which set "
+                           f"{taken[0]} themselves; give its values with --axes {taken[0]}=V1,V2,...")
     parse_references(args.references)
     check_number("--margin", args.margin, 0.0, inclusive=False)
     check_number("--early-step", args.early_step, 1)

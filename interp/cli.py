@@ -30,3 +30,17 @@ class Parser(argparse.ArgumentParser):
 
 
 __all__ = ["Parser", "UsageError", "one_line_errors"]
+
+
+def refuse_overwriting_inputs(option: str, out, inputs: dict) -> None:
+    """An output path that is one of the command's input files (--out the same as --ckpt) would destroy the
+    input it was made from: refused with one line before any work. inputs: option -> path (None: not given)."""
+    import os
+
+    for name, path in inputs.items():
+        if path is None or not os.path.exists(path) or not os.path.exists(out):
+            if path is not None and os.path.abspath(path) == os.path.abspath(out):
+                raise UsageError(f"{option} {out} is the {name} file it is made from; choose another {option}")
+            continue
+        if os.path.samefile(path, out):
+            raise UsageError(f"{option} {out} is the {name} file it is made from; choose another {option}")

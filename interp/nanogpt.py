@@ -97,8 +97,12 @@ def parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> Path:
     from interp.checkpoint import load_checkpoint
+    from interp.cli import refuse_overwriting_inputs
     from interp.io import atomic_write
 
+    refuse_overwriting_inputs("--out", args.out, {"--ckpt": args.ckpt})
+    if args.meta_out is not None:
+        refuse_overwriting_inputs("--meta-out", args.meta_out, {"--ckpt": args.ckpt, "--out": args.out})
     ckpt = load_checkpoint(args.ckpt)
     why = refusal(ckpt.config)
     if why:

@@ -63,7 +63,9 @@ def encode(text: str, state: dict[str, Any], cfg: ModelConfig) -> tuple[list[int
 
 def run(args: argparse.Namespace) -> Path:
     from interp.checkpoint import load_checkpoint
+    from interp.cli import refuse_overwriting_inputs
 
+    refuse_overwriting_inputs("--out", args.out, {"--ckpt": args.ckpt, "--meta": args.meta})
     ckpt = load_checkpoint(args.ckpt, meta=args.meta)
     cfg = ckpt.config
     if args.layer is not None and not 0 <= args.layer < cfg.n_layers:

@@ -106,9 +106,9 @@ def cut_metrics(out: Path) -> None:
     path.write_text(text[: len(text) - len(text.splitlines()[-1]) // 2 - 1])  # the last line, half of it
 
 
-def edit_last_eval(out: Path) -> str:
+def edit_last_eval(out: Path, which: int = -1) -> str:
     lines = (out / RUN / "metrics.jsonl").read_text().splitlines()
-    last = max(i for i, line in enumerate(lines) if '"val_loss"' in line)
+    last = [i for i, line in enumerate(lines) if '"val_loss"' in line][which]
     record = json.loads(lines[last])
     record["val_loss"] = 0.1234
     lines[last] = json.dumps(record)
@@ -176,9 +176,11 @@ FAULTS = [
     Fault("bare NaN in final.json", ("run",), lambda o, m: (o / RUN / "final.json").write_text(
         (o / RUN / "final.json").read_text().replace('"best_step"', '"x": NaN, "best_step"')), r"not valid JSON"),
     Fault("metrics.jsonl cut mid-line", ("run",), lambda o, m: cut_metrics(o),
-          r"metrics\.jsonl.*(line \d+|does not end with the run's final evaluation)"),
+          r"metrics\.jsonl.*(line \d+|does not end with the run's final evaluation|changed after the run finished)"),
     Fault("last evaluation edited in metrics.jsonl", ("run",), lambda o, m: (o / RUN / "metrics.jsonl").write_text(
-        edit_last_eval(o)), r"does not end with the run's final evaluation"),
+        edit_last_eval(o)), r"metrics\.jsonl changed after the run finished"),
+    Fault("middle evaluation edited in metrics.jsonl", ("run",), lambda o, m: (o / RUN / "metrics.jsonl").write_text(
+        edit_last_eval(o, which=0)), r"metrics\.jsonl changed after the run finished"),
     Fault("non-finite lr", ("run",), lambda o, m: None, r"lr must be a finite number", extra=["--set", "lr=inf"]),
     Fault("size that cannot fit", ("run",), lambda o, m: None, r"needs about .* GiB",
           extra=["--set", "d_model=4194304", "--set", "n_heads=1"]),

@@ -247,14 +247,26 @@ class RunDir:
                               f"step {ckpt.state.get('step')!r}); "
                               "it is never reused - move that directory aside and run again")
         self._check_numbers(final, ckpt.state)
-        self._check_logs(final)
+        self._check_logs(final, ckpt.state.get("logs_sha256"))
         return final
 
-    def _check_logs(self, final: dict[str, Any]) -> None:
+    def logs_sha256(self) -> dict[str, str | None]:
+        """sha256 of metrics.jsonl and probes.jsonl as they are now (None: not there)."""
+        import hashlib
+
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() if p.exists() else None
+                for p in (self.metrics, self.probes)}
+
+    def _check_logs(self, final: dict[str, Any], recorded: dict[str, Any] | None = None) -> None:
         """The logs of a finished run are whole (a torn or damaged line is an error naming it) and end with
         the final evaluation, so the curves an experiment reads from them are the run's."""
         from interp.io import read_jsonl
 
+        if isinstance(recorded, dict) and recorded != self.logs_sha256():  # runs before this record: not checked
+            changed = sorted(k for k, v in self.logs_sha256().items() if recorded.get(k) != v)
+            raise RunDirError(f"{self.path}: {', '.join(changed)} changed after the run finished (its sha256 is not "
+                              "the one ckpt.pt records), so its curves are not the run's; it is never reused - move "
+                              "that directory aside and run again")
         evals = [r for r in read_jsonl(self.metrics) if "val_loss" in r]
         read_jsonl(self.probes)
         last = evals[-1] if evals else {}

@@ -239,6 +239,7 @@ class Trainer:
         )
         if getattr(self, "last_val", None) is not None:  # the finished run's last validation loss
             state["final_val_loss"] = self.last_val
+            state["logs_sha256"] = self.run_dir.logs_sha256()  # the finished logs, checked on reuse
         if self.device.type == "cuda":
             state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
         return state
