@@ -262,13 +262,13 @@ class RunDir:
         the final evaluation, so the curves an experiment reads from them are the run's."""
         from interp.io import read_jsonl
 
+        evals = [r for r in read_jsonl(self.metrics) if "val_loss" in r]
+        read_jsonl(self.probes)
         if isinstance(recorded, dict) and recorded != self.logs_sha256():  # runs before this record: not checked
             changed = sorted(k for k, v in self.logs_sha256().items() if recorded.get(k) != v)
             raise RunDirError(f"{self.path}: {', '.join(changed)} changed after the run finished (its sha256 is not "
                               "the one ckpt.pt records), so its curves are not the run's; it is never reused - move "
                               "that directory aside and run again")
-        evals = [r for r in read_jsonl(self.metrics) if "val_loss" in r]
-        read_jsonl(self.probes)
         last = evals[-1] if evals else {}
         if last.get("step") != final["steps"] or last.get("val_loss") != final["final_val_loss"]:
             raise RunDirError(f"{self.metrics} does not end with the run's final evaluation (step {final['steps']}, "
