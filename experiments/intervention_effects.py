@@ -203,6 +203,23 @@ def place(loss: float, levels: dict[str, float], margin: float) -> str:
     return routing_place(loss, levels, None, margin)
 
 
+def probe_levels(train: Any, batches: list, d_vocab: int) -> dict[str, Any]:
+    """Where a decoder's cross-entropy for the token at offsets 0 and -1 sits: knowing nothing (the add-one
+    unigram of the training tokens) and knowing only the current token (0 for offset 0; for offset -1 the
+    add-one p(previous | current) from training pairs), both on the intervened validation sequences."""
+    tokens = np.asarray(train, dtype=np.int64)
+    uni = np.bincount(tokens, minlength=d_vocab) + 1.0
+    log_uni = np.log(uni / uni.sum())
+    pairs = np.zeros((d_vocab, d_vocab)) + 1.0  # [current, previous], add-one
+    np.add.at(pairs, (tokens[1:], tokens[:-1]), 1.0)
+    log_prev = np.log(pairs / pairs.sum(1, keepdims=True))
+    x = np.concatenate([b[0].cpu().numpy() for b in batches])
+    unigram = float(-log_uni[x].mean())
+    previous = float(-log_prev[x[:, 1:], x[:, :-1]].mean())
+    return {"offsets": [0, -1], "unigram_ce": [unigram, float(-log_uni[x[:, :-1]].mean())],
+            "current_token_ce": [0.0, previous]}
+
+
 def summarise(raw: dict[str, Any], idx: np.ndarray, levels: dict[str, float], margin: float,
               probe_levels: dict[str, Any] | None = None) -> dict[str, Any]:
     """Effects with intervals: the results.json record of one run or one variant (see the schema)."""

@@ -33,7 +33,8 @@ probes. --val-batches (default 2 of the preset's fixed batches; 0: all) bounds i
 
 results.json schema ("interventions/1"):
     schema, experiment, preset, seeds, config, reference_levels, software, wall_time_s, created   (the frame's)
-    margin, self_bias, val_batches, n_sequences, patch_pos, bootstrap {resamples, seed, level}
+    margin, self_bias, val_batches, n_sequences, patch_pos, bootstrap {resamples, seed, level},
+    identity_probes (whether they ran), train_wall_time_s (the frame's: training this invocation did)
     runs        one per (variant, seed): variant, seed, run_dir, final_val_loss, effects (below),
                 wall_time_s (this run's interventions)
     variants    name -> {seeds, effects: the same layout over the seed-mean per-sequence numbers,
@@ -45,7 +46,9 @@ results.json schema ("interventions/1"):
                 heads {zero_head, mean_head: [layer][head] {mean, lo, hi} (change in loss) or null};
                 patching {clean_loss, corrupt_loss, gap {mean, lo, hi}, first_resid_pre, sites {attn_out,
                 resid_post: [layer]}, heads [layer][head]}: fraction restored {mean, lo, hi} or null (gap ~0);
-                no_op_max_abs; probe_levels {offsets, unigram_ce, current_token_ce}
+                no_op_max_abs; probe_levels {offsets, unigram_ce, current_token_ce}: where a decoder's CE for the
+                token at each offset sits knowing nothing / knowing only the current token (absent with
+                --no-identity)
     verdicts    list of {id, title, prediction, rule, bears_on, relation, verdict, measured, interval}
     sanity      list of {variant, seed, check, value, expected, ok}
     export      variant -> {max_abs_diff, per_intervention, sequences} (first seed; null: no TL export)
@@ -130,6 +133,7 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     if not ctx.args.no_identity and not identity:
         print(f"identity probes skipped: {too_costly(ctx.spec.model)}")
 
+    probe_refs = fx.probe_levels(ctx.corpus.train, batches, ctx.spec.model.d_vocab) if identity else None
     cfgs = {r["variant"]: None for r in records}
     total = 0
     for r in records:
@@ -156,12 +160,12 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
                 export[r["variant"]] = fx.export_difference(model, batches[0], patch_pos, unigram)
         runs.append({**{k: v for k, v in run_summary(r).items() if k in ("variant", "seed", "run_dir",
                                                                          "final_val_loss")},
-                     "effects": fx.summarise(raw, idx, levels, margin),
+                     "effects": fx.summarise(raw, idx, levels, margin, probe_refs),
                      "wall_time_s": time.perf_counter() - start})
     bar.close()
     variants = {}
     for name, rs in raws.items():
-        effects = fx.summarise(fx.mean_raw(rs), idx, levels, margin)
+        effects = fx.summarise(fx.mean_raw(rs), idx, levels, margin, probe_refs)
         spread = {}
         for iv_name, per_layer in rs[0]["layers"].items():
             if per_layer is not None:

@@ -128,6 +128,9 @@ def ablate_heads(layer: int, heads: int | Sequence[int], value: Tensor | None = 
     heads = [heads] if isinstance(heads, int) else list(heads)
 
     def hook(z: Float[Tensor, "b p h dh"], hook: Any) -> Tensor:
+        bad = [h for h in heads if not 0 <= h < z.shape[2]]  # -1 would silently mean the last head
+        if bad:
+            raise InterventionError(f"ablate_heads: layer {layer} has heads 0..{z.shape[2] - 1}, not {bad}")
         z = z.clone()
         for h in heads:
             if value is None:

@@ -266,6 +266,9 @@ def test_smoke_end_to_end(tmp_path, data):
     assert [v["id"] for v in results["verdicts"]] == [f"I{i}" for i in range(1, 9)]
     assert all(c["ok"] for c in results["sanity"]), [c for c in results["sanity"] if not c["ok"]]
     assert max(e["max_abs_diff"] for e in results["export"].values()) < 1e-5
+    levels = results["variants"]["full"]["effects"]["probe_levels"]
+    assert levels["offsets"] == [0, -1] and levels["current_token_ce"][0] == 0.0
+    assert 0 < levels["current_token_ce"][1] < levels["unigram_ce"][1]  # the current token tells about the last
     effects = results["variants"]["ffn_only + self_only"]["effects"]
     assert effects["layers"]["remove_attn_residual"][0]["delta"]["mean"] == 0.0  # no attention residual to remove
     assert effects["layers"]["self_only"][1]["delta"] == {"mean": 0.0, "lo": 0.0, "hi": 0.0}
@@ -282,3 +285,13 @@ def test_bad_options_are_one_error_line(capsys, data):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: --val-batches")
     assert interventions.EXPERIMENT.main(["--preset", "smoke", "--patch-pos", "0", "--out", "/tmp/x-none"]) == 2
+
+
+def test_a_head_index_outside_the_layer_is_refused():
+    from interp.interventions import InterventionError, ablate_heads
+
+    model = ResidualGPT(ModelConfig(n_layers=1, n_heads=2, d_model=16, n_ctx=8, d_vocab=5)).eval()
+    x = torch.randint(0, 5, (2, 8))
+    for head in (-1, 2):
+        with pytest.raises(InterventionError, match="heads 0..1"):
+            model.run_with_hooks(x, fwd_hooks=ablate_heads(0, head))

@@ -262,8 +262,8 @@ class RunDir:
         the final evaluation, so the curves an experiment reads from them are the run's."""
         from interp.io import read_jsonl
 
-        evals = [r for r in read_jsonl(self.metrics) if "val_loss" in r]
-        read_jsonl(self.probes)
+        evals = [r for r in read_jsonl(self.metrics, required=("step",)) if "val_loss" in r]
+        read_jsonl(self.probes, required=("step", "probe"))
         if isinstance(recorded, dict) and recorded != self.logs_sha256():  # runs before this record: not checked
             changed = sorted(k for k, v in self.logs_sha256().items() if recorded.get(k) != v)
             raise RunDirError(f"{self.path}: {', '.join(changed)} changed after the run finished (its sha256 is not "
