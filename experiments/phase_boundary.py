@@ -98,15 +98,17 @@ def fmt(v: Any) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
-def collapsed_text(axis: str, known: list, collapsed: set) -> str:
-    """Where along one axis the cells collapse, among the values with a place: 'at depth >= 3', ..."""
+def collapsed_text(axis: str, known: list, collapsed: set, split: int = 0) -> str:
+    """Where along one axis the cells collapse, among the values with a place: 'at depth >= 3', ...
+    (split: how many values are seed-split, so "no" / "every" is said only of the others)."""
     label = LABELS[axis]
     if not known:
         return f"nowhere known along {label} (no cell has a place)"
+    other = " other" if split else ""
     if not collapsed:
-        return f"at no {label} tried"
+        return f"at no{other} {label} tried"
     if collapsed == set(known):
-        return f"at every {label} tried"
+        return f"at every{other} {label} tried"
     ks = sorted(known)
     lo, hi = min(collapsed), max(collapsed)
     if all(v in collapsed for v in ks if v >= lo):
@@ -137,15 +139,16 @@ def sentence(view: View, places: dict[Cell, dict[str, Any]], confirmed: dict[Cel
     confirmed: None when no confirmation ran; else cell -> whether this boundary cell was confirmed
     (cells that are not boundary cells are absent).
     """
-    def row(yv) -> tuple[list, set]:
-        known, collapsed = [], set()
+    def row(yv) -> tuple[list, set, int]:
+        known, collapsed, split = [], set(), 0
         for xv in view.xs:
             p = places.get(view.cell(xv, yv))
             if p and p["place"] != SPLIT:
                 known.append(xv)
                 if p["place"] == FLOOR:
                     collapsed.add(xv)
-        return known, collapsed
+            split += bool(p and p["place"] == SPLIT)
+        return known, collapsed, split
 
     if view.x is None:
         p = places.get(view.cell())

@@ -208,9 +208,12 @@ def summarise_run(record: dict[str, Any], early: int, warmup: int) -> dict[str, 
 
 def places_of(runs: dict[str, list[dict[str, Any]]], cells: list[Cell], levels: dict[str, float],
               margin: float, suffix: str = "") -> dict[Cell, dict[str, Any]]:
-    """Each cell's place (phase_boundary.cell_place) from its runs (variant name + suffix -> runs)."""
+    """Each cell's place (phase_boundary.cell_place) from its runs (variant name + suffix -> runs).
+
+    "near full" compares with full trained as long (the same suffix); a confirmation run (3x the steps)
+    has no such full, so its place never reads "near full" against a full a third as long."""
     def mean_loss(cell: Cell) -> float | None:
-        rs = runs.get(cell.name)
+        rs = runs.get(cell.name + suffix)
         return stats([r["final_val_loss"] for r in rs])["mean"] if rs else None
 
     out = {}

@@ -347,3 +347,20 @@ def test_slurm_local_plans_the_confirmation_round_in_its_jobs_and_equals_local(g
     assert [(c["name"], c["final_val_loss"], c["confirm"]) for c in cluster["cells"]] == \
         [(c["name"], c["final_val_loss"], c["confirm"]) for c in local["cells"]]
     assert cluster["boundary"] == local["boundary"]
+
+
+def test_a_seed_split_value_is_not_counted_as_no_collapse():
+    assert collapsed_text("n_layers", [1], set(), split=1) == "at no other depth tried"
+    assert collapsed_text("n_layers", [1, 2], {1, 2}, split=1) == "at every other depth tried"
+
+
+def test_a_confirmation_run_is_never_near_a_full_a_third_as_long():
+    from experiments.phase_diagram import places_of
+    from experiments.phase_grid import Cell
+
+    levels = {"unigram": 3.3, "bigram": 2.5}
+    subject, full = Cell("ffn_only", 2, 2e-3, 64, 0.0), Cell("full", 2, 2e-3, 64, 0.0)
+    run = {"final_val_loss": 2.30, "tail": {"projected": 2.30}}
+    runs = {subject.name: [run], full.name: [{**run, "final_val_loss": 2.31}], subject.name + " x3": [run]}
+    assert places_of(runs, [subject, full], levels, 0.05)[subject]["place"] == "near full"
+    assert places_of(runs, [subject, full], levels, 0.05, " x3")[subject]["place"] == "below bigram (uses context)"
