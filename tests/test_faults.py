@@ -25,7 +25,7 @@ import torch
 from conftest import data_root
 
 import training.__main__ as training_cli
-from experiments import eval_noise, residual_sweep, routing_test
+from experiments import eval_noise, interventions, residual_sweep, routing_test
 from interp import plot_attention, sample
 from interp.checkpoint import HASH_KEY, content_hash
 
@@ -55,6 +55,7 @@ ENTRIES = {
     "routing_test": ("run", _experiment(routing_test, "--variants", "full", "--no-identity")),
     "residual_sweep": ("run", _experiment(residual_sweep)),
     "eval_noise": ("run", _experiment(eval_noise, "--no-comparison", "--config", "full")),
+    "interventions": ("run", _experiment(interventions, "--variants", "full", "--no-identity", "--val-batches", "1")),
     "interp.sample": ("ckpt", lambda out, ckpt, extra: sample.main(
         ["--ckpt", str(ckpt), "--prompt", "to", "--max-new-tokens", "3"])),
     "interp.plot_attention": ("ckpt", lambda out, ckpt, extra: plot_attention.main(
