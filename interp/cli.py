@@ -38,9 +38,8 @@ def refuse_overwriting_inputs(option: str, out, inputs: dict) -> None:
     import os
 
     for name, path in inputs.items():
-        if path is None or not os.path.exists(path) or not os.path.exists(out):
-            if path is not None and os.path.abspath(path) == os.path.abspath(out):
-                raise UsageError(f"{option} {out} is the {name} file it is made from; choose another {option}")
+        if path is None:
             continue
-        if os.path.samefile(path, out):
+        both = os.path.exists(path) and os.path.exists(out)
+        if os.path.samefile(path, out) if both else os.path.abspath(path) == os.path.abspath(out):
             raise UsageError(f"{option} {out} is the {name} file it is made from; choose another {option}")

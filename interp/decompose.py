@@ -248,13 +248,16 @@ def decompose(cache: Any, site: str, model: Any = None, *, per_head: bool = Fals
     """
     model = _model_of(cache, model)
     comps = _decompose(cache, site, model, per_head)
-    layer, kind = _parse_site(site, layout(model))
-    _check_sum(cache, f"blocks.{layer}.hook_resid_{kind}", site, comps.stack)
+    _check_sum(cache, _stream_name(site, model), site, comps.stack)
     return comps
 
 
+def _stream_name(site: str, model: Any) -> str:
+    layer, kind = _parse_site(site, layout(model))
+    return f"blocks.{layer}.hook_resid_{kind}"
+
+
 def _decompose(cache: Any, site: str, model: Any, per_head: bool) -> Components:
-    model = _model_of(cache, model)
     lay = layout(model)
     layer, kind = _parse_site(site, lay)
     if per_head and not lay.heads_exact:
@@ -317,8 +320,7 @@ def _check_sum(cache: Any, name: str, site: str, stack: Tensor) -> None:
 def decomposition_error(cache: Any, site: str, model: Any = None, *, per_head: bool = False) -> float:
     """Largest |sum of the terms - cached stream| at a site (0 up to float rounding)."""
     model = _model_of(cache, model)
-    layer, kind = _parse_site(site, layout(model))
-    stream = _get(cache, f"blocks.{layer}.hook_resid_{kind}")
+    stream = _get(cache, _stream_name(site, model))
     return float((_decompose(cache, site, model, per_head).total() - stream).abs().max().detach())
 
 

@@ -264,8 +264,9 @@ class RunDir:
 
         evals = [r for r in read_jsonl(self.metrics, required=("step",)) if "val_loss" in r]
         read_jsonl(self.probes, required=("step", "probe"))
-        if isinstance(recorded, dict) and recorded != self.logs_sha256():  # runs before this record: not checked
-            changed = sorted(k for k, v in self.logs_sha256().items() if recorded.get(k) != v)
+        now = self.logs_sha256()
+        if isinstance(recorded, dict) and recorded != now:  # runs from before this record: not checked
+            changed = sorted(k for k, v in now.items() if recorded.get(k) != v)
             raise RunDirError(f"{self.path}: {', '.join(changed)} changed after the run finished (its sha256 is not "
                               "the one ckpt.pt records), so its curves are not the run's; it is never reused - move "
                               "that directory aside and run again")
