@@ -280,6 +280,7 @@ def run_summary(record: dict[str, Any]) -> dict[str, Any]:
         "steps": final["steps"],
         "wall_time_s": final["wall_time_s"],
         "tokens_per_s": final["tokens_per_s"],
+        "threads": final.get("threads"),  # None for runs trained before final.json recorded it
         "val_curve": record["val_curve"],
         "train_curve": record["train_curve"],
     }

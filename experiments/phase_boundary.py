@@ -19,7 +19,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from experiments.phase_grid import CONFIRM_FACTOR, CONFIRM_SEEDS, LABELS, NUMERIC, Cell, Slice
+from experiments.phase_grid import CONFIRM_FACTOR, CONFIRM_SEEDS, LABELS, NUMERIC, Cell, Slice, neighbours
 from experiments.routing_rules import place
 
 FLOOR = "at the unigram floor"
@@ -37,6 +37,29 @@ def cell_place(losses: list[float], projected: list[float], levels: dict[str, fl
     moving = [i for i, (a, b) in enumerate(zip(places, later, strict=True)) if a != b]
     heading = (later[0] if len(set(later)) == 1 else SPLIT) if moving else None
     return {"place": where, "seed_places": places, "provisional": bool(moving), "heading": heading}
+
+
+def collapse_side(p: dict[str, Any]) -> bool | str:
+    """Which side of the collapse boundary a place is on: True (floor), False (off it), or SPLIT."""
+    return SPLIT if p["place"] == SPLIT else p["place"] == FLOOR
+
+
+def boundary_cells(places: dict[Cell, dict[str, Any]], cells: list[Cell]) -> list[Cell]:
+    """The cells at the collapse boundary, the one the sentences state: a neighbour pair along some axis
+    with one cell on the floor and the other off it (or seed-split), and a cell whose 3x projection
+    crosses the floor (provisional, heading onto or off it). Changes among the places off the floor
+    (between, bigram, context) say nothing about where the collapse holds. Cells without a place are
+    left out (their neighbours either side become neighbours)."""
+    side = {c: collapse_side(places[c]) for c in cells if c in places}
+    out = set()
+    for a, b, _ in neighbours(list(side)):
+        if side[a] != side[b]:
+            out.update((a, b))
+    for c in side:
+        p = places[c]
+        if p["provisional"] and collapse_side({"place": p["heading"]}) != side[c]:
+            out.add(c)
+    return [c for c in cells if c in out]
 
 
 def mark(p: dict[str, Any] | None) -> str:

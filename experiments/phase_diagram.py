@@ -16,8 +16,10 @@ Each cell's place among the reference levels is the routing test's rule (experim
 floor if loss >= unigram - margin; bigram within the margin of it; between; near full; uses context),
 applied to every run of the cell: runs that disagree make it "seed-split", never an average. A run whose
 loss at 3x its steps, at the pace of its second half (experiments.stats.tail), would sit elsewhere makes
-the cell provisional ("floor?" in the table). With --confirm, the cells next to the boundary (a place
-differing from a neighbour's along an axis) are trained again with 3 seeds at 3x the steps (separate run
+the cell provisional ("floor?" in the table). With --confirm, the cells at the collapse boundary (both
+cells of a neighbour pair along an axis where one is on the floor and the other off it or seed-split, and
+any cell whose 3x projection crosses the floor: experiments.phase_boundary.boundary_cells; changes among
+places off the floor move no sentence) are trained again with 3 seeds at 3x the steps (separate run
 directories, variant "<cell> x3"), once the first pass has finished; the boundary sentences read their
 places where they ran and say "unconfirmed" otherwise. The console prints one sentence per slice, e.g.
 "ffn_only collapses at depth >= 3 for lr <= 0.001; ...", derived from the places.
@@ -52,7 +54,8 @@ results.json schema ("phase-diagram/1"):
     slices           [{base: coords, axes: {axis: values}}]: the grid as asked for
     reference_levels {"unigram", "bigram", ...} on the fixed validation batches
     runs             one per (cell, seed): variant, seed, run_dir, final_val_loss, best_val_loss, best_step,
-                     steps, wall_time_s, tokens_per_s, val_curve, train_curve, tail {from_step, drop,
+                     steps, wall_time_s, tokens_per_s, threads (torch threads it trained with, null if
+                     not recorded), val_curve, train_curve, tail {from_step, drop,
                      slope_per_1k, log_pace, projected}, features {grad0, grad_warm, alpha_early,
                      identity_early, growth_early, identity_end, growth_end} (null where not recorded)
     cells            one per cell: name, role ("grid" | "reference"), coords {residual, n_layers, lr, d_model,
@@ -76,14 +79,13 @@ from __future__ import annotations
 from typing import Any
 
 from experiments.frame import Context, Experiment, Group, Job, Variant, check_number, run_summary
-from experiments.phase_boundary import FLOOR, cell_place, sentence, views
+from experiments.phase_boundary import FLOOR, boundary_cells, cell_place, sentence, views
 from experiments.phase_grid import (
     CONFIRM_FACTOR,
     CONFIRM_SEEDS,
     REFERENCES,
     Cell,
     base_cell,
-    boundary_cells,
     confirm_seeds,
     default_slices,
     full_reference,
@@ -172,7 +174,7 @@ def plan(ctx: Context) -> list[Group]:
     if ctx.args.confirm:
         places = first_places(ctx, grid)
         if places is not None:  # the first pass has finished: its boundary cells are known
-            boundary = boundary_cells({c: p["place"] for c, p in places.items()}, grid.cells)
+            boundary = boundary_cells(places, grid.cells)
             if boundary:
                 groups.append(Group(ctx.spec, [grid.confirm_variant(c) for c in boundary], probes=False,
                                     seeds=confirm_seeds(ctx.seeds[0])))
@@ -244,7 +246,7 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     first = places_of(by_name, every, levels, margin)
     suffix = f" x{CONFIRM_FACTOR}"
     confirmed = places_of(by_name, every, levels, margin, suffix)
-    boundary = set(boundary_cells({c: p["place"] for c, p in first.items()}, grid.cells)) if ctx.args.confirm else None
+    boundary = set(boundary_cells(first, grid.cells)) if ctx.args.confirm else None
     final = {c: confirmed.get(c, p) for c, p in first.items()}
     cells = []
     for c in every:

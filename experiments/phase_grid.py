@@ -194,15 +194,6 @@ def neighbours(cells: list[Cell]) -> list[tuple[Cell, Cell, str]]:
     return pairs
 
 
-def boundary_cells(places: dict[Cell, str], cells: list[Cell]) -> list[Cell]:
-    """Cells whose place differs from a neighbour's along some axis (cells without a place are left out)."""
-    out = set()
-    for a, b, _ in neighbours([c for c in cells if c in places]):
-        if places[a] != places[b]:
-            out.update((a, b))
-    return [c for c in cells if c in out]
-
-
 def confirm_seeds(first: int) -> list[int]:
     return [first + i for i in range(CONFIRM_SEEDS)]
 

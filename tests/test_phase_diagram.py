@@ -9,13 +9,21 @@ import pytest
 from conftest import data_root
 
 from experiments import phase_diagram
-from experiments.phase_boundary import FLOOR, SPLIT, View, cell_place, collapsed_text, confirmation_text, range_text
+from experiments.phase_boundary import (
+    FLOOR,
+    SPLIT,
+    View,
+    boundary_cells,
+    cell_place,
+    collapsed_text,
+    confirmation_text,
+    range_text,
+)
 from experiments.phase_boundary import sentence as boundary_sentence
 from experiments.phase_boundary import views as slice_views
 from experiments.phase_grid import (
     Cell,
     Slice,
-    boundary_cells,
     default_slices,
     grid_cells,
     neighbours,
@@ -177,17 +185,42 @@ def test_overrides_move_min_lr_with_lr():
     assert Cell("ffn_only", 2, 1e-3, 64, 0.0).overrides(0.1)["min_lr"] == pytest.approx(1e-4)
 
 
+def at(place, provisional=False, heading=None):
+    return {"place": place, "seed_places": [place], "provisional": provisional, "heading": heading}
+
+
 def test_neighbours_and_boundary_along_each_axis():
     s = Slice(BASE, (("n_layers", (1, 2, 3)), ("lr", (1e-3, 2e-3))))
     cells = s.cells()
     assert len(neighbours(cells)) == 2 * 2 + 3 * 1  # along depth: 2 per lr; along lr: 1 per depth
-    places = {c: (FLOOR if c.n_layers >= 2 else "between") for c in cells}
+    places = {c: at(FLOOR if c.n_layers >= 2 else "between") for c in cells}
     assert set(boundary_cells(places, cells)) == {c for c in cells if c.n_layers in (1, 2)}
-    assert boundary_cells({c: FLOOR for c in cells}, cells) == []
+    assert boundary_cells({c: at(FLOOR) for c in cells}, cells) == []
     # a cell without a place (not run) is left out: the cells either side of it become neighbours
     del places[Cell("ffn_only", 2, 1e-3, 64, 0.0)]
     found = boundary_cells(places, cells)
     assert Cell("ffn_only", 2, 1e-3, 64, 0.0) not in found and Cell("ffn_only", 3, 1e-3, 64, 0.0) in found
+
+
+def test_the_boundary_is_the_collapse_boundary_only():
+    cells = Slice(BASE, (("n_layers", (1, 2, 3)),)).cells()
+    one, two, three = cells
+    # off the floor, bigram beside context moves no sentence: nothing to confirm
+    assert boundary_cells({one: at("at the bigram level"), two: at("below bigram (uses context)"),
+                           three: at("between bigram and floor")}, cells) == []
+    # a seed-split cell is its own side: it and its neighbours are at the boundary
+    assert boundary_cells({one: at("between bigram and floor"), two: at(SPLIT), three: at(SPLIT)},
+                          cells) == [one, two]
+    # a projection onto or off the floor makes a cell a boundary cell even among neighbours like it
+    off = {c: at("between bigram and floor") for c in cells}
+    off[three] = at("between bigram and floor", True, FLOOR)
+    assert boundary_cells(off, cells) == [three]
+    on = {c: at(FLOOR) for c in cells}
+    on[one] = at(FLOOR, True, "between bigram and floor")
+    assert boundary_cells(on, cells) == [one]
+    # a projection that stays on its side (between heading to bigram) is not
+    off[three] = at("between bigram and floor", True, "at the bigram level")
+    assert boundary_cells(off, cells) == []
 
 
 # ----- places and sentences ---------------------------------------------------------------------------

@@ -440,6 +440,8 @@ class Trainer:
             "resumed_from_step": start_step,
             "device": str(self.device),
             "world_size": self.world_size,
+            # float sums reorder with the thread count: at a collapse boundary that alone can move a run
+            "threads": torch.get_num_threads(),
             "n_params": n_params,
             "ckpt_sha256": getattr(self, "ckpt_sha256", None),  # the checkpoint this record is of (verify_finished)
         }
