@@ -136,6 +136,8 @@ class Experiment:
         if self.check:
             self.check(args)
         user = parse_overrides(args.set)
+        if "seed" in user and args.seeds is not None:  # --seeds decides every run's seed: one would be ignored
+            raise ToolkitError("--set seed=... and --seeds both give the seed; give the seeds with --seeds only")
         for key, instead in self.owned.items():
             if key in user:
                 raise ToolkitError(f"--set {key}=... would be overridden by this experiment's variants; use {instead}")
@@ -160,6 +162,7 @@ class Experiment:
         if self.variants_option and ctx.args.variants is not None:  # "" is an empty list, not "all"
             groups = select_variants(groups, ctx.args.variants)
         jobs = [Job(g, v, s) for g in groups for v in g.variants for s in (g.seeds or ctx.seeds)]
+        check_distinct_dirs(jobs)
         # Before any work: a size that cannot fit is refused with the estimate (training.budget).
         for s in [ctx.spec, *(j.spec for j in jobs)]:
             check_runnable(s.model, s.train)
@@ -254,6 +257,20 @@ def reference_levels(spec: RunSpec, corpus) -> dict[str, Any]:
 
     batches = fixed_batches(corpus.val, spec.model.n_ctx, spec.train.batch_size, spec.train.eval_batches)
     return levels(corpus.train, batches, corpus.vocab_size)
+
+
+def check_distinct_dirs(jobs: list[Job]) -> None:
+    """Two different variants of one preset whose names give one run directory would take turns at it
+    (the second refused as "a run of a different configuration" forever): refused before any work."""
+    from training.rundir import slug
+
+    seen: dict[tuple[str, str], str] = {}
+    for job in jobs:
+        key = (job.group.spec.preset, slug(job.variant.name))
+        other = seen.setdefault(key, job.variant.name)
+        if other != job.variant.name:
+            raise ToolkitError(f"variants {other!r} and {job.variant.name!r} would share the run directory "
+                               f"{key[1]}; give values that differ in their names")
 
 
 def _key(job: Job) -> tuple[str, str, int]:

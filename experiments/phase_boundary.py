@@ -19,7 +19,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from experiments.phase_grid import CONFIRM_FACTOR, CONFIRM_SEEDS, LABELS, NUMERIC, Cell, Slice, neighbours
+from experiments.phase_grid import CONFIRM_FACTOR, CONFIRM_SEEDS, LABELS, NUMERIC, Cell, Slice, neighbours, num
 from experiments.routing_rules import place
 
 FLOOR = "at the unigram floor"
@@ -118,7 +118,7 @@ def views(s: Slice) -> list[View]:
 
 
 def fmt(v: Any) -> str:
-    return f"{v:g}" if isinstance(v, float) else str(v)
+    return num(v) if isinstance(v, float) else str(v)
 
 
 def collapsed_text(axis: str, known: list, collapsed: set, split: int = 0) -> str:
@@ -126,7 +126,8 @@ def collapsed_text(axis: str, known: list, collapsed: set, split: int = 0) -> st
     (split: how many values are seed-split, so "no" / "every" is said only of the others)."""
     label = LABELS[axis]
     if not known:
-        return f"nowhere known along {label} (no cell has a place)"
+        why = "every cell tried is seed-split" if split else "no cell has a place"
+        return f"nowhere known along {label} ({why})"
     other = " other" if split else ""
     if not collapsed:
         return f"at no{other} {label} tried"

@@ -169,6 +169,10 @@ def plan(ctx: Context) -> list[Group]:
     if ctx.spec.model.n_ctx < 2:
         raise ToolkitError(f"the phase diagram needs n_ctx >= 2 (context to route), got {ctx.spec.model.n_ctx}")
     grid = Grid(ctx)
+    if ctx.args.confirm and max(confirm_seeds(ctx.seeds[0])) >= 2**63:  # refused now, not after the first pass
+        first = ctx.seeds[0]
+        raise ToolkitError(f"--confirm trains seeds {first} to {first + CONFIRM_SEEDS - 1}, past 2**63 - 1 (what "
+                           f"torch's generators take); give a first seed below {2**63 - CONFIRM_SEEDS + 1}")
     groups = [Group(ctx.spec, [grid.variant(c) for c in grid.cells + grid.references],
                     callbacks=lambda variant, seed: [EarlyIdentity(early)])]
     if ctx.args.confirm:

@@ -33,6 +33,13 @@ CONFIRM_FACTOR = 3  # a boundary cell is rerun this many times longer ...
 CONFIRM_SEEDS = 3  # ... with this many seeds
 
 
+def num(v: float) -> str:
+    """A value as short as %g writes it where that is exact, else in full: distinct values, distinct names
+    (and run directories; 0.001 and 0.0010000001 are two cells)."""
+    text = f"{v:g}"
+    return text if float(text) == v else repr(float(v))
+
+
 @dataclass(frozen=True)
 class Cell:
     residual: str
@@ -44,7 +51,7 @@ class Cell:
     @property
     def name(self) -> str:
         """The variant name, and so the run directory (slugged): e.g. 'ffn_only L4 d64 lr0.002 sb0'."""
-        return f"{self.residual} L{self.n_layers} d{self.d_model} lr{self.lr:g} sb{self.self_bias:g}"
+        return f"{self.residual} L{self.n_layers} d{self.d_model} lr{num(self.lr)} sb{num(self.self_bias)}"
 
     def coords(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -61,7 +68,13 @@ class Cell:
 def base_cell(spec) -> Cell:
     """The cell the base shape (preset + --set) is, with the experiment's subject as its residual."""
     m = spec.model
-    return Cell(SUBJECT, m.n_layers, spec.train.lr, m.d_model, float(m.self_bias))
+    cell = Cell(SUBJECT, m.n_layers, spec.train.lr, m.d_model, float(m.self_bias))
+    for axis in ("lr", "self_bias"):  # what --axes refuses is refused from --set or a preset too
+        if not math.isfinite(getattr(cell, axis)):
+            raise ToolkitError(f"the phase diagram's cells need a finite {axis}; the base shape has "
+                               f"{axis}={getattr(cell, axis)} (from --set or the preset): its cells could "
+                               "be neither named nor written to results.json")
+    return cell
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,10 @@ Names are imported lazily: `from interp.config import ModelConfig` stays light
 
 import importlib
 
+from interp.signals import guard_startup
+
+guard_startup()  # a Ctrl-C while modules import: one line, not a traceback
+
 _LAZY = {
     "Checkpoint": "interp.checkpoint",
     "load_checkpoint": "interp.checkpoint",

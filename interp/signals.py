@@ -23,7 +23,9 @@ then wins over a SIGTERM sent just before it.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import sys
 import threading
 
 EXIT_INTERRUPT = 128 + signal.SIGINT  # 130
@@ -34,6 +36,8 @@ HANDLED = tuple(s for s in (signal.SIGINT, signal.SIGTERM, _HANGUP) if s is not 
 _fired: list[int] = []  # the signal that is ending this process, once one has
 _left: dict = {}  # the handlers from before, while a fired signal leaves them ignored
 _depth: list[int] = []  # non-empty inside interrupts()
+_guarded: dict = {}  # the handlers guard_startup() replaced: interrupts() hands these back, not the guard
+COMMANDS = ("experiments", "training", "interp", "benchmarks")  # packages whose modules run with -m
 
 
 class Terminated(KeyboardInterrupt):
@@ -77,6 +81,32 @@ def restore() -> None:
     _fired.clear()
 
 
+def _startup(signum, frame):
+    code = 128 + int(signum)
+    os.write(2, f"interrupted ({signal_name(code)}) while starting up; nothing was run\n".encode())
+    os._exit(code)  # only modules were importing: nothing to clean up, no traceback to print
+
+
+def guard_startup() -> None:
+    """Under `python -m <a module of ours>`, a signal while modules still import (torch: most of a second,
+    before a command's interrupts() is in place) ends the process with one line and its exit status
+    instead of a traceback. Each package's __init__ calls it; elsewhere (a notebook, pytest, another
+    program's -m) it does nothing. interrupts() replaces it and hands back the handlers from before."""
+    argv = getattr(sys, "orig_argv", [])
+    try:
+        module = argv[argv.index("-m") + 1]
+    except (ValueError, IndexError):
+        return
+    if module.split(".")[0] not in COMMANDS or threading.current_thread() is not threading.main_thread():
+        return
+    for s in HANDLED:
+        h = signal.getsignal(s)
+        if h is _startup or (h is signal.SIG_IGN and s != signal.SIGINT):  # nohup's SIGHUP stays ignored
+            continue
+        _guarded[s] = h
+        signal.signal(s, _startup)
+
+
 @contextlib.contextmanager
 def interrupts():
     """SIGINT raises KeyboardInterrupt, SIGTERM and SIGHUP raise Terminated, once; afterwards the previous
@@ -90,7 +120,7 @@ def interrupts():
         yield
         return
     restore()  # a signal that fired in an earlier use in this process left its handlers ignored
-    previous = {s: signal.getsignal(s) for s in HANDLED}
+    previous = {s: _guarded.get(s) if signal.getsignal(s) is _startup else signal.getsignal(s) for s in HANDLED}
 
     def handler(signum, frame):
         if _fired:  # a second signal while the first one's cleanup runs: let it finish

@@ -397,3 +397,48 @@ def test_a_confirmation_run_is_never_near_a_full_a_third_as_long():
     runs = {subject.name: [run], full.name: [{**run, "final_val_loss": 2.31}], subject.name + " x3": [run]}
     assert places_of(runs, [subject, full], levels, 0.05)[subject]["place"] == "near full"
     assert places_of(runs, [subject, full], levels, 0.05, " x3")[subject]["place"] == "below bigram (uses context)"
+
+
+# ----- audit 23c: values the names could not tell apart, and options refused before any work -----------
+
+
+def test_values_that_print_alike_are_two_cells_with_two_directories():
+    a, b = Cell("ffn_only", 2, 1e-3, 64, 0.0), Cell("ffn_only", 2, 0.0010000001, 64, 1.0000001)
+    assert a.name == "ffn_only L2 d64 lr0.001 sb0"  # the names finished runs already have
+    assert b.name == "ffn_only L2 d64 lr0.0010000001 sb1.0000001"
+    assert slug(a.name) != slug(b.name)
+
+
+def test_variants_sharing_a_run_directory_are_refused_before_any_work():
+    from experiments.frame import check_distinct_dirs
+    from experiments.plan import Group, Job, Variant
+    from training.presets import resolve
+
+    group = Group(resolve("smoke", {}), [Variant("attn_only + uniform", {}), Variant("attn_only uniform", {})])
+    jobs = [Job(group, v, 1) for v in group.variants]
+    with pytest.raises(ToolkitError, match="would share the run directory attn_only_uniform"):
+        check_distinct_dirs(jobs)
+    check_distinct_dirs(jobs[:1] * 2)  # one variant's seeds share nothing
+
+
+@pytest.mark.parametrize("extra, match", [
+    (["--axes", "lr=0.001,0.0010000001", "--collect"], "not finished yet"),  # two cells, both named
+    (["--axes", "lr=1e-3", "--set", "self_bias=inf"], "need a finite self_bias"),
+    (["--axes", "lr=1e-3", "--set", "self_bias=-inf"], "need a finite self_bias"),
+    (["--axes", "lr=1e-3", "--set", "seed=5", "--seeds", "1"], "--set seed=... and --seeds"),
+    (["--axes", "lr=1e-3", "--seeds", str(2**63 - 1), "--confirm"], "--confirm trains seeds"),
+])
+def test_refused_with_one_line_before_any_work(extra, match, tmp_path, capsys, shared_data):
+    out = tmp_path / "out"
+    assert main([*SHAPE, *extra, "--out", str(out)]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and match in err[0], err
+    assert not list(out.glob("*/*/seed*/final.json"))
+    if "--collect" in extra:
+        assert err[0].count("lr0.0010000001") == 1 and err[0].count("lr0.001 ") == 1
+
+
+def test_a_view_whose_cells_are_all_seed_split_says_so():
+    split = collapsed_text("n_layers", [], set(), split=2)
+    assert split == "nowhere known along depth (every cell tried is seed-split)"
+    assert collapsed_text("n_layers", [], set()) == "nowhere known along depth (no cell has a place)"

@@ -118,7 +118,8 @@ def test_hold_names_the_holder_and_leaves_no_holder_line(tmp_path):
     assert not run.busy() and not run.holder.exists()
 
 
-@pytest.mark.parametrize("key, value", [("final_val_loss", 0.123456), ("best_val_loss", 0.5), ("best_step", 1)])
+@pytest.mark.parametrize("key, value", [("final_val_loss", 0.123456), ("best_val_loss", 0.5), ("best_step", 1),
+                                        ("wall_time_s", 99999.5), ("tokens_per_s", 1.5), ("threads", 16)])
 def test_an_edited_number_in_final_json_is_never_reported(tmp_path, key, value):
     import json
 

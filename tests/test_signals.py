@@ -95,4 +95,50 @@ def test_sigterm_while_the_benchmark_imports_torch_is_one_line(delay):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err
     assert "Traceback" not in err
-    assert err.strip().splitlines()[-1] == "interrupted (SIGTERM); no report was printed"
+    # before its handlers are in place the start-up guard (interp.signals.guard_startup) says it instead
+    assert err.strip().splitlines()[-1] in ("interrupted (SIGTERM); no report was printed",
+                                            "interrupted (SIGTERM) while starting up; nothing was run"), err
+
+
+def _catches_sigterm(pid: int) -> bool:
+    """Whether the process has a handler for SIGTERM (Linux /proc): Python alone has none, the guard sets one."""
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+    return False
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads the signal mask from /proc")
+@pytest.mark.parametrize("module, sig", [("experiments.phase_diagram", signal.SIGINT),
+                                         ("experiments.routing_test", signal.SIGTERM),
+                                         ("training", signal.SIGINT)])
+def test_a_signal_while_modules_import_is_one_line(module, sig):
+    proc = _start(["-m", module, "--help"])  # --help still imports the command's modules first
+    t0 = time.time()
+    while proc.poll() is None and not _catches_sigterm(proc.pid):  # the guard is in place from here on
+        assert time.time() - t0 < 60
+        time.sleep(0.002)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    if proc.returncode == 0:  # the help was printed before the signal came
+        pytest.skip("the command finished before the signal")
+    assert proc.returncode == 128 + sig, err
+    assert "Traceback" not in err and err.strip().splitlines() == [
+        f"interrupted ({'Ctrl-C' if sig == signal.SIGINT else 'SIGTERM'}) while starting up; nothing was run"], err
+
+
+def test_the_startup_guard_is_handed_back_by_interrupts_and_absent_outside_commands():
+    from interp import signals as sg
+
+    before = signal.getsignal(signal.SIGINT)
+    sg.guard_startup()  # pytest is not one of the toolkit's commands: nothing installed
+    assert signal.getsignal(signal.SIGINT) is before
+    try:
+        signal.signal(signal.SIGINT, sg._startup)
+        sg._guarded[signal.SIGINT] = before
+        with sg.interrupts():
+            assert signal.getsignal(signal.SIGINT) not in (before, sg._startup)
+        assert signal.getsignal(signal.SIGINT) is before  # the handler from before the guard, not the guard
+    finally:
+        signal.signal(signal.SIGINT, before)
+        sg._guarded.clear()

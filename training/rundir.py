@@ -277,7 +277,16 @@ class RunDir:
                               "reused - move that directory aside and run again")
 
     def _check_numbers(self, final: dict[str, Any], state: dict[str, Any]) -> None:
-        """final.json's losses are the checkpoint's: an edited number is never reported as the result."""
+        """final.json is the checkpoint's: an edited number is never reported as the result.
+
+        A final checkpoint records final.json less its own hash (final_record); older ones record the losses."""
+        sealed = state.get("final_record")
+        if isinstance(sealed, dict):
+            keys = sorted((set(sealed) | set(final)) - {"ckpt_sha256"})
+            differ = [k for k in keys if final.get(k) != sealed.get(k)]
+            if differ:
+                raise RunDirError(f"{self.path}: final.json's {', '.join(differ)} differ from what ckpt.pt records; "
+                                  "it is never reused - move that directory aside and run again")
         best = state.get("best") if isinstance(state.get("best"), dict) else {}
         pairs = [("best_val_loss", best.get("val_loss")), ("best_step", best.get("step"))]
         if "final_val_loss" in state:  # checkpoints written before this record lack it

@@ -240,6 +240,8 @@ class Trainer:
         if getattr(self, "last_val", None) is not None:  # the finished run's last validation loss
             state["final_val_loss"] = self.last_val
             state["logs_sha256"] = self.run_dir.logs_sha256()  # the finished logs, checked on reuse
+        if getattr(self, "final_record", None) is not None:
+            state["final_record"] = self.final_record
         if self.device.type == "cuda":
             state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
         return state
@@ -414,8 +416,11 @@ class Trainer:
         self._call("on_train_end")
         self.step = cfg.max_steps
         self.last_val = last_val  # recorded in the final checkpoint, so final.json is checked against it
+        # final.json less its checkpoint hash is sealed in the final checkpoint too: no field of it is
+        # reused on the word of an editable file (RunDir.verify_finished)
+        self.final_record = self._final_record(last_val, start_step)
         self.save()
-        final = self._final_record(last_val, start_step)
+        final = {**self.final_record, "ckpt_sha256": getattr(self, "ckpt_sha256", None)}
         if self.is_main:
             self._check_dir()
             write_json(self.run_dir.final, final)
@@ -443,7 +448,6 @@ class Trainer:
             # float sums reorder with the thread count: at a collapse boundary that alone can move a run
             "threads": torch.get_num_threads(),
             "n_params": n_params,
-            "ckpt_sha256": getattr(self, "ckpt_sha256", None),  # the checkpoint this record is of (verify_finished)
         }
 
 
