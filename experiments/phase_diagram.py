@@ -20,7 +20,9 @@ the cell provisional ("floor?" in the table). With --confirm, the cells at the c
 cells of a neighbour pair along an axis where one is on the floor and the other off it or seed-split, and
 any cell whose 3x projection crosses the floor: experiments.phase_boundary.boundary_cells; changes among
 places off the floor move no sentence) are trained again with 3 seeds at 3x the steps (separate run
-directories, variant "<cell> x3"), once the first pass has finished; the boundary sentences read their
+directories, variant "<cell> x3"), once the first pass has finished; where a confirmed place moves the
+boundary, the cells beside its new position are confirmed in a further round, until the boundary of the
+final places stands on confirmed cells. The boundary sentences read their
 places where they ran and say "unconfirmed" otherwise. The console prints one sentence per slice, e.g.
 "ffn_only collapses at depth >= 3 for lr <= 0.001; ...", derived from the places.
 
@@ -176,31 +178,49 @@ def plan(ctx: Context) -> list[Group]:
     groups = [Group(ctx.spec, [grid.variant(c) for c in grid.cells + grid.references],
                     callbacks=lambda variant, seed: [EarlyIdentity(early)])]
     if ctx.args.confirm:
-        places = first_places(ctx, grid)
-        if places is not None:  # the first pass has finished: its boundary cells are known
-            boundary = boundary_cells(places, grid.cells)
+        places = finished_places(ctx, grid)
+        if places is not None:  # the first pass has finished: the boundary is known from its places
+            boundary = confirm_cells(grid, *places)
             if boundary:
                 groups.append(Group(ctx.spec, [grid.confirm_variant(c) for c in boundary], probes=False,
                                     seeds=confirm_seeds(ctx.seeds[0])))
     return groups
 
 
-def first_places(ctx: Context, grid: Grid) -> dict[Cell, dict[str, Any]] | None:
-    """The first pass's places from its run directories, or None while any of its runs is unfinished."""
+def confirm_cells(grid: Grid, first: dict[Cell, dict[str, Any]], confirmed: dict[Cell, dict[str, Any]]) -> list[Cell]:
+    """The cells to confirm: those at the boundary of the final places (confirmed where that ran), and those
+    already confirmed. A confirmation that moves the boundary puts new cells beside it; they are confirmed
+    in turn (the frame plans again after each round) until the boundary stands on confirmed cells."""
+    final = {c: confirmed.get(c, p) for c, p in first.items()}
+    cells = set(boundary_cells(final, grid.cells)) | set(confirmed)
+    return [c for c in grid.cells if c in cells]
+
+
+def finished_places(ctx: Context, grid: Grid) -> tuple[dict, dict] | None:
+    """(first-pass places, confirmed places) from the run directories; None while a first-pass run is
+    unfinished. A cell is confirmed once all its confirmation runs have finished."""
     from experiments.frame import reference_levels
     from training.rundir import RunDir
 
-    records: dict[str, list[dict[str, Any]]] = {}
-    for cell in grid.cells + grid.references:
-        for seed in ctx.seeds:
-            run = RunDir.of(ctx.out, ctx.spec.preset, cell.name, seed)
-            if not run.finished:
-                return None
-            records.setdefault(cell.name, []).append({"seed": seed, **run.load()})
+    def load(name: str, seeds: list[int]) -> list[dict[str, Any]] | None:
+        runs = [RunDir.of(ctx.out, ctx.spec.preset, name, seed) for seed in seeds]
+        if not all(r.finished for r in runs):
+            return None
+        return [summarise_run({"seed": seed, **r.load(), "variant": name}, ctx.args.early_step,
+                              ctx.spec.train.warmup_steps) for seed, r in zip(seeds, runs, strict=True)]
+
+    every = grid.cells + grid.references
+    runs = {c.name: load(c.name, ctx.seeds) for c in every}
+    if any(r is None for r in runs.values()):
+        return None
+    suffix, seeds = f" x{CONFIRM_FACTOR}", confirm_seeds(ctx.seeds[0])
+    for c in grid.cells:
+        rs = load(c.name + suffix, seeds)
+        if rs is not None:
+            runs[c.name + suffix] = rs
     levels = ctx.levels or reference_levels(ctx.spec, ctx.corpus)
-    runs = {name: [summarise_run({**r, "variant": name}, ctx.args.early_step, ctx.spec.train.warmup_steps)
-                   for r in rs] for name, rs in records.items()}
-    return places_of(runs, grid.cells + grid.references, levels, ctx.args.margin)
+    margin = ctx.args.margin
+    return places_of(runs, every, levels, margin), places_of(runs, every, levels, margin, suffix)
 
 
 # ----- analysis -----------------------------------------------------------------------------------------
@@ -250,7 +270,7 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     first = places_of(by_name, every, levels, margin)
     suffix = f" x{CONFIRM_FACTOR}"
     confirmed = places_of(by_name, every, levels, margin, suffix)
-    boundary = set(boundary_cells(first, grid.cells)) if ctx.args.confirm else None
+    boundary = set(confirm_cells(grid, first, confirmed)) if ctx.args.confirm else None
     final = {c: confirmed.get(c, p) for c, p in first.items()}
     cells = []
     for c in every:

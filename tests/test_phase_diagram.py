@@ -442,3 +442,20 @@ def test_a_view_whose_cells_are_all_seed_split_says_so():
     split = collapsed_text("n_layers", [], set(), split=2)
     assert split == "nowhere known along depth (every cell tried is seed-split)"
     assert collapsed_text("n_layers", [], set()) == "nowhere known along depth (no cell has a place)"
+
+
+def test_a_confirmation_that_moves_the_boundary_puts_its_new_neighbours_up_for_confirmation():
+    from types import SimpleNamespace
+
+    from experiments.phase_diagram import confirm_cells
+
+    cells = Slice(BASE, (("n_layers", (2, 3, 4, 6)),)).cells()
+    two, three, four, six = cells
+    grid = SimpleNamespace(cells=cells)
+    first = {two: at("between bigram and floor"), three: at(FLOOR), four: at(FLOOR), six: at(FLOOR)}
+    assert confirm_cells(grid, first, {}) == [two, three]  # the first round
+    # depth 3 leaves the floor at 3x: depth 4 is now beside the boundary, and the confirmed stay listed
+    assert confirm_cells(grid, first, {two: at("between bigram and floor"), three: at(SPLIT)}) == [two, three, four]
+    # depth 4 holds: the boundary stands on confirmed cells, nothing new to confirm
+    done = {two: at("between bigram and floor"), three: at(SPLIT), four: at(FLOOR)}
+    assert confirm_cells(grid, first, done) == [two, three, four]
