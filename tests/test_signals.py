@@ -83,7 +83,11 @@ def test_training_ends_with_one_line_and_no_lock_holder(signals, code, tmp_path,
         if i:
             time.sleep(0.03)  # lands while the first one's cleanup runs
         proc.send_signal(s)
-    _, err = proc.communicate(timeout=120)
+    try:
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:  # a child that outlives a failed test would train on for hours
+            proc.kill()
     assert proc.returncode == code, err
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1].count("resume") >= 1
