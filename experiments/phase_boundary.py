@@ -62,6 +62,14 @@ def boundary_cells(places: dict[Cell, dict[str, Any]], cells: list[Cell]) -> lis
     return [c for c in cells if c in out]
 
 
+def claim_cells(places: dict[Cell, dict[str, Any]], cells: list[Cell]) -> list[Cell]:
+    """The cells a collapse sentence rests on: every cell on the floor (each one is claimed to collapse)
+    and the boundary cells beside them. The edge alone is not enough: depth 6 at lr 2e-3 sat on the floor
+    with depth 4 on the floor below it, and at 3x the steps one of its three seeds left the floor."""
+    floor = {c for c in cells if c in places and collapse_side(places[c]) is True}
+    return [c for c in cells if c in floor or c in set(boundary_cells(places, cells))]
+
+
 def mark(p: dict[str, Any] | None) -> str:
     """A place in a few characters: 'floor', 'floor?' (provisional), 'split'; '' for no place."""
     if not p:
@@ -121,24 +129,29 @@ def fmt(v: Any) -> str:
     return num(v) if isinstance(v, float) else str(v)
 
 
-def collapsed_text(axis: str, known: list, collapsed: set, split: int = 0) -> str:
+def collapsed_text(axis: str, known: list, collapsed: set, split: int | list = 0) -> str:
     """Where along one axis the cells collapse, among the values with a place: 'at depth >= 3', ...
-    (split: how many values are seed-split, so "no" / "every" is said only of the others)."""
+    split: the seed-split values (or how many), so "no" / "every" is said only of the others, and a
+    range with a split value inside it says so ('at depth >= 4 except depth 6 (seed-split)')."""
     label = LABELS[axis]
+    splits = sorted(split) if isinstance(split, list) else []
     if not known:
         why = "every cell tried is seed-split" if split else "no cell has a place"
         return f"nowhere known along {label} ({why})"
     other = " other" if split else ""
     if not collapsed:
         return f"at no{other} {label} tried"
-    if collapsed == set(known):
+    if collapsed == set(known) and not splits:
         return f"at every{other} {label} tried"
     ks = sorted(known)
     lo, hi = min(collapsed), max(collapsed)
+
+    def but(inside: list) -> str:
+        return f" except {label} {', '.join(fmt(v) for v in inside)} (seed-split)" if inside else ""
     if all(v in collapsed for v in ks if v >= lo):
-        return f"at {label} >= {fmt(lo)}"
+        return f"at {label} >= {fmt(lo)}" + but([v for v in splits if v >= lo])
     if all(v in collapsed for v in ks if v <= hi):
-        return f"at {label} <= {fmt(hi)}"
+        return f"at {label} <= {fmt(hi)}" + but([v for v in splits if v <= hi])
     return f"at {label} {', '.join(fmt(v) for v in sorted(collapsed))} only"
 
 
@@ -163,15 +176,16 @@ def sentence(view: View, places: dict[Cell, dict[str, Any]], confirmed: dict[Cel
     confirmed: None when no confirmation ran; else cell -> whether this boundary cell was confirmed
     (cells that are not boundary cells are absent).
     """
-    def row(yv) -> tuple[list, set, int]:
-        known, collapsed, split = [], set(), 0
+    def row(yv) -> tuple[list, set, list]:
+        known, collapsed, split = [], set(), []
         for xv in view.xs:
             p = places.get(view.cell(xv, yv))
             if p and p["place"] != SPLIT:
                 known.append(xv)
                 if p["place"] == FLOOR:
                     collapsed.add(xv)
-            split += bool(p and p["place"] == SPLIT)
+            if p and p["place"] == SPLIT:
+                split.append(xv)
         return known, collapsed, split
 
     if view.x is None:
@@ -208,8 +222,9 @@ def confirmation_text(cells: list[Cell], confirmed: dict[Cell, bool] | None) -> 
     boundary = [c for c in cells if c in confirmed]
     done = sum(confirmed[c] for c in boundary)
     if not boundary:
-        return "no boundary cell to confirm"
+        return "no floor or boundary cell to confirm"
     if done == len(boundary):
         plural = "s" * (done > 1)
-        return f"its {done} boundary cell{plural} confirmed with {CONFIRM_SEEDS} seeds at {CONFIRM_FACTOR}x the steps"
-    return f"{done} of {len(boundary)} boundary cells confirmed, the rest unconfirmed"
+        return (f"its {done} floor and boundary cell{plural} confirmed with {CONFIRM_SEEDS} seeds at "
+                f"{CONFIRM_FACTOR}x the steps")
+    return f"{done} of {len(boundary)} floor and boundary cells confirmed, the rest unconfirmed"

@@ -16,13 +16,13 @@ Each cell's place among the reference levels is the routing test's rule (experim
 floor if loss >= unigram - margin; bigram within the margin of it; between; near full; uses context),
 applied to every run of the cell: runs that disagree make it "seed-split", never an average. A run whose
 loss at 3x its steps, at the pace of its second half (experiments.stats.tail), would sit elsewhere makes
-the cell provisional ("floor?" in the table). With --confirm, the cells at the collapse boundary (both
-cells of a neighbour pair along an axis where one is on the floor and the other off it or seed-split, and
-any cell whose 3x projection crosses the floor: experiments.phase_boundary.boundary_cells; changes among
-places off the floor move no sentence) are trained again with 3 seeds at 3x the steps (separate run
-directories, variant "<cell> x3"), once the first pass has finished; where a confirmed place moves the
-boundary, the cells beside its new position are confirmed in a further round, until the boundary of the
-final places stands on confirmed cells. The boundary sentences read their
+the cell provisional ("floor?" in the table). With --confirm, the cells a collapse sentence rests on
+(experiments.phase_boundary.claim_cells: every cell on the floor, both cells of a neighbour pair along
+an axis where one is on the floor and the other off it or seed-split, and any cell whose 3x projection
+crosses the floor; changes among places off the floor move no sentence) are trained again with 3 seeds
+at 3x the steps (separate run directories, variant "<cell> x3"), once the first pass has finished; where
+a confirmed place moves the boundary, the cells beside its new position are confirmed in a further
+round, until every cell the sentences rest on is confirmed. The boundary sentences read their
 places where they ran and say "unconfirmed" otherwise. The console prints one sentence per slice, e.g.
 "ffn_only collapses at depth >= 3 for lr <= 0.001; ...", derived from the places.
 
@@ -47,7 +47,7 @@ two threads made a cell ~8x slower): ffn_only L2 12 s (2.93 nats, between, still
 learns context, so places mean something. At 300 steps full L2 stayed at the bigram level (2.46), hence
 600. Those 4 runs are 3.9 TFLOP by training.flops and trained in ~92 s (~42 GFLOP/s effective: per-step
 overhead, not matmuls, dominates at these shapes). The default grid is 46.6 TFLOP: 3.9 min at 200
-GFLOP/s, ~18 min at the rate measured here; --confirm adds 9x each boundary cell (~1 TFLOP a cell).
+GFLOP/s, ~18 min at the rate measured here; --confirm adds 9x each floor or boundary cell.
 Re-measured alone on the 2-core machine, two threads, matmul peak 139 GFLOP/s: the default grid's 48
 runs in 1454 s (ffn_only L1 10 s, L2 19 s, L6 43 s; full L2 16 s, L6 54 s; ffn_only L4 width 128 68 s).
 Where ffn_only stops at 600 steps is not where it stops at 1800 (README: the floor erodes at depth 3).
@@ -65,7 +65,8 @@ results.json schema ("phase-diagram/1"):
     cells            one per cell: name, role ("grid" | "reference"), coords {residual, n_layers, lr, d_model,
                      self_bias}, seeds, final_val_loss {mean, std, min, max, n}, relative_loss ((mean - bigram) /
                      (unigram - bigram): 1 floor, 0 bigram), projected_val_loss {...}, place, seed_places,
-                     provisional, heading, boundary (null without --confirm), confirm (null, or {name, seeds,
+                     provisional, heading, boundary (null without --confirm; true for the floor and boundary
+                     cells --confirm confirms), confirm (null, or {name, seeds,
                      steps, final_val_loss, relative_loss, place, seed_places, provisional, heading}),
                      final_place, final_provisional (the confirmed place where confirmation ran, else place),
                      changed (final_place differs from place)
@@ -74,7 +75,8 @@ results.json schema ("phase-diagram/1"):
     predictor        feature -> {n, n_collapsed, loo_accuracy, loo_interval, majority_accuracy, split_accuracy,
                      n_splits, auc, auc_interval, threshold [cut, above], predicts} or {n, n_collapsed, untestable}
     predictor_runs   [{variant, seed, collapsed, features}] (grid cells' first-pass runs)
-    estimate         {flops, flops_to_train, seconds_at_200_gflops}
+    estimate         {flops, seconds_at_200_gflops}: the training FLOPs of every run the results cover, and
+                     the seconds they take at 200 GFLOP/s, to set beside train_wall_time_s
     software, train_wall_time_s, wall_time_s, created
 """
 
@@ -83,7 +85,7 @@ from __future__ import annotations
 from typing import Any
 
 from experiments.frame import Context, Experiment, Group, Job, Variant, check_number, run_summary
-from experiments.phase_boundary import FLOOR, boundary_cells, cell_place, sentence, views
+from experiments.phase_boundary import FLOOR, cell_place, claim_cells, sentence, views
 from experiments.phase_grid import (
     CONFIRM_FACTOR,
     CONFIRM_SEEDS,
@@ -123,7 +125,8 @@ def add_arguments(p) -> None:
     g.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
                    help=f"nats within which a loss counts as at a level (default {DEFAULT_MARGIN})")
     g.add_argument("--confirm", action="store_true",
-                   help=f"rerun the cells next to the boundary with 3 seeds at {CONFIRM_FACTOR}x the steps")
+                   help=f"rerun the cells on the floor and next to its boundary with 3 seeds at {CONFIRM_FACTOR}x the "
+                        "steps, in rounds until every cell the sentences rest on is confirmed")
     g.add_argument("--early-step", type=int, default=DEFAULT_EARLY,
                    help=f"the evaluation step the early features are read at (default {DEFAULT_EARLY})")
 
@@ -190,11 +193,12 @@ def plan(ctx: Context) -> list[Group]:
 
 
 def confirm_cells(grid: Grid, first: dict[Cell, dict[str, Any]], confirmed: dict[Cell, dict[str, Any]]) -> list[Cell]:
-    """The cells to confirm: those at the boundary of the final places (confirmed where that ran), and those
-    already confirmed. A confirmation that moves the boundary puts new cells beside it; they are confirmed
-    in turn (the frame plans again after each round) until the boundary stands on confirmed cells."""
+    """The cells to confirm: those on the floor or at its boundary in the final places (confirmed where
+    that ran; phase_boundary.claim_cells), and those already confirmed. A confirmation that moves the
+    boundary puts new cells beside it; they are confirmed in turn (the frame plans again after each
+    round) until every cell the sentences rest on is confirmed."""
     final = {c: confirmed.get(c, p) for c, p in first.items()}
-    cells = set(boundary_cells(final, grid.cells)) | set(confirmed)
+    cells = set(claim_cells(final, grid.cells)) | set(confirmed)
     return [c for c in grid.cells if c in cells]
 
 
@@ -305,17 +309,19 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
             "references": list(parse_references(ctx.args.references)),
             "slices": [s.to_dict() for s in grid.slices], "runs": runs, "cells": cells, "views": view_items,
             "boundary": [v["sentence"] for v in view_items], "predictor": evaluate(samples),
-            "predictor_runs": samples, "estimate": estimate(ctx, EXPERIMENT.jobs(ctx))}
+            "predictor_runs": samples, "estimate": grid_cost(EXPERIMENT.jobs(ctx))}
 
 
 def estimate(ctx: Context, jobs: list[Job]) -> dict[str, float]:
     """Training FLOPs of the runs (training.flops), those still to train, and the seconds at ASSUMED_FLOPS."""
-    total = todo = 0.0
-    for job in jobs:
-        flops = run_flops(job.spec.model, job.spec.train)
-        total += flops
-        todo += 0.0 if job.run_dir(ctx.out).finished else flops
-    return {"flops": total, "flops_to_train": todo, "seconds_at_200_gflops": todo / ASSUMED_FLOPS}
+    todo = grid_cost([job for job in jobs if not job.run_dir(ctx.out).finished])["flops"]
+    return {"flops": grid_cost(jobs)["flops"], "flops_to_train": todo, "seconds_at_200_gflops": todo / ASSUMED_FLOPS}
+
+
+def grid_cost(jobs: list[Job]) -> dict[str, float]:
+    """What the runs cost in all, finished or not (the preface's estimate counts only what is left)."""
+    total = sum(run_flops(job.spec.model, job.spec.train) for job in jobs)
+    return {"flops": total, "seconds_at_200_gflops": total / ASSUMED_FLOPS}
 
 
 def flops_text(flops: float) -> str:

@@ -15,6 +15,7 @@ from experiments.phase_boundary import (
     View,
     boundary_cells,
     cell_place,
+    claim_cells,
     collapsed_text,
     confirmation_text,
     range_text,
@@ -81,7 +82,8 @@ def test_results_schema_and_places(grid_run):
     assert len(r["views"]) == 1 and r["boundary"] == [r["views"][0]["sentence"]]
     assert r["boundary"][0].startswith("ffn_only collapses ")
     assert set(r["predictor"]) == set(EARLY_FEATURES)
-    assert r["estimate"]["flops"] > 0 and r["estimate"]["flops_to_train"] == 0
+    cost = r["estimate"]  # the whole grid's cost, though every run had finished when it was written
+    assert cost["flops"] > 0 and math.isclose(cost["seconds_at_200_gflops"], cost["flops"] / 200e9)
     feats = r["runs"][0]["features"]
     assert feats["grad0"] > 0 and 0 <= feats["identity_early"] <= 1 and 0 <= feats["identity_end"] <= 1
     assert feats["alpha_early"] is not None and feats["growth_early"] > 0
@@ -223,6 +225,33 @@ def test_the_boundary_is_the_collapse_boundary_only():
     assert boundary_cells(off, cells) == []
 
 
+def test_every_floor_cell_is_confirmed_not_only_the_edge():
+    # depth 4 and 6 both on the floor, depth 1 off it: only depth 1 and 4 are the edge, but the sentence
+    # "collapses at depth >= 4" claims depth 6 as well (and at 3x such a cell can leave the floor)
+    cells = Slice(BASE, (("n_layers", (1, 4, 6)),)).cells()
+    one, four, six = cells
+    places = {one: at("between bigram and floor"), four: at(FLOOR), six: at(FLOOR)}
+    assert boundary_cells(places, cells) == [one, four]
+    assert claim_cells(places, cells) == [one, four, six]
+    # off the floor everywhere: nothing is claimed to collapse, nothing to confirm
+    assert claim_cells({c: at("at the bigram level") for c in cells}, cells) == []
+    # a seed-split cell is not on the floor, but beside it it is at the edge
+    assert claim_cells({one: at("at the bigram level"), four: at(FLOOR), six: at(SPLIT)}, cells) == cells
+
+
+def test_plan_confirms_an_interior_floor_cell(monkeypatch):
+    """The frame plans the confirmation from the finished places: with depth 1 off the floor and depths
+    4 and 6 on it, depth 6 (not beside the edge) is confirmed too."""
+    from types import SimpleNamespace
+
+    grid = SimpleNamespace(cells=Slice(BASE, (("n_layers", (1, 4, 6)),)).cells())
+    one, four, six = grid.cells
+    first = {one: at("between bigram and floor"), four: at(FLOOR), six: at(FLOOR)}
+    assert phase_diagram.confirm_cells(grid, first, {}) == [one, four, six]
+    # once depth 6 is confirmed seed-split, it is still confirmed (kept) and depth 4 stays at the edge
+    assert phase_diagram.confirm_cells(grid, first, {six: at(SPLIT)}) == [one, four, six]
+
+
 # ----- places and sentences ---------------------------------------------------------------------------
 
 LEVELS = {"unigram": 3.3, "bigram": 2.5}
@@ -248,6 +277,16 @@ def test_cell_place_per_seed_never_averaged():
 def test_collapsed_text(collapsed, expected):
     assert collapsed_text("n_layers", [1, 2, 4], collapsed) == expected
     assert "no cell has a place" in collapsed_text("n_layers", [], set())
+
+
+def test_collapsed_text_names_a_split_value_inside_the_range():
+    # depth 1, 2 off the floor, 4 on it, 6 seed-split: "depth >= 4" alone would claim depth 6
+    assert collapsed_text("n_layers", [1, 2, 4], {4}, [6]) == "at depth >= 4 except depth 6 (seed-split)"
+    assert collapsed_text("n_layers", [1, 2, 4], {1, 2, 4}, [6]) == "at depth >= 1 except depth 6 (seed-split)"
+    assert collapsed_text("n_layers", [2, 4], {2}, [1, 3]) == "at depth <= 2 except depth 1 (seed-split)"
+    # a split value outside the range is only in the sentence's notes
+    assert collapsed_text("n_layers", [4, 6], {4, 6}, [1]) == "at depth >= 4"
+    assert collapsed_text("n_layers", [4, 6], {4, 6}, 1) == "at every other depth tried"
 
 
 @pytest.mark.parametrize("group, expected", [
@@ -289,7 +328,7 @@ def test_sentence_marks_split_provisional_and_confirmation():
     text = boundary_sentence(view, places, {split_cell: True, moving: False})
     assert text.startswith("ffn_only collapses at depth >= 3 (")  # the split cell is left out of the rule
     assert "seed-split at depth 2" in text and "provisional at depth 3 (heading to between)" in text
-    assert "1 of 2 boundary cells confirmed, the rest unconfirmed" in text
+    assert "1 of 2 floor and boundary cells confirmed, the rest unconfirmed" in text
 
 
 def test_sentence_one_cell_and_residual_axis():
@@ -310,9 +349,9 @@ def test_views_of_three_axes_fix_the_third():
 def test_confirmation_text_branches():
     a, b = Cell("ffn_only", 1, 1e-3, 64, 0.0), Cell("ffn_only", 2, 1e-3, 64, 0.0)
     assert confirmation_text([a, b], None) == "unconfirmed"
-    assert confirmation_text([a, b], {}) == "no boundary cell to confirm"
-    assert confirmation_text([a, b], {a: True, b: True}).startswith("its 2 boundary cells confirmed")
-    assert confirmation_text([a, b], {a: True}).startswith("its 1 boundary cell confirmed")
+    assert confirmation_text([a, b], {}) == "no floor or boundary cell to confirm"
+    assert confirmation_text([a, b], {a: True, b: True}).startswith("its 2 floor and boundary cells confirmed")
+    assert confirmation_text([a, b], {a: True}).startswith("its 1 floor and boundary cell confirmed")
 
 
 # ----- the predictor ----------------------------------------------------------------------------------
