@@ -129,8 +129,14 @@ def make_trainer(job: Job, out: Path, corpus=None, progress: bool = False):
 
 
 def train_job(job: Job, out: Path, corpus=None, progress: bool = False) -> dict[str, Any]:
-    """Train (or resume) one run directory; a finished one is only checked."""
-    return make_trainer(job, out, corpus, progress).run()
+    """Train (or resume) one run directory; a finished one is only checked. A run that cannot go on (a
+    non-finite loss) is named in its error: in a grid of dozens the step alone does not say which."""
+    from training.trainer import TrainingError
+
+    try:
+        return make_trainer(job, out, corpus, progress).run()
+    except TrainingError as e:
+        raise TrainingError(f"{job.variant.name}, seed {job.seed} ({job.run_dir(out).path}): {e}") from None
 
 
 def train_local(ctx: Context, todo: list[Job]) -> None:

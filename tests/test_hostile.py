@@ -549,9 +549,10 @@ def test_training_non_finite_loss_fails_naming_step_and_checkpoint(out, capsys):
 
 
 def test_experiment_non_finite_run_writes_no_result(out, capsys):
-    refused(capsys, out / "new", experiment("residual_sweep", out / "new", "--set", "lr=1e30", "--set", "min_lr=0",
-                                            "--set", "max_steps=1"), r"became nan at step")
+    line = refused(capsys, out / "new", experiment("residual_sweep", out / "new", "--set", "lr=1e30", "--set",
+                                                   "min_lr=0", "--set", "max_steps=1"), r"became nan at step")
     assert not list((out / "new").rglob("results*.json"))
+    assert re.match(r"error: \S+, seed \d+ \(.*new.*\): ", line), line  # which run of the sweep diverged
 
 
 def test_training_run_dir_removed_under_a_live_trainer_stops_it(out, capsys, monkeypatch):
