@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from experiments.common import fmt_number, table_figure
+from experiments.common import fmt_number, format_table, table_figure
 from experiments.frame import Context
-from experiments.phase_boundary import SHORT, mark
+from experiments.phase_boundary import SHORT, fmt, mark
 from experiments.phase_grid import CONFIRM_FACTOR, CONFIRM_SEEDS, LABELS
 from experiments.phase_predictor import EARLY_FEATURES, verdict_text
 
@@ -62,6 +62,9 @@ def summary(results: dict[str, Any]) -> str:
              "(unigram - bigram)", "", "boundary:"]
     lines += [f"  {s}" for s in results["boundary"]]
     lines += [f"  reference {line}" for line in reference_lines(results)]
+    lines.append("\nplaces by slice (first pass -> 3 seeds at 3x where confirmed):")
+    cells = by_coords(results)
+    lines += ["\n" + grid_text(v, cells) for v in results["views"] if v["x"]]
     provisional = [c["name"] for c in results["cells"] if c["final_provisional"]]
     split = [c["name"] for c in results["cells"] if c["final_place"] == "seed-split"]
     lines.append(f"\nprovisional cells: {', '.join(provisional) or 'none'}")
@@ -81,10 +84,12 @@ def summary(results: dict[str, Any]) -> str:
 # ----- report sections ---------------------------------------------------------------------------------
 
 
-def heatmap(view: dict[str, Any], cells: dict[tuple, dict[str, Any]]):
-    """One view: colour = relative loss, text = place (confirmed place after '->' where confirmation ran)."""
-    import plotly.graph_objects as go
+def by_coords(results: dict[str, Any]) -> dict[tuple, dict[str, Any]]:
+    return {tuple(sorted(c["coords"].items())): c for c in results["cells"]}
 
+
+def view_cells(view: dict[str, Any], cells: dict[tuple, dict[str, Any]]) -> list[list[dict[str, Any] | None]]:
+    """The view's cells row by row (y), column by column (x); None where a cell was not run."""
     def cell_at(xv, yv) -> dict[str, Any] | None:
         coords = {**view["fixed"], "residual": view["residual"]}
         if view["x"]:
@@ -92,19 +97,32 @@ def heatmap(view: dict[str, Any], cells: dict[tuple, dict[str, Any]]):
         if view["y"]:
             coords[view["y"]] = yv
         return cells.get(tuple(sorted(coords.items())))
+    return [[cell_at(xv, yv) for xv in view["xs"]] for yv in view["ys"]]
 
-    z, text = [], []
-    for yv in view["ys"]:
-        zr, tr = [], []
-        for xv in view["xs"]:
-            c = cell_at(xv, yv)
-            zr.append(c["relative_loss"] if c else None)
-            label = mark(c) if c else "not run"
-            if c and c.get("confirm"):
-                label += f" -> {mark(c['confirm'])}"
-            tr.append(label)
-        z.append(zr)
-        text.append(tr)
+
+def cell_label(c: dict[str, Any] | None) -> str:
+    """A cell's place, and its confirmed place after '->' where confirmation ran."""
+    if not c:
+        return "not run"
+    return mark(c) + (f" -> {mark(c['confirm'])}" if c.get("confirm") else "")
+
+
+def grid_text(view: dict[str, Any], cells: dict[tuple, dict[str, Any]]) -> str:
+    """One view as a text table: a row per y value, a column per x value, each cell's label."""
+    x, y = LABELS.get(view["x"], "") if view["x"] else "", LABELS.get(view["y"], "") if view["y"] else ""
+    headers = [f"{y} \\ {x}" if y else x, *[fmt(v) for v in view["xs"]]]
+    rows = [["" if yv is None else fmt(yv), *[cell_label(c) for c in row]]
+            for yv, row in zip(view["ys"], view_cells(view, cells), strict=True)]
+    return f"{view['title']}\n" + format_table(headers, rows)
+
+
+def heatmap(view: dict[str, Any], cells: dict[tuple, dict[str, Any]]):
+    """One view: colour = relative loss, text = place (confirmed place after '->' where confirmation ran)."""
+    import plotly.graph_objects as go
+
+    grid = view_cells(view, cells)
+    z = [[c["relative_loss"] if c else None for c in row] for row in grid]
+    text = [[cell_label(c) for c in row] for row in grid]
     xs = [str(v) for v in view["xs"]]
     ys = [str(v) for v in view["ys"]]
     fig = go.Figure(go.Heatmap(z=z, x=xs, y=ys, text=text, texttemplate="%{text}", zmin=-0.5, zmax=1.1,
@@ -142,7 +160,7 @@ def predictor_figures(results: dict[str, Any]) -> list:
 
 
 def sections(results: dict[str, Any], ctx: Context) -> list:
-    cells = {tuple(sorted(c["coords"].items())): c for c in results["cells"]}
+    cells = by_coords(results)
     out: list = [("Boundary", None, None)]
     out += list(results["boundary"])
     out += [f"Reference {line}." for line in reference_lines(results)]

@@ -89,6 +89,36 @@ def test_results_schema_and_places(grid_run):
     assert feats["alpha_early"] is not None and feats["growth_early"] > 0
 
 
+def test_console_prints_each_slice_as_a_grid_of_places(grid_run):
+    from experiments.phase_report import cell_label, summary
+
+    r = results_of(grid_run)
+    text = summary(r)
+    lines = [x for x in text[text.index("places by slice"):text.index("provisional cells")].splitlines() if x.strip()]
+    # one axis here (lr): a header with a column per lr, then one row holding each grid cell's label
+    assert lines[2].split() == ["lr", "0.001", "0.01"]
+    row = lines[-1]
+    labels = [cell_label(c) for c in r["cells"] if c["role"] == "grid"]
+    assert row.index(labels[0]) < row.rindex(labels[1])
+
+
+def test_grid_text_rows_columns_and_missing_cells():
+    from experiments.phase_report import grid_text
+
+    view = {"title": "ffn_only: lr x depth", "residual": "ffn_only", "x": "n_layers", "xs": [1, 2],
+            "y": "lr", "ys": [1e-3, 2e-3], "fixed": {"d_model": 64, "self_bias": 0.0}}
+
+    def cell(n, lr, place, confirm=None):
+        coords = {"residual": "ffn_only", "n_layers": n, "lr": lr, "d_model": 64, "self_bias": 0.0}
+        return tuple(sorted(coords.items())), {"place": place, "provisional": False, "confirm": confirm}
+    cells = dict([cell(1, 1e-3, "at the bigram level"), cell(2, 1e-3, FLOOR, {"place": SPLIT, "provisional": True}),
+                  cell(1, 2e-3, FLOOR)])
+    rows = grid_text(view, cells).splitlines()
+    assert rows[0] == "ffn_only: lr x depth" and rows[1].split() == ["lr", "\\", "depth", "1", "2"]
+    assert rows[3].split() == ["0.001", "bigram", "floor", "->", "split?"]
+    assert rows[4].split() == ["0.002", "floor", "not", "run"]
+
+
 def test_boundary_cells_are_confirmed_with_three_seeds_at_three_times_the_steps(grid_run):
     r = results_of(grid_run)
     for c in r["cells"]:
@@ -488,13 +518,18 @@ def test_a_confirmation_that_moves_the_boundary_puts_its_new_neighbours_up_for_c
 
     from experiments.phase_diagram import confirm_cells
 
-    cells = Slice(BASE, (("n_layers", (2, 3, 4, 6)),)).cells()
-    two, three, four, six = cells
+    cells = Slice(BASE, (("n_layers", (1, 2, 3, 4)),)).cells()
+    one, two, three, four = cells
     grid = SimpleNamespace(cells=cells)
-    first = {two: at("between bigram and floor"), three: at(FLOOR), four: at(FLOOR), six: at(FLOOR)}
-    assert confirm_cells(grid, first, {}) == [two, three]  # the first round
-    # depth 3 leaves the floor at 3x: depth 4 is now beside the boundary, and the confirmed stay listed
-    assert confirm_cells(grid, first, {two: at("between bigram and floor"), three: at(SPLIT)}) == [two, three, four]
-    # depth 4 holds: the boundary stands on confirmed cells, nothing new to confirm
-    done = {two: at("between bigram and floor"), three: at(SPLIT), four: at(FLOOR)}
-    assert confirm_cells(grid, first, done) == [two, three, four]
+    first = {one: at("at the bigram level"), two: at("between bigram and floor"), three: at(FLOOR), four: at(FLOOR)}
+    assert confirm_cells(grid, first, {}) == [two, three, four]  # the first round: the floor and its edge
+    # depth 2 reaches the floor at 3x: depth 1 is now beside the boundary, and the confirmed stay listed
+    round1 = {two: at(FLOOR), three: at(FLOOR), four: at(FLOOR)}
+    assert confirm_cells(grid, first, round1) == cells
+    # depth 1 stays off it: the boundary stands on confirmed cells, nothing new to confirm
+    assert confirm_cells(grid, first, {**round1, one: at("at the bigram level")}) == cells
+    # depth 3 leaves the floor at 3x: the edge moves to depth 3-4, all confirmed; depth 1 is not beside it
+    left = {two: at("between bigram and floor"), three: at("between bigram and floor"), four: at(FLOOR)}
+    assert confirm_cells(grid, first, left) == [two, three, four]
+    # depth 2 seed-split instead: a split beside bigram is an edge, so depth 1 is confirmed next
+    assert confirm_cells(grid, first, {**left, two: at(SPLIT)}) == cells
