@@ -171,8 +171,8 @@ class Experiment:
     def _main(self, argv: list[str], start: float) -> int:
         ctx, jobs = self.context(argv)
         ctx.levels = reference_levels(ctx.spec, ctx.corpus)
-        print(f"{self.name.replace('_', ' ')}: preset {ctx.spec.preset}, seeds {ctx.seeds}, {len(jobs)} runs "
-              f"-> {ctx.result_dir}")
+        runs = f"{len(jobs)} run{'s' * (len(jobs) != 1)}"
+        print(f"{self.name.replace('_', ' ')}: preset {ctx.spec.preset}, seeds {ctx.seeds}, {runs} -> {ctx.result_dir}")
         if self.preface:
             print(self.preface(ctx, jobs))
         if not launch(self.name, ctx, jobs, argv):

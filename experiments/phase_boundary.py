@@ -40,8 +40,12 @@ def cell_place(losses: list[float], projected: list[float], levels: dict[str, fl
 
 
 def collapse_side(p: dict[str, Any]) -> bool | str:
-    """Which side of the collapse boundary a place is on: True (floor), False (off it), or SPLIT."""
-    return SPLIT if p["place"] == SPLIT else p["place"] == FLOOR
+    """Which side of the collapse boundary a place is on: True (floor), False (off it), or SPLIT (seeds
+    on the floor and off it). Seeds that split among places off the floor (between and context) are off
+    it: where the collapse holds does not depend on them. Without seed places, a split counts as SPLIT."""
+    if p["place"] != SPLIT:
+        return p["place"] == FLOOR
+    return SPLIT if FLOOR in p.get("seed_places", [FLOOR]) else False
 
 
 def boundary_cells(places: dict[Cell, dict[str, Any]], cells: list[Cell]) -> list[Cell]:
@@ -141,13 +145,12 @@ def collapsed_text(axis: str, known: list, collapsed: set, split: int | list = 0
     other = " other" if split else ""
     if not collapsed:
         return f"at no{other} {label} tried"
-    if collapsed == set(known) and not splits:
-        return f"at every{other} {label} tried"
-    ks = sorted(known)
-    lo, hi = min(collapsed), max(collapsed)
-
     def but(inside: list) -> str:
         return f" except {label} {', '.join(fmt(v) for v in inside)} (seed-split)" if inside else ""
+    if collapsed == set(known):
+        return f"at every {label} tried" + but(splits) if splits else f"at every{other} {label} tried"
+    ks = sorted(known)
+    lo, hi = min(collapsed), max(collapsed)
     if all(v in collapsed for v in ks if v >= lo):
         return f"at {label} >= {fmt(lo)}" + but([v for v in splits if v >= lo])
     if all(v in collapsed for v in ks if v <= hi):
@@ -180,12 +183,13 @@ def sentence(view: View, places: dict[Cell, dict[str, Any]], confirmed: dict[Cel
         known, collapsed, split = [], set(), []
         for xv in view.xs:
             p = places.get(view.cell(xv, yv))
-            if p and p["place"] != SPLIT:
-                known.append(xv)
-                if p["place"] == FLOOR:
-                    collapsed.add(xv)
-            if p and p["place"] == SPLIT:
+            side = collapse_side(p) if p else None
+            if side == SPLIT:  # seeds on the floor and off it: no place along the axis
                 split.append(xv)
+            elif p:
+                known.append(xv)
+                if side:
+                    collapsed.add(xv)
         return known, collapsed, split
 
     if view.x is None:

@@ -127,8 +127,9 @@ def add_arguments(p) -> None:
     g.add_argument("--confirm", action="store_true",
                    help=f"rerun the cells on the floor and next to its boundary with 3 seeds at {CONFIRM_FACTOR}x the "
                         "steps, in rounds until every cell the sentences rest on is confirmed")
-    g.add_argument("--early-step", type=int, default=DEFAULT_EARLY,
-                   help=f"the evaluation step the early features are read at (default {DEFAULT_EARLY})")
+    g.add_argument("--early-step", type=int, default=None,
+                   help=f"the evaluation step the early features are read at (default: the last evaluation "
+                        f"step <= {DEFAULT_EARLY} before max_steps, else the first one)")
 
 
 def check(args) -> None:
@@ -143,7 +144,8 @@ def check(args) -> None:
                            f"{taken[0]} themselves; give its values with --axes {taken[0]}=V1,V2,...")
     parse_references(args.references)
     check_number("--margin", args.margin, 0.0, inclusive=False)
-    check_number("--early-step", args.early_step, 1)
+    if args.early_step is not None:
+        check_number("--early-step", args.early_step, 1)
 
 
 class Grid:
@@ -169,6 +171,8 @@ class Grid:
 
 def plan(ctx: Context) -> list[Group]:
     train = ctx.spec.train
+    if ctx.args.early_step is None:  # a preset's own evaluation steps decide (smoke evaluates every 10)
+        ctx.args.early_step = default_early_step(train)
     early = ctx.args.early_step
     if early >= train.max_steps or not train.is_eval_step(early):
         raise ToolkitError(f"--early-step {early} must be an evaluation step before max_steps {train.max_steps} "
@@ -190,6 +194,15 @@ def plan(ctx: Context) -> list[Group]:
                 groups.append(Group(ctx.spec, [grid.confirm_variant(c) for c in boundary], probes=False,
                                     seeds=confirm_seeds(ctx.seeds[0])))
     return groups
+
+
+def default_early_step(train) -> int:
+    """The last evaluation step <= DEFAULT_EARLY before max_steps, else the first evaluation step."""
+    steps = [k for k in range(1, train.max_steps) if train.is_eval_step(k)]
+    if not steps:
+        raise ToolkitError(f"the phase diagram reads early features at an evaluation step before max_steps "
+                           f"{train.max_steps}, and this shape has none; lower eval_interval or eval_from")
+    return max((k for k in steps if k <= DEFAULT_EARLY), default=steps[0])
 
 
 def confirm_cells(grid: Grid, first: dict[Cell, dict[str, Any]], confirmed: dict[Cell, dict[str, Any]]) -> list[Cell]:
@@ -330,12 +343,12 @@ def flops_text(flops: float) -> str:
 
 def preface(ctx: Context, jobs: list[Job]) -> str:
     e = estimate(ctx, jobs)
-    line = (f"estimated cost: {flops_text(e['flops'])} of training for {len(jobs)} runs, "
+    line = (f"estimated cost: {flops_text(e['flops'])} of training for {len(jobs)} run{'s' * (len(jobs) != 1)}, "
             f"{flops_text(e['flops_to_train'])} still to train: about {e['seconds_at_200_gflops'] / 60:.1f} "
             f"min at {ASSUMED_FLOPS / 1e9:.0f} GFLOP/s (small shapes run well below a machine's matmul peak)")
     if ctx.args.confirm and not any(j.variant.name.endswith(f" x{CONFIRM_FACTOR}") for j in jobs):
-        line += (f"; --confirm then adds {CONFIRM_SEEDS * CONFIRM_FACTOR}x the cost of each cell next to the "
-                 "boundary, planned once these have finished")
+        line += (f"; --confirm then adds {CONFIRM_SEEDS * CONFIRM_FACTOR}x the cost of each cell on the floor or "
+                 "next to its boundary, planned once these have finished")
     return line
 
 

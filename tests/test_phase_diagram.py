@@ -218,7 +218,9 @@ def test_overrides_move_min_lr_with_lr():
 
 
 def at(place, provisional=False, heading=None):
-    return {"place": place, "seed_places": [place], "provisional": provisional, "heading": heading}
+    """A place as cell_place gives it; a split here has one seed on the floor and one off it."""
+    seeds = [FLOOR, "between bigram and floor"] if place == SPLIT else [place]
+    return {"place": place, "seed_places": seeds, "provisional": provisional, "heading": heading}
 
 
 def test_neighbours_and_boundary_along_each_axis():
@@ -253,6 +255,27 @@ def test_the_boundary_is_the_collapse_boundary_only():
     # a projection that stays on its side (between heading to bigram) is not
     off[three] = at("between bigram and floor", True, "at the bigram level")
     assert boundary_cells(off, cells) == []
+
+
+def test_a_split_among_places_off_the_floor_is_off_the_floor():
+    """Seeds at between and context say nothing about where the collapse holds: such a cell is off the
+    floor for the boundary and the sentence; one floor seed among them makes it seed-split."""
+    cells = Slice(BASE, (("n_layers", (1, 2, 3, 4, 6)),)).cells()
+    one, two, three, four, six = cells
+    between, context = "between bigram and floor", "below bigram (uses context)"
+    off_split = {"place": SPLIT, "seed_places": [between, context], "provisional": False, "heading": None}
+    places = {one: at(between), two: off_split, three: at(between), four: at(FLOOR), six: at(FLOOR)}
+    assert boundary_cells(places, cells) == [three, four]
+    on_split = {**off_split, "seed_places": [FLOOR, between]}
+    assert boundary_cells({**places, two: on_split}, cells) == [one, two, three, four]
+    view = slice_views(Slice(BASE, (("n_layers", (1, 2, 3, 4, 6)),)))[0]
+    floors = {c: at(FLOOR) for c in cells}
+    plain = boundary_sentence(view, {**floors, three: at(between)}, None)
+    split = boundary_sentence(view, {**floors, three: off_split}, None)
+    assert plain.split(" (")[0] == split.split(" (")[0] == "ffn_only collapses at depth 1, 2, 4, 6 only"
+    assert "seed-split at depth 3" in split  # still said, in the notes
+    floor_split = boundary_sentence(view, {**floors, three: on_split}, None)
+    assert floor_split.startswith("ffn_only collapses at every depth tried except depth 3 (seed-split)")
 
 
 def test_every_floor_cell_is_confirmed_not_only_the_edge():
@@ -312,10 +335,11 @@ def test_collapsed_text(collapsed, expected):
 def test_collapsed_text_names_a_split_value_inside_the_range():
     # depth 1, 2 off the floor, 4 on it, 6 seed-split: "depth >= 4" alone would claim depth 6
     assert collapsed_text("n_layers", [1, 2, 4], {4}, [6]) == "at depth >= 4 except depth 6 (seed-split)"
-    assert collapsed_text("n_layers", [1, 2, 4], {1, 2, 4}, [6]) == "at depth >= 1 except depth 6 (seed-split)"
+    assert collapsed_text("n_layers", [1, 2, 4], {1, 2, 4}, [6]) == "at every depth tried except depth 6 (seed-split)"
     assert collapsed_text("n_layers", [2, 4], {2}, [1, 3]) == "at depth <= 2 except depth 1 (seed-split)"
-    # a split value outside the range is only in the sentence's notes
-    assert collapsed_text("n_layers", [4, 6], {4, 6}, [1]) == "at depth >= 4"
+    # a split value outside the range is only in the sentence's notes (the first: every value is in range)
+    assert collapsed_text("n_layers", [4, 6], {4, 6}, [1]) == "at every depth tried except depth 1 (seed-split)"
+    assert collapsed_text("n_layers", [2, 4, 6], {4, 6}, [1]) == "at depth >= 4"
     assert collapsed_text("n_layers", [4, 6], {4, 6}, 1) == "at every other depth tried"
 
 
@@ -533,3 +557,16 @@ def test_a_confirmation_that_moves_the_boundary_puts_its_new_neighbours_up_for_c
     assert confirm_cells(grid, first, left) == [two, three, four]
     # depth 2 seed-split instead: a split beside bigram is an edge, so depth 1 is confirmed next
     assert confirm_cells(grid, first, {**left, two: at(SPLIT)}) == cells
+
+
+def test_default_early_step_follows_the_presets_evaluation_steps():
+    from experiments.phase_diagram import default_early_step
+    from training.presets import TrainConfig
+
+    assert default_early_step(TrainConfig(max_steps=600, eval_interval=25, eval_from=0.0)) == 100
+    assert default_early_step(TrainConfig(max_steps=40, eval_interval=10, eval_from=0.0)) == 30  # smoke
+    # no evaluation at or before step 100: the first one
+    assert default_early_step(TrainConfig(max_steps=900, eval_interval=100, eval_from=0.5)) == 500
+    from interp.errors import ToolkitError
+    with pytest.raises(ToolkitError, match="has none"):
+        default_early_step(TrainConfig(max_steps=40, eval_interval=100, eval_from=0.0))
