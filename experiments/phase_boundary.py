@@ -70,8 +70,9 @@ def claim_cells(places: dict[Cell, dict[str, Any]], cells: list[Cell]) -> list[C
     """The cells a collapse sentence rests on: every cell on the floor (each one is claimed to collapse)
     and the boundary cells beside them. The edge alone is not enough: depth 6 at lr 2e-3 sat on the floor
     with depth 4 on the floor below it, and at 3x the steps one of its three seeds left the floor."""
-    floor = {c for c in cells if c in places and collapse_side(places[c]) is True}
-    return [c for c in cells if c in floor or c in set(boundary_cells(places, cells))]
+    claimed = {c for c in cells if c in places and collapse_side(places[c]) is True}
+    claimed.update(boundary_cells(places, cells))
+    return [c for c in cells if c in claimed]
 
 
 def mark(p: dict[str, Any] | None) -> str:

@@ -229,9 +229,11 @@ def finished_places(ctx: Context, grid: Grid) -> tuple[dict, dict] | None:
                               ctx.spec.train.warmup_steps) for seed, r in zip(seeds, runs, strict=True)]
 
     every = grid.cells + grid.references
-    runs = {c.name: load(c.name, ctx.seeds) for c in every}
-    if any(r is None for r in runs.values()):
-        return None
+    runs = {}
+    for c in every:  # an unfinished first pass is known at its first unfinished cell: nothing more is read
+        if (rs := load(c.name, ctx.seeds)) is None:
+            return None
+        runs[c.name] = rs
     suffix, seeds = f" x{CONFIRM_FACTOR}", confirm_seeds(ctx.seeds[0])
     for c in grid.cells:
         rs = load(c.name + suffix, seeds)
@@ -327,8 +329,9 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
 
 def estimate(ctx: Context, jobs: list[Job]) -> dict[str, float]:
     """Training FLOPs of the runs (training.flops), those still to train, and the seconds at ASSUMED_FLOPS."""
-    todo = grid_cost([job for job in jobs if not job.run_dir(ctx.out).finished])["flops"]
-    return {"flops": grid_cost(jobs)["flops"], "flops_to_train": todo, "seconds_at_200_gflops": todo / ASSUMED_FLOPS}
+    todo = grid_cost([job for job in jobs if not job.run_dir(ctx.out).finished])
+    return {"flops": grid_cost(jobs)["flops"], "flops_to_train": todo["flops"],
+            "seconds_at_200_gflops": todo["seconds_at_200_gflops"]}
 
 
 def grid_cost(jobs: list[Job]) -> dict[str, float]:
