@@ -75,6 +75,8 @@ results.json schema ("phase-diagram/1"):
     predictor        feature -> {n, n_collapsed, loo_accuracy, loo_interval, majority_accuracy, split_accuracy,
                      n_splits, auc, auc_interval, threshold [cut, above], predicts} or {n, n_collapsed, untestable}
     predictor_runs   [{variant, seed, collapsed, features}] (grid cells' first-pass runs)
+    predictor_final  null without --confirm; else predictor's test with each run's outcome its cell's final
+                     place (confirmed where that ran), seed-split cells' runs left out
     estimate         {flops, seconds_at_200_gflops}: the training FLOPs of every run the results cover, and
                      the seconds they take at 200 GFLOP/s, to set beside train_wall_time_s
     software, train_wall_time_s, wall_time_s, created
@@ -85,7 +87,7 @@ from __future__ import annotations
 from typing import Any
 
 from experiments.frame import Context, Experiment, Group, Job, Variant, check_number, run_summary
-from experiments.phase_boundary import FLOOR, cell_place, claim_cells, sentence, views
+from experiments.phase_boundary import FLOOR, SPLIT, cell_place, claim_cells, sentence, views
 from experiments.phase_grid import (
     CONFIRM_FACTOR,
     CONFIRM_SEEDS,
@@ -320,11 +322,16 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     samples = [{"variant": r["variant"], "seed": r["seed"], "features": r["features"],
                 "collapsed": place(r["final_val_loss"], levels, None, margin) == FLOOR}
                for c in grid.cells for r in by_name.get(c.name, [])]
+    # the same early features against each cell's final place (3 seeds at 3x where confirmed): the first
+    # pass's 600-step outcomes are not final (the floor erodes), so a verdict on them alone is not one
+    of_cell = {c.name: final[c]["place"] for c in grid.cells}
+    settled = [{**x, "collapsed": of_cell[x["variant"]] == FLOOR} for x in samples if of_cell[x["variant"]] != SPLIT]
     return {"margin": margin, "confirm": ctx.args.confirm, "early_step": ctx.args.early_step,
             "references": list(parse_references(ctx.args.references)),
             "slices": [s.to_dict() for s in grid.slices], "runs": runs, "cells": cells, "views": view_items,
             "boundary": [v["sentence"] for v in view_items], "predictor": evaluate(samples),
-            "predictor_runs": samples, "estimate": grid_cost(EXPERIMENT.jobs(ctx))}
+            "predictor_runs": samples, "predictor_final": evaluate(settled) if ctx.args.confirm else None,
+            "estimate": grid_cost(EXPERIMENT.jobs(ctx))}
 
 
 def estimate(ctx: Context, jobs: list[Job]) -> dict[str, float]:

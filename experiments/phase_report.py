@@ -78,6 +78,11 @@ def summary(results: dict[str, Any]) -> str:
     lines += [f"  {verdict_text(n, pred[n])}" for n in EARLY_FEATURES if n in pred]
     if not any(item.get("predicts") for item in pred.values()):
         lines.append("  no early feature predicts collapse beyond the majority class on held-out runs")
+    if results.get("predictor_final"):
+        lines.append(f"  against the final places ({CONFIRM_SEEDS} seeds at {CONFIRM_FACTOR}x where confirmed; "
+                     "seed-split cells left out):")
+        final = results["predictor_final"]
+        lines += [f"    {verdict_text(n, final[n])}" for n in EARLY_FEATURES if n in final]
     return "\n".join(lines)
 
 
@@ -173,13 +178,17 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
                f"({legend}; '?' provisional), and '-> place' its place with {CONFIRM_SEEDS} seeds at "
                f"{CONFIRM_FACTOR}x the steps where it was confirmed.")
     out += [(v["title"], heatmap(v, cells)) for v in results["views"]]
-    pred = results["predictor"]
-    rows = [[n, item["n"], item["n_collapsed"], fmt_number(item.get("loo_accuracy"), ".2f"),
-             "-" if "loo_interval" not in item else "[{:.2f}, {:.2f}]".format(*item["loo_interval"]),
-             fmt_number(item.get("majority_accuracy"), ".2f"), fmt_number(item.get("auc"), ".2f"),
-             "-" if "auc_interval" not in item else "[{:.2f}, {:.2f}]".format(*item["auc_interval"]),
-             "yes" if item.get("predicts") else item.get("untestable", "no")] for n, item in pred.items()]
-    out.append(("Early-training predictor (held-out runs)", table_figure(
-        ["feature", "runs", "collapsed", "LOO accuracy", "95% (exact)", "majority", "AUC", "95% (bootstrap)",
-         "predicts"], rows)))
+    titles = [("predictor", "Early-training predictor (held-out runs; first-pass outcomes)"),
+              ("predictor_final", "The same, against the final places (seed-split cells left out)")]
+    for key, title in titles:
+        if not results.get(key):
+            continue
+        rows = [[n, item["n"], item["n_collapsed"], fmt_number(item.get("loo_accuracy"), ".2f"),
+                 "-" if "loo_interval" not in item else "[{:.2f}, {:.2f}]".format(*item["loo_interval"]),
+                 fmt_number(item.get("majority_accuracy"), ".2f"), fmt_number(item.get("auc"), ".2f"),
+                 "-" if "auc_interval" not in item else "[{:.2f}, {:.2f}]".format(*item["auc_interval"]),
+                 "yes" if item.get("predicts") else item.get("untestable", "no")] for n, item in results[key].items()]
+        out.append((title, table_figure(
+            ["feature", "runs", "collapsed", "LOO accuracy", "95% (exact)", "majority", "AUC", "95% (bootstrap)",
+             "predicts"], rows)))
     return out + predictor_figures(results)

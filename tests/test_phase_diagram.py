@@ -89,6 +89,22 @@ def test_results_schema_and_places(grid_run):
     assert feats["alpha_early"] is not None and feats["growth_early"] > 0
 
 
+def test_the_predictor_is_tested_against_the_final_places_too(grid_run):
+    r = results_of(grid_run)
+    final = r["predictor_final"]
+    assert set(final) == set(EARLY_FEATURES)
+    # its runs: the first-pass runs of grid cells whose final place is not seed-split; collapsed = floor there
+    grid = [c for c in r["cells"] if c["role"] == "grid"]
+    kept = [c for c in grid if c["final_place"] != SPLIT]
+    assert all(item["n"] <= sum(len(c["seeds"]) for c in kept) for item in final.values())
+    assert all(item["n_collapsed"] <= sum(len(c["seeds"]) for c in kept if c["final_place"] == FLOOR)
+               for item in final.values())
+    with_all = [item for item in final.values() if item["n"] == sum(len(c["seeds"]) for c in kept)]
+    assert with_all, final  # grad0 is recorded for every run
+    assert all(item["n_collapsed"] == sum(len(c["seeds"]) for c in kept if c["final_place"] == FLOOR)
+               for item in with_all)
+
+
 def test_console_prints_each_slice_as_a_grid_of_places(grid_run):
     from experiments.phase_report import cell_label, summary
 
@@ -149,6 +165,7 @@ def test_finished_cells_are_never_retrained_and_new_values_grow_the_grid(grid_ru
     assert (out / "smoke" / "ffn_only_L1_d32_lr0.003_sb0" / "seed1337" / "final.json").is_file()
     r = results_of(out)
     assert r["boundary"][0].endswith("unconfirmed)")
+    assert r["predictor_final"] is None  # no confirmation ran: no final places to test against
 
 
 @pytest.mark.parametrize("argv, message", [
