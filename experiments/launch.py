@@ -29,6 +29,7 @@ from experiments.plan import Context, Job
 from interp.errors import ToolkitError
 
 LAUNCHERS = ("local", "slurm", "slurm-local")
+DEFAULT_ENSEMBLE_SIZE = 16
 
 
 def add_launcher_arguments(p: argparse.ArgumentParser) -> None:
@@ -47,12 +48,16 @@ def add_launcher_arguments(p: argparse.ArgumentParser) -> None:
                    help="submit and exit: print the job ids and the command that aggregates once they are done")
     g.add_argument("--collect", action="store_true",
                    help="train nothing: aggregate finished runs (an unfinished one is an error)")
+    g.add_argument("--ensemble-size", type=int, default=DEFAULT_ENSEMBLE_SIZE, metavar="K",
+                   help="local launcher: train up to K runs of one shape as one ensemble (training.ensemble; "
+                        f"default {DEFAULT_ENSEMBLE_SIZE}); 1 trains every run alone")
 
 
 def check_launcher_arguments(args: argparse.Namespace) -> None:
     check_number("--slurm-time", args.slurm_time, 1)
     check_number("--gpus-per-run", args.gpus_per_run, 0)
     check_number("--slurm-array-parallelism", args.slurm_array_parallelism, 1)
+    check_number("--ensemble-size", args.ensemble_size, 1)
     slurm_parameters(args)  # KEY=VALUE syntax
     if args.launcher == "local" and (args.no_wait or args.slurm_set or args.slurm_partition):
         raise ToolkitError("--no-wait, --slurm-set and --slurm-partition need --launcher slurm (or slurm-local)")
@@ -140,12 +145,23 @@ def train_job(job: Job, out: Path, corpus=None, progress: bool = False) -> dict[
 
 
 def train_local(ctx: Context, todo: list[Job]) -> None:
+    """Train every unfinished run here: same-shape runs as ensembles of up to --ensemble-size members."""
     from tqdm.auto import tqdm
 
-    bar = tqdm(todo, desc="runs", unit="run", disable=not ctx.progress or not todo, dynamic_ncols=True)
-    for job in bar:
-        bar.set_postfix_str(f"{job.variant.name} seed {job.seed}")
-        train_job(job, ctx.out, ctx.corpus, ctx.progress)
+    from training.ensemble import EnsembleTrainer, group
+
+    trainers = {id(t): (job, t) for job in todo for t in [make_trainer(job, ctx.out, ctx.corpus)]}
+    groups = group([t for _, t in trainers.values()], getattr(ctx.args, "ensemble_size", DEFAULT_ENSEMBLE_SIZE))
+    bar = tqdm(total=len(todo), desc="runs", unit="run", disable=not ctx.progress or not todo, dynamic_ncols=True)
+    for members in groups:
+        jobs = [trainers[id(t)][0] for t in members]
+        if len(members) == 1:
+            bar.set_postfix_str(f"{jobs[0].variant.name} seed {jobs[0].seed}")
+            train_job(jobs[0], ctx.out, ctx.corpus, ctx.progress)
+        else:
+            bar.set_postfix_str(f"ensemble of {len(members)}: {jobs[0].variant.name} seed {jobs[0].seed} ...")
+            EnsembleTrainer(members, progress=ctx.progress).run()
+        bar.update(len(members))
     bar.close()
 
 

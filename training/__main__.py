@@ -1,6 +1,7 @@
-"""python -m training: train one configuration into a run directory.
+"""python -m training: train one configuration into a run directory, or a product of them as ensembles.
 
     python -m training --preset cpu-quick --residual attn_only --seed 1337 --out runs/demo
+    python -m training --preset phase-cell --seeds 1,2,3,4 --residual ffn_only,attn_only   # 8 runs, one ensemble
 
 The run lands in <out>/<preset>/<variant>/seed<seed>/ (training.rundir), named
 by the same rule as the experiments' runs ("attn_only + uniform" ->
@@ -38,17 +39,47 @@ def _fields_help() -> str:
     return "\n".join(lines)
 
 
+def _residuals(text: str) -> list[str]:
+    names = [t.strip() for t in text.split(",")]
+    bad = [n for n in names if n not in RESIDUALS]
+    if bad or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"expected distinct names from {', '.join(RESIDUALS)}, got {text!r}")
+    return names
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(t) for t in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a comma list of integers, got {text!r}") from None
+    if len(set(seeds)) != len(seeds) or any(not 0 <= s < 2**63 for s in seeds):
+        raise argparse.ArgumentTypeError(f"expected distinct seeds in [0, 2**63), got {text!r}")
+    return seeds
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m training",
-        description="Train a ResidualGPT into a resumable run directory.",
+        description="Train a ResidualGPT into a resumable run directory. With --seeds and/or a --residual list, "
+                    "train every combination; runs of the same shape (depth, width, n_ctx, mixer, every training "
+                    "field but seed, lr, min_lr, weight_decay) train together as ensembles: one batched step "
+                    "advances up to --ensemble-size models, and each member writes the same run directory, "
+                    "checkpoint and logs its solo run would (training/ensemble.py). Runs with dropout, another "
+                    "mixer, compile or DDP train alone.",
         epilog=_fields_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--preset", default="cpu-quick", help="named configuration (default: cpu-quick)")
-    p.add_argument("--residual", choices=RESIDUALS, help="which residual paths to keep")
+    p.add_argument("--residual", type=_residuals, help="which residual paths to keep: one of "
+                   f"{', '.join(RESIDUALS)}, or a comma list (each trains its own run)")
     p.add_argument("--mixer", choices=MIXERS, help="token mixer in the attention slot")
     p.add_argument("--seed", type=int, help="seed for init, data order and dropout")
+    p.add_argument("--seeds", type=_seeds, help="a comma list of seeds (each trains its own run); with a "
+                   "--residual list, every pair")
+    p.add_argument("--ensemble-size", type=int, default=16, metavar="K",
+                   help="train up to K same-shape runs of the product as one ensemble: one batched step advances "
+                        "them all, each still writes its own run directory exactly as alone (default 16; 1: one "
+                        "at a time)")
     p.add_argument("--out", default="runs/train", help="experiment directory (default: runs/train)")
     p.add_argument("--variant", help="variant name (default: from residual/mixer/self_bias, as the experiments "
                    "name it, e.g. 'attn_only + uniform')")
@@ -66,28 +97,49 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        overrides = parse_overrides(args.set)
-        for key in ("residual", "mixer", "seed"):
-            if getattr(args, key) is not None:
-                overrides[key] = getattr(args, key)
+        if args.seed is not None and args.seeds is not None:
+            raise ToolkitError("give --seed or --seeds, not both")
+        if args.ensemble_size < 1:
+            raise ToolkitError(f"--ensemble-size must be >= 1, got {args.ensemble_size}")
+        base = parse_overrides(args.set)
+        if args.mixer is not None:
+            base["mixer"] = args.mixer
         if args.data:
-            overrides["data_path"] = args.data
-        spec = resolve(args.preset, overrides)
-        variant = args.variant or variant_name(spec.model.to_dict())
-        run_dir = RunDir.of(args.out, args.preset, variant, spec.train.seed)
+            base["data_path"] = args.data
+        seeds = args.seeds or ([args.seed] if args.seed is not None else [None])
+        residuals = args.residual or [None]
+        if args.variant and len(residuals) > 1:
+            raise ToolkitError("--variant names one configuration; drop it with a --residual list")
         from training.data import load_corpus
 
-        corpus = load_corpus(spec.train.corpus, spec.train.data_path)
-        spec = spec.fit_vocab(corpus.vocab_size)  # the data decides the vocabulary
-        from training.trainer import Trainer  # transformer_lens is slow to import: only once input is checked
+        corpus = None
+        trainers = []
+        for residual in residuals:
+            for seed in seeds:
+                overrides = dict(base)
+                if residual is not None:
+                    overrides["residual"] = residual
+                if seed is not None:
+                    overrides["seed"] = seed
+                spec = resolve(args.preset, overrides)
+                variant = args.variant or variant_name(spec.model.to_dict())
+                run_dir = RunDir.of(args.out, args.preset, variant, spec.train.seed)
+                if corpus is None:
+                    corpus = load_corpus(spec.train.corpus, spec.train.data_path)
+                spec = spec.fit_vocab(corpus.vocab_size)  # the data decides the vocabulary
+                from training.trainer import Trainer  # transformer_lens is slow to import: only once input is checked
 
-        trainer = Trainer(spec.model, spec.train, run_dir, corpus=corpus,
-                          meta={"preset": args.preset, "variant": variant}, progress=not args.no_progress)
-        if spec.train.probes:
-            from probes import default_callbacks
+                trainer = Trainer(spec.model, spec.train, run_dir, corpus=corpus,
+                                  meta={"preset": args.preset, "variant": variant}, progress=not args.no_progress)
+                if spec.train.probes:
+                    from probes import default_callbacks
 
-            trainer.callbacks.extend(default_callbacks(spec.train))
-        final = trainer.run()
+                    trainer.callbacks.extend(default_callbacks(spec.train))
+                trainers.append(trainer)
+        if len(trainers) == 1:
+            run_dir, final = trainers[0].run_dir, trainers[0].run()
+        else:
+            finals = _train_product(trainers, args.ensemble_size, not args.no_progress)
     except ToolkitError as e:
         code = getattr(e, "exit_code", 2)
         if code != 2:  # Ctrl-C (130) or SIGTERM (143) during training
@@ -111,10 +163,39 @@ def _main(argv: list[str] | None = None) -> int:
         print(f"\ninterrupted ({signal_name(code)}); the run resumes from its last checkpoint, if any: "
               f"rerun the same command", file=sys.stderr)
         return code
-    if int(os.environ.get("RANK", "0")) == 0:
+    if int(os.environ.get("RANK", "0")) != 0:
+        return 0
+    if len(trainers) == 1:
         print(f"run: {run_dir.path}")
         print(json.dumps(final, indent=2))
+    else:
+        for trainer, final in zip(trainers, finals, strict=True):
+            how = f"ensemble of {final['ensemble']['size']}" if "ensemble" in final else "alone"
+            print(f"run: {trainer.run_dir.path}  final val {final['final_val_loss']:.4f}  ({how})")
     return 0
+
+
+def _train_product(trainers: list, size: int, progress: bool) -> list[dict]:
+    """Every run of the product: same-shape runs as ensembles of up to `size`, in order; a member that stops
+    (a non-finite loss) is reported after the others finish."""
+    from training.ensemble import EnsembleTrainer, group
+    from training.trainer import TrainingError
+
+    finals: dict[int, dict] = {}
+    errors = []
+    for members in group(trainers, size):
+        try:
+            results = members[0].run() if len(members) == 1 else EnsembleTrainer(members, progress).run()
+            results = [results] if len(members) == 1 else results
+        except TrainingError as e:
+            errors.append(one_line(e) if len(members) > 1 else f"{members[0].run_dir.path}: {one_line(e)}")
+            results = [m.run_dir.read_final() if m.run_dir.finished else None for m in members]
+        for m, r in zip(members, results, strict=True):
+            if r is not None:
+                finals[id(m)] = r
+    if errors:
+        raise TrainingError("; ".join(errors))
+    return [finals[id(t)] for t in trainers]
 
 
 if __name__ == "__main__":

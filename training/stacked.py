@@ -1,0 +1,199 @@
+"""K same-shape ResidualGPTs as one module: every weight stacked on a leading member axis.
+
+One forward advances all K members with batched matmuls (torch.bmm over the member axis), so
+the per-operation overhead that dominates a small model's step is paid once for K models.
+Members may differ in residual wiring (a per-member gate on each identity path), self_bias
+(a per-member additive mask), runtime_gain and initialisation; everything that sets a shape
+(depth, width, heads, n_ctx, vocabulary, bias, tying) and the mixer are shared.
+
+The stacked tensors carry ResidualGPT's own state-dict names, so member k's weights are
+`{name: p[k]}` and load into a ResidualGPT unchanged (member_state). Summing the K losses
+gives each member exactly the gradient its solo run would get: no tensor mixes members.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import fields
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from jaxtyping import Float, Int
+from torch import Tensor, nn
+
+from interp.config import ModelConfig
+from interp.errors import ConfigError
+from interp.model import ResidualGPT
+
+# ModelConfig fields a member may set on its own; every other field must agree across the ensemble.
+PER_MEMBER_MODEL = ("residual", "self_bias", "runtime_gain", "init_std")
+STACKABLE_MIXERS = ("attention",)  # the others train alone (training.ensemble.group_key)
+
+
+def shape_key(cfg: ModelConfig) -> tuple:
+    """What must be equal for two configs to share a StackedGPT."""
+    return tuple((f.name, getattr(cfg, f.name)) for f in fields(cfg) if f.name not in PER_MEMBER_MODEL)
+
+
+def why_not_stackable(cfg: ModelConfig) -> str | None:
+    """None when cfg can be a member, else why it trains alone."""
+    if cfg.mixer not in STACKABLE_MIXERS:
+        return f"mixer {cfg.mixer!r} has no stacked forward"
+    if cfg.dropout > 0:
+        return f"dropout {cfg.dropout:g} (a stacked forward cannot draw each member's own dropout masks)"
+    return None
+
+
+def _self_mask(self_bias: float, n: int, device: torch.device) -> Float[Tensor, "q k"]:
+    """The additive score mask of one member: causal, then its self_bias (+inf: self only; -inf: no self).
+    Position 0 under -inf has no key: it keeps its own key here and its output is zeroed (empty_rows)."""
+    causal = torch.ones(n, n, dtype=torch.bool, device=device).tril()
+    eye = torch.eye(n, dtype=torch.bool, device=device)
+    if self_bias == math.inf:
+        allowed = eye
+    elif self_bias == -math.inf:
+        allowed = (causal & ~eye) | torch.diag(~(causal & ~eye).any(-1))
+    else:
+        allowed = causal
+    mask = torch.zeros(n, n, device=device).masked_fill(~allowed, -math.inf)
+    if math.isfinite(self_bias) and self_bias != 0.0:
+        mask = mask + self_bias * eye
+    return mask
+
+
+class StackedGPT(nn.Module):
+    """K ResidualGPTs of one shape. forward(tokens [K, B, T], targets) -> per-member mean losses [K]."""
+
+    def __init__(self, members: list[ResidualGPT]):
+        super().__init__()
+        if not members:
+            raise ConfigError("an ensemble needs at least one member")
+        cfgs = [m.cfg for m in members]
+        for cfg in cfgs:
+            why = why_not_stackable(cfg)
+            if why:
+                raise ConfigError(f"cannot stack this model: {why}")
+        if len({shape_key(c) for c in cfgs}) != 1:
+            raise ConfigError("ensemble members must share every shape field (" +
+                              ", ".join(f.name for f in fields(cfgs[0]) if f.name not in PER_MEMBER_MODEL) + ")")
+        self.cfg = cfgs[0]
+        self.member_cfgs = [c.replace() for c in cfgs]  # plain copies, without the TL attributes bound to a model
+        self.k = len(members)
+        self.tied = self.cfg.tie_embeddings
+        states = [m.state_dict() for m in members]
+        self.names = [n for n, _ in members[0].named_parameters()]  # tied unembed appears once, as embed.weight
+        self.params = nn.ParameterDict({
+            n.replace(".", "__"): nn.Parameter(torch.stack([s[n].detach().float() for s in states]).contiguous())
+            for n in self.names
+        })
+        gate = lambda flags: torch.tensor([1.0 if f else 0.0 for f in flags]).view(-1, 1, 1, 1)  # noqa: E731
+        self.register_buffer("attn_gate", gate([c.attn_residual for c in cfgs]), persistent=False)
+        self.register_buffer("ffn_gate", gate([c.ffn_residual for c in cfgs]), persistent=False)
+        self.register_buffer("gain", torch.tensor([c.runtime_gain for c in cfgs]).view(-1, 1, 1, 1), persistent=False)
+        self.same_attn = len({c.attn_residual for c in cfgs}) == 1
+        self.same_ffn = len({c.ffn_residual for c in cfgs}) == 1
+        self.same_gain = len({c.runtime_gain for c in cfgs}) == 1
+        self.self_biases = [c.self_bias for c in cfgs]
+        self.plain_causal = all(b == 0.0 for b in self.self_biases)
+        self._masks: dict[tuple[int, str], tuple[Tensor, Tensor | None]] = {}
+        self.resid_hook = None  # fn(site, tensor) at each resid_pre and the final resid (gradient probes)
+
+    def p(self, name: str) -> Tensor:
+        return self.params[name.replace(".", "__")]
+
+    def member_state(self, k: int) -> dict[str, Tensor]:
+        """Member k's weights under ResidualGPT's names (the tied unembedding included)."""
+        state = {n: self.p(n)[k].detach().clone() for n in self.names}
+        if self.tied:
+            state["unembed.weight"] = state["embed.weight"]
+        return state
+
+    def load_member(self, k: int, state: dict[str, Tensor]) -> None:
+        with torch.no_grad():
+            for n in self.names:
+                self.p(n)[k].copy_(state[n])
+
+    # ----- the forward ---------------------------------------------------------------------------------
+    def _linear(self, x: Float[Tensor, "k b t i"], prefix: str) -> Float[Tensor, "k b t o"]:
+        w = self.p(f"{prefix}.weight")  # [k, o, i]
+        k, b, t, i = x.shape
+        flat = x.reshape(k, b * t, i)
+        bias = self.params.get(f"{prefix}.bias".replace(".", "__"))
+        y = torch.bmm(flat, w.transpose(1, 2)) if bias is None else torch.baddbmm(bias[:, None, :], flat,
+                                                                                   w.transpose(1, 2))
+        return y.view(k, b, t, -1)
+
+    def _ln(self, x: Float[Tensor, "k b t d"], prefix: str) -> Float[Tensor, "k b t d"]:
+        y = F.layer_norm(x, x.shape[-1:], eps=1e-5) * self.p(f"{prefix}.w")[:, None, None, :]
+        bias = self.params.get(f"{prefix}.b".replace(".", "__"))
+        return y if bias is None else y + bias[:, None, None, :]
+
+    def _mask(self, n: int, device: torch.device) -> tuple[Tensor, Tensor | None]:
+        key = (n, str(device))
+        if key not in self._masks:
+            masks = torch.stack([_self_mask(b, n, device) for b in self.self_biases])  # [k, q, k]
+            empty = torch.tensor([b == -math.inf for b in self.self_biases], device=device)
+            zero_first = None
+            if empty.any():  # position 0 of a no-self member reads nothing: its output is zeroed
+                zero_first = torch.ones(self.k, 1, 1, n, 1, device=device)
+                zero_first[empty, :, :, 0] = 0.0
+            self._masks[key] = (masks[:, None, None], zero_first)
+        return self._masks[key]
+
+    def _attention(self, x: Float[Tensor, "k b t d"], layer: int) -> Float[Tensor, "k b t d"]:
+        # SDPA's fused CPU kernel takes 4-d inputs only: members and batch share its batch axis
+        m, b, n, _ = x.shape
+        qkv = self._linear(x, f"blocks.{layer}.attn.in_proj")
+        q, k, v = (rearrange(t, "m b p (h dh) -> (m b) h p dh", h=self.cfg.n_heads)
+                   for t in qkv.split(self.cfg.d_model, dim=-1))
+        if self.plain_causal:
+            z = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            mask, zero_first = self._mask(n, x.device)
+            mask = mask.to(q.dtype).expand(m, b, 1, n, n).reshape(m * b, 1, n, n)
+            z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            if zero_first is not None:
+                z = z * zero_first.expand(m, b, 1, n, 1).reshape(m * b, 1, n, 1)
+        return self._linear(rearrange(z, "(m b) h p dh -> m b p (h dh)", m=m), f"blocks.{layer}.attn.out_proj")
+
+    def _mlp(self, x: Float[Tensor, "k b t d"], layer: int) -> Float[Tensor, "k b t d"]:
+        return self._linear(F.gelu(self._linear(x, f"blocks.{layer}.mlp.in_proj")), f"blocks.{layer}.mlp.out_proj")
+
+    def _gained(self, out: Tensor) -> Tensor:
+        if self.same_gain:
+            return out * self.member_cfgs[0].runtime_gain if self.member_cfgs[0].runtime_gain != 1.0 else out
+        return out * self.gain
+
+    def _residual(self, stream: Tensor, out: Tensor, same: bool, gate: Tensor, keep: bool) -> Tensor:
+        if same:
+            return stream + out if keep else out
+        return stream * gate + out
+
+    def forward(
+        self, tokens: Int[Tensor, "k b t"], targets: Int[Tensor, "k b t"]
+    ) -> Float[Tensor, " k"]:
+        k, b, n = tokens.shape
+        if k != self.k:
+            raise ConfigError(f"expected tokens for {self.k} members, got {k}")
+        vocab = self.cfg.d_vocab
+        offsets = (torch.arange(k, device=tokens.device) * vocab).view(k, 1, 1)
+        embed = F.embedding(tokens + offsets, self.p("embed.weight").reshape(k * vocab, -1))
+        resid = embed + self.p("pos_embed.weight")[:, None, :n]
+        first = self.member_cfgs[0]
+        for layer in range(self.cfg.n_layers):
+            if self.resid_hook is not None:
+                self.resid_hook(f"blocks.{layer}.hook_resid_pre", resid)
+            attn_out = self._gained(self._attention(self._ln(resid, f"blocks.{layer}.ln1"), layer))
+            resid = self._residual(resid, attn_out, self.same_attn, self.attn_gate, first.attn_residual)
+            mlp_out = self._gained(self._mlp(self._ln(resid, f"blocks.{layer}.ln2"), layer))
+            resid = self._residual(resid, mlp_out, self.same_ffn, self.ffn_gate, first.ffn_residual)
+        if self.resid_hook is not None:
+            self.resid_hook(f"blocks.{self.cfg.n_layers - 1}.hook_resid_post", resid)
+        w_u = self.p("embed.weight") if self.tied else self.p("unembed.weight")
+        final = self._ln(resid, "ln_final")
+        logits = torch.bmm(final.reshape(k, b * n, -1), w_u.transpose(1, 2))
+        per_token = F.cross_entropy(logits.reshape(k * b * n, vocab).float(), targets.reshape(-1),
+                                    ignore_index=-1, reduction="none").view(k, b * n)
+        counted = (targets.reshape(k, b * n) != -1).sum(-1)
+        return per_token.sum(-1) / counted  # as F.cross_entropy's mean over the targets that count
