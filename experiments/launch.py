@@ -148,19 +148,26 @@ def train_local(ctx: Context, todo: list[Job]) -> None:
     """Train every unfinished run here: same-shape runs as ensembles of up to --ensemble-size members."""
     from tqdm.auto import tqdm
 
-    from training.ensemble import EnsembleTrainer, group
+    from training.ensemble import EnsembleTrainer, MembersStopped, group, trains_stacked
+    from training.trainer import TrainingError
 
+    size = getattr(ctx.args, "ensemble_size", DEFAULT_ENSEMBLE_SIZE)
     trainers = {id(t): (job, t) for job in todo for t in [make_trainer(job, ctx.out, ctx.corpus)]}
-    groups = group([t for _, t in trainers.values()], getattr(ctx.args, "ensemble_size", DEFAULT_ENSEMBLE_SIZE))
+    groups = group([t for _, t in trainers.values()], size)
     bar = tqdm(total=len(todo), desc="runs", unit="run", disable=not ctx.progress or not todo, dynamic_ncols=True)
     for members in groups:
-        jobs = [trainers[id(t)][0] for t in members]
-        if len(members) == 1:
-            bar.set_postfix_str(f"{jobs[0].variant.name} seed {jobs[0].seed}")
-            train_job(jobs[0], ctx.out, ctx.corpus, ctx.progress)
+        jobs = {id(t): trainers[id(t)][0] for t in members}
+        first = jobs[id(members[0])]
+        if not trains_stacked(members, size):
+            bar.set_postfix_str(f"{first.variant.name} seed {first.seed}")
+            train_job(first, ctx.out, ctx.corpus, ctx.progress)
         else:
-            bar.set_postfix_str(f"ensemble of {len(members)}: {jobs[0].variant.name} seed {jobs[0].seed} ...")
-            EnsembleTrainer(members, progress=ctx.progress).run()
+            bar.set_postfix_str(f"ensemble of {len(members)}: {first.variant.name} seed {first.seed} ...")
+            try:
+                EnsembleTrainer(members, progress=ctx.progress).run()
+            except MembersStopped as e:  # each stopped run named as a solo run's error names it
+                raise TrainingError("; ".join(f"{jobs[id(t)].variant.name}, seed {jobs[id(t)].seed} "
+                                              f"({t.run_dir.path}): {msg}" for t, msg in e.failed)) from None
         bar.update(len(members))
     bar.close()
 

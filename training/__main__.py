@@ -178,17 +178,17 @@ def _main(argv: list[str] | None = None) -> int:
 def _train_product(trainers: list, size: int, progress: bool) -> list[dict]:
     """Every run of the product: same-shape runs as ensembles of up to `size`, in order; a member that stops
     (a non-finite loss) is reported after the others finish."""
-    from training.ensemble import EnsembleTrainer, group
+    from training.ensemble import EnsembleTrainer, group, trains_stacked
     from training.trainer import TrainingError
 
     finals: dict[int, dict] = {}
     errors = []
     for members in group(trainers, size):
         try:
-            results = members[0].run() if len(members) == 1 else EnsembleTrainer(members, progress).run()
-            results = [results] if len(members) == 1 else results
+            stacked = trains_stacked(members, size)
+            results = EnsembleTrainer(members, progress).run() if stacked else [members[0].run()]
         except TrainingError as e:
-            errors.append(one_line(e) if len(members) > 1 else f"{members[0].run_dir.path}: {one_line(e)}")
+            errors.append(one_line(e) if stacked else f"{members[0].run_dir.path}: {one_line(e)}")
             results = [m.run_dir.read_final() if m.run_dir.finished else None for m in members]
         for m, r in zip(members, results, strict=True):
             if r is not None:

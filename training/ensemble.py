@@ -58,6 +58,8 @@ def why_alone(trainer: Trainer) -> str | None:
         return "DDP"
     if cfg.dtype != "float32":
         return f"dtype {cfg.dtype}"
+    if cfg.val_mode != "fixed":
+        return f"val_mode {cfg.val_mode} (each member would draw its own validation batches)"
     for cb in trainer.callbacks:
         if isinstance(cb, GradientProbe):
             continue
@@ -108,6 +110,23 @@ def check_ensemble_fits(trainer: Trainer, k: int) -> None:
                       f"the largest ensemble that fits is {fits} (--ensemble-size {max(fits, 1)})")
 
 
+class MembersStopped(TrainingError):
+    """Members that stopped on a non-finite number while the rest of their ensemble finished."""
+
+    def __init__(self, failed: list[tuple[Trainer, str]], size: int):
+        self.failed = failed
+        lines = "; ".join(f"{t.run_dir.path}: {e}" for t, e in failed)
+        rest = "the others finished" if len(failed) < size else "none finished"
+        super().__init__(f"{len(failed)} of {size} ensemble members stopped ({lines}); {rest}")
+
+
+def trains_stacked(trainers: Sequence[Trainer], size: int) -> bool:
+    """Whether a group from group() trains through the stacked step. A stackable run trains there even alone
+    (K=1): a member's numbers do not depend on the other members, so a run retrained on its own after its
+    ensemble finished ends bitwise equal to the one it replaces. size 1 keeps the solo Trainer."""
+    return size > 1 and not why_alone(trainers[0])
+
+
 class StackedAdamW:
     """torch.optim.AdamW's update on stacked tensors, with a per-member lr and weight decay."""
 
@@ -155,12 +174,14 @@ class EnsembleTrainer:
     # ----- run: check every member, lock them all, train those unfinished ------------------------------
     def run(self) -> list[dict[str, Any]]:
         from training.budget import check_runnable
+        from training.trainer import pick_device
 
         first = self.members[0]
         for t in self.members:
             check_runnable(t.model_cfg, t.train_cfg, t.train_cfg.device)
             t.run_dir.check(t.config_record)
         check_ensemble_fits(first, len(self.members))
+        pick_device(first.train_cfg.device)  # an impossible device is refused before any directory is made
         finals: dict[int, dict[str, Any]] = {}
         with contextlib.ExitStack() as stack:
             todo = []
@@ -178,9 +199,7 @@ class EnsembleTrainer:
             finally:
                 torch.use_deterministic_algorithms(previous)
         if failed:
-            lines = "; ".join(f"{t.run_dir.path}: {e}" for t, e in failed)
-            raise TrainingError(f"{len(failed)} of {len(self.members)} ensemble members stopped ({lines}); "
-                                "the others finished")
+            raise MembersStopped(failed, len(self.members))
         return [finals[i] for i in range(len(self.members))]
 
     def _train_all(self, todo: list[Trainer], finals: dict, index: list[int]) -> list:
@@ -240,12 +259,19 @@ class _Loop:
             raise TrainingError(f"ensemble members' optimizers stand at different steps {sorted(steps)}")
         self.opt.steps = steps.pop()
 
-    def sync(self) -> None:
-        """Unstack weights and AdamW moments into each member's model and optimizer (solo format)."""
-        if self.synced_step == self.step:
+    def sync(self, optimizer: bool = False) -> None:
+        """Unstack the weights into each member's model, and with optimizer=True the AdamW moments into its
+        optimizer (the solo format its checkpoint stores)."""
+        if self.synced_step != self.step:
+            with torch.no_grad():
+                for k in range(self.k):
+                    params = self.param_of[k]
+                    for n in self.stacked.names:
+                        params[n].copy_(self.stacked.p(n)[k])
+            self.synced_step = self.step
+        if not optimizer:
             return
         for k, t in enumerate(self.members):
-            t.model.load_state_dict(self.stacked.member_state(k))
             lr = lr_at(max(self.step - 1, 0), t.train_cfg)
             for group in t.optimizer.param_groups:
                 group["lr"] = lr
@@ -256,7 +282,6 @@ class _Loop:
                         "exp_avg": self.opt.exp_avg[n][k].detach().clone(),
                         "exp_avg_sq": self.opt.exp_avg_sq[n][k].detach().clone(),
                     }
-        self.synced_step = self.step
 
     def _stop(self, k: int, message: str) -> None:
         t = self.members[k]
@@ -352,16 +377,11 @@ class _Loop:
             }
             t.append("probes.jsonl", {"step": step, "probe": "gradients", **record})
 
-    @torch.no_grad()
     def val_losses(self) -> list[float]:
-        self.stacked.eval()
-        total = torch.zeros(self.k, dtype=torch.float64)
-        batches = self.members[0].val_batches  # fixed batches: the same for every member (seeded 99991)
-        for x, y in batches:
-            xs = x.to(self.device).expand(self.k, *x.shape)
-            ys = y.to(self.device).expand(self.k, *y.shape)
-            total += self.stacked(xs, ys).double().cpu()
-        return (total / len(batches)).tolist()
+        """Each member evaluated by its own solo model: the number any reader recomputes from its checkpoint
+        (the stacked forward agrees to ~1e-7, not bit for bit)."""
+        self.sync()
+        return [t.val_loss() if self.alive[k] else math.nan for k, t in enumerate(self.members)]
 
     # ----- the loop -----------------------------------------------------------------------------------------
     def train(self) -> tuple[dict[Trainer, dict[str, Any]], list[tuple[Trainer, str]]]:
@@ -438,7 +458,6 @@ class _Loop:
             if vals[k] < t.best["val_loss"]:
                 t.best = {"val_loss": vals[k], "step": step}
         if any(hasattr(cb, "on_eval") for t in self.members for cb in t.callbacks):
-            self.sync()
             for k, t in enumerate(self.members):
                 if self.alive[k]:
                     t._call("on_eval", step, last_val[k])
@@ -448,9 +467,10 @@ class _Loop:
 
     def _save_all(self) -> None:
         self.synced_step = -1
-        self.sync()
+        self.sync(optimizer=True)
         for k, t in enumerate(self.members):
             if self.alive[k]:
+                t.step = self.step  # the step the saved weights stand at (the next one to train)
                 with _member_rng(t):
                     t.save()
 
@@ -458,7 +478,7 @@ class _Loop:
         cfg = self.cfg
         self.step = cfg.max_steps
         self.synced_step = -1
-        self.sync()
+        self.sync(optimizer=True)
         done = {}
         names = [t.run_dir.path.name if t.run_dir.path.parent.name == "" else
                  f"{t.run_dir.path.parent.name}/{t.run_dir.path.name}" for t in self.members]

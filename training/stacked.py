@@ -109,11 +109,6 @@ class StackedGPT(nn.Module):
             state["unembed.weight"] = state["embed.weight"]
         return state
 
-    def load_member(self, k: int, state: dict[str, Tensor]) -> None:
-        with torch.no_grad():
-            for n in self.names:
-                self.p(n)[k].copy_(state[n])
-
     # ----- the forward ---------------------------------------------------------------------------------
     def _linear(self, x: Float[Tensor, "k b t i"], prefix: str) -> Float[Tensor, "k b t o"]:
         w = self.p(f"{prefix}.weight")  # [k, o, i]
