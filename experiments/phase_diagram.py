@@ -351,11 +351,25 @@ def flops_text(flops: float) -> str:
     return f"{flops / 1e12:.1f} TFLOP" if flops >= 1e11 else f"{flops / 1e9:.1f} GFLOP"
 
 
+def measured_minutes(ctx: Context, jobs: list[Job]) -> float:
+    """Minutes the unfinished runs take here, from a few steps of each shape timed now (training.estimate)."""
+    from experiments.launch import DEFAULT_ENSEMBLE_SIZE, make_trainer
+    from training.estimate import estimate_seconds
+
+    todo = [make_trainer(job, ctx.out, ctx.corpus) for job in jobs if not job.run_dir(ctx.out).finished]
+    return estimate_seconds(todo, getattr(ctx.args, "ensemble_size", DEFAULT_ENSEMBLE_SIZE)) / 60
+
+
 def preface(ctx: Context, jobs: list[Job]) -> str:
     e = estimate(ctx, jobs)
     line = (f"estimated cost: {flops_text(e['flops'])} of training for {len(jobs)} run{'s' * (len(jobs) != 1)}, "
-            f"{flops_text(e['flops_to_train'])} still to train: about {e['seconds_at_200_gflops'] / 60:.1f} "
-            f"min at {ASSUMED_FLOPS / 1e9:.0f} GFLOP/s (small shapes run well below a machine's matmul peak)")
+            f"{flops_text(e['flops_to_train'])} still to train")
+    if ctx.args.launcher == "local" and e["flops_to_train"]:
+        line += (f": about {measured_minutes(ctx, jobs):.1f} min here (each shape's step timed now, in ensembles of "
+                 f"up to {ctx.args.ensemble_size})")
+    else:
+        line += (f": about {e['seconds_at_200_gflops'] / 60:.1f} min at {ASSUMED_FLOPS / 1e9:.0f} GFLOP/s (small "
+                 "shapes run well below a machine's matmul peak)")
     if ctx.args.confirm and not any(j.variant.name.endswith(f" x{CONFIRM_FACTOR}") for j in jobs):
         line += (f"; --confirm then adds {CONFIRM_SEEDS * CONFIRM_FACTOR}x the cost of each cell on the floor or "
                  "next to its boundary, planned once these have finished")

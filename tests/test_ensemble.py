@@ -210,3 +210,40 @@ def test_cli_refuses_bad_product_options(tmp_path, data):
         r = subprocess.run([sys.executable, "-m", "training", "--seeds", bad, "--out", str(tmp_path)], cwd=REPO,
                            env=env, capture_output=True, text=True, timeout=120)
         assert r.returncode == 2 and "--seeds" in r.stderr, r.stderr
+
+
+def test_cpu_ensembles_stay_within_the_cache(tmp_path, data, monkeypatch):
+    import training.ensemble as ens
+
+    monkeypatch.setattr(ens, "last_level_cache", lambda: 32 * 2**20)
+    cell = member(tmp_path, dict(seed=1), preset="phase-cell", device="cpu")  # 1 MiB per member: 8 fit
+    quick = member(tmp_path, dict(seed=2), preset="cpu-quick", device="cpu")  # 4 MiB: 2 would, too few to pay
+    assert ens.size_for(cell, 16) == 8 and ens.size_for(cell, 3) == 3 and ens.size_for(cell, 1) == 1
+    assert ens.size_for(quick, 16) == 1
+    assert [len(g) for g in group([member(tmp_path, dict(seed=s), preset="phase-cell", device="cpu")
+                                   for s in range(10)], 16)] == [8, 2]
+    assert not ens.trains_stacked([quick], 16) and ens.trains_stacked([cell], 16)
+
+
+def test_estimate_times_the_runs_without_touching_anything(tmp_path, data):
+    from training.estimate import estimate_seconds
+
+    trainers = [member(tmp_path, dict(seed=s)) for s in range(3)]
+    rng = torch.get_rng_state()
+    seconds = estimate_seconds(trainers, 16)
+    assert math.isfinite(seconds) and seconds > 0
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert not any(tmp_path.rglob("*.json"))
+    assert estimate_seconds([], 16) == 0.0
+
+
+def test_benchmark_runs_and_refuses_bad_cases(data, capsys):
+    from benchmarks import ensemble as bench
+
+    assert bench.main(["--cases", "smoke:2", "--rounds", "1", "--steps", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    case = out["cases"][0]
+    assert case["members"] == 2 and case["speedup"] > 0 and out["peak_matmul_gflops"] > 0
+    for bad in ("nope:2", "smoke:0", "smoke:x"):
+        assert bench.main(["--cases", bad]) == 2
+        assert "--cases" in capsys.readouterr().err

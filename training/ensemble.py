@@ -21,6 +21,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import fields
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -74,18 +75,55 @@ def group_key(trainer: Trainer) -> tuple:
     return shape_key(trainer.model_cfg), train_key(trainer.train_cfg), data
 
 
+CACHE_SHARE = 4  # a CPU ensemble's largest activation stays within 1/4 of the last-level cache (see size_for)
+MIN_CPU_ENSEMBLE = 4  # fewer members than this did not beat solo steps on a CPU
+DEFAULT_CACHE = 32 * 2**20
+
+
+def last_level_cache() -> int:
+    """Bytes of the CPU's largest cache (sysfs), or DEFAULT_CACHE where it cannot be read."""
+    sizes = []
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            text = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        unit = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if digits.isdigit():
+            sizes.append(int(digits) * unit)
+    return max(sizes, default=DEFAULT_CACHE)
+
+
+def size_for(trainer: Trainer, cap: int) -> int:
+    """How many members of this shape one ensemble takes: `cap` on an accelerator; on a CPU, as many as keep
+    the largest activation (batch x n_ctx x d_mlp floats per member) within 1/CACHE_SHARE of the last-level
+    cache, and none (1: solo) below MIN_CPU_ENSEMBLE. Measured on 2 cores with a 32 MiB cache
+    (docs/results/ensembles.md): at phase-cell (1 MiB per member) 8 members ran 1.40x the member-steps of
+    solo steps, 16 only 1.31x; at cpu-quick (4 MiB) no size beat solo steps (0.94x at 2, 0.86x at 8): a
+    stacked tensor that leaves the cache costs more memory traffic than the per-operation overhead saved."""
+    if trainer.train_cfg.device.startswith("cuda") or (trainer.train_cfg.device == "auto"
+                                                        and torch.cuda.is_available()):
+        return cap
+    cfg = trainer.model_cfg
+    activation = 4 * trainer.train_cfg.batch_size * cfg.n_ctx * max(cfg.d_mlp, cfg.d_model)
+    fits = min(cap, last_level_cache() // (CACHE_SHARE * activation))
+    return fits if fits >= min(MIN_CPU_ENSEMBLE, cap) else 1
+
+
 def group(trainers: Sequence[Trainer], size: int) -> list[list[Trainer]]:
-    """Runs in the order given, as ensembles of at most `size` same-key members (size 1: all solo)."""
+    """Runs in the order given, as ensembles of at most `size` same-key members (size 1: all solo), fewer
+    where size_for says a shape runs faster so."""
     if size < 1:
         raise ConfigError(f"ensemble size must be >= 1, got {size}")
     groups: dict[tuple, list[list[Trainer]]] = {}
     order: list[list[Trainer]] = []
     for t in trainers:
-        if size == 1 or why_alone(t):
+        if size == 1 or why_alone(t) or size_for(t, size) == 1:
             order.append([t])
             continue
         chunks = groups.setdefault(group_key(t), [])
-        if not chunks or len(chunks[-1]) >= size:
+        if not chunks or len(chunks[-1]) >= size_for(t, size):
             chunks.append([])
             order.append(chunks[-1])
         chunks[-1].append(t)
@@ -124,7 +162,7 @@ def trains_stacked(trainers: Sequence[Trainer], size: int) -> bool:
     """Whether a group from group() trains through the stacked step. A stackable run trains there even alone
     (K=1): a member's numbers do not depend on the other members, so a run retrained on its own after its
     ensemble finished ends bitwise equal to the one it replaces. size 1 keeps the solo Trainer."""
-    return size > 1 and not why_alone(trainers[0])
+    return size > 1 and not why_alone(trainers[0]) and size_for(trainers[0], size) > 1
 
 
 class StackedAdamW:
