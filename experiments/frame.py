@@ -37,11 +37,12 @@ from experiments.launch import add_launcher_arguments, check_launcher_arguments,
 from experiments.options import check_number as check_number  # re-exported: the experiments import it here
 from experiments.options import parse_seeds
 from experiments.plan import Context, Group, Job, Variant, select_variants
+from interp.cli import directory_option
 from interp.errors import ToolkitError, one_line
 from interp.io import remove_stale_temps
 from interp.signals import exit_code, fired_code, interrupts, signal_name
 from training.budget import check_runnable
-from training.presets import PRESETS, RunSpec, parse_overrides, resolve
+from training.presets import PRESETS, RunSpec, check_asked_vocab, parse_overrides, resolve
 
 __all__ = ["Context", "Experiment", "Group", "Job", "Variant", "check_number", "load_record", "run_summary"]
 
@@ -89,7 +90,8 @@ class Experiment:
         p.add_argument("--preset", default=self.default_preset,
                        help=f"one of {', '.join(PRESETS)} (default: {self.default_preset})")
         p.add_argument("--seeds", default=None, help="comma-separated seeds (default: the preset's, 1337)")
-        p.add_argument("--out", default=self.default_out, help=f"experiment directory (default: {self.default_out})")
+        p.add_argument("--out", default=self.default_out, type=directory_option,
+                       help=f"experiment directory (default: {self.default_out})")
         p.add_argument("--data", help="corpus file or prepared directory "
                        "(default: $RESIDUAL_DATA_DIR, cache, download)")
         p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -150,6 +152,7 @@ class Experiment:
         from training.data import load_corpus
 
         corpus = load_corpus(spec.train.corpus, spec.train.data_path)
+        check_asked_vocab(user, corpus.vocab_size)
         # The data decides the vocabulary: every spec below (results.json's config too) holds the trained d_vocab.
         spec = spec.fit_vocab(corpus.vocab_size)
         ctx = Context(args=args, spec=spec, seeds=seeds, out=Path(args.out), corpus=corpus)

@@ -29,7 +29,15 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see --help)")
 
 
-__all__ = ["Parser", "UsageError", "one_line_errors"]
+def directory_option(text: str) -> str:
+    """An argparse type for an output directory: an empty or blank value (`--out ''`, which would mean the
+    working directory) is refused, not taken."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty directory name; give a path (use . for this directory)")
+    return text
+
+
+__all__ = ["Parser", "UsageError", "directory_option", "one_line_errors"]
 
 
 def refuse_overwriting_inputs(option: str, out, inputs: dict) -> None:

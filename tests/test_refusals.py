@@ -71,3 +71,43 @@ def test_interventions_refuse_more_validation_batches_than_the_preset_has(tmp_pa
 
     assert EXPERIMENT.main(["--preset", "smoke", "--val-batches", "99999", "--out", str(tmp_path)]) == 2
     _one_error(capsys, "--val-batches 99999 is more than")
+
+
+@pytest.mark.parametrize("device", ["cpufoo", "cuda:", "cuda:x", "", "CPU"])
+def test_a_device_string_torch_would_choke_on_is_refused_by_name(device):
+    from interp.errors import ConfigError
+    from training.presets import resolve
+
+    with pytest.raises(ConfigError, match="device must be auto, cpu, cuda"):
+        resolve("smoke", {"device": device})
+
+
+@pytest.mark.parametrize("command", ["training", "routing_test"])
+@pytest.mark.parametrize("blank", ["", "  "])
+def test_an_empty_out_is_refused_not_taken_as_the_working_directory(command, blank, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    if command == "training":
+        from training.__main__ import main
+    else:
+        from experiments.routing_test import EXPERIMENT
+
+        main = EXPERIMENT.main
+    with pytest.raises(SystemExit) as e:  # argparse's refusal: usage and one error line, exit 2
+        main(["--preset", "smoke", "--out", blank])
+    assert e.value.code == 2 and "empty directory name" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("command", ["training", "routing_test"])
+def test_an_explicit_d_vocab_the_data_would_replace_is_refused(command, data, tmp_path, capsys):
+    argv = ["--preset", "smoke", "--out", str(tmp_path / "o"), "--set", "d_vocab=1000"]
+    if command == "training":
+        from training.__main__ import main
+
+        assert main(argv) == 2
+    else:
+        from experiments.routing_test import EXPERIMENT
+
+        assert EXPERIMENT.main(argv) == 2
+    _one_error(capsys, "--set d_vocab=1000 asked for, but the corpus has")
+    assert not (tmp_path / "o").exists()

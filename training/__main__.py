@@ -19,10 +19,11 @@ import os
 import shlex
 import sys
 
+from interp.cli import directory_option
 from interp.config import MIXERS, RESIDUALS
 from interp.errors import ToolkitError, one_line
 from interp.signals import exit_code, fired_code, interrupts, signal_name
-from training.presets import MODEL_FIELDS, PRESETS, TRAIN_FIELDS, parse_overrides, resolve
+from training.presets import MODEL_FIELDS, PRESETS, TRAIN_FIELDS, check_asked_vocab, parse_overrides, resolve
 from training.rundir import RunDir, variant_name
 
 
@@ -80,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train up to K same-shape runs of the product as one ensemble: one batched step advances "
                         "them all, each still writes its own run directory exactly as alone (default 16; 1: one "
                         "at a time)")
-    p.add_argument("--out", default="runs/train", help="experiment directory (default: runs/train)")
+    p.add_argument("--out", default="runs/train", type=directory_option,
+                   help="experiment directory (default: runs/train)")
     p.add_argument("--variant", help="variant name (default: from residual/mixer/self_bias, as the experiments "
                    "name it, e.g. 'attn_only + uniform')")
     p.add_argument("--data", help="corpus file or prepared directory (default: $RESIDUAL_DATA_DIR, cache, download)")
@@ -126,6 +128,7 @@ def _main(argv: list[str] | None = None) -> int:
                 run_dir = RunDir.of(args.out, args.preset, variant, spec.train.seed)
                 if corpus is None:
                     corpus = load_corpus(spec.train.corpus, spec.train.data_path)
+                    check_asked_vocab(base, corpus.vocab_size)
                 spec = spec.fit_vocab(corpus.vocab_size)  # the data decides the vocabulary
                 from training.trainer import Trainer  # transformer_lens is slow to import: only once input is checked
 

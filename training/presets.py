@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections.abc
 import dataclasses
 import math
+import re
 import typing
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,7 +72,7 @@ class TrainConfig:
         for name, allowed in choices.items():
             if allowed and getattr(self, name) not in allowed:
                 raise ConfigError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
-        if not any(self.device.startswith(d) for d in ("auto", "cpu", "cuda", "mps")):
+        if not isinstance(self.device, str) or not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", self.device):
             raise ConfigError(f"device must be auto, cpu, cuda[:N] or mps, got {self.device!r}")
         if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1 and self.grad_clip >= 0 and self.weight_decay >= 0):
             raise ConfigError("need 0 <= beta1, beta2 < 1, grad_clip >= 0 and weight_decay >= 0")
@@ -143,11 +144,11 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         batch_size=16, max_steps=600, lr=2e-3, min_lr=2e-4, warmup_steps=50, eval_interval=25, eval_batches=8,
         log_interval=10, ckpt_interval=300, probe_interval=25,
     ),
-    # About 1.5 min per run on 2 CPU cores. Sized by measurement (README, "Verdicts that stand"): at the
+    # About 1.5 min per run on 2 CPU cores. Sized by measurement (docs/RESULTS.md): at the
     # cost of 450 steps of batch 32, 900 steps of batch 16 at twice the lr settle the routing test's
     # slowest variant (ffn_only + self_bias) furthest. 32 x 16 validation sequences, as before, but only
     # over the second half, which is all the routing test reads: one evaluation costs ~11 steps at batch
-    # 16, and the first half's five came to about 5% of the run (README, "Training one model").
+    # 16, and the first half's five came to about 5% of the run (docs/training.md).
     "cpu-quick": _preset(
         dict(n_layers=4, n_heads=4, d_model=128, n_ctx=128, dropout=0.0),
         batch_size=16, max_steps=900, lr=2e-3, min_lr=2e-4, warmup_steps=100, eval_interval=100,
@@ -240,6 +241,13 @@ class RunSpec:
         if self.model.d_vocab == d_vocab:
             return self
         return dataclasses.replace(self, model=self.model.replace(d_vocab=d_vocab))
+
+
+def check_asked_vocab(overrides: dict[str, Any], vocab_size: int) -> None:
+    """An explicit --set d_vocab that the data would silently replace is refused (the data decides it)."""
+    if "d_vocab" in overrides and overrides["d_vocab"] != vocab_size:
+        raise ConfigError(f"--set d_vocab={overrides['d_vocab']} asked for, but the corpus has {vocab_size} tokens and "
+                          "the data decides the vocabulary; drop --set d_vocab (or set it to the corpus's size)")
 
 
 def resolve(preset: str, overrides: dict[str, Any] | None = None) -> RunSpec:
