@@ -50,7 +50,8 @@ overhead, not matmuls, dominates at these shapes). The default grid is 46.6 TFLO
 GFLOP/s, ~18 min at the rate measured here; --confirm adds 9x each floor or boundary cell.
 Re-measured alone on the 2-core machine, two threads, matmul peak 139 GFLOP/s: the default grid's 48
 runs in 1454 s (ffn_only L1 10 s, L2 19 s, L6 43 s; full L2 16 s, L6 54 s; ffn_only L4 width 128 68 s).
-Where ffn_only stops at 600 steps is not where it stops at 1800 (docs/results/phase_diagram.md: the floor erodes at depth 3).
+Where ffn_only stops at 600 steps is not where it stops at 1800 (docs/results/phase_diagram.md: the floor
+erodes at depth 3).
 
 results.json schema ("phase-diagram/1"):
     schema, experiment, preset, seeds, config {model, train, overrides, variants: cell name -> overrides}
