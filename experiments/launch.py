@@ -133,15 +133,25 @@ def make_trainer(job: Job, out: Path, corpus=None, progress: bool = False):
                    progress=progress, model_init=job.variant.model_init, meta=run_meta(job))
 
 
-def train_job(job: Job, out: Path, corpus=None, progress: bool = False) -> dict[str, Any]:
+def train_job(job: Job, out: Path, corpus=None, progress: bool = False,
+              ensemble_size: int = DEFAULT_ENSEMBLE_SIZE) -> dict[str, Any]:
     """Train (or resume) one run directory; a finished one is only checked. A run that cannot go on (a
-    non-finite loss) is named in its error: in a grid of dozens the step alone does not say which."""
+    non-finite loss) is named in its error: in a grid of dozens the step alone does not say which.
+
+    A run of a shape that trains stacked here (training.ensemble.trains_stacked) trains through the
+    stacked step even alone, so a cluster job or a rerun of one run ends bitwise equal to the same run
+    trained inside an ensemble by the local launcher."""
+    from training.ensemble import EnsembleTrainer, MembersStopped, trains_stacked
     from training.trainer import TrainingError
 
+    trainer = make_trainer(job, out, corpus, progress)
     try:
-        return make_trainer(job, out, corpus, progress).run()
+        if trains_stacked([trainer], ensemble_size):
+            return EnsembleTrainer([trainer], progress=progress).run()[0]
+        return trainer.run()
     except TrainingError as e:
-        raise TrainingError(f"{job.variant.name}, seed {job.seed} ({job.run_dir(out).path}): {e}") from None
+        why = e.failed[0][1] if isinstance(e, MembersStopped) else e
+        raise TrainingError(f"{job.variant.name}, seed {job.seed} ({job.run_dir(out).path}): {why}") from None
 
 
 def train_local(ctx: Context, todo: list[Job]) -> None:
@@ -160,7 +170,7 @@ def train_local(ctx: Context, todo: list[Job]) -> None:
         first = jobs[id(members[0])]
         if not trains_stacked(members, size):
             bar.set_postfix_str(f"{first.variant.name} seed {first.seed}")
-            train_job(first, ctx.out, ctx.corpus, ctx.progress)
+            train_job(first, ctx.out, ctx.corpus, ctx.progress, size)
         else:
             bar.set_postfix_str(f"ensemble of {len(members)}: {first.variant.name} seed {first.seed} ...")
             try:
@@ -189,7 +199,7 @@ def job_main(module: str, argv: list[str], preset: str, variant: str, seed: int,
     matches = [j for j in jobs if (j.group.spec.preset, j.variant.name, j.seed) == (preset, variant, seed)]
     if len(matches) != 1:
         raise ToolkitError(f"the plan of {module} has no run {preset}/{variant}/seed{seed}")
-    train_job(matches[0], ctx.out, ctx.corpus)
+    train_job(matches[0], ctx.out, ctx.corpus, ensemble_size=getattr(ctx.args, "ensemble_size", DEFAULT_ENSEMBLE_SIZE))
     return str(matches[0].run_dir(ctx.out).path)
 
 

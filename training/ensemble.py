@@ -27,8 +27,9 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+import training.trainer as trainer_module
 from interp.errors import ConfigError
-from interp.io import kill_point, write_json
+from interp.io import write_json
 from interp.signals import exit_code
 from probes import GradientProbe
 from probes.gradients import resid_grad_sites
@@ -246,8 +247,7 @@ class EnsembleTrainer:
         for i, t in zip(index, todo, strict=True):
             t._dir_inode = t.run_dir.inode()
             t._setup()
-            t._resume_or_start()
-            (t.run_dir.path / FAILED).unlink(missing_ok=True)
+            t._resume_or_start()  # removes a failed.json left by an earlier attempt
             t._rng = torch.get_rng_state()
             by_step.setdefault(t.step, []).append((i, t))
         failed = []
@@ -462,7 +462,7 @@ class _Loop:
                     if self.alive[k]:
                         t.totals["train_time"] += dt
                         t.totals["train_tokens"] += tokens_per_step
-                kill_point("step")
+                trainer_module.kill_point("step")  # the trainer's test hook (interp.io.kill_point), looked up late
                 if step % cfg.log_interval == 0 or cfg.is_eval_step(step):
                     for k, t in enumerate(members):
                         if self.alive[k]:

@@ -262,6 +262,8 @@ class Trainer:
         self.saved_step = self.step
 
     def _resume_or_start(self) -> None:
+        if self.is_main:  # an ensemble member that stopped on a non-finite number said why here; it trains again
+            (self.run_dir.path / "failed.json").unlink(missing_ok=True)
         if not self.run_dir.ckpt.exists():
             if self.is_main:
                 for path in (self.run_dir.metrics, self.run_dir.probes):
