@@ -22,21 +22,25 @@ from interp.model import train_mode_hooks_expected
 
 def parameter_grad_norms(model: nn.Module) -> dict:
     """L2 norms of the current .grad, grouped; a parameter without a grad counts as zero."""
-    n_layers = model.cfg.n_layers
-    squares = {"embed": 0.0, "total": 0.0}
-    squares.update({f"blocks.{l}.{part}": 0.0 for l in range(n_layers) for part in ("attn", "mlp")})
-    for name, p in model.named_parameters():
-        if p.grad is None:
-            continue
-        sq = p.grad.detach().double().pow(2).sum().item()
-        squares["total"] += sq
+    squares = {name: p.grad.detach().double().pow(2).sum().item()
+               for name, p in model.named_parameters() if p.grad is not None}
+    return grouped_norms(model.cfg.n_layers, squares)
+
+
+def grouped_norms(n_layers: int, squares: dict[str, float]) -> dict:
+    """{attn, mlp (per layer), embed, total} from each parameter's squared gradient norm, by parameter name
+    (what parameter_grad_norms reads off a model, and training.ensemble off one member's stacked gradients)."""
+    groups = {"embed": 0.0, "total": 0.0}
+    groups.update({f"blocks.{l}.{part}": 0.0 for l in range(n_layers) for part in ("attn", "mlp")})
+    for name, sq in squares.items():
+        groups["total"] += sq
         if name.startswith(("embed.", "pos_embed.")):
-            squares["embed"] += sq
+            groups["embed"] += sq
         elif name.startswith("blocks."):
             layer, part = name.split(".")[1:3]
             if part in ("attn", "mlp"):
-                squares[f"blocks.{layer}.{part}"] += sq
-    norms = {k: math.sqrt(v) for k, v in squares.items()}
+                groups[f"blocks.{layer}.{part}"] += sq
+    norms = {k: math.sqrt(v) for k, v in groups.items()}
     return {
         "attn": [norms[f"blocks.{l}.attn"] for l in range(n_layers)],
         "mlp": [norms[f"blocks.{l}.mlp"] for l in range(n_layers)],

@@ -32,7 +32,7 @@ from interp.errors import ConfigError
 from interp.io import write_json
 from interp.signals import exit_code
 from probes import GradientProbe
-from probes.gradients import resid_grad_sites
+from probes.gradients import grouped_norms, resid_grad_sites
 from training.budget import device_memory, estimate_bytes, gib
 from training.flops import flops_per_token, peak_matmul_flops
 from training.presets import TrainConfig
@@ -396,23 +396,8 @@ class _Loop:
         for k, t in enumerate(self.members):
             if not self.alive[k] or self.grad_probes[k] is None or not self.grad_probes[k]._due(t, step):
                 continue
-            parts = {"embed": 0.0, "total": 0.0, **{f"{l}.{p}": 0.0 for l in range(n_layers) for p in ("attn", "mlp")}}
-            for n in names:
-                sq = squares[n][k]
-                parts["total"] += sq
-                if n.startswith(("embed.", "pos_embed.")):
-                    parts["embed"] += sq
-                elif n.startswith("blocks."):
-                    layer, part = n.split(".")[1:3]
-                    if part in ("attn", "mlp"):
-                        parts[f"{layer}.{part}"] += sq
-            record = {
-                "attn": [math.sqrt(parts[f"{l}.attn"]) for l in range(n_layers)],
-                "mlp": [math.sqrt(parts[f"{l}.mlp"]) for l in range(n_layers)],
-                "embed": math.sqrt(parts["embed"]),
-                "total": math.sqrt(parts["total"]),
-                "resid": [float(resid[s][k]) if s in resid else 0.0 for s in sites],
-            }
+            record = grouped_norms(n_layers, {n: squares[n][k] for n in names})
+            record["resid"] = [float(resid[s][k]) if s in resid else 0.0 for s in sites]
             t.append("probes.jsonl", {"step": step, "probe": "gradients", **record})
 
     def val_losses(self) -> list[float]:
