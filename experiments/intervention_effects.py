@@ -345,3 +345,9 @@ def export_difference(model, batch: tuple[torch.Tensor, torch.Tensor], patch_pos
     worst["patch resid_post 0"] = float((iv.per_sequence_loss(model, bad, ys, h, positions=at)[0]
                                          - iv.per_sequence_loss(tl, bad, ys, h, positions=at)[0]).abs().max())
     return {"max_abs_diff": max(worst.values()), "per_intervention": worst, "sequences": len(x)}
+
+
+if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
+    from experiments.options import not_a_command
+
+    raise SystemExit(not_a_command(__spec__.name))

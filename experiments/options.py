@@ -28,3 +28,22 @@ def check_number(name: str, value: float, minimum: float = 0.0, inclusive: bool 
     if not ok:
         relation = ">=" if inclusive else ">"
         raise ToolkitError(f"{name} must be a finite number {relation} {minimum:g}, got {value}")
+
+
+COMMANDS = ("routing_test", "interventions", "phase_diagram", "residual_sweep", "gain_confound", "eval_noise")
+
+
+def not_a_command(module: str) -> int:
+    """What `python -m experiments.<library module>` does: one line naming the commands; exit 2."""
+    import sys
+
+    names = ", ".join(COMMANDS)
+    print(f"error: {module} is a library module, not a command; run python -m experiments.<name> for one of "
+          f"{names}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
+    from experiments.options import not_a_command
+
+    raise SystemExit(not_a_command(__spec__.name))

@@ -223,3 +223,9 @@ def run_flops(model_cfg, train_cfg) -> float:
     tokens = train_cfg.batch_size * train_cfg.grad_accum * model_cfg.n_ctx
     eval_tokens = train_cfg.batch_size * model_cfg.n_ctx * train_cfg.eval_batches * len(train_cfg.eval_steps())
     return per_token * tokens * train_cfg.max_steps + per_token / 3 * eval_tokens
+
+
+if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
+    from experiments.options import not_a_command
+
+    raise SystemExit(not_a_command(__spec__.name))

@@ -205,3 +205,9 @@ def verdict_text(name: str, item: dict[str, Any]) -> str:
     return (f"{name}: {word}: held-out (leave-one-out) accuracy {item['loo_accuracy']:.2f} [{lo:.2f}, {hi:.2f}] "
             f"vs majority {item['majority_accuracy']:.2f}; random halves {split}; AUC {item['auc']:.2f} "
             f"[{a_lo:.2f}, {a_hi:.2f}] ({item['n']} runs, {item['n_collapsed']} collapsed)")
+
+
+if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
+    from experiments.options import not_a_command
+
+    raise SystemExit(not_a_command(__spec__.name))

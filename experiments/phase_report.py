@@ -192,3 +192,9 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
             ["feature", "runs", "collapsed", "LOO accuracy", "95% (exact)", "majority", "AUC", "95% (bootstrap)",
              "predicts"], rows)))
     return out + predictor_figures(results)
+
+
+if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
+    from experiments.options import not_a_command
+
+    raise SystemExit(not_a_command(__spec__.name))

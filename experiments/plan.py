@@ -99,3 +99,9 @@ def select_variants(groups: list[Group], text: str) -> list[Group]:
         if variants:
             picked.append(Group(g.spec, variants, g.callbacks, g.probes, g.seeds))
     return picked
+
+
+if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
+    from experiments.options import not_a_command
+
+    raise SystemExit(not_a_command(__spec__.name))

@@ -111,3 +111,23 @@ def test_an_explicit_d_vocab_the_data_would_replace_is_refused(command, data, tm
         assert EXPERIMENT.main(argv) == 2
     _one_error(capsys, "--set d_vocab=1000 asked for, but the corpus has")
     assert not (tmp_path / "o").exists()
+
+
+def test_every_experiments_module_either_is_a_command_or_says_it_is_not():
+    """`python -m experiments.<module>` never exits 0 doing nothing: library modules name the commands."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from experiments.options import COMMANDS
+
+    repo = Path(__file__).resolve().parents[1]
+    modules = sorted(p.stem for p in (repo / "experiments").glob("*.py") if p.stem not in ("__init__", "launch"))
+    assert set(COMMANDS) <= set(modules)
+    for name in sorted(set(modules) - set(COMMANDS)):
+        r = subprocess.run([sys.executable, "-m", f"experiments.{name}", "--bogus"], cwd=repo, capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 2 and "is a library module, not a command" in r.stderr, (name, r.stderr)
+    for name in COMMANDS:  # each command's --help works (argparse exits 0)
+        text = (repo / "experiments" / f"{name}.py").read_text()
+        assert 'if __name__ == "__main__"' in text and "EXPERIMENT.main()" in text, name
