@@ -112,6 +112,13 @@ def _is_save_hooked(payload: Any) -> bool:
     return any(str(r.get("schema", "")).startswith("residual-gpt-hooked") for r in records)
 
 
+def _refuse_non_finite(path: Path, weights: dict[str, torch.Tensor]) -> None:
+    bad = [k for k, v in weights.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:
+        raise CheckpointError(f"{path} holds non-finite weights ({', '.join(bad[:3])}{', ...' * (len(bad) > 3)}); "
+                              "it cannot be used - train the run again or resume from an earlier checkpoint")
+
+
 def load_checkpoint(
     path: str | Path, map_location: str | torch.device = "cpu", meta: str | Path | None = None
 ) -> Checkpoint:
@@ -133,7 +140,9 @@ def load_checkpoint(
     from interp import nanogpt_format as nanogpt
 
     if nanogpt.is_nanogpt(payload):
-        return Checkpoint(**nanogpt.from_nanogpt(payload, path, meta))
+        ckpt = Checkpoint(**nanogpt.from_nanogpt(payload, path, meta))
+        _refuse_non_finite(path, ckpt.weights)  # every import path, not only the own schema
+        return ckpt
     if _is_save_hooked(payload):
         raise CheckpointError(f"{path} is a save_hooked file (a HookedTransformer, not a checkpoint): read it with "
                               "interp.load_hooked(path)")
@@ -158,9 +167,6 @@ def load_checkpoint(
     if recorded is not None and recorded != content_hash(payload):
         raise CheckpointError(f"{path} is damaged: its content does not match the hash recorded in it "
                               "(a changed bit, or an edit); it cannot be loaded - restore it or train the run again")
-    bad = [k for k, v in weights.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
-    if bad:
-        raise CheckpointError(f"{path} holds non-finite weights ({', '.join(bad[:3])}{', ...' * (len(bad) > 3)}); "
-                              "it cannot be used - train the run again or resume from an earlier checkpoint")
+    _refuse_non_finite(path, weights)
     state = {k: v for k, v in payload.items() if k not in ("schema", "model_config", "weights")}
     return Checkpoint(config=config, weights=weights, state=state, path=path)

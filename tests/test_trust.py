@@ -686,3 +686,18 @@ def test_train_mode_warning_sees_hooks_on_any_submodule():
     assert did
     _, did = warned(TrainModeWarning, model, tokens())  # no hook: a training forward says nothing
     assert not did
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_nanogpt_checkpoint_with_non_finite_weights_is_refused_on_import(bad, tmp_path):
+    """Every import path checks weights finite, not only the project's own checkpoints (audit 36)."""
+    from interp.checkpoint import load_checkpoint
+    from interp.errors import CheckpointError
+
+    payload = nanogpt_checkpoint(bias=True, tied=True)
+    payload["model"]["transformer.h.1.mlp.c_fc.weight"][0, 0] = bad
+    torch.save(payload, tmp_path / "ckpt.pt")
+    with pytest.raises(CheckpointError, match=r"holds non-finite weights \(blocks\.1\.mlp"):
+        load_checkpoint(tmp_path / "ckpt.pt")
+    with pytest.raises(CheckpointError, match="non-finite"):
+        ResidualGPT.from_checkpoint(tmp_path / "ckpt.pt")
