@@ -70,8 +70,10 @@ def one_line_errors(run: Callable[[], Any]) -> tuple[int, Any]:
 
 
 def one_line(e: BaseException) -> str:
-    """An error's message on one line (torch's and numpy's messages span several)."""
-    return " ".join(str(e).split("\n")).strip() or type(e).__name__
+    """An error's message on one line (torch's and numpy's messages span several), control characters
+    escaped: a message may quote a file's contents, and a terminal must not act on an escape code in it."""
+    text = " ".join(str(e).split("\n")).strip() or type(e).__name__
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def warn(message: str, category: type[Warning], stacklevel: int = 2) -> None:

@@ -131,3 +131,18 @@ def test_every_experiments_module_either_is_a_command_or_says_it_is_not():
     for name in COMMANDS:  # each command's --help works (argparse exits 0)
         text = (repo / "experiments" / f"{name}.py").read_text()
         assert 'if __name__ == "__main__"' in text and "EXPERIMENT.main()" in text, name
+
+
+def test_error_lines_escape_control_characters_a_file_may_hold(tmp_path, capsys):
+    """A vocabulary or path quoted in an error must not drive the terminal: escapes are printed escaped."""
+    from interp.errors import one_line
+
+    assert one_line(ValueError("bad \x1b[31mred\x1b[0m\ttab\r\nnext")) == "bad \\x1b[31mred\\x1b[0m\\ttab\\r next"
+    assert one_line(ValueError("é 日本 plain")) == "é 日本 plain"
+    from training.__main__ import main
+
+    odd = tmp_path / "in\x1b[2Jput.txt"
+    odd.write_text("")  # an empty corpus: refused, naming the file
+    assert main(["--preset", "smoke", "--data", str(odd), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\\x1b[2J" in err, err
