@@ -37,7 +37,44 @@ def directory_option(text: str) -> str:
     return text
 
 
-__all__ = ["Parser", "UsageError", "directory_option", "one_line_errors"]
+EXIT_PIPE = 141  # 128 + SIGPIPE: what a Unix tool's status is when its reader went away
+
+
+def guarded_output(run) -> int:
+    """Run a command's main and flush its output: a reader that went away (`| head`) ends it quietly with
+    EXIT_PIPE; a full disk or an encoding that cannot print ends it with one `error:` line on stderr and 2.
+    The command's files are whole either way: every file is written atomically before anything is printed."""
+    import os
+    import sys
+
+    try:
+        code = run()
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        try:  # the interpreter flushes stdout again at exit: point it at /dev/null so that is quiet too
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except OSError:
+            pass
+        return EXIT_PIPE
+    except UnicodeEncodeError as e:
+        bad = e.object[e.start:e.end] if isinstance(e.object, str) else ""
+        print(f"error: standard output's encoding ({sys.stdout.encoding}) cannot print {bad!r}; set "
+              "PYTHONIOENCODING=utf-8 (the command's files are written)", file=sys.stderr)
+        return 2
+    except OSError as e:
+        if e.filename is not None:
+            raise
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except OSError:
+            pass
+        print(f"error: cannot write to standard output: {e.strerror or e} (the command's files are written)",
+              file=sys.stderr)
+        return 2
+
+
+__all__ = ["EXIT_PIPE", "Parser", "UsageError", "directory_option", "guarded_output", "one_line_errors"]
 
 
 def refuse_overwriting_inputs(option: str, out, inputs: dict) -> None:

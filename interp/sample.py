@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from interp.cli import Parser, one_line_errors
+from interp.cli import Parser, guarded_output, one_line_errors
 from interp.errors import ConfigError, DataError
 from interp.vocab import codec
 
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     code, samples = one_line_errors(lambda: run(parser().parse_args(argv)))
     if code == 0:
-        print("\n---------------\n".join(samples))
+        return guarded_output(lambda: print("\n---------------\n".join(samples)) or 0)
     return code
 
 

@@ -146,3 +146,37 @@ def test_error_lines_escape_control_characters_a_file_may_hold(tmp_path, capsys)
     assert main(["--preset", "smoke", "--data", str(odd), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "\x1b" not in err and "\\x1b[2J" in err, err
+
+
+def test_output_streams_that_fail_end_with_one_line_and_whole_files(tmp_path, data):
+    """A full stdout, a reader that went away, an encoding that cannot print the path: training's files are
+    whole and the exit status says what happened (2 with one line; 141, quietly, for the closed pipe)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+
+    def train(out, **popen):
+        cmd = [sys.executable, "-m", "training", "--preset", "smoke", "--out", str(out), "--no-progress",
+               "--set", "max_steps=3"]
+        return subprocess.Popen(cmd, cwd=repo, stderr=subprocess.PIPE, text=True, **popen)
+
+    with open("/dev/full", "w") as full:
+        p = train(tmp_path / "full", stdout=full)
+        _, err = p.communicate(timeout=300)
+    assert p.returncode == 2 and err.strip().startswith("error: cannot write to standard output"), err
+    assert json.loads(next((tmp_path / "full").rglob("final.json")).read_text())["steps"] == 3
+
+    p = train(tmp_path / "pipe", stdout=subprocess.PIPE)
+    p.stdout.close()  # the reader is gone before anything is printed
+    _, err = p.communicate(timeout=300)
+    assert p.returncode == 141 and not err.strip(), err
+    assert next((tmp_path / "pipe").rglob("final.json")).is_file()
+
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    p = train(tmp_path / "dé", stdout=subprocess.PIPE, env=env)
+    _, err = p.communicate(timeout=300)
+    assert p.returncode == 2 and "PYTHONIOENCODING=utf-8" in err and len(err.strip().splitlines()) == 1, err

@@ -19,7 +19,7 @@ import os
 import shlex
 import sys
 
-from interp.cli import directory_option
+from interp.cli import directory_option, guarded_output
 from interp.config import MIXERS, RESIDUALS
 from interp.errors import ToolkitError, one_line
 from interp.signals import exit_code, fired_code, interrupts, signal_name
@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     with interrupts():  # SIGTERM is handled like Ctrl-C (interp.signals)
-        return _main(argv)
+        return guarded_output(lambda: _main(argv))
 
 
 def _main(argv: list[str] | None = None) -> int:
