@@ -247,3 +247,26 @@ def test_benchmark_runs_and_refuses_bad_cases(data, capsys):
     for bad in ("nope:2", "smoke:0", "smoke:x"):
         assert bench.main(["--cases", bad]) == 2
         assert "--cases" in capsys.readouterr().err
+
+
+def test_a_member_does_not_depend_on_the_other_members(trained, tmp_path):
+    """The same member retrained alone through the stacked step ends bitwise equal to it inside the ensemble
+    of four: weights, losses and probes (an embedding's backward or a row-wise norm over all members used
+    to move the last bits)."""
+    out, _, _ = trained
+    m = MEMBERS[3]
+    name = "_".join(f"{k}{v}" for k, v in m.items())
+    from conftest import data_root
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv("RESIDUAL_DATA_DIR", str(data_root()))
+    try:
+        EnsembleTrainer([member(tmp_path, m)], progress=False).run()
+    finally:
+        mp.undo()
+    a = torch.load(out / "ens" / name / "ckpt.pt", weights_only=True)["weights"]
+    b = torch.load(tmp_path / name / "ckpt.pt", weights_only=True)["weights"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    strip = lambda p: [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in records(p, "metrics.jsonl")]  # noqa: E731
+    assert strip(out / "ens" / name) == strip(tmp_path / name)
+    assert (out / "ens" / name / "probes.jsonl").read_text() == (tmp_path / name / "probes.jsonl").read_text()

@@ -235,6 +235,9 @@ class EnsembleTrainer:
             previous = torch.are_deterministic_algorithms_enabled()
             try:
                 failed = self._train_all([self.members[i] for i in todo], finals, todo)
+            except KeyboardInterrupt as e:  # setting members up or writing their final records: each resumes
+                step = min((getattr(self.members[i], "step", 0) for i in todo), default=0)
+                raise TrainingInterrupted(step, self.members[todo[0]].run_dir.ckpt, exit_code(e)) from None
             finally:
                 torch.use_deterministic_algorithms(previous)
         if failed:
@@ -343,7 +346,8 @@ class _Loop:
         if probe:
             def record(site: str, tensor: torch.Tensor) -> None:
                 if tensor.requires_grad:
-                    tensor.register_hook(lambda g: resid.__setitem__(site, g.detach().double().flatten(1).norm(dim=1)))
+                    tensor.register_hook(lambda g: resid.__setitem__(site, [g[m].detach().double().norm()
+                                                                            for m in range(self.k)]))
             self.stacked.resid_hook = record
         self.stacked.train()
         loss_sum = torch.zeros(self.k, device=self.device)
@@ -366,8 +370,9 @@ class _Loop:
         grads = [self.stacked.p(n).grad for n in names]
         if probe:
             self._record_grad_probe(step, names, grads, resid)
-        norms = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads]),
-                                         dim=0)
+        # per member, as the solo step takes it (a row-wise reduction's order may depend on the row count)
+        norms = torch.stack([torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g[m]) for g in grads]))
+                             for m in range(self.k)])
         norm_list = norms.tolist()
         for k, value in enumerate(norm_list):
             if self.alive[k] and not math.isfinite(value):
@@ -391,7 +396,8 @@ class _Loop:
 
     def _record_grad_probe(self, step, names, grads, resid) -> None:
         n_layers = self.stacked.cfg.n_layers
-        squares = {n: g.detach().double().pow(2).flatten(1).sum(1).tolist() for n, g in zip(names, grads, strict=True)}
+        squares = {n: [g[m].detach().double().pow(2).sum().item() for m in range(self.k)]
+                   for n, g in zip(names, grads, strict=True)}
         sites = resid_grad_sites(n_layers)
         for k, t in enumerate(self.members):
             if not self.alive[k] or self.grad_probes[k] is None or not self.grad_probes[k]._due(t, step):

@@ -172,8 +172,10 @@ class StackedGPT(nn.Module):
         if k != self.k:
             raise ConfigError(f"expected tokens for {self.k} members, got {k}")
         vocab = self.cfg.d_vocab
-        offsets = (torch.arange(k, device=tokens.device) * vocab).view(k, 1, 1)
-        embed = F.embedding(tokens + offsets, self.p("embed.weight").reshape(k * vocab, -1))
+        w_e = self.p("embed.weight")
+        # one lookup per member: an embedding's backward sums repeated tokens in an order that depends on
+        # how many indices it sees, and a member's gradient must not depend on the other members
+        embed = torch.stack([F.embedding(tokens[m], w_e[m]) for m in range(k)])
         resid = embed + self.p("pos_embed.weight")[:, None, :n]
         first = self.member_cfgs[0]
         for layer in range(self.cfg.n_layers):
@@ -191,4 +193,5 @@ class StackedGPT(nn.Module):
         per_token = F.cross_entropy(logits.reshape(k * b * n, vocab).float(), targets.reshape(-1),
                                     ignore_index=-1, reduction="none").view(k, b * n)
         counted = (targets.reshape(k, b * n) != -1).sum(-1)
-        return per_token.sum(-1) / counted  # as F.cross_entropy's mean over the targets that count
+        # as F.cross_entropy's mean over the targets that count, summed member by member (see embed)
+        return torch.stack([per_token[m].sum() for m in range(k)]) / counted
