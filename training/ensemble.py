@@ -380,12 +380,13 @@ class _Loop:
                               f"{self.members[k].kept()}. Lower lr or raise warmup_steps")
         clip = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
         coef = torch.clamp(clip / (norms + 1e-6), max=1.0)
-        keep = torch.tensor(self.alive, device=self.device)
+        keep = None if all(self.alive) else torch.tensor(self.alive, device=self.device)
         with torch.no_grad():
             for g in grads:
                 shape = (-1,) + (1,) * (g.dim() - 1)
                 g.mul_(coef.view(shape))
-                g.copy_(torch.where(keep.view(shape), g, 0.0))  # a stopped member's weights stay as they were
+                if keep is not None:  # a stopped member's (maybe non-finite) gradient is zeroed: its weights stay
+                    g.copy_(torch.where(keep.view(shape), g, 0.0))
         lr, wd = self._lrs(step)
         self.opt.step(lr, wd)
         for n in names:

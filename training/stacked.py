@@ -7,7 +7,7 @@ Members may differ in residual wiring (a per-member gate on each identity path),
 (depth, width, heads, n_ctx, vocabulary, bias, tying) and the mixer are shared.
 
 The stacked tensors carry ResidualGPT's own state-dict names, so member k's weights are
-`{name: p[k]}` and load into a ResidualGPT unchanged (member_state). Summing the K losses
+`{name: p[k]}` and load into a ResidualGPT unchanged (training.ensemble copies them back). Summing the K losses
 gives each member exactly the gradient its solo run would get: no tensor mixes members.
 """
 
@@ -101,13 +101,6 @@ class StackedGPT(nn.Module):
 
     def p(self, name: str) -> Tensor:
         return self.params[name.replace(".", "__")]
-
-    def member_state(self, k: int) -> dict[str, Tensor]:
-        """Member k's weights under ResidualGPT's names (the tied unembedding included)."""
-        state = {n: self.p(n)[k].detach().clone() for n in self.names}
-        if self.tied:
-            state["unembed.weight"] = state["embed.weight"]
-        return state
 
     # ----- the forward ---------------------------------------------------------------------------------
     def _linear(self, x: Float[Tensor, "k b t i"], prefix: str) -> Float[Tensor, "k b t o"]:
