@@ -1,0 +1,257 @@
+"""The TransformerLens 4 architecture adapter for ResidualGPT: its generalized components (embedding,
+LayerNorm, MLP, the mixer slot with the hooks its mixer declares, the block carrying ResidualGPT's own
+TL 3 hook points) and the module that hosts the ResidualGPT. interp.bridge builds the bridge from it.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from einops import einsum, rearrange
+from torch import Tensor, nn
+from transformer_lens.factories.architecture_adapter_factory import ArchitectureAdapterFactory
+from transformer_lens.hook_points import HookPoint
+from transformer_lens.model_bridge import ArchitectureAdapter
+from transformer_lens.model_bridge.generalized_components import (
+    BlockBridge,
+    EmbeddingBridge,
+    PosEmbedBridge,
+    UnembeddingBridge,
+)
+from transformer_lens.model_bridge.generalized_components.base import GeneralizedComponent
+
+from interp.config import ModelConfig
+from interp.errors import ConfigError, ToolkitError
+from interp.model import ResidualGPT
+from interp.registry import mixer_spec
+
+ARCHITECTURE = "ResidualGPT"
+
+# ResidualGPT's hook points, by the component that carries them on the bridge.
+_BLOCK_HOOKS = ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out", "hook_resid_post")
+_LN_HOOKS = ("hook_scale", "hook_normalized")
+_MLP_HOOKS = ("hook_pre", "hook_post")
+# Every TL 3 name a mixer may have under blocks.{l}.attn; a model has those its mixer declares (_attn_sites).
+_ATTN_NAMES = ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern", "hook_z", "hook_result",
+               "hook_pre", "hook_post")
+
+
+def _adopt(component: GeneralizedComponent, module: nn.Module, names: tuple[str, ...]) -> None:
+    """Register module's own HookPoints (those it has) on the bridge component under the same names."""
+    for name in names:
+        hook = getattr(module, name, None)
+        if isinstance(hook, HookPoint):
+            setattr(component, name, hook)
+
+
+class _EmbedBridge(EmbeddingBridge):
+    """The token embedding; a tokenizer special (id >= d_vocab: <|endoftext|> as PAD / BOS) embeds as zeros.
+
+    As on the 3.x export, whose embedding has a zero row for it. ResidualGPT itself has no such row.
+    """
+
+    def forward(self, input_ids: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        weight = self.original_component.weight
+        special = input_ids >= weight.shape[0]
+        if not special.any():
+            return super().forward(input_ids, *args, **kwargs)
+        input_ids = self.hook_in(input_ids)
+        out = F.embedding(input_ids.masked_fill(special, 0), weight).masked_fill(special[..., None], 0.0)
+        return self.hook_out(out)
+
+
+class _Component(GeneralizedComponent):
+    """A bridged ResidualGPT module: TL 4's hook_in / hook_out around it, and its own hook points by name."""
+
+    adopted: tuple[str, ...] = ()
+
+    def set_original_component(self, original_component: nn.Module) -> None:
+        super().set_original_component(original_component)
+        _adopt(self, original_component, self.adopted)
+
+
+class _LayerNormBridge(_Component):
+    adopted = _LN_HOOKS
+
+
+def _weights_of(module: nn.Module) -> Any:
+    """take(name, like=None) for a Mixer.tl_weights: module's tensor by dotted name (zeros like `like` if None)."""
+
+    def take(name: str, like: Tensor | None = None) -> Tensor:
+        value = functools.reduce(getattr, name.split("."), module)
+        return torch.zeros_like(like) if value is None else value
+
+    return take
+
+
+class _MLPBridge(_Component):
+    """The MLP, with TL's weight properties (W_in [d_model, d_mlp], ...; runtime_gain folded into W_out / b_out,
+    as on the 3.x export), read from ResidualGPT's own weights at each access."""
+
+    adopted = _MLP_HOOKS
+    gain = 1.0  # the model's runtime_gain (an MLP has no cfg): set by _bridge
+
+    def _tl(self) -> dict[str, Tensor]:
+        take, gain = _weights_of(self.original_component), self.gain
+        w_in, w_out = take("in_proj.weight"), take("out_proj.weight")
+        return {"W_in": w_in.T, "b_in": take("in_proj.bias", w_in[:, 0]),
+                "W_out": w_out.T * gain, "b_out": take("out_proj.bias", w_out[:, 0]) * gain}
+
+    W_in = property(lambda self: self._tl()["W_in"])
+    b_in = property(lambda self: self._tl()["b_in"])
+    W_out = property(lambda self: self._tl()["W_out"])
+    b_out = property(lambda self: self._tl()["b_out"])
+
+
+class _HeadResults(nn.Module):
+    """The mixer's out_proj, which can fire hook_result: per-head outputs [batch, pos, head, d_model].
+
+    Off (the default), it is the plain Linear, bit for bit. On, it computes
+    each head's z_h @ W_O_h, lets hook_result see (and edit) them scaled by
+    runtime_gain - what each head adds to hook_attn_out, as on the 3.x export
+    where the gain is folded into W_O - and sums them.
+    """
+
+    def __init__(self, linear: nn.Linear, cfg: ModelConfig):
+        super().__init__()
+        self.linear = linear
+        self.n_heads, self.gain = cfg.n_heads, cfg.runtime_gain
+        self.hook_result = HookPoint()
+        self.enabled = False
+
+    @property
+    def weight(self) -> Tensor:
+        return self.linear.weight
+
+    @property
+    def bias(self) -> Tensor | None:
+        return self.linear.bias
+
+    def forward(self, z: Tensor) -> Tensor:
+        if not self.enabled:
+            return self.linear(z)
+        z = rearrange(z, "b p (h dh) -> b p h dh", h=self.n_heads)
+        w_o = rearrange(self.linear.weight, "d (h dh) -> h dh d", h=self.n_heads)
+        result = self.hook_result(einsum(z, w_o, "b p h dh, h dh d -> b p h d") * self.gain)
+        out = result.sum(-2) / self.gain if self.gain != 1.0 else result.sum(-2)
+        return out + self.linear.bias if self.linear.bias is not None else out
+
+
+def _attn_sites(cfg: ModelConfig) -> tuple[str, ...]:
+    """The TL 3 hook names under blocks.{l}.attn that this model's mixer has: its declared hook sites, and
+    hook_result where it has heads written through out_proj (see _HeadResults)."""
+    spec = mixer_spec(cfg.mixer)
+    return (*spec.hook_sites, *(("hook_result",) if spec.has_heads else ()))
+
+
+class _MixerBridge(GeneralizedComponent):
+    """The attention slot: the hook points the mixer declares, and hook_result where it has heads.
+
+    TL's weight properties (W_Q [n_heads, d_model, d_head], ..., W_O, b_O) are what the
+    mixer declares for TL (Mixer.tl_weights; runtime_gain folded into W_O / b_O, as on
+    the 3.x export), read from ResidualGPT's weights at each access; a mixer that
+    declares none (position_blind) makes them a ToolkitError.
+    """
+
+    def _tl(self) -> dict[str, Tensor]:
+        mixer = self.original_component
+        spec = type(mixer)  # a registered mixer class is its own spec (interp.registry)
+        if not spec.exports_to_tl():
+            raise ToolkitError(
+                f"mixer={spec.name!r} has no TransformerLens attention weights (W_Q, W_K, W_V, W_O, their biases, "
+                f"QK, OV): {spec.no_tl_equivalent}; read ResidualGPT's own weights instead, "
+                "bridge.residual_gpt.blocks[l].attn (its parameters by name)"
+            )
+        sd = mixer.tl_weights(_weights_of(mixer))
+        gain = mixer.cfg.runtime_gain
+        return {**sd, "W_O": sd["W_O"] * gain, "b_O": sd["b_O"] * gain}
+
+    W_Q = property(lambda self: self._tl()["W_Q"])
+    W_K = property(lambda self: self._tl()["W_K"])
+    W_V = property(lambda self: self._tl()["W_V"])
+    W_O = property(lambda self: self._tl()["W_O"])
+    b_Q = property(lambda self: self._tl()["b_Q"])
+    b_K = property(lambda self: self._tl()["b_K"])
+    b_V = property(lambda self: self._tl()["b_V"])
+    b_O = property(lambda self: self._tl()["b_O"])
+
+    def set_original_component(self, original_component: nn.Module) -> None:
+        super().set_original_component(original_component)
+        spec, cfg = type(original_component), getattr(original_component, "cfg", None)
+        _adopt(self, original_component, spec.hook_sites)
+        if spec.has_heads and cfg is not None and isinstance(getattr(original_component, "out_proj", None), nn.Linear):
+            results = _HeadResults(original_component.out_proj, cfg)
+            original_component.out_proj = results
+            self.hook_result = results.hook_result
+
+
+class _ResidualBlockBridge(BlockBridge):
+    """A Block: TL 4's hook_in / hook_out, and ResidualGPT's residual hook points by their TL names.
+
+    No aliases: hook_resid_mid etc. are the block's own hook points (see the module docstring).
+    """
+
+    hook_aliases: dict[str, str] = {}
+
+    def set_original_component(self, original_component: nn.Module) -> None:
+        super().set_original_component(original_component)
+        _adopt(self, original_component, _BLOCK_HOOKS)
+
+    @staticmethod
+    def _is_standalone_hidden_state_call(args: tuple, kwargs: dict) -> bool:
+        return False  # ResidualGPT calls block(resid) and wants the tensor back, never a tuple
+
+
+class ResidualGPTAdapter(ArchitectureAdapter):
+    """How a _Host's module tree maps onto TL 4's components (the ResidualGPT lives at .gpt)."""
+
+    def __init__(self, cfg: Any) -> None:
+        super().__init__(cfg)
+        self.supports_fold_ln = False  # weights are ResidualGPT's own; no processing (see to_transformer_bridge)
+        self.supports_center_writing_weights = False
+        self.weight_processing_conversions = {}
+        block = _ResidualBlockBridge(
+            name="gpt.blocks",
+            config=self.cfg,
+            submodules={
+                "ln1": _LayerNormBridge(name="ln1"),
+                "attn": _MixerBridge(name="attn"),
+                "ln2": _LayerNormBridge(name="ln2"),
+                "mlp": _MLPBridge(name="mlp"),
+            },
+        )
+        self.component_mapping = {
+            "embed": _EmbedBridge(name="gpt.embed"),
+            "pos_embed": PosEmbedBridge(name="gpt.pos_embed"),
+            "blocks": block,
+            "ln_final": _LayerNormBridge(name="gpt.ln_final"),
+            "unembed": UnembeddingBridge(name="gpt.unembed"),
+        }
+
+
+ArchitectureAdapterFactory.register_adapter(ARCHITECTURE, ResidualGPTAdapter)
+
+
+class _Host(nn.Module):
+    """Holds the ResidualGPT at .gpt: its own names (embed, blocks, ...) would collide with the bridge's slots."""
+
+    def __init__(self, gpt: ResidualGPT):
+        super().__init__()
+        self.gpt = gpt
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, **kwargs: Any) -> Tensor:
+        n, n_ctx = input_ids.shape[-1], self.gpt.cfg.n_ctx
+        if n > n_ctx:
+            raise ConfigError(
+                f"sequence length {n} exceeds n_ctx {n_ctx}; with generate, ask for at most n_ctx minus the prompt "
+                "length new tokens (ResidualGPT.generate crops to the last n_ctx tokens instead)"
+            )
+        if attention_mask is not None and bool((attention_mask.diff(dim=-1) > 0).any()):
+            raise ConfigError(
+                "a padded batch must be padded on the right (ResidualGPT has no position offsets): "
+                "pass padding_side='right', or prompts of equal length"
+            )
+        return self.gpt(input_ids)
