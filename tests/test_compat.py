@@ -32,11 +32,11 @@ def test_run_dir_still_reads_as_a_path(tmp_path):
 
 
 def test_routing_test_reexports_what_moved():
-    import experiments.routing_report as report
-    import experiments.routing_rules as rules
-    import experiments.routing_test as routing_test
+    import experiments.routing_test.report as report
+    import experiments.routing_test.rules as rules
+    import experiments.routing_test.run as routing_test
     from experiments.routing_test import PREDICTIONS, decide_p7, slope  # the old import lines
-    from experiments.stats import slope as stats_slope
+    from experiments.shared.stats import slope as stats_slope
 
     assert PREDICTIONS is rules.PREDICTIONS and decide_p7 is rules.decide_p7 and slope is stats_slope
     assert routing_test.needs_longer is report.needs_longer and routing_test.place is rules.place

@@ -25,7 +25,10 @@ import torch
 from conftest import data_root
 
 import training.__main__ as training_cli
-from experiments import eval_noise, interventions, residual_sweep, routing_test
+from experiments.eval_noise import run as eval_noise
+from experiments.interventions import run as interventions
+from experiments.residual_sweep import run as residual_sweep
+from experiments.routing_test import run as routing_test
 from interp import plot_attention, sample
 from interp.checkpoint import HASH_KEY, content_hash
 

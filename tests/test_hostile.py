@@ -21,7 +21,10 @@ from conftest import InterruptAt, data_root
 from filelock import FileLock
 
 import training.__main__ as training_cli
-from experiments import eval_noise, gain_confound, residual_sweep, routing_test
+from experiments.eval_noise import run as eval_noise
+from experiments.gain_confound import run as gain_confound
+from experiments.residual_sweep import run as residual_sweep
+from experiments.routing_test import run as routing_test
 from interp import load_checkpoint
 from interp import plot_attention as plot_cli
 from interp.checkpoint import HASH_KEY, content_hash
@@ -613,7 +616,7 @@ def test_routing_test_refuses_a_context_of_one(out, capsys):
 
 
 def test_each_experiment_writes_its_own_results_and_cleans_its_own_temporaries(out, capsys):
-    from experiments.plan import Context
+    from experiments.shared.plan import Context
     from training.presets import resolve
 
     ctx = Context(args=None, spec=resolve("smoke"), seeds=[1], out=out)

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from experiments import intervention_effects as fx
-from experiments import intervention_rules as rules
-from experiments import interventions
+from experiments.interventions import effects as fx
+from experiments.interventions import rules
+from experiments.interventions import run as interventions
 from interp import interventions as iv
 from interp.config import ModelConfig
 from interp.model import ResidualGPT

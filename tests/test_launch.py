@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments import routing_test
-from experiments.launch import _without
+from experiments.routing_test import run as routing_test
+from experiments.shared.launch import _without
 
 pytest.importorskip("submitit")
 

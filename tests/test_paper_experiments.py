@@ -16,7 +16,9 @@ import pytest
 import torch
 from conftest import run_module
 
-from experiments import eval_noise, gain_confound, residual_sweep
+from experiments.eval_noise import run as eval_noise
+from experiments.gain_confound import run as gain_confound
+from experiments.residual_sweep import run as residual_sweep
 from training.presets import TrainConfig
 
 CONFIGS = ("full", "attn_only", "ffn_only", "none")
@@ -175,7 +177,7 @@ def test_runtime_gain_equals_scaled_output_weights():
 
 
 def test_adam_invariance_check_reports_the_algebra():
-    from experiments.adam_invariance import adam_invariance_check
+    from experiments.gain_confound.adam_invariance import adam_invariance_check
 
     check = adam_invariance_check(gain_confound.scale_output_projections)
     assert check["max_rel_update_diff"] < 1e-4  # eps -> 0: the algebra, up to float rounding
@@ -343,7 +345,7 @@ def test_bad_input_is_one_error_line(module, args, needle, tmp_path):
 def test_every_spec_holds_the_vocabulary_that_is_trained(module, tmp_path):
     """The synthetic corpus has 32 characters, the smoke preset says 65: results.json's config.model, every
     job and the config.json the launcher compares all hold 32, the trained value."""
-    from experiments.launch import run_config
+    from experiments.shared.launch import run_config
 
     ctx, jobs = module.EXPERIMENT.context(["--preset", "smoke", "--set", "corpus=synthetic", "--out", str(tmp_path)])
     assert ctx.corpus.vocab_size == 32 and ctx.spec.model.d_vocab == 32

@@ -8,8 +8,8 @@ import math
 import pytest
 from conftest import data_root
 
-from experiments import phase_diagram
-from experiments.phase_boundary import (
+from experiments.phase_diagram import run as phase_diagram
+from experiments.phase_diagram.boundary import (
     FLOOR,
     SPLIT,
     View,
@@ -20,9 +20,9 @@ from experiments.phase_boundary import (
     confirmation_text,
     range_text,
 )
-from experiments.phase_boundary import sentence as boundary_sentence
-from experiments.phase_boundary import views as slice_views
-from experiments.phase_grid import (
+from experiments.phase_diagram.boundary import sentence as boundary_sentence
+from experiments.phase_diagram.boundary import views as slice_views
+from experiments.phase_diagram.grid import (
     Cell,
     Slice,
     default_slices,
@@ -32,7 +32,7 @@ from experiments.phase_grid import (
     parse_references,
     reference_cells,
 )
-from experiments.phase_predictor import (
+from experiments.phase_diagram.predictor import (
     EARLY_FEATURES,
     auc,
     binomial_interval,
@@ -106,7 +106,7 @@ def test_the_predictor_is_tested_against_the_final_places_too(grid_run):
 
 
 def test_console_prints_each_slice_as_a_grid_of_places(grid_run):
-    from experiments.phase_report import cell_label, summary
+    from experiments.phase_diagram.report import cell_label, summary
 
     r = results_of(grid_run)
     text = summary(r)
@@ -119,7 +119,7 @@ def test_console_prints_each_slice_as_a_grid_of_places(grid_run):
 
 
 def test_grid_text_rows_columns_and_missing_cells():
-    from experiments.phase_report import grid_text
+    from experiments.phase_diagram.report import grid_text
 
     view = {"title": "ffn_only: lr x depth", "residual": "ffn_only", "x": "n_layers", "xs": [1, 2],
             "y": "lr", "ys": [1e-3, 2e-3], "fixed": {"d_model": 64, "self_bias": 0.0}}
@@ -498,8 +498,8 @@ def test_a_seed_split_value_is_not_counted_as_no_collapse():
 
 
 def test_a_confirmation_run_is_never_near_a_full_a_third_as_long():
-    from experiments.phase_diagram import places_of
-    from experiments.phase_grid import Cell
+    from experiments.phase_diagram.grid import Cell
+    from experiments.phase_diagram.run import places_of
 
     levels = {"unigram": 3.3, "bigram": 2.5}
     subject, full = Cell("ffn_only", 2, 2e-3, 64, 0.0), Cell("full", 2, 2e-3, 64, 0.0)
@@ -520,8 +520,8 @@ def test_values_that_print_alike_are_two_cells_with_two_directories():
 
 
 def test_variants_sharing_a_run_directory_are_refused_before_any_work():
-    from experiments.frame import check_distinct_dirs
-    from experiments.plan import Group, Job, Variant
+    from experiments.shared.frame import check_distinct_dirs
+    from experiments.shared.plan import Group, Job, Variant
     from training.presets import resolve
 
     group = Group(resolve("smoke", {}), [Variant("attn_only + uniform", {}), Variant("attn_only uniform", {})])
@@ -557,7 +557,7 @@ def test_a_view_whose_cells_are_all_seed_split_says_so():
 def test_a_confirmation_that_moves_the_boundary_puts_its_new_neighbours_up_for_confirmation():
     from types import SimpleNamespace
 
-    from experiments.phase_diagram import confirm_cells
+    from experiments.phase_diagram.run import confirm_cells
 
     cells = Slice(BASE, (("n_layers", (1, 2, 3, 4)),)).cells()
     one, two, three, four = cells
@@ -577,7 +577,7 @@ def test_a_confirmation_that_moves_the_boundary_puts_its_new_neighbours_up_for_c
 
 
 def test_default_early_step_follows_the_presets_evaluation_steps():
-    from experiments.phase_diagram import default_early_step
+    from experiments.phase_diagram.run import default_early_step
     from training.presets import TrainConfig
 
     assert default_early_step(TrainConfig(max_steps=600, eval_interval=25, eval_from=0.0)) == 100

@@ -58,7 +58,7 @@ def test_benchmark_options_are_checked_before_any_timing(args, match, capsys):
 
 
 def test_phase_diagram_refuses_a_set_its_cells_override(tmp_path, capsys, data):
-    from experiments.phase_diagram import EXPERIMENT
+    from experiments.phase_diagram.run import EXPERIMENT
 
     rc = EXPERIMENT.main(["--preset", "smoke", "--axes", "n_layers=1", "--set", "n_layers=2", "--out", str(tmp_path)])
     assert rc == 2
@@ -67,7 +67,7 @@ def test_phase_diagram_refuses_a_set_its_cells_override(tmp_path, capsys, data):
 
 
 def test_interventions_refuse_more_validation_batches_than_the_preset_has(tmp_path, capsys, data):
-    from experiments.interventions import EXPERIMENT
+    from experiments.interventions.run import EXPERIMENT
 
     assert EXPERIMENT.main(["--preset", "smoke", "--val-batches", "99999", "--out", str(tmp_path)]) == 2
     _one_error(capsys, "--val-batches 99999 is more than")
@@ -89,7 +89,7 @@ def test_an_empty_out_is_refused_not_taken_as_the_working_directory(command, bla
     if command == "training":
         from training.__main__ import main
     else:
-        from experiments.routing_test import EXPERIMENT
+        from experiments.routing_test.run import EXPERIMENT
 
         main = EXPERIMENT.main
     with pytest.raises(SystemExit) as e:  # argparse's refusal: usage and one error line, exit 2
@@ -106,7 +106,7 @@ def test_an_explicit_d_vocab_the_data_would_replace_is_refused(command, data, tm
 
         assert main(argv) == 2
     else:
-        from experiments.routing_test import EXPERIMENT
+        from experiments.routing_test.run import EXPERIMENT
 
         assert EXPERIMENT.main(argv) == 2
     _one_error(capsys, "--set d_vocab=1000 asked for, but the corpus has")
@@ -119,18 +119,20 @@ def test_every_experiments_module_either_is_a_command_or_says_it_is_not():
     import sys
     from pathlib import Path
 
-    from experiments.options import COMMANDS
+    from experiments.shared.options import COMMANDS
 
     repo = Path(__file__).resolve().parents[1]
-    modules = sorted(p.stem for p in (repo / "experiments").glob("*.py") if p.stem not in ("__init__", "launch"))
-    assert set(COMMANDS) <= set(modules)
-    for name in sorted(set(modules) - set(COMMANDS)):
-        r = subprocess.run([sys.executable, "-m", f"experiments.{name}", "--bogus"], cwd=repo, capture_output=True,
+    modules = sorted(".".join(p.relative_to(repo).with_suffix("").parts) for p in (repo / "experiments").rglob("*.py")
+                     if p.stem not in ("__init__", "__main__", "run") and p.parent.name != "__pycache__")
+    commands = sorted(p.parent.name for p in (repo / "experiments").glob("*/__main__.py"))
+    assert sorted(COMMANDS) == commands
+    for name in [m for m in modules if m != "experiments.shared.launch"]:  # launch's __main__ is a torchrun worker
+        r = subprocess.run([sys.executable, "-m", name, "--bogus"], cwd=repo, capture_output=True,
                            text=True, timeout=120)
         assert r.returncode == 2 and "is a library module, not a command" in r.stderr, (name, r.stderr)
-    for name in COMMANDS:  # each command's --help works (argparse exits 0)
-        text = (repo / "experiments" / f"{name}.py").read_text()
-        assert 'if __name__ == "__main__"' in text and "EXPERIMENT.main()" in text, name
+    for name in COMMANDS:  # each command's entry point runs its EXPERIMENT
+        text = (repo / "experiments" / name / "__main__.py").read_text()
+        assert "EXPERIMENT.main()" in text, name
 
 
 def test_error_lines_escape_control_characters_a_file_may_hold(tmp_path, capsys):

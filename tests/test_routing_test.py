@@ -9,8 +9,10 @@ import shutil
 import pytest
 from conftest import data_root, run_module
 
-from experiments import routing_report, routing_rules, routing_test
-from experiments.routing_rules import PREDICTIONS, Outcome, separation, verdicts
+from experiments.routing_test import report as routing_report
+from experiments.routing_test import rules as routing_rules
+from experiments.routing_test import run as routing_test
+from experiments.routing_test.rules import PREDICTIONS, Outcome, separation, verdicts
 
 main = routing_test.EXPERIMENT.main
 IDS = ["P1", "P2", "P3", "P4", "P5", "P6", "P7"]
@@ -333,7 +335,7 @@ def test_needs_longer_names_runs_that_would_move_by_more_than_the_margin():
 
 
 def test_console_table_fits_120_columns():
-    from experiments.common import format_table
+    from experiments.shared.text import format_table
 
     names = [v.name for v in routing_test.make_variants()]
     variants = {n: {**variant(2.2345, [0.04, 0.08, 0.11, 0.05], std=0.0123, n=3, drop=-0.012),

@@ -1,11 +1,11 @@
-"""experiments.stats: the seed, curve and paired statistics every experiment reads its numbers with
-(and experiments.common's formatter for them)."""
+"""experiments.shared.stats: the seed, curve and paired statistics every experiment reads its numbers with
+(and experiments.shared.text's formatter for them)."""
 
 import math
 
 import pytest
 
-from experiments.stats import log_pace, mean_columns, paired_gap, settle_step, slope, stats, tail
+from experiments.shared.stats import log_pace, mean_columns, paired_gap, settle_step, slope, stats, tail
 
 
 def test_stats_over_seeds():
@@ -74,7 +74,7 @@ def test_settle_step():
 
 
 def test_one_formatter_for_table_cells():
-    from experiments.common import fmt_number, fmt_stats
+    from experiments.shared.text import fmt_number, fmt_stats
 
     assert fmt_number(2.34567) == "2.3457" and fmt_number(-0.01, "+.3f") == "-0.010" and fmt_number(2.0, "g") == "2"
     assert fmt_number(None) == fmt_number(math.nan) == fmt_number(math.inf) == "-"

@@ -12,12 +12,12 @@ point on a base shape (--preset, default phase-cell, plus --set); lr moves min_l
                    e.g. --axes n_layers=1,2,3,4,6 --axes lr=1e-3,2e-3; residual is ffn_only unless an axis
     --references   residuals trained at every depth and width of the grid (default full,attn_only; '' none)
 
-Each cell's place among the reference levels is the routing test's rule (experiments.routing_rules.place:
+Each cell's place among the reference levels is the routing test's rule (experiments.routing_test.rules.place:
 floor if loss >= unigram - margin; bigram within the margin of it; between; near full; uses context),
 applied to every run of the cell: runs that disagree make it "seed-split", never an average. A run whose
-loss at 3x its steps, at the pace of its second half (experiments.stats.tail), would sit elsewhere makes
+loss at 3x its steps, at the pace of its second half (experiments.shared.stats.tail), would sit elsewhere makes
 the cell provisional ("floor?" in the table). With --confirm, the cells a collapse sentence rests on
-(experiments.phase_boundary.claim_cells: every cell on the floor, both cells of a neighbour pair along
+(experiments.phase_diagram.boundary.claim_cells: every cell on the floor, both cells of a neighbour pair along
 an axis where one is on the floor and the other off it or seed-split, and any cell whose 3x projection
 crosses the floor; changes among places off the floor move no sentence) are trained again with 3 seeds
 at 3x the steps (separate run directories, variant "<cell> x3"), once the first pass has finished; where
@@ -26,7 +26,7 @@ round, until every cell the sentences rest on is confirmed. The boundary sentenc
 places where they ran and say "unconfirmed" otherwise. The console prints one sentence per slice, e.g.
 "ffn_only collapses at depth >= 3 for lr <= 0.001; ...", derived from the places.
 
-Early-training predictor (experiments.phase_predictor): per run, block-0 gradient norm at step 0 and at
+Early-training predictor (experiments.phase_diagram.predictor): per run, block-0 gradient norm at step 0 and at
 the end of warm-up, layer-0 alpha_tt up to --early-step, current-token decodability at blocks.0.hook_resid_mid
 (probes.identity, one site) at --early-step and at the end, hidden-norm growth; each early one tested as a
 one-feature threshold classifier of "collapsed" on held-out runs (leave-one-out with an exact interval,
@@ -87,9 +87,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from experiments.frame import Context, Experiment, Group, Job, Variant, check_number, run_summary
-from experiments.phase_boundary import FLOOR, SPLIT, cell_place, claim_cells, sentence, views
-from experiments.phase_grid import (
+from experiments.phase_diagram.boundary import FLOOR, SPLIT, cell_place, claim_cells, sentence, views
+from experiments.phase_diagram.grid import (
     CONFIRM_FACTOR,
     CONFIRM_SEEDS,
     REFERENCES,
@@ -105,10 +104,11 @@ from experiments.phase_grid import (
     run_flops,
     slices_of,
 )
-from experiments.phase_predictor import EarlyIdentity, evaluate, features
-from experiments.phase_report import sections, summary, table
-from experiments.routing_rules import place
-from experiments.stats import PACE_FACTOR, stats, tail
+from experiments.phase_diagram.predictor import EarlyIdentity, evaluate, features
+from experiments.phase_diagram.report import sections, summary, table
+from experiments.routing_test.rules import place
+from experiments.shared.frame import Context, Experiment, Group, Job, Variant, check_number, run_summary
+from experiments.shared.stats import PACE_FACTOR, stats, tail
 from interp.errors import ToolkitError
 
 SCHEMA = "phase-diagram/1"
@@ -221,7 +221,7 @@ def confirm_cells(grid: Grid, first: dict[Cell, dict[str, Any]], confirmed: dict
 def finished_places(ctx: Context, grid: Grid) -> tuple[dict, dict] | None:
     """(first-pass places, confirmed places) from the run directories; None while a first-pass run is
     unfinished. A cell is confirmed once all its confirmation runs have finished."""
-    from experiments.frame import reference_levels
+    from experiments.shared.frame import reference_levels
     from training.rundir import RunDir
 
     def load(name: str, seeds: list[int]) -> list[dict[str, Any]] | None:
@@ -354,7 +354,7 @@ def flops_text(flops: float) -> str:
 
 def measured_minutes(ctx: Context, jobs: list[Job]) -> float:
     """Minutes the unfinished runs take here, from a few steps of each shape timed now (training.estimate)."""
-    from experiments.launch import DEFAULT_ENSEMBLE_SIZE, make_trainer
+    from experiments.shared.launch import DEFAULT_ENSEMBLE_SIZE, make_trainer
     from training.estimate import estimate_seconds
 
     todo = [make_trainer(job, ctx.out, ctx.corpus) for job in jobs if not job.run_dir(ctx.out).finished]

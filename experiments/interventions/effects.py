@@ -198,7 +198,7 @@ def mean_raw(raws: list[dict[str, Any]]) -> dict[str, Any]:
 
 def place(loss: float, levels: dict[str, float], margin: float) -> str:
     """Where a loss sits among the reference levels (the routing test's rule, without the full comparison)."""
-    from experiments.routing_rules import place as routing_place
+    from experiments.routing_test.rules import place as routing_place
 
     return routing_place(loss, levels, None, margin)
 
@@ -348,6 +348,6 @@ def export_difference(model, batch: tuple[torch.Tensor, torch.Tensor], patch_pos
 
 
 if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.options import not_a_command
+    from experiments.shared.options import not_a_command
 
     raise SystemExit(not_a_command(__spec__.name))

@@ -1,7 +1,7 @@
 """Text every experiment shares: number formatting, the reference-level lines, tables, software versions.
 
-Seed and curve statistics are experiments.stats (`stats` is importable from here too); the
-experiment frame itself (options, runs, results.json, report) is experiments.frame.
+Seed and curve statistics are experiments.shared.stats (`stats` is importable from here too); the
+experiment frame itself (options, runs, results.json, report) is experiments.shared.frame.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import platform
 import sys
 from typing import Any
 
-from experiments.stats import stats  # noqa: F401  (re-exported: residual_sweep and eval_noise import it here)
+from experiments.shared.stats import stats  # noqa: F401  (re-exported: residual_sweep and eval_noise import it here)
 
 
 def reference_lines(levels: dict[str, Any]) -> dict[str, float]:
@@ -31,7 +31,7 @@ def fmt_number(x: float | None, spec: str = ".4f") -> str:
 
 
 def fmt_stats(s: dict[str, float], digits: int = 3) -> str:
-    """Seed statistics (experiments.stats.stats) for a table cell: the mean alone for one seed, else
+    """Seed statistics (experiments.shared.stats.stats) for a table cell: the mean alone for one seed, else
     "mean +/- std [min, max]". Every figure goes through format(), so a diverged seed shows as nan."""
     if s["n"] == 1:
         return f"{s['mean']:.{digits}f}"
@@ -78,6 +78,6 @@ def software_versions() -> dict[str, str]:
 
 
 if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.options import not_a_command
+    from experiments.shared.options import not_a_command
 
     raise SystemExit(not_a_command(__spec__.name))

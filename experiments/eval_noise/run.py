@@ -50,9 +50,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from experiments.common import fmt_number, format_table, reference_lines, table_figure
-from experiments.frame import Context, Experiment, Group, Variant, check_number, run_summary
-from experiments.stats import stats
+from experiments.shared.frame import Context, Experiment, Group, Variant, check_number, run_summary
+from experiments.shared.stats import stats
+from experiments.shared.text import fmt_number, format_table, reference_lines, table_figure
 from interp.config import RESIDUALS
 from interp.errors import ToolkitError
 from training.presets import RunSpec, TrainConfig, resolve

@@ -1,18 +1,19 @@
 """The phase diagram's console table and summary, and its report sections (heatmaps, predictor figures).
 
 Reads results.json's dict (experiments.phase_diagram's analyse) and writes text or figures; nothing here
-decides (places and sentences: experiments.phase_boundary; the predictor test: experiments.phase_predictor).
+decides (places and sentences: experiments.phase_diagram.boundary; the predictor test:
+experiments.phase_diagram.predictor).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from experiments.common import fmt_number, format_table, table_figure
-from experiments.frame import Context
-from experiments.phase_boundary import SHORT, fmt, mark
-from experiments.phase_grid import CONFIRM_FACTOR, CONFIRM_SEEDS, LABELS
-from experiments.phase_predictor import EARLY_FEATURES, verdict_text
+from experiments.phase_diagram.boundary import SHORT, fmt, mark
+from experiments.phase_diagram.grid import CONFIRM_FACTOR, CONFIRM_SEEDS, LABELS
+from experiments.phase_diagram.predictor import EARLY_FEATURES, verdict_text
+from experiments.shared.frame import Context
+from experiments.shared.text import fmt_number, format_table, table_figure
 
 
 def _loss(s: dict[str, float]) -> str:
@@ -195,6 +196,6 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
 
 
 if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.options import not_a_command
+    from experiments.shared.options import not_a_command
 
     raise SystemExit(not_a_command(__spec__.name))

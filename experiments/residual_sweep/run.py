@@ -40,8 +40,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from experiments.common import fmt_stats, reference_lines, stats
-from experiments.frame import Context, Experiment, Group, Variant, check_number, run_summary
+from experiments.shared.frame import Context, Experiment, Group, Variant, check_number, run_summary
+from experiments.shared.text import fmt_stats, reference_lines, stats
 
 SCHEMA = "residual-sweep/1"
 CONFIGS = ("full", "attn_only", "ffn_only", "none")

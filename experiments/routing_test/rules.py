@@ -5,7 +5,7 @@ with a small decide function over an Outcome (per-variant summaries, the two ref
 margin). verdicts() applies every prediction behind two guards (the reference model must have
 learned; a verdict a longer run would change is provisional). place() is the rule behind the
 table's "place" column. The numbers they read come from experiments.routing_test; the words they
-produce are printed by experiments.routing_report.
+produce are printed by experiments.routing_test.report.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from experiments.stats import PACE_FACTOR
+from experiments.shared.stats import PACE_FACTOR
 
 MARGIN_CHECK = (0.5, 2.0)  # each verdict is also decided at these multiples of the margin
 # PACE_FACTOR: provisional = the verdict would change in a run this many times longer, at the current pace
@@ -295,6 +295,6 @@ def moving_text(name: str, now: dict[str, Any], later: dict[str, Any], alpha_too
 
 
 if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.options import not_a_command
+    from experiments.shared.options import not_a_command
 
     raise SystemExit(not_a_command(__spec__.name))

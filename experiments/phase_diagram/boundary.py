@@ -1,9 +1,9 @@
 """Where each cell sits, and the boundary in words: the phase diagram's places and sentences.
 
-A cell's place is the routing test's rule (experiments.routing_rules.place: floor, between, bigram, near
+A cell's place is the routing test's rule (experiments.routing_test.rules.place: floor, between, bigram, near
 full, uses context) applied to each of its runs, never to an average: runs that disagree make the cell
 "seed-split". A run whose loss, projected to 3x its steps at the pace of its second half
-(experiments.stats.tail), would sit in another place makes the cell provisional, heading there.
+(experiments.shared.stats.tail), would sit in another place makes the cell provisional, heading there.
 
 A view is a slice seen as a table: x (its first numeric axis), y (its second, or none), the rest fixed.
 One sentence per view says where the subject collapses (sits at the unigram floor), e.g.
@@ -19,8 +19,8 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from experiments.phase_grid import CONFIRM_FACTOR, CONFIRM_SEEDS, LABELS, NUMERIC, Cell, Slice, neighbours, num
-from experiments.routing_rules import place
+from experiments.phase_diagram.grid import CONFIRM_FACTOR, CONFIRM_SEEDS, LABELS, NUMERIC, Cell, Slice, neighbours, num
+from experiments.routing_test.rules import place
 
 FLOOR = "at the unigram floor"
 SPLIT = "seed-split"
@@ -236,6 +236,6 @@ def confirmation_text(cells: list[Cell], confirmed: dict[Cell, bool] | None) -> 
 
 
 if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.options import not_a_command
+    from experiments.shared.options import not_a_command
 
     raise SystemExit(not_a_command(__spec__.name))

@@ -10,7 +10,7 @@ every experiment shares:
                        (+ slurm options) --collect --no-progress --no-report
     validation         every option; a --set key that a variant owns is refused
     runs               one run directory per (preset, variant, seed) (training.rundir),
-                       trained locally or submitted through submitit (experiments.launch)
+                       trained locally or submitted through submitit (experiments.shared.launch)
     results-<name>.json schema, experiment, preset, seeds, config (model, train, overrides,
                        variants), reference_levels, runs, the experiment's own keys,
                        software, train_wall_time_s, wall_time_s, created
@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments.common import format_table, levels_line, software_versions, table_figure
-from experiments.launch import add_launcher_arguments, check_launcher_arguments, launch
-from experiments.options import check_number as check_number  # re-exported: the experiments import it here
-from experiments.options import parse_seeds
-from experiments.plan import Context, Group, Job, Variant, select_variants
+from experiments.shared.launch import add_launcher_arguments, check_launcher_arguments, launch
+from experiments.shared.options import check_number as check_number  # re-exported: the experiments import it here
+from experiments.shared.options import parse_seeds
+from experiments.shared.plan import Context, Group, Job, Variant, select_variants
+from experiments.shared.text import format_table, levels_line, software_versions, table_figure
 from interp.cli import directory_option
 from interp.errors import ToolkitError, one_line
 from interp.io import remove_stale_temps
@@ -322,6 +322,6 @@ def write_results(path: Path, results: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.options import not_a_command
+    from experiments.shared.options import not_a_command
 
     raise SystemExit(not_a_command(__spec__.name))

@@ -1,6 +1,6 @@
 """What an experiment plans: named variants of a preset, groups of them, one job per (variant, seed).
 
-Plain types that the runner (experiments.frame), the launcher (experiments.launch)
+Plain types that the runner (experiments.shared.frame), the launcher (experiments.shared.launch)
 and every experiment share; this module imports neither of the first two.
 """
 
@@ -102,6 +102,6 @@ def select_variants(groups: list[Group], text: str) -> list[Group]:
 
 
 if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.options import not_a_command
+    from experiments.shared.options import not_a_command
 
     raise SystemExit(not_a_command(__spec__.name))

@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.options import check_number
-from experiments.plan import Context, Job
+from experiments.shared.options import check_number
+from experiments.shared.plan import Context, Job
 from interp.errors import ToolkitError
 
 LAUNCHERS = ("local", "slurm", "slurm-local")
@@ -33,7 +33,7 @@ DEFAULT_ENSEMBLE_SIZE = 16
 
 
 def add_launcher_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("launching (see experiments.launch)")
+    g = p.add_argument_group("launching (see experiments.shared.launch)")
     g.add_argument("--launcher", choices=LAUNCHERS, default="local",
                    help="local (default): train here; slurm: one submitit job per unfinished run; "
                         "slurm-local: the same through submitit's local executor")
@@ -190,11 +190,11 @@ def job_main(module: str, argv: list[str], preset: str, variant: str, seed: int,
     if gpus > 1 and "RANK" not in os.environ:
         payload = json.dumps([module, argv, preset, variant, seed])
         subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={gpus}",
-                        "-m", "experiments.launch", payload], check=True)
+                        "-m", "experiments.shared.launch", payload], check=True)
         return preset
     import importlib
 
-    experiment = importlib.import_module(f"experiments.{module}").EXPERIMENT
+    experiment = importlib.import_module(f"experiments.{module}.run").EXPERIMENT
     ctx, jobs = experiment.context(argv)
     matches = [j for j in jobs if (j.group.spec.preset, j.variant.name, j.seed) == (preset, variant, seed)]
     if len(matches) != 1:

@@ -1,15 +1,15 @@
 """The interventions experiment's report: console table and summary, report.html sections and figures.
 
 Reads results.json's dict (experiments.interventions' analyse); decides nothing (the rules are
-experiments.intervention_rules).
+experiments.interventions.rules).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from experiments.frame import Context
-from experiments.intervention_rules import bearing
+from experiments.interventions.rules import bearing
+from experiments.shared.frame import Context
 from interp.interventions import LAYER_INTERVENTIONS
 
 SHORT = {"remove_attn_residual": "-attn resid", "remove_ffn_residual": "-ffn resid", "knock_out_self": "-self",
@@ -175,6 +175,6 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
 
 
 if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.options import not_a_command
+    from experiments.shared.options import not_a_command
 
     raise SystemExit(not_a_command(__spec__.name))

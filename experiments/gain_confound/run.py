@@ -57,10 +57,10 @@ import functools
 import math
 from typing import Any
 
-from experiments.adam_invariance import EXPLANATION, adam_invariance_check, adam_line, gain_label
-from experiments.common import fmt_number, format_table, reference_lines, table_figure
-from experiments.frame import Context, Experiment, Group, Variant, check_number, run_summary
-from experiments.stats import settle_step, stats
+from experiments.gain_confound.adam_invariance import EXPLANATION, adam_invariance_check, adam_line, gain_label
+from experiments.shared.frame import Context, Experiment, Group, Variant, check_number, run_summary
+from experiments.shared.stats import settle_step, stats
+from experiments.shared.text import fmt_number, format_table, reference_lines, table_figure
 from interp.config import RESIDUALS
 from interp.errors import ToolkitError
 

@@ -1,7 +1,7 @@
 """The routing test's report: the console table and summary, and the report.html sections and figures.
 
 Everything here reads results.json's dict (experiments.routing_test's analyse) and writes text or
-figures; nothing here decides (the rules are experiments.routing_rules).
+figures; nothing here decides (the rules are experiments.routing_test.rules).
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from experiments.common import reference_lines
-from experiments.frame import Context
-from experiments.routing_rules import moves
-from experiments.stats import PACE_FACTOR
+from experiments.routing_test.rules import moves
+from experiments.shared.frame import Context
+from experiments.shared.stats import PACE_FACTOR
+from experiments.shared.text import reference_lines
 from interp.errors import DataError
 
 PROMPT = "ROMEO:\nWhat light through yonder window breaks?"  # for the attention-pattern figures
@@ -176,6 +176,6 @@ def attention_figures(results: dict[str, Any], corpus, prompt: str = PROMPT) -> 
 
 
 if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.options import not_a_command
+    from experiments.shared.options import not_a_command
 
     raise SystemExit(not_a_command(__spec__.name))

@@ -23,7 +23,7 @@ its seeds (they share the sequences). Identity probes (probes.identity.fit_decod
 the clean model at each layer's resid_post, offsets 0 and -1) score the site after the intervened layer:
 the change in current- and previous-token decoder cross-entropy. Losses are placed against the
 unigram and bigram levels (the routing test's place rule). The predictions I1-I8
-(experiments.intervention_rules) were fixed from the hypothesis before any number; each verdict cites
+(experiments.interventions.rules) were fixed from the hypothesis before any number; each verdict cites
 its interval and which routing-test prediction (P1-P7) it confirms or refines. Sanity checks (no-op
 hooks, interventions on paths a model lacks, the patching ends) and the largest difference between
 ResidualGPT and its export under the same hooks are reported.
@@ -60,9 +60,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.frame import Context, Experiment, Group, check_number, run_summary
-from experiments.intervention_report import sections, summary, table
-from experiments.routing_test import DEFAULT_MARGIN, DEFAULT_SELF_BIAS, make_variants
+from experiments.interventions.report import sections, summary, table
+from experiments.routing_test.run import DEFAULT_MARGIN, DEFAULT_SELF_BIAS, make_variants
+from experiments.shared.frame import Context, Experiment, Group, check_number, run_summary
 from interp.errors import ToolkitError
 
 SCHEMA = "interventions/1"
@@ -117,8 +117,8 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     import torch
     from tqdm.auto import tqdm
 
-    from experiments import intervention_effects as fx
-    from experiments.intervention_rules import verdicts
+    from experiments.interventions import effects as fx
+    from experiments.interventions.rules import verdicts
     from interp.model import ResidualGPT
     from probes.identity import fit_decoders, too_costly
 
@@ -173,7 +173,7 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
                                                 ddof=1)) if len(rs) > 1 else 0.0 for layer in range(len(per_layer))]
         variants[name] = {"seeds": [r["seed"] for r in records if r["variant"] == name], "effects": effects,
                           "seed_spread": spread}
-    from experiments.intervention_effects import BOOTSTRAP, BOOTSTRAP_SEED, LEVEL
+    from experiments.interventions.effects import BOOTSTRAP, BOOTSTRAP_SEED, LEVEL
 
     return {"margin": margin, "self_bias": ctx.args.self_bias, "val_batches": len(batches), "n_sequences": n_seq,
             "patch_pos": patch_pos, "bootstrap": {"resamples": BOOTSTRAP, "seed": BOOTSTRAP_SEED, "level": LEVEL},

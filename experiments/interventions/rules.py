@@ -1,12 +1,12 @@
 """The interventions experiment's predictions, each beside the rule that decides it.
 
 Written from the cross-position routing hypothesis (docs/DESIGN.md, "The question"; the routing
-test's P1-P7 in experiments.routing_rules) before any intervention was run: where a model lacks an
+test's P1-P7 in experiments.routing_test.rules) before any intervention was run: where a model lacks an
 identity path, attention's self path (alpha_tt near 1) stands in for it, and context arrives by
 content-based routing. Each Prediction names the variants it needs, the routing-test prediction it
 bears on and how (confirms: the same claim, now at inference inside one trained model; refines: a
 sharper claim the training-time test cannot make), and a decide function over an Outcome (the
-variants' effect summaries from experiments.intervention_effects.summarise, the levels, the margin).
+variants' effect summaries from experiments.interventions.effects.summarise, the levels, the margin).
 
 Intervals are the 95% bootstrap intervals over validation sequences of the seed-mean effect. "Raises
 the loss" means the interval's lower end is above the margin; "does not" means its upper end is below
@@ -27,7 +27,7 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Outcome:
-    variants: dict[str, Any]  # name -> experiments.intervention_effects.summarise(...)
+    variants: dict[str, Any]  # name -> experiments.interventions.effects.summarise(...)
     unigram: float
     bigram: float
     margin: float
@@ -235,6 +235,6 @@ def bearing(v: dict[str, Any]) -> str:
 
 
 if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.options import not_a_command
+    from experiments.shared.options import not_a_command
 
     raise SystemExit(not_a_command(__spec__.name))

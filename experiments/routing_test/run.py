@@ -54,10 +54,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from experiments.frame import Context, Experiment, Group, Variant, check_number, run_summary
-from experiments.routing_report import sections, summary, table
-from experiments.routing_rules import place, verdicts
-from experiments.stats import PACE_FACTOR, log_pace, mean_columns, paired_gap, stats, tail
+from experiments.routing_test.report import sections, summary, table
+from experiments.routing_test.rules import place, verdicts
+from experiments.shared.frame import Context, Experiment, Group, Variant, check_number, run_summary
+from experiments.shared.stats import PACE_FACTOR, log_pace, mean_columns, paired_gap, stats, tail
 from interp.errors import ToolkitError
 
 SCHEMA = "routing-test/3"
@@ -65,8 +65,8 @@ DEFAULT_SELF_BIAS = 4.0
 DEFAULT_MARGIN = 0.05  # nats: "at a level" means within this of it
 
 # Here: the variants, the per-run and per-variant numbers, the experiment. The verdict rules live beside
-# their predictions in experiments.routing_rules; the console table, summary and report.html sections in
-# experiments.routing_report; curve and seed statistics in experiments.stats.
+# their predictions in experiments.routing_test.rules; the console table, summary and report.html sections in
+# experiments.routing_test.report; curve and seed statistics in experiments.shared.stats.
 
 
 def make_variants(self_bias: float = DEFAULT_SELF_BIAS) -> list[Variant]:
@@ -248,15 +248,15 @@ EXPERIMENT = Experiment(
 # Names that lived here before the rules, the report and the statistics got modules of their own; researchers'
 # scripts still import them from here (resolved on first use, PEP 562).
 _MOVED = {
-    "experiments.routing_rules": (
+    "experiments.routing_test.rules": (
         "MARGIN_CHECK", "PREDICTIONS", "Outcome", "Prediction", "above", "at_pace", "below", "decide_p1",
         "decide_p2", "decide_p3", "decide_p4", "decide_p5", "decide_p6", "decide_p7", "moves", "moving_text",
         "reference_guard", "separation",
     ),
-    "experiments.routing_report": (
+    "experiments.routing_test.report": (
         "PLACES", "PROMPT", "attention_figures", "margin_sensitive", "margin_text", "needs_longer", "verdict_label",
     ),
-    "experiments.stats": ("slope",),
+    "experiments.shared.stats": ("slope",),
 }
 
 

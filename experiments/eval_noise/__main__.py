@@ -1,0 +1,3 @@
+from experiments.eval_noise.run import EXPERIMENT
+
+raise SystemExit(EXPERIMENT.main())

@@ -1,0 +1,3 @@
+from experiments.gain_confound.run import EXPERIMENT
+
+raise SystemExit(EXPERIMENT.main())

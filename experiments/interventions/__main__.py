@@ -1,0 +1,3 @@
+from experiments.interventions.run import EXPERIMENT
+
+raise SystemExit(EXPERIMENT.main())

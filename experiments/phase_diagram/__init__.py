@@ -1,0 +1,12 @@
+"""python -m experiments.phase_diagram: where ffn_only's collapse holds, over depth, lr, width and self-bias.
+
+Rooms: run.py (options, plan, confirm rounds, analyse), grid.py (cells and slices), boundary.py (places and
+sentences), predictor.py (early predictors), report.py. `python -m experiments.phase_diagram` runs it (__main__.py).
+"""
+
+import importlib
+from typing import Any
+
+
+def __getattr__(name: str) -> Any:  # `from experiments.phase_diagram import X`, the old one-module path (PEP 562)
+    return getattr(importlib.import_module(f"{__name__}.run"), name)

@@ -1,0 +1,3 @@
+from experiments.phase_diagram.run import EXPERIMENT
+
+raise SystemExit(EXPERIMENT.main())

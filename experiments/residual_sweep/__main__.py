@@ -1,0 +1,3 @@
+from experiments.residual_sweep.run import EXPERIMENT
+
+raise SystemExit(EXPERIMENT.main())

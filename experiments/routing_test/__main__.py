@@ -1,0 +1,3 @@
+from experiments.routing_test.run import EXPERIMENT
+
+raise SystemExit(EXPERIMENT.main())
