@@ -291,7 +291,8 @@ def identity_accuracy(
     *,
     title: str = "Where is the current token? Linear-probe accuracy by site",
 ) -> go.Figure:
-    """One panel per offset: probe accuracy at each site, one line per variant (probes.identity.measure records).
+    """One panel per offset: probe accuracy at each site, one line per variant (probes.identity.measure_identity
+    records).
 
     Dashed lines: chance (unigram) and, for offsets before the current token, the
     current-token level (what the current token alone predicts about that token).

@@ -31,7 +31,7 @@ class Codec(NamedTuple):
         return [self.decode([i]) for i in ids]
 
 
-def char_codec(vocab: list[str], what: str = "the text") -> Codec:
+def checkpoint_char_codec(vocab: list[str], what: str = "the text") -> Codec:
     """One token per character of vocab (id = index); a character outside it is a DataError naming `what`."""
     vocab = list(vocab)
     index = {c: i for i, c in enumerate(vocab)}
@@ -51,7 +51,7 @@ def char_codec(vocab: list[str], what: str = "the text") -> Codec:
 def codec(state: dict[str, Any], what: str = "the text") -> Codec:
     """The codec of a checkpoint's vocabulary (its state["vocab"] or encoding "gpt2")."""
     if state.get("vocab") is not None:
-        return char_codec(state["vocab"], what)
+        return checkpoint_char_codec(state["vocab"], what)
     if state.get("encoding") == "gpt2":
         from interp.tokenizers import gpt2_tokenizer
 
@@ -61,4 +61,4 @@ def codec(state: dict[str, Any], what: str = "the text") -> Codec:
                           "save it with interp.save_checkpoint(path, model, vocab=itos)")
 
 
-__all__ = ["GPT2_VOCAB_SIZE", "Codec", "char_codec", "codec", "gpt2_files"]
+__all__ = ["GPT2_VOCAB_SIZE", "Codec", "checkpoint_char_codec", "codec", "gpt2_files"]

@@ -201,7 +201,7 @@ MAX_BYTES = 2 * 2**30  # the decoders' parameters and logits, the one-hot contro
 
 def cost(cfg, n_train_windows: int = N_TRAIN_WINDOWS, weight_decays: Sequence[float] = WEIGHT_DECAYS,
          max_iter: int = MAX_ITER, offsets: Sequence[int] = OFFSETS) -> dict[str, float]:
-    """Rough FLOPs and peak bytes of measure() on a model of this config.
+    """Rough FLOPs and peak bytes of measure_identity() on a model of this config.
 
     Every site's decoder is a [d + 1, offsets x d_vocab] matrix fitted by L-BFGS on n_fit rows (each
     evaluation a forward and a gradient matmul); the control's d is d_vocab itself, so the cost grows as
@@ -217,7 +217,7 @@ def cost(cfg, n_train_windows: int = N_TRAIN_WINDOWS, weight_decays: Sequence[fl
 
 
 def too_costly(cfg, **kwargs: Any) -> str | None:
-    """Why measure() would take too long or too much memory on this config (None: it will not)."""
+    """Why measure_identity() would take too long or too much memory on this config (None: it will not)."""
     c = cost(cfg, **kwargs)
     if c["flops"] > MAX_FLOPS or c["bytes"] > MAX_BYTES:
         return (f"a vocabulary of {cfg.d_vocab} tokens needs about {c['flops']:.1e} FLOPs and "
@@ -239,7 +239,7 @@ def _as_model(checkpoint_or_model: Any):
     return model
 
 
-def measure(
+def measure_identity(
     checkpoint_or_model: Any,
     train_tokens: np.ndarray,
     val_batches: Iterable[tuple[Tensor, Tensor]],
@@ -362,7 +362,7 @@ class Decoders:
     """Identity decoders fitted once on a clean model, to score activations an intervention changed.
 
     decoders[site] = (mean, std, W [offset, d, class], b [offset, class]): the standardisation and the
-    decoder measure() fits, at `sites` for `offsets`. per_sequence_ce reads any activations of that site's
+    decoder measure_identity() fits, at `sites` for `offsets`. per_sequence_ce reads any activations of that site's
     shape, so a drop in decodability under an intervention is "no longer readable by the clean model's
     readout" - what the layers downstream, whose weights did not change either, face.
     """
@@ -388,7 +388,7 @@ class Decoders:
 def fit_decoders(model: Any, train_tokens: np.ndarray, sites: Sequence[str], *, offsets: Sequence[int] = (0, -1),
                  n_train_windows: int = N_TRAIN_WINDOWS, weight_decays: Sequence[float] = WEIGHT_DECAYS,
                  max_iter: int = MAX_ITER, seed: int = TRAIN_SEED) -> Decoders:
-    """measure()'s decoders at `sites` only (no control, no scoring): fitted once, applied many times."""
+    """measure_identity()'s decoders at `sites` only (no control, no scoring): fitted once, applied many times."""
     model = _as_model(model)
     n_classes, n_ctx = model.cfg.d_vocab, model.cfg.n_ctx
     n_held = max(1, round(n_train_windows * HELDOUT_FRACTION))
@@ -397,7 +397,7 @@ def fit_decoders(model: Any, train_tokens: np.ndarray, sites: Sequence[str], *, 
     windows = train_windows(np.asarray(train_tokens), n_ctx, n_train_windows, seed)
     fit_x, held_x = windows[n_held:], windows[:n_held]
     was_training, threads = model.training, torch.get_num_threads()
-    torch.set_num_threads(1)  # as in measure(): small matmuls on a shared CPU
+    torch.set_num_threads(1)  # as in measure_identity(): small matmuls on a shared CPU
     model.eval()
     try:
         fit_acts, held_acts = _activations(model, fit_x, sites), _activations(model, held_x, sites)
@@ -417,7 +417,7 @@ def fit_decoders(model: Any, train_tokens: np.ndarray, sites: Sequence[str], *, 
 
 
 def identity_summary(checkpoint_or_model: Any, train_tokens: np.ndarray, val_batches, **kwargs) -> dict[str, Any]:
-    """For a finished run: {"identity": measure(...), "logit_lens": {"sites", "layers", "ce"}}.
+    """For a finished run: {"identity": measure_identity(...), "logit_lens": {"sites", "layers", "ce"}}.
 
     The logit lens is interp.decompose.logit_lens_over on the same validation batches.
     """
@@ -426,7 +426,7 @@ def identity_summary(checkpoint_or_model: Any, train_tokens: np.ndarray, val_bat
     model = _as_model(checkpoint_or_model)
     val_batches = list(val_batches)
     return {
-        "identity": measure(model, train_tokens, val_batches, **kwargs),
+        "identity": measure_identity(model, train_tokens, val_batches, **kwargs),
         "logit_lens": logit_lens_over(model, val_batches),
     }
 
@@ -451,7 +451,7 @@ class IdentityProbe:
         if not getattr(trainer, "is_main", True):
             return
         batches = trainer.val_batches if self.n_val_batches is None else trainer.val_batches[: self.n_val_batches]
-        result = measure(trainer.model, trainer.corpus.train, batches, **self.measure_kwargs)
+        result = measure_identity(trainer.model, trainer.corpus.train, batches, **self.measure_kwargs)
         trainer.append("probes.jsonl", {"step": step, "probe": "identity", **result})
 
     def on_eval(self, trainer, step: int, val_loss: float) -> None:
@@ -471,7 +471,7 @@ __all__ = [
     "fit_decoders",
     "identity_sites",
     "identity_summary",
-    "measure",
+    "measure_identity",
     "site_label",
     "too_costly",
     "train_windows",

@@ -14,7 +14,7 @@ from probes.identity import (
     IdentityProbeError,
     identity_sites,
     identity_summary,
-    measure,
+    measure_identity,
     train_windows,
 )
 from training.presets import resolve
@@ -54,7 +54,7 @@ def test_embedding_site_decodes_the_current_token_exactly_and_deterministically(
     model = distinct_embedding_model()
     tokens = markov_tokens(6000, 20, seed=1)
     train, val = tokens[:5000], tokens[5000:]
-    result = measure(model, train, val_batches(val, 16, 32), n_train_windows=32)
+    result = measure_identity(model, train, val_batches(val, 16, 32), n_train_windows=32)
     assert result["sites"] == identity_sites(1) and result["offsets"] == list(OFFSETS)
     assert result["labels"] == ["embed", "0.mid", "0.post", "ln_final"]
     assert result["accuracy"][0][0] == 1.0  # embed site, offset 0
@@ -63,7 +63,7 @@ def test_embedding_site_decodes_the_current_token_exactly_and_deterministically(
     unigram, current = result["levels"]["unigram"], result["levels"]["current_token"]
     assert current["ce"][1] < unigram["ce"][1]  # the chain makes the previous token predictable from the current
     assert result["n_val"] == [32 * 16, 32 * 15, 32 * 14]  # offset -k is scored where t - k is in the window
-    again = measure(model, train, val_batches(val, 16, 32), n_train_windows=32)
+    again = measure_identity(model, train, val_batches(val, 16, 32), n_train_windows=32)
     assert json.dumps(again) == json.dumps(result)
 
 
@@ -71,22 +71,22 @@ def test_a_subset_of_sites_gives_the_same_numbers_as_the_full_probe_there():
     model = distinct_embedding_model()
     tokens = markov_tokens(6000, 20, seed=1)
     train, val = tokens[:5000], val_batches(tokens[5000:], 16, 32)
-    full = measure(model, train, val, n_train_windows=32, offsets=(0,))
-    one = measure(model, train, val, n_train_windows=32, offsets=(0,), sites=["blocks.0.hook_resid_mid"])
+    full = measure_identity(model, train, val, n_train_windows=32, offsets=(0,))
+    one = measure_identity(model, train, val, n_train_windows=32, offsets=(0,), sites=["blocks.0.hook_resid_mid"])
     assert one["sites"] == ["blocks.0.hook_resid_mid"] and one["labels"] == ["0.mid"]
     assert one["accuracy"] == [full["accuracy"][1]] and one["control"] == full["control"]
     with pytest.raises(IdentityProbeError, match="not residual sites"):
-        measure(model, train, val, sites=["blocks.3.hook_resid_mid"])
+        measure_identity(model, train, val, sites=["blocks.3.hook_resid_mid"])
     with pytest.raises(IdentityProbeError, match="not residual sites"):
-        measure(model, train, val, sites=[])
+        measure_identity(model, train, val, sites=[])
 
 
 def test_bad_input_is_refused():
     model = distinct_embedding_model()
     with pytest.raises(IdentityProbeError, match="offsets must be <= 0"):
-        measure(model, markov_tokens(500, 20, 0), val_batches(markov_tokens(200, 20, 1), 16, 8), offsets=(1,))
+        measure_identity(model, markov_tokens(500, 20, 0), val_batches(markov_tokens(200, 20, 1), 16, 8), offsets=(1,))
     with pytest.raises(IdentityProbeError, match="longer than n_ctx"):
-        measure(model, np.arange(10) % 20, val_batches(markov_tokens(200, 20, 1), 16, 8))
+        measure_identity(model, np.arange(10) % 20, val_batches(markov_tokens(200, 20, 1), 16, 8))
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from interp.decompose import decompose, decomposition_error, direct_logit_attrib
 from interp.mixers import CausalAttention, Mixer, PatternMixer, UniformMixer
 from interp.registry import MIXERS, mixer_spec, register_mixer
 from probes import measure
-from probes.identity import measure as identity_measure
+from probes.identity import measure_identity
 
 
 @register_mixer
@@ -302,5 +302,5 @@ def test_probes_read_what_the_mixer_declares(mixer):
         assert len(result["attention"]["alpha_tt"]) == 2 and 0 < result["attention"]["alpha_tt_layer_mean"][0] < 1
     assert len(result["norms"]["norms"]) == len(resid_sites(2)) and result["gradients"]["total"] > 0
     train = torch.randint(0, len(CHARS), (400,), generator=torch.Generator().manual_seed(3)).numpy()
-    identity = identity_measure(model, train, [(x[:, :-1], x[:, 1:])], n_train_windows=4, max_iter=2)
+    identity = measure_identity(model, train, [(x[:, :-1], x[:, 1:])], n_train_windows=4, max_iter=2)
     assert len(identity["accuracy"]) == len(resid_sites(2)) + 1

@@ -37,7 +37,7 @@ SEED = 2024
 class EarlyIdentity:
     """Trainer callback: the current-token decoder at block 0's resid_mid at `step` and at the end of training.
 
-    Appends {"step", "probe": "identity", ...probes.identity.measure(...)} to probes.jsonl, on one site and
+    Appends {"step", "probe": "identity", ...probes.identity.measure_identity(...)} to probes.jsonl, on one site and
     offset 0 only (a fraction of a full identity probe's cost). A resumed run drops records from after its
     checkpoint and writes them again, as every probe's.
     """
@@ -46,12 +46,12 @@ class EarlyIdentity:
         self.step = step
 
     def _record(self, trainer, step: int) -> None:
-        from probes.identity import measure
+        from probes.identity import measure_identity
 
         if not getattr(trainer, "is_main", True):
             return
-        result = measure(trainer.model, trainer.corpus.train, trainer.val_batches[:IDENTITY_BATCHES], offsets=(0,),
-                         sites=[IDENTITY_SITE])
+        result = measure_identity(trainer.model, trainer.corpus.train, trainer.val_batches[:IDENTITY_BATCHES],
+                                  offsets=(0,), sites=[IDENTITY_SITE])
         trainer.append("probes.jsonl", {"step": step, "probe": "identity", **result})
 
     def on_eval(self, trainer, step: int, val_loss: float) -> None:

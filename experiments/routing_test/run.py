@@ -36,8 +36,8 @@ results.json schema ("routing-test/3"):
                     block0_grad_at {step: norm}, growth, tail_drop {mean, std, ...}, tail_slope_per_1k,
                     projected_val_loss {mean, std, ...}, alpha_tt_projected}
     gaps            {"attn_only - full": {seeds, mean, std, min, max, n}} per-seed paired difference (or null)
-    identity        variant -> {"identity": probes.identity.measure(...), "logit_lens": {sites, layers, ce}} on the
-                    first seed's final checkpoint (null with --no-identity)
+    identity        variant -> {"identity": probes.identity.measure_identity(...), "logit_lens": {sites, layers,
+                    ce}} on the first seed's final checkpoint (null with --no-identity)
     verdicts        list of {id, title, prediction, measured, verdict, separation, rule, provisional,
                     heading, still_moving [text], at_margins {margin: verdict} (half and twice
                     the margin, on the final numbers)}; nothing is decided unless full is below bigram - margin
