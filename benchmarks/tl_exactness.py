@@ -56,8 +56,8 @@ def main(argv=None) -> int:
     import torch
 
     from interp import ModelConfig, ResidualGPT
-    from interp.export import load_tl
-    from interp.tl_major import TL_VERSION
+    from interp.tl.load import load_tl
+    from interp.tl.major import TL_VERSION
 
     warnings.simplefilter("ignore")
     models = []

@@ -20,14 +20,14 @@ _LAZY = {
     "DataError": "interp.errors",
     "ToolkitError": "interp.errors",
     "ResidualGPT": "interp.model",
-    "to_hooked_transformer": "interp.hooked",
-    "save_hooked": "interp.hooked",
-    "load_hooked": "interp.hooked",
-    "to_transformer_bridge": "interp.bridge",
-    "save_bridge": "interp.bridge",
-    "load_bridge": "interp.bridge",
-    "load_tl": "interp.export",
-    "TL_MAJOR": "interp.tl_major",
+    "to_hooked_transformer": "interp.tl.hooked",
+    "save_hooked": "interp.tl.hooked",
+    "load_hooked": "interp.tl.hooked",
+    "to_transformer_bridge": "interp.tl.bridge",
+    "save_bridge": "interp.tl.bridge",
+    "load_bridge": "interp.tl.bridge",
+    "load_tl": "interp.tl.load",
+    "TL_MAJOR": "interp.tl.major",
 }
 
 

@@ -24,7 +24,7 @@ On top of it:
 
 Every function takes a cache as a dict of tensors (ResidualGPT's run_with_cache)
 or a transformer_lens ActivationCache (which carries its model), and the model:
-a ResidualGPT or its export from interp.hooked.to_hooked_transformer (with or
+a ResidualGPT or its export from interp.tl.hooked.to_hooked_transformer (with or
 without TL's weight processing).
 """
 
@@ -80,7 +80,7 @@ def _model_of(cache: Any, model: Any) -> Any:
         model = getattr(cache, "model", None)  # an ActivationCache knows its model
     if model is None:
         raise DecompositionError("pass model= (a ResidualGPT or its HookedTransformer) with a dict cache")
-    return getattr(model, "residual_gpt", model)  # a TL 4 bridge (interp.bridge) runs this ResidualGPT
+    return getattr(model, "residual_gpt", model)  # a TL 4 bridge (interp.tl.bridge) runs this ResidualGPT
 
 
 def wiring(model: Any) -> tuple[int, bool, bool]:
@@ -88,7 +88,7 @@ def wiring(model: Any) -> tuple[int, bool, bool]:
     cfg = model if isinstance(model, ModelConfig) else model.cfg
     if isinstance(cfg, ModelConfig):
         return cfg.n_layers, cfg.attn_residual, cfg.ffn_residual
-    from interp.hooked.rewire import NoResidualHookPoint  # an exported HookedTransformer: its hook points say
+    from interp.tl.hooked.rewire import NoResidualHookPoint  # an exported HookedTransformer: its hook points say
 
     block = model.blocks[0]
     return (

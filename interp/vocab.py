@@ -5,7 +5,7 @@ characters (id = index), or state["encoding"] == "gpt2", GPT-2's byte-level BPE
 from local files ($RESIDUAL_DATA_DIR/gpt2: encoder.json and vocab.bpe, the files
 tiktoken's "gpt2" uses). `codec` encodes and decodes with it (interp.sample,
 interp.plot_attention); interp.tokenizers.tokenizer_for picks the Hugging Face tokenizer that
-interp.hooked attaches to an export.
+interp.tl.hooked attaches to an export.
 
 Light: nothing heavy is imported until a GPT-2 tokenizer is built, so a
 command line with a bad prompt answers at once.

@@ -83,7 +83,7 @@ class InterruptAt:
 def pytest_report_header(config):
     major = version("transformer-lens")
     tl4 = int(major.split(".")[0]) >= 4
-    export = "TransformerBridge (interp.bridge)" if tl4 else "HookedTransformer (interp.hooked)"
+    export = "TransformerBridge (interp.tl.bridge)" if tl4 else "HookedTransformer (interp.tl.hooked)"
     return f"transformer-lens {major}: the export tests run against the {export}"
 
 

@@ -13,8 +13,8 @@ import warnings
 
 import pytest
 
-from interp.export import load_tl
-from interp.tl_major import TL_MAJOR
+from interp.tl.load import load_tl
+from interp.tl.major import TL_MAJOR
 
 TL4 = TL_MAJOR >= 4
 tl3_only = pytest.mark.skipif(TL4, reason="HookedTransformer only (TL 3.x); the bridge's counterpart: test_bridge.py")

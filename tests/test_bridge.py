@@ -1,4 +1,4 @@
-"""interp.bridge: every checkpoint as a TransformerLens 4 TransformerBridge running ResidualGPT's forward.
+"""interp.tl.bridge: every checkpoint as a TransformerLens 4 TransformerBridge running ResidualGPT's forward.
 
 Runs on TransformerLens 4 only (`make test-tl4`); on 3.x every test here skips.
 """
@@ -12,7 +12,7 @@ import warnings
 import pytest
 import torch
 
-from interp.tl_major import TL_MAJOR
+from interp.tl.major import TL_MAJOR
 
 pytestmark = pytest.mark.skipif(TL_MAJOR < 4, reason="TransformerLens 4 only (make test-tl4)")
 
@@ -22,7 +22,7 @@ if TL_MAJOR >= 4:
     import interp
     import interp.decompose as decompose
     from interp import CheckpointError, ConfigError, DataError, ModelConfig, ResidualGPT, ToolkitError
-    from interp.bridge import ResidualBridge, load_bridge, save_bridge, to_transformer_bridge
+    from interp.tl.bridge import ResidualBridge, load_bridge, save_bridge, to_transformer_bridge
 
 CHARS = list("\n !$&',-.3:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 CONFIGS = {  # id -> (residual, mixer, self_bias)
@@ -297,7 +297,7 @@ def test_load_tl_and_to_hooked_transformer_on_tl4(tmp_path):
     with pytest.raises(ToolkitError, match="to_transformer_bridge"):
         interp.to_hooked_transformer(model)
     with pytest.raises(ToolkitError, match="to_transformer_bridge"):
-        importlib.import_module("interp.hooked")
+        importlib.import_module("interp.tl.hooked")
 
 
 def test_nnsight_reads_and_edits_hook_pattern_on_the_bridge():

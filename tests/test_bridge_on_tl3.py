@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from interp import ModelConfig, ResidualGPT
-from interp.tl_major import TL_MAJOR
+from interp.tl.major import TL_MAJOR
 
 CHARS = list("abcdefghij\n")
 
@@ -14,7 +14,7 @@ CHARS = list("abcdefghij\n")
 @pytest.mark.skipif(TL_MAJOR >= 4, reason="the TL 4 bridge has test_bridge.py")
 @pytest.mark.parametrize("mixer", ["attention", "position_blind"])
 def test_to_transformer_bridge_is_exact_on_tl3(mixer):
-    from interp.bridge import to_transformer_bridge
+    from interp.tl.bridge import to_transformer_bridge
 
     torch.manual_seed(0)
     model = ResidualGPT(ModelConfig(n_layers=2, d_model=32, n_heads=4, n_ctx=16, d_vocab=len(CHARS),

@@ -54,8 +54,8 @@ def test_make_mixer_builds_the_registered_mixer():
 
 def test_toolkit_warnings_follow_the_users_filters():
     from interp import to_hooked_transformer
-    from interp.hooked import NonAdditiveResidualWarning
     from interp.model import ResidualGPT
+    from interp.tl.hooked import NonAdditiveResidualWarning
 
     torch.manual_seed(0)
     model = ResidualGPT(ModelConfig(n_layers=2, d_model=16, n_heads=2, n_ctx=8, d_vocab=5, residual="attn_only"))

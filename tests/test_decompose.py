@@ -141,7 +141,7 @@ def test_logit_lens_last_site_is_the_model_loss(residual):
 
 @tl3_only
 def test_additive_tl_methods_warn_on_ablated_exports():
-    import interp.hooked as hooked
+    import interp.tl.hooked as hooked
 
     full = export(model_for("full", "attention"))
     ablated = export(model_for("ffn_only", "attention"))

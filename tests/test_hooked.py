@@ -1,4 +1,4 @@
-"""interp.hooked (and on TL 4 interp.bridge): every checkpoint as a TransformerLens model that computes the same
+"""interp.tl.hooked (and on TL 4 interp.tl.bridge): every checkpoint as a TransformerLens model that computes the same
 function. convert is the installed major's export; HookedTransformer-only tests are marked tl3_only."""
 
 from __future__ import annotations
@@ -320,7 +320,7 @@ def test_gpt2_tokenizer_from_local_files(monkeypatch):
 
 @tl3_only
 def test_non_full_warning_at_every_conversion():
-    import interp.hooked as hooked
+    import interp.tl.hooked as hooked
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -503,7 +503,7 @@ def test_load_checkpoint_refuses(out, case):
 
 @pytest.mark.parametrize("case", ["empty", "no_weights", "weights_not_tensors", "wrong_shape"])
 def test_to_hooked_transformer_refuses(out, case):
-    from interp.hooked import to_hooked_transformer
+    from interp.tl.hooked import to_hooked_transformer
 
     if case == "wrong_shape":
         path = out / "shape.pt"
@@ -520,7 +520,7 @@ def test_to_hooked_transformer_refuses(out, case):
 
 
 def test_to_hooked_transformer_refuses_other_things():
-    from interp.hooked import to_hooked_transformer
+    from interp.tl.hooked import to_hooked_transformer
 
     with pytest.raises(ToolkitError, match="takes a ResidualGPT"):
         to_hooked_transformer(42)

@@ -46,7 +46,7 @@ def all_hooks(model):
 
 @pytest.mark.parametrize("wiring", WIRINGS, ids=lambda w: "-".join(f"{v}" for v in w.values()))
 def test_same_numbers_on_residualgpt_and_its_export(wiring):
-    from interp.export import load_tl
+    from interp.tl.load import load_tl
 
     model = tiny(**wiring)
     with warnings.catch_warnings():

@@ -83,3 +83,15 @@ def test_no_import_circles():
 
 def test_the_checker_sees_a_circle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_old_paths_are_the_new_modules():
+    """interp.hooked and interp.bridge moved into interp.tl; their old paths (notebooks import them) give the same."""
+    import interp.bridge
+    import interp.hooked
+    import interp.tl.bridge
+    import interp.tl.hooked
+
+    assert interp.hooked.__all__ == interp.tl.hooked.__all__
+    assert all(getattr(interp.hooked, n) is getattr(interp.tl.hooked, n) for n in interp.tl.hooked.__all__)
+    assert all(getattr(interp.bridge, n) is getattr(interp.tl.bridge, n) for n in interp.bridge.__all__)

@@ -256,7 +256,7 @@ def test_bridge_runs_any_mixer_with_the_hooks_it_declares():
 @tl3_only
 @pytest.mark.parametrize("mixer", ["toy_doubled_uniform", "toy_swapped_qk"])
 def test_an_export_whose_logits_differ_is_refused_by_name(mixer):
-    from interp.hooked import to_hooked_transformer
+    from interp.tl.hooked import to_hooked_transformer
 
     model = model_of(mixer).train()
     with pytest.raises(ToolkitError, match=rf"mixer '{mixer}': the HookedTransformer's logits differ .* by up to"):

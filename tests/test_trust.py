@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from test_hooked import CHARS, convert, make_model, tiny_config, tokens
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-import interp.hooked as hooked
+import interp.tl.hooked as hooked
 from interp import CheckpointError, ConfigError, ResidualGPT, ToolkitError, load_hooked, save_checkpoint, save_hooked
 from interp.checkpoint import load_checkpoint
 from interp.decompose import DecompositionError, decompose, direct_logit_attribution, resid_sites

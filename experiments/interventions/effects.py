@@ -318,8 +318,8 @@ def export_difference(model, batch: tuple[torch.Tensor, torch.Tensor], patch_pos
     """Largest |per-sequence loss difference| between the model and its TransformerLens export, same hooks."""
     import warnings
 
-    from interp.export import load_tl
     from interp.registry import mixer_spec
+    from interp.tl.load import load_tl
 
     if not mixer_spec(model.cfg.mixer).exports_to_tl():
         return None

@@ -17,7 +17,7 @@ from typing import Any
 from transformer_lens import ActivationCache, HookedTransformer, HookedTransformerConfig
 
 from interp.config import ModelConfig
-from interp.hooked.export import ExportCache, ExportedHookedTransformer
+from interp.tl.hooked.exported import ExportCache, ExportedHookedTransformer
 
 
 class NonAdditiveResidualWarning(UserWarning):

@@ -19,7 +19,7 @@ swapped hook point holds a buffer naming what it does (e.g.
 blocks.0.hook_resid_mid.residual_removed), so a strict load_state_dict into a
 plain HookedTransformer refuses the state dict ("Unexpected key(s)"); strict=False
 and load_and_process_state_dict would drop them, which is why save_hooked's file
-keeps its tensors in shapes no plain HookedTransformer takes (interp.hooked.persist).
+keeps its tensors in shapes no plain HookedTransformer takes (interp.tl.hooked.persist).
 
 A routed block's attention also becomes a RoutedAttention, so reading its W_Q, W_K or
 QK from outside the forward pass warns (HiddenRoutingWarning) as the model-level ones do.

@@ -1,11 +1,11 @@
 """Which TransformerLens major is installed (light: no transformer_lens import).
 
-    TL 3.x   interp.to_hooked_transformer -> HookedTransformer (interp.hooked)
-    TL 4.x   interp.to_transformer_bridge -> TransformerBridge (interp.bridge)
+    TL 3.x   interp.to_hooked_transformer -> HookedTransformer (interp.tl.hooked)
+    TL 4.x   interp.to_transformer_bridge -> TransformerBridge (interp.tl.bridge)
 
-interp.export.load_tl returns whichever the installed major has. TL 4 removed
-HookedTransformer; interp.hooked calls require_tl3() before it imports it, so on
-4.x `import interp.hooked` (and interp.to_hooked_transformer, save_hooked,
+interp.tl.load.load_tl returns whichever the installed major has. TL 4 removed
+HookedTransformer; interp.tl.hooked calls require_tl3() before it imports it, so on
+4.x `import interp.tl.hooked` (and interp.to_hooked_transformer, save_hooked,
 load_hooked) is a ToolkitError that names to_transformer_bridge, instead of TL's
 ImportError deep inside an import.
 """
@@ -41,7 +41,7 @@ def require_tl3() -> None:
     """Raise NeedsTransformerLens3 unless TransformerLens 3.x (which has HookedTransformer) is installed."""
     if TL_MAJOR >= 4:
         raise NeedsTransformerLens3(
-            f"to_hooked_transformer / save_hooked / load_hooked (interp.hooked) need TransformerLens 3.x "
+            f"to_hooked_transformer / save_hooked / load_hooked (interp.tl.hooked) need TransformerLens 3.x "
             f"(HookedTransformer), but transformer-lens {TL_VERSION} is installed, which removed it: use "
             "interp.to_transformer_bridge (or interp.load_tl, which picks the installed major), or install "
             "'transformer-lens>=3.9,<4'"

@@ -1,6 +1,6 @@
 """The TransformerLens 4 architecture adapter for ResidualGPT: its generalized components (embedding,
 LayerNorm, MLP, the mixer slot with the hooks its mixer declares, the block carrying ResidualGPT's own
-TL 3 hook points) and the module that hosts the ResidualGPT. interp.bridge builds the bridge from it.
+TL 3 hook points) and the module that hosts the ResidualGPT. interp.tl.bridge builds the bridge from it.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The weights move into TL's layout one to one; the attention slot's as its mixer
 declares (interp.mixers); runtime_gain is folded into W_O / b_O and W_out /
-b_out. What TL's block cannot express is rewired (interp.hooked.rewire).
+b_out. What TL's block cannot express is rewired (interp.tl.hooked.rewire).
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 from interp.checkpoint import Checkpoint, load_checkpoint
 from interp.config import ModelConfig
 from interp.errors import ConfigError, ToolkitError
-from interp.hooked.caches import new_hooked_transformer, warn_non_additive
-from interp.hooked.rewire import install
 from interp.mixers import TL_SLOTS
 from interp.model import ResidualGPT
 from interp.registry import mixer_spec
-from interp.tl_major import tl_config_fields
+from interp.tl.hooked.caches import new_hooked_transformer, warn_non_additive
+from interp.tl.hooked.rewire import install
+from interp.tl.major import tl_config_fields
 from interp.tokenizers import tokenizer_for
 
 
@@ -182,7 +182,7 @@ def to_hooked_transformer(
     w is far from 1. interp.decompose.direct_logit_attribution applies w and b
     itself and is exact with or without fold_ln, for every residual config.
 
-    For residual != 'full' the model is a NonAdditiveHookedTransformer (interp.hooked.caches): its
+    For residual != 'full' the model is a NonAdditiveHookedTransformer (interp.tl.hooked.caches): its
     caches warn (NonAdditiveResidualWarning; Python's filters decide how often) on decompose_resid,
     get_full_resid_decomposition, stack_head_results and logit_attrs, whose
     sums assume every sublayer output reaches the final stream; use

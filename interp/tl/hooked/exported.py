@@ -32,8 +32,8 @@ from transformer_lens.FactoredMatrix import FactoredMatrix
 
 from interp.config import ModelConfig
 from interp.errors import ConfigError, LogitAttrsWarning, UntrainedTokenWarning, WeightsOnlyWarning, warn
-from interp.hooked.rewire import hidden_routing_warning, routing_quiet
 from interp.registry import mixer_spec
+from interp.tl.hooked.rewire import hidden_routing_warning, routing_quiet
 
 
 def _nonzero(t: Any) -> bool:

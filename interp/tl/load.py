@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from interp.tl_major import TL_MAJOR
+from interp.tl.major import TL_MAJOR
 
 
 def load_tl(source: Any, **kwargs: Any) -> Any:
@@ -14,10 +14,10 @@ def load_tl(source: Any, **kwargs: Any) -> Any:
     (interp.to_transformer_bridge) on 4.x; keyword arguments go through (vocab, device, ...).
     """
     if TL_MAJOR >= 4:
-        from interp.bridge import to_transformer_bridge
+        from interp.tl.bridge import to_transformer_bridge
 
         return to_transformer_bridge(source, **kwargs)
-    from interp.hooked import to_hooked_transformer
+    from interp.tl.hooked import to_hooked_transformer
 
     return to_hooked_transformer(source, **kwargs)
 

@@ -19,25 +19,25 @@ The position embedding refuses positions past n_ctx (TL would index out of
 range, or with to_tokens cut the prompt silently).
 
 TransformerLens 3.x only: TL 4 removed HookedTransformer, so there importing this
-package is a ToolkitError naming interp.to_transformer_bridge (interp.bridge).
+package is a ToolkitError naming interp.to_transformer_bridge (interp.tl.bridge).
 """
 
-from interp.tl_major import require_tl3
+from interp.tl.major import require_tl3
 
 require_tl3()  # before anything below imports HookedTransformer
 
 # ruff: noqa: E402
 
-from interp.hooked.caches import (
+from interp.tl.hooked.caches import (
     _ADDITIVE_METHODS,
     NonAdditiveCache,
     NonAdditiveHookedTransformer,
     NonAdditiveResidualWarning,
 )
-from interp.hooked.convert import hooked_config, model_from_checkpoint, tl_state_dict, to_hooked_transformer
-from interp.hooked.export import ExportCache, ExportedHookedTransformer, logit_attrs_gap
-from interp.hooked.persist import HOOKED_SCHEMA, load_hooked, save_hooked
-from interp.hooked.rewire import (
+from interp.tl.hooked.convert import hooked_config, model_from_checkpoint, tl_state_dict, to_hooked_transformer
+from interp.tl.hooked.exported import ExportCache, ExportedHookedTransformer, logit_attrs_gap
+from interp.tl.hooked.persist import HOOKED_SCHEMA, load_hooked, save_hooked
+from interp.tl.hooked.rewire import (
     ContextCheckedPosEmbed,
     NoResidualHookPoint,
     RecordedHookPoint,

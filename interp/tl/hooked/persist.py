@@ -26,9 +26,9 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 from interp.checkpoint import SCHEMA
 from interp.config import ModelConfig
 from interp.errors import CheckpointError, ToolkitError
-from interp.hooked.caches import new_hooked_transformer, warn_non_additive
-from interp.hooked.rewire import install
 from interp.io import atomic_write
+from interp.tl.hooked.caches import new_hooked_transformer, warn_non_additive
+from interp.tl.hooked.rewire import install
 from interp.tokenizers import char_tokenizer, gpt2_tokenizer
 from interp.vocab import GPT2_VOCAB_SIZE, gpt2_files
 

@@ -1,0 +1,427 @@
+"""A ResidualGPT as a TransformerLens 4 TransformerBridge that runs ResidualGPT's own forward.
+
+TransformerLens 4 removed HookedTransformer; its TransformerBridge wraps an
+existing nn.Module through an architecture adapter instead of re-implementing
+it. So, unlike the 3.x export (interp.tl.hooked), nothing is converted: the bridge
+wraps a copy of the ResidualGPT itself, and every forward is ResidualGPT's -
+removed residual paths, routing controls (self_bias, uniform) and the
+position-blind mixer included - bit for bit.
+
+Hook names, two families on one model:
+
+    TL 4 canonical   blocks.{l}.hook_in / hook_out, blocks.{l}.attn.hook_in / hook_out,
+                     blocks.{l}.ln1.hook_in / hook_out, blocks.{l}.mlp.hook_in / hook_out,
+                     embed.hook_out, unembed.hook_out, ... (TL 4's generalized components)
+    TL 3 names       hook_embed, hook_pos_embed, blocks.{l}.hook_resid_pre|mid|post,
+                     blocks.{l}.hook_attn_out|mlp_out, blocks.{l}.ln1.hook_scale|normalized,
+                     blocks.{l}.attn.hook_q|k|v|attn_scores|pattern|z|result, blocks.{l}.mlp.hook_pre|post,
+                     ln_final.hook_scale|normalized
+
+The TL 3 names are ResidualGPT's own HookPoints (the ones its forward reads
+back), registered on the bridge's components, so a value cached or patched
+there is the one the model computes with: patching hook_resid_mid changes both
+the MLP input and the residual it feeds, as on a HookedTransformer (TL 4's own
+BlockBridge would alias it to ln2's input only). hook_result is the only one
+computed for the bridge: per-head outputs when set_use_attn_result(True), as on
+3.x. Which hooks the attention slot has is what the mixer declares
+(interp.registry.mixer_spec: hook_sites, has_heads); a mixer without heads or
+pattern (position_blind) is bridged without them, and asking for one is a
+ToolkitError that names the hooks it has.
+
+With a residual path removed, ActivationCache's additive methods refuse (they
+assume the stream is the sum of every sublayer output); interp.decompose reads
+bridge caches and is exact.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+from transformer_lens import ActivationCache
+from transformer_lens.config import TransformerBridgeConfig
+from transformer_lens.hook_points import HookPoint
+from transformer_lens.model_bridge import TransformerBridge
+from transformer_lens.model_bridge.sources import build_bridge_from_module
+
+from interp.checkpoint import SCHEMA, Checkpoint, load_checkpoint
+from interp.config import ModelConfig
+from interp.errors import CheckpointError, ConfigError, LogitAttrsWarning, ToolkitError, warn
+from interp.gpt2 import GPT2_VOCAB_SIZE
+from interp.io import atomic_write
+from interp.model import LOGIT_ATTRS_MESSAGE, ResidualGPT
+from interp.registry import mixer_spec
+from interp.tl.bridge_adapter import (  # registers the adapter
+    _ATTN_NAMES,
+    ARCHITECTURE,
+    _attn_sites,
+    _HeadResults,
+    _Host,
+)
+from interp.tl.major import tl_config_fields
+from interp.tokenizers import tokenizer_for
+
+BRIDGE_SCHEMA = "residual-gpt-bridge/1"
+
+# --------------------------------------------------------------------------- the bridge and its cache
+
+
+def _lacks(cfg: ModelConfig, name: str) -> bool:
+    """Whether `name` is a TL 3 attention hook name that this model's mixer does not have."""
+    site = name.rsplit(".", 1)[-1]
+    return ".attn." in name and site in _ATTN_NAMES and site not in _attn_sites(cfg)
+
+
+def _lacks_error(cfg: ModelConfig, name: str) -> ToolkitError:
+    spec = mixer_spec(cfg.mixer)
+    what = ", ".join(w for w, has in (("no heads", spec.has_heads), ("no attention pattern", spec.has_pattern))
+                     if not has) or "not this hook"
+    sites = " / ".join(_attn_sites(cfg)) or "none of TL 3's"
+    return ToolkitError(
+        f"{name!r}: this model's token mixer, mixer={cfg.mixer!r}, has {what}, so it has no such hook; its hooks "
+        f"under blocks.{{l}}.attn are {sites} (and hook_in / hook_out)"
+    )
+
+
+class BridgeActivationCache(ActivationCache):
+    """The ActivationCache of a ResidualBridge.
+
+    With a residual path removed the stream is not the sum of the embeddings and
+    every sublayer output, so decompose_resid, get_full_resid_decomposition,
+    stack_head_results and logit_attrs refuse at every call (use interp.decompose,
+    which follows the wiring and reads this cache). A head hook of a
+    position-blind model is a ToolkitError rather than a KeyError.
+    """
+
+    def _refuse_if_not_additive(self, method: str) -> None:
+        residual = self.model.residual_gpt.cfg.residual
+        if residual != "full":
+            raise ToolkitError(
+                f"ActivationCache.{method} assumes the residual stream is the sum of the embeddings and every "
+                f"sublayer output, which is false for residual={residual!r}; use interp.decompose (decompose, "
+                "direct_logit_attribution, logit_lens), which follows this model's wiring and reads this cache"
+            )
+
+    def __getitem__(self, key: Any) -> Tensor:
+        cfg = self.model.residual_gpt.cfg
+        if isinstance(key, str) and key not in self.cache_dict and _lacks(cfg, key):
+            raise _lacks_error(cfg, key)
+        if isinstance(key, tuple) and key and isinstance(key[0], str):
+            short = {"attn": "pattern", "scores": "attn_scores"}.get(key[0], key[0])
+            name = f"blocks.{{l}}.attn.hook_{short}"
+            if _lacks(cfg, name):
+                raise _lacks_error(cfg, f"{key[0]} ({name})")
+        return super().__getitem__(key)
+
+    def decompose_resid(self, *args: Any, **kwargs: Any) -> Any:
+        self._refuse_if_not_additive("decompose_resid")
+        return super().decompose_resid(*args, **kwargs)
+
+    def get_full_resid_decomposition(self, *args: Any, **kwargs: Any) -> Any:
+        self._refuse_if_not_additive("get_full_resid_decomposition")
+        return super().get_full_resid_decomposition(*args, **kwargs)
+
+    def stack_head_results(self, *args: Any, **kwargs: Any) -> Any:
+        self._refuse_if_not_additive("stack_head_results")
+        return super().stack_head_results(*args, **kwargs)
+
+    def logit_attrs(self, *args: Any, **kwargs: Any) -> Any:
+        self._refuse_if_not_additive("logit_attrs")
+        # the bridge never folds ln_final, so TL's attributions leave out its weight (as on an unfolded 3.x export)
+        warn(LOGIT_ATTRS_MESSAGE, LogitAttrsWarning, stacklevel=2)
+        return super().logit_attrs(*args, **kwargs)
+
+    def apply_slice_to_batch_dim(self, batch_slice: Any) -> ActivationCache:
+        sliced = super().apply_slice_to_batch_dim(batch_slice)
+        return BridgeActivationCache(sliced.cache_dict, self.model, has_batch_dim=sliced.has_batch_dim)
+
+
+def _no_processing(call: str) -> ToolkitError:
+    return ToolkitError(
+        f"{call}: TransformerLens 4's weight processing (fold_ln, center_writing_weights, center_unembed, "
+        "fold_value_biases) is not wired to this bridge, which runs ResidualGPT's own weights and forward (exact, "
+        "ablated residuals included) and already has TL 3's hook names; use interp.decompose for exact "
+        "decompositions (no folding needed), enable_compatibility_mode(no_processing=True) (a no-op here), or on "
+        "TransformerLens 3.x interp.to_hooked_transformer(..., fold_ln=True, center_writing_weights=True)"
+    )
+
+
+def _show(wiring: Tensor | None) -> str:
+    if wiring is None or wiring.dim() == 0:
+        return repr(None if wiring is None else wiring.item())
+    return repr(bytes(wiring.tolist()).decode(errors="replace"))  # wiring.mixer: the name
+
+
+class ResidualBridge(TransformerBridge):
+    """The TransformerBridge of a ResidualGPT (what to_transformer_bridge returns).
+
+    residual_gpt is the bridged model (its modules now wrapped by TL 4's
+    components); hook_embed and hook_pos_embed are its own hook points, as
+    every TL 3 name is (see the module docstring).
+    """
+
+    hook_aliases = {"hook_unembed": "unembed.hook_out"}
+
+    @property
+    def residual_gpt(self) -> ResidualGPT:
+        return self.original_model.gpt
+
+    @property
+    def has_heads(self) -> bool:
+        return mixer_spec(self.residual_gpt.cfg.mixer).has_heads
+
+    @property
+    def has_pattern(self) -> bool:
+        return mixer_spec(self.residual_gpt.cfg.mixer).has_pattern
+
+    def _resolve_hook_point(self, name: str, aliases: dict, hook_dict: dict) -> tuple[str, HookPoint]:
+        if _lacks(self.residual_gpt.cfg, name):
+            raise _lacks_error(self.residual_gpt.cfg, name)
+        return super()._resolve_hook_point(name, aliases, hook_dict)
+
+    def set_use_attn_result(self, use_attn_result: bool) -> None:
+        """Fire blocks.{l}.attn.hook_result ([batch, pos, head, d_model], each head's share of hook_attn_out)."""
+        if not all(isinstance(b.attn.original_component.out_proj, _HeadResults) for b in self.residual_gpt.blocks):
+            raise _lacks_error(self.residual_gpt.cfg, "blocks.{l}.attn.hook_result")
+        self.cfg._set_bridge_managed_hook_flag("use_attn_result", bool(use_attn_result))  # cfg.x = routes here
+        for block in self.residual_gpt.blocks:
+            block.attn.original_component.out_proj.enabled = bool(use_attn_result)
+
+    def _wiring(self) -> dict[str, Tensor]:
+        cfg = self.residual_gpt.cfg
+        return {
+            "wiring.attn_residual": torch.tensor(cfg.attn_residual),
+            "wiring.ffn_residual": torch.tensor(cfg.ffn_residual),
+            "wiring.mixer": torch.tensor(list(cfg.mixer.encode()), dtype=torch.uint8),  # its name, as bytes
+            "wiring.self_bias": torch.tensor(cfg.self_bias),
+            "wiring.runtime_gain": torch.tensor(cfg.runtime_gain),
+        }
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Tensor]:
+        """ResidualGPT's weights under its own names, and wiring.* entries that say how they are wired.
+
+        TL 4's own state_dict would drop weights of this tree; the wiring.* keys
+        make a plain TL 4 model refuse this dict ("Unexpected key(s)").
+        """
+        weights = {k: v.detach() for k, v in self._residual_weights.items()}
+        return {**weights, **self._wiring()}
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
+        """Load a ResidualBridge's state_dict: the wiring must be this model's, every weight must fit."""
+        state = dict(state_dict)
+        for key, value in self._wiring().items():
+            given = state.pop(key, None)
+            given = None if given is None else torch.as_tensor(given).to(value.dtype)
+            if given is None or given.shape != value.shape or not torch.equal(given, value):
+                raise CheckpointError(
+                    f"state dict wiring {key}={_show(given)} is not this model's ({_show(value)}): it belongs "
+                    "to another residual config or mixer (or is not a ResidualBridge's state dict)"
+                )
+        missing = sorted(set(self._residual_weights) - set(state))
+        unexpected = sorted(set(state) - set(self._residual_weights))
+        if missing or unexpected:
+            raise CheckpointError(f"state dict does not fit: missing {missing}, unexpected {unexpected}")
+        with torch.no_grad():
+            for key, tensor in self._residual_weights.items():
+                if state[key].shape != tensor.shape:
+                    raise CheckpointError(f"{key}: shape {tuple(state[key].shape)}, expected {tuple(tensor.shape)}")
+                tensor.copy_(state[key])
+        return None
+
+    def enable_compatibility_mode(self, disable_warnings: bool = False, no_processing: bool = False,
+                                  **processing: Any) -> None:
+        """A no-op with no_processing=True (this bridge already has TL 3's hook names); else a ToolkitError.
+
+        TL's weight processing (fold_ln, centering, fold_value_biases) is not wired
+        to ResidualGPT's forward: it would leave the bridge computing another function.
+        """
+        if not no_processing:
+            raise _no_processing("enable_compatibility_mode()")
+
+    def process_weights(self, *args: Any, **kwargs: Any) -> None:
+        raise _no_processing("process_weights()")
+
+    def generate(self, input: Any = "", *args: Any, **kwargs: Any) -> Any:
+        """TL 4's generate; a list of prompts of unequal token lengths runs one prompt at a time.
+
+        TL 4 left-pads such a batch, and ResidualGPT has no position offsets for
+        padding: each prompt alone gives what ResidualGPT.generate gives it.
+        """
+        if isinstance(input, (list, tuple)) and len(input) > 1 and all(isinstance(p, str) for p in input):
+            prepend_bos = kwargs.get("prepend_bos")
+            if len({self.to_tokens(p, prepend_bos=prepend_bos).shape[-1] for p in input}) > 1:
+                batched = [k for k in ("output_logits", "return_cache", "return_input_tokens") if kwargs.get(k)]
+                if kwargs.get("return_type", "input") not in ("input", "str") or batched:
+                    raise ConfigError(
+                        "generate on prompts of unequal lengths runs them one at a time and returns a list of "
+                        f"strings; it cannot give return_type={kwargs.get('return_type')!r} "
+                        f"{' / '.join(batched)}: call generate on each prompt instead"
+                    )
+                return [super(ResidualBridge, self).generate(p, *args, **kwargs) for p in input]
+        return self._generate_cropping(input, *args, **kwargs)
+
+    def _generate_cropping(self, input: Any, max_new_tokens: int = 10, *args: Any, **kwargs: Any) -> Any:
+        """TL 4's generate; past n_ctx, each new token from the last n_ctx tokens (nanoGPT's crop, as
+        ResidualGPT.generate and the 3.x export). Only one prompt (text or tokens) returning text or tokens."""
+        n_ctx = self.residual_gpt.cfg.n_ctx
+        return_type = kwargs.get("return_type", "input")
+        if isinstance(input, str):
+            tokens = self.to_tokens(input, prepend_bos=kwargs.get("prepend_bos"))
+        elif isinstance(input, torch.Tensor) and input.ndim in (1, 2):
+            tokens = input if input.ndim == 2 else input[None]
+        else:
+            tokens = None
+        extras = [k for k in ("output_logits", "return_cache", "return_input_tokens") if kwargs.get(k)]
+        if (tokens is None or args or tokens.shape[0] != 1 or tokens.shape[-1] + max_new_tokens <= n_ctx
+                or extras or return_type not in ("input", "str", "tokens") or kwargs.get("stop_at_eos")):
+            return super().generate(input, max_new_tokens, *args, **kwargs)
+        step_kwargs = {k: v for k, v in kwargs.items() if k not in ("return_type", "prepend_bos")}
+        step_kwargs["verbose"] = False
+        out = tokens
+        first = max(0, n_ctx - out.shape[-1])
+        if first:
+            out = super().generate(out, first, return_type="tokens", **step_kwargs)
+        while out.shape[-1] < tokens.shape[-1] + max_new_tokens:
+            step = super().generate(out[:, -n_ctx:], 1, return_type="tokens", **step_kwargs)
+            out = torch.cat([out, step[:, -1:]], dim=1)
+        as_text = return_type == "str" or (return_type == "input" and isinstance(input, str))
+        return self.tokenizer.decode(out[0], skip_special_tokens=True) if as_text else out
+
+    def run_with_cache(self, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        out, cache = super().run_with_cache(*args, **kwargs)
+        if isinstance(cache, ActivationCache):
+            cache = BridgeActivationCache(cache.cache_dict, self, has_batch_dim=cache.has_batch_dim)
+        return out, cache
+
+
+def bridge_config(cfg: ModelConfig, n_special: int = 0) -> TransformerBridgeConfig:
+    """The TransformerBridgeConfig of a ModelConfig; n_special tokenizer specials get ids after the model's."""
+    return TransformerBridgeConfig(**tl_config_fields(cfg, n_special), architecture=ARCHITECTURE)
+
+
+def _resolve(source: Any, device: str | torch.device | None) -> tuple[ResidualGPT, dict[str, Any]]:
+    """A private ResidualGPT (the bridge rewraps its modules in place) and the checkpoint's extra state."""
+    if isinstance(getattr(source, "module", None), ResidualGPT):  # DDP
+        source = source.module
+    if isinstance(source, ResidualBridge):
+        raise ToolkitError("to_transformer_bridge takes a ResidualGPT or a checkpoint, not a bridge (it is one)")
+    if isinstance(source, ResidualGPT):
+        model = ResidualGPT(source.cfg)  # a copy: bridging replaces the model's submodules
+        try:
+            model.load_state_dict(source.state_dict())
+        except RuntimeError as e:  # a parameter ResidualGPT does not define (or one missing): no silent drop
+            detail = " ".join(line.strip() for line in str(e).splitlines()[1:])
+            raise ToolkitError(f"to_transformer_bridge cannot copy this ResidualGPT's weights: {detail}") from None
+        model = model.to(device or source.embed.weight.device, source.embed.weight.dtype)
+        return model.eval(), {}
+    if isinstance(source, (str, os.PathLike)):
+        source = load_checkpoint(source, map_location=device or "cpu")
+    if not isinstance(source, Checkpoint):
+        raise ToolkitError(
+            f"to_transformer_bridge takes a ResidualGPT, a Checkpoint or a checkpoint path, not {type(source).__name__}"
+        )
+    model = ResidualGPT.from_checkpoint(source)
+    return (model.to(device) if device is not None else model).eval(), dict(source.state)
+
+
+def _bridge(model: ResidualGPT, tokenizer: Any) -> ResidualBridge:
+    n_special = len(tokenizer) - model.cfg.d_vocab if tokenizer is not None else 0
+    weights = model.state_dict(keep_vars=True)  # references, by ResidualGPT's names, before TL renames the tree
+    probe = getattr(tokenizer, "chars", None) is not None
+    if probe:  # TL encodes "a" to see whether BOS / EOS get added (ours add neither); "a" may not be a character
+        tokenizer.encode = lambda text, *args, **kwargs: [0]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # TL's notices about adapters it does not know, processing, ...
+            bridge = build_bridge_from_module(
+                _Host(model), ARCHITECTURE, tl_config=bridge_config(model.cfg, n_special), tokenizer=tokenizer
+            )
+    finally:
+        if probe:
+            del tokenizer.encode  # the class's own again
+    bridge.__class__ = ResidualBridge
+    object.__setattr__(bridge, "_residual_weights", weights)  # not a submodule: no second copy in the tree
+    bridge.hook_embed = model.hook_embed  # ResidualGPT's [batch, pos, d_model] values, not TL's aliases
+    bridge.hook_pos_embed = model.hook_pos_embed
+    for block in bridge.blocks:
+        block.mlp.gain = model.cfg.runtime_gain
+    if tokenizer is not None:
+        bridge.tokenizer.padding_side = "right"
+    return bridge.eval()
+
+
+def to_transformer_bridge(
+    source: ResidualGPT | Checkpoint | str | os.PathLike,
+    *,
+    vocab: list[str] | None = None,
+    device: str | torch.device | None = None,
+) -> ResidualBridge:
+    """A ResidualGPT, Checkpoint or checkpoint path as a TransformerLens 4 TransformerBridge.
+
+    The bridge runs a copy of the ResidualGPT (the one given is left as it
+    was), so logits and every TL 3 hook name's value are ResidualGPT's exactly.
+    No weight processing: enable_compatibility_mode's folding does not apply
+    (interp.decompose is exact without it). vocab (a list of characters) or the
+    checkpoint's state["vocab"] / state["encoding"] == "gpt2" gives the
+    tokenizer, as for to_hooked_transformer.
+    """
+    model, state = _resolve(source, device)
+    tokenizer, why_not = tokenizer_for(model.cfg.d_vocab, vocab, state)
+    if tokenizer is None:
+        warnings.warn(f"no tokenizer attached: {why_not}; the model takes token tensors only", stacklevel=2)
+    return _bridge(model, tokenizer)
+
+
+# --------------------------------------------------------------------------- saving
+
+
+def save_bridge(bridge: ResidualBridge, path: str | os.PathLike) -> None:
+    """Save a bridge from to_transformer_bridge for load_bridge: its ResidualGPT, wiring and tokenizer.
+
+    The weights are ResidualGPT's, under its own names, with its ModelConfig:
+    plain data (weights_only=True), written atomically.
+    """
+    if not isinstance(bridge, ResidualBridge):
+        raise ToolkitError("save_bridge takes a model made by interp.to_transformer_bridge")
+    gpt, tokenizer = bridge.residual_gpt, bridge.tokenizer
+    chars = getattr(tokenizer, "chars", None)
+    payload = {
+        "schema": BRIDGE_SCHEMA,
+        "model_config": gpt.cfg.to_dict(),
+        "state_dict": {k: v.detach().cpu() for k, v in bridge._residual_weights.items()},
+        "vocab": list(chars) if chars else None,
+        "encoding": "gpt2" if tokenizer is not None and not chars and len(tokenizer) == GPT2_VOCAB_SIZE else None,
+    }
+    atomic_write(path, lambda tmp: torch.save(payload, tmp))
+
+
+def load_bridge(path: str | os.PathLike, device: str | torch.device | None = None) -> ResidualBridge:
+    """The bridge that save_bridge wrote, wiring and tokenizer included (strict: every weight must fit)."""
+    import pickle
+
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"no saved bridge at {path}")
+    try:
+        payload = torch.load(path, map_location=device or "cpu", weights_only=True)
+    except (pickle.UnpicklingError, EOFError, RuntimeError, OSError, ValueError) as e:
+        raise CheckpointError(f"{path} is not a readable save_bridge file: {str(e).splitlines()[0]}") from None
+    schema = payload.get("schema") if isinstance(payload, dict) else None
+    if schema != BRIDGE_SCHEMA:
+        hint = " (a ResidualGPT checkpoint: use to_transformer_bridge)" if schema == SCHEMA else ""
+        raise CheckpointError(f"{path} has schema {schema!r}; load_bridge reads {BRIDGE_SCHEMA!r}{hint}")
+    cfg = ModelConfig.from_dict(payload["model_config"])
+    model = ResidualGPT(cfg)
+    try:
+        model.load_state_dict(payload["state_dict"], strict=True)
+    except RuntimeError as e:
+        detail = " ".join(line.strip() for line in str(e).splitlines()[1:])
+        raise CheckpointError(f"{path}: weights do not match the saved configuration: {detail}") from None
+    model = (model.to(device) if device is not None else model).eval()
+    state = {k: payload[k] for k in ("vocab", "encoding") if payload.get(k) is not None}
+    tokenizer, _ = tokenizer_for(cfg.d_vocab, None, state)
+    return _bridge(model, tokenizer)
