@@ -137,7 +137,7 @@ def load_checkpoint(
     except Exception as e:  # noqa: BLE001 - a damaged file raises EOFError, RuntimeError, IndexError, ...
         detail = type(e).__name__ + (f": {str(e).strip().splitlines()[0]}" if str(e).strip() else "")
         raise CheckpointError(f"{path} is truncated or corrupt ({detail}); it cannot be loaded") from None
-    from interp import nanogpt_format as nanogpt
+    import interp.nanogpt.format as nanogpt
 
     if nanogpt.is_nanogpt(payload):
         ckpt = Checkpoint(**nanogpt.from_nanogpt(payload, path, meta))

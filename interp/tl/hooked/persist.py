@@ -94,7 +94,7 @@ def load_hooked(path: str | os.PathLike, device: str | torch.device | None = Non
     else:
         schema = record.get("schema") if isinstance(record, dict) else payload.get("schema") \
             if isinstance(payload, dict) else None
-        from interp.nanogpt_format import is_nanogpt
+        from interp.nanogpt.format import is_nanogpt
 
         checkpoint = schema == SCHEMA or is_nanogpt(payload)
         hint = (" (a ResidualGPT or nanoGPT checkpoint: interp.to_hooked_transformer(path) exports it)"

@@ -1,7 +1,7 @@
 """nanoGPT's checkpoint format: its names, its model_args, its meta.pkl, and reading a train.py checkpoint.
 
 Light (config and errors only), so interp.checkpoint reads nanoGPT files without an import
-circle; interp.nanogpt writes them and holds the command line.
+circle; interp.nanogpt.writer writes them and holds the command line.
 """
 
 from __future__ import annotations
