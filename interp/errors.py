@@ -76,6 +76,12 @@ def one_line(e: BaseException) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+def state_dict_detail(e: RuntimeError) -> str:
+    """torch's load_state_dict complaint (missing / unexpected keys, shapes) on one line, without its first line,
+    which only names the module class."""
+    return " ".join(line.strip() for line in str(e).splitlines()[1:])
+
+
 def warn(message: str, category: type[Warning], stacklevel: int = 2) -> None:
     """Warn, attributed to the caller's line; Python's filters (the user's) decide how often it shows.
 

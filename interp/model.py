@@ -428,15 +428,15 @@ class ResidualGPT(HookedRootModule):
         checkpoint is read too (interp.nanogpt).
         """
         from interp.checkpoint import Checkpoint, load_checkpoint
-        from interp.errors import CheckpointError
+        from interp.errors import CheckpointError, state_dict_detail
 
         ckpt = source if isinstance(source, Checkpoint) else load_checkpoint(source, map_location=map_location)
         model = cls(ckpt.config)
         try:
             model.load_state_dict(ckpt.weights, strict=True)
         except RuntimeError as e:
-            detail = " ".join(line.strip() for line in str(e).splitlines()[1:])
-            raise CheckpointError(f"{ckpt.path or 'checkpoint'}: weights do not match its model config: {detail}") \
-                from None
+            raise CheckpointError(
+                f"{ckpt.path or 'checkpoint'}: weights do not match its model config: {state_dict_detail(e)}"
+            ) from None
         model.vocab_state = {k: ckpt.state[k] for k in ("vocab", "encoding") if ckpt.state.get(k) is not None}
         return model.eval()

@@ -6,6 +6,7 @@
                        caches, exported, persist)
     bridge.py          TL 4.x: a TransformerBridge running ResidualGPT's own forward; save_bridge / load_bridge
     bridge_adapter.py  TL 4.x: the bridge's architecture adapter and its components
+    saved.py           the saved-export format both majors' save / load share
 
 Nothing is imported here: `import interp.tl.major` stays light, and interp.tl.hooked
 refuses by name under TransformerLens 4.

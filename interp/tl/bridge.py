@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import os
 import warnings
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -50,9 +49,7 @@ from transformer_lens.model_bridge.sources import build_bridge_from_module
 
 from interp.checkpoint import SCHEMA, Checkpoint, load_checkpoint
 from interp.config import ModelConfig
-from interp.errors import CheckpointError, ConfigError, LogitAttrsWarning, ToolkitError, warn
-from interp.gpt2 import GPT2_VOCAB_SIZE
-from interp.io import atomic_write
+from interp.errors import CheckpointError, ConfigError, LogitAttrsWarning, ToolkitError, state_dict_detail, warn
 from interp.model import LOGIT_ATTRS_MESSAGE, ResidualGPT
 from interp.registry import mixer_spec
 from interp.tl.bridge_adapter import (  # registers the adapter
@@ -63,9 +60,8 @@ from interp.tl.bridge_adapter import (  # registers the adapter
     _Host,
 )
 from interp.tl.major import tl_config_fields
+from interp.tl.saved import BRIDGE_SCHEMA, load_weights, read_saved, tokenizer_fields, write_saved
 from interp.tokenizers import tokenizer_for
-
-BRIDGE_SCHEMA = "residual-gpt-bridge/1"
 
 # --------------------------------------------------------------------------- the bridge and its cache
 
@@ -314,8 +310,9 @@ def _resolve(source: Any, device: str | torch.device | None) -> tuple[ResidualGP
         try:
             model.load_state_dict(source.state_dict())
         except RuntimeError as e:  # a parameter ResidualGPT does not define (or one missing): no silent drop
-            detail = " ".join(line.strip() for line in str(e).splitlines()[1:])
-            raise ToolkitError(f"to_transformer_bridge cannot copy this ResidualGPT's weights: {detail}") from None
+            raise ToolkitError(
+                f"to_transformer_bridge cannot copy this ResidualGPT's weights: {state_dict_detail(e)}"
+            ) from None
         model = model.to(device or source.embed.weight.device, source.embed.weight.dtype)
         return model.eval(), {}
     if isinstance(source, (str, os.PathLike)):
@@ -387,40 +384,26 @@ def save_bridge(bridge: ResidualBridge, path: str | os.PathLike) -> None:
     """
     if not isinstance(bridge, ResidualBridge):
         raise ToolkitError("save_bridge takes a model made by interp.to_transformer_bridge")
-    gpt, tokenizer = bridge.residual_gpt, bridge.tokenizer
-    chars = getattr(tokenizer, "chars", None)
+    gpt = bridge.residual_gpt
     payload = {
         "schema": BRIDGE_SCHEMA,
         "model_config": gpt.cfg.to_dict(),
         "state_dict": {k: v.detach().cpu() for k, v in bridge._residual_weights.items()},
-        "vocab": list(chars) if chars else None,
-        "encoding": "gpt2" if tokenizer is not None and not chars and len(tokenizer) == GPT2_VOCAB_SIZE else None,
+        **tokenizer_fields(bridge.tokenizer),
     }
-    atomic_write(path, lambda tmp: torch.save(payload, tmp))
+    write_saved(path, payload)
 
 
 def load_bridge(path: str | os.PathLike, device: str | torch.device | None = None) -> ResidualBridge:
     """The bridge that save_bridge wrote, wiring and tokenizer included (strict: every weight must fit)."""
-    import pickle
-
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"no saved bridge at {path}")
-    try:
-        payload = torch.load(path, map_location=device or "cpu", weights_only=True)
-    except (pickle.UnpicklingError, EOFError, RuntimeError, OSError, ValueError) as e:
-        raise CheckpointError(f"{path} is not a readable save_bridge file: {str(e).splitlines()[0]}") from None
+    payload = read_saved(path, device, "bridge", "save_bridge")
     schema = payload.get("schema") if isinstance(payload, dict) else None
     if schema != BRIDGE_SCHEMA:
         hint = " (a ResidualGPT checkpoint: use to_transformer_bridge)" if schema == SCHEMA else ""
         raise CheckpointError(f"{path} has schema {schema!r}; load_bridge reads {BRIDGE_SCHEMA!r}{hint}")
     cfg = ModelConfig.from_dict(payload["model_config"])
     model = ResidualGPT(cfg)
-    try:
-        model.load_state_dict(payload["state_dict"], strict=True)
-    except RuntimeError as e:
-        detail = " ".join(line.strip() for line in str(e).splitlines()[1:])
-        raise CheckpointError(f"{path}: weights do not match the saved configuration: {detail}") from None
+    load_weights(model, payload["state_dict"], path)
     model = (model.to(device) if device is not None else model).eval()
     state = {k: payload[k] for k in ("vocab", "encoding") if payload.get(k) is not None}
     tokenizer, _ = tokenizer_for(cfg.d_vocab, None, state)

@@ -16,7 +16,6 @@ dimension and rebuilds the export with its wiring.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -26,13 +25,12 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 from interp.checkpoint import SCHEMA
 from interp.config import ModelConfig
 from interp.errors import CheckpointError, ToolkitError
-from interp.io import atomic_write
+from interp.gpt2 import gpt2_files
 from interp.tl.hooked.caches import new_hooked_transformer, warn_non_additive
 from interp.tl.hooked.rewire import install
+from interp.tl.saved import HOOKED_SCHEMA, load_weights, read_saved, tokenizer_fields, write_saved
 from interp.tokenizers import char_tokenizer, gpt2_tokenizer
-from interp.vocab import GPT2_VOCAB_SIZE, gpt2_files
 
-HOOKED_SCHEMA = "residual-gpt-hooked/2"
 _LEGACY_SCHEMA = "residual-gpt-hooked/1"  # tensors under "state_dict" in TL's shapes; still read
 RECORD = "residual_gpt_hooked"  # the key of the record in the file; every other key is a tensor
 
@@ -61,31 +59,20 @@ def save_hooked(model: HookedTransformer, path: str | os.PathLike) -> None:
     record = getattr(model.cfg, "residual_gpt_config", None)
     if record is None:
         raise ToolkitError("save_hooked takes a model made by interp.to_hooked_transformer (no residual_gpt_config)")
-    tokenizer = model.tokenizer
-    chars = getattr(tokenizer, "chars", None)
     payload: dict[str, Any] = {k: v.detach().cpu()[None] for k, v in model.state_dict().items()}
     payload[RECORD] = {
         "schema": HOOKED_SCHEMA,
         "layout": "every tensor has an extra leading dimension of 1; read this file with interp.load_hooked",
         "model_config": dict(record),
         "tl_config": _tl_config_dict(model.cfg),
-        "vocab": list(chars) if chars else None,
-        "encoding": "gpt2" if tokenizer is not None and not chars and len(tokenizer) == GPT2_VOCAB_SIZE else None,
+        **tokenizer_fields(model.tokenizer),
     }
-    atomic_write(path, lambda tmp: torch.save(payload, tmp))
+    write_saved(path, payload)
 
 
 def load_hooked(path: str | os.PathLike, device: str | torch.device | None = None) -> HookedTransformer:
     """The HookedTransformer that save_hooked wrote, wiring and tokenizer included (strict: every key must fit)."""
-    import pickle
-
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"no saved HookedTransformer at {path}")
-    try:
-        payload = torch.load(path, map_location=device or "cpu", weights_only=True)
-    except (pickle.UnpicklingError, EOFError, RuntimeError, OSError, ValueError) as e:
-        raise CheckpointError(f"{path} is not a readable save_hooked file: {str(e).splitlines()[0]}") from None
+    payload = read_saved(path, device, "HookedTransformer", "save_hooked")
     record = payload.get(RECORD) if isinstance(payload, dict) else None
     if isinstance(record, dict) and record.get("schema") == HOOKED_SCHEMA:
         state_dict = {k: v[0] for k, v in payload.items() if k != RECORD}
@@ -108,11 +95,7 @@ def load_hooked(path: str | os.PathLike, device: str | torch.device | None = Non
         fields["device"] = str(device)
     hooked = new_hooked_transformer(HookedTransformerConfig(**fields), cfg)
     install(hooked, cfg)
-    try:
-        hooked.load_state_dict(state_dict, strict=True)
-    except RuntimeError as e:
-        detail = " ".join(line.strip() for line in str(e).splitlines()[1:])
-        raise CheckpointError(f"{path}: weights do not match the saved configuration: {detail}") from None
+    load_weights(hooked, state_dict, path)
     if payload.get("vocab") is not None:
         hooked.set_tokenizer(char_tokenizer(payload["vocab"]), default_padding_side="right")
     elif payload.get("encoding") == "gpt2" and gpt2_files() is not None:
