@@ -39,7 +39,7 @@ import sys
 from typing import Any
 
 from interp.errors import ToolkitError, one_line
-from interp.signals import exit_code, fired_code, interrupts, signal_name
+from interp.signals import interrupt_code, interrupts, signal_name
 
 # torch and the benchmark's modules are imported inside main(), once interrupts() is in place, so a
 # SIGTERM that arrives while torch loads (seconds on a busy machine) is handled like any other.
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         with interrupts():  # SIGTERM like Ctrl-C, from before torch is imported
             return _main(argv)
     except (KeyboardInterrupt, Exception) as e:  # Ctrl-C or SIGTERM (interp.signals): nothing is written but stdout
-        code = exit_code(e) if isinstance(e, KeyboardInterrupt) else fired_code()
+        code = interrupt_code(e)
         if code is None:  # no signal: a bug, shown as one
             raise
         print(f"\ninterrupted ({signal_name(code)}); no report was printed", file=sys.stderr)

@@ -37,6 +37,15 @@ def directory_option(text: str) -> str:
     return text
 
 
+def run_writing_command(parser, run, argv: list[str] | None) -> int:
+    """main() of a command whose run(args) writes one file and returns its path: `wrote PATH` and 0, or one
+    `error:` line and 2 (an interrupt: its own status). parser: what builds the command's ArgumentParser."""
+    code, out = one_line_errors(lambda: run(parser().parse_args(argv)))
+    if code == 0:
+        print(f"wrote {out}")
+    return code
+
+
 EXIT_PIPE = 141  # 128 + SIGPIPE: what a Unix tool's status is when its reader went away
 
 
@@ -74,7 +83,8 @@ def guarded_output(run) -> int:
         return 2
 
 
-__all__ = ["EXIT_PIPE", "Parser", "UsageError", "directory_option", "guarded_output", "one_line_errors"]
+__all__ = ["EXIT_PIPE", "Parser", "UsageError", "directory_option", "guarded_output", "one_line_errors",
+           "run_writing_command"]
 
 
 def refuse_overwriting_inputs(option: str, out, inputs: dict) -> None:

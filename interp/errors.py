@@ -53,7 +53,7 @@ def one_line_errors(run: Callable[[], Any]) -> tuple[int, Any]:
 
     Ctrl-C, SIGTERM and SIGHUP (interp.signals) end it too: one line, exit 130, 143 or 129.
     """
-    from interp.signals import exit_code, fired_code, interrupts, signal_name
+    from interp.signals import interrupt_code, interrupts, signal_name
 
     try:
         with interrupts():
@@ -62,7 +62,7 @@ def one_line_errors(run: Callable[[], Any]) -> tuple[int, Any]:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2, None
     except (KeyboardInterrupt, Exception) as e:  # a library may turn the interrupt into another exception
-        code = exit_code(e) if isinstance(e, KeyboardInterrupt) else fired_code()
+        code = interrupt_code(e)
         if code is None:  # no signal fired: a bug, shown as one
             raise
         print(f"\ninterrupted ({signal_name(code)}); nothing was written", file=sys.stderr)

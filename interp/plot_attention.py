@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from interp.cli import Parser, one_line_errors
+from interp.cli import Parser, run_writing_command
 from interp.errors import ConfigError, DataError, ToolkitError
 from interp.io import DataFileError
 from interp.registry import mixer_spec
@@ -101,10 +101,7 @@ def run(args: argparse.Namespace) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    code, out = one_line_errors(lambda: run(parser().parse_args(argv)))
-    if code == 0:
-        print(f"wrote {out}")
-    return code
+    return run_writing_command(parser, run, argv)
 
 
 if __name__ == "__main__":

@@ -69,6 +69,13 @@ def fired_code() -> int | None:
     return 128 + int(_fired[0]) if _fired else None
 
 
+def interrupt_code(e: BaseException) -> int | None:
+    """The exit status of a command that e ends because a signal fired: exit_code(e) for an interrupt, and for
+    another exception (a library may turn the interrupt into one) the fired signal's; None when none fired (a bug:
+    raise it)."""
+    return exit_code(e) if isinstance(e, KeyboardInterrupt) else fired_code()
+
+
 def signal_name(code: int) -> str:
     return {EXIT_TERMINATED: "SIGTERM", EXIT_HANGUP: "SIGHUP"}.get(code, "Ctrl-C")
 

@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from interp.cli import Parser, one_line_errors
+from interp.cli import Parser, run_writing_command
 from interp.config import ModelConfig
 from interp.errors import ConfigError
 from interp.nanogpt.format import name_map, write_meta
@@ -94,8 +94,5 @@ def run(args: argparse.Namespace) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    code, out = one_line_errors(lambda: run(parser().parse_args(argv)))
-    if code == 0:
-        print(f"wrote {out}")
-    return code
+    return run_writing_command(parser, run, argv)
 
