@@ -6,6 +6,11 @@ import os
 from pathlib import Path
 
 GPT2_VOCAB_SIZE = 50257  # GPT-2's BPE: 50256 merges and bytes, then <|endoftext|>
+GPT2_EOT = GPT2_VOCAB_SIZE - 1  # <|endoftext|>, 50256
+GPT2_FILES = {  # file name -> sha256 (the files tiktoken itself downloads)
+    "vocab.bpe": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
+    "encoder.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
+}
 
 
 def gpt2_files(data_dir: str | os.PathLike | None = None) -> tuple[Path, Path] | None:
@@ -17,4 +22,4 @@ def gpt2_files(data_dir: str | os.PathLike | None = None) -> tuple[Path, Path] |
     return (encoder, merges) if encoder.is_file() and merges.is_file() else None
 
 
-__all__ = ["GPT2_VOCAB_SIZE", "gpt2_files"]
+__all__ = ["GPT2_EOT", "GPT2_FILES", "GPT2_VOCAB_SIZE", "gpt2_files"]

@@ -36,7 +36,7 @@ from jaxtyping import Int
 from torch import Tensor
 
 from interp.errors import DataError
-from interp.gpt2 import GPT2_VOCAB_SIZE
+from interp.gpt2 import GPT2_EOT, GPT2_FILES, GPT2_VOCAB_SIZE, gpt2_files
 from interp.io import atomic_write
 from interp.levels import add_one_levels
 from training.corpus import CORPORA, Corpus, char_codec
@@ -45,11 +45,6 @@ from training.synthetic import synthetic_corpus
 SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
 SHAKESPEARE_REL = Path("tinyshakespeare") / "input.txt"
-GPT2_EOT = 50256
-GPT2_FILES = {  # file name -> sha256 (the files tiktoken itself downloads)
-    "vocab.bpe": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
-    "encoder.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
-}
 VAL_SEED = 99991
 OPENWEBTEXT_DATASET = "Skylion007/openwebtext"
 
@@ -168,15 +163,14 @@ def load_char_corpus(path: str | Path | None = None) -> Corpus:
 
 
 @functools.lru_cache(maxsize=4)
-def _local_gpt2_encoding(directory: str) -> Any:
+def _local_gpt2_encoding(encoder_json: str, vocab_bpe: str) -> Any:
     import tiktoken
     import tiktoken.load
     from tiktoken_ext.openai_public import r50k_pat_str
 
-    root = Path(directory)
     ranks = tiktoken.load.data_gym_to_mergeable_bpe_ranks(
-        vocab_bpe_file=str(root / "vocab.bpe"),
-        encoder_json_file=str(root / "encoder.json"),
+        vocab_bpe_file=vocab_bpe,
+        encoder_json_file=encoder_json,
         vocab_bpe_hash=GPT2_FILES["vocab.bpe"],
         encoder_json_hash=GPT2_FILES["encoder.json"],
     )
@@ -190,16 +184,17 @@ def _local_gpt2_encoding(directory: str) -> Any:
 
 
 def gpt2_encoding() -> Any:
-    """tiktoken's "gpt2" Encoding; built from $RESIDUAL_DATA_DIR/gpt2/ when present (no network attempt)."""
-    root = data_dir()
-    local = root / "gpt2" if root is not None else None
+    """tiktoken's "gpt2" Encoding; built from $RESIDUAL_DATA_DIR/gpt2/ (interp.gpt2.gpt2_files) when present (no
+    network attempt)."""
     try:
-        if local is not None and all((local / name).is_file() for name in GPT2_FILES):
-            return _local_gpt2_encoding(str(local))
+        if (files := gpt2_files()) is not None:
+            return _local_gpt2_encoding(str(files[0]), str(files[1]))
         import tiktoken
 
         return tiktoken.get_encoding("gpt2")
     except Exception as e:  # hash mismatch, inconsistent files, no network: one clear line either way
+        root = data_dir()
+        local = root / "gpt2" if root is not None else None
         where = f"from {local}" if local is not None and local.is_dir() else "via tiktoken (network)"
         raise DataError(
             f"cannot load the GPT-2 BPE {where} ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "

@@ -28,6 +28,7 @@ require_tl3()  # before anything below imports HookedTransformer
 
 # ruff: noqa: E402
 
+from interp.gpt2 import GPT2_VOCAB_SIZE, gpt2_files
 from interp.tl.hooked.caches import (
     _ADDITIVE_METHODS,
     NonAdditiveCache,
@@ -44,7 +45,6 @@ from interp.tl.hooked.rewire import (
     RoutedScoresHookPoint,
 )
 from interp.tokenizers import SPECIAL, CharTokenizer, char_tokenizer, gpt2_tokenizer
-from interp.vocab import GPT2_VOCAB_SIZE, gpt2_files
 
 GPT2_VOCAB = GPT2_VOCAB_SIZE  # the name this module had for it
 
