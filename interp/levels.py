@@ -1,6 +1,6 @@
 """Reference levels: add-one smoothed unigram and pair (e.g. bigram) predictions, counted on a train split.
 
-The one counting behind training.data.reference_levels (the unigram and bigram
+The one counting behind training.reference_levels (the unigram and bigram
 cross-entropy every loss is read against) and the identity probes' levels
 (probes.identity: the token at offset k given the current token). Counts are
 sparse (sorted pair codes context * V + target), so a 50257-token vocabulary

@@ -11,7 +11,7 @@ cross-entropy are reported on the fixed validation batches only: no decoder
 sees the data it is scored on.
 
 Two levels frame every number, counted on the train split, scored on the same
-validation tokens (add-one smoothing; interp.levels, as training.data.reference_levels):
+validation tokens (add-one smoothing; interp.levels, as training.reference_levels):
 
     unigram        chance: predict the token from its frequency alone
     current_token  predict the token at offset k from the current token alone

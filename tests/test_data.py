@@ -1,4 +1,5 @@
-"""Tests for training.data: corpus resolution, char and BPE corpora, batch sampling, reference levels.
+"""Tests for training.data, .batches, .reference_levels: corpus resolution, char and BPE corpora, batch sampling,
+reference levels.
 
 Offline, and runnable on any machine: char-corpus mechanics run on the synthetic corpus (training.synthetic),
 whose reference levels are checked against their closed form; the BPE pipeline runs on a byte-level stand-in
@@ -25,7 +26,9 @@ import pytest
 import torch
 
 from interp.errors import DataError, ToolkitError
+from training import batches as B
 from training import data as D
+from training import reference_levels as R
 from training import synthetic as S
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -108,10 +111,10 @@ def test_real_tinyshakespeare_layout_and_levels(monkeypatch):
     assert (corpus.name, corpus.vocab_size, len(corpus.train), len(corpus.val)) == (
         "shakespeare_char", 65, 1_003_854, 111_540)
     assert corpus.decode(corpus.train[:14].tolist()) == "First Citizen:"
-    full = D.reference_levels_split(corpus.train, corpus.val, corpus.vocab_size)
+    full = R.reference_levels_split(corpus.train, corpus.val, corpus.vocab_size)
     assert 3.30 < full["unigram"] < 3.40 and 2.43 < full["bigram"] < 2.53
     assert full["n_targets"] == len(corpus.val) - 1
-    fixed = D.reference_levels(corpus.train, D.fixed_batches(corpus.val, 128, 32, 50), 65)
+    fixed = R.reference_levels(corpus.train, B.fixed_batches(corpus.val, 128, 32, 50), 65)
     assert 3.30 < fixed["unigram"] < 3.40 and 2.43 < fixed["bigram"] < 2.53
     assert fixed["n_targets"] == 50 * 32 * 128
 
@@ -196,7 +199,7 @@ def ramp(n: int = 1000) -> np.ndarray:
 
 
 def test_batches_are_windows_shifted_by_one():
-    x, y = D.BatchSampler(ramp(), n_ctx=16, batch_size=8, seed=0).next_batch()
+    x, y = B.BatchSampler(ramp(), n_ctx=16, batch_size=8, seed=0).next_batch()
     assert x.shape == y.shape == (8, 16) and x.dtype == y.dtype == torch.int64
     assert torch.equal(x, x[:, :1] + torch.arange(16))
     assert torch.equal(y, x + 1)
@@ -204,14 +207,14 @@ def test_batches_are_windows_shifted_by_one():
 
 def test_offsets_reach_the_last_token():
     # 10 tokens, n_ctx 8: offsets 0 and 1 only, and offset 1's target ends at the last token (as nanoGPT)
-    sampler = D.BatchSampler(ramp(10), n_ctx=8, batch_size=64, seed=0)
+    sampler = B.BatchSampler(ramp(10), n_ctx=8, batch_size=64, seed=0)
     x, y = sampler.next_batch()
     assert set(x[:, 0].tolist()) == {0, 1}
     assert int(y.max()) == 9
 
 
 def test_same_seed_same_batches_different_seed_differs():
-    a, b, c = (D.BatchSampler(ramp(), 16, 8, seed=s) for s in (1, 1, 2))
+    a, b, c = (B.BatchSampler(ramp(), 16, 8, seed=s) for s in (1, 1, 2))
     for _ in range(3):
         (xa, ya), (xb, yb), (xc, _) = a.next_batch(), b.next_batch(), c.next_batch()
         assert torch.equal(xa, xb) and torch.equal(ya, yb)
@@ -219,13 +222,13 @@ def test_same_seed_same_batches_different_seed_differs():
 
 
 def test_state_dict_round_trip_resumes_the_exact_sequence(tmp_path):
-    sampler = D.BatchSampler(ramp(), 16, 8, seed=3)
+    sampler = B.BatchSampler(ramp(), 16, 8, seed=3)
     for _ in range(3):
         sampler.next_batch()
     torch.save(sampler.state_dict(), tmp_path / "state.pt")
     expected = [sampler.next_batch() for _ in range(2)]
 
-    resumed = D.BatchSampler(ramp(), 16, 8, seed=123)
+    resumed = B.BatchSampler(ramp(), 16, 8, seed=123)
     resumed.load_state_dict(torch.load(tmp_path / "state.pt", weights_only=True))  # plain data, as in a checkpoint
     assert (resumed.seed, resumed.draws) == (3, 3)
     for x, y in expected:
@@ -234,7 +237,7 @@ def test_state_dict_round_trip_resumes_the_exact_sequence(tmp_path):
 
 
 def test_bad_sampler_state_is_a_data_error():
-    sampler = D.BatchSampler(ramp(), 16, 8, seed=0)
+    sampler = B.BatchSampler(ramp(), 16, 8, seed=0)
     with pytest.raises(DataError, match="lacks"):
         sampler.load_state_dict({"seed": 0})
     with pytest.raises(DataError, match="uint8"):
@@ -242,8 +245,8 @@ def test_bad_sampler_state_is_a_data_error():
 
 
 def test_rank_slices_make_the_single_process_batch():
-    single = D.BatchSampler(ramp(), 16, 8, seed=5)
-    ranks = [D.BatchSampler(ramp(), 16, 8, seed=5) for _ in range(2)]
+    single = B.BatchSampler(ramp(), 16, 8, seed=5)
+    ranks = [B.BatchSampler(ramp(), 16, 8, seed=5) for _ in range(2)]
     for _ in range(3):
         x, y = single.next_batch()
         parts = [r.next_batch(rank=k, world_size=2) for k, r in enumerate(ranks)]
@@ -253,7 +256,7 @@ def test_rank_slices_make_the_single_process_batch():
 
 
 def test_indivisible_batch_or_bad_rank_is_a_data_error():
-    sampler = D.BatchSampler(ramp(), 16, 8, seed=0)
+    sampler = B.BatchSampler(ramp(), 16, 8, seed=0)
     with pytest.raises(DataError, match="not divisible by world_size 3"):
         sampler.next_batch(rank=0, world_size=3)
     with pytest.raises(DataError, match="rank"):
@@ -262,26 +265,26 @@ def test_indivisible_batch_or_bad_rank_is_a_data_error():
 
 def test_n_ctx_longer_than_data_is_a_data_error():
     with pytest.raises(DataError, match=r"n_ctx 10 is longer than the data \(11 tokens\)"):
-        D.BatchSampler(ramp(11), n_ctx=10, batch_size=2, seed=0)
+        B.BatchSampler(ramp(11), n_ctx=10, batch_size=2, seed=0)
     with pytest.raises(DataError, match="longer than the data"):
-        D.fixed_batches(ramp(5), n_ctx=8, batch_size=2, n_batches=1)
+        B.fixed_batches(ramp(5), n_ctx=8, batch_size=2, n_batches=1)
     with pytest.raises(DataError, match="positive integer"):
-        D.BatchSampler(ramp(), n_ctx=0, batch_size=2, seed=0)
+        B.BatchSampler(ramp(), n_ctx=0, batch_size=2, seed=0)
 
 
 def test_fixed_batches_are_fixed():
-    first = D.fixed_batches(ramp(), 16, 4, n_batches=3)
-    again = D.fixed_batches(ramp(), 16, 4, n_batches=3)
-    sampler = D.BatchSampler(ramp(), 16, 4, seed=D.VAL_SEED)
+    first = B.fixed_batches(ramp(), 16, 4, n_batches=3)
+    again = B.fixed_batches(ramp(), 16, 4, n_batches=3)
+    sampler = B.BatchSampler(ramp(), 16, 4, seed=B.VAL_SEED)
     for (x1, y1), (x2, y2) in zip(first, again, strict=True):
         x3, y3 = sampler.next_batch()
         assert torch.equal(x1, x2) and torch.equal(y1, y2) and torch.equal(x1, x3) and torch.equal(y1, y3)
-    assert not torch.equal(first[0][0], D.fixed_batches(ramp(), 16, 4, n_batches=1, seed=0)[0][0])
+    assert not torch.equal(first[0][0], B.fixed_batches(ramp(), 16, 4, n_batches=1, seed=0)[0][0])
 
 
 def test_random_batches_follow_the_callers_generator():
-    a = D.random_batches(ramp(), 16, 4, 2, torch.Generator().manual_seed(7))
-    b = D.random_batches(ramp(), 16, 4, 2, torch.Generator().manual_seed(7))
+    a = B.random_batches(ramp(), 16, 4, 2, torch.Generator().manual_seed(7))
+    b = B.random_batches(ramp(), 16, 4, 2, torch.Generator().manual_seed(7))
     assert all(torch.equal(p[0], q[0]) for p, q in zip(a, b, strict=True))
     assert len(a) == 2 and a[0][0].shape == (4, 16)
 
@@ -464,13 +467,13 @@ def test_unknown_corpus_lists_the_known_names():
 def test_reference_levels_match_a_hand_computation():
     train = np.array([0, 1, 0, 1, 2], dtype=np.uint16)  # V = 3, counts 2, 2, 1; pairs 01 10 01 12
     batches = [(torch.tensor([[0, 1]]), torch.tensor([[1, 2]]))]  # targets 1 | 0 and 2 | 1
-    levels = D.reference_levels(train, batches, vocab_size=3)
+    levels = R.reference_levels(train, batches, vocab_size=3)
     # unigram: (count + 1) / (5 + 3)
     assert levels["unigram"] == pytest.approx(-(math.log(3 / 8) + math.log(2 / 8)) / 2)
     # bigram: (count(prev, next) + 1) / (count(prev as context) + 3): P(1|0) = 3/5, P(2|1) = 2/5
     assert levels["bigram"] == pytest.approx(-(math.log(3 / 5) + math.log(2 / 5)) / 2)
     assert levels["n_targets"] == 2 and levels["n_train_tokens"] == 5
-    split = D.reference_levels_split(train, np.array([0, 1, 2]), vocab_size=3)  # the same two targets
+    split = R.reference_levels_split(train, np.array([0, 1, 2]), vocab_size=3)  # the same two targets
     assert split["unigram"] == pytest.approx(levels["unigram"]) and split["bigram"] == pytest.approx(levels["bigram"])
 
 
@@ -484,13 +487,13 @@ def test_reference_levels_sparse_large_vocab_matches_brute_force():
     n = len(v) - 1
     unigram = -sum(math.log((unigrams[b] + 1) / (len(t) + vocab)) for b in v[1:]) / n
     bigram = -sum(math.log((pairs[a, b] + 1) / (contexts[a] + vocab)) for a, b in zip(v[:-1], v[1:], strict=True)) / n
-    levels = D.reference_levels_split(train, val, vocab)
+    levels = R.reference_levels_split(train, val, vocab)
     assert levels["unigram"] == pytest.approx(unigram) and levels["bigram"] == pytest.approx(bigram)
 
 
 def test_reference_levels_reject_out_of_range_ids():
     with pytest.raises(DataError, match="outside"):
-        D.reference_levels_split(np.array([0, 1, 2]), np.array([0, 5]), vocab_size=3)
+        R.reference_levels_split(np.array([0, 1, 2]), np.array([0, 5]), vocab_size=3)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -533,13 +536,13 @@ def test_reference_levels_approach_the_closed_form(order):
     """
     corpus = S.synthetic_corpus(order=order)
     chain = S.synthetic_chain(order=order)
-    levels = D.reference_levels_split(corpus.train, corpus.val, corpus.vocab_size)
+    levels = R.reference_levels_split(corpus.train, corpus.val, corpus.vocab_size)
     assert levels["unigram"] == pytest.approx(S.unigram_entropy(chain), abs=0.02)
     assert levels["bigram"] == pytest.approx(S.bigram_entropy(chain), abs=0.02)
     assert S.unigram_entropy(chain) - S.bigram_entropy(chain) > 0.5
     if order == 2:  # the chain reads two tokens back: a model with attention can beat bigram
         assert S.bigram_entropy(chain) - S.entropy_rate(chain) > 0.5
-    fixed = D.reference_levels(corpus.train, D.fixed_batches(corpus.val, 128, 32, 20), corpus.vocab_size)
+    fixed = R.reference_levels(corpus.train, B.fixed_batches(corpus.val, 128, 32, 20), corpus.vocab_size)
     assert fixed["bigram"] == pytest.approx(S.bigram_entropy(chain), abs=0.05)  # 82k targets, overlapping
 
 

@@ -1,4 +1,4 @@
-"""Corpora to token arrays, seeded batch sampling, fixed validation batches, reference levels.
+"""Corpora to token arrays: where their files come from, and each corpus loaded as a Corpus.
 
 The paper's two corpora:
     shakespeare_char  TinyShakespeare, 65 characters, first 90% train / last 10% val (the 10M setting)
@@ -9,13 +9,7 @@ Where files come from (first hit wins): an explicit path, then $RESIDUAL_DATA_DI
 tinyshakespeare/input.txt and gpt2/), then the cache ($RESIDUAL_CACHE_DIR, default
 ~/.cache/residual-interp), then a one-time download that is checksummed before it is written.
 
-Batches are drawn nanoGPT-style (uniform random window offsets) from a generator the sampler owns, so a run
-is reproducible from (seed, draws) and its state rides along in the checkpoint. Validation uses the same
-batches for every config, seed and evaluation (docs/DESIGN.md contract 6).
-
-reference_levels() gives the two numbers every result is read against: the unigram cross-entropy (a model
-that knows nothing, where the collapsed configs sit) and the bigram cross-entropy (the best any model without
-cross-position mixing can do).
+Batches are training.batches; the reference levels every result is read against, training.reference_levels.
 """
 
 from __future__ import annotations
@@ -31,24 +25,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
-from jaxtyping import Int
-from torch import Tensor
 
 from interp.errors import DataError
 from interp.gpt2 import GPT2_EOT, GPT2_FILES, GPT2_VOCAB_SIZE, gpt2_files
 from interp.io import atomic_write
-from interp.levels import add_one_levels
+from training.batches import fixed_batches  # noqa: F401  (re-exported: experiments/shared/frame.py imports it here)
 from training.corpus import CORPORA, Corpus, char_codec
+from training.reference_levels import reference_levels  # noqa: F401  (re-exported, as fixed_batches)
 from training.synthetic import synthetic_corpus
 
 SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
 SHAKESPEARE_REL = Path("tinyshakespeare") / "input.txt"
-VAL_SEED = 99991
 OPENWEBTEXT_DATASET = "Skylion007/openwebtext"
-
-Batch = tuple[Int[Tensor, "batch pos"], Int[Tensor, "batch pos"]]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -383,154 +372,3 @@ def load_corpus(name: str, path: str | Path | None = None) -> Corpus:
             prepare_openwebtext(out)
         return load_bpe_corpus(out)
     raise DataError(f"unknown corpus {name!r}; known: {', '.join(CORPORA)}")
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Batches
-
-
-def _check_positive(**values: Any) -> None:
-    for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise DataError(f"{name} must be a positive integer, got {value!r}")
-
-
-def _check_data(data: np.ndarray, n_ctx: int) -> np.ndarray:
-    data = data if isinstance(data, np.ndarray) else np.asarray(data)  # keep memmaps as memmaps
-    if data.ndim != 1 or not np.issubdtype(data.dtype, np.integer):
-        raise DataError(f"token data must be a 1-D integer array, got {data.ndim}-D {data.dtype}")
-    if len(data) <= n_ctx + 1:
-        raise DataError(f"n_ctx {n_ctx} is longer than the data ({len(data)} tokens)")
-    return data
-
-
-def _draw_offsets(n_tokens: int, n_ctx: int, batch_size: int, generator: torch.Generator) -> Tensor:
-    # nanoGPT: randint(len(data) - block_size): the last window's target ends exactly at the last token
-    return torch.randint(n_tokens - n_ctx, (batch_size,), generator=generator)
-
-
-def _gather(data: np.ndarray, offsets: Sequence[int], n_ctx: int) -> Batch:
-    windows = np.stack([np.asarray(data[i : i + n_ctx + 1], dtype=np.int64) for i in offsets])
-    x = torch.from_numpy(np.ascontiguousarray(windows[:, :-1]))
-    y = torch.from_numpy(np.ascontiguousarray(windows[:, 1:]))
-    return x, y
-
-
-class BatchSampler:
-    """Random training windows from a generator it owns; every DDP rank draws the same global batch.
-
-    Each call draws all batch_size offsets and returns rank's contiguous slice of them, so W ranks together
-    see exactly the batch one process would, and all ranks' generators stay in step.
-    """
-
-    def __init__(self, data: np.ndarray, n_ctx: int, batch_size: int, seed: int):
-        _check_positive(n_ctx=n_ctx, batch_size=batch_size)
-        self.data = _check_data(data, n_ctx)
-        self.n_ctx = n_ctx
-        self.batch_size = batch_size
-        self.seed = seed
-        self.draws = 0
-        self.generator = torch.Generator().manual_seed(seed)
-
-    def next_batch(self, rank: int = 0, world_size: int = 1) -> Batch:
-        """(x, y) int64 [batch_size / world_size, n_ctx]; y is x shifted by one token."""
-        _check_positive(world_size=world_size)
-        if not 0 <= rank < world_size:
-            raise DataError(f"rank must be in [0, {world_size}), got {rank}")
-        if self.batch_size % world_size:
-            raise DataError(f"batch_size {self.batch_size} is not divisible by world_size {world_size}")
-        offsets = _draw_offsets(len(self.data), self.n_ctx, self.batch_size, self.generator)
-        self.draws += 1
-        per_rank = self.batch_size // world_size
-        return _gather(self.data, offsets[rank * per_rank : (rank + 1) * per_rank].tolist(), self.n_ctx)
-
-    def state_dict(self) -> dict[str, Any]:
-        """Plain data (a uint8 tensor and ints): safe for weights_only checkpoints."""
-        return {"generator": self.generator.get_state(), "seed": self.seed, "draws": self.draws}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        missing = {"generator", "seed", "draws"} - set(state)
-        if missing:
-            raise DataError(f"sampler state lacks {sorted(missing)}")
-        generator = state["generator"]
-        if not isinstance(generator, Tensor) or generator.dtype != torch.uint8:
-            raise DataError("sampler state 'generator' must be a uint8 tensor from Generator.get_state()")
-        try:
-            self.generator.set_state(generator.clone().cpu())
-        except RuntimeError as e:
-            raise DataError(f"sampler state 'generator' is not a CPU generator state ({e})") from None
-        self.seed, self.draws = int(state["seed"]), int(state["draws"])
-
-
-def random_batches(
-    data: np.ndarray, n_ctx: int, batch_size: int, n_batches: int, generator: torch.Generator
-) -> list[Batch]:
-    """n_batches random batches from the caller's generator (for measuring evaluation noise)."""
-    _check_positive(n_ctx=n_ctx, batch_size=batch_size, n_batches=n_batches)
-    data = _check_data(data, n_ctx)
-    return [
-        _gather(data, _draw_offsets(len(data), n_ctx, batch_size, generator).tolist(), n_ctx) for _ in range(n_batches)
-    ]
-
-
-def fixed_batches(data: np.ndarray, n_ctx: int, batch_size: int, n_batches: int, seed: int = VAL_SEED) -> list[Batch]:
-    """The fixed validation batches: drawn once from a fresh generator seeded 99991 (docs/DESIGN.md contract 6)."""
-    return random_batches(data, n_ctx, batch_size, n_batches, torch.Generator().manual_seed(seed))
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Reference levels
-
-
-def _as_ids(values: Any) -> np.ndarray:
-    if isinstance(values, Tensor):
-        values = values.detach().cpu().numpy()
-    return np.asarray(values, dtype=np.int64).reshape(-1)
-
-
-def _check_ids(ids: np.ndarray, vocab_size: int, what: str) -> None:
-    if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
-        raise DataError(f"{what} holds ids outside [0, {vocab_size})")
-
-
-def _reference_levels(train: np.ndarray, contexts: np.ndarray, targets: np.ndarray, vocab_size: int) -> dict:
-    """Add-one smoothed unigram and bigram cross-entropies (nats) of targets, counted on train."""
-    _check_positive(vocab_size=vocab_size)
-    train = _as_ids(train)
-    if len(train) < 2:
-        raise DataError(f"the train split has {len(train)} tokens; reference levels need at least 2")
-    if len(targets) == 0:
-        raise DataError("no target tokens to score")
-    for ids, what in ((train, "the train split"), (contexts, "the contexts"), (targets, "the targets")):
-        _check_ids(ids, vocab_size, what)
-
-    levels = add_one_levels(train, contexts, targets, vocab_size, pairs=(train[:-1], train[1:]))
-    return {
-        "unigram": levels["unigram"]["ce"],
-        "bigram": levels["pair"]["ce"],
-        "n_targets": int(len(targets)),
-        "n_train_tokens": int(len(train)),
-        "n_bigram_types": levels["n_pair_types"],
-        "vocab_size": int(vocab_size),
-        "smoothing": "add-one",
-    }
-
-
-def reference_levels(train: np.ndarray, batches: Sequence[tuple[Any, Any]], vocab_size: int) -> dict:
-    """Unigram / bigram cross-entropy (nats, mean over every target in batches) from train-split counts.
-
-    The bigram model sees only the current token: target y[b, t] is scored given x[b, t].
-    """
-    if not batches:
-        raise DataError("no batches to score")
-    contexts = np.concatenate([_as_ids(x) for x, _ in batches])
-    targets = np.concatenate([_as_ids(y) for _, y in batches])
-    if contexts.shape != targets.shape:
-        raise DataError(f"batch inputs ({contexts.size} ids) and targets ({targets.size} ids) differ in size")
-    return _reference_levels(train, contexts, targets, vocab_size)
-
-
-def reference_levels_split(train: np.ndarray, val: np.ndarray, vocab_size: int) -> dict:
-    """The same levels over a whole split: every val token after the first, given the one before it."""
-    val = _as_ids(val)
-    return _reference_levels(train, val[:-1], val[1:], vocab_size)

@@ -32,11 +32,12 @@ from interp.errors import CheckpointError, ConfigError, ToolkitError, one_line
 from interp.io import append_jsonl, kill_point, read_jsonl, write_json, write_jsonl
 from interp.model import ResidualGPT, train_mode_hooks_expected
 from interp.signals import EXIT_INTERRUPT, exit_code, signal_name
+from training.batches import BatchSampler, fixed_batches, random_batches
 from training.budget import check_runnable
 from training.checkstate import check_training_state
 from training.compile import maybe_compile
 from training.corpus import Corpus, data_provenance
-from training.data import BatchSampler, fixed_batches, load_corpus, random_batches
+from training.data import load_corpus
 from training.flops import flops_per_token, peak_matmul_flops
 from training.presets import TrainConfig
 from training.rundir import RunDir, RunDirError, config_record, describe

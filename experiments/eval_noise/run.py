@@ -107,7 +107,7 @@ def analyse_run(run: RunDir, spec: RunSpec, corpus, steps: list[int], repeats: i
     from tqdm.auto import tqdm
 
     from interp.model import ResidualGPT
-    from training.data import fixed_batches, random_batches
+    from training.batches import fixed_batches, random_batches
     from training.trainer import autocast_context, mean_loss, pick_device
 
     missing = [s for s in steps if not run.snapshot(s).is_file()]

@@ -317,7 +317,7 @@ def plan(ctx: Context) -> list[Group]:
 
 
 def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
-    from training.data import fixed_batches
+    from training.batches import fixed_batches
     from training.presets import parse_overrides
     from training.trainer import pick_device
 

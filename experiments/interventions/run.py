@@ -105,7 +105,7 @@ def plan(ctx: Context) -> list[Group]:
 
 
 def validation(ctx: Context) -> list:
-    from training.data import fixed_batches
+    from training.batches import fixed_batches
 
     spec = ctx.spec
     n = spec.train.eval_batches if ctx.args.val_batches == 0 else min(ctx.args.val_batches, spec.train.eval_batches)

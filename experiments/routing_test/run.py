@@ -211,7 +211,7 @@ def identity(ctx: Context, runs: list[dict[str, Any]]) -> dict[str, Any]:
 
     from interp.io import read_json, write_json
     from probes.identity import identity_sites, identity_summary, too_costly
-    from training.data import fixed_batches
+    from training.batches import fixed_batches
     from training.rundir import RunDir
 
     spec = ctx.spec
