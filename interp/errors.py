@@ -24,6 +24,10 @@ class DataError(ToolkitError):
     """A corpus is missing, corrupt or too short for the requested context."""
 
 
+class DecompositionError(ToolkitError, ValueError):
+    """A cache, site or model that cannot be decomposed (missing hook, unknown site, ...): interp.decompose."""
+
+
 class ToolkitWarning(UserWarning):
     """Base class for the toolkit's warnings: a call that runs but whose number may not be the one meant."""
 

@@ -45,9 +45,9 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp.decompose import resid_sites
 from interp.errors import ToolkitError
 from interp.levels import add_one_levels
+from interp.stream_layout import resid_sites
 
 OFFSETS = (0, -1, -2)
 WEIGHT_DECAYS = (1e-2, 1e-3, 1e-4)  # per-sample L2 on the standardised weights, strong to weak
@@ -66,7 +66,7 @@ class IdentityProbeError(ToolkitError, ValueError):
 
 
 def identity_sites(n_layers: int) -> list[str]:
-    """Every distinct residual site (interp.decompose.resid_sites), then the final LayerNorm's output."""
+    """Every distinct residual site (interp.stream_layout.resid_sites), then the final LayerNorm's output."""
     return [*resid_sites(n_layers), "ln_final.hook_normalized"]
 
 

@@ -15,11 +15,11 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor
 
-from interp.decompose import resid_sites
+from interp.stream_layout import resid_sites
 
 
 def norm_site_names(n_layers: int) -> list[str]:
-    """The residual stream's sites: interp.decompose.resid_sites."""
+    """The residual stream's sites: interp.stream_layout.resid_sites."""
     return resid_sites(n_layers)
 
 
