@@ -73,6 +73,12 @@ def one_line_errors(run: Callable[[], Any]) -> tuple[int, Any]:
         return code, None
 
 
+def io_error_line(e: OSError) -> str:
+    """The line a command prints, before exiting 2, for an OSError that no layer turned into a ToolkitError."""
+    where = f" {e.filename}" if e.filename else ""
+    return f"error: cannot read or write{where}: {e.strerror or e}"
+
+
 def one_line(e: BaseException) -> str:
     """An error's message on one line (torch's and numpy's messages span several), control characters
     escaped: a message may quote a file's contents, and a terminal must not act on an escape code in it."""

@@ -21,7 +21,7 @@ import sys
 
 from interp.cli import directory_option, guarded_output
 from interp.config import MIXERS, RESIDUALS
-from interp.errors import ToolkitError, one_line
+from interp.errors import ToolkitError, io_error_line, one_line
 from interp.signals import exit_code, fired_code, interrupts, signal_name
 from training.presets import MODEL_FIELDS, PRESETS, TRAIN_FIELDS, check_asked_vocab, parse_overrides, resolve
 from training.rundir import RunDir, variant_name
@@ -156,8 +156,7 @@ def _main(argv: list[str] | None = None) -> int:
         print(f"\ninterrupted ({signal_name(code)}) before training started; nothing was written", file=sys.stderr)
         return code
     except OSError as e:  # an I/O error no layer below turned into a ToolkitError
-        where = f" {e.filename}" if e.filename else ""
-        print(f"error: cannot read or write{where}: {e.strerror or e}", file=sys.stderr)
+        print(io_error_line(e), file=sys.stderr)
         return 2
     except Exception:  # a library turned the interrupt into another exception (interp.signals.fired_code)
         code = fired_code()
