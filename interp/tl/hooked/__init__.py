@@ -6,13 +6,13 @@ The public face of the export; each concern has its module:
                mixer declares, or refused by name); to_hooked_transformer
     rewire     hook points that do what TL's block cannot: a mixer's routing of the
                scores, a removed residual path, the n_ctx check
-    export     the class every export is: TL's HookedTransformer plus a word where a TL habit
+    exported   the class every export is: TL's HookedTransformer plus a word where a TL habit
                misleads (logit_attrs without fold_ln, prepend_bos, W_Q @ W_K under a routing)
                and nanoGPT's crop when generating past n_ctx
     caches     for residual != 'full': the export and its caches warn where TL's additive
                methods (decompose_resid, logit_attrs, ...) would answer wrongly
     persist    save_hooked / load_hooked, exact round trip, tokenizer included, in a layout
-               no plain HookedTransformer loader takes in
+               no plain HookedTransformer loader takes in (the format both majors share: interp.tl.saved)
 
 The tokenizers live in interp.tokenizers (which one a checkpoint gets: interp.vocab).
 The position embedding refuses positions past n_ctx (TL would index out of
