@@ -29,9 +29,7 @@ import numpy as np
 from interp.errors import DataError
 from interp.gpt2 import GPT2_EOT, GPT2_FILES, GPT2_VOCAB_SIZE, gpt2_files
 from interp.io import atomic_write
-from training.batches import fixed_batches  # noqa: F401  (re-exported: experiments/shared/frame.py imports it here)
 from training.corpus import CORPORA, Corpus, char_codec
-from training.reference_levels import reference_levels  # noqa: F401  (re-exported, as fixed_batches)
 from training.synthetic import synthetic_corpus
 
 SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"

@@ -38,7 +38,7 @@ from experiments.shared.options import parse_seeds
 from experiments.shared.plan import Context, Group, Job, Variant, select_variants
 from experiments.shared.text import format_table, levels_line, software_versions, table_figure
 from interp.cli import directory_option
-from interp.errors import ToolkitError, one_line
+from interp.errors import ToolkitError, io_error_line, one_line
 from interp.io import remove_stale_temps
 from interp.signals import exit_code, fired_code, interrupts, signal_name
 from training.budget import check_runnable
@@ -69,6 +69,7 @@ class Experiment:
     # cells a first pass put next to a boundary): after launching, the runner plans again and launches what is
     # new, until nothing is. A cluster job re-plans the same way, so it finds its run in the grown plan.
     replan: bool = False
+    default_seeds: Callable[[RunSpec], list[int]] | None = None  # seeds without --seeds (else the preset's one)
 
     @property
     def default_out(self) -> str:
@@ -119,8 +120,7 @@ class Experiment:
         except KeyboardInterrupt as e:
             code = exit_code(e)
         except OSError as e:  # an I/O error no layer below turned into a ToolkitError
-            where = f" {e.filename}" if e.filename else ""
-            print(f"error: cannot read or write{where}: {e.strerror or e}", file=sys.stderr)
+            print(io_error_line(e), file=sys.stderr)
             return 2
         except Exception:  # a library turned the interrupt into another exception (interp.signals.fired_code)
             code = fired_code()
@@ -148,7 +148,7 @@ class Experiment:
         spec = resolve(args.preset, user)
         if self.defaults:  # computed from the user's spec, and yielding to the user's own --set
             spec = resolve(args.preset, {**self.defaults(spec), **user})
-        seeds = parse_seeds(args.seeds, [spec.train.seed])
+        seeds = parse_seeds(args.seeds, self.default_seeds(spec) if self.default_seeds else [spec.train.seed])
         from training.data import load_corpus
 
         corpus = load_corpus(spec.train.corpus, spec.train.data_path)
@@ -255,8 +255,8 @@ class Experiment:
 
 def reference_levels(spec: RunSpec, corpus) -> dict[str, Any]:
     """Unigram / bigram cross-entropy of the fixed validation batches under train-split counts."""
-    from training.data import fixed_batches
-    from training.data import reference_levels as levels
+    from training.batches import fixed_batches
+    from training.reference_levels import reference_levels as levels
 
     batches = fixed_batches(corpus.val, spec.model.n_ctx, spec.train.batch_size, spec.train.eval_batches)
     return levels(corpus.train, batches, corpus.vocab_size)
@@ -268,12 +268,19 @@ def check_distinct_dirs(jobs: list[Job]) -> None:
     from training.rundir import slug
 
     seen: dict[tuple[str, str], str] = {}
+    specs: dict[tuple[str, str, int], Any] = {}
     for job in jobs:
         key = (job.group.spec.preset, slug(job.variant.name))
         other = seen.setdefault(key, job.variant.name)
         if other != job.variant.name:
             raise ToolkitError(f"variants {other!r} and {job.variant.name!r} would share the run directory "
                                f"{key[1]}; give values that differ in their names")
+        # one name, two configurations (a name that leaves out what differs): the second would be refused as
+        # "a run of a different configuration", or read as the first
+        first = specs.setdefault((*key, job.seed), job.spec)
+        if first != job.spec:
+            raise ToolkitError(f"variant {job.variant.name!r} names two different configurations (seed "
+                               f"{job.seed}); its name must say what differs")
 
 
 def _key(job: Job) -> tuple[str, str, int]:

@@ -1,0 +1,3 @@
+from experiments.escape_time.run import EXPERIMENT
+
+raise SystemExit(EXPERIMENT.main())

@@ -1,0 +1,183 @@
+"""The escape-time table, console summary and report.html sections.
+
+Reads results.json's dict (experiments.escape_time.run's analyse); decides nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from experiments.escape_time.predictor import verdict_line
+from experiments.shared.frame import Context
+from experiments.shared.text import fmt_number, table_figure
+
+
+def _step(x: float | None, last: int) -> str:
+    return f">{last}" if x is None else f"{x:.0f}"
+
+
+def median_text(cell: dict[str, Any]) -> str:
+    m = cell["median"]
+    return f"{_step(m['median'], cell['last_step'])} [{_step(m['lower'], cell['last_step'])}, " \
+           f"{_step(m['upper'], cell['last_step'])}]"
+
+
+def table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    headers = ["cell", "role", "runs", "escaped", "median escape step [95%]", "on the floor at the end [95%]",
+               *[f"median at margin {m}" for m in results["margins_text"]]]
+    rows = []
+    order = {"grid": 0, "holdout": 1, "reference": 2}
+    for c in sorted(results["cells"], key=lambda c: (order[c["role"]], c["residual"], c["n_layers"], c["lr"])):
+        s, lo, hi = c["survival_at_last"]
+        rows.append([c["name"], c["role"], str(c["n"]), str(c["n_escaped"]), median_text(c),
+                     f"{s:.2f} [{lo:.2f}, {hi:.2f}]",
+                     *[_step(v, c["last_step"]) for v in c["medians_by_margin"].values()]])
+    return headers, rows
+
+
+def law_text(law: dict[str, Any], margin: str) -> str:
+    if not law["fitted"]:
+        return f"law at margin {margin}: not fitted ({law['reason']})"
+    c = law["coef"]
+
+    def ci(name: str, f=lambda v: v) -> str:
+        item = c[name]
+        if item["lower"] is None:
+            return f"{f(item['value']):.2f}"
+        return f"{f(item['value']):.2f} [{f(item['lower']):.2f}, {f(item['upper']):.2f}]"
+
+    import math
+
+    text = (f"law at margin {margin}: each layer multiplies the median wait by {ci('per_layer', math.exp)}")
+    if law["with_lr"]:
+        text += f", each doubling of lr by {ci('per_lr_doubling', math.exp)}"
+    return text + (f"; spread sigma {ci('sigma')} (log-normal, {law['n_runs']} runs, {law['n_escaped']} escaped, "
+                   f"depths {law['depths']})")
+
+
+def prediction_text(depth: int, lr: float, p: dict[str, Any]) -> str:
+    if not p.get("predicted"):
+        return f"held-out depth {depth}, lr {lr:g}: no prediction ({p.get('reason')})"
+    lo, hi = p["median_interval"]
+    slo, shi = p["survival_interval"]
+    return (f"held-out depth {depth}, lr {lr:g}, predicted from the other depths: median escape step "
+            f"{p['median']:.0f} [{lo:.0f}, {hi:.0f}], on the floor at step {p['step']:.0f}: "
+            f"{p['survival_at_last']:.2f} [{slo:.2f}, {shi:.2f}]")
+
+
+def holdout_lines(results: dict[str, Any]) -> list[str]:
+    out = []
+    for h in results["holdout"]:
+        out.append(prediction_text(h["depth"], h["lr"], h["predicted"]))
+        o = h["observed"]
+        m = o["median"]
+        s, lo, hi = o["survival_at_last"]
+        last = h["last_step"]
+        out.append(f"    observed ({h['n']} runs, {o['n_escaped']} escaped): median {_step(m['median'], last)} "
+                   f"[{_step(m['lower'], last)}, {_step(m['upper'], last)}], on the floor at the end {s:.2f} "
+                   f"[{lo:.2f}, {hi:.2f}]")
+    return out
+
+
+def mechanism_lines(results: dict[str, Any]) -> list[str]:
+    mech = results["mechanism"]
+    out = [f"mechanism ({mech['n_escaped']} ffn_only runs escaped): {mech['answer']}"]
+    if mech["order"]:
+        parts = [f"{name} {lead:+.0f} steps (n={n})" for name, lead, n in mech["order"]]
+        out.append("    onset against the escape step, earliest first (median lead): " + "; ".join(parts))
+    if mech["n_escaped"] < results["min_runs"]:
+        out.append(f"    the order rests on {mech['n_escaped']} runs, fewer than {results['min_runs']}: not settled")
+    return out
+
+
+def summary(results: dict[str, Any]) -> str:
+    margin = f"{results['margin']:g}"
+    lines = [f"escape: validation loss stays below {results['threshold']:.3f} (unigram - {margin})"]
+    lines += [law_text(results["law"][m], m) for m in results["law"]]
+    lines += holdout_lines(results)
+    lines += mechanism_lines(results)
+    lines.append(f"early predictors of escape at step {results['early_step']} (held out by seed):")
+    lines += ["    " + verdict_line(name, item) for name, item in results["predictor"].items()]
+    return "\n".join(lines)
+
+
+def survival_figure(results: dict[str, Any]):
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for c in results["cells"]:
+        km = c["km"]
+        xs = [0, *[s for s in km["steps"] for _ in (0, 1)], c["last_step"]]
+        ys = [1.0, 1.0, *[v for v in km["survival"] for _ in (0, 1)]][: len(xs)]
+        lo = [1.0, 1.0, *[v for v in km["lower"] for _ in (0, 1)]][: len(xs)]
+        hi = [1.0, 1.0, *[v for v in km["upper"] for _ in (0, 1)]][: len(xs)]
+        name = f"{c['name']} ({c['role']})"
+        fig.add_trace(go.Scatter(x=xs + xs[::-1], y=hi + lo[::-1], fill="toself", opacity=0.12, line=dict(width=0),
+                                 showlegend=False, hoverinfo="skip", legendgroup=name))
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=name, legendgroup=name))
+    fig.update_layout(title="Fraction still on the floor (Kaplan-Meier, 95% band)", xaxis_title="step",
+                      yaxis_title="on the floor", yaxis_range=[0, 1.02], height=520)
+    return fig
+
+
+def law_figure(results: dict[str, Any]):
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for lr in results["lrs"]:
+        cells = sorted((c for c in results["cells"] if c["residual"] == "ffn_only" and c["lr"] == lr),
+                       key=lambda c: c["n_layers"])
+        pts = [(c["n_layers"], c["median"]["median"], c["role"]) for c in cells if c["median"]["median"]]
+        fig.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="markers+lines",
+                                 name=f"observed median, lr {lr:g}", text=[p[2] for p in pts]))
+    for h in results["holdout"]:
+        p = h["predicted"]
+        if p.get("predicted"):
+            lo, hi = p["median_interval"]
+            fig.add_trace(go.Scatter(x=[h["depth"]], y=[p["median"]], mode="markers", marker_symbol="diamond-open",
+                                     marker_size=14, name=f"predicted, held-out depth, lr {h['lr']:g}",
+                                     error_y=dict(type="data", symmetric=False, array=[hi - p["median"]],
+                                                  arrayminus=[p["median"] - lo])))
+    fig.update_yaxes(type="log", title="median escape step")
+    fig.update_layout(title="Median escape step against depth (log scale)", xaxis_title="depth", height=460)
+    return fig
+
+
+def mechanism_figure(results: dict[str, Any], names: tuple[str, ...]):
+    import plotly.graph_objects as go
+
+    mech = results["mechanism"]
+    fig = go.Figure()
+    for name in names:
+        m = mech["measures"][name]
+        fig.add_trace(go.Scatter(x=mech["offsets"], y=m["mean_curve"], mode="lines+markers",
+                                 name=f"{m['label']} (n={m['n_runs']})"))
+    fig.add_vline(x=0, line_dash="dot")
+    fig.update_layout(title="Aligned on the escape step (mean over escaped runs)", xaxis_title="step - escape step",
+                      height=420)
+    return fig
+
+
+def sections(results: dict[str, Any], ctx: Context) -> list:
+    out: list = [("Survival on the floor", summary(results).split("\n")[0], survival_figure(results))]
+    out.append(("The law", " ".join(law_text(results["law"][m], m) + "." for m in results["law"]),
+                law_figure(results)))
+    out += holdout_lines(results)
+    out.append(("Mechanism at escape", " ".join(mechanism_lines(results)),
+                mechanism_figure(results, ("alpha_tt_layer0", "alpha_tt_mean", "identity"))))
+    out.append(mechanism_figure(results, ("knock_out_self", "self_only", "uniform_pattern")))
+    out.append(mechanism_figure(results, ("grad_block0", "growth")))
+    rows = [[name, str(item["n"]), fmt_number(item.get("accuracy"), ".2f"),
+             "-" if "interval" not in item else "[{:.2f}, {:.2f}]".format(*item["interval"]),
+             fmt_number(item.get("majority_accuracy"), ".2f"), fmt_number(item.get("auc"), ".2f"),
+             "yes" if item.get("predicts") else item.get("untestable", "no")]
+            for name, item in results["predictor"].items()]
+    out.append((f"Early predictors (step {results['early_step']}, held out by seed)", table_figure(
+        ["feature", "runs", "accuracy", "95% (exact)", "majority", "AUC", "predicts"], rows)))
+    return out
+
+
+if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
+    from experiments.shared.options import not_a_command
+
+    raise SystemExit(not_a_command(__spec__.name))

@@ -1,0 +1,370 @@
+"""python -m experiments.escape_time: how long ffn_only waits on the floor, and what changes when it leaves.
+
+The phase diagram found the ffn_only floor to be a plateau that erodes with training length: a boundary
+"at 1800 steps" is a snapshot of a waiting-time distribution. This measures the distribution: ffn_only
+over depth x lr with many seeds a cell, trained with a constant lr after warm-up (so a run's first N steps
+do not depend on how long it is trained: the escape time is the cell's, not the schedule's), each run
+evaluated and probed along the way.
+
+    escape         the first evaluation step from which the validation loss stays below the floor
+                   (unigram - margin) to the run's end; one-evaluation spikes above it inside a stretch
+                   below are ignored, re-crossings are not (experiments.escape_time.survival); runs that
+                   never escape are censored at their last step. Reported at the margin, half and twice it
+    survival       per cell the Kaplan-Meier fraction still on the floor against step, with a 95% band
+                   (Greenwood, log-log), the median escape step with its interval, the fraction escaped
+    law            log(escape step) = a + b * depth + c * log2(lr) + sigma * noise (log-normal, censored
+                   runs by their survival), bootstrap intervals over runs within cells: exp(b) is the
+                   factor each layer multiplies the wait by
+    held-out depth --holdout-depth (default 5) is left out of the fit; its predicted median and survival
+                   at the last step are printed, then it is trained (planned only once the grid has
+                   finished) and the observed values are printed beside the prediction
+    mechanism      for runs that escape, aligned on their escape step: alpha_tt by layer, block-0 gradient
+                   norm, current-token decodability, norm growth, and the loss cost of three routing
+                   interventions (experiments.escape_time.mechanism: which moves first, by how many steps,
+                   on how many runs), and whether attention builds a self path as the loss leaves the floor
+    early          which measurement at the early step (--early-step, default the last evaluation <= 100)
+                   predicts escape by the last step: a one-feature threshold, held out by seed (fitted on
+                   the other seeds' runs), accuracy with an exact interval against the majority baseline
+                   of the same folds, AUC with a bootstrap interval; depth alone is a baseline
+    references     full and attn_only at every depth at the first lr (--references, --reference-seeds)
+
+Default (preset phase-cell): ffn_only at depth 2, 3, 4, 6 x lr 1e-3, 2e-3, 16 seeds a cell, 2x the
+preset's steps (1200), evaluated every 25 steps and probed every 50 (the escape probe every 100), held-out
+depth 5 at both lrs, full and attn_only references with 4 seeds: 192 runs. The cost is printed before any
+work (each shape's step timed now, in ensembles). `--set max_steps=6000` trains 10x the preset's steps;
+`--preset smoke` runs a small grid (depths 1 and 3, held-out 2, 4 seeds) through every section.
+
+Verdicts follow the project's rules: a cell's median is printed as measured only where the curve reaches
+0.5 within the runs' length, the law only where at least two depths have escapes, every interval is
+computed, and a statement says how many runs it rests on.
+
+results.json schema ("escape-time/1"):
+    schema, experiment, preset, seeds, config, reference_levels, margin, margins [m/2, m, 2m], threshold,
+    early_step, depths, lrs, holdout_depth, probe_every
+    runs       one per run: variant, seed, residual, n_layers, lr, role ("grid" | "holdout" | "reference"),
+               run_dir, final_val_loss, steps, last_step, escape {margin (as text) -> step or null},
+               features {val_loss, alpha_tt_layer0, grad_block0, growth, identity (null where not recorded)}
+    cells      per (role, residual, n_layers, lr): name, n, n_escaped, km {steps, survival, lower, upper,
+               at_risk}, median {median, lower, upper} (null: past the last step), survival_at_last
+               [value, lower, upper], medians_by_margin {margin -> median}
+    law        {margin -> fit_law(...)}: fitted, coef {intercept, per_layer, per_lr_doubling, sigma ->
+               {value, lower, upper}}, n_runs, n_escaped (bootstrap refits omitted from the file)
+    holdout    per held-out cell: depth, lr, predicted {median, median_interval, survival_at_last,
+               survival_interval}, observed {median, survival_at_last}
+    mechanism  aligned(...): n_escaped, offsets, measures {name -> label, n_runs, mean_curve, lead
+               {n, median, interval}, change {n, mean, interval}}; order; answer
+    predictor  feature -> {n, n_escaped, accuracy, interval, majority_accuracy, auc, auc_interval,
+               predicts} or {n, untestable}
+    software, train_wall_time_s, wall_time_s, created
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from experiments.escape_time.mechanism import EscapeProbe, aligned, order, self_path_answer, series
+from experiments.escape_time.predictor import early_features, evaluate_by_seed
+from experiments.escape_time.report import sections, summary, table
+from experiments.escape_time.survival import escape_step, fit_law, kaplan_meier, median_escape, predict, survival_at
+from experiments.shared.frame import Context, Experiment, Group, Job, Variant, check_number, run_summary
+from interp.errors import ToolkitError
+
+SCHEMA = "escape-time/1"
+DEFAULT_MARGIN = 0.05  # the routing test's
+LENGTH = 2  # default max_steps: this many times the preset's (about an hour's worth would be 1x here)
+MIN_RUNS = 8  # a statement about escapes rests on at least this many runs
+# preset -> (depths, lrs as multiples of the preset's lr, held-out depth, seeds a cell, reference residuals,
+# reference seeds, escape probe every this many evaluations)
+PRESET_GRID = {"smoke": ((1, 2), (1.0,), 3, 4, "full", 2, 1)}
+DEFAULT_GRID = ((2, 3, 4, 6), (0.5, 1.0), 5, 16, "full,attn_only", 4, 4)  # phase-cell: lr 1e-3 and 2e-3
+
+
+def _floats(text: str, name: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise ToolkitError(f"{name} expects comma-separated numbers, got {text!r}") from None
+    for v in values:
+        check_number(name, v, 0.0, inclusive=False)
+    if len(set(values)) != len(values):
+        raise ToolkitError(f"{name} {text!r} names a value twice")
+    return values
+
+
+def _ints(text: str, name: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise ToolkitError(f"{name} expects comma-separated integers, got {text!r}") from None
+    if any(v < 1 for v in values) or len(set(values)) != len(values):
+        raise ToolkitError(f"{name} needs distinct integers >= 1, got {text!r}")
+    return values
+
+
+def add_arguments(p) -> None:
+    g = p.add_argument_group("the grid")
+    g.add_argument("--depths", help="ffn_only depths (default 2,3,4,6; smoke 1,3)")
+    g.add_argument("--lrs", help="learning rates (default: the preset's lr x 0.5 and x 1)")
+    g.add_argument("--holdout-depth", help="a depth left out of the law's fit, then trained to test it "
+                                           "(default 5; smoke 2; '' for none)")
+    g.add_argument("--references", default=None,
+                   help="residuals trained at every depth at the first lr (default full,attn_only; smoke full; "
+                        "'' none)")
+    g.add_argument("--reference-seeds", type=int, default=None, help="seeds per reference cell (default 4; smoke 2)")
+    g.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
+                   help=f"nats below unigram a loss must stay to have escaped (default {DEFAULT_MARGIN})")
+    g.add_argument("--probe-every", type=int, default=None,
+                   help="steps between escape probes (interventions, decodability); default 4 evaluation "
+                        "intervals")
+    g.add_argument("--early-step", type=int, default=None,
+                   help="the evaluation step early features are read at (default the last one <= 100)")
+
+
+def check(args) -> None:
+    check_number("--margin", args.margin, 0.0, inclusive=False)
+    if args.depths is not None:
+        _ints(args.depths, "--depths")
+    if args.lrs is not None:
+        _floats(args.lrs, "--lrs")
+    if args.holdout_depth not in (None, ""):
+        _ints(args.holdout_depth, "--holdout-depth")
+    if args.reference_seeds is not None and args.reference_seeds < 1:
+        raise ToolkitError(f"--reference-seeds must be >= 1, got {args.reference_seeds}")
+    for name in ("probe_every", "early_step"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise ToolkitError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    refs = [r.strip() for r in args.references.split(",")] if args.references and args.references.strip() else []
+    bad = [r for r in refs if r not in ("full", "attn_only", "none", "ffn_only")]
+    if bad or "" in refs or len(set(refs)) != len(refs):
+        raise ToolkitError(f"--references {args.references!r}: give distinct residuals among full, attn_only, none")
+
+
+class Grid:
+    """The cells a command line asks for."""
+
+    def __init__(self, ctx: Context):
+        args, train = ctx.args, ctx.spec.train
+        depths, mults, holdout, seeds, refs, ref_seeds, _ = PRESET_GRID.get(ctx.spec.preset, DEFAULT_GRID)
+        self.depths = _ints(args.depths, "--depths") if args.depths else depths
+        self.lrs = _floats(args.lrs, "--lrs") if args.lrs else tuple(m * train.lr for m in mults)
+        if args.holdout_depth is None:
+            self.holdout = holdout
+        else:
+            self.holdout = _ints(args.holdout_depth, "--holdout-depth")[0] if args.holdout_depth else None
+        if self.holdout in self.depths:
+            raise ToolkitError(f"--holdout-depth {self.holdout} is one of --depths; it must be left out of the fit")
+        self.n_seeds = seeds
+        self.ref_seeds = args.reference_seeds or ref_seeds
+        text = refs if args.references is None else args.references
+        self.references = [r.strip() for r in text.split(",")] if text.strip() else []
+        self.ratio = train.min_lr / train.lr
+
+    def variant(self, residual: str, depth: int, lr: float) -> Variant:
+        from experiments.phase_diagram.grid import num
+
+        return Variant(f"{residual} L{depth} lr{num(lr)}",
+                       {"residual": residual, "n_layers": depth, "lr": lr, "min_lr": lr * self.ratio})
+
+    def grid(self) -> list[Variant]:
+        return [self.variant("ffn_only", d, lr) for d in self.depths for lr in self.lrs]
+
+    def held_out(self) -> list[Variant]:
+        return [self.variant("ffn_only", self.holdout, lr) for lr in self.lrs] if self.holdout else []
+
+    def reference(self) -> list[Variant]:
+        return [self.variant(r, d, self.lrs[0]) for r in self.references for d in self.depths]
+
+    def roles(self) -> dict[str, tuple[str, dict[str, Any]]]:
+        """variant name -> (role, its overrides)."""
+        return {v.name: (role, v.overrides) for role, vs in (("grid", self.grid()), ("reference", self.reference()),
+                                                             ("holdout", self.held_out())) for v in vs}
+
+
+def defaults(spec) -> dict[str, Any]:
+    t = spec.train
+    return {"max_steps": LENGTH * t.max_steps, "lr_schedule": "constant", "probe_interval": 2 * t.eval_interval,
+            "eval_from": 0.0}
+
+
+def default_seeds(spec) -> list[int]:
+    n = PRESET_GRID.get(spec.preset, DEFAULT_GRID)[3]
+    return [spec.train.seed + k for k in range(n)]
+
+
+def probe_every(ctx: Context) -> int:
+    evals = PRESET_GRID.get(ctx.spec.preset, DEFAULT_GRID)[6]
+    every = ctx.args.probe_every or evals * ctx.spec.train.eval_interval
+    if every % ctx.spec.train.eval_interval:
+        raise ToolkitError(f"--probe-every {every} must be a multiple of eval_interval {ctx.spec.train.eval_interval}")
+    return every
+
+
+def early_step(ctx: Context) -> int:
+    train = ctx.spec.train
+    steps = [k for k in range(1, min(train.max_steps, 10 * train.eval_interval + 101)) if train.is_eval_step(k)]
+    if ctx.args.early_step is not None:
+        if ctx.args.early_step not in steps:
+            raise ToolkitError(f"--early-step {ctx.args.early_step} must be an evaluation step before "
+                               f"max_steps {train.max_steps}")
+        return ctx.args.early_step
+    if not steps:
+        raise ToolkitError("no evaluation step before max_steps to read early features at; lower eval_interval")
+    return max((k for k in steps if k <= 100), default=steps[0])
+
+
+def plan(ctx: Context) -> list[Group]:
+    if ctx.spec.model.n_ctx < 2:
+        raise ToolkitError(f"escape times need n_ctx >= 2 (context to route), got {ctx.spec.model.n_ctx}")
+    grid = Grid(ctx)
+    every = probe_every(ctx)
+    early_step(ctx)
+
+    def callbacks(variant, seed):
+        return [EscapeProbe(every)]
+
+    first_seed = ctx.seeds[0]
+    groups = [Group(ctx.spec, grid.grid(), callbacks=callbacks)]
+    if grid.references:
+        groups.append(Group(ctx.spec, grid.reference(), callbacks=callbacks,
+                            seeds=[first_seed + k for k in range(grid.ref_seeds)]))
+    if grid.holdout and all(j.run_dir(ctx.out).finished for j in _jobs(groups[:1], ctx)):
+        groups.append(Group(ctx.spec, grid.held_out(), callbacks=callbacks))
+    return groups
+
+
+def _jobs(groups: list[Group], ctx: Context) -> list[Job]:
+    return [Job(g, v, s) for g in groups for v in g.variants for s in (g.seeds or ctx.seeds)]
+
+
+# ----- analysis -----------------------------------------------------------------------------------------
+
+
+def margins(margin: float) -> list[float]:
+    return [margin / 2, margin, 2 * margin]
+
+
+def summarise_run(record: dict[str, Any], ctx: Context, roles: dict[str, str], early: int) -> dict[str, Any]:
+    levels = ctx.levels
+    curve = record["val_curve"]
+    summary = run_summary(record)
+    role, cell = roles[record["variant"]]
+    return {
+        "variant": record["variant"], "seed": record["seed"], "residual": cell["residual"],
+        "n_layers": cell["n_layers"], "lr": cell["lr"], "role": role,
+        "run_dir": summary["run_dir"], "final_val_loss": summary["final_val_loss"], "steps": summary["steps"],
+        "last_step": curve["steps"][-1],
+        "escape": {f"{m:g}": escape_step(curve["steps"], curve["loss"], levels["unigram"] - m)
+                   for m in margins(ctx.args.margin)},
+        "features": early_features(record, early, ctx.spec.train.warmup_steps),
+        "series": series(record.get("probes", {})),
+    }
+
+
+def cell_summary(runs: list[dict[str, Any]], key: str, all_margins: list[str]) -> dict[str, Any]:
+    first = runs[0]
+    times = [r["escape"][key] if r["escape"][key] is not None else r["last_step"] for r in runs]
+    escaped = [r["escape"][key] is not None for r in runs]
+    km = kaplan_meier(times, escaped)
+    last = max(r["last_step"] for r in runs)
+    return {"name": first["variant"], "role": first["role"], "residual": first["residual"],
+            "n_layers": first["n_layers"], "lr": first["lr"], "n": len(runs), "n_escaped": sum(escaped),
+            "seeds": [r["seed"] for r in runs], "last_step": last, "km": km, "median": median_escape(km),
+            "survival_at_last": list(survival_at(km, last)),
+            "medians_by_margin": {m: median_escape(kaplan_meier(
+                [r["escape"][m] if r["escape"][m] is not None else r["last_step"] for r in runs],
+                [r["escape"][m] is not None for r in runs]))["median"] for m in all_margins}}
+
+
+def _law_runs(runs: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
+    return [{"n_layers": r["n_layers"], "lr": r["lr"], "escape": r["escape"][key], "last_step": r["last_step"]}
+            for r in runs]
+
+
+def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
+    grid = Grid(ctx)
+    roles = grid.roles()
+    early = early_step(ctx)
+    runs = [summarise_run(r, ctx, roles, early) for r in records]
+    keys = [f"{m:g}" for m in margins(ctx.args.margin)]
+    key = f"{ctx.args.margin:g}"
+    by_cell: dict[str, list[dict[str, Any]]] = {}
+    for r in runs:
+        by_cell.setdefault(r["variant"], []).append(r)
+    cells = [cell_summary(rs, key, keys) for rs in by_cell.values()]
+    grid_runs = [r for r in runs if r["role"] == "grid"]
+    laws = {k: fit_law(_law_runs(grid_runs, k), "escape") for k in keys}
+    holdout = []
+    for c in cells:
+        if c["role"] != "holdout":
+            continue
+        p = predict(laws[key], c["n_layers"], c["lr"], c["last_step"])
+        holdout.append({"depth": c["n_layers"], "lr": c["lr"], "n": c["n"], "last_step": c["last_step"], "predicted": p,
+                        "observed": {"median": c["median"], "survival_at_last": c["survival_at_last"],
+                                     "n_escaped": c["n_escaped"]}})
+    ffn = [r for r in runs if r["residual"] == "ffn_only"]
+    mech_runs = [{"escape": r["escape"][key], "series": r["series"]} for r in ffn]
+    mechanism = aligned(mech_runs, ctx.spec.train.warmup_steps, probe_every(ctx))
+    mechanism["order"] = order(mechanism)
+    mechanism["answer"] = self_path_answer(mechanism, MIN_RUNS)
+    samples = [{"seed": r["seed"], "features": {**r["features"], "depth": float(r["n_layers"])},
+                "escaped": r["escape"][key] is not None} for r in ffn]
+    for r in runs:
+        r.pop("series")
+    for law in laws.values():
+        law.pop("bootstrap", None)
+    return {"margin": ctx.args.margin, "margins": margins(ctx.args.margin), "margins_text": keys,
+            "threshold": ctx.levels["unigram"] - ctx.args.margin, "early_step": early,
+            "depths": list(grid.depths), "lrs": list(grid.lrs), "holdout_depth": grid.holdout,
+            "probe_every": probe_every(ctx), "min_runs": MIN_RUNS, "runs": runs, "cells": cells, "law": laws,
+            "holdout": holdout, "mechanism": mechanism, "predictor": evaluate_by_seed(samples)}
+
+
+def preface(ctx: Context, jobs: list[Job]) -> str:
+    from experiments.phase_diagram.run import estimate, flops_text, measured_minutes
+
+    e = estimate(ctx, jobs)
+    lines = [f"escape is the first evaluation step from which validation loss stays below "
+             f"{ctx.levels['unigram'] - ctx.args.margin:.3f} (unigram {ctx.levels['unigram']:.3f} - margin "
+             f"{ctx.args.margin:g}); runs that never get there are censored at their last step",
+             f"estimated cost: {flops_text(e['flops'])} of training for {len(jobs)} runs, "
+             f"{flops_text(e['flops_to_train'])} still to train"]
+    if ctx.args.launcher == "local" and e["flops_to_train"]:
+        lines[-1] += f": about {measured_minutes(ctx, jobs):.1f} min here (each shape's step timed now)"
+    grid = Grid(ctx)
+    held = {v.name for v in grid.held_out()}
+    if held & {j.variant.name for j in jobs}:
+        lines += prediction_lines(ctx, grid)
+    elif grid.holdout:
+        lines.append(f"depth {grid.holdout} is held out: its prediction is printed, then it trains, once the "
+                     "grid has finished")
+    return "\n".join(lines)
+
+
+def prediction_lines(ctx: Context, grid: Grid) -> list[str]:
+    """The law fitted on the finished grid, and what it predicts for the held-out depth (before it trains)."""
+    from experiments.escape_time.report import prediction_text
+
+    key = f"{ctx.args.margin:g}"
+    early = early_step(ctx)
+    names = grid.roles()
+    runs = []
+    for job in _jobs([Group(ctx.spec, grid.grid())], ctx):
+        record = job.run_dir(ctx.out).load()
+        record.update(variant=job.variant.name, seed=job.seed)
+        runs.append(summarise_run(record, ctx, names, early))
+    law = fit_law(_law_runs(runs, key), "escape")
+    steps = ctx.spec.train.max_steps
+    return [prediction_text(grid.holdout, lr, predict(law, grid.holdout, lr, steps)) for lr in grid.lrs]
+
+
+EXPERIMENT = Experiment(
+    name="escape_time", schema=SCHEMA, doc=__doc__, title="Escape times", plan=plan, analyse=analyse,
+    table=table, summary=summary, sections=sections, add_arguments=add_arguments, check=check,
+    owned={"residual": "--references", "n_layers": "--depths", "lr": "--lrs",
+           "min_lr": "--lrs (min_lr keeps the preset's ratio to lr)"}, defaults=defaults,
+    default_preset="phase-cell", replan=True, preface=preface, default_seeds=default_seeds,
+)
+
+if __name__ == "__main__":
+    raise SystemExit(EXPERIMENT.main())

@@ -1,0 +1,159 @@
+"""experiments.escape_time: the escape rule, Kaplan-Meier, the fitted law, the seed-held-out predictor, and
+the command end to end on the smoke preset."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from experiments.escape_time.mechanism import aligned, before_after, onset
+from experiments.escape_time.predictor import evaluate_by_seed
+from experiments.escape_time.survival import escape_step, fit_law, kaplan_meier, median_escape, predict, survival_at
+
+STEPS = [0, 25, 50, 75, 100, 125, 150]
+
+
+@pytest.mark.parametrize("losses, expected", [
+    ([4.0, 3.4, 3.3, 3.2, 3.1, 3.0, 2.9], 75),  # leaves and stays
+    ([4.0, 3.2, 3.4, 3.3, 3.2, 3.1, 3.0], 100),  # a dip below and back: only the last stretch counts
+    ([4.0, 3.3, 3.2, 9.5, 3.2, 3.1, 3.0], 50),  # one-evaluation spike inside a stretch below: ignored
+    ([4.0, 3.3, 3.2, 9.5, 9.5, 3.1, 3.0], 125),  # two evaluations above end the stretch
+    ([4.0, 3.3, 3.2, 3.1, 3.0, 2.9, 3.4], None),  # above at the last evaluation: not escaped (censored)
+    ([4.0, 3.3, 3.2, 3.1, math.nan, 3.0, 2.9], 50),  # non-finite counts as above: here a one-point spike
+    ([4.0, 3.4, 3.3, 3.3, 3.3, 3.3, 3.3], None),  # never below
+])
+def test_escape_step_follows_the_stated_rule(losses, expected):
+    assert escape_step(STEPS, losses, threshold=3.25) == expected
+
+
+def test_kaplan_meier_matches_a_hand_computed_curve():
+    # escapes at 10, 20, 20, 40; one run censored at 30
+    km = kaplan_meier([10, 20, 20, 30, 40], [True, True, True, False, True])
+    assert km["steps"] == [10, 20, 40]
+    assert km["survival"] == pytest.approx([0.8, 0.4, 0.0])
+    assert km["at_risk"] == [5, 4, 1]
+    assert all(lo <= s <= hi for s, lo, hi in zip(km["survival"], km["lower"], km["upper"], strict=True))
+    assert median_escape(km)["median"] == 20
+    assert survival_at(km, 35) == (pytest.approx(0.4), km["lower"][1], km["upper"][1])
+    assert survival_at(km, 5) == (1.0, 1.0, 1.0)
+
+
+def test_a_curve_that_never_reaches_one_half_has_no_median():
+    km = kaplan_meier([100, 600, 600, 600], [True, False, False, False])
+    assert median_escape(km)["median"] is None
+    assert km["survival"] == [pytest.approx(0.75)]
+
+
+def _synthetic_runs(per_layer: float, sigma: float, last: int, seed: int = 0, n: int = 40):
+    rng = np.random.default_rng(seed)
+    runs = []
+    for depth in (1, 2, 3):
+        for lr in (1e-3, 2e-3):
+            for _ in range(n):
+                t = math.exp(math.log(50) + math.log(per_layer) * depth - 0.3 * math.log2(lr / 1e-3)
+                             + sigma * rng.standard_normal())
+                runs.append({"n_layers": depth, "lr": lr, "escape": round(t) if t < last else None,
+                             "last_step": last})
+    return runs
+
+
+def test_the_law_recovers_a_known_per_layer_factor_through_censoring():
+    runs = _synthetic_runs(per_layer=2.0, sigma=0.3, last=400)
+    assert any(r["escape"] is None for r in runs) and any(r["escape"] is not None for r in runs)
+    law = fit_law(runs)
+    c = law["coef"]["per_layer"]
+    assert law["fitted"] and c["lower"] < math.log(2.0) < c["upper"]
+    assert abs(math.exp(c["value"]) - 2.0) < 0.25
+    assert law["coef"]["sigma"]["lower"] < 0.3 < law["coef"]["sigma"]["upper"]
+    p = predict(law, 4, 1e-3, 400)  # out of the fitted depths: median 50 * 2**4 = 800
+    assert p["median_interval"][0] < 800 < p["median_interval"][1]
+    assert 0.0 <= p["survival_interval"][0] <= p["survival_at_last"] <= p["survival_interval"][1] <= 1.0
+
+
+def test_the_law_refuses_when_only_one_depth_escapes():
+    runs = [{"n_layers": d, "lr": 1e-3, "escape": (100 if d == 1 else None), "last_step": 600}
+            for d in (1, 2) for _ in range(5)]
+    law = fit_law(runs)
+    assert not law["fitted"] and "fewer than two depths" in law["reason"]
+    assert predict(law, 3, 1e-3, 600) == {"predicted": False, "reason": law["reason"]}
+
+
+def test_the_early_predictor_is_held_out_by_seed():
+    """A feature that is noise fits its own runs well (a threshold picked on them) and predicts nothing held out."""
+    from experiments.phase_diagram.predictor import fit_threshold, predict
+
+    rng = np.random.default_rng(3)
+    samples = [{"seed": seed, "features": {"val_loss": float(rng.normal()), "depth": 2.0}, "escaped": bool(k % 2)}
+               for seed in range(1, 7) for k in range(4)]
+    xs, ys = [s["features"]["val_loss"] for s in samples], [s["escaped"] for s in samples]
+    in_sample = sum(predict(fit_threshold(xs, ys), x) == y for x, y in zip(xs, ys, strict=True)) / len(xs)
+    out = evaluate_by_seed(samples)["val_loss"]
+    assert out["n"] == 24 and out["n_seeds"] == 6 and out["majority_accuracy"] <= 0.5
+    assert out["accuracy"] < in_sample and not out["predicts"]
+    assert out["interval"][0] <= out["accuracy"] <= out["interval"][1]
+    assert "untestable" in evaluate_by_seed(samples)["alpha_tt_layer0"]  # not recorded
+
+
+def test_onset_reads_when_a_measure_leaves_its_plateau():
+    points = [(s, 0.1 + 0.001 * (s % 50 == 0)) for s in range(50, 500, 25)] + [(s, 0.5) for s in range(500, 800, 25)]
+    assert onset(points, warmup=50, escape=600) == 500
+    assert before_after(points, escape=600, gap=50) == (0.5, 0.5)
+    flat = [(s, 0.1) for s in range(0, 800, 25)]
+    assert onset(flat, warmup=50, escape=600) is None
+    result = aligned([{"escape": 600, "series": {"identity": points}}, {"escape": None, "series": {}}], 50, 25)
+    assert result["n_escaped"] == 1 and result["measures"]["identity"]["lead"]["median"] == -100
+
+
+# ----- the command ----------------------------------------------------------------------------------------
+
+
+def test_smoke_runs_every_section_and_resumes_without_training(tmp_path, capsys):
+    from experiments.escape_time.run import EXPERIMENT
+
+    argv = ["--preset", "smoke", "--out", str(tmp_path), "--no-progress", "--seeds", "1,2,3,4"]
+    assert EXPERIMENT.main(argv) == 0
+    out = capsys.readouterr().out
+    results = json.loads((tmp_path / "smoke" / "results-escape_time.json").read_text())
+    assert len(results["runs"]) >= 8 and results["schema"] == "escape-time/1"
+    roles = {c["role"] for c in results["cells"]}
+    assert roles == {"grid", "holdout", "reference"}
+    for c in results["cells"]:
+        assert c["n"] == len(c["seeds"]) and 0 <= c["n_escaped"] <= c["n"]
+        assert all(0.0 <= v <= 1.0 for v in c["km"]["survival"])
+    assert set(results["law"]) == {"0.025", "0.05", "0.1"}
+    assert results["holdout"] and all("predicted" in h and "observed" in h for h in results["holdout"])
+    assert set(results["mechanism"]["measures"]) >= {"alpha_tt_layer0", "identity", "knock_out_self"}
+    assert set(results["predictor"]) >= {"val_loss", "depth"}
+    assert "law at margin 0.05" in out and "held-out depth 3" in out and "early predictors" in out
+    assert (tmp_path / "smoke" / "report-escape_time.html").stat().st_size > 10_000
+    finals = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("final.json")}
+    assert len(finals) == len(results["runs"])
+    assert EXPERIMENT.main(argv) == 0  # everything finished: planned again, nothing trains
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("final.json")} == finals
+    again = json.loads((tmp_path / "smoke" / "results-escape_time.json").read_text())
+    assert again["cells"] == results["cells"] and again["law"] == results["law"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--depths", "1,2", "--holdout-depth", "2"], "--holdout-depth 2 is one of --depths"),
+    (["--depths", "0,2"], "--depths needs distinct integers >= 1"),
+    (["--depths", "2,2"], "--depths needs distinct integers >= 1"),
+    (["--lrs", "nan"], "--lrs must be a finite number"),
+    (["--lrs", "1e-3,x"], "--lrs expects comma-separated numbers"),
+    (["--set", "n_layers=3"], "--set n_layers=... would be overridden"),
+    (["--set", "min_lr=1e-5"], "--set min_lr=... would be overridden"),
+    (["--references", "full,bogus"], "--references"),
+    (["--margin", "0"], "--margin must be a finite number > 0"),
+    (["--probe-every", "15"], "must be a multiple of eval_interval"),
+    (["--early-step", "15"], "--early-step 15 must be an evaluation step"),
+])
+def test_bad_options_are_one_error_line_before_any_work(tmp_path, capsys, argv, message):
+    from experiments.escape_time.run import EXPERIMENT
+
+    assert EXPERIMENT.main(["--preset", "smoke", "--out", str(tmp_path / "o"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1
+    assert not (tmp_path / "o").exists()
