@@ -129,6 +129,10 @@ def test_smoke_runs_every_section_and_resumes_without_training(tmp_path, capsys)
     assert set(results["predictor"]) >= {"val_loss", "depth"}
     assert "law at margin 0.05" in out and "held-out depth 3" in out and "early predictors" in out
     assert (tmp_path / "smoke" / "report-escape_time.html").stat().st_size > 10_000
+    import xml.etree.ElementTree as ET
+
+    svg = ET.parse(tmp_path / "smoke" / "survival-escape_time.svg").getroot()  # the static figure parses
+    assert len([e for e in svg.iter() if e.tag.endswith("polyline")]) == 3  # one curve per ffn_only cell (grid and held-out)
     finals = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("final.json")}
     assert len(finals) == len(results["runs"])
     assert EXPERIMENT.main(argv) == 0  # everything finished: planned again, nothing trains
