@@ -7,7 +7,8 @@ its own position; uniform_pattern: causal uniform weights), and current-token de
 resid_mid (probes.identity, offset 0, one site). The default probes add alpha_tt by layer, gradient norms
 by block and hidden-norm growth. Each measure is then read against the run's escape step:
 
-    aligned curves   each run's series against (step - escape step), averaged over the runs that escaped
+    aligned curves   each run's series against (step - escape step), linear between its probe steps,
+                     averaged over the runs that escaped
     onset            the first probe step after the first half of the plateau (warm-up end to escape) at
                      which the measure has left the plateau's band (median +/- max(3 robust SDs, a quarter
                      of its total change)) towards where it ends, and is still outside it at the next probe
@@ -145,8 +146,7 @@ def aligned(runs: list[dict[str, Any]], warmup: int, probe_interval: int) -> dic
             points = r["series"].get(name, [])
             if not points:
                 continue
-            at = dict(points)
-            curves.append([at.get(r["escape"] + o) for o in offsets])
+            curves.append(_resample([s for s, _ in points], [x for _, x in points], [r["escape"] + o for o in offsets]))
             t = onset(points, warmup, r["escape"])
             if t is not None:
                 leads.append(t - r["escape"])
@@ -165,6 +165,12 @@ def aligned(runs: list[dict[str, Any]], warmup: int, probe_interval: int) -> dic
                        "interval": _interval(changes) if len(changes) >= 3 else None},
         }
     return out
+
+
+def _resample(steps: list[int], values: list[float], at: list[int]) -> list[float | None]:
+    """Values at the steps `at`, linear between recorded steps (escape steps fall on evaluation steps, a
+    probe may record every few of them); None outside the recorded range."""
+    return [float(np.interp(t, steps, values)) if steps[0] <= t <= steps[-1] else None for t in at]
 
 
 def _median_interval(values: list[float]) -> tuple[float, float]:
