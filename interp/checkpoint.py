@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from interp.config import ModelConfig
-from interp.errors import CheckpointError, ConfigError
+from interp.errors import CheckpointError
 from interp.io import atomic_write
 
 SCHEMA = "residual-gpt/1"
@@ -123,9 +123,9 @@ def load_checkpoint(
     path: str | Path, map_location: str | torch.device = "cpu", meta: str | Path | None = None
 ) -> Checkpoint:
     """A ResidualGPT checkpoint, or a nanoGPT train.py one (interp.nanogpt; meta: its meta.pkl, else looked for)."""
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"no checkpoint at {path}")
+    from interp.checks import checked, regular_file
+
+    path = regular_file(path, CheckpointError, "checkpoint")
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:
@@ -134,13 +134,17 @@ def load_checkpoint(
         ) from None
     except PermissionError as e:
         raise CheckpointError(f"cannot read {path}: {e.strerror or e}") from None
+    except RecursionError:
+        raise CheckpointError(f"{path} is nested too deeply to be a checkpoint; it cannot be loaded") from None
     except Exception as e:  # noqa: BLE001 - a damaged file raises EOFError, RuntimeError, IndexError, ...
         detail = type(e).__name__ + (f": {str(e).strip().splitlines()[0]}" if str(e).strip() else "")
         raise CheckpointError(f"{path} is truncated or corrupt ({detail}); it cannot be loaded") from None
     import interp.nanogpt.format as nanogpt
+    from interp.checks.checkpoint import check_payload
 
+    device = str(map_location) if isinstance(map_location, (str, torch.device)) else "cpu"
     if nanogpt.is_nanogpt(payload):
-        ckpt = Checkpoint(**nanogpt.from_nanogpt(payload, path, meta))
+        ckpt = Checkpoint(**nanogpt.from_nanogpt(payload, path, meta, device=device))
         _refuse_non_finite(path, ckpt.weights)  # every import path, not only the own schema
         return ckpt
     if _is_save_hooked(payload):
@@ -152,17 +156,9 @@ def load_checkpoint(
             f"{path} is not a ResidualGPT checkpoint (no schema field) nor a nanoGPT one (no model_args and model); "
             f"it holds {keys}"
         )
-    if payload["schema"] != SCHEMA:
-        raise CheckpointError(
-            f"{path} has schema {payload['schema']!r}; this version reads {SCHEMA!r}"
-        )
-    try:
-        config = ModelConfig.from_dict(payload["model_config"])
-    except (ConfigError, KeyError, TypeError, ValueError, AttributeError) as e:
-        raise CheckpointError(f"{path} holds an invalid model config: {e}") from None
-    weights = payload.get("weights")
-    if not isinstance(weights, dict) or not all(isinstance(v, torch.Tensor) for v in weights.values()):
-        raise CheckpointError(f"{path} has no weights (a dict of tensors under 'weights'); it cannot be loaded")
+    with checked(path, CheckpointError, "it cannot be loaded"):  # every field, before the hash walks the data
+        config = check_payload(payload, SCHEMA, HASH_KEY, device)
+    weights = payload["weights"]
     recorded = payload.get(HASH_KEY)
     if recorded is not None and recorded != content_hash(payload):
         raise CheckpointError(f"{path} is damaged: its content does not match the hash recorded in it "

@@ -19,13 +19,7 @@ import os
 
 from interp.config import ModelConfig
 from interp.errors import ConfigError
-
-
-def n_params(cfg: ModelConfig) -> int:
-    """ResidualGPT's parameter count, from the config alone (LayerNorm and bias terms included roughly)."""
-    d, f, v = cfg.d_model, cfg.d_mlp, cfg.d_vocab
-    per_layer = 4 * d * d + 2 * d * f + 9 * d + f
-    return v * d + cfg.n_ctx * d + cfg.n_layers * per_layer + 2 * d + (0 if cfg.tie_embeddings else d * v)
+from interp.memory import device_memory, gib, n_params  # the one estimate of a model's size; named here too
 
 
 def estimate_bytes(cfg: ModelConfig, train) -> dict[str, int]:
@@ -38,27 +32,6 @@ def estimate_bytes(cfg: ModelConfig, train) -> dict[str, int]:
         "activations": 4 * tokens * per_token,
         "validation": 16 * train.eval_batches * train.batch_size * (cfg.n_ctx + 1),
     }
-
-
-def device_memory(device: str) -> tuple[int | None, str]:
-    """(bytes, what) of the memory a run on this device can use at most; None where it cannot be told."""
-    if device.startswith("cuda") or device == "auto":
-        try:
-            import torch
-
-            if torch.cuda.is_available():
-                index = int(device.split(":")[1]) if ":" in device else 0
-                return torch.cuda.get_device_properties(index).total_memory, "GPU memory"
-        except Exception:  # noqa: BLE001 - no CUDA here: fall back to the host's memory
-            pass
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "memory"
-    except (ValueError, OSError, AttributeError):
-        return None, "memory"
-
-
-def gib(n: float) -> str:
-    return f"{n / 2**30:,.1f} GiB" if n < 2**50 else f"{n / 2**30:.2e} GiB"
 
 
 def check_fits(cfg: ModelConfig, train, device: str | None = None) -> dict[str, int]:

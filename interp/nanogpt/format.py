@@ -57,20 +57,19 @@ class _PlainUnpickler(pickle.Unpickler):
 
 def read_meta(path: str | os.PathLike) -> list[str]:
     """The characters of a nanoGPT meta.pkl ({"vocab_size", "itos", "stoi"}), id = index; plain data only."""
-    path = Path(path)
+    from interp.checks import checked, regular_file
+    from interp.checks.nanogpt import check_meta
+
+    path = regular_file(path, CheckpointError, "meta.pkl")  # a FIFO or /dev/zero given as --meta: refused
     try:
         meta = _PlainUnpickler(io.BytesIO(path.read_bytes())).load()
     except OSError as e:
         raise CheckpointError(f"cannot read {path}: {e.strerror or e}") from None
-    except (pickle.UnpicklingError, EOFError, ValueError) as e:
-        raise CheckpointError(f"{path} is not a nanoGPT meta.pkl: {e}") from None
-    itos = meta.get("itos") if isinstance(meta, dict) else None
-    if not isinstance(itos, dict) or sorted(itos) != list(range(len(itos))):
-        raise CheckpointError(f"{path} has no itos {{0: char, 1: char, ...}}; it is not a nanoGPT character meta.pkl")
-    vocab = [itos[i] for i in range(len(itos))]
-    if not all(isinstance(c, str) and len(c) == 1 for c in vocab) or len(set(vocab)) != len(vocab):
-        raise CheckpointError(f"{path}: itos is not a list of distinct single characters")
-    return vocab
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError, RecursionError,
+            MemoryError, AttributeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path} is not a nanoGPT meta.pkl: {e or type(e).__name__}") from None
+    with checked(path, CheckpointError, "it is not a nanoGPT character meta.pkl"):
+        return check_meta(meta)
 
 
 def write_meta(path: str | os.PathLike, vocab: list[str]) -> None:
@@ -89,7 +88,7 @@ def _find_meta(path: Path | None, dataset: Any) -> Path | None:
             candidates.append(path.parent.parent / "data" / dataset / "meta.pkl")
     if isinstance(dataset, str) and dataset:
         candidates.append(Path("data") / dataset / "meta.pkl")
-    return next((c for c in candidates if c.is_file()), None)
+    return next((c for c in candidates if c.exists()), None)  # read_meta refuses one that is not a regular file
 
 
 def config_of(model_args: dict[str, Any], tied: bool) -> ModelConfig:
@@ -113,14 +112,19 @@ def config_of(model_args: dict[str, Any], tied: bool) -> ModelConfig:
         raise CheckpointError(f"model_args do not make a valid model: {e}") from None
 
 
-def from_nanogpt(payload: dict[str, Any], path: Path | None = None, meta: str | os.PathLike | None = None):
+def from_nanogpt(payload: dict[str, Any], path: Path | None = None, meta: str | os.PathLike | None = None,
+                 device: str = "cpu"):
     """The fields of an interp.checkpoint.Checkpoint for a nanoGPT train.py checkpoint (see interp.nanogpt)."""
     import torch
 
+    from interp.checks import Bad, checked
+    from interp.checks.checkpoint import check_size, check_weights
+    from interp.checks.nanogpt import check_payload
+
     where = path or "checkpoint"
+    with checked(where, CheckpointError, "it cannot be loaded"):
+        check_payload(payload)
     weights = payload["model"]
-    if not isinstance(weights, dict) or not all(isinstance(v, torch.Tensor) for v in weights.values()):
-        raise CheckpointError(f"{where}: 'model' is not a state dict of tensors")
     weights = {k.removeprefix(_PREFIX): v for k, v in weights.items()}
     # nanoGPT without flash attention registers its causal mask as attn.bias: a constant, not a weight.
     weights = {k: v for k, v in weights.items() if not (k.endswith(".attn.bias") and v.dim() == 4)}
@@ -130,6 +134,11 @@ def from_nanogpt(payload: dict[str, Any], path: Path | None = None, meta: str | 
         cfg = config_of(payload["model_args"], tied)
     except CheckpointError as e:
         raise CheckpointError(f"{where}: {e}") from None
+    with checked(where, CheckpointError, "it cannot be loaded"):
+        check_size(cfg, "model_args", device)
+        blocks = {k.split(".")[2] for k in weights if k.startswith("transformer.h.")}
+        if len(blocks) != cfg.n_layers:  # before n_layers names are made
+            raise Bad("model", f"holds {len(blocks)} block(s) but model_args says n_layer={cfg.n_layers}")
     names = {theirs: ours for ours, theirs in name_map(cfg.n_layers).items()}
     unknown = sorted(set(weights) - set(names))
     if unknown:
@@ -139,6 +148,8 @@ def from_nanogpt(payload: dict[str, Any], path: Path | None = None, meta: str | 
         ours.setdefault("unembed.weight", ours.get("embed.weight"))
         ours.setdefault("embed.weight", ours.get("unembed.weight"))
         ours = {k: v for k, v in ours.items() if v is not None}
+    with checked(where, CheckpointError, "it cannot be loaded"):
+        check_weights(ours, cfg, "model")
     config = payload.get("config") if isinstance(payload.get("config"), dict) else {}
     state = {k: v for k, v in payload.items() if k not in ("model", "model_args")}
     state["source"] = "nanogpt"

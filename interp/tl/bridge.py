@@ -401,7 +401,11 @@ def load_bridge(path: str | os.PathLike, device: str | torch.device | None = Non
     if schema != BRIDGE_SCHEMA:
         hint = " (a ResidualGPT checkpoint: use to_transformer_bridge)" if schema == SCHEMA else ""
         raise CheckpointError(f"{path} has schema {schema!r}; load_bridge reads {BRIDGE_SCHEMA!r}{hint}")
-    cfg = ModelConfig.from_dict(payload["model_config"])
+    from interp.checks import checked
+    from interp.checks.saved import check_bridge
+
+    with checked(path, CheckpointError, "it cannot be loaded"):
+        cfg = check_bridge(payload, str(device or "cpu"))
     model = ResidualGPT(cfg)
     load_weights(model, payload["state_dict"], path)
     model = (model.to(device) if device is not None else model).eval()

@@ -9,7 +9,6 @@ ResidualGPT's ModelConfig ("model_config") and the tokenizer as tokenizer_fields
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -40,13 +39,15 @@ def read_saved(path: str | os.PathLike, device: str | torch.device | None, what:
     `what` was expected (e.g. "bridge") and the `writer` that writes it (e.g. "save_bridge")."""
     import pickle
 
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"no saved {what} at {path}")
+    from interp.checks import regular_file
+
+    path = regular_file(path, CheckpointError, f"saved {what}")
     try:
         return torch.load(path, map_location=device or "cpu", weights_only=True)
-    except (pickle.UnpicklingError, EOFError, RuntimeError, OSError, ValueError) as e:
-        raise CheckpointError(f"{path} is not a readable {writer} file: {str(e).splitlines()[0]}") from None
+    except (pickle.UnpicklingError, EOFError, RuntimeError, OSError, ValueError, RecursionError, IndexError,
+            KeyError, TypeError, AttributeError) as e:
+        detail = (str(e).splitlines() or [type(e).__name__])[0]
+        raise CheckpointError(f"{path} is not a readable {writer} file: {detail}") from None
 
 
 def load_weights(model: torch.nn.Module, state_dict: dict[str, Any], path: str | os.PathLike) -> None:

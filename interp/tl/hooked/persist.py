@@ -23,7 +23,6 @@ from torch import Tensor
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from interp.checkpoint import SCHEMA
-from interp.config import ModelConfig
 from interp.errors import CheckpointError, ToolkitError
 from interp.gpt2 import gpt2_files
 from interp.tl.hooked.caches import new_hooked_transformer, warn_non_additive
@@ -75,9 +74,9 @@ def load_hooked(path: str | os.PathLike, device: str | torch.device | None = Non
     payload = read_saved(path, device, "HookedTransformer", "save_hooked")
     record = payload.get(RECORD) if isinstance(payload, dict) else None
     if isinstance(record, dict) and record.get("schema") == HOOKED_SCHEMA:
-        state_dict = {k: v[0] for k, v in payload.items() if k != RECORD}
+        state_dict = {k: v for k, v in payload.items() if k != RECORD}
     elif isinstance(payload, dict) and payload.get("schema") == _LEGACY_SCHEMA:
-        record, state_dict = payload, payload["state_dict"]
+        record, state_dict = payload, payload.get("state_dict")
     else:
         schema = record.get("schema") if isinstance(record, dict) else payload.get("schema") \
             if isinstance(payload, dict) else None
@@ -87,8 +86,14 @@ def load_hooked(path: str | os.PathLike, device: str | torch.device | None = Non
         hint = (" (a ResidualGPT or nanoGPT checkpoint: interp.to_hooked_transformer(path) exports it)"
                 if checkpoint else "")
         raise CheckpointError(f"{path} has schema {schema!r}; load_hooked reads {HOOKED_SCHEMA!r}{hint}")
+    from interp.checks import checked
+    from interp.checks.saved import check_hooked
+
+    with checked(path, CheckpointError, "it cannot be loaded"):
+        cfg = check_hooked(record, state_dict, str(device or "cpu"), leading=record is not payload)
+    if record is not payload:
+        state_dict = {k: v[0] for k, v in state_dict.items()}
     payload = record
-    cfg = ModelConfig.from_dict(payload["model_config"])
     fields = dict(payload["tl_config"])
     fields["dtype"] = getattr(torch, fields["dtype"])
     if device is not None:

@@ -1,0 +1,74 @@
+"""A saved export (interp.tl.saved's format): save_bridge's file and save_hooked's record, checked before
+the export is built.
+
+check_bridge: schema, model_config (a valid ModelConfig that fits the device), state_dict (ResidualGPT's
+weights of that config, by name and shape), the tokenizer fields. check_hooked: the record's model_config
+and tokenizer fields likewise, tl_config with a known dtype and the shape fields the model_config gives
+(TransformerLens builds its model from them), every tensor with save_hooked's extra leading dimension.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from interp.checks import Bad, walk_limits, want_dict, want_str_keys
+from interp.checks.checkpoint import check_config, check_vocab, check_weights
+from interp.config import ModelConfig
+
+DTYPES = ("float32", "float16", "bfloat16", "float64")
+_SHAPE_FIELDS = ("n_layers", "d_model", "n_ctx", "d_head", "n_heads", "d_mlp", "d_vocab_out")
+MAX_SPECIAL = 8  # tokenizer specials (BOS, padding) a tokenizer may add to d_vocab
+
+
+def _model_config(record: dict[str, Any], device: str) -> ModelConfig:
+    if "model_config" not in record:
+        raise Bad("", "has no model_config (the ResidualGPT configuration it was exported from)")
+    return check_config(record["model_config"], device=device)
+
+
+def check_bridge(payload: Any, device: str = "cpu") -> ModelConfig:
+    want_str_keys(want_dict(payload, "the file"), "the file")
+    walk_limits({k: v for k, v in payload.items() if k != "state_dict"})
+    cfg = _model_config(payload, device)
+    if not isinstance(payload.get("state_dict"), dict):
+        raise Bad("", "has no state_dict (the weights, a dict of tensors)")
+    check_weights(payload["state_dict"], cfg, "state_dict")
+    check_vocab(payload, cfg.d_vocab)
+    return cfg
+
+
+def check_hooked(record: Any, state_dict: Any, device: str = "cpu", leading: bool = True) -> ModelConfig:
+    """record: the file's residual_gpt_hooked record (or the legacy file); state_dict: its tensors by TL name
+    (leading: each with save_hooked's extra leading dimension of 1)."""
+    from interp.tl.major import tl_config_fields
+
+    want_str_keys(want_dict(record, "the record"), "the record")
+    walk_limits({k: v for k, v in record.items() if k != "state_dict"})
+    cfg = _model_config(record, device)
+    tl = want_dict(record.get("tl_config"), "tl_config")
+    want_str_keys(tl, "tl_config")
+    if tl.get("dtype") not in DTYPES:
+        raise Bad("tl_config.dtype", f"is {tl.get('dtype')!r:.40}, not one of {list(DTYPES)}")
+    if not isinstance(tl.get("device", "cpu"), (str, type(None))):
+        raise Bad("tl_config.device", f"is not a device name ({tl.get('device')!r:.40})")
+    want = tl_config_fields(cfg)
+    for key in _SHAPE_FIELDS:
+        if tl.get(key) != want[key]:
+            raise Bad(f"tl_config.{key}", f"is {tl.get(key)!r:.40}; the model_config gives {want[key]}")
+    d_vocab = tl.get("d_vocab")
+    if not (isinstance(d_vocab, int) and cfg.d_vocab <= d_vocab <= cfg.d_vocab + MAX_SPECIAL):
+        raise Bad("tl_config.d_vocab", f"is {d_vocab!r:.40}; the model_config gives {cfg.d_vocab} "
+                                       f"(+ at most {MAX_SPECIAL} tokenizer specials)")
+    want_str_keys(want_dict(state_dict, "the weights"), "the weights")
+    for name, value in state_dict.items():
+        if not isinstance(value, torch.Tensor):
+            raise Bad(f"{name!r}", f"is not a tensor (a {type(value).__name__})")
+        if leading and (value.dim() == 0 or value.shape[0] != 1):
+            raise Bad(f"{name!r}", f"has shape {list(value.shape)}, without save_hooked's leading dimension of 1")
+    check_vocab(record, cfg.d_vocab)
+    return cfg
+
+
+__all__ = ["DTYPES", "check_bridge", "check_hooked"]
