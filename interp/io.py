@@ -140,8 +140,27 @@ def _refuse_constant(name: str) -> Any:
 
 
 def loads(text: str) -> Any:
-    """json.loads that refuses the NaN / Infinity extensions, as every reader of the project's files does."""
-    return json.loads(text, parse_constant=_refuse_constant)
+    """json.loads that refuses the NaN / Infinity extensions, as every reader of the project's files does.
+
+    JSON nested deeper than Python's recursion allows is a ValueError too, like any other damage."""
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+def read_regular_text(path: Path) -> str:
+    """A regular file's text; anything else (a FIFO, a device, a directory) is an OSError naming what it is,
+    found without waiting on it (opened non-blocking, checked with fstat before a byte is read)."""
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
+            raise OSError(0, f"it is {kind}, not a regular file", str(path))
+        return f.read().decode()
 
 
 def write_json(path: str | Path, obj: Any) -> None:
@@ -152,7 +171,7 @@ def write_json(path: str | Path, obj: Any) -> None:
 def read_json(path: str | Path) -> Any:
     path = Path(path)
     try:
-        return loads(path.read_text())
+        return loads(read_regular_text(path))
     except FileNotFoundError:
         raise DataFileError(f"{path} does not exist") from None
     except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError, or a NaN / Infinity constant
@@ -173,8 +192,10 @@ def read_jsonl(path: str | Path, torn_tail_ok: bool = False, required: tuple[str
     if not path.exists():
         return []
     try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as e:
+        text = read_regular_text(path)
+    except OSError as e:
+        raise DataFileError(f"cannot read {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
         raise DataFileError(f"cannot read {path}: {e}") from None
     lines = text.split("\n")
     records = []

@@ -414,7 +414,7 @@ def test_experiment_reading_a_run_with_a_damaged_line(out, capsys, name, line, t
 
 
 @pytest.mark.parametrize("content,match", [(b'{"final_val_', "not valid JSON"), (b"{}", "no final_val_loss"),
-                                           (b"[]", "no final_val_loss")])
+                                           (b"[]", r"not a JSON object\)")])
 def test_experiment_reading_a_damaged_final_json(out, capsys, content, match):
     (out / RUN / "final.json").write_bytes(content)
     refused(capsys, out, experiment("routing_test", out), rf"final\.json is damaged.*{match}")

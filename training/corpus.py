@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -52,11 +53,20 @@ def char_codec(chars: list[str]) -> tuple[Callable[[str], list[int]], Callable[[
     return encode, decode
 
 
+def vocab_sha256(vocab: list[str] | None, encoding: str | None) -> str:
+    """sha256 of what a corpus's token ids mean: its characters (id = index) and its encoding. A checkpoint
+    records both (state "vocab", "encoding"), so a run's is recomputed from its checkpoint too."""
+    text = json.dumps({"encoding": encoding, "vocab": list(vocab) if vocab is not None else None})
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 @functools.lru_cache(maxsize=4)  # a sweep hashes its corpus once
 def data_provenance(corpus: Corpus) -> dict[str, Any]:
-    """Which data a run read: the corpus, its token counts and the sha256 of its token ids."""
+    """Which data a run read: the corpus, its token counts, the sha256 of its token ids and the sha256 of
+    their meaning (vocab_sha256: the same ids in another vocabulary are another text)."""
     h = hashlib.sha256()
     for split in (corpus.train, corpus.val):
         h.update(np.ascontiguousarray(split, dtype=np.uint16).tobytes())
     return {"corpus": corpus.name, "encoding": corpus.encoding, "train_tokens": int(len(corpus.train)),
-            "val_tokens": int(len(corpus.val)), "sha256": h.hexdigest()}
+            "val_tokens": int(len(corpus.val)), "sha256": h.hexdigest(),
+            "vocab_sha256": vocab_sha256(corpus.vocab, corpus.encoding)}

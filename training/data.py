@@ -292,6 +292,8 @@ def prepare_openwebtext(
 
 
 def _open_split(path: Path, expected: int) -> np.ndarray:
+    if path.exists() and not path.is_file():
+        raise DataError(f"{path} is not a regular file (a FIFO, device or directory); prepare the corpus again")
     if not path.is_file():
         raise DataError(f"no {path.name} in {path.parent}; prepare the corpus again")
     if path.stat().st_size != 2 * expected:
@@ -305,19 +307,27 @@ def load_bpe_corpus(directory: str | Path) -> Corpus:
     meta_path = directory / "meta.json"
     if not meta_path.is_file():
         raise DataError(f"{directory} is not a prepared BPE corpus (no meta.json); run prepare_bpe_corpus")
+    from interp.checks import checked
+    from interp.io import DataFileError, read_json
+    from training.checks.corpus import check_meta, check_tokens
+
     try:
-        meta = json.loads(meta_path.read_text())
-        n_train, n_val = int(meta["train_tokens"]), int(meta["val_tokens"])
-    except (ValueError, KeyError, TypeError) as e:
-        raise DataError(f"{meta_path} is corrupt ({type(e).__name__}: {e}); prepare the corpus again") from None
-    if meta.get("encoding") != "gpt2":
-        raise DataError(f"{meta_path} has encoding {meta.get('encoding')!r}; only 'gpt2' is supported")
+        meta = read_json(meta_path)  # strict JSON, a regular file: 1e999 or a FIFO is refused here
+    except DataFileError as e:
+        raise DataError(f"{e}; prepare the corpus again") from None
+    with checked(meta_path, DataError, "prepare the corpus again"):
+        check_meta(meta)
+    n_train, n_val = meta["train_tokens"], meta["val_tokens"]
+    train, val = _open_split(directory / "train.bin", n_train), _open_split(directory / "val.bin", n_val)
+    for name, split in (("train.bin", train), ("val.bin", val)):
+        with checked(directory / name, DataError, "prepare the corpus again"):
+            check_tokens(split, GPT2_VOCAB_SIZE, "it")
     enc = gpt2_encoding()
     return Corpus(
         name=str(meta.get("name", "bpe")),
         vocab_size=GPT2_VOCAB_SIZE,
-        train=_open_split(directory / "train.bin", n_train),
-        val=_open_split(directory / "val.bin", n_val),
+        train=train,
+        val=val,
         encode=enc.encode_ordinary,  # plain text stays plain text, as in preparation
         decode=lambda ids: enc.decode([int(i) for i in ids]),
         vocab=None,

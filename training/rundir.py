@@ -216,6 +216,11 @@ class RunDir:
         if old_data != new_data:
             raise RunDirError(f"{self.path} was trained on other data (sha256 {old_data}, this data {new_data}); "
                               "use the same corpus, or choose another --out")
+        old_vocab, new_vocab = (old.get("data") or {}).get("vocab_sha256"), record["data"].get("vocab_sha256")
+        if old_vocab is not None and old_vocab != new_vocab:  # older records lack it: the checkpoint's is compared
+            raise RunDirError(f"{self.path} was trained on the same token ids in another vocabulary or encoding "
+                              f"(vocab_sha256 {old_vocab}, this data {new_vocab}), so its text is other text; use "
+                              "the same corpus, or choose another --out")
         fields = differing_fields(old, record)
         if fields:
             raise RunDirError(f"{self.path} holds a run of a different configuration ({'; '.join(fields)}); "
@@ -297,18 +302,13 @@ class RunDir:
                               "it is never reused - move that directory aside and run again")
 
     def read_final(self) -> dict[str, Any]:
-        """final.json, checked: a JSON object with every FINAL_KEYS and finite losses."""
+        """final.json, checked field by field (training.checks.rundir.check_final)."""
+        from interp.checks import checked
+        from training.checks.rundir import check_final
+
         final = read_json(self.final)
-        missing = [k for k in FINAL_KEYS if not isinstance(final, dict) or k not in final]
-        if missing:
-            raise DataFileError(f"{self.final} is damaged (no {', '.join(missing)}); move the run directory "
-                                "aside and train it again")
-        bad = [k for k in ("final_val_loss", "best_val_loss")
-               if not isinstance(final[k], (int, float)) or isinstance(final[k], bool) or not math.isfinite(final[k])]
-        if bad:
-            raise DataFileError(f"{self.final} holds no finite {', '.join(bad)}; move the run directory aside and "
-                                "train it again")
-        return final
+        with checked(self.final, DataFileError, "move the run directory aside and train it again"):
+            return check_final(final)
 
     def check_checkpoint(self, ckpt: Checkpoint, record: dict[str, Any]) -> None:
         """A checkpoint resumes only the run it was written by: same model, training config and data."""
@@ -318,6 +318,13 @@ class RunDir:
         old = (ckpt.state.get("data") or {}).get("sha256")
         if old != record["data"]["sha256"]:
             problems.append(f"data (checkpoint sha256 {old}, this data {record['data']['sha256']})")
+        if record["data"].get("vocab_sha256") is not None:  # the ids mean the checkpoint's vocabulary's text
+            from training.corpus import vocab_sha256
+
+            written = vocab_sha256(ckpt.state.get("vocab"), ckpt.state.get("encoding"))
+            if written != record["data"]["vocab_sha256"]:
+                problems.append("vocabulary (the checkpoint's characters or encoding are not this corpus's: the "
+                                "same token ids are other text)")
         missing = [k for k in ("optimizer", "sampler", "step", "best", "totals") if k not in ckpt.state]
         if missing:
             raise CheckpointError(f"{self.ckpt} lacks the training state {missing} a resume needs; "
@@ -402,10 +409,12 @@ class RunDir:
     def read_config(self) -> dict[str, Any] | None:
         if not self.config.exists():
             return None
+        from interp.checks import checked
+        from training.checks.rundir import check_config
+
         config = read_json(self.config)
-        if not isinstance(config, dict):
-            raise DataFileError(f"{self.config} is damaged (not a JSON object); move it aside to recover")
-        return config
+        with checked(self.config, DataFileError, "move it aside to recover"):
+            return check_config(config)
 
     def load(self) -> dict[str, Any]:
         """A finished run as plain data: final record, metric curves, probe records by kind."""

@@ -205,13 +205,17 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
 def identity(ctx: Context, runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Where is the current token? Identity probes and the logit lens on each variant's first-seed checkpoint.
 
-    Derived from the final checkpoint and cached beside it (identity.json), so a rerun does not refit.
+    Derived from the final checkpoint and cached beside it (identity.json, sealed to the checkpoint's content
+    hash: training.checks.rundir.check_identity), so a rerun does not refit; a stale or edited cache is refit.
     """
     from tqdm.auto import tqdm
 
-    from interp.io import read_json, write_json
+    from interp.checkpoint import load_checkpoint
+    from interp.checks import checked
+    from interp.io import DataFileError, read_json, write_json
     from probes.identity import identity_sites, identity_summary, too_costly
     from training.batches import fixed_batches
+    from training.checks.rundir import check_identity, seal
     from training.rundir import RunDir
 
     spec = ctx.spec
@@ -227,14 +231,20 @@ def identity(ctx: Context, runs: list[dict[str, Any]]) -> dict[str, Any]:
     for r in first:
         run = RunDir(Path(r["run_dir"]))
         cached = run.identity
+        ckpt_sha256 = load_checkpoint(run.ckpt).content_sha256  # verified there; the cache must name it
         if cached.exists():
-            out[r["variant"]] = read_json(cached)
-            bar.update(per_run)
-            continue
+            with checked(cached, DataFileError, "move it aside to recompute it"):
+                summary = check_identity(read_json(cached), ckpt_sha256)
+            if summary is not None:  # sealed to this checkpoint; a stale or edited cache is recomputed
+                out[r["variant"]] = summary
+                bar.update(per_run)
+                continue
         bar.set_postfix_str(r["variant"])
         batches = fixed_batches(ctx.corpus.val, spec.model.n_ctx, spec.train.batch_size, spec.train.eval_batches)
         out[r["variant"]] = identity_summary(run.ckpt, ctx.corpus.train, batches, progress=lambda _: bar.update(1))
-        write_json(cached, out[r["variant"]])
+        if ckpt_sha256 is not None:
+            write_json(cached, {"ckpt_sha256": ckpt_sha256, "seal": seal(out[r["variant"]], ckpt_sha256),
+                                "summary": out[r["variant"]]})
     bar.close()
     return out
 

@@ -38,15 +38,17 @@ class Bad(Exception):
 
     def __init__(self, field: str, problem: str):
         super().__init__(f"{field} {problem}" if field else problem)
+        self.field = field
 
 
 @contextlib.contextmanager
 def checked(path: Any, error: type[ToolkitError], advice: str = "") -> Iterator[None]:
-    """Run checks; a Bad becomes error('<path>: <problem>[; advice]')."""
+    """Run checks; a Bad becomes error('<path>: <field> <problem>[; advice]') ('<path> <problem>' for the
+    file as a whole)."""
     try:
         yield
     except Bad as e:
-        raise error(f"{path}: {e}{'; ' + advice if advice else ''}") from None
+        raise error(f"{path}{': ' if e.field else ' '}{e}{'; ' + advice if advice else ''}") from None
 
 
 def regular_file(path: str | os.PathLike, error: type[ToolkitError], what: str = "file") -> Path:
@@ -102,6 +104,13 @@ def want_dict(d: Any, field: str) -> dict:
     return d
 
 
+def want_object(d: Any) -> dict:
+    """A JSON file's top level: an object (string keys, as JSON's always are)."""
+    if not isinstance(d, dict):
+        raise Bad("", f"is damaged (not a JSON object); it holds a {type(d).__name__}")
+    return d
+
+
 def want_keys(d: dict, field: str, keys: tuple[str, ...] | list[str]) -> None:
     missing = [k for k in keys if k not in d]
     if missing:
@@ -140,4 +149,4 @@ def want_str(x: Any, field: str, choices: tuple[str, ...] | None = None) -> str:
 
 
 __all__ = ["MAX_DEPTH", "Bad", "checked", "is_int", "is_number", "regular_file", "walk_limits", "want_dict",
-           "want_int", "want_keys", "want_number", "want_str", "want_str_keys"]
+           "want_int", "want_keys", "want_number", "want_object", "want_str", "want_str_keys"]

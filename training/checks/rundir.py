@@ -1,0 +1,90 @@
+"""A run directory's JSON: config.json, final.json and identity.json, checked field by field.
+
+Each checker takes what interp.io.read_json returned and raises Bad (interp.checks), which the
+reader in training.rundir turns into a DataFileError naming the file: a forged or hand-edited
+file is refused, never half used (a list where a dict was, a loss that is a string, a nesting
+1,000 levels deep).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from interp.checks import Bad, walk_limits, want_dict, want_int, want_number, want_object, want_str, want_str_keys
+
+FINAL_KEYS = ("final_val_loss", "best_val_loss", "best_step", "steps", "wall_time_s", "tokens_per_s")
+DATA_KEYS = ("corpus", "encoding", "train_tokens", "val_tokens", "sha256")
+
+
+def check_config(config: Any) -> dict[str, Any]:
+    """config.json: {"model", "train", "model_init", "data", "meta"} (training.rundir.config_record)."""
+    want_object(config)
+    walk_limits(config)
+    for key in ("model", "train", "meta"):
+        if key in config and config[key] is not None:
+            want_str_keys(want_dict(config[key], key), key)
+    if config.get("model_init") is not None:
+        want_str(config["model_init"], "model_init")
+    if "data" in config and config["data"] is not None:
+        check_data(config["data"], "data")
+    return config
+
+
+def check_data(data: Any, field: str = "data") -> dict[str, Any]:
+    """The data a run read (training.corpus.data_provenance)."""
+    want_str_keys(want_dict(data, field), field)
+    if "sha256" in data:
+        want_str(data["sha256"], f"{field}.sha256")
+    for key in ("train_tokens", "val_tokens"):
+        if key in data:
+            want_int(data[key], f"{field}.{key}", 0)
+    for key in ("corpus", "encoding", "vocab_sha256"):
+        if data.get(key) is not None:
+            want_str(data[key], f"{field}.{key}")
+    return data
+
+
+def check_final(final: Any) -> dict[str, Any]:
+    """final.json: every FINAL_KEYS, finite losses, whole step counts, a checkpoint hash if recorded."""
+    want_object(final)
+    walk_limits(final)
+    missing = [k for k in FINAL_KEYS if k not in final]
+    if missing:
+        raise Bad("", f"is damaged (no {', '.join(missing)})")
+    for key in ("final_val_loss", "best_val_loss"):
+        if not (isinstance(final[key], (int, float)) and not isinstance(final[key], bool)) or final[key] != final[key] \
+                or final[key] in (float("inf"), float("-inf")):
+            raise Bad("", f"holds no finite {key} ({final[key]!r:.40})")
+    want_int(final["steps"], "steps", 0)
+    if final["best_step"] is not None:
+        want_int(final["best_step"], "best_step", 0)
+    for key in ("wall_time_s", "tokens_per_s"):
+        want_number(final[key], key)
+    if final.get("ckpt_sha256") is not None:
+        want_str(final["ckpt_sha256"], "ckpt_sha256")
+    return final
+
+
+def seal(summary: Any, ckpt_sha256: str) -> str:
+    """The hash that binds an identity summary to the checkpoint it was computed from."""
+    text = json.dumps({"ckpt_sha256": ckpt_sha256, "summary": summary}, sort_keys=True, allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def check_identity(cache: Any, ckpt_sha256: str | None) -> dict[str, Any] | None:
+    """identity.json's summary when it is the one computed from this checkpoint (its ckpt_sha256 and seal
+    agree), else None: a cache that is stale, hand-edited or of the old unsealed form is recomputed, never
+    read as a result. Bad for a file that is not even the cache's shape."""
+    want_object(cache)
+    walk_limits(cache)
+    if not {"summary", "ckpt_sha256", "seal"} <= set(cache) or ckpt_sha256 is None:
+        return None
+    summary = want_dict(cache["summary"], "summary")
+    if cache["ckpt_sha256"] != ckpt_sha256 or cache["seal"] != seal(summary, ckpt_sha256):
+        return None
+    return summary
+
+
+__all__ = ["DATA_KEYS", "FINAL_KEYS", "check_config", "check_data", "check_final", "check_identity", "seal"]
