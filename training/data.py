@@ -305,7 +305,7 @@ def load_bpe_corpus(directory: str | Path) -> Corpus:
     """A prepared BPE corpus, its splits opened as read-only uint16 memmaps."""
     directory = Path(directory)
     meta_path = directory / "meta.json"
-    if not meta_path.is_file():
+    if not meta_path.exists():
         raise DataError(f"{directory} is not a prepared BPE corpus (no meta.json); run prepare_bpe_corpus")
     from interp.checks import checked
     from interp.io import DataFileError, read_json
