@@ -187,11 +187,13 @@ class ResidualActivationCache(ActivationCache):
         return super().logit_attrs(*args, **kwargs)
 
 
+# The fix that works on both TransformerLens majors comes first; fold_ln is TransformerLens 3's only (TL 4's
+# bridge never folds ln_final), so it is named second, as such.
 LOGIT_ATTRS_MESSAGE = (
     "ActivationCache.logit_attrs centres the stack and divides by the final LayerNorm scale but never multiplies "
-    "by ln_final.w (nor adds ln_final.b), so its attributions do not sum to the logit: export with "
-    "interp.to_hooked_transformer(..., fold_ln=True), or use interp.decompose.direct_logit_attribution, which is "
-    "exact without fold_ln"
+    "by ln_final.w (nor adds ln_final.b), so its attributions do not sum to the logit: use "
+    "interp.decompose.direct_logit_attribution, which is exact without folding (on TransformerLens 3 only, "
+    "exporting with interp.to_hooked_transformer(..., fold_ln=True) folds ln_final.w in)"
 )
 
 # HookedTransformer attributes in TL's weight layout that a ResidualGPT lacks (its weights are nn.Linear's).
