@@ -7,14 +7,62 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from interp.errors import ConfigError
-from interp.registry import MIXERS, mixer_spec
+from interp.registry import BUILTIN_MIXERS, MIXERS, mixer_spec
 
 RESIDUALS = ("full", "attn_only", "ffn_only", "none")
 ACT_FNS = ("gelu",)
+
+
+class MixerParams(dict):
+    """A mixer's parameters as a ModelConfig holds them: a read-only, hashable dict (ModelConfig is frozen,
+    and its fields make keys: training.stacked.shape_key, training.estimate)."""
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(sorted(self.items())))
+
+    def _read_only(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("ModelConfig.mixer_params is read-only; use cfg.replace(mixer_params={...})")
+
+    __setitem__ = __delitem__ = __ior__ = _read_only  # type: ignore[assignment]
+    clear = pop = popitem = setdefault = update = _read_only  # type: ignore[assignment]
+
+    def __copy__(self) -> MixerParams:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> MixerParams:
+        return self
+
+    def __reduce__(self) -> tuple:
+        return (MixerParams, (dict(self),))
+
+
+def resolve_mixer_params(spec: Any, given: Mapping[str, Any]) -> dict[str, Any]:
+    """`given` checked against what the mixer class declares (spec.params: name -> default), defaults filled.
+
+    A value must have its default's type (an int is taken for a float); then spec.check_params may refuse it.
+    """
+    declared = dict(getattr(spec, "params", {}))
+    unknown = sorted(set(given) - set(declared))
+    if unknown:
+        known = ", ".join(declared) or "none"
+        raise ConfigError(f"mixer {spec.name!r} has no parameter(s) {unknown}; its parameters: {known}")
+    params = {}
+    for key, default in declared.items():
+        value = given.get(key, default)
+        kind = type(default)
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if type(value) is not kind or (kind is float and not math.isfinite(value)):
+            raise ConfigError(f"mixer {spec.name!r}: parameter {key} must be {'a finite ' * (kind is float)}"
+                              f"{kind.__name__}, got {value!r}")
+        params[key] = value
+    spec.check_params(params)
+    return params
 
 
 @dataclass(frozen=True)
@@ -31,6 +79,9 @@ class ModelConfig:
         attention       causal softmax attention (self_bias added to the diagonal score)
         uniform         every causal score equal: the plain mean of earlier values
         position_blind  a per-position GELU MLP d -> 2d -> d: no cross-position information
+    mixer_params: the mixer's own parameters (what its class declares in `params`, e.g. a window size);
+        defaults filled in, so two configs of one mixer compare (and name their runs) by every value.
+        Empty for the built-ins; left out of to_dict() when empty (records written before it existed match).
     self_bias: added to each position's score on itself; +inf attends only to
         itself, -inf never to itself (position 0 then writes zeros).
     runtime_gain: every sublayer output is multiplied by this in every forward
@@ -48,6 +99,7 @@ class ModelConfig:
     bias: bool = False
     residual: str = "full"
     mixer: str = "attention"
+    mixer_params: Mapping[str, Any] = field(default_factory=dict)
     self_bias: float = 0.0
     init_std: float = 0.02
     tie_embeddings: bool = True
@@ -72,6 +124,12 @@ class ModelConfig:
             raise ConfigError(f"residual must be one of {RESIDUALS}, got {self.residual!r}")
         if self.mixer not in MIXERS:
             raise ConfigError(f"mixer must be one of {MIXERS}, got {self.mixer!r}")
+        given = self.mixer_params
+        if not isinstance(given, Mapping) or not all(isinstance(k, str) for k in given):
+            raise ConfigError(f"mixer_params must be a mapping of parameter names to values, got {given!r}")
+        if given or self.mixer not in BUILTIN_MIXERS:  # the built-ins declare none (interp.registry), so a
+            given = resolve_mixer_params(mixer_spec(self.mixer), given)  # default config stays light (no torch)
+        object.__setattr__(self, "mixer_params", MixerParams(given))
         for name in ("dropout", "self_bias", "init_std", "runtime_gain"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -110,6 +168,9 @@ class ModelConfig:
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-safe data (non-finite self_bias becomes "inf" / "-inf")."""
         d = dataclasses.asdict(self)
+        d["mixer_params"] = dict(self.mixer_params)
+        if not d["mixer_params"]:
+            del d["mixer_params"]  # as every record written before mixers had parameters
         if not math.isfinite(d["self_bias"]):
             d["self_bias"] = "inf" if d["self_bias"] > 0 else "-inf"
         return d

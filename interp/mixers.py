@@ -9,27 +9,30 @@ whose class attributes and methods (the `Mixer` base below) say what the rest of
 the toolkit may do with it: its attention pattern (alpha_tt, plot_attention),
 its heads (per-head decomposition), its hook sites, its TransformerLens export
 (weights into TL's attention slots and the routing of TL's scores) or why it
-has none. Nothing else names a mixer. Adding one: subclass `Mixer` (with an
-nn.Module) or `PatternMixer`, declare, decorate with @register_mixer, and import
-the module before building a ModelConfig that names it;
-tests/test_mixer_registry.py does this for two toy mixers without touching the package.
+has none, its parameters (`params`, held by ModelConfig.mixer_params). Nothing
+else names a mixer. Adding one: subclass `Mixer` (with an nn.Module) or
+`PatternMixer`, declare, decorate with @register_mixer, and import the module
+before building a ModelConfig that names it; tests/test_mixer_in_one_file.py
+does this for a windowed attention with its window as a parameter, and
+tests/test_mixer_registry.py for toy mixers, without touching the package.
 
 Attention has two paths (docs/DESIGN.md contract 2): the fused
 F.scaled_dot_product_attention path used in training, and an explicit softmax
 path that fills hook_attn_scores / hook_pattern. The explicit path runs only
 when a hook sits on one of those two hook points (run_with_cache puts one on
 every hook point; nnsight's wrapper replaces their forward) or when `explicit`
-is set on the module. The fused path passes is_causal=True when the mask is
-plain causal (self_bias 0, which includes the uniform mixer) and builds an
-additive mask only otherwise (`causal_kernel` False forces the mask, for
-benchmarks).
+is set on the module. Both read the keys a query may see from the mixer's
+key_mask. The fused path passes is_causal=True when that is the plain causal
+mask (PatternMixer.plain_causal: self_bias 0, key_mask not overridden, which
+includes the uniform mixer) and builds an additive mask from key_mask only
+otherwise (`causal_kernel` False forces the mask, for benchmarks).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -57,6 +60,11 @@ class Mixer:
     has_pattern      fills hook_attn_scores / hook_pattern [batch, head, q, k] (alpha_tt, plot_attention)
     has_heads        writes hook_z [batch, pos, head, d_head] through head_weights(): per-head decomposition
     takes_self_bias  ModelConfig.self_bias applies to it
+    params           its parameters and their defaults (bool, int, float or str): ModelConfig.mixer_params
+                     holds them, defaults filled (check_params may refuse a value), and the variant name
+                     (training.rundir.variant_name) spells each, so two values never share a run directory
+    replaces_scores  its scores are not q . k / sqrt(d_head) plus a routing term: tl_scores replaces them
+                     (interp.scores.routing_bias then refuses; attention_scores rebuilds them)
     hook_sites       its hook points, under blocks.{l}.attn
     no_tl_equivalent why it has no TransformerLens export, when it declares none (tl_weights)
     """
@@ -65,8 +73,20 @@ class Mixer:
     has_pattern: ClassVar[bool] = False
     has_heads: ClassVar[bool] = False
     takes_self_bias: ClassVar[bool] = False
+    params: ClassVar[dict[str, Any]] = {}
+    replaces_scores: ClassVar[bool] = False
     hook_sites: ClassVar[tuple[str, ...]] = ()
     no_tl_equivalent: ClassVar[str] = "it declares no TransformerLens export (tl_weights)"
+
+    @classmethod
+    def check_params(cls, params: dict[str, Any]) -> None:
+        """Raise ConfigError for a parameter value the mixer cannot take (types are checked already)."""
+
+    @classmethod
+    def pattern_is_causal_uniform(cls, cfg: ModelConfig) -> bool:
+        """Whether its pattern is 1/(t+1) on keys 0..t whatever its weights (interventions.uniform_pattern is
+        then a no-op)."""
+        return False
 
     @classmethod
     def exports_to_tl(cls) -> bool:
@@ -95,8 +115,11 @@ class Mixer:
 
     @classmethod
     def tl_routing_record(cls, cfg: ModelConfig) -> dict[str, Tensor]:
-        """Buffers that name the routing in the export's state dict (a plain HookedTransformer refuses them)."""
-        return {f"routing_{cls.name}": torch.tensor(True)}
+        """Buffers that name the routing in the export's state dict (a plain HookedTransformer refuses them):
+        the mixer, and each numeric parameter's value."""
+        numeric = {k: v for k, v in cfg.mixer_params.items() if not isinstance(v, str)}
+        return {f"routing_{cls.name}": torch.tensor(True),
+                **{f"routing_{cls.name}_{k}": torch.tensor(v) for k, v in numeric.items()}}
 
     def head_weights(self) -> tuple[Float[Tensor, "h dh d"], Tensor | None] | None:
         """(W_O per head, b_O) as written into the residual before runtime_gain, or None without heads."""
@@ -118,6 +141,10 @@ class PatternMixer(Mixer, nn.Module):
     """Base of the softmax-pattern mixers: in_proj of n_proj * d_model, pattern @ v -> z -> out_proj (W_O).
 
     A subclass splits in_proj into q, k, v in forward (calling _mix) and in tl_qkv (for the export).
+    Which keys a query may read is key_mask (causal, then self_bias); a subclass that reads fewer (a
+    window, a stride) overrides key_mask, and both paths use it: the explicit one masks its scores with
+    it, the fused one passes it to SDPA (its is_causal kernel only while key_mask is this class's and
+    self_bias is 0: plain_causal).
     """
 
     has_pattern = True
@@ -164,6 +191,14 @@ class PatternMixer(Mixer, nn.Module):
         w_o = rearrange(self.out_proj.weight, "d (h dh) -> h dh d", h=self.cfg.n_heads)
         return w_o, self.out_proj.bias
 
+    def key_mask(self, n: int, device: torch.device) -> Bool[Tensor, "q k"]:
+        """Which keys each of n queries may read (True: allowed); both paths read it."""
+        return allowed_keys(self.cfg, n, device)
+
+    def plain_causal(self) -> bool:
+        """Whether key_mask is the plain causal mask, so the fused path may take SDPA's is_causal kernel."""
+        return self.cfg.self_bias == 0.0 and type(self).key_mask is PatternMixer.key_mask
+
     def _wants_pattern(self) -> bool:
         return self.explicit or _hooked(self.hook_attn_scores) or _hooked(self.hook_pattern)
 
@@ -179,7 +214,7 @@ class PatternMixer(Mixer, nn.Module):
     ) -> Float[Tensor, "b p d"]:
         if self._wants_pattern():
             z = self._explicit(q, k, v, scores_fn)
-        elif self.cfg.self_bias == 0.0 and self.causal_kernel:
+        elif self.causal_kernel and self.plain_causal():
             z = self._sdpa(q, k, v, is_causal=True)
         else:
             z = self._masked_sdpa(q, k, v)
@@ -198,7 +233,7 @@ class PatternMixer(Mixer, nn.Module):
 
     def _masked_sdpa(self, q, k, v) -> Float[Tensor, "b p h dh"]:
         n = v.shape[1]
-        allowed = allowed_keys(self.cfg, n, v.device)
+        allowed = self.key_mask(n, v.device)
         empty = ~allowed.any(-1)  # a query with no allowed key (position 0 under self_bias=-inf) reads nothing
         mask = allowed | torch.diag(empty)  # give empty rows a key, zero them below
         bias = torch.zeros(n, n, device=v.device, dtype=v.dtype).masked_fill(~mask, -math.inf)
@@ -208,7 +243,7 @@ class PatternMixer(Mixer, nn.Module):
         return z.masked_fill(empty[None, :, None, None], 0.0) if empty.any() else z
 
     def _explicit(self, q, k, v, scores_fn) -> Float[Tensor, "b p h dh"]:
-        allowed = allowed_keys(self.cfg, v.shape[1], v.device)
+        allowed = self.key_mask(v.shape[1], v.device)
         empty = ~allowed.any(-1)
         scores = self.hook_attn_scores(scores_fn(q, k).masked_fill(~allowed, -math.inf))
         safe = scores.masked_fill(empty[:, None], 0.0)
@@ -275,6 +310,11 @@ class UniformMixer(PatternMixer):
     """
 
     name = "uniform"
+    replaces_scores = True
+
+    @classmethod
+    def pattern_is_causal_uniform(cls, cfg: ModelConfig) -> bool:
+        return True
 
     def __init__(self, cfg: ModelConfig):
         super().__init__(cfg, n_proj=1)

@@ -53,11 +53,27 @@ def register_mixer(cls: type) -> type:
     for flag in ("has_pattern", "has_heads", "takes_self_bias"):
         if not isinstance(getattr(cls, flag, None), bool):
             raise ConfigError(f"mixer {name!r} must declare {flag} as True or False (subclass interp.mixers.Mixer)")
+    _check_params_declaration(cls, name, where)
     taken = _REGISTRY.get(name)
     if taken is not None and (taken.__module__, taken.__qualname__) != (cls.__module__, cls.__qualname__):
         raise ConfigError(f"mixer name {name!r} is already taken by {taken.__module__}.{taken.__qualname__}")
     _REGISTRY[name] = cls  # the same class defined again (a module reloaded): the newer one
     return cls
+
+
+def _check_params_declaration(cls: type, name: str, where: str) -> None:
+    """`params`: parameter name -> default, each a bool, int, finite float or str (what a variant name spells)."""
+    params = getattr(cls, "params", {})
+    if not isinstance(params, dict):
+        raise ConfigError(f"mixer {name!r}: {where}.params must be a dict of parameter name -> default")
+    for key, default in params.items():
+        if not (isinstance(key, str) and key.isidentifier()):
+            raise ConfigError(f"mixer {name!r}: parameter name {key!r} must be an identifier")
+        if not isinstance(default, (bool, int, float, str)) or (isinstance(default, float) and default != default):
+            raise ConfigError(f"mixer {name!r}: parameter {key} needs a default that is a bool, int, float or str, "
+                              f"got {default!r}")
+    if params and name in BUILTIN_MIXERS:  # ModelConfig validates a built-in's config without importing torch
+        raise ConfigError(f"built-in mixer {name!r} declares parameters; a built-in declares none (interp.config)")
 
 
 def mixer_names() -> tuple[str, ...]:

@@ -96,7 +96,7 @@ def estimate_seconds(trainers: Sequence[Trainer], ensemble_size: int) -> float:
             cfg = members[0].train_cfg
             total += steps[key] * cfg.max_steps * (1 if stacked else len(members))
             for t in members:
-                eval_key = (tuple(sorted(t.model_cfg.to_dict().items())), t.train_cfg.batch_size)
+                eval_key = (t.model_cfg, t.train_cfg.batch_size)  # hashable: mixer_params too
                 if eval_key not in evals:
                     evals[eval_key] = _eval_seconds(t)
                 tc = t.train_cfg

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
+import json
 import math
 import re
 import typing
@@ -187,6 +188,14 @@ def parse_value(key: str, text: str) -> Any:
     hint = _MODEL_HINTS.get(key) or _TRAIN_HINTS.get(key)
     if hint is None:
         raise ConfigError(f"unknown field {key!r}; fields: {', '.join(sorted(MODEL_FIELDS | TRAIN_FIELDS))}")
+    if typing.get_origin(hint) in (collections.abc.Mapping, dict):  # mixer_params: a JSON object
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = None
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key} expects a JSON object, e.g. {key}='{{\"window\": 8}}', got {text!r}")
+        return value
     args = set(typing.get_args(hint)) or {hint}
     if type(None) in args and text.lower() in ("none", "null", ""):
         return None

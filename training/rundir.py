@@ -142,13 +142,17 @@ def slug(name: str) -> str:
 def variant_name(model: dict[str, Any]) -> str:
     """The name of a model configuration's variant, as the experiments spell it.
 
-    residual, then " + " and the routing change: a mixer other than attention, or
-    self_bias (+inf "self_only", -inf "no_self", finite "self_bias").
+    residual, then " + " and the routing change: a mixer other than attention, then each
+    parameter the mixer declares as " key=value" (its defaults filled in: "full + window
+    window=4", whether the 4 was given or not), or self_bias (+inf "self_only", -inf
+    "no_self", finite "self_bias").
     """
     name = model.get("residual", "full")
     mixer = model.get("mixer", "attention")
     if mixer != "attention":
         name += f" + {mixer}"
+    for key, value in _mixer_params(mixer, model.get("mixer_params") or {}).items():
+        name += f" {key}={_spell(value)}"
     bias = float(model.get("self_bias", 0.0))
     if bias == math.inf:
         name += " + self_only"
@@ -157,6 +161,25 @@ def variant_name(model: dict[str, Any]) -> str:
     elif bias != 0.0:
         name += " + self_bias"
     return name
+
+
+def _mixer_params(mixer: str, given: dict[str, Any]) -> dict[str, Any]:
+    """The mixer's parameters as a ModelConfig would hold them (defaults filled), or `given` as it is where
+    the mixer is not registered in this process (no config of it can be built here either)."""
+    from interp.config import resolve_mixer_params
+    from interp.registry import BUILTIN_MIXERS, MIXERS, mixer_spec
+
+    if mixer in BUILTIN_MIXERS and not given:  # the built-ins declare none (interp.registry)
+        return {}
+    if mixer not in MIXERS:
+        return dict(given)
+    return resolve_mixer_params(mixer_spec(mixer), given)
+
+
+def _spell(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value) if isinstance(value, float) else str(value)  # repr: the shortest exact spelling
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ bridge caches and is exact.
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from typing import Any
@@ -189,13 +190,17 @@ class ResidualBridge(TransformerBridge):
 
     def _wiring(self) -> dict[str, Tensor]:
         cfg = self.residual_gpt.cfg
-        return {
+        wiring = {
             "wiring.attn_residual": torch.tensor(cfg.attn_residual),
             "wiring.ffn_residual": torch.tensor(cfg.ffn_residual),
             "wiring.mixer": torch.tensor(list(cfg.mixer.encode()), dtype=torch.uint8),  # its name, as bytes
             "wiring.self_bias": torch.tensor(cfg.self_bias),
             "wiring.runtime_gain": torch.tensor(cfg.runtime_gain),
         }
+        if cfg.mixer_params:  # a mixer's parameters (e.g. a window), as JSON bytes; absent where it has none
+            text = json.dumps(dict(cfg.mixer_params), sort_keys=True)
+            wiring["wiring.mixer_params"] = torch.tensor(list(text.encode()), dtype=torch.uint8)
+        return wiring
 
     def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Tensor]:
         """ResidualGPT's weights under its own names, and wiring.* entries that say how they are wired.
