@@ -1,8 +1,9 @@
 """Attention scores as the model uses them, rebuilt from hook_q / hook_k: the routing W_Q @ W_K does not show.
 
-A mixer may route the scores beyond q . k: CausalAttention's self_bias adds
-self_bias to each query's score on itself (+inf keeps only the self key, -inf
-removes it) and the uniform mixer sets every causal score to 0. ResidualGPT
+A mixer may route the scores beyond q . k (what it declares in tl_routes_scores /
+tl_scores, interp.mixers): CausalAttention's self_bias adds self_bias to each
+query's score on itself (+inf keeps only the self key, -inf removes it) and the
+uniform mixer sets every causal score to 0. ResidualGPT
 adds it inside its score computation and the export inside its hook_attn_scores
 hook point, so `model.QK` (W_Q @ W_K^T) and `einsum(q, k)` miss it: with
 self_bias 4 the diagonal is off by 4.00. The export warns at model.QK / W_Q /
@@ -61,13 +62,17 @@ def routing_bias(model: Any, n: int, device: str | torch.device = "cpu") -> Floa
     """The [n, n] term the routing adds to q . k / sqrt(d_head) on allowed keys (self_bias on the diagonal).
 
     0 where the mixer does not route; -inf where it forbids a key (self_bias -inf on the diagonal,
-    +inf off it). For the uniform mixer the scores are replaced, not shifted: use attention_scores.
+    +inf off it; a windowed mixer's keys before its window). A mixer that declares replaces_scores (the
+    uniform mixer) replaces the scores rather than shifting them: use attention_scores.
     """
     cfg = model_config(model)
-    if cfg.mixer == "uniform":
-        raise ConfigError("the uniform mixer replaces every score by 0; use attention_scores(model, q, k)")
-    zeros = torch.zeros(1, 1, n, n, device=device)
     spec = mixer_spec(cfg.mixer)
+    if spec.replaces_scores:
+        raise ConfigError(f"mixer={cfg.mixer!r} replaces the scores rather than adding to q . k (it declares "
+                          "replaces_scores); use attention_scores(model, q, k)")
+    if not spec.has_pattern:
+        raise ConfigError(f"mixer={cfg.mixer!r} has no attention scores")
+    zeros = torch.zeros(1, 1, n, n, device=device)
     return (spec.tl_scores(cfg, zeros) if spec.tl_routes_scores(cfg) else zeros)[0, 0]
 
 

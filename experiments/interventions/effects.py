@@ -271,6 +271,8 @@ def summarise(raw: dict[str, Any], idx: np.ndarray, levels: dict[str, float], ma
 def sanity_checks(variant: str, cfg: ModelConfig, raw: dict[str, Any], levels: dict[str, float],
                   margin: float) -> list[dict[str, Any]]:
     """Checks that each intervention does what it says, on one run's raw numbers."""
+    from interp.registry import mixer_spec
+
     clean, checks = raw["clean"], []
 
     def add(check, value, expected, ok):
@@ -289,7 +291,7 @@ def sanity_checks(variant: str, cfg: ModelConfig, raw: dict[str, Any], levels: d
         absent.append(("knock_out_self", "the model has no self path", 1e-5))
     if cfg.self_bias == math.inf:
         absent.append(("self_only", "the model reads only itself already", 0.0))
-    if cfg.mixer == "uniform":
+    if mixer_spec(cfg.mixer).pattern_is_causal_uniform(cfg):
         absent.append(("uniform_pattern", "the model's pattern is uniform already", 1e-5))
     for name, why, tol in absent:
         per_layer = raw["layers"].get(name)
