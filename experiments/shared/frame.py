@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments.shared.launch import add_launcher_arguments, check_launcher_arguments, launch
+from experiments.shared.launch import add_launcher_arguments, check_launcher_arguments, importable, launch
 from experiments.shared.options import check_number as check_number  # re-exported: the experiments import it here
 from experiments.shared.options import parse_seeds
 from experiments.shared.plan import Context, Group, Job, Variant, select_variants
@@ -127,6 +127,8 @@ class Experiment:
             if code is None:
                 raise
         command = shlex.join([sys.executable, "-m", f"experiments.{self.name}", *argv])
+        if not importable(self.name):  # declared in a notebook or a test file: no module to name
+            command = f"run this experiment again with the same options ({shlex.join(argv)})"
         print(f"\ninterrupted ({signal_name(code)}) after {time.perf_counter() - start:.0f}s; finished runs are "
               f"kept and the interrupted one resumes from its checkpoint: {command}", file=sys.stderr)
         return code

@@ -203,7 +203,23 @@ def job_main(module: str, argv: list[str], preset: str, variant: str, seed: int,
     return str(matches[0].run_dir(ctx.out).path)
 
 
+def importable(name: str) -> bool:
+    """Whether experiment `name` is the module experiments.<name>.run, which a cluster job imports to re-plan it
+    (job_main); one declared elsewhere (a notebook, a test file) trains with the local launcher only."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(f"experiments.{name}.run") is not None
+    except ImportError:  # no package experiments.<name>
+        return False
+
+
 def submit(name: str, ctx: Context, todo: list[Job], argv: list[str]) -> bool:
+    if not importable(name):
+        raise ToolkitError(f"--launcher {ctx.args.launcher}: a cluster job re-plans the experiment by importing "
+                           f"experiments.{name}.run, and experiment {name!r} is not there (declared in a notebook "
+                           "or a test file?); use --launcher local, or make it the package experiments/"
+                           f"{name}/ (docs/DESIGN.md, Adding an experiment)")
     try:
         import submitit
     except ImportError:
