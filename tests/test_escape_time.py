@@ -132,7 +132,7 @@ def test_smoke_runs_every_section_and_resumes_without_training(tmp_path, capsys)
     import xml.etree.ElementTree as ET
 
     svg = ET.parse(tmp_path / "smoke" / "survival-escape_time.svg").getroot()  # the static figure parses
-    assert len([e for e in svg.iter() if e.tag.endswith("polyline")]) == 3  # one curve per ffn_only cell (grid and held-out)
+    assert len([e for e in svg.iter() if e.tag.endswith("polyline")]) == 3  # each ffn_only cell, held-out too
     finals = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("final.json")}
     assert len(finals) == len(results["runs"])
     assert EXPERIMENT.main(argv) == 0  # everything finished: planned again, nothing trains
