@@ -52,7 +52,7 @@ def run_child(argv: list[str], threads: int) -> tuple[str, float, float]:
     marks = [line for line in proc.stdout.splitlines() if line.startswith(RSS_MARK)]
     if proc.returncode or not marks:
         raise BenchError(f"child run {' '.join(argv)} failed:\n{out[-2000:]}")
-    return out, float(marks[-1][len(RSS_MARK):]), wall
+    return out, float(marks[-1][len(RSS_MARK) :]), wall
 
 
 def memory_child(kind: str, shape_name: str, sets: list[str]) -> None:
@@ -90,5 +90,4 @@ def measure_trainer_command(shape: Shape, threads: int, max_steps: int | None) -
         _, rss, wall = run_child(["--training-child", "--", *argv], threads)
         (final_path,) = Path(out_dir).glob("**/final.json")
         final = json.loads(final_path.read_text())
-    return {"trainer_run_mb": rss, "command_wall_s": wall, "run_wall_s": final["wall_time_s"],
-            "steps": final["steps"]}
+    return {"trainer_run_mb": rss, "command_wall_s": wall, "run_wall_s": final["wall_time_s"], "steps": final["steps"]}

@@ -104,9 +104,14 @@ def time_steps(preset: str, k: int, rounds: int, steps: int) -> dict[str, Any]:
         flops = flops_per_token(t.model_cfg, t.model.num_params()) * t.train_cfg.batch_size * t.model_cfg.n_ctx * k
     ratios = [s / e for s, e in zip(solo_ms, ens_ms, strict=True)]
     return {
-        "preset": preset, "members": k, "rounds": rounds, "steps_per_round": steps,
-        "solo_ms_per_k_steps": statistics.median(solo_ms), "ensemble_ms_per_step": statistics.median(ens_ms),
-        "speedup": statistics.median(ratios), "speedup_fastest": min(solo_ms) / min(ens_ms),
+        "preset": preset,
+        "members": k,
+        "rounds": rounds,
+        "steps_per_round": steps,
+        "solo_ms_per_k_steps": statistics.median(solo_ms),
+        "ensemble_ms_per_step": statistics.median(ens_ms),
+        "speedup": statistics.median(ratios),
+        "speedup_fastest": min(solo_ms) / min(ens_ms),
         "solo_gflops": flops / statistics.median(solo_ms) / 1e6,
         "ensemble_gflops": flops / statistics.median(ens_ms) / 1e6,
     }
@@ -127,10 +132,14 @@ def time_whole(preset: str, k: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.ensemble", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--cases", default="phase-cell:16,phase-cell:8,cpu-quick:8",
-                   help="PRESET:K,... (default phase-cell:16,phase-cell:8,cpu-quick:8)")
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.ensemble", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--cases",
+        default="phase-cell:16,phase-cell:8,cpu-quick:8",
+        help="PRESET:K,... (default phase-cell:16,phase-cell:8,cpu-quick:8)",
+    )
     p.add_argument("--rounds", type=int, default=5, help="timed rounds after one warm-up round (default 5)")
     p.add_argument("--steps", type=int, default=5, help="steps per round and side (default 5)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's own)")
@@ -156,21 +165,27 @@ def main(argv: list[str] | None = None) -> int:
                     r.update(time_whole(preset, k))
                 results.append(r)
                 if not args.json:
-                    line = (f"{preset} x{k}: {k} solo steps {r['solo_ms_per_k_steps']:.1f} ms "
-                            f"({r['solo_gflops']:.0f} GFLOP/s), one ensemble step {r['ensemble_ms_per_step']:.1f} ms "
-                            f"({r['ensemble_gflops']:.0f} GFLOP/s): {r['speedup']:.2f}x "
-                            f"(fastest rounds {r['speedup_fastest']:.2f}x)")
+                    line = (
+                        f"{preset} x{k}: {k} solo steps {r['solo_ms_per_k_steps']:.1f} ms "
+                        f"({r['solo_gflops']:.0f} GFLOP/s), one ensemble step {r['ensemble_ms_per_step']:.1f} ms "
+                        f"({r['ensemble_gflops']:.0f} GFLOP/s): {r['speedup']:.2f}x "
+                        f"(fastest rounds {r['speedup_fastest']:.2f}x)"
+                    )
                     if args.whole:
-                        line += (f"; whole runs {r['solo_whole_s']:.1f} s solo, {r['ensemble_whole_s']:.1f} s as one "
-                                 f"ensemble: {r['whole_speedup']:.2f}x")
+                        line += (
+                            f"; whole runs {r['solo_whole_s']:.1f} s solo, {r['ensemble_whole_s']:.1f} s as one "
+                            f"ensemble: {r['whole_speedup']:.2f}x"
+                        )
                     print(line, flush=True)
             peak = max(peak_start, peak_matmul_flops(torch.device("cpu"), remeasure=True))
             summary = {"peak_matmul_gflops": peak / 1e9, "threads": torch.get_num_threads(), "cases": results}
             if args.json:
                 print(json.dumps(summary, indent=2))
             else:
-                print(f"matmul peak {peak / 1e9:.0f} GFLOP/s ({torch.get_num_threads()} threads), measured at the "
-                      "start and end of this run")
+                print(
+                    f"matmul peak {peak / 1e9:.0f} GFLOP/s ({torch.get_num_threads()} threads), measured at the "
+                    "start and end of this run"
+                )
         except ToolkitError as e:
             print(f"error: {one_line(e)}", file=sys.stderr)
             return 2

@@ -76,9 +76,7 @@ class RefGPT(nn.Module):
                 std = cfg.init_std / math.sqrt(2 * cfg.n_layers) if name.endswith("c_proj.weight") else cfg.init_std
                 nn.init.normal_(p, 0.0, std)
 
-    def forward(
-        self, idx: Int[Tensor, "b p"], targets: Int[Tensor, "b p"]
-    ) -> tuple[Float[Tensor, "b p v"], Tensor]:
+    def forward(self, idx: Int[Tensor, "b p"], targets: Int[Tensor, "b p"]) -> tuple[Float[Tensor, "b p v"], Tensor]:
         pos = torch.arange(idx.shape[1], device=idx.device)
         x = self.drop(self.wte(idx) + self.wpe(pos))
         for block in self.h:

@@ -39,8 +39,10 @@ class Shape:
 
     def describe(self) -> str:
         m = self.model
-        return (f"{m.n_layers}L d{m.d_model} h{m.n_heads} ctx{m.n_ctx} batch{self.batch_size} vocab{m.d_vocab} "
-                f"dropout{m.dropout:g}")
+        return (
+            f"{m.n_layers}L d{m.d_model} h{m.n_heads} ctx{m.n_ctx} batch{self.batch_size} vocab{m.d_vocab} "
+            f"dropout{m.dropout:g}"
+        )
 
 
 def make_shape(name: str, steps: int | None, rounds: int | None, sets: list[str] | None = None) -> Shape:
@@ -48,8 +50,17 @@ def make_shape(name: str, steps: int | None, rounds: int | None, sets: list[str]
         raise BenchError(f"unknown shape {name!r}; shapes: {', '.join(SHAPE_DEFAULTS)}")
     spec = resolve(name, parse_overrides(sets or []))
     d_steps, d_rounds, warmup = SHAPE_DEFAULTS[name]
-    return Shape(name, spec.model, spec.train.batch_size, spec.train.grad_clip or math.inf,
-                 steps or d_steps, rounds or d_rounds, warmup, spec.train, list(sets or []))
+    return Shape(
+        name,
+        spec.model,
+        spec.train.batch_size,
+        spec.train.grad_clip or math.inf,
+        steps or d_steps,
+        rounds or d_rounds,
+        warmup,
+        spec.train,
+        list(sets or []),
+    )
 
 
 def fixed_token_batches(shape: Shape, n: int = 4) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -44,6 +44,7 @@ from interp.signals import interrupt_code, interrupts, signal_name
 # torch and the benchmark's modules are imported inside main(), once interrupts() is in place, so a
 # SIGTERM that arrives while torch loads (seconds on a busy machine) is handled like any other.
 
+
 def measure_peak() -> float:
     """The matmul peak, measured now (the trainer keeps the figure for its own MFU)."""
     import torch
@@ -118,27 +119,49 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m benchmarks.step",
         description=__doc__.split("\n\n", 2)[2],
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="variants: reference, " + ", ".join(v.name for v in variants_for(True)[1:])
-        + "\nshapes (from training/presets.py): " + ", ".join(
+        epilog="variants: reference, "
+        + ", ".join(v.name for v in variants_for(True)[1:])
+        + "\nshapes (from training/presets.py): "
+        + ", ".join(
             f"{n} ({PRESETS[n]['model']['n_layers']}L d{PRESETS[n]['model']['d_model']}; smoke is the tiny one CI runs)"
-            if n == "smoke" else n for n in SHAPE_DEFAULTS
+            if n == "smoke"
+            else n
+            for n in SHAPE_DEFAULTS
         ),
     )
     p.add_argument("--shapes", default=DEFAULT_SHAPES, help=f"comma-separated shapes (default: {DEFAULT_SHAPES})")
     p.add_argument("--threads", type=int, default=2, help="torch intra-op threads, children too (default: 2)")
-    p.add_argument("--steps", type=int, help="timed steps per variant per round (default per shape: "
-                   + ", ".join(f"{k} {v[0]}" for k, v in SHAPE_DEFAULTS.items()) + ")")
-    p.add_argument("--rounds", type=int, help="alternating rounds (default per shape: "
-                   + ", ".join(f"{k} {v[1]}" for k, v in SHAPE_DEFAULTS.items()) + ")")
+    p.add_argument(
+        "--steps",
+        type=int,
+        help="timed steps per variant per round (default per shape: "
+        + ", ".join(f"{k} {v[0]}" for k, v in SHAPE_DEFAULTS.items())
+        + ")",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        help="alternating rounds (default per shape: "
+        + ", ".join(f"{k} {v[1]}" for k, v in SHAPE_DEFAULTS.items())
+        + ")",
+    )
     p.add_argument("--variants", help="comma-separated subset of variants (the reference is always timed)")
     p.add_argument("--compile", action="store_true", help="add torch.compile: compile time, speed-up, checks")
-    p.add_argument("--trainer", default="smoke,cpu-quick",
-                   help="shapes whose trainer run is measured (default: smoke,cpu-quick; paper-10m takes hours)")
+    p.add_argument(
+        "--trainer",
+        default="smoke,cpu-quick",
+        help="shapes whose trainer run is measured (default: smoke,cpu-quick; paper-10m takes hours)",
+    )
     p.add_argument("--trainer-steps", type=int, help="max_steps of the trainer run (default: the preset's)")
     p.add_argument("--no-trainer", action="store_true", help="skip the trainer run")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a preset field for every shape, as `python -m training --set` does "
-                        "(e.g. eval_from=0 to price the first half's evaluations); repeatable")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a preset field for every shape, as `python -m training --set` does "
+        "(e.g. eval_from=0 to price the first half's evaluations); repeatable",
+    )
     p.add_argument("--memory", default="smoke,cpu-quick,paper-10m", help="shapes whose peak memory is measured")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory child processes")
     p.add_argument("--json", action="store_true", help="print the results as JSON (progress goes to stderr)")
@@ -225,10 +248,17 @@ def _main(argv: list[str] | None = None) -> int:
             memory_child(args.memory_child, shapes[0].name, args.set)
             print(f"{RSS_MARK}{peak_rss_mb()}")
             return 0
-        report: dict[str, Any] = {"machine": {
-            "torch": torch.__version__, "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
-            "loadavg_start": [round(x, 2) for x in os.getloadavg()], "peak_start": measure_peak(),
-        }, "overrides": parse_overrides(args.set), "shapes": {}}
+        report: dict[str, Any] = {
+            "machine": {
+                "torch": torch.__version__,
+                "threads": torch.get_num_threads(),
+                "cpu_count": os.cpu_count(),
+                "loadavg_start": [round(x, 2) for x in os.getloadavg()],
+                "peak_start": measure_peak(),
+            },
+            "overrides": parse_overrides(args.set),
+            "shapes": {},
+        }
         for shape in shapes:
             report["shapes"][shape.name] = bench_shape(shape, args)
         m = report["machine"]

@@ -54,7 +54,7 @@ def time_variants(shape: Shape, variants: list[StepVariant], seed: int = 0) -> d
     for v in variants:  # warm-up: allocator, kernels, compilation; not counted
         first_step[v.name] = run(v, shape.warmup)[0]
     for r in range(shape.rounds):
-        order = variants[r % len(variants):] + variants[: r % len(variants)]
+        order = variants[r % len(variants) :] + variants[: r % len(variants)]
         for v in order:
             ts = run(v, shape.steps)
             times[v.name] += ts
@@ -89,8 +89,9 @@ def compile_checks(shape: Shape, n_steps: int = 3) -> dict[str, Any]:
             torch.manual_seed(0)
             model = maybe_compile(ResidualGPT(shape.model), True)
             opt = make_optimizer(model, shape.train, torch.device("cpu"))
-            losses.append([train_step(model, opt, *batches[i % len(batches)], shape.grad_clip).item()
-                           for i in range(n_steps)])
+            losses.append(
+                [train_step(model, opt, *batches[i % len(batches)], shape.grad_clip).item() for i in range(n_steps)]
+            )
     torch.manual_seed(0)
     eager = ResidualGPT(shape.model).eval()
     compiled = maybe_compile(ResidualGPT(shape.model), True).eval()
@@ -109,8 +110,9 @@ def compile_checks(shape: Shape, n_steps: int = 3) -> dict[str, Any]:
         "bitwise_repeat": losses[0] == losses[1],
         "losses": losses,
         "run_with_cache_ok": bool(cache_ok and torch.allclose(logits_e, logits_c, atol=1e-4, rtol=1e-4)),
-        "run_with_hooks_ok": bool(torch.allclose(patched_e, patched_c, atol=1e-4, rtol=1e-4)
-                                  and not torch.allclose(patched_c, logits_c)),
+        "run_with_hooks_ok": bool(
+            torch.allclose(patched_e, patched_c, atol=1e-4, rtol=1e-4) and not torch.allclose(patched_c, logits_c)
+        ),
         "state_dict_keys_unchanged": list(compiled.state_dict()) == list(eager.state_dict()),
     }
 
@@ -192,8 +194,11 @@ def component_costs(shape: Shape, max_steps: int | None = None, n_eval: int = 2)
         }
     counts = run_counts(dataclasses.replace(cfg, max_steps=max_steps or cfg.max_steps))
     return {
-        name: {"seconds_each": seconds[name], "count": counts[name],
-               "ms_per_step": 1e3 * seconds[name] * counts[name] / (max_steps or cfg.max_steps)}
+        name: {
+            "seconds_each": seconds[name],
+            "count": counts[name],
+            "ms_per_step": 1e3 * seconds[name] * counts[name] / (max_steps or cfg.max_steps),
+        }
         for name in seconds
     }
 
@@ -273,6 +278,8 @@ def measure_trainer(shape: Shape, max_steps: int | None) -> dict[str, Any]:
         "reference_ms": 1e3 * ref_all,
         "reference_samples": len(reference.samples),
         "run_wall_s": run_s,
-        "train_config": {k: getattr(train_cfg, k) for k in
-                         ("max_steps", "eval_interval", "eval_batches", "eval_from", "log_interval", "ckpt_interval")},
+        "train_config": {
+            k: getattr(train_cfg, k)
+            for k in ("max_steps", "eval_interval", "eval_batches", "eval_from", "log_interval", "ckpt_interval")
+        },
     }

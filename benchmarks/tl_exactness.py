@@ -67,8 +67,9 @@ def main(argv=None) -> int:
     else:
         for residual, mixer, bias in CONFIGS:
             torch.manual_seed(0)
-            cfg = ModelConfig(n_layers=3, d_model=64, n_heads=4, n_ctx=32, d_vocab=65, residual=residual,
-                              mixer=mixer, self_bias=bias)
+            cfg = ModelConfig(
+                n_layers=3, d_model=64, n_heads=4, n_ctx=32, d_vocab=65, residual=residual, mixer=mixer, self_bias=bias
+            )
             model = ResidualGPT(cfg).eval()
             models.append((f"{residual}+{mixer}" + (f"(self_bias={bias:g})" if bias else ""), model, model))
         torch.manual_seed(0)  # a GPT-2-BPE-sized vocabulary (its tokenizer attaches when the BPE files are found)

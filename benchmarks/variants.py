@@ -110,18 +110,25 @@ def variants_for(compile_: bool) -> list[StepVariant]:
     ]
     vs += [
         StepVariant(f"full+{m}", lambda c, m=m: ResidualGPT(c.replace(mixer=m)), note=f"{m} mixer")
-        for m in mixer_names() if m != "attention"  # every routing control the registry knows
+        for m in mixer_names()
+        if m != "attention"  # every routing control the registry knows
     ]
     vs += [
-        StepVariant("full/masked", lambda c: _no_causal_kernel(ResidualGPT(c)),
-                    note="explicit mask (before is_causal)"),
-        StepVariant("full/ln_split", lambda c: _unfused_layer_norm(ResidualGPT(c)),
-                    note="LayerNorm then a separate * w (before fusing)"),
+        StepVariant(
+            "full/masked", lambda c: _no_causal_kernel(ResidualGPT(c)), note="explicit mask (before is_causal)"
+        ),
+        StepVariant(
+            "full/ln_split",
+            lambda c: _unfused_layer_norm(ResidualGPT(c)),
+            note="LayerNorm then a separate * w (before fusing)",
+        ),
         StepVariant("full/explicit", lambda c: _explicit(ResidualGPT(c)), note="explicit softmax path"),
         StepVariant("full/no_hooks", lambda c: strip_hooks(ResidualGPT(c)), note="hook points stripped"),
         StepVariant("full/deterministic", ResidualGPT, deterministic_mode, note="the trainer's deterministic mode"),
         StepVariant(
-            "full/deterministic_nofill", ResidualGPT, lambda: deterministic_mode(False),
+            "full/deterministic_nofill",
+            ResidualGPT,
+            lambda: deterministic_mode(False),
             note="... without filling uninitialized memory",
         ),
     ]

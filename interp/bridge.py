@@ -10,5 +10,12 @@ from interp.tl.bridge import (
     to_transformer_bridge,
 )
 
-__all__ = ["BRIDGE_SCHEMA", "BridgeActivationCache", "ResidualBridge", "bridge_config", "load_bridge", "save_bridge",
-           "to_transformer_bridge"]
+__all__ = [
+    "BRIDGE_SCHEMA",
+    "BridgeActivationCache",
+    "ResidualBridge",
+    "bridge_config",
+    "load_bridge",
+    "save_bridge",
+    "to_transformer_bridge",
+]

@@ -115,8 +115,10 @@ def _is_save_hooked(payload: Any) -> bool:
 def _refuse_non_finite(path: Path, weights: dict[str, torch.Tensor]) -> None:
     bad = [k for k, v in weights.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
     if bad:
-        raise CheckpointError(f"{path} holds non-finite weights ({', '.join(bad[:3])}{', ...' * (len(bad) > 3)}); "
-                              "it cannot be used - train the run again or resume from an earlier checkpoint")
+        raise CheckpointError(
+            f"{path} holds non-finite weights ({', '.join(bad[:3])}{', ...' * (len(bad) > 3)}); "
+            "it cannot be used - train the run again or resume from an earlier checkpoint"
+        )
 
 
 def load_checkpoint(
@@ -148,8 +150,10 @@ def load_checkpoint(
         _refuse_non_finite(path, ckpt.weights)  # every import path, not only the own schema
         return ckpt
     if _is_save_hooked(payload):
-        raise CheckpointError(f"{path} is a save_hooked file (a HookedTransformer, not a checkpoint): read it with "
-                              "interp.load_hooked(path)")
+        raise CheckpointError(
+            f"{path} is a save_hooked file (a HookedTransformer, not a checkpoint): read it with "
+            "interp.load_hooked(path)"
+        )
     if not isinstance(payload, dict) or "schema" not in payload:
         keys = sorted(map(str, payload))[:6] if isinstance(payload, dict) else type(payload).__name__
         raise CheckpointError(
@@ -161,8 +165,10 @@ def load_checkpoint(
     weights = payload["weights"]
     recorded = payload.get(HASH_KEY)
     if recorded is not None and recorded != content_hash(payload):
-        raise CheckpointError(f"{path} is damaged: its content does not match the hash recorded in it "
-                              "(a changed bit, or an edit); it cannot be loaded - restore it or train the run again")
+        raise CheckpointError(
+            f"{path} is damaged: its content does not match the hash recorded in it "
+            "(a changed bit, or an edit); it cannot be loaded - restore it or train the run again"
+        )
     _refuse_non_finite(path, weights)
     state = {k: v for k, v in payload.items() if k not in ("schema", "model_config", "weights")}
     return Checkpoint(config=config, weights=weights, state=state, path=path)

@@ -67,9 +67,12 @@ def guarded_output(run) -> int:
             pass
         return EXIT_PIPE
     except UnicodeEncodeError as e:
-        bad = e.object[e.start:e.end] if isinstance(e.object, str) else ""
-        print(f"error: standard output's encoding ({sys.stdout.encoding}) cannot print {bad!r}; set "
-              "PYTHONIOENCODING=utf-8 (the command's files are written)", file=sys.stderr)
+        bad = e.object[e.start : e.end] if isinstance(e.object, str) else ""
+        print(
+            f"error: standard output's encoding ({sys.stdout.encoding}) cannot print {bad!r}; set "
+            "PYTHONIOENCODING=utf-8 (the command's files are written)",
+            file=sys.stderr,
+        )
         return 2
     except OSError as e:
         if e.filename is not None:
@@ -78,13 +81,22 @@ def guarded_output(run) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         except OSError:
             pass
-        print(f"error: cannot write to standard output: {e.strerror or e} (the command's files are written)",
-              file=sys.stderr)
+        print(
+            f"error: cannot write to standard output: {e.strerror or e} (the command's files are written)",
+            file=sys.stderr,
+        )
         return 2
 
 
-__all__ = ["EXIT_PIPE", "Parser", "UsageError", "directory_option", "guarded_output", "one_line_errors",
-           "run_writing_command"]
+__all__ = [
+    "EXIT_PIPE",
+    "Parser",
+    "UsageError",
+    "directory_option",
+    "guarded_output",
+    "one_line_errors",
+    "run_writing_command",
+]
 
 
 def refuse_overwriting_inputs(option: str, out, inputs: dict) -> None:

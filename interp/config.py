@@ -58,8 +58,10 @@ def resolve_mixer_params(spec: Any, given: Mapping[str, Any]) -> dict[str, Any]:
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         if type(value) is not kind or (kind is float and not math.isfinite(value)):
-            raise ConfigError(f"mixer {spec.name!r}: parameter {key} must be {'a finite ' * (kind is float)}"
-                              f"{kind.__name__}, got {value!r}")
+            raise ConfigError(
+                f"mixer {spec.name!r}: parameter {key} must be {'a finite ' * (kind is float)}"
+                f"{kind.__name__}, got {value!r}"
+            )
         params[key] = value
     spec.check_params(params)
     return params
@@ -115,9 +117,7 @@ class ModelConfig:
         if isinstance(self.d_mlp, bool) or not isinstance(self.d_mlp, int) or self.d_mlp <= 0:
             raise ConfigError(f"d_mlp must be a positive integer (or -1 for 4 * d_model), got {self.d_mlp!r}")
         if self.d_model % self.n_heads:
-            raise ConfigError(
-                f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})"
-            )
+            raise ConfigError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         if self.act_fn not in ACT_FNS:
             raise ConfigError(f"act_fn must be one of {ACT_FNS}, got {self.act_fn!r}")
         if self.residual not in RESIDUALS:
@@ -147,8 +147,9 @@ class ModelConfig:
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.self_bias != 0.0 and not mixer_spec(self.mixer).takes_self_bias:
-            raise ConfigError(f"self_bias applies only to a mixer that takes it (mixer='attention'), "
-                              f"not {self.mixer!r}")
+            raise ConfigError(
+                f"self_bias applies only to a mixer that takes it (mixer='attention'), not {self.mixer!r}"
+            )
 
     @property
     def d_head(self) -> int:

@@ -323,8 +323,9 @@ def logit_lens(cache: Any, model: Any = None) -> tuple[list[str], Float[Tensor, 
     ln_final = getattr(model, "ln_final", None) if final_norm(model).kind is not None else None
     cap = getattr(model.cfg, "output_logits_soft_cap", 0.0) or 0.0
     with torch.no_grad():
-        logits = torch.stack([model.unembed(ln_final(x) if ln_final is not None else x)
-                              for x in (_get(cache, s) for s in sites)])
+        logits = torch.stack(
+            [model.unembed(ln_final(x) if ln_final is not None else x) for x in (_get(cache, s) for s in sites)]
+        )
         if cap > 0:  # as the model's own forward does
             logits = cap * torch.tanh(logits / cap)
     return sites, logits

@@ -50,8 +50,7 @@ from interp.errors import ToolkitError
 
 Hook = tuple[str, Callable[..., Any]]
 
-LAYER_INTERVENTIONS = ("remove_attn_residual", "remove_ffn_residual", "knock_out_self", "self_only",
-                       "uniform_pattern")
+LAYER_INTERVENTIONS = ("remove_attn_residual", "remove_ffn_residual", "knock_out_self", "self_only", "uniform_pattern")
 HEAD_INTERVENTIONS = ("zero_head", "mean_head")
 
 
@@ -142,8 +141,13 @@ def ablate_heads(layer: int, heads: int | Sequence[int], value: Tensor | None = 
     return [(f"blocks.{layer}.attn.hook_z", hook)]
 
 
-def patch(name: str, source: Tensor, batch_index: Int[Tensor, " n"] | None = None,
-          pos_index: Int[Tensor, " n"] | None = None, head: int | None = None) -> list[Hook]:
+def patch(
+    name: str,
+    source: Tensor,
+    batch_index: Int[Tensor, " n"] | None = None,
+    pos_index: Int[Tensor, " n"] | None = None,
+    head: int | None = None,
+) -> list[Hook]:
     """Hook `name` takes source's values at (batch_index[i], pos_index[i]) (all positions when None).
 
     source has the hook's shape (e.g. a clean run's cache[name]); head picks one head of a

@@ -118,8 +118,10 @@ class Mixer:
         """Buffers that name the routing in the export's state dict (a plain HookedTransformer refuses them):
         the mixer, and each numeric parameter's value."""
         numeric = {k: v for k, v in cfg.mixer_params.items() if not isinstance(v, str)}
-        return {f"routing_{cls.name}": torch.tensor(True),
-                **{f"routing_{cls.name}_{k}": torch.tensor(v) for k, v in numeric.items()}}
+        return {
+            f"routing_{cls.name}": torch.tensor(True),
+            **{f"routing_{cls.name}_{k}": torch.tensor(v) for k, v in numeric.items()},
+        }
 
     def head_weights(self) -> tuple[Float[Tensor, "h dh d"], Tensor | None] | None:
         """(W_O per head, b_O) as written into the residual before runtime_gain, or None without heads."""

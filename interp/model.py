@@ -197,10 +197,31 @@ LOGIT_ATTRS_MESSAGE = (
 )
 
 # HookedTransformer attributes in TL's weight layout that a ResidualGPT lacks (its weights are nn.Linear's).
-_TL_WEIGHT_NAMES = frozenset({
-    "W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "W_in", "W_out", "b_in", "b_out",
-    "W_E", "W_pos", "W_U", "b_U", "W_E_pos", "QK", "OV", "accumulated_bias", "all_head_labels",
-})
+_TL_WEIGHT_NAMES = frozenset(
+    {
+        "W_Q",
+        "W_K",
+        "W_V",
+        "W_O",
+        "b_Q",
+        "b_K",
+        "b_V",
+        "b_O",
+        "W_in",
+        "W_out",
+        "b_in",
+        "b_out",
+        "W_E",
+        "W_pos",
+        "W_U",
+        "b_U",
+        "W_E_pos",
+        "QK",
+        "OV",
+        "accumulated_bias",
+        "all_head_labels",
+    }
+)
 
 
 class TLLayoutError(ToolkitError, AttributeError):

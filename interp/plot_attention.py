@@ -41,8 +41,12 @@ characters), or GPT-2 BPE for checkpoints saved with encoding="gpt2" (files
 from $RESIDUAL_DATA_DIR/gpt2). Errors print one `error:` line and exit 2.""",
     )
     p.add_argument("--ckpt", required=True, type=Path, help="checkpoint (interp.save_checkpoint or nanoGPT train.py)")
-    p.add_argument("--meta", type=Path, default=None,
-                   help="a nanoGPT checkpoint's meta.pkl (default: found as nanoGPT's sample.py finds it)")
+    p.add_argument(
+        "--meta",
+        type=Path,
+        default=None,
+        help="a nanoGPT checkpoint's meta.pkl (default: found as nanoGPT's sample.py finds it)",
+    )
     p.add_argument("--text", required=True, help="prompt in the checkpoint's vocabulary, at most n_ctx tokens")
     p.add_argument("--layer", type=int, default=None, help="layer to plot (default: every layer)")
     p.add_argument("--out", type=Path, default=Path("attn.html"), help="HTML file to write (default: attn.html)")

@@ -141,8 +141,9 @@ def alpha_tt_heatmap(
     cols = min(3, len(arrays))
     rows = math.ceil(len(arrays) / cols)
     titles = [name.replace("/", "<br>") for name in runs] if len(runs) > 1 else None
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.12,
-                        vertical_spacing=min(0.3, 0.6 / rows))
+    fig = make_subplots(
+        rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.12, vertical_spacing=min(0.3, 0.6 / rows)
+    )
     extra = f"<br>uniform baseline {baseline:.3f}" if baseline is not None else ""
     for i, (name, a) in enumerate(arrays.items()):
         fig.add_trace(
@@ -299,8 +300,7 @@ def identity_accuracy(
     """
     if not runs:
         raise PlotInputError("identity_accuracy needs at least one run")
-    fig = make_subplots(rows=1, cols=len(offsets), subplot_titles=[f"offset {k}" for k in offsets],
-                        shared_yaxes=True)
+    fig = make_subplots(rows=1, cols=len(offsets), subplot_titles=[f"offset {k}" for k in offsets], shared_yaxes=True)
     for i, (name, rec) in enumerate(runs.items()):
         missing = {"labels", "offsets", "accuracy", "levels"} - set(rec)
         if missing:
@@ -312,11 +312,20 @@ def identity_accuracy(
             if k not in rec["offsets"]:
                 raise PlotInputError(f"run {name!r} has no offset {k} (has {rec['offsets']})")
             j = rec["offsets"].index(k)
-            fig.add_trace(go.Scatter(
-                x=list(rec["labels"]), y=acc[:, j], mode="lines+markers", name=name, legendgroup=name,
-                showlegend=col == 1, line=dict(color=PALETTE[i % len(PALETTE)]),
-                hovertemplate=f"{name}<br>%{{x}}, offset {k}<br>accuracy %{{y:.3f}}<extra></extra>",
-            ), row=1, col=col)
+            fig.add_trace(
+                go.Scatter(
+                    x=list(rec["labels"]),
+                    y=acc[:, j],
+                    mode="lines+markers",
+                    name=name,
+                    legendgroup=name,
+                    showlegend=col == 1,
+                    line=dict(color=PALETTE[i % len(PALETTE)]),
+                    hovertemplate=f"{name}<br>%{{x}}, offset {k}<br>accuracy %{{y:.3f}}<extra></extra>",
+                ),
+                row=1,
+                col=col,
+            )
     first = next(iter(runs.values()))
     for col, k in enumerate(offsets, start=1):
         j = first["offsets"].index(k)
@@ -324,8 +333,14 @@ def identity_accuracy(
         if k != 0:
             levels.append(("current token alone", first["levels"]["current_token"]["accuracy"][j], "#555"))
         for label, value, colour in levels:
-            fig.add_hline(y=float(value), line=dict(dash="dash", color=colour, width=1), row=1, col=col,
-                          annotation_text=f"{label} {float(value):.3f}", annotation_position="top left")
+            fig.add_hline(
+                y=float(value),
+                line=dict(dash="dash", color=colour, width=1),
+                row=1,
+                col=col,
+                annotation_text=f"{label} {float(value):.3f}",
+                annotation_position="top left",
+            )
         fig.update_xaxes(type="category", categoryorder="array", categoryarray=list(first["labels"]), row=1, col=col)
     fig.update_yaxes(title_text="accuracy", range=[0, 1.02], row=1, col=1)
     fig.update_layout(title=title, hovermode="closest", height=420)
@@ -351,13 +366,23 @@ def logit_lens_ce(
         if ce.ndim != 1 or len(ce) != len(rec["layers"]):
             raise PlotInputError(f"run {name!r}: {len(rec['layers'])} layers but ce of shape {ce.shape}")
         order += [x for x in rec["layers"] if x not in order]
-        fig.add_trace(go.Scatter(
-            x=list(rec["layers"]), y=ce, mode="lines+markers", name=name, line=dict(color=PALETTE[i % len(PALETTE)]),
-            hovertemplate=f"{name}<br>after %{{x}}<br>CE %{{y:.3f}}<extra></extra>",
-        ))
+        fig.add_trace(
+            go.Scatter(
+                x=list(rec["layers"]),
+                y=ce,
+                mode="lines+markers",
+                name=name,
+                line=dict(color=PALETTE[i % len(PALETTE)]),
+                hovertemplate=f"{name}<br>after %{{x}}<br>CE %{{y:.3f}}<extra></extra>",
+            )
+        )
     for name, value in (references or {}).items():
-        fig.add_hline(y=float(value), line=dict(dash="dash", color="#555", width=1),
-                      annotation_text=f"{name} {float(value):.3f}", annotation_position="top left")
+        fig.add_hline(
+            y=float(value),
+            line=dict(dash="dash", color="#555", width=1),
+            annotation_text=f"{name} {float(value):.3f}",
+            annotation_position="top left",
+        )
     fig.update_xaxes(type="category", categoryorder="array", categoryarray=order, title_text="residual after block")
     fig.update_layout(title=title, yaxis_title="cross-entropy (nats)", hovermode="x unified")
     return fig
@@ -432,6 +457,7 @@ def save_html(figures: Any, path: str | Path, title: str = "Figures") -> Path:
             "</html>",
         ]
     )
+
     def write(tmp: str) -> None:
         Path(tmp).write_text(page, encoding="utf-8")
         os.chmod(tmp, 0o644)  # a report to share, not mkstemp's private 0600

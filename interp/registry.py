@@ -70,8 +70,9 @@ def _check_params_declaration(cls: type, name: str, where: str) -> None:
         if not (isinstance(key, str) and key.isidentifier()):
             raise ConfigError(f"mixer {name!r}: parameter name {key!r} must be an identifier")
         if not isinstance(default, (bool, int, float, str)) or (isinstance(default, float) and default != default):
-            raise ConfigError(f"mixer {name!r}: parameter {key} needs a default that is a bool, int, float or str, "
-                              f"got {default!r}")
+            raise ConfigError(
+                f"mixer {name!r}: parameter {key} needs a default that is a bool, int, float or str, got {default!r}"
+            )
     if params and name in BUILTIN_MIXERS:  # ModelConfig validates a built-in's config without importing torch
         raise ConfigError(f"built-in mixer {name!r} declares parameters; a built-in declares none (interp.config)")
 
@@ -86,8 +87,9 @@ def mixer_spec(name: str) -> Any:
     if name not in _REGISTRY and name in BUILTIN_MIXERS:
         importlib.import_module(_BUILTIN_MODULE)  # registers the built-ins
     if name not in _REGISTRY:
-        raise ConfigError(f"unknown mixer {name!r}; registered: {mixer_names()} (register one with "
-                          "interp.registry.register_mixer)")
+        raise ConfigError(
+            f"unknown mixer {name!r}; registered: {mixer_names()} (register one with interp.registry.register_mixer)"
+        )
     return _REGISTRY[name]
 
 

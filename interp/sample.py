@@ -24,8 +24,12 @@ from interp.vocab import codec
 def parser() -> argparse.ArgumentParser:
     p = Parser(prog="python -m interp.sample", description="Sample from a ResidualGPT checkpoint (nanoGPT style).")
     p.add_argument("--ckpt", required=True, type=Path, help="checkpoint (interp.save_checkpoint or nanoGPT train.py)")
-    p.add_argument("--meta", type=Path, default=None,
-                   help="a nanoGPT checkpoint's meta.pkl (default: found as nanoGPT's sample.py finds it)")
+    p.add_argument(
+        "--meta",
+        type=Path,
+        default=None,
+        help="a nanoGPT checkpoint's meta.pkl (default: found as nanoGPT's sample.py finds it)",
+    )
     p.add_argument("--prompt", required=True, help="text to continue, in the checkpoint's vocabulary")
     p.add_argument("--max-new-tokens", required=True, type=int, help="tokens to append")
     p.add_argument("--temperature", type=float, default=1.0, help="softmax temperature; 0 is greedy (default 1.0)")

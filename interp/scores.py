@@ -68,8 +68,10 @@ def routing_bias(model: Any, n: int, device: str | torch.device = "cpu") -> Floa
     cfg = model_config(model)
     spec = mixer_spec(cfg.mixer)
     if spec.replaces_scores:
-        raise ConfigError(f"mixer={cfg.mixer!r} replaces the scores rather than adding to q . k (it declares "
-                          "replaces_scores); use attention_scores(model, q, k)")
+        raise ConfigError(
+            f"mixer={cfg.mixer!r} replaces the scores rather than adding to q . k (it declares "
+            "replaces_scores); use attention_scores(model, q, k)"
+        )
     if not spec.has_pattern:
         raise ConfigError(f"mixer={cfg.mixer!r} has no attention scores")
     zeros = torch.zeros(1, 1, n, n, device=device)

@@ -151,8 +151,10 @@ def _head_weights(model: Any, layer: int) -> tuple[Float[Tensor, "head d_head d_
             return None
         heads = model.blocks[layer].attn.head_weights()
         if heads is None:  # declared, not delivered: per-head terms would be a guess
-            raise ToolkitError(f"mixer {cfg.mixer!r} declares has_heads=True but its head_weights() gives None; "
-                               "return (W_O per head, b_O) from head_weights, or declare has_heads=False")
+            raise ToolkitError(
+                f"mixer {cfg.mixer!r} declares has_heads=True but its head_weights() gives None; "
+                "return (W_O per head, b_O) from head_weights, or declare has_heads=False"
+            )
         w_o, b_o = heads
         return w_o * cfg.runtime_gain, b_o * cfg.runtime_gain if b_o is not None else None
     attn = model.blocks[layer].attn

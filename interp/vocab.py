@@ -57,8 +57,10 @@ def codec(state: dict[str, Any], what: str = "the text") -> Codec:
 
         tokenizer = gpt2_tokenizer()
         return Codec(lambda text: tokenizer(text)["input_ids"], tokenizer.decode)
-    raise CheckpointError("the checkpoint has no vocabulary (state 'vocab' or encoding 'gpt2'); "
-                          "save it with interp.save_checkpoint(path, model, vocab=itos)")
+    raise CheckpointError(
+        "the checkpoint has no vocabulary (state 'vocab' or encoding 'gpt2'); "
+        "save it with interp.save_checkpoint(path, model, vocab=itos)"
+    )
 
 
 __all__ = ["GPT2_VOCAB_SIZE", "Codec", "checkpoint_char_codec", "codec", "gpt2_files"]

@@ -22,8 +22,9 @@ from interp.model import train_mode_hooks_expected
 
 def parameter_grad_norms(model: nn.Module) -> dict:
     """L2 norms of the current .grad, grouped; a parameter without a grad counts as zero."""
-    squares = {name: p.grad.detach().double().pow(2).sum().item()
-               for name, p in model.named_parameters() if p.grad is not None}
+    squares = {
+        name: p.grad.detach().double().pow(2).sum().item() for name, p in model.named_parameters() if p.grad is not None
+    }
     return grouped_norms(model.cfg.n_layers, squares)
 
 

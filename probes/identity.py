@@ -163,8 +163,15 @@ def _fit(
             theta.grad = grad
             return loss
 
-        opt = torch.optim.LBFGS([theta], lr=1.0, max_iter=max_iter, history_size=10, line_search_fn="strong_wolfe",
-                                tolerance_grad=1e-6, tolerance_change=1e-9)
+        opt = torch.optim.LBFGS(
+            [theta],
+            lr=1.0,
+            max_iter=max_iter,
+            history_size=10,
+            line_search_fn="strong_wolfe",
+            tolerance_grad=1e-6,
+            tolerance_change=1e-9,
+        )
         opt.step(closure)
         logits = (x_held @ theta[:-1] + theta[-1]).view(len(x_held), n_off, n_classes)
         for k in range(n_off):
@@ -199,8 +206,13 @@ MAX_FLOPS = 2e12  # about two minutes of one CPU thread; cpu-quick's probes cost
 MAX_BYTES = 2 * 2**30  # the decoders' parameters and logits, the one-hot control's included
 
 
-def cost(cfg, n_train_windows: int = N_TRAIN_WINDOWS, weight_decays: Sequence[float] = WEIGHT_DECAYS,
-         max_iter: int = MAX_ITER, offsets: Sequence[int] = OFFSETS) -> dict[str, float]:
+def cost(
+    cfg,
+    n_train_windows: int = N_TRAIN_WINDOWS,
+    weight_decays: Sequence[float] = WEIGHT_DECAYS,
+    max_iter: int = MAX_ITER,
+    offsets: Sequence[int] = OFFSETS,
+) -> dict[str, float]:
     """Rough FLOPs and peak bytes of measure_identity() on a model of this config.
 
     Every site's decoder is a [d + 1, offsets x d_vocab] matrix fitted by L-BFGS on n_fit rows (each
@@ -220,9 +232,11 @@ def too_costly(cfg, **kwargs: Any) -> str | None:
     """Why measure_identity() would take too long or too much memory on this config (None: it will not)."""
     c = cost(cfg, **kwargs)
     if c["flops"] > MAX_FLOPS or c["bytes"] > MAX_BYTES:
-        return (f"a vocabulary of {cfg.d_vocab} tokens needs about {c['flops']:.1e} FLOPs and "
-                f"{c['bytes'] / 2**30:.1f} GiB for the decoders (limits {MAX_FLOPS:.0e} FLOPs, "
-                f"{MAX_BYTES / 2**30:.0f} GiB)")
+        return (
+            f"a vocabulary of {cfg.d_vocab} tokens needs about {c['flops']:.1e} FLOPs and "
+            f"{c['bytes'] / 2**30:.1f} GiB for the decoders (limits {MAX_FLOPS:.0e} FLOPs, "
+            f"{MAX_BYTES / 2**30:.0f} GiB)"
+        )
     return None
 
 
@@ -275,8 +289,9 @@ def measure_identity(
     sites = every if sites is None else list(sites)
     unknown = [s for s in sites if s not in every]
     if unknown or not sites:
-        raise IdentityProbeError(f"sites {unknown or sites} are not residual sites of this model; "
-                                 f"choose from {', '.join(every)}")
+        raise IdentityProbeError(
+            f"sites {unknown or sites} are not residual sites of this model; choose from {', '.join(every)}"
+        )
     val = [x for x, _ in val_batches]
     if not val:
         raise IdentityProbeError("no validation batches to score the probes on")
@@ -303,8 +318,15 @@ def measure_identity(
             mean = fit_acts[site].mean(0)
             std = fit_acts[site].std(0)
             std = torch.where(std > 1e-6 * max(float(std.max()), 1e-30), std, torch.ones_like(std))
-            w, b, decay = _fit((fit_acts[site] - mean) / std, y_fit, (held_acts[site] - mean) / std, y_held,
-                               n_classes, weight_decays, max_iter)
+            w, b, decay = _fit(
+                (fit_acts[site] - mean) / std,
+                y_fit,
+                (held_acts[site] - mean) / std,
+                y_held,
+                n_classes,
+                weight_decays,
+                max_iter,
+            )
             decoders[site] = (mean, std, w, b, decay)
             if progress is not None:  # progress(label): one call per fitted site
                 progress(site_label(site) if site != CONTROL else "control")
@@ -334,8 +356,10 @@ def measure_identity(
         model.train(was_training)
         torch.set_num_threads(threads)
 
-    levels: dict[str, dict[str, list[float]]] = {"unigram": {"accuracy": [], "ce": []},
-                                                  "current_token": {"accuracy": [], "ce": []}}
+    levels: dict[str, dict[str, list[float]]] = {
+        "unigram": {"accuracy": [], "ce": []},
+        "current_token": {"accuracy": [], "ce": []},
+    }
     for j, k in enumerate(offsets):
         lv = _levels(train_tokens, np.concatenate(current_all[j]), np.concatenate(target_all[j]), k, n_classes)
         for name in levels:
@@ -371,8 +395,9 @@ class Decoders:
     offsets: tuple[int, ...]
     decoders: dict[str, tuple[Tensor, Tensor, Tensor, Tensor]]
 
-    def per_sequence_ce(self, site: str, acts: Float[Tensor, "batch pos d"],
-                        x: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch offset"]:
+    def per_sequence_ce(
+        self, site: str, acts: Float[Tensor, "batch pos d"], x: Int[Tensor, "batch pos"]
+    ) -> Float[Tensor, "batch offset"]:
         """Each sequence's mean decoder cross-entropy per offset (positions where t + k exists)."""
         mean, std, w, b = self.decoders[site]
         z = (acts.detach().float().cpu().reshape(-1, acts.shape[-1]) - mean) / std
@@ -385,9 +410,17 @@ class Decoders:
         return out
 
 
-def fit_decoders(model: Any, train_tokens: np.ndarray, sites: Sequence[str], *, offsets: Sequence[int] = (0, -1),
-                 n_train_windows: int = N_TRAIN_WINDOWS, weight_decays: Sequence[float] = WEIGHT_DECAYS,
-                 max_iter: int = MAX_ITER, seed: int = TRAIN_SEED) -> Decoders:
+def fit_decoders(
+    model: Any,
+    train_tokens: np.ndarray,
+    sites: Sequence[str],
+    *,
+    offsets: Sequence[int] = (0, -1),
+    n_train_windows: int = N_TRAIN_WINDOWS,
+    weight_decays: Sequence[float] = WEIGHT_DECAYS,
+    max_iter: int = MAX_ITER,
+    seed: int = TRAIN_SEED,
+) -> Decoders:
     """measure_identity()'s decoders at `sites` only (no control, no scoring): fitted once, applied many times."""
     model = _as_model(model)
     n_classes, n_ctx = model.cfg.d_vocab, model.cfg.n_ctx
@@ -407,8 +440,15 @@ def fit_decoders(model: Any, train_tokens: np.ndarray, sites: Sequence[str], *, 
         for site in sites:
             mean, std = fit_acts[site].mean(0), fit_acts[site].std(0)
             std = torch.where(std > 1e-6 * max(float(std.max()), 1e-30), std, torch.ones_like(std))
-            w, b, _ = _fit((fit_acts[site] - mean) / std, y_fit, (held_acts[site] - mean) / std, y_held,
-                           n_classes, weight_decays, max_iter)
+            w, b, _ = _fit(
+                (fit_acts[site] - mean) / std,
+                y_fit,
+                (held_acts[site] - mean) / std,
+                y_held,
+                n_classes,
+                weight_decays,
+                max_iter,
+            )
             decoders[site] = (mean, std, w, b)
     finally:
         model.train(was_training)

@@ -12,8 +12,20 @@ def _positive(x) -> bool:
 
 
 def test_step_benchmark_json_on_the_tiny_shape(shared_data):
-    proc = run_module("benchmarks.step", "--shapes", "smoke", "--steps", "1", "--rounds", "2", "--threads", "1",
-                      "--json", "--trainer-steps", "12")
+    proc = run_module(
+        "benchmarks.step",
+        "--shapes",
+        "smoke",
+        "--steps",
+        "1",
+        "--rounds",
+        "2",
+        "--threads",
+        "1",
+        "--json",
+        "--trainer-steps",
+        "12",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(proc.stdout)
     machine = report["machine"]
@@ -21,8 +33,18 @@ def test_step_benchmark_json_on_the_tiny_shape(shared_data):
     shape = report["shapes"]["smoke"]
     assert shape["shape"]["n_layers"] == 2 and shape["shape"]["batch_size"] == 8
     variants = shape["variants"]
-    expected = {"reference", "full", "attn_only", "ffn_only", "none", "full+uniform", "full+position_blind",
-                "full/masked", "full/explicit", "full/no_hooks"}
+    expected = {
+        "reference",
+        "full",
+        "attn_only",
+        "ffn_only",
+        "none",
+        "full+uniform",
+        "full+position_blind",
+        "full/masked",
+        "full/explicit",
+        "full/no_hooks",
+    }
     assert expected <= set(variants)
     assert variants["reference"]["ratio"] == 1.0
     for name, v in variants.items():
@@ -49,9 +71,25 @@ def test_unknown_shape_is_one_error_line():
 
 
 def test_set_overrides_reach_the_trainer_run_and_its_costs(shared_data):
-    proc = run_module("benchmarks.step", "--shapes", "smoke", "--steps", "1", "--rounds", "1", "--threads", "1",
-                      "--json", "--trainer-steps", "12", "--variants", "full", "--no-memory",
-                      "--set", "eval_from=0.5")
+    proc = run_module(
+        "benchmarks.step",
+        "--shapes",
+        "smoke",
+        "--steps",
+        "1",
+        "--rounds",
+        "1",
+        "--threads",
+        "1",
+        "--json",
+        "--trainer-steps",
+        "12",
+        "--variants",
+        "full",
+        "--no-memory",
+        "--set",
+        "eval_from=0.5",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(proc.stdout)
     assert report["overrides"] == {"eval_from": 0.5}
@@ -67,13 +105,16 @@ def test_bad_set_is_one_error_line():
     assert len(lines) == 1 and lines[0].startswith("error: ") and "eval_from" in lines[0], proc.stderr
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--shapes", ""], "empty entry"),
-    (["--shapes", "smoke,"], "empty entry"),
-    (["--shapes", "smoke,smoke"], "more than once"),
-    (["--shapes", "smoke", "--memory", "bogus"], "unknown shape"),
-    (["--shapes", "smoke", "--trainer", "smoke,,cpu-quick"], "empty entry"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--shapes", ""], "empty entry"),
+        (["--shapes", "smoke,"], "empty entry"),
+        (["--shapes", "smoke,smoke"], "more than once"),
+        (["--shapes", "smoke", "--memory", "bogus"], "unknown shape"),
+        (["--shapes", "smoke", "--trainer", "smoke,,cpu-quick"], "empty entry"),
+    ],
+)
 def test_shape_lists_are_checked_before_any_work(argv, message, capsys):
     from benchmarks.step import main
 

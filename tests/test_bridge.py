@@ -40,8 +40,18 @@ CONFIGS = {  # id -> (residual, mixer, self_bias)
 
 def make_model(residual="full", mixer="attention", self_bias=0.0, trained=False, seed=0, **changes) -> ResidualGPT:
     torch.manual_seed(seed)
-    cfg = ModelConfig(n_layers=2, d_model=32, n_heads=4, n_ctx=16, d_vocab=len(CHARS), residual=residual,
-                      mixer=mixer, self_bias=self_bias, init_std=0.02 if trained else 0.2, **changes)
+    cfg = ModelConfig(
+        n_layers=2,
+        d_model=32,
+        n_heads=4,
+        n_ctx=16,
+        d_vocab=len(CHARS),
+        residual=residual,
+        mixer=mixer,
+        self_bias=self_bias,
+        init_std=0.02 if trained else 0.2,
+        **changes,
+    )
     model = ResidualGPT(cfg)
     if trained:  # a few Adam steps on random tokens: weights no longer look like their init
         gen = torch.Generator().manual_seed(seed)
@@ -275,9 +285,18 @@ def test_state_dict_carries_the_wiring_and_a_plain_tl4_model_refuses_it():
     assert torch.equal(fresh(tokens()), b(tokens()))
     with pytest.raises(CheckpointError, match="wiring"):
         bridge(make_model("full")).load_state_dict(sd)
-    cfg = TransformerBridgeConfig(d_model=32, d_head=8, n_heads=4, n_layers=2, n_ctx=16, d_vocab=len(CHARS),
-                                  d_mlp=128, act_fn="gelu", normalization_type="LN",
-                                  architecture="TransformerLensNative")
+    cfg = TransformerBridgeConfig(
+        d_model=32,
+        d_head=8,
+        n_heads=4,
+        n_layers=2,
+        n_ctx=16,
+        d_vocab=len(CHARS),
+        d_mlp=128,
+        act_fn="gelu",
+        normalization_type="LN",
+        architecture="TransformerLensNative",
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         plain = TransformerBridge.boot_native(cfg)

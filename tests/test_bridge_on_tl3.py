@@ -17,8 +17,18 @@ def test_to_transformer_bridge_is_exact_on_tl3(mixer):
     from interp.tl.bridge import to_transformer_bridge
 
     torch.manual_seed(0)
-    model = ResidualGPT(ModelConfig(n_layers=2, d_model=32, n_heads=4, n_ctx=16, d_vocab=len(CHARS),
-                                    residual="attn_only", mixer=mixer, init_std=0.2)).eval()
+    model = ResidualGPT(
+        ModelConfig(
+            n_layers=2,
+            d_model=32,
+            n_heads=4,
+            n_ctx=16,
+            d_vocab=len(CHARS),
+            residual="attn_only",
+            mixer=mixer,
+            init_std=0.2,
+        )
+    ).eval()
     b = to_transformer_bridge(model, vocab=CHARS)
     x = torch.randint(0, len(CHARS), (2, 16), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():

@@ -41,8 +41,17 @@ CASES = [
 def forward_fn(residual: str, routing: str, path: str):
     mixer, self_bias = ROUTINGS[routing]
     torch.manual_seed(3)
-    cfg = ModelConfig(n_layers=2, d_model=32, n_heads=4, n_ctx=N_CTX, d_vocab=VOCAB, residual=residual,
-                      mixer=mixer, self_bias=self_bias, init_std=0.2)
+    cfg = ModelConfig(
+        n_layers=2,
+        d_model=32,
+        n_heads=4,
+        n_ctx=N_CTX,
+        d_vocab=VOCAB,
+        residual=residual,
+        mixer=mixer,
+        self_bias=self_bias,
+        init_std=0.2,
+    )
     model = ResidualGPT(cfg).eval()
     if path == "explicit":
         model.set_explicit_attention(True)

@@ -32,8 +32,14 @@ def start(out: Path, kill_at: str | None = None, *extra: str) -> subprocess.Pope
     env.pop("RESIDUAL_KILL_AT", None)
     if kill_at:
         env["RESIDUAL_KILL_AT"] = kill_at
-    return subprocess.Popen([sys.executable, "-m", "training", "--out", str(out), *ARGS, *extra], cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "training", "--out", str(out), *ARGS, *extra],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def results(run: Path) -> tuple:
@@ -67,8 +73,9 @@ def test_sigkill_at_random_points_ends_bitwise_equal(shared_data, tmp_path):
         if len(kills) % 3 == 1 and "step" in phases:  # every third kill: a random delay after a new record
             before = (run / "metrics.jsonl").stat().st_mtime_ns if (run / "metrics.jsonl").exists() else 0
             p = start(tmp_path / "killed")
-            while p.poll() is None and not ((run / "metrics.jsonl").exists()
-                                            and (run / "metrics.jsonl").stat().st_mtime_ns != before):
+            while p.poll() is None and not (
+                (run / "metrics.jsonl").exists() and (run / "metrics.jsonl").stat().st_mtime_ns != before
+            ):
                 time.sleep(0.01)
             time.sleep(rng.uniform(0.0, 1.0))
             p.send_signal(signal.SIGKILL)

@@ -109,7 +109,11 @@ def test_real_tinyshakespeare_layout_and_levels(monkeypatch):
     assert D.shakespeare_path() == SHAKESPEARE
     corpus = D.load_corpus("shakespeare_char")
     assert (corpus.name, corpus.vocab_size, len(corpus.train), len(corpus.val)) == (
-        "shakespeare_char", 65, 1_003_854, 111_540)
+        "shakespeare_char",
+        65,
+        1_003_854,
+        111_540,
+    )
     assert corpus.decode(corpus.train[:14].tolist()) == "First Citizen:"
     full = R.reference_levels_split(corpus.train, corpus.val, corpus.vocab_size)
     assert 3.30 < full["unigram"] < 3.40 and 2.43 < full["bigram"] < 2.53
@@ -299,8 +303,9 @@ def byte_encoding():
     from tiktoken_ext.openai_public import r50k_pat_str
 
     ranks = {bytes([i]): i for i in range(256)}
-    return tiktoken.Encoding(name="bytes", pat_str=r50k_pat_str, mergeable_ranks=ranks,
-                             special_tokens={"<|endoftext|>": D.GPT2_EOT})
+    return tiktoken.Encoding(
+        name="bytes", pat_str=r50k_pat_str, mergeable_ranks=ranks, special_tokens={"<|endoftext|>": D.GPT2_EOT}
+    )
 
 
 @pytest.fixture
@@ -523,7 +528,8 @@ def test_closed_form_levels_of_an_order_two_chain_by_enumeration():
     bigram = -(pairs * np.log(pairs / pairs.sum(1, keepdims=True))).sum()
     rate = -(pi[..., None] * table * np.log(table)).sum()
     assert (S.unigram_entropy(chain), S.bigram_entropy(chain), S.entropy_rate(chain)) == pytest.approx(
-        (unigram, bigram, rate), abs=1e-12)
+        (unigram, bigram, rate), abs=1e-12
+    )
 
 
 @pytest.mark.parametrize("order", [1, 2])

@@ -31,8 +31,16 @@ VOCAB = [chr(ord("A") + i) for i in range(20)]
 def model_for(residual: str, mixer: str, bias: bool = True) -> ResidualGPT:
     torch.manual_seed(0)
     cfg = ModelConfig(
-        n_layers=3, d_model=32, n_heads=4, n_ctx=12, d_vocab=len(VOCAB), residual=residual, bias=bias,
-        mixer="attention" if mixer in ("self_bias", "no_self") else mixer, self_bias=MIXERS[mixer], init_std=0.2,
+        n_layers=3,
+        d_model=32,
+        n_heads=4,
+        n_ctx=12,
+        d_vocab=len(VOCAB),
+        residual=residual,
+        bias=bias,
+        mixer="attention" if mixer in ("self_bias", "no_self") else mixer,
+        self_bias=MIXERS[mixer],
+        init_std=0.2,
         runtime_gain=1.5,
     )
     model = ResidualGPT(cfg).eval()
@@ -64,8 +72,9 @@ def test_decomposition_sums_to_the_cached_stream(residual, mixer):
 
 @pytest.mark.parametrize("residual", RESIDUALS)
 def test_decomposition_keeps_only_the_terms_that_reach_the_site(residual):
-    labels = decompose(model_for(residual, "attention").run_with_cache(tokens())[1], "final",
-                       model_for(residual, "attention")).labels
+    labels = decompose(
+        model_for(residual, "attention").run_with_cache(tokens())[1], "final", model_for(residual, "attention")
+    ).labels
     expected = {
         "full": ["embed", "pos_embed", "0_attn_out", "0_mlp_out", "1_attn_out", "1_mlp_out", "2_attn_out", "2_mlp_out"],
         "attn_only": ["2_mlp_out"],
@@ -115,8 +124,10 @@ def test_tl_decompose_resid_is_wrong_for_attn_only_and_ours_is_not():
     if TL4:  # the bridge's cache refuses rather than warns
         with pytest.raises(ToolkitError, match="interp.decompose"):
             cache.decompose_resid()
-        tl_sum = torch.stack([cache["hook_embed"], cache["hook_pos_embed"]]
-                             + [cache[f"blocks.{l}.hook_{s}_out"] for l in range(3) for s in ("attn", "mlp")]).sum(0)
+        tl_sum = torch.stack(
+            [cache["hook_embed"], cache["hook_pos_embed"]]
+            + [cache[f"blocks.{l}.hook_{s}_out"] for l in range(3) for s in ("attn", "mlp")]
+        ).sum(0)
     else:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -160,8 +171,14 @@ def test_additive_tl_methods_warn_on_ablated_exports():
         cache.apply_slice_to_batch_dim(slice(0, 1)).decompose_resid()
     ours = [w for w in caught if issubclass(w.category, hooked.NonAdditiveResidualWarning)]
     methods = [m for w in ours for m in hooked._ADDITIVE_METHODS if f"ActivationCache.{m}" in str(w.message)]
-    assert methods == ["decompose_resid", "decompose_resid", "logit_attrs", "stack_head_results",
-                       "get_full_resid_decomposition", "decompose_resid"]
+    assert methods == [
+        "decompose_resid",
+        "decompose_resid",
+        "logit_attrs",
+        "stack_head_results",
+        "get_full_resid_decomposition",
+        "decompose_resid",
+    ]
     assert all("interp.decompose" in str(w.message) and "ffn_only" in str(w.message) for w in ours)
 
 

@@ -20,9 +20,12 @@ from training.rundir import RunDir
 from training.trainer import Trainer, TrainingError
 
 REPO = Path(__file__).resolve().parents[1]
-MEMBERS = [dict(residual="ffn_only", seed=1), dict(residual="attn_only", seed=2),
-           dict(residual="full", seed=3, self_bias=4.0, lr=5e-3, weight_decay=0.0), dict(residual="none", seed=4,
-                                                                                          self_bias=float("-inf"))]
+MEMBERS = [
+    dict(residual="ffn_only", seed=1),
+    dict(residual="attn_only", seed=2),
+    dict(residual="full", seed=3, self_bias=4.0, lr=5e-3, weight_decay=0.0),
+    dict(residual="none", seed=4, self_bias=float("-inf")),
+]
 
 
 def member(out: Path, overrides: dict, preset: str = "smoke", model_init=None, **extra) -> Trainer:
@@ -30,8 +33,15 @@ def member(out: Path, overrides: dict, preset: str = "smoke", model_init=None, *
     corpus = load_corpus(spec.train.corpus, spec.train.data_path)
     spec = spec.fit_vocab(corpus.vocab_size)
     name = "_".join(f"{k}{v}" for k, v in overrides.items())
-    t = Trainer(spec.model, spec.train, RunDir(out / name), corpus=corpus, progress=False, meta={"variant": name},
-                model_init=model_init)
+    t = Trainer(
+        spec.model,
+        spec.train,
+        RunDir(out / name),
+        corpus=corpus,
+        progress=False,
+        meta={"variant": name},
+        model_init=model_init,
+    )
     t.callbacks.extend(default_callbacks(spec.train))
     return t
 
@@ -156,8 +166,23 @@ def _cli(out: Path, *extra: str, kill_at: str | None = None) -> subprocess.Popen
     env.pop("RESIDUAL_KILL_AT", None)
     if kill_at:
         env["RESIDUAL_KILL_AT"] = kill_at
-    cmd = [sys.executable, "-m", "training", "--preset", "smoke", "--seeds", "1,2", "--residual", "ffn_only,attn_only",
-           "--out", str(out), "--no-progress", "--set", "max_steps=30", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "training",
+        "--preset",
+        "smoke",
+        "--seeds",
+        "1,2",
+        "--residual",
+        "ffn_only,attn_only",
+        "--out",
+        str(out),
+        "--no-progress",
+        "--set",
+        "max_steps=30",
+        *extra,
+    ]
     return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -167,9 +192,12 @@ def _state(out: Path) -> dict:
         d = run.parent
         final = json.loads(run.read_text())
         weights = torch.load(d / "ckpt.pt", weights_only=True)["weights"]
-        result[str(d.relative_to(out))] = (final["final_val_loss"],
-                                           {k: v.clone() for k, v in weights.items()},
-                                           (d / "metrics.jsonl").read_text(), (d / "probes.jsonl").read_text())
+        result[str(d.relative_to(out))] = (
+            final["final_val_loss"],
+            {k: v.clone() for k, v in weights.items()},
+            (d / "metrics.jsonl").read_text(),
+            (d / "probes.jsonl").read_text(),
+        )
     return result
 
 
@@ -194,8 +222,9 @@ def test_cli_product_sigkill_and_resume_end_bitwise_equal(tmp_path, data):
         rval, rweights, rmetrics, rprobes = resumed[key]
         assert val == rval, key
         assert all(torch.equal(weights[n], rweights[n]) for n in weights), key
-        strip = lambda text: [{k: v for k, v in json.loads(x).items() if k != "tokens_per_s"}  # noqa: E731
-                              for x in text.splitlines()]
+        strip = lambda text: [  # noqa: E731
+            {k: v for k, v in json.loads(x).items() if k != "tokens_per_s"} for x in text.splitlines()
+        ]
         assert strip(metrics) == strip(rmetrics), key
         assert probes == rprobes, key
 
@@ -207,8 +236,14 @@ def test_cli_refuses_bad_product_options(tmp_path, data):
         assert p.returncode == 2 and pattern in err, err
     env = dict(os.environ)
     for bad in ("1,1", "1,x", "-1"):
-        r = subprocess.run([sys.executable, "-m", "training", "--seeds", bad, "--out", str(tmp_path)], cwd=REPO,
-                           env=env, capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            [sys.executable, "-m", "training", "--seeds", bad, "--out", str(tmp_path)],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert r.returncode == 2 and "--seeds" in r.stderr, r.stderr
 
 
@@ -220,8 +255,10 @@ def test_cpu_ensembles_stay_within_the_cache(tmp_path, data, monkeypatch):
     quick = member(tmp_path, dict(seed=2), preset="cpu-quick", device="cpu")  # 4 MiB: 2 would, too few to pay
     assert ens.size_for(cell, 16) == 8 and ens.size_for(cell, 3) == 3 and ens.size_for(cell, 1) == 1
     assert ens.size_for(quick, 16) == 1
-    assert [len(g) for g in group([member(tmp_path, dict(seed=s), preset="phase-cell", device="cpu")
-                                   for s in range(10)], 16)] == [8, 2]
+    assert [
+        len(g)
+        for g in group([member(tmp_path, dict(seed=s), preset="phase-cell", device="cpu") for s in range(10)], 16)
+    ] == [8, 2]
     assert not ens.trains_stacked([quick], 16) and ens.trains_stacked([cell], 16)
 
 

@@ -16,15 +16,18 @@ from experiments.escape_time.survival import escape_step, fit_law, kaplan_meier,
 STEPS = [0, 25, 50, 75, 100, 125, 150]
 
 
-@pytest.mark.parametrize("losses, expected", [
-    ([4.0, 3.4, 3.3, 3.2, 3.1, 3.0, 2.9], 75),  # leaves and stays
-    ([4.0, 3.2, 3.4, 3.3, 3.2, 3.1, 3.0], 100),  # a dip below and back: only the last stretch counts
-    ([4.0, 3.3, 3.2, 9.5, 3.2, 3.1, 3.0], 50),  # one-evaluation spike inside a stretch below: ignored
-    ([4.0, 3.3, 3.2, 9.5, 9.5, 3.1, 3.0], 125),  # two evaluations above end the stretch
-    ([4.0, 3.3, 3.2, 3.1, 3.0, 2.9, 3.4], None),  # above at the last evaluation: not escaped (censored)
-    ([4.0, 3.3, 3.2, 3.1, math.nan, 3.0, 2.9], 50),  # non-finite counts as above: here a one-point spike
-    ([4.0, 3.4, 3.3, 3.3, 3.3, 3.3, 3.3], None),  # never below
-])
+@pytest.mark.parametrize(
+    "losses, expected",
+    [
+        ([4.0, 3.4, 3.3, 3.2, 3.1, 3.0, 2.9], 75),  # leaves and stays
+        ([4.0, 3.2, 3.4, 3.3, 3.2, 3.1, 3.0], 100),  # a dip below and back: only the last stretch counts
+        ([4.0, 3.3, 3.2, 9.5, 3.2, 3.1, 3.0], 50),  # one-evaluation spike inside a stretch below: ignored
+        ([4.0, 3.3, 3.2, 9.5, 9.5, 3.1, 3.0], 125),  # two evaluations above end the stretch
+        ([4.0, 3.3, 3.2, 3.1, 3.0, 2.9, 3.4], None),  # above at the last evaluation: not escaped (censored)
+        ([4.0, 3.3, 3.2, 3.1, math.nan, 3.0, 2.9], 50),  # non-finite counts as above: here a one-point spike
+        ([4.0, 3.4, 3.3, 3.3, 3.3, 3.3, 3.3], None),  # never below
+    ],
+)
 def test_escape_step_follows_the_stated_rule(losses, expected):
     assert escape_step(STEPS, losses, threshold=3.25) == expected
 
@@ -53,10 +56,13 @@ def _synthetic_runs(per_layer: float, sigma: float, last: int, seed: int = 0, n:
     for depth in (1, 2, 3):
         for lr in (1e-3, 2e-3):
             for _ in range(n):
-                t = math.exp(math.log(50) + math.log(per_layer) * depth - 0.3 * math.log2(lr / 1e-3)
-                             + sigma * rng.standard_normal())
-                runs.append({"n_layers": depth, "lr": lr, "escape": round(t) if t < last else None,
-                             "last_step": last})
+                t = math.exp(
+                    math.log(50)
+                    + math.log(per_layer) * depth
+                    - 0.3 * math.log2(lr / 1e-3)
+                    + sigma * rng.standard_normal()
+                )
+                runs.append({"n_layers": depth, "lr": lr, "escape": round(t) if t < last else None, "last_step": last})
     return runs
 
 
@@ -74,8 +80,11 @@ def test_the_law_recovers_a_known_per_layer_factor_through_censoring():
 
 
 def test_the_law_refuses_when_only_one_depth_escapes():
-    runs = [{"n_layers": d, "lr": 1e-3, "escape": (100 if d == 1 else None), "last_step": 600}
-            for d in (1, 2) for _ in range(5)]
+    runs = [
+        {"n_layers": d, "lr": 1e-3, "escape": (100 if d == 1 else None), "last_step": 600}
+        for d in (1, 2)
+        for _ in range(5)
+    ]
     law = fit_law(runs)
     assert not law["fitted"] and "fewer than two depths" in law["reason"]
     assert predict(law, 3, 1e-3, 600) == {"predicted": False, "reason": law["reason"]}
@@ -86,8 +95,11 @@ def test_the_early_predictor_is_held_out_by_seed():
     from experiments.phase_diagram.predictor import fit_threshold, predict
 
     rng = np.random.default_rng(3)
-    samples = [{"seed": seed, "features": {"val_loss": float(rng.normal()), "depth": 2.0}, "escaped": bool(k % 2)}
-               for seed in range(1, 7) for k in range(4)]
+    samples = [
+        {"seed": seed, "features": {"val_loss": float(rng.normal()), "depth": 2.0}, "escaped": bool(k % 2)}
+        for seed in range(1, 7)
+        for k in range(4)
+    ]
     xs, ys = [s["features"]["val_loss"] for s in samples], [s["escaped"] for s in samples]
     in_sample = sum(predict(fit_threshold(xs, ys), x) == y for x, y in zip(xs, ys, strict=True)) / len(xs)
     out = evaluate_by_seed(samples)["val_loss"]
@@ -141,19 +153,22 @@ def test_smoke_runs_every_section_and_resumes_without_training(tmp_path, capsys)
     assert again["cells"] == results["cells"] and again["law"] == results["law"]
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--depths", "1,2", "--holdout-depth", "2"], "--holdout-depth 2 is one of --depths"),
-    (["--depths", "0,2"], "--depths needs distinct integers >= 1"),
-    (["--depths", "2,2"], "--depths needs distinct integers >= 1"),
-    (["--lrs", "nan"], "--lrs must be a finite number"),
-    (["--lrs", "1e-3,x"], "--lrs expects comma-separated numbers"),
-    (["--set", "n_layers=3"], "--set n_layers=... would be overridden"),
-    (["--set", "min_lr=1e-5"], "--set min_lr=... would be overridden"),
-    (["--references", "full,bogus"], "--references"),
-    (["--margin", "0"], "--margin must be a finite number > 0"),
-    (["--probe-every", "15"], "must be a multiple of eval_interval"),
-    (["--early-step", "15"], "--early-step 15 must be an evaluation step"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--depths", "1,2", "--holdout-depth", "2"], "--holdout-depth 2 is one of --depths"),
+        (["--depths", "0,2"], "--depths needs distinct integers >= 1"),
+        (["--depths", "2,2"], "--depths needs distinct integers >= 1"),
+        (["--lrs", "nan"], "--lrs must be a finite number"),
+        (["--lrs", "1e-3,x"], "--lrs expects comma-separated numbers"),
+        (["--set", "n_layers=3"], "--set n_layers=... would be overridden"),
+        (["--set", "min_lr=1e-5"], "--set min_lr=... would be overridden"),
+        (["--references", "full,bogus"], "--references"),
+        (["--margin", "0"], "--margin must be a finite number > 0"),
+        (["--probe-every", "15"], "must be a multiple of eval_interval"),
+        (["--early-step", "15"], "--early-step 15 must be an evaluation step"),
+    ],
+)
 def test_bad_options_are_one_error_line_before_any_work(tmp_path, capsys, argv, message):
     from experiments.escape_time.run import EXPERIMENT
 

@@ -39,8 +39,9 @@ def analyse(ctx: Context, records: list[dict]) -> dict:
 
 
 def table(results: dict) -> tuple[list[str], list[list[str]]]:
-    return ["variant", "seed", "final val"], [[r["variant"], str(r["seed"]), f"{r['final_val_loss']:.3f}"]
-                                               for r in results["runs"]]
+    return ["variant", "seed", "final val"], [
+        [r["variant"], str(r["seed"]), f"{r['final_val_loss']:.3f}"] for r in results["runs"]
+    ]
 
 
 EXPERIMENT = Experiment(
@@ -52,8 +53,13 @@ EXPERIMENT = Experiment(
     table=table,
     summary=lambda results: f"lowest final val: {results['best']}",
     sections=lambda results, ctx: [f"The lowest final validation loss: {results['best']}."],
-    defaults=lambda spec: {"max_steps": 8, "eval_interval": 4, "ckpt_interval": 2, "log_interval": 2,
-                           "eval_batches": 2},
+    defaults=lambda spec: {
+        "max_steps": 8,
+        "eval_interval": 4,
+        "ckpt_interval": 2,
+        "log_interval": 2,
+        "eval_batches": 2,
+    },
     default_preset="smoke",
 )
 
@@ -80,11 +86,26 @@ def finished(tmp_path_factory):
 
 def test_runs_train_and_results_and_report_are_written(finished):
     results = json.loads((finished / "smoke" / "results-toy_in_one_file.json").read_text())
-    frame_keys = {"schema", "experiment", "preset", "seeds", "config", "reference_levels", "runs", "software",
-                  "train_wall_time_s", "wall_time_s", "created"}
+    frame_keys = {
+        "schema",
+        "experiment",
+        "preset",
+        "seeds",
+        "config",
+        "reference_levels",
+        "runs",
+        "software",
+        "train_wall_time_s",
+        "wall_time_s",
+        "created",
+    }
     assert frame_keys | {"best"} == set(results)
     assert (results["schema"], results["experiment"], results["preset"], results["seeds"]) == (
-        SCHEMA, "toy_in_one_file", "smoke", [0])
+        SCHEMA,
+        "toy_in_one_file",
+        "smoke",
+        [0],
+    )
     assert results["config"]["variants"] == {"full": {"residual": "full"}, "attn_only": {"residual": "attn_only"}}
     assert results["config"]["train"]["max_steps"] == 8  # the experiment's defaults
     assert {r["variant"] for r in results["runs"]} == {"full", "attn_only"}

@@ -49,6 +49,7 @@ def fixture_dir(tmp_path_factory):
 # ----- entry points: (kind, call(out, ckpt, extra) -> exit code) -------------------------------------------
 # kind "run": trains or reuses RUN; "ckpt": reads a checkpoint file.
 
+
 def _experiment(module, *own):
     return lambda out, ckpt, extra: module.EXPERIMENT.main(["--out", str(out), *ARGS, "--no-report", *own, *extra])
 
@@ -59,14 +60,21 @@ ENTRIES = {
     "residual_sweep": ("run", _experiment(residual_sweep)),
     "eval_noise": ("run", _experiment(eval_noise, "--no-comparison", "--config", "full")),
     "interventions": ("run", _experiment(interventions, "--variants", "full", "--no-identity", "--val-batches", "1")),
-    "interp.sample": ("ckpt", lambda out, ckpt, extra: sample.main(
-        ["--ckpt", str(ckpt), "--prompt", "to", "--max-new-tokens", "3"])),
-    "interp.plot_attention": ("ckpt", lambda out, ckpt, extra: plot_attention.main(
-        ["--ckpt", str(ckpt), "--text", "to", "--out", str(out / "attn.html")])),
+    "interp.sample": (
+        "ckpt",
+        lambda out, ckpt, extra: sample.main(["--ckpt", str(ckpt), "--prompt", "to", "--max-new-tokens", "3"]),
+    ),
+    "interp.plot_attention": (
+        "ckpt",
+        lambda out, ckpt, extra: plot_attention.main(
+            ["--ckpt", str(ckpt), "--text", "to", "--out", str(out / "attn.html")]
+        ),
+    ),
 }
 
 
 # ----- faults ------------------------------------------------------------------------------------------------
+
 
 def forge(path: Path, edit) -> None:
     """Edit a checkpoint and record the new content hash, as a deliberate forger would."""
@@ -84,14 +92,17 @@ def unfinished(out: Path) -> Path:
 def flip_bit(out: Path) -> None:
     path = out / RUN / "ckpt.pt"
     payload = torch.load(path, weights_only=True)
-    w = payload["weights"]["blocks.0.attn.W_Q"] if "blocks.0.attn.W_Q" in payload["weights"] else \
-        next(v for v in payload["weights"].values() if v.dim() >= 2)
+    w = (
+        payload["weights"]["blocks.0.attn.W_Q"]
+        if "blocks.0.attn.W_Q" in payload["weights"]
+        else next(v for v in payload["weights"].values() if v.dim() >= 2)
+    )
     raw = w.detach().numpy().tobytes()
     data = path.read_bytes()
     at = data.find(raw[:64])
     assert at >= 0, "tensor bytes not found in the archive"
     at += len(raw) // 2
-    path.write_bytes(data[:at] + bytes([data[at] ^ 0x04]) + data[at + 1:])
+    path.write_bytes(data[:at] + bytes([data[at] ^ 0x04]) + data[at + 1 :])
 
 
 def first_weight(p: dict) -> str:
@@ -155,43 +166,128 @@ class Fault:
 
 
 FAULTS = [
-    Fault("flipped bit in a weight", ("run", "ckpt"), lambda o, m: (unfinished(o), flip_bit(o)),
-          r"ckpt\.pt is damaged: its content does not match the hash"),
-    Fault("NaN weights", ("run", "ckpt"), lambda o, m: (unfinished(o), forge(o / RUN / "ckpt.pt", lambda p: p[
-        "weights"][first_weight(p)].fill_(float("nan")))), r"holds non-finite weights"),
-    Fault("float16 weights", ("run",), lambda o, m: (unfinished(o), forge(o / RUN / "ckpt.pt", lambda p: p.update(
-        weights={k: v.half() for k, v in p["weights"].items()}))), r"is torch\.float16"),
-    Fault("float step", ("run",), lambda o, m: (unfinished(o), forge(o / RUN / "ckpt.pt", lambda p: p.update(
-        step=5.5))), r"step 5\.5 is not an integer"),
-    Fault("step beyond max_steps", ("run",), lambda o, m: (unfinished(o), forge(o / RUN / "ckpt.pt", lambda p: p.update(
-        step=10**9))), r"step 1000000000 is not an integer in \[0, max_steps=10\]"),
-    Fault("best None", ("run",), lambda o, m: (unfinished(o), forge(o / RUN / "ckpt.pt", lambda p: p.update(
-        best=None))), r"best None"),
-    Fault("totals empty", ("run",), lambda o, m: (unfinished(o), forge(o / RUN / "ckpt.pt", lambda p: p.update(
-        totals={}))), r"totals\['train_time'\]"),
-    Fault("mis-shaped Adam moment", ("run",), lambda o, m: (unfinished(o), forge(o / RUN / "ckpt.pt", lambda p: p[
-        "optimizer"]["state"][0].update(exp_avg=p["optimizer"]["state"][0]["exp_avg"][:1]))), r"Adam's exp_avg"),
-    Fault("config.json missing", ("run",), lambda o, m: (o / RUN / "config.json").unlink(),
-          r"but no config\.json"),
-    Fault("final.json without ckpt.pt", ("run",), lambda o, m: (o / RUN / "ckpt.pt").unlink(),
-          r"final\.json but no ckpt\.pt"),
-    Fault("config.json edited to the asked config", ("run",), lambda o, m: edit_config(o),
-          r"not the finished run it claims to be.*train\.lr 0\.003 -> 0\.01", extra=["--set", "lr=0.01"]),
-    Fault("bare NaN in final.json", ("run",), lambda o, m: (o / RUN / "final.json").write_text(
-        (o / RUN / "final.json").read_text().replace('"best_step"', '"x": NaN, "best_step"')), r"not valid JSON"),
-    Fault("metrics.jsonl cut mid-line", ("run",), lambda o, m: cut_metrics(o),
-          r"metrics\.jsonl.*(line \d+|does not end with the run's final evaluation|changed after the run finished)"),
-    Fault("last evaluation edited in metrics.jsonl", ("run",), lambda o, m: (o / RUN / "metrics.jsonl").write_text(
-        edit_last_eval(o)), r"metrics\.jsonl changed after the run finished"),
-    Fault("middle evaluation edited in metrics.jsonl", ("run",), lambda o, m: (o / RUN / "metrics.jsonl").write_text(
-        edit_last_eval(o, which=0)), r"metrics\.jsonl changed after the run finished"),
+    Fault(
+        "flipped bit in a weight",
+        ("run", "ckpt"),
+        lambda o, m: (unfinished(o), flip_bit(o)),
+        r"ckpt\.pt is damaged: its content does not match the hash",
+    ),
+    Fault(
+        "NaN weights",
+        ("run", "ckpt"),
+        lambda o, m: (
+            unfinished(o),
+            forge(o / RUN / "ckpt.pt", lambda p: p["weights"][first_weight(p)].fill_(float("nan"))),
+        ),
+        r"holds non-finite weights",
+    ),
+    Fault(
+        "float16 weights",
+        ("run",),
+        lambda o, m: (
+            unfinished(o),
+            forge(o / RUN / "ckpt.pt", lambda p: p.update(weights={k: v.half() for k, v in p["weights"].items()})),
+        ),
+        r"is torch\.float16",
+    ),
+    Fault(
+        "float step",
+        ("run",),
+        lambda o, m: (unfinished(o), forge(o / RUN / "ckpt.pt", lambda p: p.update(step=5.5))),
+        r"step 5\.5 is not an integer",
+    ),
+    Fault(
+        "step beyond max_steps",
+        ("run",),
+        lambda o, m: (unfinished(o), forge(o / RUN / "ckpt.pt", lambda p: p.update(step=10**9))),
+        r"step 1000000000 is not an integer in \[0, max_steps=10\]",
+    ),
+    Fault(
+        "best None",
+        ("run",),
+        lambda o, m: (unfinished(o), forge(o / RUN / "ckpt.pt", lambda p: p.update(best=None))),
+        r"best None",
+    ),
+    Fault(
+        "totals empty",
+        ("run",),
+        lambda o, m: (unfinished(o), forge(o / RUN / "ckpt.pt", lambda p: p.update(totals={}))),
+        r"totals\['train_time'\]",
+    ),
+    Fault(
+        "mis-shaped Adam moment",
+        ("run",),
+        lambda o, m: (
+            unfinished(o),
+            forge(
+                o / RUN / "ckpt.pt",
+                lambda p: p["optimizer"]["state"][0].update(exp_avg=p["optimizer"]["state"][0]["exp_avg"][:1]),
+            ),
+        ),
+        r"Adam's exp_avg",
+    ),
+    Fault("config.json missing", ("run",), lambda o, m: (o / RUN / "config.json").unlink(), r"but no config\.json"),
+    Fault(
+        "final.json without ckpt.pt",
+        ("run",),
+        lambda o, m: (o / RUN / "ckpt.pt").unlink(),
+        r"final\.json but no ckpt\.pt",
+    ),
+    Fault(
+        "config.json edited to the asked config",
+        ("run",),
+        lambda o, m: edit_config(o),
+        r"not the finished run it claims to be.*train\.lr 0\.003 -> 0\.01",
+        extra=["--set", "lr=0.01"],
+    ),
+    Fault(
+        "bare NaN in final.json",
+        ("run",),
+        lambda o, m: (o / RUN / "final.json").write_text(
+            (o / RUN / "final.json").read_text().replace('"best_step"', '"x": NaN, "best_step"')
+        ),
+        r"not valid JSON",
+    ),
+    Fault(
+        "metrics.jsonl cut mid-line",
+        ("run",),
+        lambda o, m: cut_metrics(o),
+        r"metrics\.jsonl.*(line \d+|does not end with the run's final evaluation|changed after the run finished)",
+    ),
+    Fault(
+        "last evaluation edited in metrics.jsonl",
+        ("run",),
+        lambda o, m: (o / RUN / "metrics.jsonl").write_text(edit_last_eval(o)),
+        r"metrics\.jsonl changed after the run finished",
+    ),
+    Fault(
+        "middle evaluation edited in metrics.jsonl",
+        ("run",),
+        lambda o, m: (o / RUN / "metrics.jsonl").write_text(edit_last_eval(o, which=0)),
+        r"metrics\.jsonl changed after the run finished",
+    ),
     Fault("non-finite lr", ("run",), lambda o, m: None, r"lr must be a finite number", extra=["--set", "lr=inf"]),
-    Fault("size that cannot fit", ("run",), lambda o, m: None, r"needs about .* GiB",
-          extra=["--set", "d_model=4194304", "--set", "n_heads=1"]),
-    Fault("SIGTERM while training", ("run",), lambda o, m: (shutil.rmtree(o / "smoke"), sigterm_at_step(m)),
-          r"terminated \(SIGTERM\)|interrupted \(SIGTERM\)", code=143),
-    Fault("SIGTERM while reading a checkpoint", ("ckpt",), lambda o, m: sigterm_in_reader(m),
-          r"interrupted \(SIGTERM\)", code=143),
+    Fault(
+        "size that cannot fit",
+        ("run",),
+        lambda o, m: None,
+        r"needs about .* GiB",
+        extra=["--set", "d_model=4194304", "--set", "n_heads=1"],
+    ),
+    Fault(
+        "SIGTERM while training",
+        ("run",),
+        lambda o, m: (shutil.rmtree(o / "smoke"), sigterm_at_step(m)),
+        r"terminated \(SIGTERM\)|interrupted \(SIGTERM\)",
+        code=143,
+    ),
+    Fault(
+        "SIGTERM while reading a checkpoint",
+        ("ckpt",),
+        lambda o, m: sigterm_in_reader(m),
+        r"interrupted \(SIGTERM\)",
+        code=143,
+    ),
 ]
 
 
@@ -210,8 +306,11 @@ PAIRS = _pairs()
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*")
-            if p.is_file() and not p.name.startswith(".lock")}
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in root.rglob("*")
+        if p.is_file() and not p.name.startswith(".lock")
+    }
 
 
 @pytest.mark.parametrize("fault,entry", PAIRS)

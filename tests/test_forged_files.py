@@ -83,8 +83,12 @@ def mutations(value: Any) -> Iterator[tuple[str, Any]]:
     yield "none", None
 
 
-def forgeries(payload: dict, must: Callable[[str], bool], skip: tuple[str, ...] = (),
-              sample: Callable[[str], bool] = lambda path: True) -> Iterator[tuple[str, dict, bool]]:
+def forgeries(
+    payload: dict,
+    must: Callable[[str], bool],
+    skip: tuple[str, ...] = (),
+    sample: Callable[[str], bool] = lambda path: True,
+) -> Iterator[tuple[str, dict, bool]]:
     """(case id, forged payload, refusal required) for every field of payload (dicts walked, one level of
     lists), each mutation, and each field removed."""
 
@@ -149,6 +153,7 @@ class Hang(Exception):
 
 def bounded(call: Callable[[], Any], seconds: int = 20) -> Any:
     """call() under an alarm: a reader that waits on a FIFO fails the test instead of hanging it."""
+
     def ring(*_):
         raise Hang(f"no answer within {seconds}s")
 
@@ -174,17 +179,36 @@ def clean(call: Callable[[], Any], path: Path, required: bool) -> None:
 
 # ------------------------------------------------------------------------------------------ the files
 
+
 def own_payload() -> dict:
     torch.manual_seed(0)
-    return {"schema": "residual-gpt/1", "model_config": CFG.to_dict(),
-            "weights": {k: v.clone() for k, v in ResidualGPT(CFG).state_dict().items()},
-            "vocab": list(VOCAB), "encoding": "char", "step": 10, "best": {"val_loss": 1.5, "step": 5},
-            "train_config": {"lr": 0.001}, "data": {"sha256": "0" * 64, "train_tokens": 100},
-            "final_val_loss": 1.6, "model_init": None}
+    return {
+        "schema": "residual-gpt/1",
+        "model_config": CFG.to_dict(),
+        "weights": {k: v.clone() for k, v in ResidualGPT(CFG).state_dict().items()},
+        "vocab": list(VOCAB),
+        "encoding": "char",
+        "step": 10,
+        "best": {"val_loss": 1.5, "step": 5},
+        "train_config": {"lr": 0.001},
+        "data": {"sha256": "0" * 64, "train_tokens": 100},
+        "final_val_loss": 1.6,
+        "model_init": None,
+    }
 
 
-OWN_MUST = ("schema", "model_config", "weights", "vocab", "encoding", "step", "best", "data", "final_val_loss",
-            "train_config")
+OWN_MUST = (
+    "schema",
+    "model_config",
+    "weights",
+    "vocab",
+    "encoding",
+    "step",
+    "best",
+    "data",
+    "final_val_loss",
+    "train_config",
+)
 _WEIGHTS_SAMPLED = ("weights.embed.weight", "weights.blocks.1.mlp.in_proj.weight", "weights.ln_final.w")
 
 
@@ -196,12 +220,18 @@ def _own_must(name: str) -> bool:
 
 def own_cases() -> list[tuple[str, dict, bool]]:
     cases = []
-    for case, payload, must in forgeries(own_payload(), lambda n: n.split(".")[0] in OWN_MUST,
-                                         sample=lambda n: not n.startswith("weights.") or n in _WEIGHTS_SAMPLED):
+    for case, payload, must in forgeries(
+        own_payload(),
+        lambda n: n.split(".")[0] in OWN_MUST,
+        sample=lambda n: not n.startswith("weights.") or n in _WEIGHTS_SAMPLED,
+    ):
         field, how = case.rsplit(":", 1)
         top = field.split(".")[0]
-        required = must and how != "missing" or (how == "missing" and top in ("schema", "model_config", "weights")
-                                                 and field == top)
+        required = (
+            must
+            and how != "missing"
+            or (how == "missing" and top in ("schema", "model_config", "weights") and field == top)
+        )
         if how == "missing" and top == "weights" and field != top:
             required = True  # a weight the config has, gone
         if how == "none" and field in ("vocab", "encoding", "model_init"):
@@ -230,19 +260,42 @@ def nanogpt_payload() -> tuple[dict, dict]:
 
 def nanogpt_cases() -> list[tuple[str, dict, bool]]:
     payload, _ = nanogpt_payload()
-    return [(c, p, not c.endswith((":missing", ":none")) and c.split(":")[0] in
-             ("model_args.n_layer", "model_args.n_head", "model_args.n_embd", "model_args.block_size",
-              "model_args.vocab_size", "model_args", "model", "model.transformer.wte.weight"))
-            for c, p, _ in forgeries(payload, lambda n: True, skip=("config",),
-                                     sample=lambda n: not n.startswith("model.") or n in (
-                                         "model.transformer.wte.weight", "model.transformer.h.1.mlp.c_fc.weight"))]
+    return [
+        (
+            c,
+            p,
+            not c.endswith((":missing", ":none"))
+            and c.split(":")[0]
+            in (
+                "model_args.n_layer",
+                "model_args.n_head",
+                "model_args.n_embd",
+                "model_args.block_size",
+                "model_args.vocab_size",
+                "model_args",
+                "model",
+                "model.transformer.wte.weight",
+            ),
+        )
+        for c, p, _ in forgeries(
+            payload,
+            lambda n: True,
+            skip=("config",),
+            sample=lambda n: (
+                not n.startswith("model.")
+                or n in ("model.transformer.wte.weight", "model.transformer.h.1.mlp.c_fc.weight")
+            ),
+        )
+    ]
 
 
 def meta_cases() -> list[tuple[str, dict, bool]]:
     _, meta = nanogpt_payload()
     refused = ("vocab_size:str", "vocab_size:huge", "stoi:list")
-    out = [(c, p, c.split(":")[0].startswith("itos") and c != "itos:int keys" or c in refused)
-           for c, p, _ in forgeries(meta, lambda n: True)]
+    out = [
+        (c, p, c.split(":")[0].startswith("itos") and c != "itos:int keys" or c in refused)
+        for c, p, _ in forgeries(meta, lambda n: True)
+    ]
     out.append(("itos:mixed key types", {**meta, "itos": {0: "a", "1": "b", 2: "c"}}, True))
     out.append(("itos:ints", {**meta, "itos": dict(enumerate(range(5)))}, True))
     return [(c, p, r and not c.endswith(":missing") or c == "itos:missing") for c, p, r in out]
@@ -255,6 +308,7 @@ META = meta_cases()
 
 # ------------------------------------------------------------------------------------------ checkpoints
 
+
 @pytest.mark.parametrize("case,payload,required", OWN, ids=[c for c, _, _ in OWN])
 def test_forged_checkpoint(tmp_path, case, payload, required):
     path = save(rehash(payload), tmp_path / "ckpt.pt")
@@ -266,8 +320,9 @@ def test_checkpoint_nested_five_thousand_levels(tmp_path):
     clean(lambda: load_checkpoint(path), path, True)
 
 
-@pytest.mark.parametrize("field,value", [("n_layers", 100_000), ("d_vocab", 2**31), ("d_model", 2**20),
-                                         ("n_ctx", 2**40)])
+@pytest.mark.parametrize(
+    "field,value", [("n_layers", 100_000), ("d_vocab", 2**31), ("d_model", 2**20), ("n_ctx", 2**40)]
+)
 def test_checkpoint_sizes_pass_the_memory_estimate_before_any_allocation(tmp_path, field, value):
     payload = own_payload()
     payload["model_config"] = {**payload["model_config"], field: value}
@@ -320,12 +375,14 @@ def test_sample_command_with_a_fifo_as_meta(tmp_path):
     os.mkfifo(fifo)
     payload, _ = nanogpt_payload()
     path = save(payload, tmp_path / "ckpt.pt")
-    r = run_module("interp.sample", "--ckpt", str(path), "--meta", str(fifo), "--prompt", "ab",
-                   "--max-new-tokens", "2", timeout=60)
+    r = run_module(
+        "interp.sample", "--ckpt", str(path), "--meta", str(fifo), "--prompt", "ab", "--max-new-tokens", "2", timeout=60
+    )
     assert r.returncode == 2 and "FIFO" in r.stderr and str(fifo) in r.stderr, r.stderr
 
 
 # ------------------------------------------------------------------------------------------ saved exports
+
 
 @pytest.fixture(scope="module")
 def hooked_record(tmp_path_factory):
@@ -345,9 +402,21 @@ def hooked_record(tmp_path_factory):
     return torch.load(path, weights_only=True)
 
 
-HOOKED_FIELDS = ("model_config", "model_config.n_layers", "model_config.d_vocab", "model_config.d_model",
-                 "tl_config", "tl_config.dtype", "tl_config.n_layers", "tl_config.d_model", "tl_config.d_vocab",
-                 "tl_config.n_ctx", "vocab", "encoding", "schema")
+HOOKED_FIELDS = (
+    "model_config",
+    "model_config.n_layers",
+    "model_config.d_vocab",
+    "model_config.d_model",
+    "tl_config",
+    "tl_config.dtype",
+    "tl_config.n_layers",
+    "tl_config.d_model",
+    "tl_config.d_vocab",
+    "tl_config.n_ctx",
+    "vocab",
+    "encoding",
+    "schema",
+)
 
 
 @tl3_only
@@ -375,8 +444,12 @@ def test_hooked_save_with_an_unknown_dtype_or_without_model_config(tmp_path, hoo
     from interp.tl.hooked.persist import RECORD
 
     record = hooked_record[RECORD]
-    for i, forged in enumerate([{**record, "tl_config": {**record["tl_config"], "dtype": "os.system"}},
-                                {k: v for k, v in record.items() if k != "model_config"}]):
+    for i, forged in enumerate(
+        [
+            {**record, "tl_config": {**record["tl_config"], "dtype": "os.system"}},
+            {k: v for k, v in record.items() if k != "model_config"},
+        ]
+    ):
         path = save({**hooked_record, RECORD: forged}, tmp_path / f"h{i}.pt")
         clean(lambda p=path: load_hooked(p), path, True)
 
@@ -385,9 +458,13 @@ def bridge_payload() -> dict:
     from interp.tl.saved import BRIDGE_SCHEMA
 
     torch.manual_seed(0)
-    return {"schema": BRIDGE_SCHEMA, "model_config": CFG.to_dict(),
-            "state_dict": {k: v.clone() for k, v in ResidualGPT(CFG).state_dict().items()},
-            "vocab": list(VOCAB), "encoding": None}
+    return {
+        "schema": BRIDGE_SCHEMA,
+        "model_config": CFG.to_dict(),
+        "state_dict": {k: v.clone() for k, v in ResidualGPT(CFG).state_dict().items()},
+        "vocab": list(VOCAB),
+        "encoding": None,
+    }
 
 
 def test_forged_bridge_saves_are_checked_before_the_bridge_is_built():
@@ -398,12 +475,15 @@ def test_forged_bridge_saves_are_checked_before_the_bridge_is_built():
 
     n = 0
     weight = "state_dict.embed.weight"
-    for case, forged, _ in forgeries(bridge_payload(), lambda n: True,
-                                     sample=lambda n: not n.startswith("state_dict.") or n == weight):
+    for case, forged, _ in forgeries(
+        bridge_payload(), lambda n: True, sample=lambda n: not n.startswith("state_dict.") or n == weight
+    ):
         field, how = case.rsplit(":", 1)
-        harmless = (field in ("vocab", "encoding") and how in ("none", "missing")) or \
-                   (field in ("model_config.dropout", "model_config.init_std") and how == "missing") or \
-                   (field == "model_config.self_bias" and how in ("inf", "str"))
+        harmless = (
+            (field in ("vocab", "encoding") and how in ("none", "missing"))
+            or (field in ("model_config.dropout", "model_config.init_std") and how == "missing")
+            or (field == "model_config.self_bias" and how in ("inf", "str"))
+        )
         try:
             check_bridge(forged)
         except Bad:
@@ -417,19 +497,41 @@ def test_forged_bridge_saves_are_checked_before_the_bridge_is_built():
 def test_load_bridge_refuses_a_forged_save(tmp_path):
     from interp.tl.bridge import load_bridge
 
-    for i, forged in enumerate([{**bridge_payload(), "vocab": [1, 2, 3, 4, 5]},
-                                {k: v for k, v in bridge_payload().items() if k != "model_config"}]):
+    for i, forged in enumerate(
+        [
+            {**bridge_payload(), "vocab": [1, 2, 3, 4, 5]},
+            {k: v for k, v in bridge_payload().items() if k != "model_config"},
+        ]
+    ):
         path = save(forged, tmp_path / f"b{i}.pt")
         clean(lambda p=path: load_bridge(p), path, True)
 
 
 # ------------------------------------------------------------------------------------------ run directories
 
-FINAL = {"final_val_loss": 1.5, "best_val_loss": 1.4, "best_step": 5, "steps": 10, "wall_time_s": 2.0,
-         "tokens_per_s": 100.0, "ckpt_sha256": "a" * 64}
-CONFIG = {"model": CFG.to_dict(), "train": {"lr": 0.001}, "model_init": None,
-          "data": {"corpus": "synthetic", "encoding": "char", "train_tokens": 100, "val_tokens": 10,
-                   "sha256": "0" * 64, "vocab_sha256": "1" * 64}, "meta": {}}
+FINAL = {
+    "final_val_loss": 1.5,
+    "best_val_loss": 1.4,
+    "best_step": 5,
+    "steps": 10,
+    "wall_time_s": 2.0,
+    "tokens_per_s": 100.0,
+    "ckpt_sha256": "a" * 64,
+}
+CONFIG = {
+    "model": CFG.to_dict(),
+    "train": {"lr": 0.001},
+    "model_init": None,
+    "data": {
+        "corpus": "synthetic",
+        "encoding": "char",
+        "train_tokens": 100,
+        "val_tokens": 10,
+        "sha256": "0" * 64,
+        "vocab_sha256": "1" * 64,
+    },
+    "meta": {},
+}
 FINAL_CASES = list(forgeries(FINAL, lambda n: True))
 CONFIG_CASES = list(forgeries(CONFIG, lambda n: True, skip=("model.", "train.")))
 
@@ -458,8 +560,13 @@ def test_forged_config_json(tmp_path, case, config, _):
     run = RunDir(tmp_path)
     run.config.write_text(_json(config))
     field, how = case.rsplit(":", 1)
-    required = how in ("deep", "list", "int", "ints") and field.startswith(("data", "model", "train", "meta")) \
-        and field not in ("data.corpus", "data.encoding", "data.vocab_sha256") or field == "model_init" and how == "int"
+    required = (
+        how in ("deep", "list", "int", "ints")
+        and field.startswith(("data", "model", "train", "meta"))
+        and field not in ("data.corpus", "data.encoding", "data.vocab_sha256")
+        or field == "model_init"
+        and how == "int"
+    )
     clean(run.read_config, run.config, required and how != "missing")
 
 
@@ -554,6 +661,7 @@ def test_corpus_files_as_fifo_are_refused_by_name(tmp_path, data):
 
 # ------------------------------------------------------------------------------------------ data identity
 
+
 def test_same_token_ids_in_another_vocabulary_are_other_data():
     """The data identity covers what the ids mean: a different text with the same ids is not the same run."""
     from training.corpus import Corpus, data_provenance
@@ -579,9 +687,11 @@ def test_a_run_of_another_vocabulary_is_refused(tmp_path):
 
 
 def test_case_count(capsys):
-    n = (len(OWN) + len(NANOGPT) + len(META) + len(FINAL_CASES) + len(CONFIG_CASES) + len(CORPUS_CASES))
+    n = len(OWN) + len(NANOGPT) + len(META) + len(FINAL_CASES) + len(CONFIG_CASES) + len(CORPUS_CASES)
     with capsys.disabled():
-        print(f"\nforged-file generator: {n} parametrized forgeries (checkpoint {len(OWN)}, nanoGPT {len(NANOGPT)}, "
-              f"meta.pkl {len(META)}, final.json {len(FINAL_CASES)}, config.json {len(CONFIG_CASES)}, "
-              f"corpus meta.json {len(CORPUS_CASES)}), plus saved-export and fixed cases")
+        print(
+            f"\nforged-file generator: {n} parametrized forgeries (checkpoint {len(OWN)}, nanoGPT {len(NANOGPT)}, "
+            f"meta.pkl {len(META)}, final.json {len(FINAL_CASES)}, config.json {len(CONFIG_CASES)}, "
+            f"corpus meta.json {len(CORPUS_CASES)}), plus saved-export and fixed cases"
+        )
     assert n > 300

@@ -34,8 +34,12 @@ from training.rundir import RunDir
 
 ARGS = ["--preset", "smoke", "--no-progress", "--set", "max_steps=10", "--set", "ckpt_interval=5"]
 RUN = "smoke/full/seed1337"
-EXPERIMENTS = {"routing_test": (routing_test, ["--variants", "full"]), "residual_sweep": (residual_sweep, []),
-               "gain_confound": (gain_confound, []), "eval_noise": (eval_noise, ["--no-comparison"])}
+EXPERIMENTS = {
+    "routing_test": (routing_test, ["--variants", "full"]),
+    "residual_sweep": (residual_sweep, []),
+    "gain_confound": (gain_confound, []),
+    "eval_noise": (eval_noise, ["--no-comparison"]),
+}
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +63,11 @@ def out(fixture_dir, tmp_path, shared_data):
 
 def snapshot(root: Path) -> dict[str, bytes]:
     # .lock / .lock.holder are the lock's bookkeeping (truncated by every opener), not results
-    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*")
-            if p.is_file() and not p.name.startswith(".lock")}
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in root.rglob("*")
+        if p.is_file() and not p.name.startswith(".lock")
+    }
 
 
 def refused(capsys, root: Path, call, match: str, code: int = 2) -> str:
@@ -176,8 +183,9 @@ def test_training_full_disk_at_checkpoint(out, capsys, monkeypatch):
         raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 104384 vs 104272")
 
     monkeypatch.setattr(torch, "save", full)
-    refused(capsys, out, lambda: train(out / "new", "--set", "probes=false"),
-            r"cannot write .*ckpt\.pt.*unexpected pos")
+    refused(
+        capsys, out, lambda: train(out / "new", "--set", "probes=false"), r"cannot write .*ckpt\.pt.*unexpected pos"
+    )
     assert not (out / "new" / RUN / "ckpt.pt").exists()
 
 
@@ -198,8 +206,12 @@ def test_training_full_disk_at_metrics_append(out, capsys, monkeypatch):
         return open(path, mode, *a, **k)
 
     monkeypatch.setattr(interp.io, "open", full, raising=False)
-    refused(capsys, out, lambda: train(out, "--residual", "none"),
-            r"cannot append to .*(metrics|probes)\.jsonl: No space left on device")
+    refused(
+        capsys,
+        out,
+        lambda: train(out, "--residual", "none"),
+        r"cannot append to .*(metrics|probes)\.jsonl: No space left on device",
+    )
 
 
 @pytest.mark.parametrize("name,finished", [("config.json", False), ("final.json", True), ("config.json", True)])
@@ -216,11 +228,14 @@ def test_training_config_not_an_object(out, capsys):
     refused(capsys, out, lambda: train(out), r"config\.json is damaged \(not a JSON object\)")
 
 
-@pytest.mark.parametrize("content,match", [
-    (b"", r"truncated or corrupt \(EOFError"),
-    (b"PK\x03\x04garbage", "truncated or corrupt"),
-    (b"abc", "truncated or corrupt"),
-])
+@pytest.mark.parametrize(
+    "content,match",
+    [
+        (b"", r"truncated or corrupt \(EOFError"),
+        (b"PK\x03\x04garbage", "truncated or corrupt"),
+        (b"abc", "truncated or corrupt"),
+    ],
+)
 def test_training_damaged_checkpoint(out, capsys, content, match):
     run = interrupted(out)
     (run / "ckpt.pt").write_bytes(content)
@@ -234,8 +249,14 @@ def test_training_truncated_checkpoint(out, capsys):
     refused(capsys, out, lambda: train(out), r"ckpt\.pt is truncated or corrupt")
 
 
-@pytest.mark.parametrize("key,match", [("optimizer", r"lacks the training state \['optimizer'\]"),
-                                       ("weights", "has no weights"), ("model_config", "invalid model config")])
+@pytest.mark.parametrize(
+    "key,match",
+    [
+        ("optimizer", r"lacks the training state \['optimizer'\]"),
+        ("weights", "has no weights"),
+        ("model_config", "invalid model config"),
+    ],
+)
 def test_training_checkpoint_without_a_key(out, capsys, key, match):
     run = interrupted(out)
     rewrite_ckpt(run / "ckpt.pt", drop=key)
@@ -286,12 +307,15 @@ def test_training_checkpoint_of_other_data_is_refused(out, tmp_path, capsys, mon
     assert len(re.findall(r"\b[0-9a-f]{64}\b", line)) == 2, line
 
 
-@pytest.mark.parametrize("name,line,text", [
-    ("metrics.jsonl", 1, '{"step": 0, "val_lo'),
-    ("metrics.jsonl", 2, "[1, 2]"),
-    ("metrics.jsonl", 2, "\udcff"),
-    ("probes.jsonl", 3, "not json"),
-])
+@pytest.mark.parametrize(
+    "name,line,text",
+    [
+        ("metrics.jsonl", 1, '{"step": 0, "val_lo'),
+        ("metrics.jsonl", 2, "[1, 2]"),
+        ("metrics.jsonl", 2, "\udcff"),
+        ("probes.jsonl", 3, "not json"),
+    ],
+)
 def test_training_corrupt_log_line_in_interrupted_run(out, capsys, name, line, text):
     """A damaged record is an error naming file and line; nothing is rewritten or deleted."""
     run = interrupted(out)
@@ -368,8 +392,11 @@ def test_training_ctrl_c_one_line_with_step_and_resume_command(out, capsys, monk
     assert train(out / "new", "--set", "probes=true") == 130
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(lines) == 1, lines
-    assert re.search(r"interrupted at step 7; the run resumes from its checkpoint .*ckpt\.pt; resume with: .* -m "
-                     r"training --out", lines[0]), lines[0]
+    assert re.search(
+        r"interrupted at step 7; the run resumes from its checkpoint .*ckpt\.pt; resume with: .* -m "
+        r"training --out",
+        lines[0],
+    ), lines[0]
     run = out / "new" / RUN
     assert load_checkpoint(run / "ckpt.pt").state["step"] == 5 and not (run / "final.json").exists()
     assert not list(run.glob(".*.tmp")) and not (run / ".lock.holder").exists()
@@ -404,17 +431,24 @@ def test_experiment_impossible_device(out, capsys, name):
     assert not (out / "new").exists()
 
 
-@pytest.mark.parametrize("name,line,text", [("metrics.jsonl", 2, '{"step": 5, "tr'),
-                                            ("metrics.jsonl", 1, '{"val_loss": 3.0}'),
-                                            ("probes.jsonl", 2, '{"step": 0}')])
+@pytest.mark.parametrize(
+    "name,line,text",
+    [
+        ("metrics.jsonl", 2, '{"step": 5, "tr'),
+        ("metrics.jsonl", 1, '{"val_loss": 3.0}'),
+        ("probes.jsonl", 2, '{"step": 0}'),
+    ],
+)
 def test_experiment_reading_a_run_with_a_damaged_line(out, capsys, name, line, text):
     """A finished run's damaged record stops the experiment (file and line named); results.json is kept."""
     damage_line(out / RUN / name, line, text)
     refused(capsys, out, experiment("routing_test", out), rf"{name}, line {line} is damaged")
 
 
-@pytest.mark.parametrize("content,match", [(b'{"final_val_', "not valid JSON"), (b"{}", "no final_val_loss"),
-                                           (b"[]", r"not a JSON object\)")])
+@pytest.mark.parametrize(
+    "content,match",
+    [(b'{"final_val_', "not valid JSON"), (b"{}", "no final_val_loss"), (b"[]", r"not a JSON object\)")],
+)
 def test_experiment_reading_a_damaged_final_json(out, capsys, content, match):
     (out / RUN / "final.json").write_bytes(content)
     refused(capsys, out, experiment("routing_test", out), rf"final\.json is damaged.*{match}")
@@ -442,8 +476,10 @@ def plot(ckpt: Path, html: Path, *extra: str):
     return lambda: plot_cli.main(["--ckpt", str(ckpt), "--text", "to", "--out", str(html), *extra])  # in both corpora
 
 
-@pytest.mark.parametrize("content,match", [(b"", r"truncated or corrupt \(EOFError"), (b"abc", "truncated or corrupt"),
-                                           (None, "no checkpoint at")])
+@pytest.mark.parametrize(
+    "content,match",
+    [(b"", r"truncated or corrupt \(EOFError"), (b"abc", "truncated or corrupt"), (None, "no checkpoint at")],
+)
 def test_plot_attention_damaged_checkpoint(tmp_path, capsys, content, match):
     if content is not None:
         (tmp_path / "c.pt").write_bytes(content)
@@ -543,8 +579,12 @@ def test_damaged_json_is_a_data_file_error(tmp_path):
 def test_training_non_finite_loss_fails_naming_step_and_checkpoint(out, capsys):
     """lr=1e30: the training loss stays finite at step 0 but validation is NaN at the last step: exit 2, no
     final.json, and nothing non-finite written anywhere."""
-    line = refused(capsys, out, lambda: train(out / "new", "--set", "lr=1e30", "--set", "min_lr=0",
-                                              "--set", "max_steps=1"), r"became nan at step \d")
+    line = refused(
+        capsys,
+        out,
+        lambda: train(out / "new", "--set", "lr=1e30", "--set", "min_lr=0", "--set", "max_steps=1"),
+        r"became nan at step \d",
+    )
     assert "checkpoint" in line
     assert not list((out / "new").rglob("final.json"))
     for path in (out / "new").rglob("*.json*"):
@@ -552,8 +592,12 @@ def test_training_non_finite_loss_fails_naming_step_and_checkpoint(out, capsys):
 
 
 def test_experiment_non_finite_run_writes_no_result(out, capsys):
-    line = refused(capsys, out / "new", experiment("residual_sweep", out / "new", "--set", "lr=1e30", "--set",
-                                                   "min_lr=0", "--set", "max_steps=1"), r"became nan at step")
+    line = refused(
+        capsys,
+        out / "new",
+        experiment("residual_sweep", out / "new", "--set", "lr=1e30", "--set", "min_lr=0", "--set", "max_steps=1"),
+        r"became nan at step",
+    )
     assert not list((out / "new").rglob("results*.json"))
     assert re.match(r"error: \S+, seed \d+ \(.*new.*\): ", line), line  # which run of the sweep diverged
 
@@ -592,18 +636,27 @@ def test_training_check_is_repeated_under_the_lock(out, capsys, monkeypatch):
     assert not (run / "final.json").exists()
 
 
-@pytest.mark.parametrize("option,value,match", [
-    ("--variants", "full,full", "more than once"), ("--variants", "", "empty entry"),
-    ("--variants", ",", "empty entry"), ("--variants", "full,,attn_only", "empty entry"),
-    ("--seeds", "1,,2", "empty entry"), ("--seeds", "1, 1", "distinct"), ("--seeds", str(2**64), "distinct"),
-])
+@pytest.mark.parametrize(
+    "option,value,match",
+    [
+        ("--variants", "full,full", "more than once"),
+        ("--variants", "", "empty entry"),
+        ("--variants", ",", "empty entry"),
+        ("--variants", "full,,attn_only", "empty entry"),
+        ("--seeds", "1,,2", "empty entry"),
+        ("--seeds", "1, 1", "distinct"),
+        ("--seeds", str(2**64), "distinct"),
+    ],
+)
 def test_experiment_list_options_refuse_empty_and_repeated_entries(out, capsys, option, value, match):
     refused(capsys, out, experiment("routing_test", out / "new", option, value), match)
     assert not (out / "new").exists()
 
 
-@pytest.mark.parametrize("key,value", [("d_model", "1048576"), ("batch_size", "100000000"),
-                                       ("eval_batches", "1000000000"), ("n_layers", "10000000")])
+@pytest.mark.parametrize(
+    "key,value",
+    [("d_model", "1048576"), ("batch_size", "100000000"), ("eval_batches", "1000000000"), ("n_layers", "10000000")],
+)
 def test_sizes_that_cannot_fit_are_refused_with_the_estimate(out, capsys, key, value):
     extra = ["--set", f"{key}={value}"] + (["--set", "n_heads=1"] if key == "d_model" else [])
     refused(capsys, out, experiment("routing_test", out / "new", *extra), r"needs about .* GiB \(parameters")
@@ -620,12 +673,16 @@ def test_each_experiment_writes_its_own_results_and_cleans_its_own_temporaries(o
     from training.presets import resolve
 
     ctx = Context(args=None, spec=resolve("smoke"), seeds=[1], out=out)
-    paths = [p for m, _ in EXPERIMENTS.values() for p in (m.EXPERIMENT.results_path(ctx),
-                                                          m.EXPERIMENT.report_path(ctx))]
+    paths = [
+        p for m, _ in EXPERIMENTS.values() for p in (m.EXPERIMENT.results_path(ctx), m.EXPERIMENT.report_path(ctx))
+    ]
     assert len(set(paths)) == 8
     folder = out / "smoke"
-    ours = [folder / ".results-routing_test.json.abc.tmp", folder / ".report-routing_test.html.def.tmp",
-            folder / ".results.json.jkl.tmp"]  # the last: a killed writer of the old, shared name
+    ours = [
+        folder / ".results-routing_test.json.abc.tmp",
+        folder / ".report-routing_test.html.def.tmp",
+        folder / ".results.json.jkl.tmp",
+    ]  # the last: a killed writer of the old, shared name
     theirs = folder / ".results-residual_sweep.json.ghi.tmp"
     for p in [*ours, theirs]:
         p.write_text("what a killed writer left")
@@ -647,8 +704,9 @@ def test_identity_probes_are_sized_for_the_vocabulary():
     assert too_costly(ModelConfig(n_layers=4, d_model=128, n_heads=4, n_ctx=128, d_vocab=65)) is None
     assert "50257 tokens" in too_costly(ModelConfig(n_layers=2, d_model=32, n_heads=2, n_ctx=32, d_vocab=50257))
     # a held-out set with no valid target (NaN loss) keeps a fit instead of crashing
-    w, b, _ = _fit(torch.randn(8, 3), torch.randint(0, 4, (8, 1)), torch.randn(4, 3), torch.full((4, 1), -100), 4,
-                   (1e-2,), 2)
+    w, b, _ = _fit(
+        torch.randn(8, 3), torch.randint(0, 4, (8, 1)), torch.randn(4, 3), torch.full((4, 1), -100), 4, (1e-2,), 2
+    )
     assert w.shape == (1, 3, 4)
 
 
@@ -660,5 +718,11 @@ def test_training_probes_refuse_a_context_of_one(out, capsys):
 
 def test_training_optimizer_overflow_is_one_line(out, capsys):
     """lr=1e38: AdamW's step size overflows float32 inside torch; exit 2 naming the step, no traceback."""
-    refused(capsys, out, lambda: train(out / "new", "--set", "lr=1e38", "--set", "min_lr=0", "--set", "max_steps=3",
-                                       "--set", "warmup_steps=0"), r"optimizer step failed at step 0")
+    refused(
+        capsys,
+        out,
+        lambda: train(
+            out / "new", "--set", "lr=1e38", "--set", "min_lr=0", "--set", "max_steps=3", "--set", "warmup_steps=0"
+        ),
+        r"optimizer step failed at step 0",
+    )

@@ -103,8 +103,17 @@ def test_position_blind_stack_holds_nothing_beyond_the_current_token(shared_data
 
     Trained briefly on TinyShakespeare with the probe as a trainer callback, which writes probes.jsonl.
     """
-    spec = resolve("smoke", {"probes": False, "residual": "attn_only", "mixer": "position_blind",
-                             "max_steps": 30, "eval_interval": 10, "eval_batches": 16})
+    spec = resolve(
+        "smoke",
+        {
+            "probes": False,
+            "residual": "attn_only",
+            "mixer": "position_blind",
+            "max_steps": 30,
+            "eval_interval": 10,
+            "eval_batches": 16,
+        },
+    )
     probe = IdentityProbe(interval=20, n_train_windows=64)
     Trainer(spec.model, spec.train, tmp_path, callbacks=[probe], progress=False).run()
     records = [r for r in read_jsonl(tmp_path / "probes.jsonl") if r["probe"] == "identity"]

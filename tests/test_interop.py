@@ -49,7 +49,11 @@ def test_cfg_answers_transformer_lens_and_stays_a_model_config():
     model = make_model("random", residual="none")
     cfg = model.cfg
     assert (cfg.device, cfg.n_key_value_heads, cfg.normalization_type, cfg.d_vocab_out) == (
-        torch.device("cpu"), None, "LN", len(CHARS))
+        torch.device("cpu"),
+        None,
+        "LN",
+        len(CHARS),
+    )
     assert cfg == interp.ModelConfig(**cfg.to_dict()) and "device" not in cfg.to_dict()
     model.to("meta")
     assert model.cfg.device == torch.device("meta")
@@ -165,8 +169,13 @@ def test_nnsight_reads_and_edits_hook_points(residual):
     with torch.no_grad():
         logits, cache = model.run_with_cache(toks)
     traced = nnsight.NNsight(model)
-    names = ["blocks.0.hook_resid_pre", "blocks.0.attn.hook_pattern", "blocks.0.hook_resid_mid",
-             "blocks.1.attn.hook_z", "blocks.1.hook_resid_post"]  # in execution order, as nnsight requires
+    names = [
+        "blocks.0.hook_resid_pre",
+        "blocks.0.attn.hook_pattern",
+        "blocks.0.hook_resid_mid",
+        "blocks.1.attn.hook_z",
+        "blocks.1.hook_resid_post",
+    ]  # in execution order, as nnsight requires
     saved = []
     with torch.no_grad(), traced.trace(toks):
         for name in names:
@@ -181,8 +190,10 @@ def test_nnsight_reads_and_edits_hook_points(residual):
         traced.blocks[0].attn.hook_pattern.output = uniform
         traced.blocks[1].hook_resid_mid.output[:] = 0
         edited = traced.output.save()
-    hooks = [("blocks.0.attn.hook_pattern", lambda p, hook: uniform),
-             ("blocks.1.hook_resid_mid", lambda x, hook: torch.zeros_like(x))]
+    hooks = [
+        ("blocks.0.attn.hook_pattern", lambda p, hook: uniform),
+        ("blocks.1.hook_resid_mid", lambda x, hook: torch.zeros_like(x)),
+    ]
     with torch.no_grad():
         expected = model.run_with_hooks(toks, fwd_hooks=hooks)
     assert (edited - expected).abs().max().item() <= TOL

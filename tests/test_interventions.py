@@ -18,9 +18,16 @@ from interp import interventions as iv
 from interp.config import ModelConfig
 from interp.model import ResidualGPT
 
-WIRINGS = [dict(residual="full"), dict(residual="attn_only"), dict(residual="ffn_only"), dict(residual="none"),
-           dict(residual="attn_only", mixer="uniform"), dict(residual="attn_only", self_bias=-math.inf),
-           dict(residual="ffn_only", self_bias=math.inf), dict(residual="ffn_only", self_bias=3.0)]
+WIRINGS = [
+    dict(residual="full"),
+    dict(residual="attn_only"),
+    dict(residual="ffn_only"),
+    dict(residual="none"),
+    dict(residual="attn_only", mixer="uniform"),
+    dict(residual="attn_only", self_bias=-math.inf),
+    dict(residual="ffn_only", self_bias=math.inf),
+    dict(residual="ffn_only", self_bias=3.0),
+]
 
 
 def tiny(seed=0, **kw):
@@ -80,25 +87,37 @@ def _same_weights(model, **changes):
 def test_each_intervention_is_the_wiring_it_imitates():
     model, (x, y) = tiny(), batch()
     every = [h for layer in range(2) for h in iv.remove_attn_residual(layer)]
-    assert torch.equal(iv.per_sequence_loss(model, x, y, every)[0],
-                       iv.per_sequence_loss(_same_weights(model, residual="ffn_only"), x, y)[0])
+    assert torch.equal(
+        iv.per_sequence_loss(model, x, y, every)[0],
+        iv.per_sequence_loss(_same_weights(model, residual="ffn_only"), x, y)[0],
+    )
     every = [h for layer in range(2) for h in iv.remove_ffn_residual(layer)]
-    assert torch.equal(iv.per_sequence_loss(model, x, y, every)[0],
-                       iv.per_sequence_loss(_same_weights(model, residual="attn_only"), x, y)[0])
+    assert torch.equal(
+        iv.per_sequence_loss(model, x, y, every)[0],
+        iv.per_sequence_loss(_same_weights(model, residual="attn_only"), x, y)[0],
+    )
     every = [h for layer in range(2) for h in iv.knock_out_self(layer)]
-    torch.testing.assert_close(iv.per_sequence_loss(model, x, y, every)[0],
-                               iv.per_sequence_loss(_same_weights(model, self_bias=-math.inf), x, y)[0])
+    torch.testing.assert_close(
+        iv.per_sequence_loss(model, x, y, every)[0],
+        iv.per_sequence_loss(_same_weights(model, self_bias=-math.inf), x, y)[0],
+    )
     every = [h for layer in range(2) for h in iv.self_only(layer)]
-    torch.testing.assert_close(iv.per_sequence_loss(model, x, y, every)[0],
-                               iv.per_sequence_loss(_same_weights(model, self_bias=math.inf), x, y)[0])
+    torch.testing.assert_close(
+        iv.per_sequence_loss(model, x, y, every)[0],
+        iv.per_sequence_loss(_same_weights(model, self_bias=math.inf), x, y)[0],
+    )
 
 
 def test_an_absent_path_makes_its_intervention_a_no_op():
     x, y = batch()
-    cases = [(dict(residual="ffn_only"), "remove_attn_residual", 0.0), (dict(residual="none"), "remove_attn_residual",
-             0.0), (dict(residual="attn_only"), "remove_ffn_residual", 0.0),
-             (dict(self_bias=math.inf), "self_only", 0.0), (dict(self_bias=-math.inf), "knock_out_self", 1e-6),
-             (dict(mixer="uniform"), "uniform_pattern", 1e-6)]
+    cases = [
+        (dict(residual="ffn_only"), "remove_attn_residual", 0.0),
+        (dict(residual="none"), "remove_attn_residual", 0.0),
+        (dict(residual="attn_only"), "remove_ffn_residual", 0.0),
+        (dict(self_bias=math.inf), "self_only", 0.0),
+        (dict(self_bias=-math.inf), "knock_out_self", 1e-6),
+        (dict(mixer="uniform"), "uniform_pattern", 1e-6),
+    ]
     for wiring, name, tol in cases:
         model = tiny(**wiring)
         clean = iv.per_sequence_loss(model, x, y)[0]
@@ -172,11 +191,20 @@ def test_bootstrap_intervals():
 
 def row(delta, spread=0.01, loss=None, probe=None):
     d = {"mean": delta, "lo": delta - spread, "hi": delta + spread}
-    r = {"delta": d, "loss": {"mean": loss or 1.5 + delta, "lo": (loss or 1.5 + delta) - spread,
-                              "hi": (loss or 1.5 + delta) + spread}}
+    r = {
+        "delta": d,
+        "loss": {
+            "mean": loss or 1.5 + delta,
+            "lo": (loss or 1.5 + delta) - spread,
+            "hi": (loss or 1.5 + delta) + spread,
+        },
+    }
     if probe is not None:
-        r["identity"] = {"clean_ce": [0.1, 2.0], "ce": [0.1 + probe, 2.0],
-                         "delta_ce": [{"mean": probe, "lo": probe - spread, "hi": probe + spread}, d]}
+        r["identity"] = {
+            "clean_ce": [0.1, 2.0],
+            "ce": [0.1 + probe, 2.0],
+            "delta_ce": [{"mean": probe, "lo": probe - spread, "hi": probe + spread}, d],
+        }
     return r
 
 
@@ -188,51 +216,65 @@ def outcome(**variants):
     return rules.Outcome({k.replace("__", " + "): v for k, v in variants.items()}, unigram=3.3, bigram=2.5, margin=0.05)
 
 
-@pytest.mark.parametrize("deltas,expected", [([0.0, 0.3], "supports"), ([0.0, 0.01], "contradicts"),
-                                             ([0.0, 0.05], "inconclusive")])
+@pytest.mark.parametrize(
+    "deltas,expected", [([0.0, 0.3], "supports"), ([0.0, 0.01], "contradicts"), ([0.0, 0.05], "inconclusive")]
+)
 def test_raises_rule(deltas, expected):
-    for decide, (name, iv_name) in [(rules.decide_i1, ("full", "remove_attn_residual")),
-                                    (rules.decide_i3, ("attn_only", "knock_out_self")),
-                                    (rules.decide_i5, ("attn_only", "uniform_pattern"))]:
+    for decide, (name, iv_name) in [
+        (rules.decide_i1, ("full", "remove_attn_residual")),
+        (rules.decide_i3, ("attn_only", "knock_out_self")),
+        (rules.decide_i5, ("attn_only", "uniform_pattern")),
+    ]:
         o = outcome(**{name: variant(**{iv_name: [row(d) for d in deltas]})})
         verdict, measured, interval = decide(o)
         assert verdict == expected and "peak layer 1" in interval
-    assert rules.raises(outcome(full=variant(remove_attn_residual=None)), "full", "remove_attn_residual")[0] == \
-        "inconclusive"
+    assert (
+        rules.raises(outcome(full=variant(remove_attn_residual=None)), "full", "remove_attn_residual")[0]
+        == "inconclusive"
+    )
 
 
 def test_with_three_seeds_an_effect_must_also_clear_three_seed_std():
     effect = {"remove_attn_residual": [row(0.0), row(0.3)], "knock_out_self": [row(0.0), row(0.1)]}
     for spread, n_seeds, expected in ((0.03, 3, "supports"), (0.2, 3, "inconclusive"), (0.2, 2, "supports")):
-        full = {**variant(**effect), "n_seeds": n_seeds,
-                "seed_spread": {"remove_attn_residual": [0.0, spread], "knock_out_self": [0.0, spread]}}
+        full = {
+            **variant(**effect),
+            "n_seeds": n_seeds,
+            "seed_spread": {"remove_attn_residual": [0.0, spread], "knock_out_self": [0.0, spread]},
+        }
         assert rules.decide_i1(outcome(full=full))[0] == expected, (spread, n_seeds)
         assert rules.decide_i2(outcome(full=full))[0] == expected, (spread, n_seeds)
 
 
-@pytest.mark.parametrize("small,large,expected", [(0.1, 0.5, "supports"), (0.5, 0.1, "contradicts"),
-                                                  (0.3, 0.31, "inconclusive")])
+@pytest.mark.parametrize(
+    "small,large,expected", [(0.1, 0.5, "supports"), (0.5, 0.1, "contradicts"), (0.3, 0.31, "inconclusive")]
+)
 def test_smaller_rule(small, large, expected):
-    o = outcome(full=variant(knock_out_self=[row(small)], remove_attn_residual=[row(large)]),
-                attn_only=variant(self_only=[row(small)], knock_out_self=[row(large)],
-                                  remove_attn_residual=[row(small)]),
-                attn_only__no_self=variant(remove_attn_residual=[row(large)]))
+    o = outcome(
+        full=variant(knock_out_self=[row(small)], remove_attn_residual=[row(large)]),
+        attn_only=variant(self_only=[row(small)], knock_out_self=[row(large)], remove_attn_residual=[row(small)]),
+        attn_only__no_self=variant(remove_attn_residual=[row(large)]),
+    )
     for decide in (rules.decide_i2, rules.decide_i4, rules.decide_i6):
         assert decide(o)[0] == expected
-    assert rules.decide_i2(outcome(full=variant(knock_out_self=None, remove_attn_residual=[row(0.1)])))[0] == \
-        "inconclusive"
+    assert (
+        rules.decide_i2(outcome(full=variant(knock_out_self=None, remove_attn_residual=[row(0.1)])))[0]
+        == "inconclusive"
+    )
 
 
-@pytest.mark.parametrize("losses,expected", [([3.4, 3.5], "supports"), ([3.4, 2.0], "contradicts"),
-                                             ([3.4, 3.255], "inconclusive")])
+@pytest.mark.parametrize(
+    "losses,expected", [([3.4, 3.5], "supports"), ([3.4, 2.0], "contradicts"), ([3.4, 3.255], "inconclusive")]
+)
 def test_floor_rule(losses, expected):
     o = outcome(ffn_only__self_bias=variant(knock_out_self=[row(0.5, loss=v) for v in losses]))
     assert rules.decide_i7(o)[0] == expected
     assert rules.decide_i7(outcome(ffn_only__self_bias=variant(knock_out_self=None)))[0] == "inconclusive"
 
 
-@pytest.mark.parametrize("rises,expected", [([1.0, 2.0], "supports"), ([1.0, 0.0], "contradicts"),
-                                            ([1.0, 0.05], "inconclusive")])
+@pytest.mark.parametrize(
+    "rises,expected", [([1.0, 2.0], "supports"), ([1.0, 0.0], "contradicts"), ([1.0, 0.05], "inconclusive")]
+)
 def test_identity_rule(rises, expected):
     o = outcome(ffn_only__self_bias=variant(knock_out_self=[row(0.5, probe=r) for r in rises]))
     assert rules.decide_i8(o)[0] == expected
@@ -246,8 +288,9 @@ def test_verdicts_guard_missing_and_floored_models():
     assert [v["id"] for v in out] == [f"I{i}" for i in range(1, 9)]
     assert "unigram floor" in out[0]["measured"] and out[0]["verdict"] == "inconclusive"
     assert out[2]["measured"] == "not run"
-    decided = rules.verdicts({"full": variant(remove_attn_residual=[row(1.0)], knock_out_self=[row(0.0)])},
-                             levels, 0.05)
+    decided = rules.verdicts(
+        {"full": variant(remove_attn_residual=[row(1.0)], knock_out_self=[row(0.0)])}, levels, 0.05
+    )
     assert decided[0]["verdict"] == "supports" and rules.bearing(decided[0]) == "refines P1 at inference"
     assert all(p.bears_on in {f"P{i}" for i in range(1, 8)} for p in rules.PREDICTIONS)
 
@@ -257,8 +300,17 @@ def test_verdicts_guard_missing_and_floored_models():
 
 def test_smoke_end_to_end(tmp_path, data):
     out = tmp_path / "out"
-    argv = ["--preset", "smoke", "--out", str(out), "--no-progress", "--val-batches", "1",
-            "--variants", "full,ffn_only + self_only"]
+    argv = [
+        "--preset",
+        "smoke",
+        "--out",
+        str(out),
+        "--no-progress",
+        "--val-batches",
+        "1",
+        "--variants",
+        "full,ffn_only + self_only",
+    ]
     assert interventions.EXPERIMENT.main(argv) == 0
     results = json.loads((out / "smoke" / "results-interventions.json").read_text())
     assert results["schema"] == "interventions/1" and results["n_sequences"] == 8

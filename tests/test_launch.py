@@ -20,8 +20,18 @@ ARGS = ["--preset", "smoke", "--variants", "attn_only", "--set", "max_steps=300"
 
 def numbers(out: Path) -> list:
     results = json.loads((out / "smoke" / "results-routing_test.json").read_text())
-    return [(r["variant"], r["seed"], r["final_val_loss"], r["val_curve"], r["train_curve"], r["alpha_tt"],
-             r["block0_grad"]) for r in results["runs"]]
+    return [
+        (
+            r["variant"],
+            r["seed"],
+            r["final_val_loss"],
+            r["val_curve"],
+            r["train_curve"],
+            r["alpha_tt"],
+            r["block0_grad"],
+        )
+        for r in results["runs"]
+    ]
 
 
 def children(pid: int) -> list[int]:

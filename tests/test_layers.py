@@ -1,4 +1,5 @@
 """The layer rules of docs/DESIGN.md, read from the source: no import runs back up, no import circle."""
+
 from __future__ import annotations
 
 import ast
@@ -72,8 +73,9 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_runs_back_up_a_layer():
     graph = import_graph()
-    upward = sorted((a, b) for a, deps in graph.items() for b in deps
-                    if LAYER[b.split(".")[0]] > LAYER[a.split(".")[0]])
+    upward = sorted(
+        (a, b) for a, deps in graph.items() for b in deps if LAYER[b.split(".")[0]] > LAYER[a.split(".")[0]]
+    )
     assert upward == []
 
 

@@ -78,8 +78,18 @@ N_CTX = 12
 
 def window_model(window: int = 4, residual: str = "full", seed: int = 0) -> ResidualGPT:
     torch.manual_seed(seed)
-    cfg = ModelConfig(n_layers=2, d_model=32, n_heads=4, n_ctx=N_CTX, d_vocab=20, residual=residual, bias=True,
-                      mixer="local_window", mixer_params={"window": window}, init_std=0.2)
+    cfg = ModelConfig(
+        n_layers=2,
+        d_model=32,
+        n_heads=4,
+        n_ctx=N_CTX,
+        d_vocab=20,
+        residual=residual,
+        bias=True,
+        mixer="local_window",
+        mixer_params={"window": window},
+        init_std=0.2,
+    )
     model = ResidualGPT(cfg).eval()
     with torch.no_grad():  # a trained LayerNorm is not the identity
         model.ln_final.w.uniform_(0.5, 2.0)
@@ -179,8 +189,18 @@ def trained(tmp_path_factory):
     from training.trainer import Trainer
 
     out = tmp_path_factory.mktemp("window_runs")
-    spec = resolve("smoke", {"mixer": "local_window", "mixer_params": {"window": 4}, "max_steps": 6,
-                             "eval_interval": 3, "ckpt_interval": 3, "log_interval": 3, "eval_batches": 2})
+    spec = resolve(
+        "smoke",
+        {
+            "mixer": "local_window",
+            "mixer_params": {"window": 4},
+            "max_steps": 6,
+            "eval_interval": 3,
+            "ckpt_interval": 3,
+            "log_interval": 3,
+            "eval_batches": 2,
+        },
+    )
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("RESIDUAL_DATA_DIR", str(data_root()))
         run = RunDir.of(out, "smoke", variant_name(spec.model.to_dict()), spec.train.seed)

@@ -108,8 +108,9 @@ CHARS = [chr(ord("a") + i) for i in range(20)]
 def model_of(mixer: str, residual: str = "full", steps: int = 5) -> ResidualGPT:
     """A few Adam steps of the model's own forward/backward on random tokens (training's smallest form)."""
     torch.manual_seed(0)
-    cfg = ModelConfig(n_layers=2, d_model=32, n_heads=4, n_ctx=16, d_vocab=len(CHARS), residual=residual,
-                      mixer=mixer, bias=True)
+    cfg = ModelConfig(
+        n_layers=2, d_model=32, n_heads=4, n_ctx=16, d_vocab=len(CHARS), residual=residual, mixer=mixer, bias=True
+    )
     model = ResidualGPT(cfg)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     gen = torch.Generator().manual_seed(1)
@@ -227,8 +228,9 @@ def test_declared_export_is_exact(residual):
         torch.testing.assert_close(tl(x), model(x), atol=1e-5, rtol=1e-5)
         _, ours = model.run_with_cache(x)
         _, theirs = tl.run_with_cache(x)
-    torch.testing.assert_close(theirs["blocks.1.attn.hook_pattern"], ours["blocks.1.attn.hook_pattern"],
-                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        theirs["blocks.1.attn.hook_pattern"], ours["blocks.1.attn.hook_pattern"], atol=1e-5, rtol=1e-5
+    )
     assert max(decomposition_error(theirs, s, per_head=True) for s in resid_sites(2)) < 1e-4
 
 

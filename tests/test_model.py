@@ -52,10 +52,26 @@ def test_hook_names_are_transformer_lens_names():
     names = set(ResidualGPT(tiny()).hook_dict)
     expected = {"hook_embed", "hook_pos_embed", "ln_final.hook_normalized"}
     for l in range(2):
-        expected |= {f"blocks.{l}.{n}" for n in (
-            "hook_resid_pre", "ln1.hook_normalized", "attn.hook_q", "attn.hook_k", "attn.hook_v",
-            "attn.hook_attn_scores", "attn.hook_pattern", "attn.hook_z", "hook_attn_out", "hook_resid_mid",
-            "ln2.hook_normalized", "mlp.hook_pre", "mlp.hook_post", "hook_mlp_out", "hook_resid_post")}
+        expected |= {
+            f"blocks.{l}.{n}"
+            for n in (
+                "hook_resid_pre",
+                "ln1.hook_normalized",
+                "attn.hook_q",
+                "attn.hook_k",
+                "attn.hook_v",
+                "attn.hook_attn_scores",
+                "attn.hook_pattern",
+                "attn.hook_z",
+                "hook_attn_out",
+                "hook_resid_mid",
+                "ln2.hook_normalized",
+                "mlp.hook_pre",
+                "mlp.hook_post",
+                "hook_mlp_out",
+                "hook_resid_post",
+            )
+        }
     assert expected <= names
 
 
@@ -102,8 +118,11 @@ def test_self_bias_four_adds_exactly_four_to_the_self_score(explicit):
     def keep(x, hook):
         seen[hook.name.split(".")[-1]] = x.detach().clone()
 
-    hooks = [("blocks.0.attn.hook_q", lambda q, hook: torch.zeros_like(q)),
-             ("blocks.0.attn.hook_v", keep), ("blocks.0.attn.hook_z", keep)]
+    hooks = [
+        ("blocks.0.attn.hook_q", lambda q, hook: torch.zeros_like(q)),
+        ("blocks.0.attn.hook_v", keep),
+        ("blocks.0.attn.hook_z", keep),
+    ]
     if explicit:
         hooks.append(("blocks.0.attn.hook_pattern", keep))
     model.run_with_hooks(tokens(n=7), fwd_hooks=hooks)

@@ -39,8 +39,19 @@ def check_report(path: Path) -> None:
 
 
 def check_common(results: dict, experiment: str, preset: str = "smoke") -> None:
-    for key in ("schema", "experiment", "preset", "seeds", "config", "reference_levels", "runs", "software",
-                "train_wall_time_s", "wall_time_s", "created"):
+    for key in (
+        "schema",
+        "experiment",
+        "preset",
+        "seeds",
+        "config",
+        "reference_levels",
+        "runs",
+        "software",
+        "train_wall_time_s",
+        "wall_time_s",
+        "created",
+    ):
         assert key in results, key
     assert results["experiment"] == experiment and results["preset"] == preset
     levels = results["reference_levels"]
@@ -49,8 +60,16 @@ def check_common(results: dict, experiment: str, preset: str = "smoke") -> None:
     assert finite(results["wall_time_s"]) and finite(results["train_wall_time_s"])
     assert "torch" in results["software"]
     for run in results["runs"]:
-        for key in ("variant", "seed", "run_dir", "final_val_loss", "best_val_loss", "best_step", "wall_time_s",
-                    "val_curve"):
+        for key in (
+            "variant",
+            "seed",
+            "run_dir",
+            "final_val_loss",
+            "best_val_loss",
+            "best_step",
+            "wall_time_s",
+            "val_curve",
+        ):
             assert key in run, key
         assert finite(run["final_val_loss"]) and finite(run["best_val_loss"]) and finite(run["wall_time_s"])
         assert len(run["val_curve"]["steps"]) == len(run["val_curve"]["loss"]) > 1
@@ -98,15 +117,21 @@ def test_residual_sweep_smoke_schema_and_resume(tmp_path, shared_data, capsys):
     assert residual_sweep.EXPERIMENT.main(argv) == 0
     after = final_mtimes(result_dir)
     assert set(after) == set(before)
-    assert {k: v for k, v in after.items() if not k.startswith("ffn_only")} == \
-        {k: v for k, v in before.items() if not k.startswith("ffn_only")}
+    assert {k: v for k, v in after.items() if not k.startswith("ffn_only")} == {
+        k: v for k, v in before.items() if not k.startswith("ffn_only")
+    }
     assert after["ffn_only/seed1337/final.json"] != before["ffn_only/seed1337/final.json"]
     second = json.loads((result_dir / "results-residual_sweep.json").read_text())
     for a, b in zip(first["runs"], second["runs"], strict=True):
-        assert (a["variant"], a["final_val_loss"], a["best_val_loss"], a["val_curve"]) == \
-            (b["variant"], b["final_val_loss"], b["best_val_loss"], b["val_curve"])
-    assert {k: v["final_val_loss"] for k, v in first["configs"].items()} == \
-        {k: v["final_val_loss"] for k, v in second["configs"].items()}
+        assert (a["variant"], a["final_val_loss"], a["best_val_loss"], a["val_curve"]) == (
+            b["variant"],
+            b["final_val_loss"],
+            b["best_val_loss"],
+            b["val_curve"],
+        )
+    assert {k: v["final_val_loss"] for k, v in first["configs"].items()} == {
+        k: v["final_val_loss"] for k, v in second["configs"].items()
+    }
 
     # finished runs of another configuration are refused, not silently reported as this one
     written = (result_dir / "results-residual_sweep.json").read_bytes()
@@ -120,12 +145,19 @@ def test_residual_sweep_smoke_schema_and_resume(tmp_path, shared_data, capsys):
 def test_residual_sweep_classification_and_paper_column():
     levels = {"unigram": 3.347, "bigram": 2.482}
     values = {"full": [1.50], "attn_only": [1.578, 1.582], "ffn_only": [3.349, 3.351], "none": [3.356]}
-    runs = [{"variant": name, "seed": i, "final_val_loss": v, "best_val_loss": v}
-            for name, vs in values.items() for i, v in enumerate(vs)]
+    runs = [
+        {"variant": name, "seed": i, "final_val_loss": v, "best_val_loss": v}
+        for name, vs in values.items()
+        for i, v in enumerate(vs)
+    ]
     paper = residual_sweep.PAPER["paper-10m"]
     configs = residual_sweep.summarise_configs(runs, levels, 0.05, paper)
-    assert {k: v["classification"] for k, v in configs.items()} == \
-        {"full": "recovers", "attn_only": "recovers", "ffn_only": "collapses", "none": "collapses"}
+    assert {k: v["classification"] for k, v in configs.items()} == {
+        "full": "recovers",
+        "attn_only": "recovers",
+        "ffn_only": "collapses",
+        "none": "collapses",
+    }
     assert configs["attn_only"]["delta_vs_paper"] == pytest.approx(0.0, abs=1e-9)
     assert configs["ffn_only"]["gap_to_none"] == pytest.approx(-0.006)
     assert configs["ffn_only"]["collapsed_seeds"] == [0, 1]
@@ -221,8 +253,10 @@ def test_gain_confound_smoke(tmp_path, shared_data, capsys):
     assert {"attn_only g=1", "attn_only runtime g=0.5", "attn_only weights g=2", "ffn_only runtime g=2"} <= names
     assert len(list(result_dir.glob("*/seed1337/final.json"))) == 10
     runtime = [r for r in results["runs"] if r["way"] == "runtime"]
-    assert all(json.loads((Path(r["run_dir"]) / "config.json").read_text())["model"]["runtime_gain"] == r["gain"]
-               for r in runtime)
+    assert all(
+        json.loads((Path(r["run_dir"]) / "config.json").read_text())["model"]["runtime_gain"] == r["gain"]
+        for r in runtime
+    )
     for config in results["configs"]:
         for way in ("runtime", "weights"):
             s = results["spread"][config][way]["1337"]
@@ -236,8 +270,11 @@ def test_gain_confound_smoke(tmp_path, shared_data, capsys):
         assert rescue["g1_final"] == g1[0]["final_val_loss"]
         floor = results["reference_levels"]["unigram"] - results["margin"]
         for gain, v in rescue["by_gain"].items():
-            run = next(r for r in results["runs"] if r["config"] == config and r["way"] == "weights"
-                       and gain_confound.gain_label(r["gain"]) == gain)
+            run = next(
+                r
+                for r in results["runs"]
+                if r["config"] == config and r["way"] == "weights" and gain_confound.gain_label(r["gain"]) == gain
+            )
             assert v["delta_vs_g1"] == pytest.approx(run["final_val_loss"] - g1[0]["final_val_loss"])
             assert v["rescued"] == (run["final_val_loss"] < floor <= g1[0]["final_val_loss"])
         assert rescue["rescued_gains"] == [g for g, v in rescue["by_gain"].items() if v["rescued"]]
@@ -277,8 +314,14 @@ def test_eval_noise_smoke(tmp_path, shared_data, capsys):
     check_common(results, "eval_noise")
     assert results["schema"] == eval_noise.SCHEMA and results["repeats"] == 8
     assert results["config"]["comparison"]["overrides"] == {
-        "residual": "attn_only", "tie_embeddings": False, "val_mode": "random", "lr_schedule": "constant",
-        "min_lr": 3e-3, "warmup_steps": 0, "eval_from": 0.0}  # eval_from: this experiment's default
+        "residual": "attn_only",
+        "tie_embeddings": False,
+        "val_mode": "random",
+        "lr_schedule": "constant",
+        "min_lr": 3e-3,
+        "warmup_steps": 0,
+        "eval_from": 0.0,
+    }  # eval_from: this experiment's default
     assert [r["setting"] for r in results["runs"]] == ["preset", "nanogpt"]
     preset_run, nano_run = results["runs"]
     assert (preset_run["val_mode"], preset_run["tie_embeddings"]) == ("fixed", True)
@@ -323,16 +366,19 @@ def test_gain_confound_help_documents_the_step_default():
     assert "max_steps = min(preset's, 250)" in proc.stdout and "--set max_steps=N" in proc.stdout
 
 
-@pytest.mark.parametrize("module, args, needle", [
-    ("residual_sweep", ["--preset", "nope"], "unknown preset"),
-    ("residual_sweep", ["--seeds", "1,1"], "--seeds"),
-    ("gain_confound", ["--gains", "0,1"], "--gains"),
-    ("gain_confound", ["--configs", "attn_only,bogus"], "--configs"),
-    ("eval_noise", ["--config", "bogus"], "--config"),
-    ("eval_noise", ["--set", "max_steps=-1"], "max_steps"),
-    ("eval_noise", ["--set", "residual=full"], "--config"),
-    ("gain_confound", ["--set", "runtime_gain=2"], "--gains"),
-])
+@pytest.mark.parametrize(
+    "module, args, needle",
+    [
+        ("residual_sweep", ["--preset", "nope"], "unknown preset"),
+        ("residual_sweep", ["--seeds", "1,1"], "--seeds"),
+        ("gain_confound", ["--gains", "0,1"], "--gains"),
+        ("gain_confound", ["--configs", "attn_only,bogus"], "--configs"),
+        ("eval_noise", ["--config", "bogus"], "--config"),
+        ("eval_noise", ["--set", "max_steps=-1"], "max_steps"),
+        ("eval_noise", ["--set", "residual=full"], "--config"),
+        ("gain_confound", ["--set", "runtime_gain=2"], "--gains"),
+    ],
+)
 def test_bad_input_is_one_error_line(module, args, needle, tmp_path):
     proc = run_module(f"experiments.{module}", *args, "--out", str(tmp_path), timeout=120)
     assert proc.returncode == 2

@@ -69,11 +69,20 @@ def results_of(out):
 def test_results_schema_and_places(grid_run):
     r = results_of(grid_run)
     assert r["schema"] == "phase-diagram/1" and r["confirm"] is True and r["early_step"] == 10
-    assert [c["name"] for c in r["cells"]] == ["ffn_only L1 d32 lr0.001 sb0", "ffn_only L1 d32 lr0.01 sb0",
-                                               "full L1 d32 lr0.003 sb0"]
+    assert [c["name"] for c in r["cells"]] == [
+        "ffn_only L1 d32 lr0.001 sb0",
+        "ffn_only L1 d32 lr0.01 sb0",
+        "full L1 d32 lr0.003 sb0",
+    ]
     for c in r["cells"]:
-        assert c["place"] in (FLOOR, SPLIT, "at the bigram level", "between bigram and floor", "near full",
-                              "below bigram (uses context)")
+        assert c["place"] in (
+            FLOOR,
+            SPLIT,
+            "at the bigram level",
+            "between bigram and floor",
+            "near full",
+            "below bigram (uses context)",
+        )
         levels = r["reference_levels"]
         rel = (c["final_val_loss"]["mean"] - levels["bigram"]) / (levels["unigram"] - levels["bigram"])
         assert math.isclose(c["relative_loss"], rel)
@@ -97,12 +106,15 @@ def test_the_predictor_is_tested_against_the_final_places_too(grid_run):
     grid = [c for c in r["cells"] if c["role"] == "grid"]
     kept = [c for c in grid if c["final_place"] != SPLIT]
     assert all(item["n"] <= sum(len(c["seeds"]) for c in kept) for item in final.values())
-    assert all(item["n_collapsed"] <= sum(len(c["seeds"]) for c in kept if c["final_place"] == FLOOR)
-               for item in final.values())
+    assert all(
+        item["n_collapsed"] <= sum(len(c["seeds"]) for c in kept if c["final_place"] == FLOOR)
+        for item in final.values()
+    )
     with_all = [item for item in final.values() if item["n"] == sum(len(c["seeds"]) for c in kept)]
     assert with_all, final  # grad0 is recorded for every run
-    assert all(item["n_collapsed"] == sum(len(c["seeds"]) for c in kept if c["final_place"] == FLOOR)
-               for item in with_all)
+    assert all(
+        item["n_collapsed"] == sum(len(c["seeds"]) for c in kept if c["final_place"] == FLOOR) for item in with_all
+    )
 
 
 def test_console_prints_each_slice_as_a_grid_of_places(grid_run):
@@ -110,7 +122,7 @@ def test_console_prints_each_slice_as_a_grid_of_places(grid_run):
 
     r = results_of(grid_run)
     text = summary(r)
-    lines = [x for x in text[text.index("places by slice"):text.index("provisional cells")].splitlines() if x.strip()]
+    lines = [x for x in text[text.index("places by slice") : text.index("provisional cells")].splitlines() if x.strip()]
     # one axis here (lr): a header with a column per lr, then one row holding each grid cell's label
     assert lines[2].split() == ["lr", "0.001", "0.01"]
     row = lines[-1]
@@ -121,14 +133,27 @@ def test_console_prints_each_slice_as_a_grid_of_places(grid_run):
 def test_grid_text_rows_columns_and_missing_cells():
     from experiments.phase_diagram.report import grid_text
 
-    view = {"title": "ffn_only: lr x depth", "residual": "ffn_only", "x": "n_layers", "xs": [1, 2],
-            "y": "lr", "ys": [1e-3, 2e-3], "fixed": {"d_model": 64, "self_bias": 0.0}}
+    view = {
+        "title": "ffn_only: lr x depth",
+        "residual": "ffn_only",
+        "x": "n_layers",
+        "xs": [1, 2],
+        "y": "lr",
+        "ys": [1e-3, 2e-3],
+        "fixed": {"d_model": 64, "self_bias": 0.0},
+    }
 
     def cell(n, lr, place, confirm=None):
         coords = {"residual": "ffn_only", "n_layers": n, "lr": lr, "d_model": 64, "self_bias": 0.0}
         return tuple(sorted(coords.items())), {"place": place, "provisional": False, "confirm": confirm}
-    cells = dict([cell(1, 1e-3, "at the bigram level"), cell(2, 1e-3, FLOOR, {"place": SPLIT, "provisional": True}),
-                  cell(1, 2e-3, FLOOR)])
+
+    cells = dict(
+        [
+            cell(1, 1e-3, "at the bigram level"),
+            cell(2, 1e-3, FLOOR, {"place": SPLIT, "provisional": True}),
+            cell(1, 2e-3, FLOOR),
+        ]
+    )
     rows = grid_text(view, cells).splitlines()
     assert rows[0] == "ffn_only: lr x depth" and rows[1].split() == ["lr", "\\", "depth", "1", "2"]
     assert rows[3].split() == ["0.001", "bigram", "floor", "->", "split?"]
@@ -141,8 +166,9 @@ def test_boundary_cells_are_confirmed_with_three_seeds_at_three_times_the_steps(
         if c["boundary"]:
             assert c["confirm"]["seeds"] == [1337, 1338, 1339] and c["confirm"]["steps"] == 120
             for seed in (1337, 1338, 1339):
-                final = json.loads((grid_run / "smoke" / slug(c["confirm"]["name"]) / f"seed{seed}" /
-                                    "final.json").read_text())
+                final = json.loads(
+                    (grid_run / "smoke" / slug(c["confirm"]["name"]) / f"seed{seed}" / "final.json").read_text()
+                )
                 assert final["steps"] == 120
             assert c["final_place"] == c["confirm"]["place"]
         else:
@@ -168,20 +194,23 @@ def test_finished_cells_are_never_retrained_and_new_values_grow_the_grid(grid_ru
     assert r["predictor_final"] is None  # no confirmation ran: no final places to test against
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--axes", "depth=1,2"], "unknown axis 'depth'"),
-    (["--axes", "lr=1e-3,0.001"], "--axes lr repeats 0.001"),
-    (["--axes", "lr=1e-3", "--axes", "lr=2e-3"], "--axes lr is given twice"),
-    (["--axes", "n_layers=1,,2"], "has an empty entry"),
-    (["--axes", "n_layers=1.5"], "is not an integer"),
-    (["--axes", "lr=-1"], "must be finite and > 0"),
-    (["--axes", "residual=both"], "is not a residual"),
-    (["--axes", "lr"], "expects NAME=V1,V2"),
-    (["--references", "full,full"], "names a residual twice"),
-    (["--set", "residual=full"], "--axes residual="),
-    (["--early-step", "15"], "must be an evaluation step"),
-    (["--margin", "0"], "--margin must be"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--axes", "depth=1,2"], "unknown axis 'depth'"),
+        (["--axes", "lr=1e-3,0.001"], "--axes lr repeats 0.001"),
+        (["--axes", "lr=1e-3", "--axes", "lr=2e-3"], "--axes lr is given twice"),
+        (["--axes", "n_layers=1,,2"], "has an empty entry"),
+        (["--axes", "n_layers=1.5"], "is not an integer"),
+        (["--axes", "lr=-1"], "must be finite and > 0"),
+        (["--axes", "residual=both"], "is not a residual"),
+        (["--axes", "lr"], "expects NAME=V1,V2"),
+        (["--references", "full,full"], "names a residual twice"),
+        (["--set", "residual=full"], "--axes residual="),
+        (["--early-step", "15"], "must be an evaluation step"),
+        (["--margin", "0"], "--margin must be"),
+    ],
+)
 def test_bad_options_are_one_error_line(argv, message, grid_run, capsys):
     results = grid_run / "smoke" / "results-phase_diagram.json"
     before = results.read_bytes()
@@ -193,7 +222,7 @@ def test_bad_options_are_one_error_line(argv, message, grid_run, capsys):
 
 def test_report_is_self_contained_with_a_heatmap_per_view(grid_run):
     page = (grid_run / "smoke" / "report-phase_diagram.html").read_text()
-    assert "<script src=\"http" not in page and "Plotly" in page
+    assert '<script src="http' not in page and "Plotly" in page
     assert page.count("<h2>ffn_only: lr (") == 1 and "Early-training predictor" in page
 
 
@@ -212,8 +241,12 @@ BASE = Cell("ffn_only", 2, 2e-3, 64, 0.0)
 
 def test_axes_parse_sorted_and_checked():
     axes = parse_axes(["n_layers=3,1,2", "lr=2e-3,1e-3", "residual=ffn_only,full", "self_bias=-1,4"])
-    assert axes == {"n_layers": (1, 2, 3), "lr": (1e-3, 2e-3), "residual": ("ffn_only", "full"),
-                    "self_bias": (-1.0, 4.0)}
+    assert axes == {
+        "n_layers": (1, 2, 3),
+        "lr": (1e-3, 2e-3),
+        "residual": ("ffn_only", "full"),
+        "self_bias": (-1.0, 4.0),
+    }
     with pytest.raises(ToolkitError, match="must be finite"):
         parse_axes(["self_bias=inf"])
     assert parse_references("") == () and parse_references("full, attn_only") == ("full", "attn_only")
@@ -257,11 +290,19 @@ def test_the_boundary_is_the_collapse_boundary_only():
     cells = Slice(BASE, (("n_layers", (1, 2, 3)),)).cells()
     one, two, three = cells
     # off the floor, bigram beside context moves no sentence: nothing to confirm
-    assert boundary_cells({one: at("at the bigram level"), two: at("below bigram (uses context)"),
-                           three: at("between bigram and floor")}, cells) == []
+    assert (
+        boundary_cells(
+            {
+                one: at("at the bigram level"),
+                two: at("below bigram (uses context)"),
+                three: at("between bigram and floor"),
+            },
+            cells,
+        )
+        == []
+    )
     # a seed-split cell is its own side: it and its neighbours are at the boundary
-    assert boundary_cells({one: at("between bigram and floor"), two: at(SPLIT), three: at(SPLIT)},
-                          cells) == [one, two]
+    assert boundary_cells({one: at("between bigram and floor"), two: at(SPLIT), three: at(SPLIT)}, cells) == [one, two]
     # a projection onto or off the floor makes a cell a boundary cell even among neighbours like it
     off = {c: at("between bigram and floor") for c in cells}
     off[three] = at("between bigram and floor", True, FLOOR)
@@ -337,13 +378,16 @@ def test_cell_place_per_seed_never_averaged():
     assert cell_place([2.0], [2.0], LEVELS, 2.02, 0.05)["place"] == "near full"
 
 
-@pytest.mark.parametrize("collapsed, expected", [
-    (set(), "at no depth tried"),
-    ({1, 2, 4}, "at every depth tried"),
-    ({2, 4}, "at depth >= 2"),
-    ({1, 2}, "at depth <= 2"),
-    ({1, 4}, "at depth 1, 4 only"),
-])
+@pytest.mark.parametrize(
+    "collapsed, expected",
+    [
+        (set(), "at no depth tried"),
+        ({1, 2, 4}, "at every depth tried"),
+        ({2, 4}, "at depth >= 2"),
+        ({1, 2}, "at depth <= 2"),
+        ({1, 4}, "at depth 1, 4 only"),
+    ],
+)
 def test_collapsed_text(collapsed, expected):
     assert collapsed_text("n_layers", [1, 2, 4], collapsed) == expected
     assert "no cell has a place" in collapsed_text("n_layers", [], set())
@@ -360,10 +404,16 @@ def test_collapsed_text_names_a_split_value_inside_the_range():
     assert collapsed_text("n_layers", [4, 6], {4, 6}, 1) == "at every other depth tried"
 
 
-@pytest.mark.parametrize("group, expected", [
-    ([1, 2, 3, 4], "at every lr tried"), ([2], "at lr 2"), ([1, 2], "for lr <= 2"), ([3, 4], "for lr >= 3"),
-    ([2, 3], "for 2 <= lr <= 3"),
-])
+@pytest.mark.parametrize(
+    "group, expected",
+    [
+        ([1, 2, 3, 4], "at every lr tried"),
+        ([2], "at lr 2"),
+        ([1, 2], "for lr <= 2"),
+        ([3, 4], "for lr >= 3"),
+        ([2, 3], "for 2 <= lr <= 3"),
+    ],
+)
 def test_range_text(group, expected):
     assert range_text("lr", group, [1, 2, 3, 4]) == expected
 
@@ -388,8 +438,10 @@ def test_sentence_two_axes_groups_rows_into_ranges():
         return FLOOR if lr == 2e-3 or n >= 3 else "between bigram and floor"
 
     text = boundary_sentence(view, places_for(view, rule), None)
-    assert text == ("ffn_only collapses at depth >= 3 for lr <= 0.001; at every depth tried at lr 0.002; "
-                    "at no depth tried at lr 0.004 (width 64, self_bias 0; unconfirmed)")
+    assert text == (
+        "ffn_only collapses at depth >= 3 for lr <= 0.001; at every depth tried at lr 0.002; "
+        "at no depth tried at lr 0.004 (width 64, self_bias 0; unconfirmed)"
+    )
 
 
 def test_sentence_marks_split_provisional_and_confirmation():
@@ -405,7 +457,8 @@ def test_sentence_marks_split_provisional_and_confirmation():
 def test_sentence_one_cell_and_residual_axis():
     [one] = slice_views(Slice(BASE, ()))
     assert boundary_sentence(one, {one.cell(): {"place": FLOOR, "provisional": False}}, None).startswith(
-        "ffn_only sits at the unigram floor")
+        "ffn_only sits at the unigram floor"
+    )
     assert "not run" in boundary_sentence(one, {}, None)
     two = slice_views(Slice(BASE, (("residual", ("ffn_only", "full")), ("lr", (1e-3, 2e-3)))))
     assert [v.residual for v in two] == ["ffn_only", "full"] and all(v.x == "lr" and v.y is None for v in two)
@@ -456,8 +509,11 @@ def test_evaluate_says_what_predicts_and_what_cannot_be_tested():
     separable = [sample(x, x > 10) for x in range(20)]
     out = evaluate(separable, ("grad0", "grad_warm"))
     assert out["grad0"]["predicts"] and out["grad0"]["loo_accuracy"] == 19 / 20  # one held-out run on the cut
-    assert out["grad_warm"] == {"n": 0, "n_collapsed": 0, "untestable": "0 run(s) with this feature; at least 4 are "
-                                                                         "needed"}
+    assert out["grad_warm"] == {
+        "n": 0,
+        "n_collapsed": 0,
+        "untestable": "0 run(s) with this feature; at least 4 are needed",
+    }
     assert "PREDICTS" in verdict_text("grad0", out["grad0"])
     noise = [sample(x, x % 2 == 0) for x in range(12)]  # alternating: no threshold separates it
     item = evaluate(noise, ("grad0",))["grad0"]
@@ -487,8 +543,9 @@ def test_slurm_local_plans_the_confirmation_round_in_its_jobs_and_equals_local(g
     assert main([*ARGS, "--confirm", "--no-report", "--out", str(out), "--launcher", "slurm-local"]) == 0
     local, cluster = results_of(grid_run), results_of(out)
     assert any(c["confirm"] for c in cluster["cells"])  # the jobs of the second round found their runs in the plan
-    assert [(c["name"], c["final_val_loss"], c["confirm"]) for c in cluster["cells"]] == \
-        [(c["name"], c["final_val_loss"], c["confirm"]) for c in local["cells"]]
+    assert [(c["name"], c["final_val_loss"], c["confirm"]) for c in cluster["cells"]] == [
+        (c["name"], c["final_val_loss"], c["confirm"]) for c in local["cells"]
+    ]
     assert cluster["boundary"] == local["boundary"]
 
 
@@ -531,13 +588,16 @@ def test_variants_sharing_a_run_directory_are_refused_before_any_work():
     check_distinct_dirs(jobs[:1] * 2)  # one variant's seeds share nothing
 
 
-@pytest.mark.parametrize("extra, match", [
-    (["--axes", "lr=0.001,0.0010000001", "--collect"], "not finished yet"),  # two cells, both named
-    (["--axes", "lr=1e-3", "--set", "self_bias=inf"], "need a finite self_bias"),
-    (["--axes", "lr=1e-3", "--set", "self_bias=-inf"], "need a finite self_bias"),
-    (["--axes", "lr=1e-3", "--set", "seed=5", "--seeds", "1"], "--set seed=... and --seeds"),
-    (["--axes", "lr=1e-3", "--seeds", str(2**63 - 1), "--confirm"], "--confirm trains seeds"),
-])
+@pytest.mark.parametrize(
+    "extra, match",
+    [
+        (["--axes", "lr=0.001,0.0010000001", "--collect"], "not finished yet"),  # two cells, both named
+        (["--axes", "lr=1e-3", "--set", "self_bias=inf"], "need a finite self_bias"),
+        (["--axes", "lr=1e-3", "--set", "self_bias=-inf"], "need a finite self_bias"),
+        (["--axes", "lr=1e-3", "--set", "seed=5", "--seeds", "1"], "--set seed=... and --seeds"),
+        (["--axes", "lr=1e-3", "--seeds", str(2**63 - 1), "--confirm"], "--confirm trains seeds"),
+    ],
+)
 def test_refused_with_one_line_before_any_work(extra, match, tmp_path, capsys, shared_data):
     out = tmp_path / "out"
     assert main([*SHAPE, *extra, "--out", str(out)]) == 2
@@ -585,5 +645,6 @@ def test_default_early_step_follows_the_presets_evaluation_steps():
     # no evaluation at or before step 100: the first one
     assert default_early_step(TrainConfig(max_steps=900, eval_interval=100, eval_from=0.5)) == 500
     from interp.errors import ToolkitError
+
     with pytest.raises(ToolkitError, match="has none"):
         default_early_step(TrainConfig(max_steps=40, eval_interval=100, eval_from=0.0))

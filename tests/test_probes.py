@@ -26,8 +26,10 @@ def model_of(**kw):
 
 def batches(n=2, batch=3, seq=12):
     g = torch.Generator().manual_seed(5)
-    return [(torch.randint(0, 11, (batch, seq), generator=g), torch.randint(0, 11, (batch, seq), generator=g))
-            for _ in range(n)]
+    return [
+        (torch.randint(0, 11, (batch, seq), generator=g), torch.randint(0, 11, (batch, seq), generator=g))
+        for _ in range(n)
+    ]
 
 
 def test_uniform_baseline_value():
@@ -99,8 +101,9 @@ def test_parameter_grad_norms_equal_hand_computation():
     x, y = batches()[0]
     model(x, y)[1].backward()
     norms = parameter_grad_norms(model)
-    by_hand = math.sqrt(sum(p.grad.pow(2).sum().item() for n, p in model.named_parameters()
-                            if n.startswith("blocks.0.attn.")))
+    by_hand = math.sqrt(
+        sum(p.grad.pow(2).sum().item() for n, p in model.named_parameters() if n.startswith("blocks.0.attn."))
+    )
     assert norms["attn"][0] == pytest.approx(by_hand, rel=1e-6)
     total = math.sqrt(sum(p.grad.pow(2).sum().item() for p in model.parameters()))
     assert norms["total"] == pytest.approx(total, rel=1e-6)

@@ -45,11 +45,14 @@ def test_an_output_that_is_the_input_checkpoint_is_refused(cli, ckpt, capsys):
     assert hashlib.sha256(ckpt.read_bytes()).hexdigest() == before
 
 
-@pytest.mark.parametrize("args,match", [
-    (["--variants", "full,full"], "more than once"),
-    (["--variants", ""], "empty entry"),
-    (["--set", "n_layers=1000000"], "GiB"),
-])
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        (["--variants", "full,full"], "more than once"),
+        (["--variants", ""], "empty entry"),
+        (["--set", "n_layers=1000000"], "GiB"),
+    ],
+)
 def test_benchmark_options_are_checked_before_any_timing(args, match, capsys):
     from benchmarks.step import main
 
@@ -122,13 +125,17 @@ def test_every_experiments_module_either_is_a_command_or_says_it_is_not():
     from experiments.shared.options import COMMANDS
 
     repo = Path(__file__).resolve().parents[1]
-    modules = sorted(".".join(p.relative_to(repo).with_suffix("").parts) for p in (repo / "experiments").rglob("*.py")
-                     if p.stem not in ("__init__", "__main__", "run") and p.parent.name != "__pycache__")
+    modules = sorted(
+        ".".join(p.relative_to(repo).with_suffix("").parts)
+        for p in (repo / "experiments").rglob("*.py")
+        if p.stem not in ("__init__", "__main__", "run") and p.parent.name != "__pycache__"
+    )
     commands = sorted(p.parent.name for p in (repo / "experiments").glob("*/__main__.py"))
     assert sorted(COMMANDS) == commands
     for name in [m for m in modules if m != "experiments.shared.launch"]:  # launch's __main__ is a torchrun worker
-        r = subprocess.run([sys.executable, "-m", name, "--bogus"], cwd=repo, capture_output=True,
-                           text=True, timeout=120)
+        r = subprocess.run(
+            [sys.executable, "-m", name, "--bogus"], cwd=repo, capture_output=True, text=True, timeout=120
+        )
         assert r.returncode == 2 and "is a library module, not a command" in r.stderr, (name, r.stderr)
     for name in COMMANDS:  # each command's entry point runs its EXPERIMENT
         text = (repo / "experiments" / name / "__main__.py").read_text()
@@ -162,8 +169,18 @@ def test_output_streams_that_fail_end_with_one_line_and_whole_files(tmp_path, da
     repo = Path(__file__).resolve().parents[1]
 
     def train(out, **popen):
-        cmd = [sys.executable, "-m", "training", "--preset", "smoke", "--out", str(out), "--no-progress",
-               "--set", "max_steps=3"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "training",
+            "--preset",
+            "smoke",
+            "--out",
+            str(out),
+            "--no-progress",
+            "--set",
+            "max_steps=3",
+        ]
         return subprocess.Popen(cmd, cwd=repo, stderr=subprocess.PIPE, text=True, **popen)
 
     with open("/dev/full", "w") as full:

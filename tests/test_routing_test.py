@@ -30,8 +30,23 @@ def smoke_run(tmp_path_factory):
 
 def test_results_schema(smoke_run):
     results = json.loads((smoke_run / "smoke" / "results-routing_test.json").read_text())
-    for key in ("schema", "experiment", "preset", "seeds", "margin", "self_bias", "config", "reference_levels",
-                "runs", "variants", "verdicts", "software", "wall_time_s", "train_wall_time_s", "created"):
+    for key in (
+        "schema",
+        "experiment",
+        "preset",
+        "seeds",
+        "margin",
+        "self_bias",
+        "config",
+        "reference_levels",
+        "runs",
+        "variants",
+        "verdicts",
+        "software",
+        "wall_time_s",
+        "train_wall_time_s",
+        "created",
+    ):
         assert key in results, key
     assert results["schema"] == "routing-test/3" and results["preset"] == "smoke"
     names = [v.name for v in routing_test.make_variants()]
@@ -65,8 +80,17 @@ def test_report_is_self_contained(smoke_run):
     page = (smoke_run / "smoke" / "report-routing_test.html").read_text()
     assert not re.search(r"<script[^>]+src=[\"']?https?:", page)
     assert page.count("Plotly.newPlot") >= 10 and len(page) > 3_000_000  # plotly.js is inline
-    for heading in ("Results", "Verdicts", "Validation loss", "alpha_tt", "Gradient flow", "Hidden-norm",
-                    "Where is the current token?", "Logit lens", "Attention patterns"):
+    for heading in (
+        "Results",
+        "Verdicts",
+        "Validation loss",
+        "alpha_tt",
+        "Gradient flow",
+        "Hidden-norm",
+        "Where is the current token?",
+        "Logit lens",
+        "Attention patterns",
+    ):
         assert heading in page
 
 
@@ -99,17 +123,20 @@ def test_half_trained_run_resumes_through_the_experiment(smoke_run, tmp_path, sh
 # ----- options: one error line, exit 2, nothing written ------------------------------------------------
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--set", "residual=full"], "--set residual=... would be overridden by this experiment's variants"),
-    (["--set", "self_bias=2"], "--set self_bias=... would be overridden"),
-    (["--margin", "nan"], "--margin must be a finite number > 0, got nan"),
-    (["--margin", "-0.1"], "--margin must be a finite number > 0"),
-    (["--self-bias", "inf"], "--self-bias must be a finite number > 0"),
-    (["--variants", "attn_only,bogus"], "unknown variant(s) ['bogus']"),
-    (["--seeds", "1,1"], "--seeds needs distinct integers in [0, 2**63)"),
-    (["--no-wait"], "--no-wait, --slurm-set and --slurm-partition need --launcher slurm"),
-    (["--launcher", "slurm-local", "--slurm-set", "oops"], "--slurm-set expects KEY=VALUE"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--set", "residual=full"], "--set residual=... would be overridden by this experiment's variants"),
+        (["--set", "self_bias=2"], "--set self_bias=... would be overridden"),
+        (["--margin", "nan"], "--margin must be a finite number > 0, got nan"),
+        (["--margin", "-0.1"], "--margin must be a finite number > 0"),
+        (["--self-bias", "inf"], "--self-bias must be a finite number > 0"),
+        (["--variants", "attn_only,bogus"], "unknown variant(s) ['bogus']"),
+        (["--seeds", "1,1"], "--seeds needs distinct integers in [0, 2**63)"),
+        (["--no-wait"], "--no-wait, --slurm-set and --slurm-partition need --launcher slurm"),
+        (["--launcher", "slurm-local", "--slurm-set", "oops"], "--slurm-set expects KEY=VALUE"),
+    ],
+)
 def test_bad_options_are_one_error_line(argv, message, smoke_run, capsys):
     results = smoke_run / "smoke" / "results-routing_test.json"
     before = results.read_bytes()
@@ -127,19 +154,52 @@ def test_trainer_cli_reuses_the_routing_runs_and_the_other_way_round(smoke_run, 
     shutil.copytree(smoke_run, out)
     final = out / "smoke" / "attn_only_uniform" / "seed1337" / "final.json"
     stamp = final.stat().st_mtime_ns
-    done = run_module("training", "--preset", "smoke", "--residual", "attn_only", "--mixer", "uniform",
-                      "--out", str(out), "--no-progress")
+    done = run_module(
+        "training",
+        "--preset",
+        "smoke",
+        "--residual",
+        "attn_only",
+        "--mixer",
+        "uniform",
+        "--out",
+        str(out),
+        "--no-progress",
+    )
     assert done.returncode == 0, done.stderr
     assert f"run: {final.parent}" in done.stdout and final.stat().st_mtime_ns == stamp  # found, not retrained
 
     fresh = tmp_path / "fresh"
-    trained = run_module("training", "--preset", "smoke", "--residual", "ffn_only", "--set", "self_bias=inf",
-                         "--out", str(fresh), "--no-progress")
+    trained = run_module(
+        "training",
+        "--preset",
+        "smoke",
+        "--residual",
+        "ffn_only",
+        "--set",
+        "self_bias=inf",
+        "--out",
+        str(fresh),
+        "--no-progress",
+    )
     assert trained.returncode == 0, trained.stderr
     cli_final = fresh / "smoke" / "ffn_only_self_only" / "seed1337" / "final.json"
     stamp = cli_final.stat().st_mtime_ns
-    assert main(["--preset", "smoke", "--out", str(fresh), "--no-progress", "--no-report",
-                 "--variants", "ffn_only + self_only"]) == 0
+    assert (
+        main(
+            [
+                "--preset",
+                "smoke",
+                "--out",
+                str(fresh),
+                "--no-progress",
+                "--no-report",
+                "--variants",
+                "ffn_only + self_only",
+            ]
+        )
+        == 0
+    )
     assert cli_final.stat().st_mtime_ns == stamp
     results = json.loads((fresh / "smoke" / "results-routing_test.json").read_text())
     assert results["runs"][0]["final_val_loss"] == json.loads(cli_final.read_text())["final_val_loss"]
@@ -156,9 +216,14 @@ def loss(mean, std=0.0, n=1):
 
 def variant(mean, alpha=None, std=0.0, n=1, drop=0.0, later=None, alpha_later=None):
     """A variant summary; `later` is its projected loss at 3x the steps (default: settled at `mean`)."""
-    return {"final_val_loss": loss(mean, std, n), "alpha_tt_layer_mean": alpha, "uniform_baseline": 0.04,
-            "tail_drop": loss(drop), "projected_val_loss": loss(mean if later is None else later, std, n),
-            "alpha_tt_projected": alpha_later}
+    return {
+        "final_val_loss": loss(mean, std, n),
+        "alpha_tt_layer_mean": alpha,
+        "uniform_baseline": 0.04,
+        "tail_drop": loss(drop),
+        "projected_val_loss": loss(mean if later is None else later, std, n),
+        "alpha_tt_projected": alpha_later,
+    }
 
 
 def decide(pid, **variants):
@@ -166,66 +231,100 @@ def decide(pid, **variants):
     return p.decide(Outcome(variants, U, B, M))[0]
 
 
-@pytest.mark.parametrize("ffn, attn, expected", [
-    (U - M, B - M - 0.001, "supports"),           # both just inside
-    (U - M - 0.001, 2.0, "contradicts"),          # ffn_only just off the floor
-    (3.34, B - M, "inconclusive"),                # attn_only exactly at bigram - m: not below it
-    (3.34, 2.9, "inconclusive"),                  # attn_only between bigram and floor
-    (3.34, U - M, "contradicts"),                 # attn_only collapses too
-])
+@pytest.mark.parametrize(
+    "ffn, attn, expected",
+    [
+        (U - M, B - M - 0.001, "supports"),  # both just inside
+        (U - M - 0.001, 2.0, "contradicts"),  # ffn_only just off the floor
+        (3.34, B - M, "inconclusive"),  # attn_only exactly at bigram - m: not below it
+        (3.34, 2.9, "inconclusive"),  # attn_only between bigram and floor
+        (3.34, U - M, "contradicts"),  # attn_only collapses too
+    ],
+)
 def test_p1(ffn, attn, expected):
     assert decide("P1", ffn_only=variant(ffn), attn_only=variant(attn)) == expected
 
 
-@pytest.mark.parametrize("alpha, expected", [
-    ([0.8, 0.8], "supports"), ([0.79, 0.81], "supports"), ([0.7, 0.8], "inconclusive"),
-    ([0.49, 0.1], "contradicts"), ([0.5, 0.1], "inconclusive"),
-])
+@pytest.mark.parametrize(
+    "alpha, expected",
+    [
+        ([0.8, 0.8], "supports"),
+        ([0.79, 0.81], "supports"),
+        ([0.7, 0.8], "inconclusive"),
+        ([0.49, 0.1], "contradicts"),
+        ([0.5, 0.1], "inconclusive"),
+    ],
+)
 def test_p2(alpha, expected):
     assert decide("P2", attn_only=variant(2.0, alpha)) == expected
 
 
-@pytest.mark.parametrize("blind, expected", [
-    (U - M, "supports"), (U - M - 0.001, "inconclusive"),  # between bigram and floor
-    (B + M, "inconclusive"), (B - M, "inconclusive"),      # at the bigram level, both edges
-    (B - M - 0.001, "contradicts"),
-])
+@pytest.mark.parametrize(
+    "blind, expected",
+    [
+        (U - M, "supports"),
+        (U - M - 0.001, "inconclusive"),  # between bigram and floor
+        (B + M, "inconclusive"),
+        (B - M, "inconclusive"),  # at the bigram level, both edges
+        (B - M - 0.001, "contradicts"),
+    ],
+)
 def test_p3(blind, expected):
     assert decide("P3", **{"attn_only + position_blind": variant(blind)}) == expected
 
 
-@pytest.mark.parametrize("no_self, attn, std, n, expected", [
-    (B - M, 2.0, 0.0, 1, "supports"),
-    (2.05, 2.0, 0.0, 1, "contradicts"),          # within the margin of attn_only
-    (2.051, 2.0, 0.0, 1, "inconclusive"),
-    (2.10, 2.0, 0.02, 3, "inconclusive"),        # 0.10 above: beyond the margin and 3 seed std (0.06)
-    (2.055, 2.0, 0.02, 3, "contradicts"),        # beyond the margin but within 3 seed std: kept
-])
+@pytest.mark.parametrize(
+    "no_self, attn, std, n, expected",
+    [
+        (B - M, 2.0, 0.0, 1, "supports"),
+        (2.05, 2.0, 0.0, 1, "contradicts"),  # within the margin of attn_only
+        (2.051, 2.0, 0.0, 1, "inconclusive"),
+        (2.10, 2.0, 0.02, 3, "inconclusive"),  # 0.10 above: beyond the margin and 3 seed std (0.06)
+        (2.055, 2.0, 0.02, 3, "contradicts"),  # beyond the margin but within 3 seed std: kept
+    ],
+)
 def test_p4(no_self, attn, std, n, expected):
     outcome = {"attn_only + no_self": variant(no_self, std=std, n=n), "attn_only": variant(attn, std=std, n=n)}
     assert decide("P4", **outcome) == expected
 
 
-@pytest.mark.parametrize("self_only, expected", [
-    (B + M, "supports"), (B - M, "supports"), (B + M + 0.001, "inconclusive"), (U - M, "contradicts"),
-    (B - M - 0.001, "inconclusive"),
-])
+@pytest.mark.parametrize(
+    "self_only, expected",
+    [
+        (B + M, "supports"),
+        (B - M, "supports"),
+        (B + M + 0.001, "inconclusive"),
+        (U - M, "contradicts"),
+        (B - M - 0.001, "inconclusive"),
+    ],
+)
 def test_p5(self_only, expected):
     assert decide("P5", **{"ffn_only + self_only": variant(self_only)}) == expected
 
 
-@pytest.mark.parametrize("biased, std, n, expected", [
-    (B - M - 0.001, 0.0, 1, "supports"), (B - M, 0.0, 1, "contradicts"), (3.34, 0.0, 1, "contradicts"),
-    (B - 0.10, 0.04, 3, "inconclusive"),   # below by 0.10 > m, but not by 3 std (0.12)
-    (B - 0.13, 0.04, 3, "supports"),
-])
+@pytest.mark.parametrize(
+    "biased, std, n, expected",
+    [
+        (B - M - 0.001, 0.0, 1, "supports"),
+        (B - M, 0.0, 1, "contradicts"),
+        (3.34, 0.0, 1, "contradicts"),
+        (B - 0.10, 0.04, 3, "inconclusive"),  # below by 0.10 > m, but not by 3 std (0.12)
+        (B - 0.13, 0.04, 3, "supports"),
+    ],
+)
 def test_p6(biased, std, n, expected):
     assert decide("P6", **{"ffn_only + self_bias": variant(biased, std=std, n=n)}) == expected
 
 
-@pytest.mark.parametrize("uniform, expected", [
-    (2.051, "supports"), (2.05, "contradicts"), (B - M, "contradicts"), (B - M - 0.001, "supports"),
-])
+@pytest.mark.parametrize(
+    "uniform, expected",
+    [
+        (2.051, "supports"),
+        (2.05, "contradicts"),
+        (B - M, "contradicts"),
+        (B - M - 0.001, "supports"),
+    ],
+)
 def test_p7(uniform, expected):
     assert decide("P7", **{"attn_only + uniform": variant(uniform), "attn_only": variant(2.0)}) == expected
 
@@ -289,11 +388,14 @@ def test_a_verdict_a_longer_run_would_change_is_provisional_with_its_direction()
     assert routing_report.verdict_label(p6) == "CONTRADICTS (provisional: heading to SUPPORTS in a longer run)"
 
 
-@pytest.mark.parametrize("later, provisional", [
-    (1.6, False),  # attn_only falls away from its threshold: the verdict only gets firmer
-    (2.0, False),  # settled
-    (2.6, True),   # rising back across bigram - m
-])
+@pytest.mark.parametrize(
+    "later, provisional",
+    [
+        (1.6, False),  # attn_only falls away from its threshold: the verdict only gets firmer
+        (2.0, False),  # settled
+        (2.6, True),  # rising back across bigram - m
+    ],
+)
 def test_only_a_move_across_a_threshold_makes_a_verdict_provisional(later, provisional):
     got = verdicts({**LEARNED, "attn_only": variant(2.0, [0.9] * 4, later=later)}, LEVELS, M)[0]
     assert got["verdict"] == "supports" and got["provisional"] == provisional
@@ -338,9 +440,15 @@ def test_console_table_fits_120_columns():
     from experiments.shared.text import format_table
 
     names = [v.name for v in routing_test.make_variants()]
-    variants = {n: {**variant(2.2345, [0.04, 0.08, 0.11, 0.05], std=0.0123, n=3, drop=-0.012),
-                    "place": "below bigram (uses context)", "block0_grad_at": {"0": 7.18, "100": 1.0, "end": 1.18e-07},
-                    "growth": 75.8} for n in names}
+    variants = {
+        n: {
+            **variant(2.2345, [0.04, 0.08, 0.11, 0.05], std=0.0123, n=3, drop=-0.012),
+            "place": "below bigram (uses context)",
+            "block0_grad_at": {"0": 7.18, "100": 1.0, "end": 1.18e-07},
+            "growth": 75.8,
+        }
+        for n in names
+    }
     text = format_table(*routing_report.table({"variants": variants}))
     assert max(len(line) for line in text.splitlines()) <= 120, text
 

@@ -10,14 +10,21 @@ from training.presets import resolve
 from training.rundir import RunDir, RunDirError, config_diff, config_record, differing_fields, slug, variant_name
 
 
-@pytest.mark.parametrize("overrides, name, directory", [
-    ({"residual": "full"}, "full", "full"),
-    ({"residual": "attn_only", "mixer": "uniform"}, "attn_only + uniform", "attn_only_uniform"),
-    ({"residual": "attn_only", "mixer": "position_blind"}, "attn_only + position_blind", "attn_only_position_blind"),
-    ({"residual": "attn_only", "self_bias": -math.inf}, "attn_only + no_self", "attn_only_no_self"),
-    ({"residual": "ffn_only", "self_bias": math.inf}, "ffn_only + self_only", "ffn_only_self_only"),
-    ({"residual": "ffn_only", "self_bias": 4.0}, "ffn_only + self_bias", "ffn_only_self_bias"),
-])
+@pytest.mark.parametrize(
+    "overrides, name, directory",
+    [
+        ({"residual": "full"}, "full", "full"),
+        ({"residual": "attn_only", "mixer": "uniform"}, "attn_only + uniform", "attn_only_uniform"),
+        (
+            {"residual": "attn_only", "mixer": "position_blind"},
+            "attn_only + position_blind",
+            "attn_only_position_blind",
+        ),
+        ({"residual": "attn_only", "self_bias": -math.inf}, "attn_only + no_self", "attn_only_no_self"),
+        ({"residual": "ffn_only", "self_bias": math.inf}, "ffn_only + self_only", "ffn_only_self_only"),
+        ({"residual": "ffn_only", "self_bias": 4.0}, "ffn_only + self_bias", "ffn_only_self_bias"),
+    ],
+)
 def test_one_name_rule(overrides, name, directory):
     assert variant_name(overrides) == name and slug(name) == directory
 
@@ -76,8 +83,17 @@ def test_busy_while_another_holder_has_the_lock(tmp_path):
 
 def test_every_file_of_a_run_lives_inside_it(tmp_path):
     run = RunDir.of(tmp_path, "smoke", "full", 1)
-    files = [run.config, run.metrics, run.probes, run.ckpt, run.final, run.lock, run.holder, run.identity,
-             run.snapshot(20)]
+    files = [
+        run.config,
+        run.metrics,
+        run.probes,
+        run.ckpt,
+        run.final,
+        run.lock,
+        run.holder,
+        run.identity,
+        run.snapshot(20),
+    ]
     assert all(f.parent == run.path for f in files[:-1]) and run.snapshot(20) == run.path / "snapshots/step20.pt"
     assert len({f.name for f in files}) == len(files)
 
@@ -118,8 +134,17 @@ def test_hold_names_the_holder_and_leaves_no_holder_line(tmp_path):
     assert not run.busy() and not run.holder.exists()
 
 
-@pytest.mark.parametrize("key, value", [("final_val_loss", 0.123456), ("best_val_loss", 0.5), ("best_step", 1),
-                                        ("wall_time_s", 99999.5), ("tokens_per_s", 1.5), ("threads", 16)])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("final_val_loss", 0.123456),
+        ("best_val_loss", 0.5),
+        ("best_step", 1),
+        ("wall_time_s", 99999.5),
+        ("tokens_per_s", 1.5),
+        ("threads", 16),
+    ],
+)
 def test_an_edited_number_in_final_json_is_never_reported(tmp_path, key, value):
     import json
 

@@ -22,8 +22,11 @@ def test_each_signal_raises_its_interrupt_once_and_carries_its_exit_status():
     for s in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(s, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    for signum, kind, code in ((signal.SIGINT, KeyboardInterrupt, 130), (signal.SIGTERM, Terminated, 143),
-                               (signal.SIGHUP, Terminated, 129)):
+    for signum, kind, code in (
+        (signal.SIGINT, KeyboardInterrupt, 130),
+        (signal.SIGTERM, Terminated, 143),
+        (signal.SIGHUP, Terminated, 129),
+    ):
         with pytest.raises(kind) as caught:
             with interrupts():
                 os.kill(os.getpid(), signum)
@@ -58,8 +61,7 @@ def test_an_ignored_sighup_stays_ignored_under_nohup():
 
 def _start(args, env_extra=None):
     env = {**os.environ, **(env_extra or {})}
-    return subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)
+    return subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
 def _wait_for(path, proc, timeout=240):
@@ -70,12 +72,15 @@ def _wait_for(path, proc, timeout=240):
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("signals,code", [((signal.SIGHUP,), 129), ((signal.SIGINT, signal.SIGINT), 130),
-                                          ((signal.SIGTERM, signal.SIGTERM), 143)])
+@pytest.mark.parametrize(
+    "signals,code",
+    [((signal.SIGHUP,), 129), ((signal.SIGINT, signal.SIGINT), 130), ((signal.SIGTERM, signal.SIGTERM), 143)],
+)
 def test_training_ends_with_one_line_and_no_lock_holder(signals, code, tmp_path, shared_data):
     out = tmp_path / "runs"
-    proc = _start(["-m", "training", "--preset", "smoke", "--no-progress", "--out", str(out),
-                   "--set", "max_steps=100000"])
+    proc = _start(
+        ["-m", "training", "--preset", "smoke", "--no-progress", "--out", str(out), "--set", "max_steps=100000"]
+    )
     run = out / "smoke" / "full" / "seed1337"
     _wait_for(run / "metrics.jsonl", proc)
     time.sleep(0.5)
@@ -105,8 +110,10 @@ def test_sigterm_while_the_benchmark_imports_torch_is_one_line(delay):
     assert proc.returncode == 143, err
     assert "Traceback" not in err
     # before its handlers are in place the start-up guard (interp.signals.guard_startup) says it instead
-    assert err.strip().splitlines()[-1] in ("interrupted (SIGTERM); no report was printed",
-                                            "interrupted (SIGTERM) while starting up; nothing was run"), err
+    assert err.strip().splitlines()[-1] in (
+        "interrupted (SIGTERM); no report was printed",
+        "interrupted (SIGTERM) while starting up; nothing was run",
+    ), err
 
 
 def _catches_sigterm(pid: int) -> bool:
@@ -132,9 +139,14 @@ def _wait_for_a_handler(proc) -> None:
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads the signal mask from /proc")
-@pytest.mark.parametrize("module, sig", [("experiments.phase_diagram", signal.SIGINT),
-                                         ("experiments.routing_test", signal.SIGTERM),
-                                         ("training", signal.SIGINT)])
+@pytest.mark.parametrize(
+    "module, sig",
+    [
+        ("experiments.phase_diagram", signal.SIGINT),
+        ("experiments.routing_test", signal.SIGTERM),
+        ("training", signal.SIGINT),
+    ],
+)
 def test_a_signal_while_modules_import_is_one_line(module, sig):
     proc = _start(["-m", module, "--help"])  # --help still imports the command's modules first
     _wait_for_a_handler(proc)  # the guard is in place from here on
@@ -144,7 +156,8 @@ def test_a_signal_while_modules_import_is_one_line(module, sig):
         pytest.skip("the command finished before the signal")
     assert proc.returncode == 128 + sig, err
     assert "Traceback" not in err and err.strip().splitlines() == [
-        f"interrupted ({'Ctrl-C' if sig == signal.SIGINT else 'SIGTERM'}) while starting up; nothing was run"], err
+        f"interrupted ({'Ctrl-C' if sig == signal.SIGINT else 'SIGTERM'}) while starting up; nothing was run"
+    ], err
 
 
 def test_the_startup_guard_is_handed_back_by_interrupts_and_absent_outside_commands():

@@ -9,8 +9,13 @@ from experiments.shared.stats import log_pace, mean_columns, paired_gap, settle_
 
 
 def test_stats_over_seeds():
-    assert stats([2.0, 2.2, 2.4]) == {"mean": pytest.approx(2.2), "std": pytest.approx(0.2), "min": 2.0, "max": 2.4,
-                                      "n": 3}
+    assert stats([2.0, 2.2, 2.4]) == {
+        "mean": pytest.approx(2.2),
+        "std": pytest.approx(0.2),
+        "min": 2.0,
+        "max": 2.4,
+        "n": 3,
+    }
     one = stats([3])
     assert one == {"mean": 3.0, "std": 0.0, "min": 3.0, "max": 3.0, "n": 1}  # one seed: no spread
     assert isinstance(one["mean"], float)
@@ -50,9 +55,18 @@ def test_tail_of_a_short_curve_uses_its_last_two_points():
 
 
 def test_paired_gap_pairs_by_seed():
-    runs = [{"variant": v, "seed": s, "final_val_loss": x} for v, s, x in [
-        ("full", 1, 2.0), ("full", 2, 2.2), ("full", 3, 2.1), ("attn_only", 1, 2.1), ("attn_only", 2, 2.4),
-        ("attn_only", 3, 2.1), ("attn_only", 4, 9.9)]]
+    runs = [
+        {"variant": v, "seed": s, "final_val_loss": x}
+        for v, s, x in [
+            ("full", 1, 2.0),
+            ("full", 2, 2.2),
+            ("full", 3, 2.1),
+            ("attn_only", 1, 2.1),
+            ("attn_only", 2, 2.4),
+            ("attn_only", 3, 2.1),
+            ("attn_only", 4, 9.9),
+        ]
+    ]
     gap = paired_gap(runs, "attn_only", "full")
     assert gap["seeds"] == [1, 2, 3] and gap["mean"] == pytest.approx(0.1) and gap["std"] == pytest.approx(0.1)
     assert paired_gap(runs[:3], "attn_only", "full") is None  # no seed ran both

@@ -139,15 +139,48 @@ def test_torchrun_two_ranks_match_single_process(data, tmp_path):
     torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
     if torchrun is None:
         pytest.skip("torchrun not installed beside this python")
-    args = ["--preset", "smoke", "--no-progress", "--set", "max_steps=20", "--set", "log_interval=1",
-            "--set", "probes=false", "--set", "eval_interval=100"]
+    args = [
+        "--preset",
+        "smoke",
+        "--no-progress",
+        "--set",
+        "max_steps=20",
+        "--set",
+        "log_interval=1",
+        "--set",
+        "probes=false",
+        "--set",
+        "eval_interval=100",
+    ]
     env = {**os.environ, "RESIDUAL_DATA_DIR": str(data), "OMP_NUM_THREADS": "1"}
-    single = subprocess.run([sys.executable, "-m", "training", "--out", str(tmp_path / "one"), *args],
-                            cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    single = subprocess.run(
+        [sys.executable, "-m", "training", "--out", str(tmp_path / "one"), *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert single.returncode == 0, single.stderr
-    ddp = subprocess.run([torchrun, "--nproc_per_node", "2", "--master_port", str(free_port()), "-m", "training",
-                          "--out", str(tmp_path / "two"), *args],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    ddp = subprocess.run(
+        [
+            torchrun,
+            "--nproc_per_node",
+            "2",
+            "--master_port",
+            str(free_port()),
+            "-m",
+            "training",
+            "--out",
+            str(tmp_path / "two"),
+            *args,
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     one = [r["train_loss"] for r in metrics(tmp_path / "one/smoke/full/seed1337") if "train_loss" in r]
     two = [r["train_loss"] for r in metrics(tmp_path / "two/smoke/full/seed1337") if "train_loss" in r]
@@ -179,9 +212,21 @@ def test_grad_accum_equals_the_large_batch(data, tmp_path):
 
 
 def test_cli_trains_on_the_synthetic_corpus_without_any_data_dir(tmp_path):
-    result = run_module("training", "--preset", "smoke", "--out", str(tmp_path), "--no-progress",
-                        "--set", "corpus=synthetic", "--set", "max_steps=10", "--set", "probes=false",
-                        env={"RESIDUAL_DATA_DIR": str(tmp_path / "absent"), "RESIDUAL_CACHE_DIR": str(tmp_path / "c")})
+    result = run_module(
+        "training",
+        "--preset",
+        "smoke",
+        "--out",
+        str(tmp_path),
+        "--no-progress",
+        "--set",
+        "corpus=synthetic",
+        "--set",
+        "max_steps=10",
+        "--set",
+        "probes=false",
+        env={"RESIDUAL_DATA_DIR": str(tmp_path / "absent"), "RESIDUAL_CACHE_DIR": str(tmp_path / "c")},
+    )
     assert result.returncode == 0, result.stderr
     config = json.loads((tmp_path / "smoke/full/seed1337/config.json").read_text())
     assert config["train"]["corpus"] == "synthetic" and config["model"]["d_vocab"] == 32
@@ -230,8 +275,11 @@ def test_other_config_in_run_dir_is_refused(data, tmp_path):
     ],
 )
 def test_cli_bad_input_is_one_error_line(tmp_path, args, message):
-    result = run_module("training", "--preset", "smoke", "--out", str(tmp_path), *args) if "--preset" not in args \
+    result = (
+        run_module("training", "--preset", "smoke", "--out", str(tmp_path), *args)
+        if "--preset" not in args
         else run_module("training", "--out", str(tmp_path), *args)
+    )
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.stderr
@@ -248,8 +296,20 @@ def test_cli_corrupt_data_and_existing_run_untouched(data, tmp_path):
     Trainer(*smoke(max_steps=10), run_dir, meta={"preset": "smoke", "variant": "full"}, progress=False).run()
     (run_dir / "final.json").unlink()
     before = {p.name: p.read_bytes() for p in run_dir.iterdir()}
-    clash = run_module("training", "--preset", "smoke", "--out", str(tmp_path / "out"), "--no-progress",
-                       "--set", "max_steps=10", "--set", "probes=false", "--set", "lr=0.01")
+    clash = run_module(
+        "training",
+        "--preset",
+        "smoke",
+        "--out",
+        str(tmp_path / "out"),
+        "--no-progress",
+        "--set",
+        "max_steps=10",
+        "--set",
+        "probes=false",
+        "--set",
+        "lr=0.01",
+    )
     assert clash.returncode == 2 and "different configuration" in clash.stderr
     assert before == {p.name: p.read_bytes() for p in run_dir.iterdir()}
 

@@ -50,6 +50,7 @@ def warned(category, fn, *args, **kwargs):
 
 # ----------------------------------------------------------------- 1. save_hooked files through TL's loaders
 
+
 def plain_twin(tl) -> HookedTransformer:
     """A plain HookedTransformer with the export's TL config, as a user would build one from the file's record."""
     fields = hooked.persist._tl_config_dict(tl.cfg)
@@ -67,7 +68,8 @@ ROUTES = {
     "tensors by hand, strict=False": lambda m, p: m.load_state_dict(_tensors(torch.load(p)), strict=False),
     "nested state_dict, strict=False": lambda m, p: m.load_state_dict(torch.load(p)["state_dict"], strict=False),
     "load_and_process_state_dict": lambda m, p: m.load_and_process_state_dict(
-        torch.load(p), fold_ln=False, center_writing_weights=False, center_unembed=False, fold_value_biases=False),
+        torch.load(p), fold_ln=False, center_writing_weights=False, center_unembed=False, fold_value_biases=False
+    ),
     "load_and_process_state_dict, TL defaults": lambda m, p: m.load_and_process_state_dict(torch.load(p)),
     "from_pretrained(path)": lambda m, p: HookedTransformer.from_pretrained(str(p)),
 }
@@ -103,7 +105,8 @@ MEMORY_ROUTES = {  # the export's state_dict() in memory, into a plain HookedTra
     "assign=True, strict=False": lambda m, sd: m.load_state_dict(sd, strict=False, assign=True),
     "by hand": lambda m, sd: [p.data.copy_(sd[n]) for n, p in m.named_parameters()],
     "load_and_process_state_dict": lambda m, sd: m.load_and_process_state_dict(
-        sd, fold_ln=False, center_writing_weights=False, center_unembed=False, fold_value_biases=False),
+        sd, fold_ln=False, center_writing_weights=False, center_unembed=False, fold_value_biases=False
+    ),
     "torch.save, then strict=False": lambda m, sd: m.load_state_dict(_through_a_file(sd), strict=False),
 }
 
@@ -148,6 +151,7 @@ def test_load_hooked_round_trips_exactly_and_names_the_model(tmp_path, wiring):
 
 # ----------------------------------------------------------------- 2. eval mode from every loader
 
+
 def _saved(tmp_path, **changes):
     model = ResidualGPT(tiny_config(dropout=0.2, **changes))
     save_checkpoint(tmp_path / "ckpt.pt", model, vocab=CHARS)
@@ -159,8 +163,10 @@ LOADERS = {
     "from_checkpoint(Checkpoint)": lambda p: ResidualGPT.from_checkpoint(load_checkpoint(p)),
     "to_hooked_transformer(path)": lambda p: quiet(hooked.to_hooked_transformer, p),
     "model_from_checkpoint": lambda p: hooked.model_from_checkpoint(load_checkpoint(p)),
-    "load_hooked": lambda p: (save_hooked(quiet(hooked.to_hooked_transformer, p), p.with_suffix(".tl")),
-                              quiet(load_hooked, p.with_suffix(".tl")))[1],
+    "load_hooked": lambda p: (
+        save_hooked(quiet(hooked.to_hooked_transformer, p), p.with_suffix(".tl")),
+        quiet(load_hooked, p.with_suffix(".tl")),
+    )[1],
 }
 
 
@@ -240,6 +246,7 @@ def test_export_cache_is_exact_in_train_mode():
 
 # ----------------------------------------------------------------- 3. logit_attrs sums to the logit or warns
 
+
 def _logit_attrs_case(kind: str):
     model = make_model("trained", bias=kind.endswith("bias"))
     if kind.startswith("ResidualGPT"):
@@ -276,8 +283,18 @@ TL_KINDS = {
 
 def tl_model(**kind) -> HookedTransformer:
     torch.manual_seed(0)
-    cfg = HookedTransformerConfig(n_layers=2, d_model=16, n_ctx=8, d_head=4, n_heads=4, d_vocab=11, d_mlp=32,
-                                  act_fn="gelu", normalization_type=kind.pop("normalization_type", "LN"), **kind)
+    cfg = HookedTransformerConfig(
+        n_layers=2,
+        d_model=16,
+        n_ctx=8,
+        d_head=4,
+        n_heads=4,
+        d_vocab=11,
+        d_mlp=32,
+        act_fn="gelu",
+        normalization_type=kind.pop("normalization_type", "LN"),
+        **kind,
+    )
     model = quiet(HookedTransformer, cfg).eval()
     with torch.no_grad():  # LayerNorm weights and biases away from 1 and 0, so leaving one out shows
         for name, p in model.named_parameters():
@@ -315,8 +332,10 @@ HOOKS_UNDER_CACHE = {  # hook -> whether per-head terms still rebuild the stream
     "none": ([], True),
     "zero attn_out 0": ([("blocks.0.hook_attn_out", lambda x, hook: torch.zeros_like(x))], False),
     "scale attn_out 1": ([("blocks.1.hook_attn_out", lambda x, hook: 0.5 * x)], False),
-    "zero head 0 in z": ([("blocks.1.attn.hook_z", lambda z, hook: torch.cat([0 * z[..., :1, :], z[..., 1:, :]], -2))],
-                         True),
+    "zero head 0 in z": (
+        [("blocks.1.attn.hook_z", lambda z, hook: torch.cat([0 * z[..., :1, :], z[..., 1:, :]], -2))],
+        True,
+    ),
     "negate mlp_out 0": ([("blocks.0.hook_mlp_out", lambda x, hook: -x)], True),
 }
 
@@ -333,8 +352,10 @@ def test_per_head_decompose_of_a_cache_taken_under_a_hook_is_exact_or_refuses(ho
     whole = decompose(cache, "final")  # the whole attn_out is what the stream got: always exact
     assert (whole.total() - stream).abs().max().item() < TOL
     if not rebuilds:
-        for call in (lambda: decompose(cache, "final", per_head=True),
-                     lambda: direct_logit_attribution(cache, 3, per_head=True)):
+        for call in (
+            lambda: decompose(cache, "final", per_head=True),
+            lambda: direct_logit_attribution(cache, 3, per_head=True),
+        ):
             with pytest.raises(DecompositionError, match=r"layer \d.*intervention on the\s+attention output"):
                 call()
         return
@@ -346,8 +367,13 @@ def test_per_head_decompose_of_a_cache_taken_under_a_hook_is_exact_or_refuses(ho
 
 # ----------------------------------------------------------------- 5. the self bias, visible to QK analysis
 
-ROUTES_QK = {"bias4": ("attention", 4.0), "bias+inf": ("attention", math.inf), "bias-inf": ("attention", -math.inf),
-             "uniform": ("uniform", 0.0), "bias0": ("attention", 0.0)}
+ROUTES_QK = {
+    "bias4": ("attention", 4.0),
+    "bias+inf": ("attention", math.inf),
+    "bias-inf": ("attention", -math.inf),
+    "uniform": ("uniform", 0.0),
+    "bias0": ("attention", 0.0),
+}
 
 
 @pytest.mark.parametrize("on", ["ResidualGPT", "export"])
@@ -399,8 +425,13 @@ def test_running_a_routed_export_says_nothing_of_the_routing(routing):
 
 # ----------------------------------------------------------------- 6. documented refusals, generate on text
 
-CACHE_METHODS = ["stack_head_results", "get_full_resid_decomposition", "compute_head_results",
-                 "get_neuron_results", "stack_neuron_results"]
+CACHE_METHODS = [
+    "stack_head_results",
+    "get_full_resid_decomposition",
+    "compute_head_results",
+    "get_neuron_results",
+    "stack_neuron_results",
+]
 
 
 @pytest.mark.parametrize("method", CACHE_METHODS)
@@ -436,8 +467,10 @@ def test_generate_without_vocabulary_or_tensor_is_a_clear_error(prompt, match):
 
 # ----------------------------------------------------------------- 7. nanoGPT in and out
 
+
 def reference_forward(sd: dict, args: dict, idx: torch.Tensor) -> torch.Tensor:
     """A GPT-2 forward over nanoGPT's weight names, written here from the architecture (not nanoGPT's code)."""
+
     def linear(x, name):
         return F.linear(x, sd[f"{name}.weight"], sd.get(f"{name}.bias"))
 
@@ -468,8 +501,14 @@ def nanogpt_checkpoint(bias: bool, tied: bool, prefix: str = "", mask_buffer: bo
         return 0.2 * torch.randn(*shape, generator=gen)
 
     sd = {"transformer.wte.weight": r(v, d), "transformer.wpe.weight": r(16, d)}
-    shapes = {"ln_1": (d,), "attn.c_attn": (3 * d, d), "attn.c_proj": (d, d), "ln_2": (d,), "mlp.c_fc": (4 * d, d),
-              "mlp.c_proj": (d, 4 * d)}
+    shapes = {
+        "ln_1": (d,),
+        "attn.c_attn": (3 * d, d),
+        "attn.c_proj": (d, d),
+        "ln_2": (d,),
+        "mlp.c_fc": (4 * d, d),
+        "mlp.c_proj": (d, 4 * d),
+    }
     for layer in range(2):
         for name, shape in shapes.items():
             key = f"transformer.h.{layer}.{name}"
@@ -483,8 +522,14 @@ def nanogpt_checkpoint(bias: bool, tied: bool, prefix: str = "", mask_buffer: bo
         sd["transformer.ln_f.bias"] = r(d)
     sd["lm_head.weight"] = sd["transformer.wte.weight"] if tied else r(v, d)
     model = {prefix + k: w for k, w in sd.items()}
-    return {"model": model, "optimizer": {}, "model_args": args, "iter_num": 100, "best_val_loss": torch.tensor(1.5),
-            "config": {"dataset": "shakespeare_char", "batch_size": 12}}
+    return {
+        "model": model,
+        "optimizer": {},
+        "model_args": args,
+        "iter_num": 100,
+        "best_val_loss": torch.tensor(1.5),
+        "config": {"dataset": "shakespeare_char", "batch_size": 12},
+    }
 
 
 NANOGPT_CASES = {
@@ -500,8 +545,11 @@ NANOGPT_CASES = {
 def test_nanogpt_checkpoint_comes_in_exactly(tmp_path, case):
     payload = nanogpt_checkpoint(**NANOGPT_CASES[case])
     torch.save(payload, tmp_path / "ckpt.pt")
-    (tmp_path / "meta.pkl").write_bytes(pickle.dumps({"vocab_size": len(CHARS), "itos": dict(enumerate(CHARS)),
-                                                       "stoi": {c: i for i, c in enumerate(CHARS)}}))
+    (tmp_path / "meta.pkl").write_bytes(
+        pickle.dumps(
+            {"vocab_size": len(CHARS), "itos": dict(enumerate(CHARS)), "stoi": {c: i for i, c in enumerate(CHARS)}}
+        )
+    )
     sd = {k.removeprefix("_orig_mod."): v for k, v in payload["model"].items()}
     toks = tokens()
     expected = reference_forward(sd, payload["model_args"], toks)
@@ -521,14 +569,18 @@ def test_nanogpt_checkpoint_through_the_clis(tmp_path, cli, capsys):
     torch.save(nanogpt_checkpoint(bias=True, tied=True), tmp_path / "ckpt.pt")
     data = tmp_path / "data" / "shakespeare_char"  # where nanoGPT's sample.py looks (from the repo root)
     data.mkdir(parents=True)
-    (data / "meta.pkl").write_bytes(pickle.dumps({"vocab_size": len(CHARS), "itos": dict(enumerate(CHARS)),
-                                                   "stoi": {c: i for i, c in enumerate(CHARS)}}))
+    (data / "meta.pkl").write_bytes(
+        pickle.dumps(
+            {"vocab_size": len(CHARS), "itos": dict(enumerate(CHARS)), "stoi": {c: i for i, c in enumerate(CHARS)}}
+        )
+    )
     (tmp_path / "out").mkdir()
     ckpt = tmp_path / "out" / "ckpt.pt"
     (tmp_path / "ckpt.pt").rename(ckpt)
     if cli == "sample":
-        assert sample.main(["--ckpt", str(ckpt), "--prompt", "ROMEO:", "--max-new-tokens", "4",
-                            "--temperature", "0"]) == 0
+        assert (
+            sample.main(["--ckpt", str(ckpt), "--prompt", "ROMEO:", "--max-new-tokens", "4", "--temperature", "0"]) == 0
+        )
         assert capsys.readouterr().out.startswith("ROMEO:")
     else:
         assert plot_attention.main(["--ckpt", str(ckpt), "--text", "ROMEO:", "--out", str(tmp_path / "a.html")]) == 0
@@ -556,12 +608,18 @@ def test_residual_gpt_goes_out_as_nanogpt(tmp_path, bias):
         assert (reference_forward(sd, args, toks) - model(toks)).abs().max().item() < TOL
 
 
-@pytest.mark.parametrize("changes,match", [
-    (dict(residual="attn_only"), "residual='attn_only'"), (dict(residual="ffn_only"), "residual='ffn_only'"),
-    (dict(mixer="uniform"), "mixer='uniform'"), (dict(mixer="position_blind"), "mixer='position_blind'"),
-    (dict(self_bias=4.0), "self_bias=4"), (dict(tie_embeddings=False), "tie_embeddings=False"),
-    (dict(d_mlp=48), "d_mlp=48"),
-])
+@pytest.mark.parametrize(
+    "changes,match",
+    [
+        (dict(residual="attn_only"), "residual='attn_only'"),
+        (dict(residual="ffn_only"), "residual='ffn_only'"),
+        (dict(mixer="uniform"), "mixer='uniform'"),
+        (dict(mixer="position_blind"), "mixer='position_blind'"),
+        (dict(self_bias=4.0), "self_bias=4"),
+        (dict(tie_embeddings=False), "tie_embeddings=False"),
+        (dict(d_mlp=48), "d_mlp=48"),
+    ],
+)
 def test_what_nanogpt_cannot_express_is_refused_by_name(tmp_path, changes, match, capsys):
     from interp import nanogpt
 
@@ -574,6 +632,7 @@ def test_what_nanogpt_cannot_express_is_refused_by_name(tmp_path, changes, match
 
 
 # ----------------------------------------------------------------- 8. past n_ctx, BOS, the README
+
 
 @pytest.mark.parametrize("prompt_len,n_new", [(6, 20), (16, 5), (20, 4), (3, 13)])
 def test_generating_past_n_ctx_crops_alike(prompt_len, n_new):
@@ -626,6 +685,7 @@ def test_readme_decompose_line_is_right():
 
 
 # ----------------------------------------------------------------- 9. neighbours an audit found (audit 25b)
+
 
 def _steer(site):
     vec = torch.randn(32, generator=torch.Generator().manual_seed(0)) * 3

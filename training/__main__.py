@@ -33,8 +33,10 @@ def _fields_help() -> str:
         m, t = p["model"], resolve(name).train
         shape = f"{m.get('n_layers')}L d{m.get('d_model')} ctx{m.get('n_ctx')}"
         first = t.eval_steps()[0]
-        lines.append(f"  {name:12s} {shape}, batch {t.batch_size}, {t.max_steps} steps, "
-                     f"evaluated every {t.eval_interval} from step {first}")
+        lines.append(
+            f"  {name:12s} {shape}, batch {t.batch_size}, {t.max_steps} steps, "
+            f"evaluated every {t.eval_interval} from step {first}"
+        )
     lines.append("model fields (--set): " + ", ".join(MODEL_FIELDS))
     lines.append("train fields (--set): " + ", ".join(TRAIN_FIELDS))
     return "\n".join(lines)
@@ -62,29 +64,44 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m training",
         description="Train a ResidualGPT into a resumable run directory. With --seeds and/or a --residual list, "
-                    "train every combination; runs of the same shape (depth, width, n_ctx, mixer, every training "
-                    "field but seed, lr, min_lr, weight_decay) train together as ensembles: one batched step "
-                    "advances up to --ensemble-size models, and each member writes the same run directory, "
-                    "checkpoint and logs its solo run would (training/ensemble.py). Runs with dropout, another "
-                    "mixer, compile or DDP train alone.",
+        "train every combination; runs of the same shape (depth, width, n_ctx, mixer, every training "
+        "field but seed, lr, min_lr, weight_decay) train together as ensembles: one batched step "
+        "advances up to --ensemble-size models, and each member writes the same run directory, "
+        "checkpoint and logs its solo run would (training/ensemble.py). Runs with dropout, another "
+        "mixer, compile or DDP train alone.",
         epilog=_fields_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--preset", default="cpu-quick", help="named configuration (default: cpu-quick)")
-    p.add_argument("--residual", type=_residuals, help="which residual paths to keep: one of "
-                   f"{', '.join(RESIDUALS)}, or a comma list (each trains its own run)")
+    p.add_argument(
+        "--residual",
+        type=_residuals,
+        help=f"which residual paths to keep: one of {', '.join(RESIDUALS)}, or a comma list (each trains its own run)",
+    )
     p.add_argument("--mixer", choices=MIXERS, help="token mixer in the attention slot")
     p.add_argument("--seed", type=int, help="seed for init, data order and dropout")
-    p.add_argument("--seeds", type=_seeds, help="a comma list of seeds (each trains its own run); with a "
-                   "--residual list, every pair")
-    p.add_argument("--ensemble-size", type=int, default=16, metavar="K",
-                   help="train up to K same-shape runs of the product as one ensemble: one batched step advances "
-                        "them all, each still writes its own run directory exactly as alone (default 16; 1: one "
-                        "at a time)")
-    p.add_argument("--out", default="runs/train", type=directory_option,
-                   help="experiment directory (default: runs/train)")
-    p.add_argument("--variant", help="variant name (default: from residual/mixer/self_bias, as the experiments "
-                   "name it, e.g. 'attn_only + uniform')")
+    p.add_argument(
+        "--seeds",
+        type=_seeds,
+        help="a comma list of seeds (each trains its own run); with a --residual list, every pair",
+    )
+    p.add_argument(
+        "--ensemble-size",
+        type=int,
+        default=16,
+        metavar="K",
+        help="train up to K same-shape runs of the product as one ensemble: one batched step advances "
+        "them all, each still writes its own run directory exactly as alone (default 16; 1: one "
+        "at a time)",
+    )
+    p.add_argument(
+        "--out", default="runs/train", type=directory_option, help="experiment directory (default: runs/train)"
+    )
+    p.add_argument(
+        "--variant",
+        help="variant name (default: from residual/mixer/self_bias, as the experiments "
+        "name it, e.g. 'attn_only + uniform')",
+    )
     p.add_argument("--data", help="corpus file or prepared directory (default: $RESIDUAL_DATA_DIR, cache, download)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override any field (repeatable)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -132,8 +149,14 @@ def _main(argv: list[str] | None = None) -> int:
                 spec = spec.fit_vocab(corpus.vocab_size)  # the data decides the vocabulary
                 from training.trainer import Trainer  # transformer_lens is slow to import: only once input is checked
 
-                trainer = Trainer(spec.model, spec.train, run_dir, corpus=corpus,
-                                  meta={"preset": args.preset, "variant": variant}, progress=not args.no_progress)
+                trainer = Trainer(
+                    spec.model,
+                    spec.train,
+                    run_dir,
+                    corpus=corpus,
+                    meta={"preset": args.preset, "variant": variant},
+                    progress=not args.no_progress,
+                )
                 if spec.train.probes:
                     from probes import default_callbacks
 
@@ -162,8 +185,11 @@ def _main(argv: list[str] | None = None) -> int:
         code = fired_code()
         if code is None:
             raise
-        print(f"\ninterrupted ({signal_name(code)}); the run resumes from its last checkpoint, if any: "
-              f"rerun the same command", file=sys.stderr)
+        print(
+            f"\ninterrupted ({signal_name(code)}); the run resumes from its last checkpoint, if any: "
+            f"rerun the same command",
+            file=sys.stderr,
+        )
         return code
     if int(os.environ.get("RANK", "0")) != 0:
         return 0

@@ -41,8 +41,10 @@ def check_fits(cfg: ModelConfig, train, device: str | None = None) -> dict[str, 
     need = sum(parts.values())
     if total is not None and need > total:
         detail = ", ".join(f"{k} {gib(v)}" for k, v in parts.items())
-        raise ConfigError(f"this run needs about {gib(need)} ({detail}) but the machine has {gib(total)} of {what}; "
-                          "lower d_model, n_layers, n_ctx, batch_size or eval_batches")
+        raise ConfigError(
+            f"this run needs about {gib(need)} ({detail}) but the machine has {gib(total)} of {what}; "
+            "lower d_model, n_layers, n_ctx, batch_size or eval_batches"
+        )
     return parts
 
 

@@ -27,8 +27,7 @@ def _number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
-def check_training_state(ckpt, model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_cfg,
-                         path: Path) -> None:
+def check_training_state(ckpt, model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_cfg, path: Path) -> None:
     """Raise CheckpointError for the first field of ckpt (weights and training state) a resume cannot use."""
     problems = weight_problems(ckpt.weights, model) or state_problems(ckpt.state, train_cfg)
     if not problems:
@@ -56,8 +55,9 @@ def state_problems(state: dict[str, Any], cfg) -> list[str]:
     if not isinstance(best, dict) or not _number(best.get("val_loss")) or math.isnan(best["val_loss"]):
         return [f"best {best!r} is not {{'val_loss': number, 'step': step or None}}"]
     best_step = best.get("step")
-    if not (best_step is None and best["val_loss"] == math.inf) and not (_int(best_step) and 0 <= best_step <= step
-                                                                         and math.isfinite(best["val_loss"])):
+    if not (best_step is None and best["val_loss"] == math.inf) and not (
+        _int(best_step) and 0 <= best_step <= step and math.isfinite(best["val_loss"])
+    ):
         return [f"best {best!r} is not a finite loss at a step <= {step} (or inf with step None)"]
     if not isinstance(totals, dict):
         return [f"totals {totals!r} is not a dict"]
@@ -70,8 +70,9 @@ def state_problems(state: dict[str, Any], cfg) -> list[str]:
         if not isinstance(v, torch.Tensor) or v.dtype != torch.uint8 or v.shape != torch.get_rng_state().shape:
             return [f"{key} is not a CPU generator state (a uint8 tensor of {torch.get_rng_state().numel()} bytes)"]
     sampler = state.get("sampler")
-    if not isinstance(sampler, dict) or not (_int(sampler.get("seed")) and _int(sampler.get("draws"))
-                                             and sampler["draws"] >= 0):
+    if not isinstance(sampler, dict) or not (
+        _int(sampler.get("seed")) and _int(sampler.get("draws")) and sampler["draws"] >= 0
+    ):
         return [f"sampler state {_short(sampler)} is not {{'generator', 'seed', 'draws' >= 0}}"]
     gen = sampler.get("generator")
     if not isinstance(gen, torch.Tensor) or gen.dtype != torch.uint8 or gen.shape != torch.get_rng_state().shape:
@@ -81,13 +82,17 @@ def state_problems(state: dict[str, Any], cfg) -> list[str]:
 
 def optimizer_problems(saved: Any, optimizer: torch.optim.Optimizer) -> list[str]:
     """AdamW's state_dict: the same groups and parameter count, moments shaped and typed as the parameters."""
-    if not isinstance(saved, dict) or not isinstance(saved.get("state"), dict) or not isinstance(
-            saved.get("param_groups"), list):
+    if (
+        not isinstance(saved, dict)
+        or not isinstance(saved.get("state"), dict)
+        or not isinstance(saved.get("param_groups"), list)
+    ):
         return ["the optimizer state is not {'state': dict, 'param_groups': list}"]
     groups = optimizer.param_groups
     if len(saved["param_groups"]) != len(groups) or any(
-            not isinstance(s, dict) or len(s.get("params", ())) != len(g["params"])
-            for s, g in zip(saved["param_groups"], groups, strict=True)):
+        not isinstance(s, dict) or len(s.get("params", ())) != len(g["params"])
+        for s, g in zip(saved["param_groups"], groups, strict=True)
+    ):
         return ["the optimizer's parameter groups do not match this model's"]
     params = [p for g in groups for p in g["params"]]
     ids = [i for s in saved["param_groups"] for i in s["params"]]

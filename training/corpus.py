@@ -67,6 +67,11 @@ def data_provenance(corpus: Corpus) -> dict[str, Any]:
     h = hashlib.sha256()
     for split in (corpus.train, corpus.val):
         h.update(np.ascontiguousarray(split, dtype=np.uint16).tobytes())
-    return {"corpus": corpus.name, "encoding": corpus.encoding, "train_tokens": int(len(corpus.train)),
-            "val_tokens": int(len(corpus.val)), "sha256": h.hexdigest(),
-            "vocab_sha256": vocab_sha256(corpus.vocab, corpus.encoding)}
+    return {
+        "corpus": corpus.name,
+        "encoding": corpus.encoding,
+        "train_tokens": int(len(corpus.train)),
+        "val_tokens": int(len(corpus.val)),
+        "sha256": h.hexdigest(),
+        "vocab_sha256": vocab_sha256(corpus.vocab, corpus.encoding),
+    }

@@ -103,8 +103,9 @@ def size_for(trainer: Trainer, cap: int) -> int:
     (docs/results/ensembles.md): at phase-cell (1 MiB per member) 8 members ran 1.40x the member-steps of
     solo steps, 16 only 1.31x; at cpu-quick (4 MiB) no size beat solo steps (0.94x at 2, 0.86x at 8): a
     stacked tensor that leaves the cache costs more memory traffic than the per-operation overhead saved."""
-    if trainer.train_cfg.device.startswith("cuda") or (trainer.train_cfg.device == "auto"
-                                                        and torch.cuda.is_available()):
+    if trainer.train_cfg.device.startswith("cuda") or (
+        trainer.train_cfg.device == "auto" and torch.cuda.is_available()
+    ):
         return cap
     cfg = trainer.model_cfg
     activation = 4 * trainer.train_cfg.batch_size * cfg.n_ctx * max(cfg.d_mlp, cfg.d_model)
@@ -145,8 +146,10 @@ def check_ensemble_fits(trainer: Trainer, k: int) -> None:
     while fits < k and ensemble_bytes(trainer, fits + 1) <= total:
         fits += 1
     need = gib(ensemble_bytes(trainer, k))
-    raise ConfigError(f"an ensemble of {k} members needs about {need} but the machine has {gib(total)} of {what}; "
-                      f"the largest ensemble that fits is {fits} (--ensemble-size {max(fits, 1)})")
+    raise ConfigError(
+        f"an ensemble of {k} members needs about {need} but the machine has {gib(total)} of {what}; "
+        f"the largest ensemble that fits is {fits} (--ensemble-size {max(fits, 1)})"
+    )
 
 
 class MembersStopped(TrainingError):
@@ -169,8 +172,9 @@ def trains_stacked(trainers: Sequence[Trainer], size: int) -> bool:
 class StackedAdamW:
     """torch.optim.AdamW's update on stacked tensors, with a per-member lr and weight decay."""
 
-    def __init__(self, params: dict[str, torch.Tensor], decay: dict[str, bool], betas: tuple[float, float],
-                 eps: float = 1e-8):
+    def __init__(
+        self, params: dict[str, torch.Tensor], decay: dict[str, bool], betas: tuple[float, float], eps: float = 1e-8
+    ):
         self.params, self.decay, self.betas, self.eps = params, decay, betas, eps
         self.exp_avg = {n: torch.zeros_like(p) for n, p in params.items()}
         self.exp_avg_sq = {n: torch.zeros_like(p) for n, p in params.items()}
@@ -204,8 +208,10 @@ class EnsembleTrainer:
             if why:
                 raise ConfigError(f"{t.run_dir.path} cannot train in an ensemble: {why}")
         if len({group_key(t) for t in self.members}) != 1:
-            raise ConfigError("ensemble members must share the model shape, the mixer and every training field but "
-                              + ", ".join(PER_MEMBER_TRAIN))
+            raise ConfigError(
+                "ensemble members must share the model shape, the mixer and every training field but "
+                + ", ".join(PER_MEMBER_TRAIN)
+            )
         if len({t.run_dir.path.resolve() for t in self.members}) != len(self.members):
             raise ConfigError("two ensemble members share a run directory")
         self.progress = progress
@@ -257,7 +263,7 @@ class EnsembleTrainer:
         for _, pairs in sorted(by_step.items()):
             done, stopped = _Loop([t for _, t in pairs], self.progress).train()
             failed += stopped
-            for (i, t) in pairs:
+            for i, t in pairs:
                 if t in done:
                     finals[i] = done[t]
         return failed
@@ -275,8 +281,11 @@ class _Loop:
         self.stacked = StackedGPT([t.model for t in members]).to(self.device)
         self.param_of = [dict(t.model.named_parameters()) for t in members]
         names = self.stacked.names
-        self.opt = StackedAdamW({n: self.stacked.p(n) for n in names}, {n: self.stacked.p(n).dim() >= 3 for n in names},
-                                (self.cfg.beta1, self.cfg.beta2))
+        self.opt = StackedAdamW(
+            {n: self.stacked.p(n) for n in names},
+            {n: self.stacked.p(n).dim() >= 3 for n in names},
+            (self.cfg.beta1, self.cfg.beta2),
+        )
         self._load_optimizer_states()
         self.alive = [True] * self.k
         self.errors: dict[int, str] = {}
@@ -344,10 +353,13 @@ class _Loop:
         resid: dict[str, torch.Tensor] = {}
         probe = self._grad_probe_due(step)
         if probe:
+
             def record(site: str, tensor: torch.Tensor) -> None:
                 if tensor.requires_grad:
-                    tensor.register_hook(lambda g: resid.__setitem__(site, [g[m].detach().double().norm()
-                                                                            for m in range(self.k)]))
+                    tensor.register_hook(
+                        lambda g: resid.__setitem__(site, [g[m].detach().double().norm() for m in range(self.k)])
+                    )
+
             self.stacked.resid_hook = record
         self.stacked.train()
         loss_sum = torch.zeros(self.k, device=self.device)
@@ -364,20 +376,30 @@ class _Loop:
         losses = (loss_sum / cfg.grad_accum).tolist()
         for k, value in enumerate(losses):
             if self.alive[k] and not math.isfinite(value):
-                self._stop(k, f"training loss became {value} at step {step}; nothing was recorded for that step "
-                              f"and {self.members[k].kept()}. Lower lr or raise warmup_steps")
+                self._stop(
+                    k,
+                    f"training loss became {value} at step {step}; nothing was recorded for that step "
+                    f"and {self.members[k].kept()}. Lower lr or raise warmup_steps",
+                )
         names = self.stacked.names
         grads = [self.stacked.p(n).grad for n in names]
         if probe:
             self._record_grad_probe(step, names, grads, resid)
         # per member, as the solo step takes it (a row-wise reduction's order may depend on the row count)
-        norms = torch.stack([torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g[m]) for g in grads]))
-                             for m in range(self.k)])
+        norms = torch.stack(
+            [
+                torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g[m]) for g in grads]))
+                for m in range(self.k)
+            ]
+        )
         norm_list = norms.tolist()
         for k, value in enumerate(norm_list):
             if self.alive[k] and not math.isfinite(value):
-                self._stop(k, f"gradient norm became {value} at step {step}; nothing was recorded for that step and "
-                              f"{self.members[k].kept()}. Lower lr or raise warmup_steps")
+                self._stop(
+                    k,
+                    f"gradient norm became {value} at step {step}; nothing was recorded for that step and "
+                    f"{self.members[k].kept()}. Lower lr or raise warmup_steps",
+                )
         clip = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
         coef = torch.clamp(clip / (norms + 1e-6), max=1.0)
         keep = None if all(self.alive) else torch.tensor(self.alive, device=self.device)
@@ -397,8 +419,10 @@ class _Loop:
 
     def _record_grad_probe(self, step, names, grads, resid) -> None:
         n_layers = self.stacked.cfg.n_layers
-        squares = {n: [g[m].detach().double().pow(2).sum().item() for m in range(self.k)]
-                   for n, g in zip(names, grads, strict=True)}
+        squares = {
+            n: [g[m].detach().double().pow(2).sum().item() for m in range(self.k)]
+            for n, g in zip(names, grads, strict=True)
+        }
         sites = resid_grad_sites(n_layers)
         for k, t in enumerate(self.members):
             if not self.alive[k] or self.grad_probes[k] is None or not self.grad_probes[k]._due(t, step):
@@ -422,8 +446,15 @@ class _Loop:
         self.synced_step = start  # the members' models hold the resumed weights
         for t in members:
             t._call("on_train_start")
-        bar = tqdm(total=cfg.max_steps, initial=start, desc=f"ensemble of {self.k}", unit="step",
-                   disable=not self.progress, leave=False, dynamic_ncols=True)
+        bar = tqdm(
+            total=cfg.max_steps,
+            initial=start,
+            desc=f"ensemble of {self.k}",
+            unit="step",
+            disable=not self.progress,
+            leave=False,
+            dynamic_ncols=True,
+        )
         wall_start = time.perf_counter()
         for t in members:
             t._wall_start = wall_start
@@ -458,8 +489,13 @@ class _Loop:
                 if step % cfg.log_interval == 0 or cfg.is_eval_step(step):
                     for k, t in enumerate(members):
                         if self.alive[k]:
-                            records[k].update(step=step, lr=lr_at(step, t.train_cfg), train_loss=losses[k],
-                                              grad_norm=norms[k], tokens_per_s=window_tokens / max(window_time, 1e-9))
+                            records[k].update(
+                                step=step,
+                                lr=lr_at(step, t.train_cfg),
+                                train_loss=losses[k],
+                                grad_norm=norms[k],
+                                tokens_per_s=window_tokens / max(window_time, 1e-9),
+                            )
                             t.append("metrics.jsonl", records[k])
                         records[k] = {}
                     window_time, window_tokens = 0.0, 0
@@ -481,8 +517,11 @@ class _Loop:
             if not self.alive[k]:
                 continue
             if not math.isfinite(vals[k]):
-                self._stop(k, f"validation loss became {vals[k]} at step {step}; nothing was recorded for that step "
-                              f"and {t.kept()}. Lower lr or raise warmup_steps")
+                self._stop(
+                    k,
+                    f"validation loss became {vals[k]} at step {step}; nothing was recorded for that step "
+                    f"and {t.kept()}. Lower lr or raise warmup_steps",
+                )
                 continue
             records[k]["val_loss"] = last_val[k] = vals[k]
             if vals[k] < t.best["val_loss"]:
@@ -510,8 +549,12 @@ class _Loop:
         self.synced_step = -1
         self.sync(optimizer=True)
         done = {}
-        names = [t.run_dir.path.name if t.run_dir.path.parent.name == "" else
-                 f"{t.run_dir.path.parent.name}/{t.run_dir.path.name}" for t in self.members]
+        names = [
+            t.run_dir.path.name
+            if t.run_dir.path.parent.name == ""
+            else f"{t.run_dir.path.parent.name}/{t.run_dir.path.name}"
+            for t in self.members
+        ]
         peak = peak_matmul_flops(self.device, torch.float32)
         for k, t in enumerate(self.members):
             if not self.alive[k]:
@@ -524,8 +567,11 @@ class _Loop:
             flops = flops_per_token(t.model_cfg, record["n_params"])
             record.update(peak_matmul_flops=peak, mfu=flops * tokens_per_s / peak)
             record["ensemble"] = {
-                "size": self.k, "members": names, "alive_at_end": sum(self.alive),
-                "tokens_per_s": tokens_per_s * sum(self.alive), "mfu": flops * tokens_per_s * sum(self.alive) / peak,
+                "size": self.k,
+                "members": names,
+                "alive_at_end": sum(self.alive),
+                "tokens_per_s": tokens_per_s * sum(self.alive),
+                "mfu": flops * tokens_per_s * sum(self.alive) / peak,
             }
             t.final_record = record
             with _member_rng(t):

@@ -102,8 +102,9 @@ def estimate_seconds(trainers: Sequence[Trainer], ensemble_size: int) -> float:
                 tc = t.train_cfg
                 n_evals = len(tc.eval_steps())
                 interval = tc.probe_interval or 2 * tc.eval_interval
-                n_probes = (len([s for s in tc.eval_steps() if s % interval == 0 or s == tc.max_steps])
-                            if tc.probes else 0)
+                n_probes = (
+                    len([s for s in tc.eval_steps() if s % interval == 0 or s == tc.max_steps]) if tc.probes else 0
+                )
                 total += evals[eval_key] * (n_evals * tc.eval_batches + n_probes * PROBE_FORWARDS)
     finally:
         torch.set_rng_state(rng)

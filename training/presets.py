@@ -51,8 +51,15 @@ class TrainConfig:
     compile: bool = False  # torch.compile the model (training.compile.maybe_compile)
 
     def __post_init__(self) -> None:
-        positive = ("batch_size", "grad_accum", "max_steps", "eval_interval", "eval_batches", "log_interval",
-                    "ckpt_interval")
+        positive = (
+            "batch_size",
+            "grad_accum",
+            "max_steps",
+            "eval_interval",
+            "eval_batches",
+            "log_interval",
+            "ckpt_interval",
+        )
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)!r}")
@@ -68,8 +75,13 @@ class TrainConfig:
             raise ConfigError(f"eval_from is a fraction of max_steps in [0, 1], got {self.eval_from!r}")
         if not (self.lr > 0 and 0 <= self.min_lr <= self.lr):
             raise ConfigError(f"need lr > 0 and 0 <= min_lr <= lr, got lr={self.lr}, min_lr={self.min_lr}")
-        choices = {"corpus": CORPORA, "lr_schedule": ("cosine", "constant"), "val_mode": ("fixed", "random"),
-                   "dtype": ("float32", "bfloat16"), "device": None}
+        choices = {
+            "corpus": CORPORA,
+            "lr_schedule": ("cosine", "constant"),
+            "val_mode": ("fixed", "random"),
+            "dtype": ("float32", "bfloat16"),
+            "device": None,
+        }
         for name, allowed in choices.items():
             if allowed and getattr(self, name) not in allowed:
                 raise ConfigError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
@@ -134,16 +146,31 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     # Seconds on a CPU; checkpoints several times before its last step (kill-and-resume tests).
     "smoke": _preset(
         dict(n_layers=2, n_heads=2, d_model=32, n_ctx=32, dropout=0.0),
-        batch_size=8, max_steps=40, lr=3e-3, min_lr=3e-4, warmup_steps=5, eval_interval=10, eval_batches=4,
-        log_interval=5, ckpt_interval=10,
+        batch_size=8,
+        max_steps=40,
+        lr=3e-3,
+        min_lr=3e-4,
+        warmup_steps=5,
+        eval_interval=10,
+        eval_batches=4,
+        log_interval=5,
+        ckpt_interval=10,
     ),
     # One cell of a grid of many small models (experiments.phase_diagram, whose docstring has the timing): on
     # TinyShakespeare characters `full` learns context within its 600 steps and deep ffn_only sits on the floor.
     # Evaluated and probed every 25 steps from step 0, so the first hundred steps are seen.
     "phase-cell": _preset(
         dict(n_layers=2, n_heads=4, d_model=64, n_ctx=64, dropout=0.0),
-        batch_size=16, max_steps=600, lr=2e-3, min_lr=2e-4, warmup_steps=50, eval_interval=25, eval_batches=8,
-        log_interval=10, ckpt_interval=300, probe_interval=25,
+        batch_size=16,
+        max_steps=600,
+        lr=2e-3,
+        min_lr=2e-4,
+        warmup_steps=50,
+        eval_interval=25,
+        eval_batches=8,
+        log_interval=10,
+        ckpt_interval=300,
+        probe_interval=25,
     ),
     # About 1.5 min per run on 2 CPU cores. Sized by measurement (docs/RESULTS.md): at the
     # cost of 450 steps of batch 32, 900 steps of batch 16 at twice the lr settle the routing test's
@@ -152,28 +179,63 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     # 16, and the first half's five came to about 5% of the run (docs/training.md).
     "cpu-quick": _preset(
         dict(n_layers=4, n_heads=4, d_model=128, n_ctx=128, dropout=0.0),
-        batch_size=16, max_steps=900, lr=2e-3, min_lr=2e-4, warmup_steps=100, eval_interval=100,
-        eval_batches=32, eval_from=0.5, log_interval=20, ckpt_interval=300,
+        batch_size=16,
+        max_steps=900,
+        lr=2e-3,
+        min_lr=2e-4,
+        warmup_steps=100,
+        eval_interval=100,
+        eval_batches=32,
+        eval_from=0.5,
+        log_interval=20,
+        ckpt_interval=300,
     ),
     # The paper's Table 1 (ResidualGPT, 10M, TinyShakespeare characters).
     "paper-10m": _preset(
         dict(n_layers=6, n_heads=6, d_model=384, n_ctx=256, dropout=0.2, bias=False, tie_embeddings=True),
-        batch_size=64, max_steps=3000, lr=3e-4, min_lr=3e-5, warmup_steps=100, weight_decay=0.1,
-        beta1=0.9, beta2=0.95, grad_clip=1.0, eval_interval=100, eval_batches=50, log_interval=10,
+        batch_size=64,
+        max_steps=3000,
+        lr=3e-4,
+        min_lr=3e-5,
+        warmup_steps=100,
+        weight_decay=0.1,
+        beta1=0.9,
+        beta2=0.95,
+        grad_clip=1.0,
+        eval_interval=100,
+        eval_batches=50,
+        log_interval=10,
         ckpt_interval=500,
     ),
     # The paper's 124M runs (OpenWebText, GPT-2 BPE), bf16 autocast on CUDA.
     "paper-124m": _preset(
         dict(n_layers=12, n_heads=12, d_model=768, n_ctx=1024, d_vocab=GPT2_VOCAB_SIZE, dropout=0.1),
-        corpus="openwebtext", batch_size=16, grad_accum=8, max_steps=20000, lr=6e-4, min_lr=6e-5,
-        warmup_steps=2000, eval_interval=500, eval_batches=50, log_interval=10, ckpt_interval=1000,
+        corpus="openwebtext",
+        batch_size=16,
+        grad_accum=8,
+        max_steps=20000,
+        lr=6e-4,
+        min_lr=6e-5,
+        warmup_steps=2000,
+        eval_interval=500,
+        eval_batches=50,
+        log_interval=10,
+        ckpt_interval=1000,
         dtype="bfloat16",
     ),
     # The setting of the paper's first (joint-collapse) observation: untied, random val batches, constant lr.
     "nanogpt-10m": _preset(
         dict(n_layers=6, n_heads=6, d_model=384, n_ctx=256, dropout=0.2, tie_embeddings=False),
-        batch_size=64, max_steps=3000, lr=3e-4, min_lr=3e-4, lr_schedule="constant", warmup_steps=0,
-        eval_interval=100, eval_batches=50, val_mode="random", ckpt_interval=500,
+        batch_size=64,
+        max_steps=3000,
+        lr=3e-4,
+        min_lr=3e-4,
+        lr_schedule="constant",
+        warmup_steps=0,
+        eval_interval=100,
+        eval_batches=50,
+        val_mode="random",
+        ckpt_interval=500,
     ),
 }
 
@@ -255,8 +317,10 @@ class RunSpec:
 def check_asked_vocab(overrides: dict[str, Any], vocab_size: int) -> None:
     """An explicit --set d_vocab that the data would silently replace is refused (the data decides it)."""
     if "d_vocab" in overrides and overrides["d_vocab"] != vocab_size:
-        raise ConfigError(f"--set d_vocab={overrides['d_vocab']} asked for, but the corpus has {vocab_size} tokens and "
-                          "the data decides the vocabulary; drop --set d_vocab (or set it to the corpus's size)")
+        raise ConfigError(
+            f"--set d_vocab={overrides['d_vocab']} asked for, but the corpus has {vocab_size} tokens and "
+            "the data decides the vocabulary; drop --set d_vocab (or set it to the corpus's size)"
+        )
 
 
 def resolve(preset: str, overrides: dict[str, Any] | None = None) -> RunSpec:

@@ -117,8 +117,9 @@ def describe(fn) -> str | None:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
-def config_record(model: ModelConfig, train: TrainConfig, corpus: Corpus, model_init=None,
-                  meta: dict[str, Any] | None = None) -> dict[str, Any]:
+def config_record(
+    model: ModelConfig, train: TrainConfig, corpus: Corpus, model_init=None, meta: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """What config.json holds for a run: the model and training config, model_init, the data, meta."""
     from training.corpus import data_provenance
 
@@ -228,26 +229,36 @@ class RunDir:
         if old is None:
             records = [p.name for p in self.records() if p.exists()]
             if records:  # its config is gone: nothing says what it holds, so it is nobody's run
-                raise RunDirError(f"{self.path} holds {', '.join(records)} but no config.json, so what it trained "
-                                  "is unknown; it is never reused - move that directory aside and run again")
+                raise RunDirError(
+                    f"{self.path} holds {', '.join(records)} but no config.json, so what it trained "
+                    "is unknown; it is never reused - move that directory aside and run again"
+                )
             return
         if self.finished and not self.ckpt.is_file():
-            raise RunDirError(f"{self.path} has final.json but no ckpt.pt to check it against; it is never reused - "
-                              "move that directory aside and run again")
+            raise RunDirError(
+                f"{self.path} has final.json but no ckpt.pt to check it against; it is never reused - "
+                "move that directory aside and run again"
+            )
         # Data first: other data can change the vocabulary, and so the model config, too.
         old_data, new_data = (old.get("data") or {}).get("sha256"), record["data"]["sha256"]
         if old_data != new_data:
-            raise RunDirError(f"{self.path} was trained on other data (sha256 {old_data}, this data {new_data}); "
-                              "use the same corpus, or choose another --out")
+            raise RunDirError(
+                f"{self.path} was trained on other data (sha256 {old_data}, this data {new_data}); "
+                "use the same corpus, or choose another --out"
+            )
         old_vocab, new_vocab = (old.get("data") or {}).get("vocab_sha256"), record["data"].get("vocab_sha256")
         if old_vocab is not None and old_vocab != new_vocab:  # older records lack it: the checkpoint's is compared
-            raise RunDirError(f"{self.path} was trained on the same token ids in another vocabulary or encoding "
-                              f"(vocab_sha256 {old_vocab}, this data {new_vocab}), so its text is other text; use "
-                              "the same corpus, or choose another --out")
+            raise RunDirError(
+                f"{self.path} was trained on the same token ids in another vocabulary or encoding "
+                f"(vocab_sha256 {old_vocab}, this data {new_vocab}), so its text is other text; use "
+                "the same corpus, or choose another --out"
+            )
         fields = differing_fields(old, record)
         if fields:
-            raise RunDirError(f"{self.path} holds a run of a different configuration ({'; '.join(fields)}); "
-                              "choose another --out or delete that directory")
+            raise RunDirError(
+                f"{self.path} holds a run of a different configuration ({'; '.join(fields)}); "
+                "choose another --out or delete that directory"
+            )
 
     def records(self) -> list[Path]:
         """The files that only a run writes (config.json aside): one of them without config.json is refused."""
@@ -270,10 +281,12 @@ class RunDir:
             raise RunDirError(f"{self.path} is not the finished run it claims to be: {e}") from None
         written, recorded = ckpt.content_sha256, final.get("ckpt_sha256")
         if written != recorded or ckpt.state.get("step") != record["train"]["max_steps"]:
-            raise RunDirError(f"{self.path}: final.json and ckpt.pt are not the same run (checkpoint hash "
-                              f"{str(written)[:12]}, final.json names {str(recorded)[:12]}; "
-                              f"step {ckpt.state.get('step')!r}); "
-                              "it is never reused - move that directory aside and run again")
+            raise RunDirError(
+                f"{self.path}: final.json and ckpt.pt are not the same run (checkpoint hash "
+                f"{str(written)[:12]}, final.json names {str(recorded)[:12]}; "
+                f"step {ckpt.state.get('step')!r}); "
+                "it is never reused - move that directory aside and run again"
+            )
         self._check_numbers(final, ckpt.state)
         self._check_logs(final, ckpt.state.get("logs_sha256"))
         return final
@@ -282,8 +295,10 @@ class RunDir:
         """sha256 of metrics.jsonl and probes.jsonl as they are now (None: not there)."""
         import hashlib
 
-        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() if p.exists() else None
-                for p in (self.metrics, self.probes)}
+        return {
+            p.name: hashlib.sha256(p.read_bytes()).hexdigest() if p.exists() else None
+            for p in (self.metrics, self.probes)
+        }
 
     def _check_logs(self, final: dict[str, Any], recorded: dict[str, Any] | None = None) -> None:
         """The logs of a finished run are whole (a torn or damaged line is an error naming it) and end with
@@ -295,14 +310,18 @@ class RunDir:
         now = self.logs_sha256()
         if isinstance(recorded, dict) and recorded != now:  # runs from before this record: not checked
             changed = sorted(k for k, v in now.items() if recorded.get(k) != v)
-            raise RunDirError(f"{self.path}: {', '.join(changed)} changed after the run finished (its sha256 is not "
-                              "the one ckpt.pt records), so its curves are not the run's; it is never reused - move "
-                              "that directory aside and run again")
+            raise RunDirError(
+                f"{self.path}: {', '.join(changed)} changed after the run finished (its sha256 is not "
+                "the one ckpt.pt records), so its curves are not the run's; it is never reused - move "
+                "that directory aside and run again"
+            )
         last = evals[-1] if evals else {}
         if last.get("step") != final["steps"] or last.get("val_loss") != final["final_val_loss"]:
-            raise RunDirError(f"{self.metrics} does not end with the run's final evaluation (step {final['steps']}, "
-                              f"val_loss {final['final_val_loss']}); it was cut or edited, so the run is never "
-                              "reused - move that directory aside and run again")
+            raise RunDirError(
+                f"{self.metrics} does not end with the run's final evaluation (step {final['steps']}, "
+                f"val_loss {final['final_val_loss']}); it was cut or edited, so the run is never "
+                "reused - move that directory aside and run again"
+            )
 
     def _check_numbers(self, final: dict[str, Any], state: dict[str, Any]) -> None:
         """final.json is the checkpoint's: an edited number is never reported as the result.
@@ -313,16 +332,20 @@ class RunDir:
             keys = sorted((set(sealed) | set(final)) - {"ckpt_sha256"})
             differ = [k for k in keys if final.get(k) != sealed.get(k)]
             if differ:
-                raise RunDirError(f"{self.path}: final.json's {', '.join(differ)} differ from what ckpt.pt records; "
-                                  "it is never reused - move that directory aside and run again")
+                raise RunDirError(
+                    f"{self.path}: final.json's {', '.join(differ)} differ from what ckpt.pt records; "
+                    "it is never reused - move that directory aside and run again"
+                )
         best = state.get("best") if isinstance(state.get("best"), dict) else {}
         pairs = [("best_val_loss", best.get("val_loss")), ("best_step", best.get("step"))]
         if "final_val_loss" in state:  # checkpoints written before this record lack it
             pairs.append(("final_val_loss", state["final_val_loss"]))
         differ = [k for k, want in pairs if want is not None and final.get(k) != want]
         if differ:
-            raise RunDirError(f"{self.path}: final.json's {', '.join(differ)} differ from what ckpt.pt records; "
-                              "it is never reused - move that directory aside and run again")
+            raise RunDirError(
+                f"{self.path}: final.json's {', '.join(differ)} differ from what ckpt.pt records; "
+                "it is never reused - move that directory aside and run again"
+            )
 
     def read_final(self) -> dict[str, Any]:
         """final.json, checked field by field (training.checks.rundir.check_final)."""
@@ -335,8 +358,11 @@ class RunDir:
 
     def check_checkpoint(self, ckpt: Checkpoint, record: dict[str, Any]) -> None:
         """A checkpoint resumes only the run it was written by: same model, training config and data."""
-        written = {"model": ckpt.config.to_dict(), "train": ckpt.state.get("train_config"),
-                   "model_init": ckpt.state.get("model_init")}
+        written = {
+            "model": ckpt.config.to_dict(),
+            "train": ckpt.state.get("train_config"),
+            "model_init": ckpt.state.get("model_init"),
+        }
         problems = differing_fields(written, record)
         old = (ckpt.state.get("data") or {}).get("sha256")
         if old != record["data"]["sha256"]:
@@ -346,15 +372,19 @@ class RunDir:
 
             written = vocab_sha256(ckpt.state.get("vocab"), ckpt.state.get("encoding"))
             if written != record["data"]["vocab_sha256"]:
-                problems.append("vocabulary (the checkpoint's characters or encoding are not this corpus's: the "
-                                "same token ids are other text)")
+                problems.append(
+                    "vocabulary (the checkpoint's characters or encoding are not this corpus's: the "
+                    "same token ids are other text)"
+                )
         missing = [k for k in ("optimizer", "sampler", "step", "best", "totals") if k not in ckpt.state]
         if missing:
-            raise CheckpointError(f"{self.ckpt} lacks the training state {missing} a resume needs; "
-                                  "move it aside to start this run again")
+            raise CheckpointError(
+                f"{self.ckpt} lacks the training state {missing} a resume needs; move it aside to start this run again"
+            )
         if problems:
-            raise CheckpointError(f"{self.ckpt} belongs to another run ({'; '.join(problems)}); "
-                                  "move it aside to start this run again")
+            raise CheckpointError(
+                f"{self.ckpt} belongs to another run ({'; '.join(problems)}); move it aside to start this run again"
+            )
 
     @contextlib.contextmanager
     def hold(self):
@@ -370,8 +400,9 @@ class RunDir:
             lock.acquire()
         except Timeout:
             who = self.read_holder() or "another process"
-            raise RunDirError(f"{self.path} is being trained by {who}; wait for it to finish "
-                              "(or stop it) and run again") from None
+            raise RunDirError(
+                f"{self.path} is being trained by {who}; wait for it to finish (or stop it) and run again"
+            ) from None
         except OSError as e:
             raise RunDirError(f"cannot lock {self.path}: {e.strerror or e}") from None
         try:
@@ -400,8 +431,10 @@ class RunDir:
     def check_still_there(self, inode: tuple[int, int] | None, step: int) -> None:
         """Refuse to write into a directory removed (or replaced) under a live trainer: it is no longer this run."""
         if inode is None or self.inode() != inode or not self.config.is_file():
-            raise RunDirError(f"{self.path} was removed or replaced while this run trained (step {step}); stopped "
-                              "without writing there again - run the command again to start it afresh")
+            raise RunDirError(
+                f"{self.path} was removed or replaced while this run trained (step {step}); stopped "
+                "without writing there again - run the command again to start it afresh"
+            )
 
     def read_holder(self, wait: float = 2.0) -> str:
         """The holder's line; a holder that has just taken the lock writes it a moment later, so wait a little."""
@@ -447,11 +480,17 @@ class RunDir:
         for record in read_jsonl(self.probes, required=("step", "probe")):
             probes.setdefault(record["probe"], []).append(record)
         # Strict JSON already refuses NaN; a curve point that is not a number is damage too.
-        bad = [r["step"] for r in metrics for k in ("val_loss", "train_loss")
-               if k in r and (not isinstance(r[k], (int, float)) or not math.isfinite(r[k]))]
+        bad = [
+            r["step"]
+            for r in metrics
+            for k in ("val_loss", "train_loss")
+            if k in r and (not isinstance(r[k], (int, float)) or not math.isfinite(r[k]))
+        ]
         if bad:
-            raise DataFileError(f"{self.metrics} holds a loss that is not a finite number at step {bad[0]}; "
-                                "move the run directory aside and train it again")
+            raise DataFileError(
+                f"{self.metrics} holds a loss that is not a finite number at step {bad[0]}; "
+                "move the run directory aside and train it again"
+            )
         val = [(r["step"], r["val_loss"]) for r in metrics if "val_loss" in r]
         train = [(r["step"], r["train_loss"]) for r in metrics if "train_loss" in r]
         return {

@@ -75,18 +75,23 @@ class StackedGPT(nn.Module):
             if why:
                 raise ConfigError(f"cannot stack this model: {why}")
         if len({shape_key(c) for c in cfgs}) != 1:
-            raise ConfigError("ensemble members must share every shape field (" +
-                              ", ".join(f.name for f in fields(cfgs[0]) if f.name not in PER_MEMBER_MODEL) + ")")
+            raise ConfigError(
+                "ensemble members must share every shape field ("
+                + ", ".join(f.name for f in fields(cfgs[0]) if f.name not in PER_MEMBER_MODEL)
+                + ")"
+            )
         self.cfg = cfgs[0]
         self.member_cfgs = [c.replace() for c in cfgs]  # plain copies, without the TL attributes bound to a model
         self.k = len(members)
         self.tied = self.cfg.tie_embeddings
         states = [m.state_dict() for m in members]
         self.names = [n for n, _ in members[0].named_parameters()]  # tied unembed appears once, as embed.weight
-        self.params = nn.ParameterDict({
-            n.replace(".", "__"): nn.Parameter(torch.stack([s[n].detach().float() for s in states]).contiguous())
-            for n in self.names
-        })
+        self.params = nn.ParameterDict(
+            {
+                n.replace(".", "__"): nn.Parameter(torch.stack([s[n].detach().float() for s in states]).contiguous())
+                for n in self.names
+            }
+        )
         gate = lambda flags: torch.tensor([1.0 if f else 0.0 for f in flags]).view(-1, 1, 1, 1)  # noqa: E731
         self.register_buffer("attn_gate", gate([c.attn_residual for c in cfgs]), persistent=False)
         self.register_buffer("ffn_gate", gate([c.ffn_residual for c in cfgs]), persistent=False)
@@ -108,8 +113,11 @@ class StackedGPT(nn.Module):
         k, b, t, i = x.shape
         flat = x.reshape(k, b * t, i)
         bias = self.params.get(f"{prefix}.bias".replace(".", "__"))
-        y = torch.bmm(flat, w.transpose(1, 2)) if bias is None else torch.baddbmm(bias[:, None, :], flat,
-                                                                                   w.transpose(1, 2))
+        y = (
+            torch.bmm(flat, w.transpose(1, 2))
+            if bias is None
+            else torch.baddbmm(bias[:, None, :], flat, w.transpose(1, 2))
+        )
         return y.view(k, b, t, -1)
 
     def _ln(self, x: Float[Tensor, "k b t d"], prefix: str) -> Float[Tensor, "k b t d"]:
@@ -133,8 +141,10 @@ class StackedGPT(nn.Module):
         # SDPA's fused CPU kernel takes 4-d inputs only: members and batch share its batch axis
         m, b, n, _ = x.shape
         qkv = self._linear(x, f"blocks.{layer}.attn.in_proj")
-        q, k, v = (rearrange(t, "m b p (h dh) -> (m b) h p dh", h=self.cfg.n_heads)
-                   for t in qkv.split(self.cfg.d_model, dim=-1))
+        q, k, v = (
+            rearrange(t, "m b p (h dh) -> (m b) h p dh", h=self.cfg.n_heads)
+            for t in qkv.split(self.cfg.d_model, dim=-1)
+        )
         if self.plain_causal:
             z = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
@@ -158,9 +168,7 @@ class StackedGPT(nn.Module):
             return stream + out if keep else out
         return stream * gate + out
 
-    def forward(
-        self, tokens: Int[Tensor, "k b t"], targets: Int[Tensor, "k b t"]
-    ) -> Float[Tensor, " k"]:
+    def forward(self, tokens: Int[Tensor, "k b t"], targets: Int[Tensor, "k b t"]) -> Float[Tensor, " k"]:
         k, b, n = tokens.shape
         if k != self.k:
             raise ConfigError(f"expected tokens for {self.k} members, got {k}")
@@ -183,8 +191,9 @@ class StackedGPT(nn.Module):
         w_u = self.p("embed.weight") if self.tied else self.p("unembed.weight")
         final = self._ln(resid, "ln_final")
         logits = torch.bmm(final.reshape(k, b * n, -1), w_u.transpose(1, 2))
-        per_token = F.cross_entropy(logits.reshape(k * b * n, vocab).float(), targets.reshape(-1),
-                                    ignore_index=-1, reduction="none").view(k, b * n)
+        per_token = F.cross_entropy(
+            logits.reshape(k * b * n, vocab).float(), targets.reshape(-1), ignore_index=-1, reduction="none"
+        ).view(k, b * n)
         counted = (targets.reshape(k, b * n) != -1).sum(-1)
         # as F.cross_entropy's mean over the targets that count, summed member by member (see embed)
         return torch.stack([per_token[m].sum() for m in range(k)]) / counted

@@ -93,8 +93,13 @@ def entropy_rate(chain: MarkovChain) -> float:
     return float(chain.stationary @ rows)
 
 
-def markov_chain(vocab_size: int = len(ALPHABET), order: int = 2, seed: int = DEFAULT_SEED,
-                 concentration: float = 0.1, first_order_weight: float = 0.5) -> MarkovChain:
+def markov_chain(
+    vocab_size: int = len(ALPHABET),
+    order: int = 2,
+    seed: int = DEFAULT_SEED,
+    concentration: float = 0.1,
+    first_order_weight: float = 0.5,
+) -> MarkovChain:
     """A seeded chain: each row mixes a Dirichlet(concentration) row of the last token with one of the state."""
     if order < 1 or vocab_size < 2 or not 0 <= first_order_weight <= 1 or concentration <= 0:
         raise DataError("need order >= 1, vocab_size >= 2, 0 <= first_order_weight <= 1, concentration > 0")
@@ -139,8 +144,16 @@ def synthetic_corpus(n_tokens: int = DEFAULT_TOKENS, seed: int = DEFAULT_SEED, o
     _, ids = _sampled(n_tokens, seed, order)
     encode, decode = char_codec(list(ALPHABET))
     n_train = int(n_tokens * 0.9)
-    return Corpus(name="synthetic", vocab_size=len(ALPHABET), train=ids[:n_train], val=ids[n_train:],
-                  encode=encode, decode=decode, vocab=list(ALPHABET), encoding="char")
+    return Corpus(
+        name="synthetic",
+        vocab_size=len(ALPHABET),
+        train=ids[:n_train],
+        val=ids[n_train:],
+        encode=encode,
+        decode=decode,
+        vocab=list(ALPHABET),
+        encoding="char",
+    )
 
 
 def synthetic_chain(seed: int = DEFAULT_SEED, order: int = 2) -> MarkovChain:
@@ -161,4 +174,3 @@ def write_data_dir(root: str | Path, n_tokens: int = DEFAULT_TOKENS, seed: int =
     text = synthetic_text(n_tokens, seed)
     atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
     return Path(root)
-

@@ -42,8 +42,17 @@ from training.flops import flops_per_token, peak_matmul_flops
 from training.presets import TrainConfig
 from training.rundir import RunDir, RunDirError, config_record, describe
 
-__all__ = ["RunDirError", "Trainer", "TrainingError", "TrainingInterrupted", "mean_loss", "read_jsonl",
-           "evaluate", "describe", "data_provenance"]  # the last three: old names, kept for researchers' scripts
+__all__ = [
+    "RunDirError",
+    "Trainer",
+    "TrainingError",
+    "TrainingInterrupted",
+    "mean_loss",
+    "read_jsonl",
+    "evaluate",
+    "describe",
+    "data_provenance",
+]  # the last three: old names, kept for researchers' scripts
 
 
 class TrainingError(ToolkitError):
@@ -114,8 +123,6 @@ def mean_loss(model: torch.nn.Module, batches, device: torch.device, autocast=No
 
 
 evaluate = mean_loss  # its name before the restructure; describe and data_provenance are re-exported above
-
-
 
 
 # ----- the trainer --------------------------------------------------------------------------------------
@@ -232,11 +239,18 @@ class Trainer:
     def state_dict(self) -> dict[str, Any]:
         elapsed = self.totals["wall_time"] + time.perf_counter() - self._wall_start
         state = dict(
-            step=self.step, best=self.best, totals={**self.totals, "wall_time": elapsed},
-            optimizer=self.optimizer.state_dict(), sampler=self.sampler.state_dict(),
-            val_generator=self.val_generator.get_state(), torch_rng=torch.get_rng_state(),
-            train_config=self.train_cfg.to_dict(), model_init=self.config_record["model_init"],
-            data=self.config_record["data"], vocab=self.corpus.vocab, encoding=self.corpus.encoding,
+            step=self.step,
+            best=self.best,
+            totals={**self.totals, "wall_time": elapsed},
+            optimizer=self.optimizer.state_dict(),
+            sampler=self.sampler.state_dict(),
+            val_generator=self.val_generator.get_state(),
+            torch_rng=torch.get_rng_state(),
+            train_config=self.train_cfg.to_dict(),
+            model_init=self.config_record["model_init"],
+            data=self.config_record["data"],
+            vocab=self.corpus.vocab,
+            encoding=self.corpus.encoding,
         )
         if getattr(self, "last_val", None) is not None:  # the finished run's last validation loss
             state["final_val_loss"] = self.last_val
@@ -279,14 +293,19 @@ class Trainer:
             self.model.load_state_dict(ckpt.weights)
             self.load_state_dict(ckpt.state)
         except (KeyError, RuntimeError, ValueError, TypeError, ToolkitError) as e:
-            raise CheckpointError(f"{self.run_dir.ckpt} cannot be resumed ({type(e).__name__}: {one_line(e)}); "
-                                  "move it aside to start this run again") from None
+            raise CheckpointError(
+                f"{self.run_dir.ckpt} cannot be resumed ({type(e).__name__}: {one_line(e)}); "
+                "move it aside to start this run again"
+            ) from None
         self.saved_step, self.ckpt_sha256 = self.step, ckpt.content_sha256
         if self.is_main:
             # Drop what was logged after the checkpoint. Both logs are read (strictly: a damaged
             # line is an error naming file and line) before either is rewritten.
-            logs = [(path, read_jsonl(path, torn_tail_ok=True)) for path in (self.run_dir.metrics, self.run_dir.probes)
-                    if path.exists()]
+            logs = [
+                (path, read_jsonl(path, torn_tail_ok=True))
+                for path in (self.run_dir.metrics, self.run_dir.probes)
+                if path.exists()
+            ]
             for path, records in logs:
                 write_jsonl(path, [r for r in records if r.get("step", 0) < self.step])
         self._record_eval_from()  # only once the checkpoint has loaded: a refused resume changes nothing
@@ -315,8 +334,11 @@ class Trainer:
             last = not self.ddp or micro == cfg.grad_accum - 1
             # train_mode_hooks_expected: this forward trains on purpose, so the model skips its per-forward
             # search for analysis hooks (the TrainModeWarning's), which costs ~0.25 ms a step at 12 layers
-            with contextlib.nullcontext() if last else self.train_model.no_sync(), self.autocast, \
-                    train_mode_hooks_expected():
+            with (
+                contextlib.nullcontext() if last else self.train_model.no_sync(),
+                self.autocast,
+                train_mode_hooks_expected(),
+            ):
                 _, loss = self.train_model(x, y)
             (loss / cfg.grad_accum).backward()
             loss_sum += loss.detach()
@@ -334,8 +356,9 @@ class Trainer:
         try:
             self.optimizer.step()
         except RuntimeError as e:  # an lr so large that AdamW's step size overflows float32
-            raise TrainingError(f"the optimizer step failed at step {step} (lr {lr:g}: {one_line(e)}); "
-                                f"{self.kept()}. Lower lr") from None
+            raise TrainingError(
+                f"the optimizer step failed at step {step} (lr {lr:g}: {one_line(e)}); {self.kept()}. Lower lr"
+            ) from None
         self.optimizer.zero_grad(set_to_none=True)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -343,14 +366,19 @@ class Trainer:
 
     def not_finite(self, what: str, value: float, step: int) -> TrainingError:
         """The error for a non-finite number: nothing non-finite is ever written as a result."""
-        return TrainingError(f"{what} became {value} at step {step}; nothing was recorded for that step and "
-                             f"{self.kept()}. Lower lr or raise warmup_steps")
+        return TrainingError(
+            f"{what} became {value} at step {step}; nothing was recorded for that step and "
+            f"{self.kept()}. Lower lr or raise warmup_steps"
+        )
 
     def kept(self) -> str:
         """Where the run stands after a failed step: its last good checkpoint, or none."""
         saved = getattr(self, "saved_step", None)
-        return (f"the last good checkpoint is {self.run_dir.ckpt} (step {saved})" if saved is not None
-                and self.run_dir.ckpt.exists() else "no checkpoint was written yet")
+        return (
+            f"the last good checkpoint is {self.run_dir.ckpt} (step {saved})"
+            if saved is not None and self.run_dir.ckpt.exists()
+            else "no checkpoint was written yet"
+        )
 
     def val_loss(self, batches=None) -> float:
         """Validation loss: the fixed batches, or fresh random ones with val_mode="random"."""
@@ -358,8 +386,9 @@ class Trainer:
         if batches is None:
             batches = self.val_batches
             if cfg.val_mode == "random":
-                batches = random_batches(self.corpus.val, self.model_cfg.n_ctx, cfg.batch_size, cfg.eval_batches,
-                                         self.val_generator)
+                batches = random_batches(
+                    self.corpus.val, self.model_cfg.n_ctx, cfg.batch_size, cfg.eval_batches, self.val_generator
+                )
         return mean_loss(self.model, batches, self.device, self.autocast)
 
     def _train(self) -> dict[str, Any]:
@@ -369,8 +398,15 @@ class Trainer:
         start_step = self.step
         self._call("on_train_start")
         label = " ".join(str(self.meta[k]) for k in ("variant", "seed") if k in self.meta) or self.run_dir.path.name
-        bar = tqdm(total=cfg.max_steps, initial=start_step, desc=label, unit="step",
-                   disable=not (self.progress and self.is_main), leave=False, dynamic_ncols=True)
+        bar = tqdm(
+            total=cfg.max_steps,
+            initial=start_step,
+            desc=label,
+            unit="step",
+            disable=not (self.progress and self.is_main),
+            leave=False,
+            dynamic_ncols=True,
+        )
         self._wall_start = time.perf_counter()
         tokens_per_step = cfg.batch_size * cfg.grad_accum * self.model_cfg.n_ctx
         window_time, window_tokens = 0.0, 0
@@ -401,12 +437,18 @@ class Trainer:
                 self._call("on_step", step, loss_value)
                 kill_point("step")  # test hook (interp.io.kill_point); a no-op unless RESIDUAL_KILL_AT is set
                 if step % cfg.log_interval == 0 or "val_loss" in record:
-                    record.update(step=step, lr=lr_at(step, cfg), train_loss=loss_value, grad_norm=grad_norm,
-                                  tokens_per_s=window_tokens / max(window_time, 1e-9))
+                    record.update(
+                        step=step,
+                        lr=lr_at(step, cfg),
+                        train_loss=loss_value,
+                        grad_norm=grad_norm,
+                        tokens_per_s=window_tokens / max(window_time, 1e-9),
+                    )
                     self.append("metrics.jsonl", record)
                     window_time, window_tokens = 0.0, 0
-                    bar.set_postfix(loss=f"{loss_value:.3f}", val=f"{last_val:.3f}",
-                                    tok_s=f"{record['tokens_per_s']:.0f}")
+                    bar.set_postfix(
+                        loss=f"{loss_value:.3f}", val=f"{last_val:.3f}", tok_s=f"{record['tokens_per_s']:.0f}"
+                    )
                     record = {}
                 bar.update(1)
                 if (step + 1) % cfg.ckpt_interval == 0 and step + 1 < cfg.max_steps:

@@ -52,9 +52,14 @@ class EscapeProbe:
     def on_eval(self, trainer, step: int, val_loss: float) -> None:
         if (step % self.interval and step != trainer.train_cfg.max_steps) or not getattr(trainer, "is_main", True):
             return
-        trainer.append("probes.jsonl", {"step": step, "probe": "escape",
-                                        **measure(trainer.model, trainer.corpus.train,
-                                                  trainer.val_batches[:MECH_BATCHES])})
+        trainer.append(
+            "probes.jsonl",
+            {
+                "step": step,
+                "probe": "escape",
+                **measure(trainer.model, trainer.corpus.train, trainer.val_batches[:MECH_BATCHES]),
+            },
+        )
 
 
 def measure(model, train_tokens, batches) -> dict[str, float]:
@@ -70,8 +75,11 @@ def measure(model, train_tokens, batches) -> dict[str, float]:
         with torch.no_grad():
             out = {}
             for name in ("loss", *INTERVENTIONS):
-                hooks = [] if name == "loss" else [h for layer in range(model.cfg.n_layers)
-                                                  for h in layer_hooks(name, layer)]
+                hooks = (
+                    []
+                    if name == "loss"
+                    else [h for layer in range(model.cfg.n_layers) for h in layer_hooks(name, layer)]
+                )
                 losses = [per_sequence_loss(model, x, y, hooks)[0].mean().item() for x, y in batches]
                 out[name] = float(np.mean(losses))
         result = identity(model, train_tokens, batches, offsets=(0,), sites=[IDENTITY_SITE])
@@ -158,11 +166,19 @@ def aligned(runs: list[dict[str, Any]], warmup: int, probe_interval: int) -> dic
             vals = [c[k] for c in curves if c[k] is not None]
             mean_curve.append(float(np.mean(vals)) if vals else None)
         out["measures"][name] = {
-            "label": MEASURES[name], "n_runs": len(curves), "mean_curve": mean_curve,
-            "lead": {"n": len(leads), "median": float(np.median(leads)) if leads else None,
-                     "interval": _median_interval(leads) if len(leads) >= 3 else None},
-            "change": {"n": len(changes), "mean": float(np.mean(changes)) if changes else None,
-                       "interval": _interval(changes) if len(changes) >= 3 else None},
+            "label": MEASURES[name],
+            "n_runs": len(curves),
+            "mean_curve": mean_curve,
+            "lead": {
+                "n": len(leads),
+                "median": float(np.median(leads)) if leads else None,
+                "interval": _median_interval(leads) if len(leads) >= 3 else None,
+            },
+            "change": {
+                "n": len(changes),
+                "mean": float(np.mean(changes)) if changes else None,
+                "interval": _interval(changes) if len(changes) >= 3 else None,
+            },
         }
     return out
 
@@ -183,8 +199,11 @@ def _median_interval(values: list[float]) -> tuple[float, float]:
 
 def order(result: dict[str, Any]) -> list[tuple[str, float, int]]:
     """The measures with a lead, earliest first: (name, median lead, runs it rests on)."""
-    items = [(k, m["lead"]["median"], m["lead"]["n"]) for k, m in result["measures"].items()
-             if m["lead"]["median"] is not None]
+    items = [
+        (k, m["lead"]["median"], m["lead"]["n"])
+        for k, m in result["measures"].items()
+        if m["lead"]["median"] is not None
+    ]
     return sorted(items, key=lambda t: t[1])
 
 
@@ -194,13 +213,16 @@ def self_path_answer(result: dict[str, Any], min_runs: int) -> str:
     knock = result["measures"]["knock_out_self"]["change"]
     n = min(alpha["n"], knock["n"])
     if n < min_runs or alpha["interval"] is None or knock["interval"] is None:
-        return (f"not settled: the before/after comparison rests on {n} escaped run(s), fewer than the "
-                f"{min_runs} it needs")
+        return (
+            f"not settled: the before/after comparison rests on {n} escaped run(s), fewer than the {min_runs} it needs"
+        )
     up = alpha["interval"][0] > 0
     hurts = knock["interval"][0] > 0
     a = f"alpha_tt at layer 0 {alpha['mean']:+.3f} [{alpha['interval'][0]:+.3f}, {alpha['interval'][1]:+.3f}]"
-    k = (f"the loss cost of knocking out the self path {knock['mean']:+.3f} "
-         f"[{knock['interval'][0]:+.3f}, {knock['interval'][1]:+.3f}] nats")
+    k = (
+        f"the loss cost of knocking out the self path {knock['mean']:+.3f} "
+        f"[{knock['interval'][0]:+.3f}, {knock['interval'][1]:+.3f}] nats"
+    )
     if up and hurts:
         verdict = "yes: attention builds a self path as the runs leave the floor"
     elif not up and not hurts:

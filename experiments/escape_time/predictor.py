@@ -29,17 +29,24 @@ def early_features(record: dict[str, Any], early: int, warmup: int) -> dict[str,
 
     s = series(record.get("probes", {}))
     curve = list(zip(record["val_curve"]["steps"], record["val_curve"]["loss"], strict=True))
-    return {"val_loss": _at(curve, early), "alpha_tt_layer0": _at(s.get("alpha_tt_layer0", []), early),
-            "grad_block0": _at(s.get("grad_block0", []), min(warmup, early)), "growth": _at(s.get("growth", []), early),
-            "identity": _at(s.get("identity", []), early)}
+    return {
+        "val_loss": _at(curve, early),
+        "alpha_tt_layer0": _at(s.get("alpha_tt_layer0", []), early),
+        "grad_block0": _at(s.get("grad_block0", []), min(warmup, early)),
+        "growth": _at(s.get("growth", []), early),
+        "identity": _at(s.get("identity", []), early),
+    }
 
 
 def evaluate_by_seed(samples: list[dict[str, Any]]) -> dict[str, Any]:
     """Each feature's seed-held-out test over samples ({"seed", "features", "escaped"})."""
     out = {}
     for name in FEATURES:
-        rows = [(s["seed"], float(s["features"][name]), bool(s["escaped"])) for s in samples
-                if s["features"].get(name) is not None]
+        rows = [
+            (s["seed"], float(s["features"][name]), bool(s["escaped"]))
+            for s in samples
+            if s["features"].get(name) is not None
+        ]
         n, k = len(rows), sum(y for _, _, y in rows)
         seeds = sorted({seed for seed, _, _ in rows})
         item: dict[str, Any] = {"n": n, "n_escaped": k, "n_seeds": len(seeds)}
@@ -64,8 +71,14 @@ def evaluate_by_seed(samples: list[dict[str, Any]]) -> dict[str, Any]:
             lo, hi = binomial_interval(hits, n)
             a = auc(xs, ys)
             a_lo, a_hi = bootstrap_auc(xs, ys)
-            item.update(accuracy=hits / n, interval=[lo, hi], majority_accuracy=base_hits / n, auc=a,
-                        auc_interval=[a_lo, a_hi], predicts=lo > base_hits / n)
+            item.update(
+                accuracy=hits / n,
+                interval=[lo, hi],
+                majority_accuracy=base_hits / n,
+                auc=a,
+                auc_interval=[a_lo, a_hi],
+                predicts=lo > base_hits / n,
+            )
         out[name] = item
     return out
 
@@ -75,10 +88,12 @@ def verdict_line(name: str, item: dict[str, Any]) -> str:
         return f"{name}: not testable ({item['untestable']})"
     lo, hi = item["interval"]
     word = "predicts escape" if item["predicts"] else "does not beat the majority baseline"
-    return (f"{name}: {word}: held-out accuracy {item['accuracy']:.2f} [{lo:.2f}, {hi:.2f}] against majority "
-            f"{item['majority_accuracy']:.2f}, AUC {item['auc']:.2f} [{item['auc_interval'][0]:.2f}, "
-            f"{item['auc_interval'][1]:.2f}] ({item['n']} runs, {item['n_escaped']} escaped, {item['n_seeds']} "
-            f"seeds)")
+    return (
+        f"{name}: {word}: held-out accuracy {item['accuracy']:.2f} [{lo:.2f}, {hi:.2f}] against majority "
+        f"{item['majority_accuracy']:.2f}, AUC {item['auc']:.2f} [{item['auc_interval'][0]:.2f}, "
+        f"{item['auc_interval'][1]:.2f}] ({item['n']} runs, {item['n_escaped']} escaped, {item['n_seeds']} "
+        f"seeds)"
+    )
 
 
 if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing

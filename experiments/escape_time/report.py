@@ -18,20 +18,37 @@ def _step(x: float | None, last: int) -> str:
 
 def median_text(cell: dict[str, Any]) -> str:
     m = cell["median"]
-    return f"{_step(m['median'], cell['last_step'])} [{_step(m['lower'], cell['last_step'])}, " \
-           f"{_step(m['upper'], cell['last_step'])}]"
+    return (
+        f"{_step(m['median'], cell['last_step'])} [{_step(m['lower'], cell['last_step'])}, "
+        f"{_step(m['upper'], cell['last_step'])}]"
+    )
 
 
 def table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    headers = ["cell", "role", "runs", "escaped", "median escape step [95%]", "on the floor at the end [95%]",
-               *[f"median at margin {m}" for m in results["margins_text"]]]
+    headers = [
+        "cell",
+        "role",
+        "runs",
+        "escaped",
+        "median escape step [95%]",
+        "on the floor at the end [95%]",
+        *[f"median at margin {m}" for m in results["margins_text"]],
+    ]
     rows = []
     order = {"grid": 0, "holdout": 1, "reference": 2}
     for c in sorted(results["cells"], key=lambda c: (order[c["role"]], c["residual"], c["n_layers"], c["lr"])):
         s, lo, hi = c["survival_at_last"]
-        rows.append([c["name"], c["role"], str(c["n"]), str(c["n_escaped"]), median_text(c),
-                     f"{s:.2f} [{lo:.2f}, {hi:.2f}]",
-                     *[_step(v, c["last_step"]) for v in c["medians_by_margin"].values()]])
+        rows.append(
+            [
+                c["name"],
+                c["role"],
+                str(c["n"]),
+                str(c["n_escaped"]),
+                median_text(c),
+                f"{s:.2f} [{lo:.2f}, {hi:.2f}]",
+                *[_step(v, c["last_step"]) for v in c["medians_by_margin"].values()],
+            ]
+        )
     return headers, rows
 
 
@@ -48,11 +65,13 @@ def law_text(law: dict[str, Any], margin: str) -> str:
 
     import math
 
-    text = (f"law at margin {margin}: each layer multiplies the median wait by {ci('per_layer', math.exp)}")
+    text = f"law at margin {margin}: each layer multiplies the median wait by {ci('per_layer', math.exp)}"
     if law["with_lr"]:
         text += f", each doubling of lr by {ci('per_lr_doubling', math.exp)}"
-    return text + (f"; spread sigma {ci('sigma')} (log-normal, {law['n_runs']} runs, {law['n_escaped']} escaped, "
-                   f"depths {law['depths']})")
+    return text + (
+        f"; spread sigma {ci('sigma')} (log-normal, {law['n_runs']} runs, {law['n_escaped']} escaped, "
+        f"depths {law['depths']})"
+    )
 
 
 def prediction_text(depth: int, lr: float, p: dict[str, Any]) -> str:
@@ -60,9 +79,11 @@ def prediction_text(depth: int, lr: float, p: dict[str, Any]) -> str:
         return f"held-out depth {depth}, lr {lr:g}: no prediction ({p.get('reason')})"
     lo, hi = p["median_interval"]
     slo, shi = p["survival_interval"]
-    return (f"held-out depth {depth}, lr {lr:g}, predicted from the other depths: median escape step "
-            f"{p['median']:.0f} [{lo:.0f}, {hi:.0f}], on the floor at step {p['step']:.0f}: "
-            f"{p['survival_at_last']:.2f} [{slo:.2f}, {shi:.2f}]")
+    return (
+        f"held-out depth {depth}, lr {lr:g}, predicted from the other depths: median escape step "
+        f"{p['median']:.0f} [{lo:.0f}, {hi:.0f}], on the floor at step {p['step']:.0f}: "
+        f"{p['survival_at_last']:.2f} [{slo:.2f}, {shi:.2f}]"
+    )
 
 
 def holdout_lines(results: dict[str, Any]) -> list[str]:
@@ -73,9 +94,11 @@ def holdout_lines(results: dict[str, Any]) -> list[str]:
         m = o["median"]
         s, lo, hi = o["survival_at_last"]
         last = h["last_step"]
-        out.append(f"    observed ({h['n']} runs, {o['n_escaped']} escaped): median {_step(m['median'], last)} "
-                   f"[{_step(m['lower'], last)}, {_step(m['upper'], last)}], on the floor at the end {s:.2f} "
-                   f"[{lo:.2f}, {hi:.2f}]")
+        out.append(
+            f"    observed ({h['n']} runs, {o['n_escaped']} escaped): median {_step(m['median'], last)} "
+            f"[{_step(m['lower'], last)}, {_step(m['upper'], last)}], on the floor at the end {s:.2f} "
+            f"[{lo:.2f}, {hi:.2f}]"
+        )
     return out
 
 
@@ -112,11 +135,26 @@ def survival_figure(results: dict[str, Any]):
         lo = [1.0, 1.0, *[v for v in km["lower"] for _ in (0, 1)]][: len(xs)]
         hi = [1.0, 1.0, *[v for v in km["upper"] for _ in (0, 1)]][: len(xs)]
         name = f"{c['name']} ({c['role']})"
-        fig.add_trace(go.Scatter(x=xs + xs[::-1], y=hi + lo[::-1], fill="toself", opacity=0.12, line=dict(width=0),
-                                 showlegend=False, hoverinfo="skip", legendgroup=name))
+        fig.add_trace(
+            go.Scatter(
+                x=xs + xs[::-1],
+                y=hi + lo[::-1],
+                fill="toself",
+                opacity=0.12,
+                line=dict(width=0),
+                showlegend=False,
+                hoverinfo="skip",
+                legendgroup=name,
+            )
+        )
         fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=name, legendgroup=name))
-    fig.update_layout(title="Fraction still on the floor (Kaplan-Meier, 95% band)", xaxis_title="step",
-                      yaxis_title="on the floor", yaxis_range=[0, 1.02], height=520)
+    fig.update_layout(
+        title="Fraction still on the floor (Kaplan-Meier, 95% band)",
+        xaxis_title="step",
+        yaxis_title="on the floor",
+        yaxis_range=[0, 1.02],
+        height=520,
+    )
     return fig
 
 
@@ -125,19 +163,34 @@ def law_figure(results: dict[str, Any]):
 
     fig = go.Figure()
     for lr in results["lrs"]:
-        cells = sorted((c for c in results["cells"] if c["residual"] == "ffn_only" and c["lr"] == lr),
-                       key=lambda c: c["n_layers"])
+        cells = sorted(
+            (c for c in results["cells"] if c["residual"] == "ffn_only" and c["lr"] == lr), key=lambda c: c["n_layers"]
+        )
         pts = [(c["n_layers"], c["median"]["median"], c["role"]) for c in cells if c["median"]["median"]]
-        fig.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="markers+lines",
-                                 name=f"observed median, lr {lr:g}", text=[p[2] for p in pts]))
+        fig.add_trace(
+            go.Scatter(
+                x=[p[0] for p in pts],
+                y=[p[1] for p in pts],
+                mode="markers+lines",
+                name=f"observed median, lr {lr:g}",
+                text=[p[2] for p in pts],
+            )
+        )
     for h in results["holdout"]:
         p = h["predicted"]
         if p.get("predicted"):
             lo, hi = p["median_interval"]
-            fig.add_trace(go.Scatter(x=[h["depth"]], y=[p["median"]], mode="markers", marker_symbol="diamond-open",
-                                     marker_size=14, name=f"predicted, held-out depth, lr {h['lr']:g}",
-                                     error_y=dict(type="data", symmetric=False, array=[hi - p["median"]],
-                                                  arrayminus=[p["median"] - lo])))
+            fig.add_trace(
+                go.Scatter(
+                    x=[h["depth"]],
+                    y=[p["median"]],
+                    mode="markers",
+                    marker_symbol="diamond-open",
+                    marker_size=14,
+                    name=f"predicted, held-out depth, lr {h['lr']:g}",
+                    error_y=dict(type="data", symmetric=False, array=[hi - p["median"]], arrayminus=[p["median"] - lo]),
+                )
+            )
     fig.update_yaxes(type="log", title="median escape step")
     fig.update_layout(title="Median escape step against depth (log scale)", xaxis_title="depth", height=460)
     return fig
@@ -150,11 +203,15 @@ def mechanism_figure(results: dict[str, Any], names: tuple[str, ...]):
     fig = go.Figure()
     for name in names:
         m = mech["measures"][name]
-        fig.add_trace(go.Scatter(x=mech["offsets"], y=m["mean_curve"], mode="lines+markers",
-                                 name=f"{m['label']} (n={m['n_runs']})"))
+        fig.add_trace(
+            go.Scatter(
+                x=mech["offsets"], y=m["mean_curve"], mode="lines+markers", name=f"{m['label']} (n={m['n_runs']})"
+            )
+        )
     fig.add_vline(x=0, line_dash="dot")
-    fig.update_layout(title="Aligned on the escape step (mean over escaped runs)", xaxis_title="step - escape step",
-                      height=420)
+    fig.update_layout(
+        title="Aligned on the escape step (mean over escaped runs)", xaxis_title="step - escape step", height=420
+    )
     return fig
 
 
@@ -166,8 +223,7 @@ def survival_svg(results: dict[str, Any], width: int = 640, height: int = 300) -
     for a README or a paper draft, beside the interactive report."""
     from xml.sax.saxutils import escape
 
-    cells = sorted((c for c in results["cells"] if c["residual"] == "ffn_only"),
-                   key=lambda c: (c["lr"], c["n_layers"]))
+    cells = sorted((c for c in results["cells"] if c["residual"] == "ffn_only"), key=lambda c: (c["lr"], c["n_layers"]))
     last = max((c["last_step"] for c in cells), default=1)
     left, right, top, bottom = 50, 170, 20, 40
     w, h = width - left - right, height - top - bottom
@@ -175,17 +231,22 @@ def survival_svg(results: dict[str, Any], width: int = 640, height: int = 300) -
     def xy(step: float, s: float) -> str:
         return f"{left + w * step / last:.1f},{top + h * (1 - s):.1f}"
 
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
-           f'font-size="11">', f'<rect width="{width}" height="{height}" fill="white"/>',
-           f'<line x1="{left}" y1="{top + h}" x2="{left + w}" y2="{top + h}" stroke="black"/>',
-           f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + h}" stroke="black"/>']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+        f'font-size="11">',
+        f'<rect width="{width}" height="{height}" fill="white"/>',
+        f'<line x1="{left}" y1="{top + h}" x2="{left + w}" y2="{top + h}" stroke="black"/>',
+        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + h}" stroke="black"/>',
+    ]
     for k in range(0, 5):
         step = last * k / 4
         out.append(f'<text x="{left + w * k / 4:.1f}" y="{top + h + 14}" text-anchor="middle">{step:.0f}</text>')
         out.append(f'<text x="{left - 6}" y="{top + h * (1 - k / 4) + 4:.1f}" text-anchor="end">{k / 4:.2f}</text>')
     out.append(f'<text x="{left + w / 2}" y="{height - 6}" text-anchor="middle">training step</text>')
-    out.append(f'<text x="12" y="{top + h / 2}" transform="rotate(-90 12 {top + h / 2})" text-anchor="middle">'
-               'still on the floor</text>')
+    out.append(
+        f'<text x="12" y="{top + h / 2}" transform="rotate(-90 12 {top + h / 2})" text-anchor="middle">'
+        "still on the floor</text>"
+    )
     for i, c in enumerate(cells):
         colour = PALETTE[i % len(PALETTE)]
         dash = "" if c["lr"] == max(results["lrs"]) else ' stroke-dasharray="5,3"'
@@ -197,8 +258,10 @@ def survival_svg(results: dict[str, Any], width: int = 640, height: int = 300) -
         out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2"{dash} points="{" ".join(points)}"/>')
         label = escape(f"L{c['n_layers']} lr {c['lr']:g} ({c['n_escaped']}/{c['n']})")
         y = top + 14 * i + 10
-        out.append(f'<line x1="{left + w + 10}" y1="{y - 4}" x2="{left + w + 30}" y2="{y - 4}" stroke="{colour}" '
-                   f'stroke-width="2"{dash}/><text x="{left + w + 34}" y="{y}">{label}</text>')
+        out.append(
+            f'<line x1="{left + w + 10}" y1="{y - 4}" x2="{left + w + 30}" y2="{y - 4}" stroke="{colour}" '
+            f'stroke-width="2"{dash}/><text x="{left + w + 34}" y="{y}">{label}</text>'
+        )
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
@@ -210,22 +273,42 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
 
     svg = ctx.result_dir / "survival-escape_time.svg"  # beside the report: the same curves, static
     atomic_write(svg, lambda tmp: Path(tmp).write_text(survival_svg(results)))
-    out: list = [("Survival on the floor", summary(results).split("\n")[0] + f" (static figure: {svg.name})",
-                  survival_figure(results))]
-    out.append(("The law", " ".join(law_text(results["law"][m], m) + "." for m in results["law"]),
-                law_figure(results)))
+    out: list = [
+        (
+            "Survival on the floor",
+            summary(results).split("\n")[0] + f" (static figure: {svg.name})",
+            survival_figure(results),
+        )
+    ]
+    out.append(("The law", " ".join(law_text(results["law"][m], m) + "." for m in results["law"]), law_figure(results)))
     out += holdout_lines(results)
-    out.append(("Mechanism at escape", " ".join(mechanism_lines(results)),
-                mechanism_figure(results, ("alpha_tt_layer0", "alpha_tt_mean", "identity"))))
+    out.append(
+        (
+            "Mechanism at escape",
+            " ".join(mechanism_lines(results)),
+            mechanism_figure(results, ("alpha_tt_layer0", "alpha_tt_mean", "identity")),
+        )
+    )
     out.append(mechanism_figure(results, ("knock_out_self", "self_only", "uniform_pattern")))
     out.append(mechanism_figure(results, ("grad_block0", "growth")))
-    rows = [[name, str(item["n"]), fmt_number(item.get("accuracy"), ".2f"),
-             "-" if "interval" not in item else "[{:.2f}, {:.2f}]".format(*item["interval"]),
-             fmt_number(item.get("majority_accuracy"), ".2f"), fmt_number(item.get("auc"), ".2f"),
-             "yes" if item.get("predicts") else item.get("untestable", "no")]
-            for name, item in results["predictor"].items()]
-    out.append((f"Early predictors (step {results['early_step']}, held out by seed)", table_figure(
-        ["feature", "runs", "accuracy", "95% (exact)", "majority", "AUC", "predicts"], rows)))
+    rows = [
+        [
+            name,
+            str(item["n"]),
+            fmt_number(item.get("accuracy"), ".2f"),
+            "-" if "interval" not in item else "[{:.2f}, {:.2f}]".format(*item["interval"]),
+            fmt_number(item.get("majority_accuracy"), ".2f"),
+            fmt_number(item.get("auc"), ".2f"),
+            "yes" if item.get("predicts") else item.get("untestable", "no"),
+        ]
+        for name, item in results["predictor"].items()
+    ]
+    out.append(
+        (
+            f"Early predictors (step {results['early_step']}, held out by seed)",
+            table_figure(["feature", "runs", "accuracy", "95% (exact)", "majority", "AUC", "predicts"], rows),
+        )
+    )
     return out
 
 

@@ -105,19 +105,34 @@ def add_arguments(p) -> None:
     g = p.add_argument_group("the grid")
     g.add_argument("--depths", help="ffn_only depths (default 2,3,4,6; smoke 1,3)")
     g.add_argument("--lrs", help="learning rates (default: the preset's lr x 0.5 and x 1)")
-    g.add_argument("--holdout-depth", help="a depth left out of the law's fit, then trained to test it "
-                                           "(default 5; smoke 2; '' for none)")
-    g.add_argument("--references", default=None,
-                   help="residuals trained at every depth at the first lr (default full,attn_only; smoke full; "
-                        "'' none)")
+    g.add_argument(
+        "--holdout-depth",
+        help="a depth left out of the law's fit, then trained to test it (default 5; smoke 2; '' for none)",
+    )
+    g.add_argument(
+        "--references",
+        default=None,
+        help="residuals trained at every depth at the first lr (default full,attn_only; smoke full; '' none)",
+    )
     g.add_argument("--reference-seeds", type=int, default=None, help="seeds per reference cell (default 4; smoke 2)")
-    g.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
-                   help=f"nats below unigram a loss must stay to have escaped (default {DEFAULT_MARGIN})")
-    g.add_argument("--probe-every", type=int, default=None,
-                   help="steps between escape probes (interventions, decodability); default 4 evaluation "
-                        "intervals")
-    g.add_argument("--early-step", type=int, default=None,
-                   help="the evaluation step early features are read at (default the last one <= 100)")
+    g.add_argument(
+        "--margin",
+        type=float,
+        default=DEFAULT_MARGIN,
+        help=f"nats below unigram a loss must stay to have escaped (default {DEFAULT_MARGIN})",
+    )
+    g.add_argument(
+        "--probe-every",
+        type=int,
+        default=None,
+        help="steps between escape probes (interventions, decodability); default 4 evaluation intervals",
+    )
+    g.add_argument(
+        "--early-step",
+        type=int,
+        default=None,
+        help="the evaluation step early features are read at (default the last one <= 100)",
+    )
 
 
 def check(args) -> None:
@@ -163,8 +178,10 @@ class Grid:
     def variant(self, residual: str, depth: int, lr: float) -> Variant:
         from experiments.phase_diagram.grid import num
 
-        return Variant(f"{residual} L{depth} lr{num(lr)}",
-                       {"residual": residual, "n_layers": depth, "lr": lr, "min_lr": lr * self.ratio})
+        return Variant(
+            f"{residual} L{depth} lr{num(lr)}",
+            {"residual": residual, "n_layers": depth, "lr": lr, "min_lr": lr * self.ratio},
+        )
 
     def grid(self) -> list[Variant]:
         return [self.variant("ffn_only", d, lr) for d in self.depths for lr in self.lrs]
@@ -177,14 +194,21 @@ class Grid:
 
     def roles(self) -> dict[str, tuple[str, dict[str, Any]]]:
         """variant name -> (role, its overrides)."""
-        return {v.name: (role, v.overrides) for role, vs in (("grid", self.grid()), ("reference", self.reference()),
-                                                             ("holdout", self.held_out())) for v in vs}
+        return {
+            v.name: (role, v.overrides)
+            for role, vs in (("grid", self.grid()), ("reference", self.reference()), ("holdout", self.held_out()))
+            for v in vs
+        }
 
 
 def defaults(spec) -> dict[str, Any]:
     t = spec.train
-    return {"max_steps": LENGTH * t.max_steps, "lr_schedule": "constant", "probe_interval": 2 * t.eval_interval,
-            "eval_from": 0.0}
+    return {
+        "max_steps": LENGTH * t.max_steps,
+        "lr_schedule": "constant",
+        "probe_interval": 2 * t.eval_interval,
+        "eval_from": 0.0,
+    }
 
 
 def default_seeds(spec) -> list[int]:
@@ -205,8 +229,9 @@ def early_step(ctx: Context) -> int:
     steps = [k for k in range(1, min(train.max_steps, 10 * train.eval_interval + 101)) if train.is_eval_step(k)]
     if ctx.args.early_step is not None:
         if ctx.args.early_step not in steps:
-            raise ToolkitError(f"--early-step {ctx.args.early_step} must be an evaluation step before "
-                               f"max_steps {train.max_steps}")
+            raise ToolkitError(
+                f"--early-step {ctx.args.early_step} must be an evaluation step before max_steps {train.max_steps}"
+            )
         return ctx.args.early_step
     if not steps:
         raise ToolkitError("no evaluation step before max_steps to read early features at; lower eval_interval")
@@ -226,8 +251,11 @@ def plan(ctx: Context) -> list[Group]:
     first_seed = ctx.seeds[0]
     groups = [Group(ctx.spec, grid.grid(), callbacks=callbacks)]
     if grid.references:
-        groups.append(Group(ctx.spec, grid.reference(), callbacks=callbacks,
-                            seeds=[first_seed + k for k in range(grid.ref_seeds)]))
+        groups.append(
+            Group(
+                ctx.spec, grid.reference(), callbacks=callbacks, seeds=[first_seed + k for k in range(grid.ref_seeds)]
+            )
+        )
     if grid.holdout and all(j.run_dir(ctx.out).finished for j in _jobs(groups[:1], ctx)):
         groups.append(Group(ctx.spec, grid.held_out(), callbacks=callbacks))
     return groups
@@ -250,12 +278,20 @@ def summarise_run(record: dict[str, Any], ctx: Context, roles: dict[str, str], e
     summary = run_summary(record)
     role, cell = roles[record["variant"]]
     return {
-        "variant": record["variant"], "seed": record["seed"], "residual": cell["residual"],
-        "n_layers": cell["n_layers"], "lr": cell["lr"], "role": role,
-        "run_dir": summary["run_dir"], "final_val_loss": summary["final_val_loss"], "steps": summary["steps"],
+        "variant": record["variant"],
+        "seed": record["seed"],
+        "residual": cell["residual"],
+        "n_layers": cell["n_layers"],
+        "lr": cell["lr"],
+        "role": role,
+        "run_dir": summary["run_dir"],
+        "final_val_loss": summary["final_val_loss"],
+        "steps": summary["steps"],
         "last_step": curve["steps"][-1],
-        "escape": {f"{m:g}": escape_step(curve["steps"], curve["loss"], levels["unigram"] - m)
-                   for m in margins(ctx.args.margin)},
+        "escape": {
+            f"{m:g}": escape_step(curve["steps"], curve["loss"], levels["unigram"] - m)
+            for m in margins(ctx.args.margin)
+        },
         "features": early_features(record, early, ctx.spec.train.warmup_steps),
         "series": series(record.get("probes", {})),
     }
@@ -267,18 +303,36 @@ def cell_summary(runs: list[dict[str, Any]], key: str, all_margins: list[str]) -
     escaped = [r["escape"][key] is not None for r in runs]
     km = kaplan_meier(times, escaped)
     last = max(r["last_step"] for r in runs)
-    return {"name": first["variant"], "role": first["role"], "residual": first["residual"],
-            "n_layers": first["n_layers"], "lr": first["lr"], "n": len(runs), "n_escaped": sum(escaped),
-            "seeds": [r["seed"] for r in runs], "last_step": last, "km": km, "median": median_escape(km),
-            "survival_at_last": list(survival_at(km, last)),
-            "medians_by_margin": {m: median_escape(kaplan_meier(
-                [r["escape"][m] if r["escape"][m] is not None else r["last_step"] for r in runs],
-                [r["escape"][m] is not None for r in runs]))["median"] for m in all_margins}}
+    return {
+        "name": first["variant"],
+        "role": first["role"],
+        "residual": first["residual"],
+        "n_layers": first["n_layers"],
+        "lr": first["lr"],
+        "n": len(runs),
+        "n_escaped": sum(escaped),
+        "seeds": [r["seed"] for r in runs],
+        "last_step": last,
+        "km": km,
+        "median": median_escape(km),
+        "survival_at_last": list(survival_at(km, last)),
+        "medians_by_margin": {
+            m: median_escape(
+                kaplan_meier(
+                    [r["escape"][m] if r["escape"][m] is not None else r["last_step"] for r in runs],
+                    [r["escape"][m] is not None for r in runs],
+                )
+            )["median"]
+            for m in all_margins
+        },
+    }
 
 
 def _law_runs(runs: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
-    return [{"n_layers": r["n_layers"], "lr": r["lr"], "escape": r["escape"][key], "last_step": r["last_step"]}
-            for r in runs]
+    return [
+        {"n_layers": r["n_layers"], "lr": r["lr"], "escape": r["escape"][key], "last_step": r["last_step"]}
+        for r in runs
+    ]
 
 
 def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -299,36 +353,68 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
         if c["role"] != "holdout":
             continue
         p = predict(laws[key], c["n_layers"], c["lr"], c["last_step"])
-        holdout.append({"depth": c["n_layers"], "lr": c["lr"], "n": c["n"], "last_step": c["last_step"], "predicted": p,
-                        "observed": {"median": c["median"], "survival_at_last": c["survival_at_last"],
-                                     "n_escaped": c["n_escaped"]}})
+        holdout.append(
+            {
+                "depth": c["n_layers"],
+                "lr": c["lr"],
+                "n": c["n"],
+                "last_step": c["last_step"],
+                "predicted": p,
+                "observed": {
+                    "median": c["median"],
+                    "survival_at_last": c["survival_at_last"],
+                    "n_escaped": c["n_escaped"],
+                },
+            }
+        )
     ffn = [r for r in runs if r["residual"] == "ffn_only"]
     mech_runs = [{"escape": r["escape"][key], "series": r["series"]} for r in ffn]
     mechanism = aligned(mech_runs, ctx.spec.train.warmup_steps, probe_every(ctx))
     mechanism["order"] = order(mechanism)
     mechanism["answer"] = self_path_answer(mechanism, MIN_RUNS)
-    samples = [{"seed": r["seed"], "features": {**r["features"], "depth": float(r["n_layers"])},
-                "escaped": r["escape"][key] is not None} for r in ffn]
+    samples = [
+        {
+            "seed": r["seed"],
+            "features": {**r["features"], "depth": float(r["n_layers"])},
+            "escaped": r["escape"][key] is not None,
+        }
+        for r in ffn
+    ]
     for r in runs:
         r.pop("series")
     for law in laws.values():
         law.pop("bootstrap", None)
-    return {"margin": ctx.args.margin, "margins": margins(ctx.args.margin), "margins_text": keys,
-            "threshold": ctx.levels["unigram"] - ctx.args.margin, "early_step": early,
-            "depths": list(grid.depths), "lrs": list(grid.lrs), "holdout_depth": grid.holdout,
-            "probe_every": probe_every(ctx), "min_runs": MIN_RUNS, "runs": runs, "cells": cells, "law": laws,
-            "holdout": holdout, "mechanism": mechanism, "predictor": evaluate_by_seed(samples)}
+    return {
+        "margin": ctx.args.margin,
+        "margins": margins(ctx.args.margin),
+        "margins_text": keys,
+        "threshold": ctx.levels["unigram"] - ctx.args.margin,
+        "early_step": early,
+        "depths": list(grid.depths),
+        "lrs": list(grid.lrs),
+        "holdout_depth": grid.holdout,
+        "probe_every": probe_every(ctx),
+        "min_runs": MIN_RUNS,
+        "runs": runs,
+        "cells": cells,
+        "law": laws,
+        "holdout": holdout,
+        "mechanism": mechanism,
+        "predictor": evaluate_by_seed(samples),
+    }
 
 
 def preface(ctx: Context, jobs: list[Job]) -> str:
     from experiments.phase_diagram.run import estimate, flops_text, measured_minutes
 
     e = estimate(ctx, jobs)
-    lines = [f"escape is the first evaluation step from which validation loss stays below "
-             f"{ctx.levels['unigram'] - ctx.args.margin:.3f} (unigram {ctx.levels['unigram']:.3f} - margin "
-             f"{ctx.args.margin:g}); runs that never get there are censored at their last step",
-             f"estimated cost: {flops_text(e['flops'])} of training for {len(jobs)} runs, "
-             f"{flops_text(e['flops_to_train'])} still to train"]
+    lines = [
+        f"escape is the first evaluation step from which validation loss stays below "
+        f"{ctx.levels['unigram'] - ctx.args.margin:.3f} (unigram {ctx.levels['unigram']:.3f} - margin "
+        f"{ctx.args.margin:g}); runs that never get there are censored at their last step",
+        f"estimated cost: {flops_text(e['flops'])} of training for {len(jobs)} runs, "
+        f"{flops_text(e['flops_to_train'])} still to train",
+    ]
     if ctx.args.launcher == "local" and e["flops_to_train"]:
         lines[-1] += f": about {measured_minutes(ctx, jobs):.1f} min here (each shape's step timed now)"
     grid = Grid(ctx)
@@ -336,8 +422,9 @@ def preface(ctx: Context, jobs: list[Job]) -> str:
     if held & {j.variant.name for j in jobs}:
         lines += prediction_lines(ctx, grid)
     elif grid.holdout:
-        lines.append(f"depth {grid.holdout} is held out: its prediction is printed, then it trains, once the "
-                     "grid has finished")
+        lines.append(
+            f"depth {grid.holdout} is held out: its prediction is printed, then it trains, once the grid has finished"
+        )
     return "\n".join(lines)
 
 
@@ -359,11 +446,28 @@ def prediction_lines(ctx: Context, grid: Grid) -> list[str]:
 
 
 EXPERIMENT = Experiment(
-    name="escape_time", schema=SCHEMA, doc=__doc__, title="Escape times", plan=plan, analyse=analyse,
-    table=table, summary=summary, sections=sections, add_arguments=add_arguments, check=check,
-    owned={"residual": "--references", "n_layers": "--depths", "lr": "--lrs",
-           "min_lr": "--lrs (min_lr keeps the preset's ratio to lr)"}, defaults=defaults,
-    default_preset="phase-cell", replan=True, preface=preface, default_seeds=default_seeds,
+    name="escape_time",
+    schema=SCHEMA,
+    doc=__doc__,
+    title="Escape times",
+    plan=plan,
+    analyse=analyse,
+    table=table,
+    summary=summary,
+    sections=sections,
+    add_arguments=add_arguments,
+    check=check,
+    owned={
+        "residual": "--references",
+        "n_layers": "--depths",
+        "lr": "--lrs",
+        "min_lr": "--lrs (min_lr keeps the preset's ratio to lr)",
+    },
+    defaults=defaults,
+    default_preset="phase-cell",
+    replan=True,
+    preface=preface,
+    default_seeds=default_seeds,
 )
 
 if __name__ == "__main__":

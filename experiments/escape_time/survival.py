@@ -85,6 +85,7 @@ def median_escape(km: dict[str, list[float]]) -> dict[str, float | None]:
     """The median escape step and its 95% interval, read off the curve and its band (Brookmeyer-Crowley by
     inversion): None where the curve (or the band's edge) never reaches 0.5 - the median lies past the last
     step the runs were trained to."""
+
     def first(key: str) -> float | None:
         return next((s for s, v in zip(km["steps"], km[key], strict=True) if v <= 0.5), None)
 
@@ -163,12 +164,20 @@ def fit_law(runs: Sequence[dict[str, Any]], key: str = "escape") -> dict[str, An
     times = np.array([r[key] if r[key] is not None else r["last_step"] for r in runs], dtype=float)
     escaped = np.array([r[key] is not None for r in runs])
     n, events = len(runs), int(escaped.sum())
-    base = {"n_runs": n, "n_escaped": events, "with_lr": with_lr, "depths": sorted(set(depths)),
-            "lrs": sorted(set(lrs))}
+    base = {
+        "n_runs": n,
+        "n_escaped": events,
+        "with_lr": with_lr,
+        "depths": sorted(set(depths)),
+        "lrs": sorted(set(lrs)),
+    }
     if len({d for d, e in zip(depths, escaped, strict=True) if e}) < 2 or len(set(depths)) < 2:
-        return {**base, "fitted": False,
-                "reason": f"escapes at fewer than two depths ({events} of {n} runs escaped): the depth "
-                          "dependence cannot be fitted"}
+        return {
+            **base,
+            "fitted": False,
+            "reason": f"escapes at fewer than two depths ({events} of {n} runs escaped): the depth "
+            "dependence cannot be fitted",
+        }
     x = _design(depths, lrs, with_lr)
     params = fit_lognormal(x, times, escaped)
     if params is None:
@@ -187,14 +196,22 @@ def fit_law(runs: Sequence[dict[str, Any]], key: str = "escape") -> dict[str, An
     names = ["intercept", "per_layer"] + (["per_lr_doubling"] if with_lr else [])
     coef = {}
     for k, name in enumerate(names):
-        lo, hi = (np.percentile(boots_a[:, k], [2.5, 97.5]).tolist() if len(boots_a) else [None, None])
+        lo, hi = np.percentile(boots_a[:, k], [2.5, 97.5]).tolist() if len(boots_a) else [None, None]
         coef[name] = {"value": float(params[k]), "lower": lo, "upper": hi}
     sig = np.exp(boots_a[:, -1]) if len(boots_a) else np.array([])
-    coef["sigma"] = {"value": float(math.exp(params[-1])),
-                     "lower": float(np.percentile(sig, 2.5)) if len(sig) else None,
-                     "upper": float(np.percentile(sig, 97.5)) if len(sig) else None}
-    return {**base, "fitted": True, "params": params.tolist(), "bootstrap": boots_a.tolist(),
-            "n_bootstrap": len(boots), "coef": coef}
+    coef["sigma"] = {
+        "value": float(math.exp(params[-1])),
+        "lower": float(np.percentile(sig, 2.5)) if len(sig) else None,
+        "upper": float(np.percentile(sig, 97.5)) if len(sig) else None,
+    }
+    return {
+        **base,
+        "fitted": True,
+        "params": params.tolist(),
+        "bootstrap": boots_a.tolist(),
+        "n_bootstrap": len(boots),
+        "coef": coef,
+    }
 
 
 def predict(law: dict[str, Any], depth: float, lr: float, step: float) -> dict[str, Any]:
@@ -210,9 +227,14 @@ def predict(law: dict[str, Any], depth: float, lr: float, step: float) -> dict[s
     def band(values: list[float]) -> tuple[float | None, float | None]:
         return tuple(np.percentile(values, [2.5, 97.5]).tolist()) if values else (None, None)
 
-    return {"predicted": True, "median": law_median(params, depth, lr, with_lr), "median_interval": band(med),
-            "survival_at_last": law_survival(params, depth, lr, step, with_lr), "survival_interval": band(surv),
-            "step": step}
+    return {
+        "predicted": True,
+        "median": law_median(params, depth, lr, with_lr),
+        "median_interval": band(med),
+        "survival_at_last": law_survival(params, depth, lr, step, with_lr),
+        "survival_interval": band(surv),
+        "step": step,
+    }
 
 
 if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing

@@ -65,16 +65,25 @@ DEFAULT_SNAPSHOTS = 5
 RANDOM_SEED_BASE = 2024
 # The paper's 10M figures for the two settings (nanoGPT: its first, joint-collapse observation, seed 1337).
 PAPER = {
-    "paper-10m": {"full": "1.502", "attn_only": "1.580 +/- 0.003 (8 seeds)", "ffn_only": "3.350 +/- 0.002",
-                  "none": "3.356"},
+    "paper-10m": {
+        "full": "1.502",
+        "attn_only": "1.580 +/- 0.003 (8 seeds)",
+        "ffn_only": "3.350 +/- 0.002",
+        "none": "3.356",
+    },
     "nanogpt-10m": {"attn_only": "~3.35 (collapsed)", "ffn_only": "~3.35 (collapsed)", "none": "~3.35"},
 }
 
 
 def nanogpt_overrides(spec: RunSpec) -> dict[str, Any]:
     """The nanogpt-10m preset's differences from paper-10m, as overrides of any preset."""
-    return {"tie_embeddings": False, "val_mode": "random", "lr_schedule": "constant", "min_lr": spec.train.lr,
-            "warmup_steps": 0}
+    return {
+        "tie_embeddings": False,
+        "val_mode": "random",
+        "lr_schedule": "constant",
+        "min_lr": spec.train.lr,
+        "warmup_steps": 0,
+    }
 
 
 def snapshot_steps(train_cfg: TrainConfig, count: int) -> list[int]:
@@ -112,16 +121,24 @@ def analyse_run(run: RunDir, spec: RunSpec, corpus, steps: list[int], repeats: i
 
     missing = [s for s in steps if not run.snapshot(s).is_file()]
     if missing:
-        raise ToolkitError(f"{run.path} has no snapshots for steps {missing} (finished by another experiment, or "
-                           "trained with other settings); delete that run directory or choose another --out")
+        raise ToolkitError(
+            f"{run.path} has no snapshots for steps {missing} (finished by another experiment, or "
+            "trained with other settings); delete that run directory or choose another --out"
+        )
     train = spec.train
     device = pick_device(train.device)
     autocast = autocast_context(train.dtype, device)
     n_ctx = spec.model.n_ctx
     fixed = fixed_batches(corpus.val, n_ctx, train.batch_size, train.eval_batches)
     snapshots = []
-    bar = tqdm(total=len(steps) * (repeats + 2), desc=f"evaluating {run.path.parent.name}", unit="eval",
-               disable=not progress, leave=False, dynamic_ncols=True)
+    bar = tqdm(
+        total=len(steps) * (repeats + 2),
+        desc=f"evaluating {run.path.parent.name}",
+        unit="eval",
+        disable=not progress,
+        leave=False,
+        dynamic_ncols=True,
+    )
     for i, step in enumerate(steps):
         model = ResidualGPT.from_checkpoint(run.snapshot(step)).to(device)
         first = mean_loss(model, fixed, device, autocast)
@@ -133,8 +150,15 @@ def analyse_run(run: RunDir, spec: RunSpec, corpus, steps: list[int], repeats: i
             batches = random_batches(corpus.val, n_ctx, train.batch_size, train.eval_batches, gen)
             losses.append(mean_loss(model, batches, device, autocast))
             bar.update(1)
-        snapshots.append({"step": step, "fixed": first, "fixed_repeat_diff": second - first,
-                          "random": stats(losses), "random_losses": losses})
+        snapshots.append(
+            {
+                "step": step,
+                "fixed": first,
+                "fixed_repeat_diff": second - first,
+                "random": stats(losses),
+                "random_losses": losses,
+            }
+        )
     bar.close()
     fixed_best = min(snapshots, key=lambda s: s["fixed"])
     random_steps = [min(snapshots, key=lambda s: s["random_losses"][r])["step"] for r in range(repeats)]
@@ -164,15 +188,32 @@ def comparison(spec: RunSpec, config: str) -> tuple[RunSpec, Variant]:
 
 def snapshot_table(run: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     headers = ["step", "fixed", "fixed twice: diff", "random mean", "random std", "random range", "fixed - random mean"]
-    rows = [[str(s["step"]), fmt_number(s["fixed"]), f"{s['fixed_repeat_diff']:.1e}", fmt_number(s["random"]["mean"]),
-             fmt_number(s["random"]["std"]), f"[{fmt_number(s['random']['min'])}, {fmt_number(s['random']['max'])}]",
-             fmt_number(s["fixed"] - s["random"]["mean"], "+.4f")] for s in run["snapshots"]]
+    rows = [
+        [
+            str(s["step"]),
+            fmt_number(s["fixed"]),
+            f"{s['fixed_repeat_diff']:.1e}",
+            fmt_number(s["random"]["mean"]),
+            fmt_number(s["random"]["std"]),
+            f"[{fmt_number(s['random']['min'])}, {fmt_number(s['random']['max'])}]",
+            fmt_number(s["fixed"] - s["random"]["mean"], "+.4f"),
+        ]
+        for s in run["snapshots"]
+    ]
     return headers, rows
 
 
 def best_table(runs: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    headers = ["setting", "preset", "seed", "trained with", "training best (step)", "fixed best (step)",
-               "random best: mean +/- std [range]", "random argmin != fixed"]
+    headers = [
+        "setting",
+        "preset",
+        "seed",
+        "trained with",
+        "training best (step)",
+        "fixed best (step)",
+        "random best: mean +/- std [range]",
+        "random argmin != fixed",
+    ]
     with_paper = any(r["preset"] in PAPER for r in runs)
     if with_paper:
         headers.append("paper")
@@ -180,13 +221,19 @@ def best_table(runs: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     for r in runs:
         b = r["best"]
         rl = b["random_loss"]
-        rows.append([r["setting"], r["preset"], str(r["seed"]),
-                     f"{r['val_mode']} val, {r['lr_schedule']} lr, {'tied' if r['tie_embeddings'] else 'untied'}",
-                     f"{fmt_number(r['best_val_loss'])} ({r['best_step']})",
-                     f"{fmt_number(b['fixed_loss'])} ({b['fixed_step']})",
-                     f"{fmt_number(rl['mean'])} +/- {fmt_number(rl['std'])} "
-                     f"[{fmt_number(rl['min'])}, {fmt_number(rl['max'])}]",
-                     f"{b['fraction_different']:.0%}"])
+        rows.append(
+            [
+                r["setting"],
+                r["preset"],
+                str(r["seed"]),
+                f"{r['val_mode']} val, {r['lr_schedule']} lr, {'tied' if r['tie_embeddings'] else 'untied'}",
+                f"{fmt_number(r['best_val_loss'])} ({r['best_step']})",
+                f"{fmt_number(b['fixed_loss'])} ({b['fixed_step']})",
+                f"{fmt_number(rl['mean'])} +/- {fmt_number(rl['std'])} "
+                f"[{fmt_number(rl['min'])}, {fmt_number(rl['max'])}]",
+                f"{b['fraction_different']:.0%}",
+            ]
+        )
         if with_paper:
             rows[-1].append(PAPER.get(r["preset"], {}).get(r["config"], "-"))
     return headers, rows
@@ -199,41 +246,76 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
 
     refs = reference_lines(results["reference_levels"])
     runs = results["runs"]
-    intro = (f"Preset {results['preset']}, config {results['residual_config']}, seeds {results['seeds']}; "
-             f"{results['repeats']} random-batch evaluations per snapshot (fresh batches each time, as nanoGPT "
-             f"evaluates), against the fixed validation batches (seed 99991). The fixed-batch "
-             f"loss evaluated twice differs by at most {max(r['best']['max_fixed_repeat_diff'] for r in runs):.1e}.")
+    intro = (
+        f"Preset {results['preset']}, config {results['residual_config']}, seeds {results['seeds']}; "
+        f"{results['repeats']} random-batch evaluations per snapshot (fresh batches each time, as nanoGPT "
+        f"evaluates), against the fixed validation batches (seed 99991). The fixed-batch "
+        f"loss evaluated twice differs by at most {max(r['best']['max_fixed_repeat_diff'] for r in runs):.1e}."
+    )
     sections: list = [intro]
     for r in runs:
         fig = go.Figure()
         for i, s in enumerate(r["snapshots"]):
-            fig.add_trace(go.Box(x=[f"step {s['step']}"] * len(s["random_losses"]), y=s["random_losses"],
-                                 name=f"random batches ({results['repeats']} draws)", boxpoints="all", jitter=0.4,
-                                 marker=dict(color=PALETTE[0], size=4), line=dict(color=PALETTE[0]),
-                                 showlegend=i == 0, legendgroup="random", offsetgroup="random"))
-        fig.add_trace(go.Scatter(x=[f"step {s['step']}" for s in r["snapshots"]],
-                                 y=[s["fixed"] for s in r["snapshots"]], mode="markers+lines", name="fixed batches",
-                                 marker=dict(color=PALETTE[1], size=10, symbol="diamond")))
-        fig.update_layout(title=f"{r['setting']} run ({r['preset']}, {r['variant']}, seed {r['seed']}): "
-                                f"random-batch val loss per snapshot vs fixed", yaxis_title="val loss (nats)",
-                          showlegend=True)
+            fig.add_trace(
+                go.Box(
+                    x=[f"step {s['step']}"] * len(s["random_losses"]),
+                    y=s["random_losses"],
+                    name=f"random batches ({results['repeats']} draws)",
+                    boxpoints="all",
+                    jitter=0.4,
+                    marker=dict(color=PALETTE[0], size=4),
+                    line=dict(color=PALETTE[0]),
+                    showlegend=i == 0,
+                    legendgroup="random",
+                    offsetgroup="random",
+                )
+            )
+        fig.add_trace(
+            go.Scatter(
+                x=[f"step {s['step']}" for s in r["snapshots"]],
+                y=[s["fixed"] for s in r["snapshots"]],
+                mode="markers+lines",
+                name="fixed batches",
+                marker=dict(color=PALETTE[1], size=10, symbol="diamond"),
+            )
+        )
+        fig.update_layout(
+            title=f"{r['setting']} run ({r['preset']}, {r['variant']}, seed {r['seed']}): "
+            f"random-batch val loss per snapshot vs fixed",
+            yaxis_title="val loss (nats)",
+            showlegend=True,
+        )
         headers, rows = snapshot_table(r)
         b = r["best"]
-        text = (f"Fixed batches pick step {b['fixed_step']} as best; the random-batch argmin differs in "
-                f"{b['fraction_different']:.0%} of {results['repeats']} repeats (steps picked: {b['random_steps']}).")
+        text = (
+            f"Fixed batches pick step {b['fixed_step']} as best; the random-batch argmin differs in "
+            f"{b['fraction_different']:.0%} of {results['repeats']} repeats (steps picked: {b['random_steps']})."
+        )
         sections += [(f"Snapshots, {r['setting']} run, seed {r['seed']}", text, fig), table_figure(headers, rows)]
     curves = {f"{r['setting']}/seed{r['seed']}": (r["val_curve"]["steps"], r["val_curve"]["loss"]) for r in runs}
-    sections.append(("Validation loss during training (each run's own val_mode)",
-                     loss_curves(curves, refs, title="Validation loss as recorded in training")))
+    sections.append(
+        (
+            "Validation loss during training (each run's own val_mode)",
+            loss_curves(curves, refs, title="Validation loss as recorded in training"),
+        )
+    )
     return sections
 
 
 def add_arguments(p) -> None:
     p.add_argument("--config", default=DEFAULT_CONFIG, help=f"residual config (default {DEFAULT_CONFIG})")
-    p.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
-                   help=f"random-batch evaluations per snapshot (default {DEFAULT_REPEATS})")
-    p.add_argument("--snapshots", type=int, default=DEFAULT_SNAPSHOTS,
-                   help=f"evaluation steps at which weights are kept (default {DEFAULT_SNAPSHOTS})")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=DEFAULT_REPEATS,
+        help=f"random-batch evaluations per snapshot (default {DEFAULT_REPEATS})",
+    )
+    p.add_argument(
+        "--snapshots",
+        type=int,
+        default=DEFAULT_SNAPSHOTS,
+        help=f"evaluation steps at which weights are kept (default {DEFAULT_SNAPSHOTS})",
+    )
     p.add_argument("--no-comparison", action="store_true", help="skip the nanoGPT-setting run")
 
 
@@ -258,8 +340,10 @@ def _snapshots(spec: RunSpec, variant: Variant, count: int) -> list[int]:
 
 def plan(ctx: Context) -> list[Group]:
     count = ctx.args.snapshots
-    return [Group(s, [v], callbacks=lambda v, seed, s=s: [SnapshotCallback(_snapshots(s, v, count))])
-            for _, s, v in settings(ctx)]
+    return [
+        Group(s, [v], callbacks=lambda v, seed, s=s: [SnapshotCallback(_snapshots(s, v, count))])
+        for _, s, v in settings(ctx)
+    ]
 
 
 def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -276,11 +360,24 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
         steps = _snapshots(s, variant, args.snapshots)
         analysis = analyse_run(RunDir(Path(record["run_dir"])), resolved, ctx.corpus, steps, args.repeats, ctx.progress)
         last = analysis["snapshots"][-1]
-        matches = (abs(last["fixed"] - base["final_val_loss"])
-                   if resolved.train.val_mode == "fixed" and last["step"] == base["steps"] else None)
-        runs.append({"setting": setting, "preset": s.preset, "config": args.config, **base,
-                     "val_mode": resolved.train.val_mode, "lr_schedule": resolved.train.lr_schedule,
-                     "tie_embeddings": resolved.model.tie_embeddings, **analysis, "fixed_matches_training": matches})
+        matches = (
+            abs(last["fixed"] - base["final_val_loss"])
+            if resolved.train.val_mode == "fixed" and last["step"] == base["steps"]
+            else None
+        )
+        runs.append(
+            {
+                "setting": setting,
+                "preset": s.preset,
+                "config": args.config,
+                **base,
+                "val_mode": resolved.train.val_mode,
+                "lr_schedule": resolved.train.lr_schedule,
+                "tie_embeddings": resolved.model.tie_embeddings,
+                **analysis,
+                "fixed_matches_training": matches,
+            }
+        )
     summary = {}
     for setting, *_ in settings(ctx):
         rs = [r for r in runs if r["setting"] == setting]
@@ -292,34 +389,60 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
         }
     comp = settings(ctx)[1] if not args.no_comparison else None
     return {
-        "residual_config": args.config, "repeats": args.repeats, "snapshot_count": args.snapshots,
+        "residual_config": args.config,
+        "repeats": args.repeats,
+        "snapshot_count": args.snapshots,
         "random_seed_base": RANDOM_SEED_BASE,
-        "config": {"comparison": {"preset": comp[1].preset, "variant": comp[2].name,
-                                  "overrides": {**comp[1].overrides, **comp[2].overrides}} if comp else None},
-        "runs": runs, "summary": summary, "eval_wall_time_s": time.perf_counter() - eval_start,
+        "config": {
+            "comparison": {
+                "preset": comp[1].preset,
+                "variant": comp[2].name,
+                "overrides": {**comp[1].overrides, **comp[2].overrides},
+            }
+            if comp
+            else None
+        },
+        "runs": runs,
+        "summary": summary,
+        "eval_wall_time_s": time.perf_counter() - eval_start,
     }
 
 
 def summary(results: dict[str, Any]) -> str:
     lines = []
     for r in results["runs"]:
-        lines.append(f"\n{r['setting']} run: {r['preset']} / {r['variant']} / seed {r['seed']} "
-                     f"({r['val_mode']} val in training, {r['lr_schedule']} lr)")
+        lines.append(
+            f"\n{r['setting']} run: {r['preset']} / {r['variant']} / seed {r['seed']} "
+            f"({r['val_mode']} val in training, {r['lr_schedule']} lr)"
+        )
         lines.append(format_table(*snapshot_table(r)))
         if r["fixed_matches_training"] is not None:
-            lines.append(f"fixed-batch loss at step {r['snapshots'][-1]['step']} vs the training evaluation: "
-                         f"|diff| = {r['fixed_matches_training']:.1e}")
+            lines.append(
+                f"fixed-batch loss at step {r['snapshots'][-1]['step']} vs the training evaluation: "
+                f"|diff| = {r['fixed_matches_training']:.1e}"
+            )
     worst = max(r["best"]["max_fixed_repeat_diff"] for r in results["runs"])
-    lines.append(f"fixed batches evaluated twice: max |diff| = {worst:.1e} (identical batches, deterministic "
-                 f"evaluation); random: {results['repeats']} draws of {results['config']['train']['eval_batches']} "
-                 "batches per snapshot")
+    lines.append(
+        f"fixed batches evaluated twice: max |diff| = {worst:.1e} (identical batches, deterministic "
+        f"evaluation); random: {results['repeats']} draws of {results['config']['train']['eval_batches']} "
+        "batches per snapshot"
+    )
     return "\n".join(lines)
 
 
 EXPERIMENT = Experiment(
-    name="eval_noise", schema=SCHEMA, doc=__doc__, title="Evaluation noise", plan=plan, analyse=analyse,
-    table=lambda results: best_table(results["runs"]), summary=summary, sections=sections,
-    add_arguments=add_arguments, check=check, owned={"residual": "--config"},
+    name="eval_noise",
+    schema=SCHEMA,
+    doc=__doc__,
+    title="Evaluation noise",
+    plan=plan,
+    analyse=analyse,
+    table=lambda results: best_table(results["runs"]),
+    summary=summary,
+    sections=sections,
+    add_arguments=add_arguments,
+    check=check,
+    owned={"residual": "--config"},
     defaults=lambda spec: {"eval_from": 0.0},  # snapshots and "best val" span the whole run
 )
 

@@ -43,9 +43,17 @@ def gain_label(g: float) -> str:
     return f"{g:g}"
 
 
-def adam_invariance_check(scale_weights: Callable[[Any, float], None], gains=(0.25, 0.5, 2.0, 4.0),
-                          residual: str = "attn_only", steps: int = 5, seed: int = 0, model_cfg=None, train_cfg=None,
-                          batches=None, device: str = "cpu") -> dict[str, Any]:
+def adam_invariance_check(
+    scale_weights: Callable[[Any, float], None],
+    gains=(0.25, 0.5, 2.0, 4.0),
+    residual: str = "attn_only",
+    steps: int = 5,
+    seed: int = 0,
+    model_cfg=None,
+    train_cfg=None,
+    batches=None,
+    device: str = "cpu",
+) -> dict[str, Any]:
     """Adam's update is invariant to a constant rescaling of the gradient; measured two ways.
 
     optimizer: one model trained `steps` AdamW steps (the trainer's betas, lr, weight decay; no clipping) on real
@@ -63,8 +71,7 @@ def adam_invariance_check(scale_weights: Callable[[Any, float], None], gains=(0.
     import torch
 
     spec = resolve("smoke")
-    model_cfg = (model_cfg or spec.model.replace(d_vocab=65)).replace(residual=residual, dropout=0.0,
-                                                                      runtime_gain=1.0)
+    model_cfg = (model_cfg or spec.model.replace(d_vocab=65)).replace(residual=residual, dropout=0.0, runtime_gain=1.0)
     train_cfg = train_cfg or spec.train
     dev = torch.device(device)
     batches = check_batches(model_cfg, batches, steps, seed, dev)
@@ -92,8 +99,10 @@ def check_batches(model_cfg, batches, steps: int, seed: int, dev) -> list:
 
     if batches is None:
         gen = torch.Generator().manual_seed(seed)
-        batches = [tuple(torch.randint(0, model_cfg.d_vocab, (4, model_cfg.n_ctx), generator=gen) for _ in range(2))
-                   for _ in range(steps)]
+        batches = [
+            tuple(torch.randint(0, model_cfg.d_vocab, (4, model_cfg.n_ctx), generator=gen) for _ in range(2))
+            for _ in range(steps)
+        ]
     batches = [(x.to(dev), y.to(dev)) for x, y in list(batches)[:steps]]
     if not batches:
         raise ToolkitError("adam_invariance_check needs at least one batch")
@@ -117,8 +126,9 @@ def optimizer_invariance(model_cfg, train_cfg, batches: list, gains: list[float]
     return out
 
 
-def _scaled_gradient_run(model_cfg, train_cfg, batches: list, c: float, eps: float, seed: int,
-                         dev) -> tuple[list[float], float]:
+def _scaled_gradient_run(
+    model_cfg, train_cfg, batches: list, c: float, eps: float, seed: int, dev
+) -> tuple[list[float], float]:
     """One model and a shadow copy of its parameters stepped on c times its gradients: the relative update
     difference at each step, and the fraction of first-step gradient entries within 100 * 1e-8 of zero."""
     import torch
@@ -142,13 +152,18 @@ def _scaled_gradient_run(model_cfg, train_cfg, batches: list, c: float, eps: flo
         opt_b.step()
         opt_a.zero_grad(set_to_none=True)
         opt_b.zero_grad(set_to_none=True)
-        diffs.append(_rel([p.detach() - b for p, b in zip(shadow, before_b, strict=True)],
-                          [p.detach() - b for p, b in zip(model.parameters(), before_a, strict=True)]))
+        diffs.append(
+            _rel(
+                [p.detach() - b for p, b in zip(shadow, before_b, strict=True)],
+                [p.detach() - b for p, b in zip(model.parameters(), before_a, strict=True)],
+            )
+        )
     return diffs, small_fraction
 
 
-def model_invariance(scale_weights: Callable[[Any, float], None], model_cfg, train_cfg, batch: tuple,
-                     gains: list[float], seed: int, dev) -> dict[str, Any]:
+def model_invariance(
+    scale_weights: Callable[[Any, float], None], model_cfg, train_cfg, batch: tuple, gains: list[float], seed: int, dev
+) -> dict[str, Any]:
     """runtime_gain = g at W beside scale_weights(W, g), one AdamW step each on `batch`, at both eps: the max
     relative update difference, and the max |logit difference| of the two (the same function)."""
     import torch
@@ -188,8 +203,9 @@ def _adamw(params, train_cfg, eps: float, weight_decay: float):
 
     from training.trainer import optimizer_groups
 
-    return torch.optim.AdamW(optimizer_groups(params, weight_decay), lr=train_cfg.lr,
-                             betas=(train_cfg.beta1, train_cfg.beta2), eps=eps)
+    return torch.optim.AdamW(
+        optimizer_groups(params, weight_decay), lr=train_cfg.lr, betas=(train_cfg.beta1, train_cfg.beta2), eps=eps
+    )
 
 
 def _rel(a: list, b: list) -> float:
@@ -215,11 +231,13 @@ def _fresh(cfg, seed: int, dev):
 def adam_line(check: dict[str, Any]) -> str:
     """The check as one console line."""
     opt = check["optimizer"]
-    return (f"Adam invariance: updates for gradient G and g*G (g in {check['gains']}, {check['steps']} steps) and for "
-            f"runtime gain g vs weights*g (same function, max |logit diff| "
-            f"{check['model']['function_max_abs_diff']:.1e}) differ by {check['max_rel_update_diff']:.1e} "
-            f"relative with eps -> 0, {check['max_rel_update_diff_eps_default']:.1e} with eps = 1e-8 "
-            f"({100 * opt['small_gradient_fraction']:.1f}% of gradient entries are within 100 eps of 0)")
+    return (
+        f"Adam invariance: updates for gradient G and g*G (g in {check['gains']}, {check['steps']} steps) and for "
+        f"runtime gain g vs weights*g (same function, max |logit diff| "
+        f"{check['model']['function_max_abs_diff']:.1e}) differ by {check['max_rel_update_diff']:.1e} "
+        f"relative with eps -> 0, {check['max_rel_update_diff_eps_default']:.1e} with eps = 1e-8 "
+        f"({100 * opt['small_gradient_fraction']:.1f}% of gradient entries are within 100 eps of 0)"
+    )
 
 
 if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing

@@ -73,7 +73,7 @@ DEFAULT_MAX_STEPS = 250
 DEFAULT_EVAL_INTERVAL = 25
 PAPER_NOTE = {  # what the paper reports for its 10M setting (section 5.1)
     "paper-10m": "paper (10M): runtime g = 2.0 first appeared to recover attn_only to best val 1.54; the runtime-gain "
-                 "curves overlapped within 0.002 after ~200 steps under AdamW, so the result was withdrawn",
+    "curves overlapped within 0.002 after ~200 steps under AdamW, so the result was withdrawn",
 }
 
 
@@ -95,14 +95,25 @@ def make_variants(configs: list[str], gains: list[float]) -> list[tuple[Variant,
         for g in gains:
             if g == 1.0:
                 continue
-            out.append((Variant(f"{c} runtime g={gain_label(g)}", {"residual": c, "runtime_gain": g}),
-                        {"config": c, "way": "runtime", "gain": g}))
+            out.append(
+                (
+                    Variant(f"{c} runtime g={gain_label(g)}", {"residual": c, "runtime_gain": g}),
+                    {"config": c, "way": "runtime", "gain": g},
+                )
+            )
         for g in gains:
             if g == 1.0:
                 continue
-            out.append((Variant(f"{c} weights g={gain_label(g)}", {"residual": c},
-                                functools.partial(scale_output_projections, gain=g)),
-                        {"config": c, "way": "weights", "gain": g}))
+            out.append(
+                (
+                    Variant(
+                        f"{c} weights g={gain_label(g)}",
+                        {"residual": c},
+                        functools.partial(scale_output_projections, gain=g),
+                    ),
+                    {"config": c, "way": "weights", "gain": g},
+                )
+            )
     return out
 
 
@@ -153,8 +164,9 @@ def finals(runs: list[dict[str, Any]], configs: list[str], gains: list[float]) -
     return out
 
 
-def rescue(runs: list[dict[str, Any]], configs: list[str], gains: list[float], levels: dict[str, Any],
-           margin: float) -> dict[str, Any]:
+def rescue(
+    runs: list[dict[str, Any]], configs: list[str], gains: list[float], levels: dict[str, Any], margin: float
+) -> dict[str, Any]:
     floor = levels["unigram"] - margin
     out: dict[str, Any] = {}
     for c in configs:
@@ -177,13 +189,15 @@ def rescue(runs: list[dict[str, Any]], configs: list[str], gains: list[float], l
         rescued = [g for g, v in by_gain.items() if v["rescued"]]
         best_g, best = min(by_gain.items(), key=lambda kv: kv[1]["final_val_loss"]["mean"]) if by_gain else (None, None)
         if g1 < floor:
-            verdict = (f"nothing to rescue: g=1 ends at {g1:.3f}, already below the floor ({floor:.3f}); "
-                       + (f"best weights gain g={best_g}: {best['delta_vs_g1']:+.3f} vs g=1" if best else ""))
+            verdict = f"nothing to rescue: g=1 ends at {g1:.3f}, already below the floor ({floor:.3f}); " + (
+                f"best weights gain g={best_g}: {best['delta_vs_g1']:+.3f} vs g=1" if best else ""
+            )
         elif rescued:
             verdict = f"RESCUED by weight scaling at g={', '.join(rescued)} (g=1 at the floor: {g1:.3f})"
         else:
-            verdict = (f"not rescued: every weights gain ends at or above the floor ({floor:.3f}); g=1 {g1:.3f}"
-                       + (f", best g={best_g} {best['final_val_loss']['mean']:.3f}" if best else ""))
+            verdict = f"not rescued: every weights gain ends at or above the floor ({floor:.3f}); g=1 {g1:.3f}" + (
+                f", best g={best_g} {best['final_val_loss']['mean']:.3f}" if best else ""
+            )
         out[c] = {"g1_final": g1, "floor": floor, "by_gain": by_gain, "rescued_gains": rescued, "verdict": verdict}
     return out
 
@@ -199,24 +213,47 @@ def final_table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         for g in results["gains"]:
             k = gain_label(g)
             res = results["rescue"][c]["by_gain"].get(k)
-            rows.append([c, k, fmt_number(fin["runtime"][k], ".3f"), fmt_number(fin["weights"][k], ".3f"),
-                         fmt_number(res["delta_vs_g1"], "+.3f") if res else "(g=1)",
-                         ("yes" if res["below_floor"] else "no") if res else
-                         ("yes" if results["rescue"][c]["g1_final"] < results["rescue"][c]["floor"] else "no")])
+            rows.append(
+                [
+                    c,
+                    k,
+                    fmt_number(fin["runtime"][k], ".3f"),
+                    fmt_number(fin["weights"][k], ".3f"),
+                    fmt_number(res["delta_vs_g1"], "+.3f") if res else "(g=1)",
+                    ("yes" if res["below_floor"] else "no")
+                    if res
+                    else ("yes" if results["rescue"][c]["g1_final"] < results["rescue"][c]["floor"] else "no"),
+                ]
+            )
     return headers, rows
 
 
 def spread_table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    headers = ["config", "way", "seed", "spread at first eval", "max spread", "final spread",
-               f"settles below {results['threshold']:g} from step"]
+    headers = [
+        "config",
+        "way",
+        "seed",
+        "spread at first eval",
+        "max spread",
+        "final spread",
+        f"settles below {results['threshold']:g} from step",
+    ]
     rows = []
     for c, ways in results["spread"].items():
         for way, per_seed in ways.items():
             for seed, s in per_seed.items():
                 first = s["spread"][0] if s["spread"] else None
-                rows.append([c, way, seed, fmt_number(first), fmt_number(max(s["spread"], default=None)),
-                             fmt_number(s["final_spread"]),
-                             "never" if s["settle_step"] is None else str(s["settle_step"])])
+                rows.append(
+                    [
+                        c,
+                        way,
+                        seed,
+                        fmt_number(first),
+                        fmt_number(max(s["spread"], default=None)),
+                        fmt_number(s["final_spread"]),
+                        "never" if s["settle_step"] is None else str(s["settle_step"]),
+                    ]
+                )
     return headers, rows
 
 
@@ -228,16 +265,21 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
     refs = reference_lines(results["reference_levels"])
     runs = results["runs"]
     d = results["defaults"]
-    intro = (f"Preset {results['preset']}, seeds {results['seeds']}, configs {results['configs']}, gains "
-             f"{results['gains']}. Runs are {results['config']['train']['max_steps']} steps, evaluated every "
-             f"{results['config']['train']['eval_interval']} steps on the fixed validation batches (this "
-             f"experiment's defaults: {d}; --set overrides them). Way (a) multiplies every "
-             f"sublayer output by g in every forward pass (runtime_gain); way (b) multiplies every out_proj weight by "
-             f"g once before the optimizer is built. g=1 is one run used for both.")
+    intro = (
+        f"Preset {results['preset']}, seeds {results['seeds']}, configs {results['configs']}, gains "
+        f"{results['gains']}. Runs are {results['config']['train']['max_steps']} steps, evaluated every "
+        f"{results['config']['train']['eval_interval']} steps on the fixed validation batches (this "
+        f"experiment's defaults: {d}; --set overrides them). Way (a) multiplies every "
+        f"sublayer output by g in every forward pass (runtime_gain); way (b) multiplies every out_proj weight by "
+        f"g once before the optimizer is built. g=1 is one run used for both."
+    )
     if results.get("paper"):
         intro += " " + results["paper"] + "."
-    sections: list = [intro, ("Why the runtime gain tests nothing", EXPLANATION, None),
-                      ("Adam invariance, measured", adam_line(results["adam_invariance"]), None)]
+    sections: list = [
+        intro,
+        ("Why the runtime gain tests nothing", EXPLANATION, None),
+        ("Adam invariance, measured", adam_line(results["adam_invariance"]), None),
+    ]
     headers, rows = spread_table(results)
     sections.append(("Spread of the validation curves over g", table_figure(headers, rows)))
     fig = go.Figure()
@@ -245,23 +287,42 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
     for c, ways in results["spread"].items():
         for way, per_seed in ways.items():
             for seed, s in per_seed.items():
-                fig.add_trace(go.Scatter(x=s["steps"], y=[max(v, 1e-6) for v in s["spread"]], mode="lines+markers",
-                                         name=f"{c} {way} seed{seed}",
-                                         line=dict(color=PALETTE[i % len(PALETTE)], dash="solid" if way == "runtime"
-                                                   else "dot")))
+                fig.add_trace(
+                    go.Scatter(
+                        x=s["steps"],
+                        y=[max(v, 1e-6) for v in s["spread"]],
+                        mode="lines+markers",
+                        name=f"{c} {way} seed{seed}",
+                        line=dict(color=PALETTE[i % len(PALETTE)], dash="solid" if way == "runtime" else "dot"),
+                    )
+                )
             i += 1
-    fig.add_hline(y=results["threshold"], line=dict(dash="dash", color="#555", width=1),
-                  annotation_text=f"threshold {results['threshold']:g}")
-    fig.update_layout(title="Spread (max - min over g) of the validation loss at each evaluation step",
-                      xaxis_title="step", yaxis_title="spread (nats, log)", yaxis_type="log")
+    fig.add_hline(
+        y=results["threshold"],
+        line=dict(dash="dash", color="#555", width=1),
+        annotation_text=f"threshold {results['threshold']:g}",
+    )
+    fig.update_layout(
+        title="Spread (max - min over g) of the validation loss at each evaluation step",
+        xaxis_title="step",
+        yaxis_title="spread (nats, log)",
+        yaxis_type="log",
+    )
     sections.append(("Spread over g, per step", fig))
-    sections.append(("Does weight scaling rescue a config?",
-                     " ".join(f"{c}: {v['verdict']}." for c, v in results["rescue"].items()), None))
+    sections.append(
+        (
+            "Does weight scaling rescue a config?",
+            " ".join(f"{c}: {v['verdict']}." for c, v in results["rescue"].items()),
+            None,
+        )
+    )
     for c in results["configs"]:
         for way, label in (("runtime", "(a) runtime gain"), ("weights", "(b) weights scaled once")):
-            curves = {f"g={gain_label(r['gain'])}/seed{r['seed']}": (r["val_curve"]["steps"], r["val_curve"]["loss"])
-                      for r in sorted(runs, key=lambda r: r["gain"])
-                      if r["config"] == c and r["way"] in ("both", way)}
+            curves = {
+                f"g={gain_label(r['gain'])}/seed{r['seed']}": (r["val_curve"]["steps"], r["val_curve"]["loss"])
+                for r in sorted(runs, key=lambda r: r["gain"])
+                if r["config"] == c and r["way"] in ("both", way)
+            }
             sections.append((f"{c}, {label}", loss_curves(curves, refs, title=f"{c}: validation loss, {label}")))
     return sections
 
@@ -287,14 +348,26 @@ def parse_configs(text: str) -> list[str]:
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--configs", default=",".join(DEFAULT_CONFIGS),
-                   help=f"residual configs (default {','.join(DEFAULT_CONFIGS)})")
-    p.add_argument("--gains", default=",".join(gain_label(g) for g in DEFAULT_GAINS),
-                   help="gains g; 1 is always added (default 0.25,0.5,1,2,4)")
-    p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
-                   help=f"spread (nats) below which curves count as overlapping (default {DEFAULT_THRESHOLD})")
-    p.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
-                   help=f"rescued = final val below unigram - margin (default {DEFAULT_MARGIN} nats)")
+    p.add_argument(
+        "--configs", default=",".join(DEFAULT_CONFIGS), help=f"residual configs (default {','.join(DEFAULT_CONFIGS)})"
+    )
+    p.add_argument(
+        "--gains",
+        default=",".join(gain_label(g) for g in DEFAULT_GAINS),
+        help="gains g; 1 is always added (default 0.25,0.5,1,2,4)",
+    )
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=DEFAULT_THRESHOLD,
+        help=f"spread (nats) below which curves count as overlapping (default {DEFAULT_THRESHOLD})",
+    )
+    p.add_argument(
+        "--margin",
+        type=float,
+        default=DEFAULT_MARGIN,
+        help=f"rescued = final val below unigram - margin (default {DEFAULT_MARGIN} nats)",
+    )
 
 
 def check(args) -> None:
@@ -306,9 +379,12 @@ def check(args) -> None:
 
 def defaults(spec) -> dict[str, Any]:
     """Short runs without probes, evaluated from the start: the paper's claim is about the first ~200 steps."""
-    return {"max_steps": min(spec.train.max_steps, DEFAULT_MAX_STEPS),
-            "eval_interval": min(spec.train.eval_interval, DEFAULT_EVAL_INTERVAL), "eval_from": 0.0,
-            "probes": False}
+    return {
+        "max_steps": min(spec.train.max_steps, DEFAULT_MAX_STEPS),
+        "eval_interval": min(spec.train.eval_interval, DEFAULT_EVAL_INTERVAL),
+        "eval_from": 0.0,
+        "probes": False,
+    }
 
 
 def plan(ctx: Context) -> list[Group]:
@@ -327,21 +403,34 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     runs = [{**run_summary(r), **tags[r["variant"]]} for r in records]
     model_cfg = spec.model.replace(d_vocab=ctx.corpus.vocab_size)
     check_batches = fixed_batches(ctx.corpus.train, model_cfg.n_ctx, min(4, spec.train.batch_size), 5)
-    check = adam_invariance_check(scale_output_projections, gains=[g for g in gains if g != 1.0],
-                                  residual=configs[0], model_cfg=model_cfg,
-                                  train_cfg=spec.train, batches=check_batches,
-                                  device=str(pick_device(spec.train.device)))
+    check = adam_invariance_check(
+        scale_output_projections,
+        gains=[g for g in gains if g != 1.0],
+        residual=configs[0],
+        model_cfg=model_cfg,
+        train_cfg=spec.train,
+        batches=check_batches,
+        device=str(pick_device(spec.train.device)),
+    )
     spread = spreads(runs, configs, ctx.seeds, ctx.args.threshold)
-    variants = {name: {**tag, "overrides": v.overrides} for v, tag in make_variants(configs, gains)
-                for name in [v.name]}
+    variants = {
+        name: {**tag, "overrides": v.overrides} for v, tag in make_variants(configs, gains) for name in [v.name]
+    }
     return {
-        "configs": configs, "gains": gains, "threshold": ctx.args.threshold, "margin": ctx.args.margin,
+        "configs": configs,
+        "gains": gains,
+        "threshold": ctx.args.threshold,
+        "margin": ctx.args.margin,
         "defaults": {k: v for k, v in defaults(spec).items() if k not in given},
         "config": {"variants": variants},
-        "runs": runs, "spread": spread, "settle_step": latest_settle(spread),
+        "runs": runs,
+        "spread": spread,
+        "settle_step": latest_settle(spread),
         "rescue": rescue(runs, configs, gains, ctx.levels, ctx.args.margin),
-        "finals": finals(runs, configs, gains), "adam_invariance": check,
-        "paper": PAPER_NOTE.get(spec.preset), "explanation": EXPLANATION,
+        "finals": finals(runs, configs, gains),
+        "adam_invariance": check,
+        "paper": PAPER_NOTE.get(spec.preset),
+        "explanation": EXPLANATION,
     }
 
 
@@ -350,24 +439,38 @@ def summary(results: dict[str, Any]) -> str:
     steps = results["config"]["train"]["max_steps"]
     for c, ways in results["settle_step"].items():
         s = ways["runtime"]
-        lines.append(f"{c}: runtime-gain curves stay within {results['threshold']:g} of each other "
-                     + (f"from step {s} on" if s is not None else f"at no step up to the last ({steps})")
-                     + " (paper: after about 200 steps)")
+        lines.append(
+            f"{c}: runtime-gain curves stay within {results['threshold']:g} of each other "
+            + (f"from step {s} on" if s is not None else f"at no step up to the last ({steps})")
+            + " (paper: after about 200 steps)"
+        )
     if results["paper"]:
         lines.append(results["paper"])
     lines += [f"{c}: {v['verdict']}" for c, v in results["rescue"].items()]
-    lines.append("why: for y = g*f(x;W), dL/dW = g*(df/dW)^T dL/dy and Adam's m_hat/(sqrt(v_hat)+eps) ignores a "
-                 "constant gradient scale, so W moves the same; LayerNorm then removes the constant g (exactly in "
-                 "ffn_only/none, up to LN eps; in attn_only only block 0's embed + g*attn_0 keeps it) - details in "
-                 "report.html")
+    lines.append(
+        "why: for y = g*f(x;W), dL/dW = g*(df/dW)^T dL/dy and Adam's m_hat/(sqrt(v_hat)+eps) ignores a "
+        "constant gradient scale, so W moves the same; LayerNorm then removes the constant g (exactly in "
+        "ffn_only/none, up to LN eps; in attn_only only block 0's embed + g*attn_0 keeps it) - details in "
+        "report.html"
+    )
     lines.append(adam_line(results["adam_invariance"]))
     return "\n".join(lines)
 
 
 EXPERIMENT = Experiment(
-    name="gain_confound", schema=SCHEMA, doc=__doc__, title="Gain confound", plan=plan, analyse=analyse,
-    table=final_table, summary=summary, sections=sections, add_arguments=add_arguments, check=check,
-    defaults=defaults, owned={"residual": "--configs", "runtime_gain": "--gains"},
+    name="gain_confound",
+    schema=SCHEMA,
+    doc=__doc__,
+    title="Gain confound",
+    plan=plan,
+    analyse=analyse,
+    table=final_table,
+    summary=summary,
+    sections=sections,
+    add_arguments=add_arguments,
+    check=check,
+    defaults=defaults,
+    owned={"residual": "--configs", "runtime_gain": "--gains"},
 )
 
 if __name__ == "__main__":

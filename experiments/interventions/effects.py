@@ -77,9 +77,16 @@ def _cat(chunks: list[torch.Tensor]) -> np.ndarray:
     return torch.cat(chunks).double().numpy()
 
 
-def measure_model(model, batches: Sequence[tuple[torch.Tensor, torch.Tensor]], *, decoders=None,
-                  patch_pos: int, unigram: np.ndarray, corrupt_seed: int = CORRUPT_SEED,
-                  tick: Callable[[], None] = lambda: None) -> dict[str, Any]:
+def measure_model(
+    model,
+    batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    *,
+    decoders=None,
+    patch_pos: int,
+    unigram: np.ndarray,
+    corrupt_seed: int = CORRUPT_SEED,
+    tick: Callable[[], None] = lambda: None,
+) -> dict[str, Any]:
     """Every intervention on a ResidualGPT (explicit attention, so a no-op hook changes nothing) -> raw numbers.
 
     raw: clean [seq]; layers {intervention: [layer] [seq] or None where the model lacks the hook};
@@ -123,8 +130,14 @@ def measure_model(model, batches: Sequence[tuple[torch.Tensor, torch.Tensor]], *
     has_heads = iv.applicable(model, "zero_head")
     means = iv.head_means(model, [x for x, _ in batches]) if has_heads else None
     for name in iv.HEAD_INTERVENTIONS:
-        raw["heads"][name] = [[run(iv.ablate_heads(layer, h, None if name == "zero_head" else means[layer]))[0]
-                               for h in range(H)] for layer in range(L)] if has_heads else None
+        raw["heads"][name] = (
+            [
+                [run(iv.ablate_heads(layer, h, None if name == "zero_head" else means[layer]))[0] for h in range(H)]
+                for layer in range(L)
+            ]
+            if has_heads
+            else None
+        )
     raw["patching"] = patching(model, batches, patch_pos, unigram, corrupt_seed, tick)
     return raw
 
@@ -138,9 +151,13 @@ def patching(model, batches, pos: int, unigram: np.ndarray, seed: int, tick) -> 
     z_names = [f"blocks.{layer}.attn.hook_z" for layer in range(L)] if has_heads else []
     first = "blocks.0.hook_resid_pre"
     wanted = [first, *names["attn_out"], *names["resid_post"], *z_names]
-    out: dict[str, Any] = {"clean": [], "corrupt": [], "first_resid_pre": [],
-                           "sites": {site: [[] for _ in range(L)] for site in PATCH_SITES},
-                           "heads": [[[] for _ in range(H)] for _ in range(L)] if has_heads else None}
+    out: dict[str, Any] = {
+        "clean": [],
+        "corrupt": [],
+        "first_resid_pre": [],
+        "sites": {site: [[] for _ in range(L)] for site in PATCH_SITES},
+        "heads": [[[] for _ in range(H)] for _ in range(L)] if has_heads else None,
+    }
     for batch, (x, y) in enumerate(batches):
         x, y = x[:, : pos + 1], y[:, : pos + 1]
         at = torch.full((len(x),), pos)
@@ -161,10 +178,13 @@ def patching(model, batches, pos: int, unigram: np.ndarray, seed: int, tick) -> 
             for h in range(H):
                 out["heads"][layer][h].append(patched(z, h))
     tick()
-    nested = {"clean": _cat(out["clean"]), "corrupt": _cat(out["corrupt"]),
-              "first_resid_pre": _cat(out["first_resid_pre"]),
-              "sites": {s: [_cat(v) for v in out["sites"][s]] for s in PATCH_SITES},
-              "heads": [[_cat(v) for v in row] for row in out["heads"]] if has_heads else None}
+    nested = {
+        "clean": _cat(out["clean"]),
+        "corrupt": _cat(out["corrupt"]),
+        "first_resid_pre": _cat(out["first_resid_pre"]),
+        "sites": {s: [_cat(v) for v in out["sites"][s]] for s in PATCH_SITES},
+        "heads": [[_cat(v) for v in row] for row in out["heads"]] if has_heads else None,
+    }
     return nested
 
 
@@ -183,6 +203,7 @@ def n_ticks(cfg: ModelConfig, identity: bool) -> int:
 
 def mean_raw(raws: list[dict[str, Any]]) -> dict[str, Any]:
     """The element-wise mean of several runs' raw numbers (seeds of one variant: the same sequences)."""
+
     def avg(items):
         first = items[0]
         if first is None:
@@ -216,12 +237,20 @@ def probe_levels(train: Any, batches: list, d_vocab: int) -> dict[str, Any]:
     x = np.concatenate([b[0].cpu().numpy() for b in batches])
     unigram = float(-log_uni[x].mean())
     previous = float(-log_prev[x[:, 1:], x[:, :-1]].mean())
-    return {"offsets": [0, -1], "unigram_ce": [unigram, float(-log_uni[x[:, :-1]].mean())],
-            "current_token_ce": [0.0, previous]}
+    return {
+        "offsets": [0, -1],
+        "unigram_ce": [unigram, float(-log_uni[x[:, :-1]].mean())],
+        "current_token_ce": [0.0, previous],
+    }
 
 
-def summarise(raw: dict[str, Any], idx: np.ndarray, levels: dict[str, float], margin: float,
-              probe_levels: dict[str, Any] | None = None) -> dict[str, Any]:
+def summarise(
+    raw: dict[str, Any],
+    idx: np.ndarray,
+    levels: dict[str, float],
+    margin: float,
+    probe_levels: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Effects with intervals: the results.json record of one run or one variant (see the schema)."""
     clean = raw["clean"]
     out: dict[str, Any] = {"clean_loss": interval(clean, idx)}
@@ -237,15 +266,18 @@ def summarise(raw: dict[str, Any], idx: np.ndarray, levels: dict[str, float], ma
             row["place"] = place(row["loss"]["mean"], levels, margin)
             if raw.get("identity") is not None:
                 before, after = raw["identity"]["clean"][layer], raw["identity"][name][layer]
-                row["identity"] = {"clean_ce": [float(v) for v in before.mean(0)],
-                                   "ce": [float(v) for v in after.mean(0)],
-                                   "delta_ce": [interval(after[:, j] - before[:, j], idx)
-                                                for j in range(after.shape[1])]}
+                row["identity"] = {
+                    "clean_ce": [float(v) for v in before.mean(0)],
+                    "ce": [float(v) for v in after.mean(0)],
+                    "delta_ce": [interval(after[:, j] - before[:, j], idx) for j in range(after.shape[1])],
+                }
             rows.append(row)
         layers[name] = rows
     out["layers"] = layers
-    out["heads"] = {name: None if grid is None else [[interval(v - clean, idx) for v in row] for row in grid]
-                    for name, grid in raw["heads"].items()}
+    out["heads"] = {
+        name: None if grid is None else [[interval(v - clean, idx) for v in row] for row in grid]
+        for name, grid in raw["heads"].items()
+    }
     p = raw["patching"]
     gap = p["corrupt"] - p["clean"]
 
@@ -253,7 +285,8 @@ def summarise(raw: dict[str, Any], idx: np.ndarray, levels: dict[str, float], ma
         return ratio_interval(p["corrupt"] - values, gap, idx)
 
     out["patching"] = {
-        "clean_loss": float(p["clean"].mean()), "corrupt_loss": float(p["corrupt"].mean()),
+        "clean_loss": float(p["clean"].mean()),
+        "corrupt_loss": float(p["corrupt"].mean()),
         "gap": interval(gap, idx),
         "first_resid_pre": restored(p["first_resid_pre"]),
         "sites": {s: [restored(v) for v in p["sites"][s]] for s in PATCH_SITES},
@@ -268,20 +301,24 @@ def summarise(raw: dict[str, Any], idx: np.ndarray, levels: dict[str, float], ma
 # ----- sanity checks --------------------------------------------------------------------------------------
 
 
-def sanity_checks(variant: str, cfg: ModelConfig, raw: dict[str, Any], levels: dict[str, float],
-                  margin: float) -> list[dict[str, Any]]:
+def sanity_checks(
+    variant: str, cfg: ModelConfig, raw: dict[str, Any], levels: dict[str, float], margin: float
+) -> list[dict[str, Any]]:
     """Checks that each intervention does what it says, on one run's raw numbers."""
     from interp.registry import mixer_spec
 
     clean, checks = raw["clean"], []
 
     def add(check, value, expected, ok):
-        checks.append({"variant": variant, "check": check, "value": float(value), "expected": expected,
-                       "ok": bool(ok)})
+        checks.append({"variant": variant, "check": check, "value": float(value), "expected": expected, "ok": bool(ok)})
 
     moved = np.abs(raw["no_op"] - clean).max()
-    add("no-op hooks on every hook point but hook_scale: max |change| in per-sequence loss", moved, "exactly 0",
-        moved == 0)
+    add(
+        "no-op hooks on every hook point but hook_scale: max |change| in per-sequence loss",
+        moved,
+        "exactly 0",
+        moved == 0,
+    )
     absent = []
     if not cfg.attn_residual:
         absent.append(("remove_attn_residual", "the model has no attention residual", 0.0))
@@ -298,25 +335,42 @@ def sanity_checks(variant: str, cfg: ModelConfig, raw: dict[str, Any], levels: d
         if per_layer is None:
             continue
         worst = max(float(np.abs(v - clean).max()) for v in per_layer)
-        add(f"{name} is a no-op ({why}): max |change| over layers", worst,
-            "exactly 0" if tol == 0 else f"< {tol:g}", worst <= tol)
+        add(
+            f"{name} is a no-op ({why}): max |change| over layers",
+            worst,
+            "exactly 0" if tol == 0 else f"< {tol:g}",
+            worst <= tol,
+        )
     if cfg.self_bias == math.inf and raw["layers"].get("knock_out_self") is not None and not cfg.attn_residual:
         lowest = min(float(v.mean()) for v in raw["layers"]["knock_out_self"])
-        add("knock_out_self in a self-only model without attention residual: lowest loss over layers (the "
-            "stream is cut)", lowest, f">= unigram - margin = {levels['unigram'] - margin:.3f}",
-            lowest >= levels["unigram"] - margin)
+        add(
+            "knock_out_self in a self-only model without attention residual: lowest loss over layers (the "
+            "stream is cut)",
+            lowest,
+            f">= unigram - margin = {levels['unigram'] - margin:.3f}",
+            lowest >= levels["unigram"] - margin,
+        )
     p = raw["patching"]
     first = float(np.abs(p["first_resid_pre"] - p["corrupt"]).max())
-    add("patching blocks.0.hook_resid_pre at T (the previous token has not arrived): max |patched - corrupt|",
-        first, "exactly 0", first == 0)
+    add(
+        "patching blocks.0.hook_resid_pre at T (the previous token has not arrived): max |patched - corrupt|",
+        first,
+        "exactly 0",
+        first == 0,
+    )
     last = float(np.abs(p["sites"]["resid_post"][-1] - p["clean"]).max())
-    add("patching the last resid_post at T (all the model knows there): max |patched - clean|", last, "exactly 0",
-        last == 0)
+    add(
+        "patching the last resid_post at T (all the model knows there): max |patched - clean|",
+        last,
+        "exactly 0",
+        last == 0,
+    )
     return checks
 
 
-def export_difference(model, batch: tuple[torch.Tensor, torch.Tensor], patch_pos: int,
-                      unigram: np.ndarray) -> dict[str, Any] | None:
+def export_difference(
+    model, batch: tuple[torch.Tensor, torch.Tensor], patch_pos: int, unigram: np.ndarray
+) -> dict[str, Any] | None:
     """Largest |per-sequence loss difference| between the model and its TransformerLens export, same hooks."""
     import warnings
 
@@ -344,8 +398,14 @@ def export_difference(model, batch: tuple[torch.Tensor, torch.Tensor], patch_pos
         worst[name] = float((a - b).abs().max())
     bad = corrupt_previous(xs, patch_pos, unigram)
     h = iv.patch("blocks.0.hook_resid_post", cache["blocks.0.hook_resid_post"], None, at)
-    worst["patch resid_post 0"] = float((iv.per_sequence_loss(model, bad, ys, h, positions=at)[0]
-                                         - iv.per_sequence_loss(tl, bad, ys, h, positions=at)[0]).abs().max())
+    worst["patch resid_post 0"] = float(
+        (
+            iv.per_sequence_loss(model, bad, ys, h, positions=at)[0]
+            - iv.per_sequence_loss(tl, bad, ys, h, positions=at)[0]
+        )
+        .abs()
+        .max()
+    )
     return {"max_abs_diff": max(worst.values()), "per_intervention": worst, "sequences": len(x)}
 
 

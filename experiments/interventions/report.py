@@ -12,9 +12,17 @@ from experiments.interventions.rules import bearing
 from experiments.shared.frame import Context
 from interp.interventions import LAYER_INTERVENTIONS
 
-SHORT = {"remove_attn_residual": "-attn resid", "remove_ffn_residual": "-ffn resid", "knock_out_self": "-self",
-         "self_only": "self only", "uniform_pattern": "uniform", "zero_head": "zero head (worst)",
-         "mean_head": "mean head (worst)", "attn_out": "patch attn_out", "resid_post": "patch resid_post"}
+SHORT = {
+    "remove_attn_residual": "-attn resid",
+    "remove_ffn_residual": "-ffn resid",
+    "knock_out_self": "-self",
+    "self_only": "self only",
+    "uniform_pattern": "uniform",
+    "zero_head": "zero head (worst)",
+    "mean_head": "mean head (worst)",
+    "attn_out": "patch attn_out",
+    "resid_post": "patch resid_post",
+}
 IDENTITY_FLOW = ("remove_attn_residual", "knock_out_self", "self_only")  # the interventions that move the token
 
 
@@ -31,8 +39,10 @@ def worst_head(row: list[dict[str, float]]) -> dict[str, float]:
 def rows_of(name: str, v: dict[str, Any]) -> list[tuple[str, list[dict[str, float] | None] | None]]:
     """(label, [layer] interval or None) for every row of one variant."""
     e = v["effects"]
-    out = [(SHORT[i], None if e["layers"][i] is None else [r["delta"] for r in e["layers"][i]])
-           for i in LAYER_INTERVENTIONS]
+    out = [
+        (SHORT[i], None if e["layers"][i] is None else [r["delta"] for r in e["layers"][i]])
+        for i in LAYER_INTERVENTIONS
+    ]
     out += [(SHORT[h], None if grid is None else [worst_head(row) for row in grid]) for h, grid in e["heads"].items()]
     out += [(SHORT[s], e["patching"]["sites"][s]) for s in e["patching"]["sites"]]
     return out
@@ -46,19 +56,28 @@ def table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     for name, v in results["variants"].items():
         clean = f"{v['effects']['clean_loss']['mean']:.3f}"
         for i, (label, cells) in enumerate(rows_of(name, v)):
-            rows.append([name if i == 0 else "", clean if i == 0 else "", label,
-                         *(["n/a"] * n_layers if cells is None else [cell(c) for c in cells])])
+            rows.append(
+                [
+                    name if i == 0 else "",
+                    clean if i == 0 else "",
+                    label,
+                    *(["n/a"] * n_layers if cells is None else [cell(c) for c in cells]),
+                ]
+            )
     return headers, rows
 
 
 def summary(results: dict[str, Any]) -> str:
     m = results["margin"]
     b = results["bootstrap"]
-    lines = [f"change in validation loss (nats, intervened - clean) on {results['n_sequences']} validation sequences "
-             f"({results['val_batches']} fixed batches), mean over seeds, [{b['level']:.0%} bootstrap interval, "
-             f"{b['resamples']} resamples]; head rows: the worst head of the layer; patch rows: fraction of the "
-             f"previous-token loss gap restored at position {results['patch_pos']} (n/a: the model lacks the hook, "
-             "or the gap is about 0)", ""]
+    lines = [
+        f"change in validation loss (nats, intervened - clean) on {results['n_sequences']} validation sequences "
+        f"({results['val_batches']} fixed batches), mean over seeds, [{b['level']:.0%} bootstrap interval, "
+        f"{b['resamples']} resamples]; head rows: the worst head of the layer; patch rows: fraction of the "
+        f"previous-token loss gap restored at position {results['patch_pos']} (n/a: the model lacks the hook, "
+        "or the gap is about 0)",
+        "",
+    ]
     for v in results["verdicts"]:
         lines.append(f"{v['id']} {v['title']}: {v['verdict'].upper()} ({bearing(v)})")
         lines.append(f"   predicted: {v['prediction']}")
@@ -68,13 +87,16 @@ def summary(results: dict[str, Any]) -> str:
     lines.append("")
     lines.append(f"sanity checks: {len(results['sanity']) - len(failed)} of {len(results['sanity'])} pass")
     for c in failed:
-        lines.append(f"   FAILED {c['variant']} seed {c['seed']}: {c['check']} = {c['value']:.3g} "
-                     f"(expected {c['expected']})")
+        lines.append(
+            f"   FAILED {c['variant']} seed {c['seed']}: {c['check']} = {c['value']:.3g} (expected {c['expected']})"
+        )
     diffs = {n: e["max_abs_diff"] for n, e in results["export"].items() if e}
     if diffs:
         worst = max(diffs, key=diffs.get)
-        lines.append(f"ResidualGPT vs its TransformerLens export, same hooks: largest |loss difference| "
-                     f"{diffs[worst]:.2e} ({worst})")
+        lines.append(
+            f"ResidualGPT vs its TransformerLens export, same hooks: largest |loss difference| "
+            f"{diffs[worst]:.2e} ({worst})"
+        )
     return "\n".join(lines)
 
 
@@ -89,12 +111,24 @@ def loss_heatmap(name: str, v: dict[str, Any]):
     z = [[c["mean"] for c in cells] for _, cells in rows]
     text = [[f"{c['mean']:+.3f} nats<br>95% CI [{c['lo']:+.3f}, {c['hi']:+.3f}]" for c in cells] for _, cells in rows]
     layers = [f"layer {i}" for i in range(len(z[0]))] if z else []
-    fig = go.Figure(go.Heatmap(z=z, x=layers, y=[label for label, _ in rows], customdata=text,
-                               colorscale="RdBu_r", zmid=0, texttemplate="%{z:+.2f}",
-                               hovertemplate="%{y}, %{x}<br>%{customdata}<extra></extra>",
-                               colorbar=dict(title="change in loss")))
-    fig.update_layout(title=f"{name}: change in validation loss per layer and intervention "
-                            f"(clean {v['effects']['clean_loss']['mean']:.3f})", height=120 + 45 * len(rows))
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=layers,
+            y=[label for label, _ in rows],
+            customdata=text,
+            colorscale="RdBu_r",
+            zmid=0,
+            texttemplate="%{z:+.2f}",
+            hovertemplate="%{y}, %{x}<br>%{customdata}<extra></extra>",
+            colorbar=dict(title="change in loss"),
+        )
+    )
+    fig.update_layout(
+        title=f"{name}: change in validation loss per layer and intervention "
+        f"(clean {v['effects']['clean_loss']['mean']:.3f})",
+        height=120 + 45 * len(rows),
+    )
     fig.update_yaxes(autorange="reversed")
     return fig
 
@@ -109,12 +143,25 @@ def patching_map(name: str, v: dict[str, Any]):
         return None
     z = [[c["mean"] for c in row] for row in grid]
     text = [[f"{c['mean']:.3f} restored<br>95% CI [{c['lo']:.3f}, {c['hi']:.3f}]" for c in row] for row in grid]
-    fig = go.Figure(go.Heatmap(z=z, x=[f"head {h}" for h in range(len(z[0]))], y=[f"layer {i}" for i in range(len(z))],
-                               customdata=text, colorscale="Viridis", zmin=0, zmax=1, texttemplate="%{z:.2f}",
-                               hovertemplate="%{y}, %{x}<br>%{customdata}<extra></extra>",
-                               colorbar=dict(title="restored")))
-    fig.update_layout(title=f"{name}: previous-token patching per head (clean loss at T {p['clean_loss']:.3f}, "
-                            f"corrupted {p['corrupt_loss']:.3f})", height=160 + 50 * len(z))
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=[f"head {h}" for h in range(len(z[0]))],
+            y=[f"layer {i}" for i in range(len(z))],
+            customdata=text,
+            colorscale="Viridis",
+            zmin=0,
+            zmax=1,
+            texttemplate="%{z:.2f}",
+            hovertemplate="%{y}, %{x}<br>%{customdata}<extra></extra>",
+            colorbar=dict(title="restored"),
+        )
+    )
+    fig.update_layout(
+        title=f"{name}: previous-token patching per head (clean loss at T {p['clean_loss']:.3f}, "
+        f"corrupted {p['corrupt_loss']:.3f})",
+        height=160 + 50 * len(z),
+    )
     fig.update_yaxes(autorange="reversed")
     return fig
 
@@ -140,30 +187,54 @@ def identity_flow(results: dict[str, Any]):
                 series[i] = [r["identity"]["ce"] for r in layers[i]]
         for label, values in series.items():
             for j in range(2):
-                fig.add_trace(go.Scatter(
-                    x=x, y=[val[j] for val in values], mode="lines+markers", name=f"{name}: {label}",
-                    legendgroup=f"{name}: {label}", showlegend=j == 0,
-                    line=dict(color=PALETTE[colour % len(PALETTE)], dash="solid" if label == "clean" else "dot"),
-                    hovertemplate=f"{name}: {label}<br>%{{x}}<br>probe CE %{{y:.3f}}<extra></extra>"), row=1, col=j + 1)
+                fig.add_trace(
+                    go.Scatter(
+                        x=x,
+                        y=[val[j] for val in values],
+                        mode="lines+markers",
+                        name=f"{name}: {label}",
+                        legendgroup=f"{name}: {label}",
+                        showlegend=j == 0,
+                        line=dict(color=PALETTE[colour % len(PALETTE)], dash="solid" if label == "clean" else "dot"),
+                        hovertemplate=f"{name}: {label}<br>%{{x}}<br>probe CE %{{y:.3f}}<extra></extra>",
+                    ),
+                    row=1,
+                    col=j + 1,
+                )
         colour += 1
     fig.update_yaxes(title_text="decoder cross-entropy (nats)", row=1, col=1)
-    fig.update_layout(title="Identity flow: decodability at the site after the intervened layer (decoders fitted on "
-                            "the clean model)", height=520)
+    fig.update_layout(
+        title="Identity flow: decodability at the site after the intervened layer (decoders fitted on the clean model)",
+        height=520,
+    )
     return fig
 
 
 def sections(results: dict[str, Any], ctx: Context) -> list:
     out: list = [("Verdicts", None, None)]
-    out += [f"{v['id']} {v['title']}: {v['verdict'].upper()} ({bearing(v)}). Predicted: {v['prediction']}. "
-            f"Measured: {v['measured']}. Interval: {v['interval']}. Rule: {v['rule']}." for v in results["verdicts"]]
+    out += [
+        f"{v['id']} {v['title']}: {v['verdict'].upper()} ({bearing(v)}). Predicted: {v['prediction']}. "
+        f"Measured: {v['measured']}. Interval: {v['interval']}. Rule: {v['rule']}."
+        for v in results["verdicts"]
+    ]
     out.append(("Sanity checks", None, None))
-    out += [f"{'ok' if c['ok'] else 'FAILED'}: {c['variant']} seed {c['seed']}: {c['check']} = {c['value']:.3g} "
-            f"(expected {c['expected']})" for c in results["sanity"]]
+    out += [
+        f"{'ok' if c['ok'] else 'FAILED'}: {c['variant']} seed {c['seed']}: {c['check']} = {c['value']:.3g} "
+        f"(expected {c['expected']})"
+        for c in results["sanity"]
+    ]
     diffs = {n: e for n, e in results["export"].items() if e}
     if diffs:
-        out.append(("ResidualGPT and its export", "The same hooks on the first seed's model and its TransformerLens "
-                    "export (interp.load_tl), first validation batch: largest |per-sequence loss difference| - "
-                    + "; ".join(f"{n}: {e['max_abs_diff']:.2e}" for n, e in diffs.items()) + ".", None))
+        out.append(
+            (
+                "ResidualGPT and its export",
+                "The same hooks on the first seed's model and its TransformerLens "
+                "export (interp.load_tl), first validation batch: largest |per-sequence loss difference| - "
+                + "; ".join(f"{n}: {e['max_abs_diff']:.2e}" for n, e in diffs.items())
+                + ".",
+                None,
+            )
+        )
     for name, v in results["variants"].items():
         out.append((f"{name}: effects", loss_heatmap(name, v)))
         fig = patching_map(name, v)

@@ -79,7 +79,8 @@ def raises(o: Outcome, variant: str, intervention: str) -> tuple[str, str, str]:
     else:
         verdict = "inconclusive"
     measured = f"{variant}, {intervention}: change in loss per layer " + ", ".join(
-        f"{r['delta']['mean']:+.3f}" for r in rows)
+        f"{r['delta']['mean']:+.3f}" for r in rows
+    )
     spread = f"; 3 seed std {seeds:.3f}" if seeds else ""
     return verdict, measured, f"peak layer {layer}: {ci(row['delta'])} nats{spread}"
 
@@ -98,8 +99,10 @@ def smaller(o: Outcome, small: tuple[str, str], large: tuple[str, str]) -> tuple
         verdict = "contradicts"
     else:
         verdict = "inconclusive"
-    measured = (f"{small[0]} {small[1]} peak {s['delta']['mean']:+.3f} (layer {ls}); "
-                f"{large[0]} {large[1]} peak {big['delta']['mean']:+.3f} (layer {ll})")
+    measured = (
+        f"{small[0]} {small[1]} peak {s['delta']['mean']:+.3f} (layer {ls}); "
+        f"{large[0]} {large[1]} peak {big['delta']['mean']:+.3f} (layer {ll})"
+    )
     spread = f"; 3 seed std {seeds:.3f}" if seeds else ""
     return verdict, measured, f"{ci(s['delta'])} vs {ci(big['delta'])} nats{spread}"
 
@@ -140,8 +143,11 @@ def decide_i7(o: Outcome) -> tuple[str, str, str]:
     else:
         verdict = "inconclusive"
     lowest = min(range(len(rows)), key=lambda i: rows[i]["loss"]["mean"])
-    measured = ("ffn_only + self_bias, knock_out_self: loss per layer "
-                + ", ".join(f"{r['loss']['mean']:.3f}" for r in rows) + f" (floor {o.unigram:.3f})")
+    measured = (
+        "ffn_only + self_bias, knock_out_self: loss per layer "
+        + ", ".join(f"{r['loss']['mean']:.3f}" for r in rows)
+        + f" (floor {o.unigram:.3f})"
+    )
     return verdict, measured, f"lowest, layer {lowest}: {ci(rows[lowest]['loss'])} vs unigram - m = {floor:.3f}"
 
 
@@ -157,45 +163,96 @@ def decide_i8(o: Outcome) -> tuple[str, str, str]:
     else:
         verdict = "inconclusive"
     weakest = min(range(len(deltas)), key=lambda i: deltas[i]["mean"])
-    measured = ("ffn_only + self_bias, knock_out_self: current-token probe CE at resid_post per layer "
-                + ", ".join(f"{r['identity']['clean_ce'][0]:.2f} -> {r['identity']['ce'][0]:.2f}" for r in rows))
+    measured = "ffn_only + self_bias, knock_out_self: current-token probe CE at resid_post per layer " + ", ".join(
+        f"{r['identity']['clean_ce'][0]:.2f} -> {r['identity']['ce'][0]:.2f}" for r in rows
+    )
     return verdict, measured, f"smallest rise, layer {weakest}: {ci(deltas[weakest])} nats"
 
 
 PREDICTIONS = [
-    Prediction("I1", "full carries the token on its residual",
-               "removing the attention residual at a layer of full raises the loss",
-               "supports if the peak layer's interval lies above {m}; contradicts if every layer's lies below {m}",
-               ("full",), "P1", "refines", decide_i1),
-    Prediction("I2", "full does not need the self path",
-               "with its identity path intact, full loses less to a self-path knockout than to losing that path",
-               "supports if knock_out_self's peak interval lies wholly below remove_attn_residual's; contradicts "
-               "if wholly above", ("full",), "P2", "refines", decide_i2),
-    Prediction("I3", "attn_only needs its self path",
-               "knocking out the self path at a layer of attn_only raises the loss",
-               "supports if the peak layer's interval lies above {m}; contradicts if every layer's lies below {m}",
-               ("attn_only",), "P4", "confirms", decide_i3),
-    Prediction("I4", "attn_only's attention is mostly its self path",
-               "in attn_only, keeping only the self path (a position-blind read) costs less than removing it",
-               "supports if self_only's peak interval lies wholly below knock_out_self's; contradicts if wholly "
-               "above", ("attn_only",), "P2", "refines", decide_i4),
-    Prediction("I5", "attn_only routes by content",
-               "replacing attn_only's pattern by causal uniform weights at a layer raises the loss",
-               "supports if the peak layer's interval lies above {m}; contradicts if every layer's lies below {m}",
-               ("attn_only",), "P7", "confirms", decide_i5),
-    Prediction("I6", "without a self path the residual carries the token alone",
-               "removing the attention residual hurts attn_only + no_self more than attn_only",
-               "supports if attn_only's peak interval lies wholly below no_self's; contradicts if wholly above",
-               ("attn_only", "attn_only + no_self"), "P4", "refines", decide_i6),
-    Prediction("I7", "ffn_only + self_bias lives on its self path",
-               "knocking out the self path at any layer of ffn_only + self_bias takes the loss to the floor",
-               "supports if every layer's loss interval lies at or above unigram - {m}; contradicts if some "
-               "layer's lies below", ("ffn_only + self_bias",), "P6", "refines", decide_i7),
-    Prediction("I8", "the self path carries the token identity",
-               "knocking out the self path in ffn_only + self_bias removes the current token from the next site",
-               "supports if the current-token probe CE at that layer's resid_post rises by more than {m} at every "
-               "layer (interval); contradicts if at some layer the rise's interval lies below {m}",
-               ("ffn_only + self_bias",), "P5", "refines", decide_i8),
+    Prediction(
+        "I1",
+        "full carries the token on its residual",
+        "removing the attention residual at a layer of full raises the loss",
+        "supports if the peak layer's interval lies above {m}; contradicts if every layer's lies below {m}",
+        ("full",),
+        "P1",
+        "refines",
+        decide_i1,
+    ),
+    Prediction(
+        "I2",
+        "full does not need the self path",
+        "with its identity path intact, full loses less to a self-path knockout than to losing that path",
+        "supports if knock_out_self's peak interval lies wholly below remove_attn_residual's; contradicts "
+        "if wholly above",
+        ("full",),
+        "P2",
+        "refines",
+        decide_i2,
+    ),
+    Prediction(
+        "I3",
+        "attn_only needs its self path",
+        "knocking out the self path at a layer of attn_only raises the loss",
+        "supports if the peak layer's interval lies above {m}; contradicts if every layer's lies below {m}",
+        ("attn_only",),
+        "P4",
+        "confirms",
+        decide_i3,
+    ),
+    Prediction(
+        "I4",
+        "attn_only's attention is mostly its self path",
+        "in attn_only, keeping only the self path (a position-blind read) costs less than removing it",
+        "supports if self_only's peak interval lies wholly below knock_out_self's; contradicts if wholly above",
+        ("attn_only",),
+        "P2",
+        "refines",
+        decide_i4,
+    ),
+    Prediction(
+        "I5",
+        "attn_only routes by content",
+        "replacing attn_only's pattern by causal uniform weights at a layer raises the loss",
+        "supports if the peak layer's interval lies above {m}; contradicts if every layer's lies below {m}",
+        ("attn_only",),
+        "P7",
+        "confirms",
+        decide_i5,
+    ),
+    Prediction(
+        "I6",
+        "without a self path the residual carries the token alone",
+        "removing the attention residual hurts attn_only + no_self more than attn_only",
+        "supports if attn_only's peak interval lies wholly below no_self's; contradicts if wholly above",
+        ("attn_only", "attn_only + no_self"),
+        "P4",
+        "refines",
+        decide_i6,
+    ),
+    Prediction(
+        "I7",
+        "ffn_only + self_bias lives on its self path",
+        "knocking out the self path at any layer of ffn_only + self_bias takes the loss to the floor",
+        "supports if every layer's loss interval lies at or above unigram - {m}; contradicts if some "
+        "layer's lies below",
+        ("ffn_only + self_bias",),
+        "P6",
+        "refines",
+        decide_i7,
+    ),
+    Prediction(
+        "I8",
+        "the self path carries the token identity",
+        "knocking out the self path in ffn_only + self_bias removes the current token from the next site",
+        "supports if the current-token probe CE at that layer's resid_post rises by more than {m} at every "
+        "layer (interval); contradicts if at some layer the rise's interval lies below {m}",
+        ("ffn_only + self_bias",),
+        "P5",
+        "refines",
+        decide_i8,
+    ),
 ]
 
 
@@ -203,21 +260,31 @@ def at_floor(v: dict[str, Any], unigram: float, margin: float) -> bool:
     return v["clean_loss"]["mean"] >= unigram - margin
 
 
-def verdicts(variants: dict[str, Any], levels: dict[str, float], margin: float,
-             predictions: list[Prediction] = PREDICTIONS) -> list[dict[str, Any]]:
+def verdicts(
+    variants: dict[str, Any], levels: dict[str, float], margin: float, predictions: list[Prediction] = PREDICTIONS
+) -> list[dict[str, Any]]:
     """Every prediction decided on the variants' effects, behind the floor guard."""
     o = Outcome(variants, levels["unigram"], levels["bigram"], margin)
     out = []
     for p in predictions:
-        item = dict(id=p.id, title=p.title, prediction=p.prediction, rule=p.rule.format(m=margin),
-                    bears_on=p.bears_on, relation=p.relation)
+        item = dict(
+            id=p.id,
+            title=p.title,
+            prediction=p.prediction,
+            rule=p.rule.format(m=margin),
+            bears_on=p.bears_on,
+            relation=p.relation,
+        )
         missing = [n for n in p.needs if n not in variants]
         floored = [n for n in p.needs if n in variants and at_floor(variants[n], o.unigram, margin)]
         if missing:
             item.update(verdict="inconclusive", measured="not run", interval=f"n/a ({', '.join(missing)} not run)")
         elif floored:
-            item.update(verdict="inconclusive", interval="n/a",
-                        measured=f"not decided: {', '.join(floored)} sits at the unigram floor (nothing to lose)")
+            item.update(
+                verdict="inconclusive",
+                interval="n/a",
+                measured=f"not decided: {', '.join(floored)} sits at the unigram floor (nothing to lose)",
+            )
         else:
             verdict, measured, interval = p.decide(o)
             item.update(verdict=verdict, measured=measured, interval=interval)

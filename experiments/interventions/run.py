@@ -70,16 +70,32 @@ DEFAULT_VAL_BATCHES = 2  # cpu-quick: ~70 forward passes a model; 2 batches = 32
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--self-bias", type=float, default=DEFAULT_SELF_BIAS,
-                   help=f"as the routing test's: the self-score bias of 'ffn_only + self_bias' (default "
-                        f"{DEFAULT_SELF_BIAS}); pick the routing test's value to reuse its runs")
-    p.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
-                   help=f"nats: an effect counts when its interval clears this (default {DEFAULT_MARGIN})")
-    p.add_argument("--val-batches", type=int, default=DEFAULT_VAL_BATCHES,
-                   help=f"how many of the preset's fixed validation batches to intervene on (default "
-                        f"{DEFAULT_VAL_BATCHES}; 0: all); the cost grows linearly with it")
-    p.add_argument("--patch-pos", type=int, default=None,
-                   help="position T whose previous token is resampled for patching (default n_ctx // 2)")
+    p.add_argument(
+        "--self-bias",
+        type=float,
+        default=DEFAULT_SELF_BIAS,
+        help=f"as the routing test's: the self-score bias of 'ffn_only + self_bias' (default "
+        f"{DEFAULT_SELF_BIAS}); pick the routing test's value to reuse its runs",
+    )
+    p.add_argument(
+        "--margin",
+        type=float,
+        default=DEFAULT_MARGIN,
+        help=f"nats: an effect counts when its interval clears this (default {DEFAULT_MARGIN})",
+    )
+    p.add_argument(
+        "--val-batches",
+        type=int,
+        default=DEFAULT_VAL_BATCHES,
+        help=f"how many of the preset's fixed validation batches to intervene on (default "
+        f"{DEFAULT_VAL_BATCHES}; 0: all); the cost grows linearly with it",
+    )
+    p.add_argument(
+        "--patch-pos",
+        type=int,
+        default=None,
+        help="position T whose previous token is resampled for patching (default n_ctx // 2)",
+    )
     p.add_argument("--no-identity", action="store_true", help="skip the identity probes (I8 is then inconclusive)")
 
 
@@ -96,8 +112,10 @@ def plan(ctx: Context) -> list[Group]:
     if n_ctx < 3:
         raise ToolkitError(f"the interventions need n_ctx >= 3, got --set n_ctx={n_ctx}")
     if ctx.args.val_batches > ctx.spec.train.eval_batches:
-        raise ToolkitError(f"--val-batches {ctx.args.val_batches} is more than the preset's "
-                           f"{ctx.spec.train.eval_batches} fixed validation batches (0: all of them)")
+        raise ToolkitError(
+            f"--val-batches {ctx.args.val_batches} is more than the preset's "
+            f"{ctx.spec.train.eval_batches} fixed validation batches (0: all of them)"
+        )
     pos = ctx.args.patch_pos
     if pos is not None and not 1 <= pos < n_ctx:
         raise ToolkitError(f"--patch-pos must be in [1, {n_ctx - 1}] (a position with a previous token), got {pos}")
@@ -140,8 +158,9 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
         cfg = _config(r)
         cfgs[r["variant"]] = cfg
         total += fx.n_ticks(cfg, identity)
-    bar = tqdm(total=total, desc="interventions", unit="pass", disable=not ctx.progress, leave=False,
-               dynamic_ncols=True)
+    bar = tqdm(
+        total=total, desc="interventions", unit="pass", disable=not ctx.progress, leave=False, dynamic_ncols=True
+    )
     runs, raws, sanity, export = [], {}, [], {}
     for r in records:
         start = time.perf_counter()
@@ -151,17 +170,21 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
         if identity:
             sites = [f"blocks.{layer}.hook_resid_post" for layer in range(model.cfg.n_layers)]
             decoders = fit_decoders(model, ctx.corpus.train, sites)
-        raw = fx.measure_model(model, batches, decoders=decoders, patch_pos=patch_pos, unigram=unigram,
-                               tick=lambda: bar.update(1))
+        raw = fx.measure_model(
+            model, batches, decoders=decoders, patch_pos=patch_pos, unigram=unigram, tick=lambda: bar.update(1)
+        )
         raws.setdefault(r["variant"], []).append(raw)
         sanity += [{**c, "seed": r["seed"]} for c in fx.sanity_checks(r["variant"], model.cfg, raw, levels, margin)]
         if r["seed"] == ctx.seeds[0]:
             with torch.no_grad():
                 export[r["variant"]] = fx.export_difference(model, batches[0], patch_pos, unigram)
-        runs.append({**{k: v for k, v in run_summary(r).items() if k in ("variant", "seed", "run_dir",
-                                                                         "final_val_loss")},
-                     "effects": fx.summarise(raw, idx, levels, margin, probe_refs),
-                     "wall_time_s": time.perf_counter() - start})
+        runs.append(
+            {
+                **{k: v for k, v in run_summary(r).items() if k in ("variant", "seed", "run_dir", "final_val_loss")},
+                "effects": fx.summarise(raw, idx, levels, margin, probe_refs),
+                "wall_time_s": time.perf_counter() - start,
+            }
+        )
     bar.close()
     variants = {}
     for name, rs in raws.items():
@@ -169,18 +192,40 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
         spread = {}
         for iv_name, per_layer in rs[0]["layers"].items():
             if per_layer is not None:
-                spread[iv_name] = [float(np.std([(raw["layers"][iv_name][layer] - raw["clean"]).mean() for raw in rs],
-                                                ddof=1)) if len(rs) > 1 else 0.0 for layer in range(len(per_layer))]
-        variants[name] = {"seeds": [r["seed"] for r in records if r["variant"] == name], "effects": effects,
-                          "seed_spread": spread}
+                spread[iv_name] = [
+                    float(np.std([(raw["layers"][iv_name][layer] - raw["clean"]).mean() for raw in rs], ddof=1))
+                    if len(rs) > 1
+                    else 0.0
+                    for layer in range(len(per_layer))
+                ]
+        variants[name] = {
+            "seeds": [r["seed"] for r in records if r["variant"] == name],
+            "effects": effects,
+            "seed_spread": spread,
+        }
     from experiments.interventions.effects import BOOTSTRAP, BOOTSTRAP_SEED, LEVEL
 
-    return {"margin": margin, "self_bias": ctx.args.self_bias, "val_batches": len(batches), "n_sequences": n_seq,
-            "patch_pos": patch_pos, "bootstrap": {"resamples": BOOTSTRAP, "seed": BOOTSTRAP_SEED, "level": LEVEL},
-            "identity_probes": identity, "runs": runs, "variants": variants,
-            "verdicts": verdicts({n: {**v["effects"], "seed_spread": v["seed_spread"], "n_seeds": len(v["seeds"])}
-                                  for n, v in variants.items()}, levels, margin),
-            "sanity": sanity, "export": export}
+    return {
+        "margin": margin,
+        "self_bias": ctx.args.self_bias,
+        "val_batches": len(batches),
+        "n_sequences": n_seq,
+        "patch_pos": patch_pos,
+        "bootstrap": {"resamples": BOOTSTRAP, "seed": BOOTSTRAP_SEED, "level": LEVEL},
+        "identity_probes": identity,
+        "runs": runs,
+        "variants": variants,
+        "verdicts": verdicts(
+            {
+                n: {**v["effects"], "seed_spread": v["seed_spread"], "n_seeds": len(v["seeds"])}
+                for n, v in variants.items()
+            },
+            levels,
+            margin,
+        ),
+        "sanity": sanity,
+        "export": export,
+    }
 
 
 def _config(record: dict[str, Any]):
@@ -191,8 +236,17 @@ def _config(record: dict[str, Any]):
 
 
 EXPERIMENT = Experiment(
-    name="interventions", schema=SCHEMA, doc=__doc__, title="Interventions", plan=plan, analyse=analyse,
-    table=table, summary=summary, sections=sections, add_arguments=add_arguments, check=check,
+    name="interventions",
+    schema=SCHEMA,
+    doc=__doc__,
+    title="Interventions",
+    plan=plan,
+    analyse=analyse,
+    table=table,
+    summary=summary,
+    sections=sections,
+    add_arguments=add_arguments,
+    check=check,
     variants_option=True,
     owned={"residual": "--variants", "mixer": "--variants", "self_bias": "--variants / --self-bias"},
 )

@@ -24,12 +24,19 @@ from experiments.routing_test.rules import place
 
 FLOOR = "at the unigram floor"
 SPLIT = "seed-split"
-SHORT = {"at the unigram floor": "floor", "at the bigram level": "bigram", "between bigram and floor": "between",
-         "near full": "near full", "below bigram (uses context)": "context", SPLIT: "split"}
+SHORT = {
+    "at the unigram floor": "floor",
+    "at the bigram level": "bigram",
+    "between bigram and floor": "between",
+    "near full": "near full",
+    "below bigram (uses context)": "context",
+    SPLIT: "split",
+}
 
 
-def cell_place(losses: list[float], projected: list[float], levels: dict[str, float], full: float | None,
-               margin: float) -> dict[str, Any]:
+def cell_place(
+    losses: list[float], projected: list[float], levels: dict[str, float], full: float | None, margin: float
+) -> dict[str, Any]:
     """The place of a cell from its runs' final losses (and their 3x projections), seed by seed."""
     places = [place(x, levels, full, margin) for x in losses]
     later = [place(x, levels, full, margin) for x in projected]
@@ -146,8 +153,10 @@ def collapsed_text(axis: str, known: list, collapsed: set, split: int | list = 0
     other = " other" if split else ""
     if not collapsed:
         return f"at no{other} {label} tried"
+
     def but(inside: list) -> str:
         return f" except {label} {', '.join(fmt(v) for v in inside)} (seed-split)" if inside else ""
+
     if collapsed == set(known):
         return f"at every {label} tried" + but(splits) if splits else f"at every{other} {label} tried"
     ks = sorted(known)
@@ -180,6 +189,7 @@ def sentence(view: View, places: dict[Cell, dict[str, Any]], confirmed: dict[Cel
     confirmed: None when no confirmation ran; else cell -> whether this boundary cell was confirmed
     (cells that are not boundary cells are absent).
     """
+
     def row(yv) -> tuple[list, set, list]:
         known, collapsed, split = [], set(), []
         for xv in view.xs:
@@ -211,8 +221,10 @@ def sentence(view: View, places: dict[Cell, dict[str, Any]], confirmed: dict[Cel
     if split:
         notes.append("seed-split at " + ", ".join(where(view, c) for c in split))
     if provisional:
-        notes.append("provisional at " + ", ".join(f"{where(view, c)} (heading to {SHORT.get(places[c]['heading'])})"
-                                                   for c in provisional))
+        notes.append(
+            "provisional at "
+            + ", ".join(f"{where(view, c)} (heading to {SHORT.get(places[c]['heading'])})" for c in provisional)
+        )
     notes.append(confirmation_text(cells, confirmed))
     return f"{body} ({'; '.join(notes)})"
 
@@ -230,8 +242,10 @@ def confirmation_text(cells: list[Cell], confirmed: dict[Cell, bool] | None) -> 
         return "no floor or boundary cell to confirm"
     if done == len(boundary):
         plural = "s" * (done > 1)
-        return (f"its {done} floor and boundary cell{plural} confirmed with {CONFIRM_SEEDS} seeds at "
-                f"{CONFIRM_FACTOR}x the steps")
+        return (
+            f"its {done} floor and boundary cell{plural} confirmed with {CONFIRM_SEEDS} seeds at "
+            f"{CONFIRM_FACTOR}x the steps"
+        )
     return f"{done} of {len(boundary)} floor and boundary cells confirmed, the rest unconfirmed"
 
 

@@ -61,8 +61,14 @@ class Cell:
 
     def overrides(self, min_lr_ratio: float) -> dict[str, Any]:
         """The cell's --set fields; min_lr follows lr (the base's min_lr / lr): the schedule keeps its shape."""
-        return {"residual": self.residual, "n_layers": self.n_layers, "d_model": self.d_model,
-                "self_bias": self.self_bias, "lr": self.lr, "min_lr": self.lr * min_lr_ratio}
+        return {
+            "residual": self.residual,
+            "n_layers": self.n_layers,
+            "d_model": self.d_model,
+            "self_bias": self.self_bias,
+            "lr": self.lr,
+            "min_lr": self.lr * min_lr_ratio,
+        }
 
 
 def base_cell(spec) -> Cell:
@@ -71,9 +77,11 @@ def base_cell(spec) -> Cell:
     cell = Cell(SUBJECT, m.n_layers, spec.train.lr, m.d_model, float(m.self_bias))
     for axis in ("lr", "self_bias"):  # what --axes refuses is refused from --set or a preset too
         if not math.isfinite(getattr(cell, axis)):
-            raise ToolkitError(f"the phase diagram's cells need a finite {axis}; the base shape has "
-                               f"{axis}={getattr(cell, axis)} (from --set or the preset): its cells could "
-                               "be neither named nor written to results.json")
+            raise ToolkitError(
+                f"the phase diagram's cells need a finite {axis}; the base shape has "
+                f"{axis}={getattr(cell, axis)} (from --set or the preset): its cells could "
+                "be neither named nor written to results.json"
+            )
     return cell
 
 
@@ -86,8 +94,10 @@ class Slice:
 
     def cells(self) -> list[Cell]:
         names = [a for a, _ in self.axes]
-        return [self.base.replace(**dict(zip(names, combo, strict=True)))
-                for combo in itertools.product(*(v for _, v in self.axes))]
+        return [
+            self.base.replace(**dict(zip(names, combo, strict=True)))
+            for combo in itertools.product(*(v for _, v in self.axes))
+        ]
 
     def to_dict(self) -> dict[str, Any]:
         return {"base": self.base.coords(), "axes": {a: list(v) for a, v in self.axes}}
@@ -158,9 +168,11 @@ def default_slices(base: Cell) -> list[Slice]:
     """ffn_only over depth x lr and depth x self_bias (at the base width), and over width at depth 4."""
     subject = base.replace(residual=SUBJECT)
     widths = tuple(sorted({base.d_model, *DEFAULT_WIDTHS}))
-    return [Slice(subject, (("n_layers", DEFAULT_DEPTHS), ("lr", DEFAULT_LRS))),
-            Slice(subject, (("n_layers", DEFAULT_DEPTHS), ("self_bias", DEFAULT_SELF_BIASES))),
-            Slice(subject.replace(n_layers=WIDTH_DEPTH), (("d_model", widths),))]
+    return [
+        Slice(subject, (("n_layers", DEFAULT_DEPTHS), ("lr", DEFAULT_LRS))),
+        Slice(subject, (("n_layers", DEFAULT_DEPTHS), ("self_bias", DEFAULT_SELF_BIASES))),
+        Slice(subject.replace(n_layers=WIDTH_DEPTH), (("d_model", widths),)),
+    ]
 
 
 def slices_of(axes: dict[str, tuple], base: Cell) -> list[Slice]:
@@ -185,8 +197,9 @@ def reference_cells(cells: list[Cell], base: Cell, references: tuple[str, ...]) 
 
 def full_reference(cell: Cell, by_coords: dict[Cell, Any]) -> Cell | None:
     """The full cell at this cell's depth and width (base lr: the reference cells' lr), if it was run."""
-    candidates = [c for c in by_coords if c.residual == "full" and (c.n_layers, c.d_model) == (cell.n_layers,
-                                                                                                   cell.d_model)]
+    candidates = [
+        c for c in by_coords if c.residual == "full" and (c.n_layers, c.d_model) == (cell.n_layers, cell.d_model)
+    ]
     if cell.residual == "full":
         return None
     exact = [c for c in candidates if (c.lr, c.self_bias) == (cell.lr, 0.0)]

@@ -50,8 +50,13 @@ class EarlyIdentity:
 
         if not getattr(trainer, "is_main", True):
             return
-        result = measure_identity(trainer.model, trainer.corpus.train, trainer.val_batches[:IDENTITY_BATCHES],
-                                  offsets=(0,), sites=[IDENTITY_SITE])
+        result = measure_identity(
+            trainer.model,
+            trainer.corpus.train,
+            trainer.val_batches[:IDENTITY_BATCHES],
+            offsets=(0,),
+            sites=[IDENTITY_SITE],
+        )
         trainer.append("probes.jsonl", {"step": step, "probe": "identity", **result})
 
     def on_eval(self, trainer, step: int, val_loss: float) -> None:
@@ -68,8 +73,9 @@ class EarlyIdentity:
 def features(probes: dict[str, list[dict[str, Any]]], warmup: int, early: int) -> dict[str, float | None]:
     """The early features (and identity_end, growth_end) of one run from its probe records; None where absent."""
     grads = [(g["step"], math.hypot(g["attn"][0], g["mlp"][0])) for g in probes.get("gradients", [])]
-    attention = [(r["step"], r["alpha_tt_layer_mean"][0]) for r in probes.get("attention", [])
-                 if r.get("alpha_tt_layer_mean")]
+    attention = [
+        (r["step"], r["alpha_tt_layer_mean"][0]) for r in probes.get("attention", []) if r.get("alpha_tt_layer_mean")
+    ]
     norms = [(r["step"], r["growth"]) for r in probes.get("norms", [])]
     identity = [(r["step"], r["accuracy"][0][0]) for r in probes.get("identity", [])]
     early_alpha = [a for s, a in attention if s <= early]
@@ -113,8 +119,9 @@ def predict(model: tuple[float, bool], x: float) -> bool:
 
 def leave_one_out(xs: list[float], ys: list[bool]) -> int:
     """Held-out hits of the threshold classifier, each run scored by a classifier fitted without it."""
-    return sum(predict(fit_threshold(xs[:i] + xs[i + 1:], ys[:i] + ys[i + 1:]), xs[i]) == ys[i]
-               for i in range(len(xs)))
+    return sum(
+        predict(fit_threshold(xs[:i] + xs[i + 1 :], ys[:i] + ys[i + 1 :]), xs[i]) == ys[i] for i in range(len(xs))
+    )
 
 
 def random_splits(xs: list[float], ys: list[bool], n: int = N_SPLITS, seed: int = SEED) -> list[float]:
@@ -124,7 +131,7 @@ def random_splits(xs: list[float], ys: list[bool], n: int = N_SPLITS, seed: int 
     idx = list(range(len(xs)))
     for _ in range(n):
         rng.shuffle(idx)
-        train, test = idx[: len(idx) // 2], idx[len(idx) // 2:]
+        train, test = idx[: len(idx) // 2], idx[len(idx) // 2 :]
         if len({ys[i] for i in train}) < 2:  # one class only: nothing to fit a threshold to
             continue
         model = fit_threshold([xs[i] for i in train], [ys[i] for i in train])
@@ -154,6 +161,7 @@ def bootstrap_auc(xs: list[float], ys: list[bool], n: int = N_BOOTSTRAP, seed: i
 
 def binomial_interval(k: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
     """Exact (Clopper-Pearson) interval of a proportion k/n, by bisection on the binomial tail."""
+
     def tail(j: int, p: float) -> float:  # P(X >= j), increasing in p
         return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(j, n + 1))
 
@@ -186,10 +194,17 @@ def evaluate(samples: list[dict[str, Any]], names: tuple[str, ...] = EARLY_FEATU
             splits = random_splits(xs, ys)
             lo, hi = binomial_interval(hits, n)
             a_lo, a_hi = bootstrap_auc(xs, ys)
-            item.update(loo_accuracy=hits / n, loo_interval=[lo, hi], majority_accuracy=base / n,
-                        split_accuracy=sum(splits) / len(splits) if splits else None, n_splits=len(splits),
-                        auc=auc(xs, ys), auc_interval=[a_lo, a_hi], threshold=list(fit_threshold(xs, ys)),
-                        predicts=lo > base / n)
+            item.update(
+                loo_accuracy=hits / n,
+                loo_interval=[lo, hi],
+                majority_accuracy=base / n,
+                split_accuracy=sum(splits) / len(splits) if splits else None,
+                n_splits=len(splits),
+                auc=auc(xs, ys),
+                auc_interval=[a_lo, a_hi],
+                threshold=list(fit_threshold(xs, ys)),
+                predicts=lo > base / n,
+            )
         out[name] = item
     return out
 
@@ -202,9 +217,11 @@ def verdict_text(name: str, item: dict[str, Any]) -> str:
     a_lo, a_hi = item["auc_interval"]
     split = f"{item['split_accuracy']:.2f}" if item["split_accuracy"] is not None else "n/a"
     word = "PREDICTS" if item["predicts"] else "does not predict beyond the majority class"
-    return (f"{name}: {word}: held-out (leave-one-out) accuracy {item['loo_accuracy']:.2f} [{lo:.2f}, {hi:.2f}] "
-            f"vs majority {item['majority_accuracy']:.2f}; random halves {split}; AUC {item['auc']:.2f} "
-            f"[{a_lo:.2f}, {a_hi:.2f}] ({item['n']} runs, {item['n_collapsed']} collapsed)")
+    return (
+        f"{name}: {word}: held-out (leave-one-out) accuracy {item['loo_accuracy']:.2f} [{lo:.2f}, {hi:.2f}] "
+        f"vs majority {item['majority_accuracy']:.2f}; random halves {split}; AUC {item['auc']:.2f} "
+        f"[{a_lo:.2f}, {a_hi:.2f}] ({item['n']} runs, {item['n_collapsed']} collapsed)"
+    )
 
 
 if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing

@@ -28,15 +28,34 @@ def confirm_mark(cell: dict[str, Any]) -> str:
 
 
 def table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    headers = ["cell", "role", "final val", "rel", "place", "at 3x", f"{CONFIRM_SEEDS} seeds at {CONFIRM_FACTOR}x",
-               "grad0", "identity early"]
+    headers = [
+        "cell",
+        "role",
+        "final val",
+        "rel",
+        "place",
+        "at 3x",
+        f"{CONFIRM_SEEDS} seeds at {CONFIRM_FACTOR}x",
+        "grad0",
+        "identity early",
+    ]
     feats = {(r["variant"], r["seed"]): r["features"] for r in results["runs"]}
     rows = []
     for c in results["cells"]:
         f = feats.get((c["name"], c["seeds"][0]), {}) if c["seeds"] else {}
-        rows.append([c["name"], c["role"], _loss(c["final_val_loss"]), f"{c['relative_loss']:+.2f}", mark(c),
-                     f"{c['projected_val_loss']['mean']:.3f}", confirm_mark(c), fmt_number(f.get("grad0"), ".3g"),
-                     fmt_number(f.get("identity_early"), ".2f")])
+        rows.append(
+            [
+                c["name"],
+                c["role"],
+                _loss(c["final_val_loss"]),
+                f"{c['relative_loss']:+.2f}",
+                mark(c),
+                f"{c['projected_val_loss']['mean']:.3f}",
+                confirm_mark(c),
+                fmt_number(f.get("grad0"), ".3g"),
+                fmt_number(f.get("identity_early"), ".2f"),
+            ]
+        )
     return headers, rows
 
 
@@ -57,10 +76,14 @@ def changes(results: dict[str, Any]) -> list[str]:
 
 def summary(results: dict[str, Any]) -> str:
     m = results["margin"]
-    lines = [f"place (margin {m} nats), read per run, never on an average: floor if loss >= unigram - m; bigram if "
-             "|loss - bigram| <= m; between; near full if <= full + m; else context (below bigram). "
-             "'?' provisional (a 3x projection sits elsewhere); split: the seeds disagree; rel = (loss - bigram) / "
-             "(unigram - bigram)", "", "boundary:"]
+    lines = [
+        f"place (margin {m} nats), read per run, never on an average: floor if loss >= unigram - m; bigram if "
+        "|loss - bigram| <= m; between; near full if <= full + m; else context (below bigram). "
+        "'?' provisional (a 3x projection sits elsewhere); split: the seeds disagree; rel = (loss - bigram) / "
+        "(unigram - bigram)",
+        "",
+        "boundary:",
+    ]
     lines += [f"  {s}" for s in results["boundary"]]
     lines += [f"  reference {line}" for line in reference_lines(results)]
     lines.append("\nplaces by slice (first pass -> 3 seeds at 3x where confirmed):")
@@ -72,16 +95,20 @@ def summary(results: dict[str, Any]) -> str:
     lines.append(f"seed-split cells: {', '.join(split) or 'none'}")
     if results["confirm"]:
         moved = changes(results)
-        lines.append(f"confirmation ({CONFIRM_SEEDS} seeds at {CONFIRM_FACTOR}x the steps) changed: "
-                     + ("; ".join(moved) if moved else "no place"))
+        lines.append(
+            f"confirmation ({CONFIRM_SEEDS} seeds at {CONFIRM_FACTOR}x the steps) changed: "
+            + ("; ".join(moved) if moved else "no place")
+        )
     lines.append("\nearly-training predictor of collapse, on held-out runs:")
     pred = results["predictor"]
     lines += [f"  {verdict_text(n, pred[n])}" for n in EARLY_FEATURES if n in pred]
     if not any(item.get("predicts") for item in pred.values()):
         lines.append("  no early feature predicts collapse beyond the majority class on held-out runs")
     if results.get("predictor_final"):
-        lines.append(f"  against the final places ({CONFIRM_SEEDS} seeds at {CONFIRM_FACTOR}x where confirmed; "
-                     "seed-split cells left out):")
+        lines.append(
+            f"  against the final places ({CONFIRM_SEEDS} seeds at {CONFIRM_FACTOR}x where confirmed; "
+            "seed-split cells left out):"
+        )
         final = results["predictor_final"]
         lines += [f"    {verdict_text(n, final[n])}" for n in EARLY_FEATURES if n in final]
     return "\n".join(lines)
@@ -96,6 +123,7 @@ def by_coords(results: dict[str, Any]) -> dict[tuple, dict[str, Any]]:
 
 def view_cells(view: dict[str, Any], cells: dict[tuple, dict[str, Any]]) -> list[list[dict[str, Any] | None]]:
     """The view's cells row by row (y), column by column (x); None where a cell was not run."""
+
     def cell_at(xv, yv) -> dict[str, Any] | None:
         coords = {**view["fixed"], "residual": view["residual"]}
         if view["x"]:
@@ -103,6 +131,7 @@ def view_cells(view: dict[str, Any], cells: dict[tuple, dict[str, Any]]) -> list
         if view["y"]:
             coords[view["y"]] = yv
         return cells.get(tuple(sorted(coords.items())))
+
     return [[cell_at(xv, yv) for xv in view["xs"]] for yv in view["ys"]]
 
 
@@ -117,8 +146,10 @@ def grid_text(view: dict[str, Any], cells: dict[tuple, dict[str, Any]]) -> str:
     """One view as a text table: a row per y value, a column per x value, each cell's label."""
     x, y = LABELS.get(view["x"], "") if view["x"] else "", LABELS.get(view["y"], "") if view["y"] else ""
     headers = [f"{y} \\ {x}" if y else x, *[fmt(v) for v in view["xs"]]]
-    rows = [["" if yv is None else fmt(yv), *[cell_label(c) for c in row]]
-            for yv, row in zip(view["ys"], view_cells(view, cells), strict=True)]
+    rows = [
+        ["" if yv is None else fmt(yv), *[cell_label(c) for c in row]]
+        for yv, row in zip(view["ys"], view_cells(view, cells), strict=True)
+    ]
     return f"{view['title']}\n" + format_table(headers, rows)
 
 
@@ -131,9 +162,20 @@ def heatmap(view: dict[str, Any], cells: dict[tuple, dict[str, Any]]):
     text = [[cell_label(c) for c in row] for row in grid]
     xs = [str(v) for v in view["xs"]]
     ys = [str(v) for v in view["ys"]]
-    fig = go.Figure(go.Heatmap(z=z, x=xs, y=ys, text=text, texttemplate="%{text}", zmin=-0.5, zmax=1.1,
-                               colorscale="RdBu_r", colorbar=dict(title="(loss - bigram)<br>/ (unigram - bigram)"),
-                               hovertemplate="%{x}, %{y}: rel %{z:.2f}, %{text}<extra></extra>"))
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=xs,
+            y=ys,
+            text=text,
+            texttemplate="%{text}",
+            zmin=-0.5,
+            zmax=1.1,
+            colorscale="RdBu_r",
+            colorbar=dict(title="(loss - bigram)<br>/ (unigram - bigram)"),
+            hovertemplate="%{x}, %{y}: rel %{z:.2f}, %{text}<extra></extra>",
+        )
+    )
     fig.update_xaxes(type="category", title=LABELS.get(view["x"], "") if view["x"] else "")
     fig.update_yaxes(type="category", title=LABELS.get(view["y"], "") if view["y"] else "")
     fig.update_layout(title=view["title"], height=160 + 60 * len(ys), margin=dict(l=60, r=20, t=50, b=50))
@@ -149,17 +191,31 @@ def predictor_figures(results: dict[str, Any]) -> list:
     span = levels["unigram"] - levels["bigram"]
     out = []
     for name in EARLY_FEATURES:
-        pts = [(s["features"][name], (rel[(s["variant"], s["seed"])] - levels["bigram"]) / span, s["collapsed"],
-                f"{s['variant']} seed {s['seed']}") for s in results["predictor_runs"]
-               if s["features"].get(name) is not None]
+        pts = [
+            (
+                s["features"][name],
+                (rel[(s["variant"], s["seed"])] - levels["bigram"]) / span,
+                s["collapsed"],
+                f"{s['variant']} seed {s['seed']}",
+            )
+            for s in results["predictor_runs"]
+            if s["features"].get(name) is not None
+        ]
         if not pts:
             continue
         fig = go.Figure()
         for flag, colour in ((True, "#c0392b"), (False, "#2c7fb8")):
             sel = [p for p in pts if p[2] == flag]
-            fig.add_trace(go.Scatter(x=[p[0] for p in sel], y=[p[1] for p in sel], mode="markers",
-                                     text=[p[3] for p in sel], name="collapsed" if flag else "not collapsed",
-                                     marker=dict(color=colour, size=9)))
+            fig.add_trace(
+                go.Scatter(
+                    x=[p[0] for p in sel],
+                    y=[p[1] for p in sel],
+                    mode="markers",
+                    text=[p[3] for p in sel],
+                    name="collapsed" if flag else "not collapsed",
+                    marker=dict(color=colour, size=9),
+                )
+            )
         fig.update_layout(title=f"{name} vs outcome", xaxis_title=name, yaxis_title="relative final loss", height=380)
         out.append((f"Predictor: {name}", verdict_text(name, results["predictor"][name]), fig))
     return out
@@ -172,26 +228,58 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
     out += [f"Reference {line}." for line in reference_lines(results)]
     moved = changes(results)
     if results["confirm"]:
-        out.append(f"Confirmation ({CONFIRM_SEEDS} seeds at {CONFIRM_FACTOR}x the steps) changed: "
-                   + ("; ".join(moved) if moved else "no place") + ".")
+        out.append(
+            f"Confirmation ({CONFIRM_SEEDS} seeds at {CONFIRM_FACTOR}x the steps) changed: "
+            + ("; ".join(moved) if moved else "no place")
+            + "."
+        )
     legend = ", ".join(f"{v} = {k}" for k, v in SHORT.items())
-    out.append(f"Each cell: colour = (loss - bigram) / (unigram - bigram) (1: floor, 0: bigram); text = its place "
-               f"({legend}; '?' provisional), and '-> place' its place with {CONFIRM_SEEDS} seeds at "
-               f"{CONFIRM_FACTOR}x the steps where it was confirmed.")
+    out.append(
+        f"Each cell: colour = (loss - bigram) / (unigram - bigram) (1: floor, 0: bigram); text = its place "
+        f"({legend}; '?' provisional), and '-> place' its place with {CONFIRM_SEEDS} seeds at "
+        f"{CONFIRM_FACTOR}x the steps where it was confirmed."
+    )
     out += [(v["title"], heatmap(v, cells)) for v in results["views"]]
-    titles = [("predictor", "Early-training predictor (held-out runs; first-pass outcomes)"),
-              ("predictor_final", "The same, against the final places (seed-split cells left out)")]
+    titles = [
+        ("predictor", "Early-training predictor (held-out runs; first-pass outcomes)"),
+        ("predictor_final", "The same, against the final places (seed-split cells left out)"),
+    ]
     for key, title in titles:
         if not results.get(key):
             continue
-        rows = [[n, item["n"], item["n_collapsed"], fmt_number(item.get("loo_accuracy"), ".2f"),
-                 "-" if "loo_interval" not in item else "[{:.2f}, {:.2f}]".format(*item["loo_interval"]),
-                 fmt_number(item.get("majority_accuracy"), ".2f"), fmt_number(item.get("auc"), ".2f"),
-                 "-" if "auc_interval" not in item else "[{:.2f}, {:.2f}]".format(*item["auc_interval"]),
-                 "yes" if item.get("predicts") else item.get("untestable", "no")] for n, item in results[key].items()]
-        out.append((title, table_figure(
-            ["feature", "runs", "collapsed", "LOO accuracy", "95% (exact)", "majority", "AUC", "95% (bootstrap)",
-             "predicts"], rows)))
+        rows = [
+            [
+                n,
+                item["n"],
+                item["n_collapsed"],
+                fmt_number(item.get("loo_accuracy"), ".2f"),
+                "-" if "loo_interval" not in item else "[{:.2f}, {:.2f}]".format(*item["loo_interval"]),
+                fmt_number(item.get("majority_accuracy"), ".2f"),
+                fmt_number(item.get("auc"), ".2f"),
+                "-" if "auc_interval" not in item else "[{:.2f}, {:.2f}]".format(*item["auc_interval"]),
+                "yes" if item.get("predicts") else item.get("untestable", "no"),
+            ]
+            for n, item in results[key].items()
+        ]
+        out.append(
+            (
+                title,
+                table_figure(
+                    [
+                        "feature",
+                        "runs",
+                        "collapsed",
+                        "LOO accuracy",
+                        "95% (exact)",
+                        "majority",
+                        "AUC",
+                        "95% (bootstrap)",
+                        "predicts",
+                    ],
+                    rows,
+                ),
+            )
+        )
     return out + predictor_figures(results)
 
 

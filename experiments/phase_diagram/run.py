@@ -119,20 +119,39 @@ ASSUMED_FLOPS = 200e9  # the FLOP/s the printed time estimate assumes
 
 def add_arguments(p) -> None:
     g = p.add_argument_group("the grid")
-    g.add_argument("--axes", action="append", default=[], metavar="AXIS=V1,V2,...",
-                   help="an axis of one product grid instead of the default grid (repeatable); axes: residual, "
-                        "n_layers, lr, d_model, self_bias")
-    g.add_argument("--references", default=",".join(REFERENCES),
-                   help="residuals trained at every depth and width of the grid as references "
-                        "(default full,attn_only; '' for none)")
-    g.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
-                   help=f"nats within which a loss counts as at a level (default {DEFAULT_MARGIN})")
-    g.add_argument("--confirm", action="store_true",
-                   help=f"rerun the cells on the floor and next to its boundary with 3 seeds at {CONFIRM_FACTOR}x the "
-                        "steps, in rounds until every cell the sentences rest on is confirmed")
-    g.add_argument("--early-step", type=int, default=None,
-                   help=f"the evaluation step the early features are read at (default: the last evaluation "
-                        f"step <= {DEFAULT_EARLY} before max_steps, else the first one)")
+    g.add_argument(
+        "--axes",
+        action="append",
+        default=[],
+        metavar="AXIS=V1,V2,...",
+        help="an axis of one product grid instead of the default grid (repeatable); axes: residual, "
+        "n_layers, lr, d_model, self_bias",
+    )
+    g.add_argument(
+        "--references",
+        default=",".join(REFERENCES),
+        help="residuals trained at every depth and width of the grid as references "
+        "(default full,attn_only; '' for none)",
+    )
+    g.add_argument(
+        "--margin",
+        type=float,
+        default=DEFAULT_MARGIN,
+        help=f"nats within which a loss counts as at a level (default {DEFAULT_MARGIN})",
+    )
+    g.add_argument(
+        "--confirm",
+        action="store_true",
+        help=f"rerun the cells on the floor and next to its boundary with 3 seeds at {CONFIRM_FACTOR}x the "
+        "steps, in rounds until every cell the sentences rest on is confirmed",
+    )
+    g.add_argument(
+        "--early-step",
+        type=int,
+        default=None,
+        help=f"the evaluation step the early features are read at (default: the last evaluation "
+        f"step <= {DEFAULT_EARLY} before max_steps, else the first one)",
+    )
 
 
 def check(args) -> None:
@@ -143,8 +162,10 @@ def check(args) -> None:
     varied = set(axes) if axes else {"n_layers"}  # the default grid sets depth everywhere; lr, d_model, self_bias
     taken = sorted(varied & set(parse_overrides(args.set)))  # are its base values (the other slices, references)
     if taken:
-        raise ToolkitError(f"--set {taken[0]}=... would be overridden by the grid's cells, which set "
-                           f"{taken[0]} themselves; give its values with --axes {taken[0]}=V1,V2,...")
+        raise ToolkitError(
+            f"--set {taken[0]}=... would be overridden by the grid's cells, which set "
+            f"{taken[0]} themselves; give its values with --axes {taken[0]}=V1,V2,..."
+        )
     parse_references(args.references)
     check_number("--margin", args.margin, 0.0, inclusive=False)
     if args.early_step is not None:
@@ -168,8 +189,9 @@ class Grid:
         return Variant(cell.name, cell.overrides(self.ratio))
 
     def confirm_variant(self, cell: Cell) -> Variant:
-        return Variant(f"{cell.name} x{CONFIRM_FACTOR}",
-                       {**cell.overrides(self.ratio), "max_steps": CONFIRM_FACTOR * self.steps})
+        return Variant(
+            f"{cell.name} x{CONFIRM_FACTOR}", {**cell.overrides(self.ratio), "max_steps": CONFIRM_FACTOR * self.steps}
+        )
 
 
 def plan(ctx: Context) -> list[Group]:
@@ -178,24 +200,39 @@ def plan(ctx: Context) -> list[Group]:
         ctx.args.early_step = default_early_step(train)
     early = ctx.args.early_step
     if early >= train.max_steps or not train.is_eval_step(early):
-        raise ToolkitError(f"--early-step {early} must be an evaluation step before max_steps {train.max_steps} "
-                           f"(a multiple of eval_interval {train.eval_interval} from eval_from on)")
+        raise ToolkitError(
+            f"--early-step {early} must be an evaluation step before max_steps {train.max_steps} "
+            f"(a multiple of eval_interval {train.eval_interval} from eval_from on)"
+        )
     if ctx.spec.model.n_ctx < 2:
         raise ToolkitError(f"the phase diagram needs n_ctx >= 2 (context to route), got {ctx.spec.model.n_ctx}")
     grid = Grid(ctx)
     if ctx.args.confirm and max(confirm_seeds(ctx.seeds[0])) >= 2**63:  # refused now, not after the first pass
         first = ctx.seeds[0]
-        raise ToolkitError(f"--confirm trains seeds {first} to {first + CONFIRM_SEEDS - 1}, past 2**63 - 1 (what "
-                           f"torch's generators take); give a first seed below {2**63 - CONFIRM_SEEDS + 1}")
-    groups = [Group(ctx.spec, [grid.variant(c) for c in grid.cells + grid.references],
-                    callbacks=lambda variant, seed: [EarlyIdentity(early)])]
+        raise ToolkitError(
+            f"--confirm trains seeds {first} to {first + CONFIRM_SEEDS - 1}, past 2**63 - 1 (what "
+            f"torch's generators take); give a first seed below {2**63 - CONFIRM_SEEDS + 1}"
+        )
+    groups = [
+        Group(
+            ctx.spec,
+            [grid.variant(c) for c in grid.cells + grid.references],
+            callbacks=lambda variant, seed: [EarlyIdentity(early)],
+        )
+    ]
     if ctx.args.confirm:
         places = finished_places(ctx, grid)
         if places is not None:  # the first pass has finished: the boundary is known from its places
             boundary = confirm_cells(grid, *places)
             if boundary:
-                groups.append(Group(ctx.spec, [grid.confirm_variant(c) for c in boundary], probes=False,
-                                    seeds=confirm_seeds(ctx.seeds[0])))
+                groups.append(
+                    Group(
+                        ctx.spec,
+                        [grid.confirm_variant(c) for c in boundary],
+                        probes=False,
+                        seeds=confirm_seeds(ctx.seeds[0]),
+                    )
+                )
     return groups
 
 
@@ -203,8 +240,10 @@ def default_early_step(train) -> int:
     """The last evaluation step <= DEFAULT_EARLY before max_steps, else the first evaluation step."""
     steps = [k for k in range(1, train.max_steps) if train.is_eval_step(k)]
     if not steps:
-        raise ToolkitError(f"the phase diagram reads early features at an evaluation step before max_steps "
-                           f"{train.max_steps}, and this shape has none; lower eval_interval or eval_from")
+        raise ToolkitError(
+            f"the phase diagram reads early features at an evaluation step before max_steps "
+            f"{train.max_steps}, and this shape has none; lower eval_interval or eval_from"
+        )
     return max((k for k in steps if k <= DEFAULT_EARLY), default=steps[0])
 
 
@@ -228,8 +267,10 @@ def finished_places(ctx: Context, grid: Grid) -> tuple[dict, dict] | None:
         runs = [RunDir.of(ctx.out, ctx.spec.preset, name, seed) for seed in seeds]
         if not all(r.finished for r in runs):
             return None
-        return [summarise_run({"seed": seed, **r.load(), "variant": name}, ctx.args.early_step,
-                              ctx.spec.train.warmup_steps) for seed, r in zip(seeds, runs, strict=True)]
+        return [
+            summarise_run({"seed": seed, **r.load(), "variant": name}, ctx.args.early_step, ctx.spec.train.warmup_steps)
+            for seed, r in zip(seeds, runs, strict=True)
+        ]
 
     every = grid.cells + grid.references
     runs = {}
@@ -252,16 +293,21 @@ def finished_places(ctx: Context, grid: Grid) -> tuple[dict, dict] | None:
 
 def summarise_run(record: dict[str, Any], early: int, warmup: int) -> dict[str, Any]:
     """run_summary's numbers, the tail (3x projection) and the early features of one run."""
-    return {**run_summary(record), "tail": tail(record["val_curve"]["steps"], record["val_curve"]["loss"], PACE_FACTOR),
-            "features": features(record.get("probes", {}), warmup, early)}
+    return {
+        **run_summary(record),
+        "tail": tail(record["val_curve"]["steps"], record["val_curve"]["loss"], PACE_FACTOR),
+        "features": features(record.get("probes", {}), warmup, early),
+    }
 
 
-def places_of(runs: dict[str, list[dict[str, Any]]], cells: list[Cell], levels: dict[str, float],
-              margin: float, suffix: str = "") -> dict[Cell, dict[str, Any]]:
+def places_of(
+    runs: dict[str, list[dict[str, Any]]], cells: list[Cell], levels: dict[str, float], margin: float, suffix: str = ""
+) -> dict[Cell, dict[str, Any]]:
     """Each cell's place (phase_boundary.cell_place) from its runs (variant name + suffix -> runs).
 
     "near full" compares with full trained as long (the same suffix); a confirmation run (3x the steps)
     has no such full, so its place never reads "near full" against a full a third as long."""
+
     def mean_loss(cell: Cell) -> float | None:
         rs = runs.get(cell.name + suffix)
         return stats([r["final_val_loss"] for r in rs])["mean"] if rs else None
@@ -272,8 +318,13 @@ def places_of(runs: dict[str, list[dict[str, Any]]], cells: list[Cell], levels: 
         if not rs:
             continue
         ref = full_reference(cell, {c: None for c in cells if c.name in runs})
-        out[cell] = cell_place([r["final_val_loss"] for r in rs], [r["tail"]["projected"] for r in rs], levels,
-                               mean_loss(ref) if ref else None, margin)
+        out[cell] = cell_place(
+            [r["final_val_loss"] for r in rs],
+            [r["tail"]["projected"] for r in rs],
+            levels,
+            mean_loss(ref) if ref else None,
+            margin,
+        )
     return out
 
 
@@ -300,17 +351,29 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     for c in every:
         rs = by_name.get(c.name, [])
         loss = stats([r["final_val_loss"] for r in rs])
-        item = {"name": c.name, "role": "grid" if c in grid.cells else "reference", "coords": c.coords(),
-                "seeds": [r["seed"] for r in rs], "final_val_loss": loss,
-                "relative_loss": relative(loss["mean"], levels),
-                "projected_val_loss": stats([r["tail"]["projected"] for r in rs]), **first[c],
-                "boundary": None if boundary is None else c in boundary, "confirm": None}
+        item = {
+            "name": c.name,
+            "role": "grid" if c in grid.cells else "reference",
+            "coords": c.coords(),
+            "seeds": [r["seed"] for r in rs],
+            "final_val_loss": loss,
+            "relative_loss": relative(loss["mean"], levels),
+            "projected_val_loss": stats([r["tail"]["projected"] for r in rs]),
+            **first[c],
+            "boundary": None if boundary is None else c in boundary,
+            "confirm": None,
+        }
         if c in confirmed:
             cr = by_name[c.name + suffix]
             closs = stats([r["final_val_loss"] for r in cr])
-            item["confirm"] = {"name": c.name + suffix, "seeds": [r["seed"] for r in cr], "steps": cr[0]["steps"],
-                               "final_val_loss": closs, "relative_loss": relative(closs["mean"], levels),
-                               **confirmed[c]}
+            item["confirm"] = {
+                "name": c.name + suffix,
+                "seeds": [r["seed"] for r in cr],
+                "steps": cr[0]["steps"],
+                "final_val_loss": closs,
+                "relative_loss": relative(closs["mean"], levels),
+                **confirmed[c],
+            }
         item["final_place"], item["final_provisional"] = final[c]["place"], final[c]["provisional"]
         item["changed"] = final[c]["place"] != first[c]["place"]
         cells.append(item)
@@ -318,28 +381,57 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     view_items = []
     for s in grid.slices:
         for v in views(s):
-            view_items.append({"title": v.title(), "residual": v.residual, "x": v.x, "xs": list(v.xs), "y": v.y,
-                               "ys": list(v.ys), "fixed": dict(v.fixed), "sentence": sentence(v, final, done)})
-    samples = [{"variant": r["variant"], "seed": r["seed"], "features": r["features"],
-                "collapsed": place(r["final_val_loss"], levels, None, margin) == FLOOR}
-               for c in grid.cells for r in by_name.get(c.name, [])]
+            view_items.append(
+                {
+                    "title": v.title(),
+                    "residual": v.residual,
+                    "x": v.x,
+                    "xs": list(v.xs),
+                    "y": v.y,
+                    "ys": list(v.ys),
+                    "fixed": dict(v.fixed),
+                    "sentence": sentence(v, final, done),
+                }
+            )
+    samples = [
+        {
+            "variant": r["variant"],
+            "seed": r["seed"],
+            "features": r["features"],
+            "collapsed": place(r["final_val_loss"], levels, None, margin) == FLOOR,
+        }
+        for c in grid.cells
+        for r in by_name.get(c.name, [])
+    ]
     # the same early features against each cell's final place (3 seeds at 3x where confirmed): the first
     # pass's 600-step outcomes are not final (the floor erodes), so a verdict on them alone is not one
     of_cell = {c.name: final[c]["place"] for c in grid.cells}
     settled = [{**x, "collapsed": of_cell[x["variant"]] == FLOOR} for x in samples if of_cell[x["variant"]] != SPLIT]
-    return {"margin": margin, "confirm": ctx.args.confirm, "early_step": ctx.args.early_step,
-            "references": list(parse_references(ctx.args.references)),
-            "slices": [s.to_dict() for s in grid.slices], "runs": runs, "cells": cells, "views": view_items,
-            "boundary": [v["sentence"] for v in view_items], "predictor": evaluate(samples),
-            "predictor_runs": samples, "predictor_final": evaluate(settled) if ctx.args.confirm else None,
-            "estimate": grid_cost(EXPERIMENT.jobs(ctx))}
+    return {
+        "margin": margin,
+        "confirm": ctx.args.confirm,
+        "early_step": ctx.args.early_step,
+        "references": list(parse_references(ctx.args.references)),
+        "slices": [s.to_dict() for s in grid.slices],
+        "runs": runs,
+        "cells": cells,
+        "views": view_items,
+        "boundary": [v["sentence"] for v in view_items],
+        "predictor": evaluate(samples),
+        "predictor_runs": samples,
+        "predictor_final": evaluate(settled) if ctx.args.confirm else None,
+        "estimate": grid_cost(EXPERIMENT.jobs(ctx)),
+    }
 
 
 def estimate(ctx: Context, jobs: list[Job]) -> dict[str, float]:
     """Training FLOPs of the runs (training.flops), those still to train, and the seconds at ASSUMED_FLOPS."""
     todo = grid_cost([job for job in jobs if not job.run_dir(ctx.out).finished])
-    return {"flops": grid_cost(jobs)["flops"], "flops_to_train": todo["flops"],
-            "seconds_at_200_gflops": todo["seconds_at_200_gflops"]}
+    return {
+        "flops": grid_cost(jobs)["flops"],
+        "flops_to_train": todo["flops"],
+        "seconds_at_200_gflops": todo["seconds_at_200_gflops"],
+    }
 
 
 def grid_cost(jobs: list[Job]) -> dict[str, float]:
@@ -363,24 +455,44 @@ def measured_minutes(ctx: Context, jobs: list[Job]) -> float:
 
 def preface(ctx: Context, jobs: list[Job]) -> str:
     e = estimate(ctx, jobs)
-    line = (f"estimated cost: {flops_text(e['flops'])} of training for {len(jobs)} run{'s' * (len(jobs) != 1)}, "
-            f"{flops_text(e['flops_to_train'])} still to train")
+    line = (
+        f"estimated cost: {flops_text(e['flops'])} of training for {len(jobs)} run{'s' * (len(jobs) != 1)}, "
+        f"{flops_text(e['flops_to_train'])} still to train"
+    )
     if ctx.args.launcher == "local" and e["flops_to_train"]:
-        line += (f": about {measured_minutes(ctx, jobs):.1f} min here (each shape's step timed now, in ensembles of "
-                 f"up to {ctx.args.ensemble_size})")
+        line += (
+            f": about {measured_minutes(ctx, jobs):.1f} min here (each shape's step timed now, in ensembles of "
+            f"up to {ctx.args.ensemble_size})"
+        )
     else:
-        line += (f": about {e['seconds_at_200_gflops'] / 60:.1f} min at {ASSUMED_FLOPS / 1e9:.0f} GFLOP/s (small "
-                 "shapes run well below a machine's matmul peak)")
+        line += (
+            f": about {e['seconds_at_200_gflops'] / 60:.1f} min at {ASSUMED_FLOPS / 1e9:.0f} GFLOP/s (small "
+            "shapes run well below a machine's matmul peak)"
+        )
     if ctx.args.confirm and not any(j.variant.name.endswith(f" x{CONFIRM_FACTOR}") for j in jobs):
-        line += (f"; --confirm then adds {CONFIRM_SEEDS * CONFIRM_FACTOR}x the cost of each cell on the floor or "
-                 "next to its boundary, planned once these have finished")
+        line += (
+            f"; --confirm then adds {CONFIRM_SEEDS * CONFIRM_FACTOR}x the cost of each cell on the floor or "
+            "next to its boundary, planned once these have finished"
+        )
     return line
 
 
 EXPERIMENT = Experiment(
-    name="phase_diagram", schema=SCHEMA, doc=__doc__, title="Phase diagram", plan=plan, analyse=analyse,
-    table=table, summary=summary, sections=sections, add_arguments=add_arguments, check=check,
-    owned={"residual": "--axes residual=..."}, default_preset="phase-cell", replan=True, preface=preface,
+    name="phase_diagram",
+    schema=SCHEMA,
+    doc=__doc__,
+    title="Phase diagram",
+    plan=plan,
+    analyse=analyse,
+    table=table,
+    summary=summary,
+    sections=sections,
+    add_arguments=add_arguments,
+    check=check,
+    owned={"residual": "--axes residual=..."},
+    default_preset="phase-cell",
+    replan=True,
+    preface=preface,
 )
 
 if __name__ == "__main__":

@@ -46,8 +46,10 @@ from experiments.shared.text import fmt_stats, reference_lines, stats
 SCHEMA = "residual-sweep/1"
 CONFIGS = ("full", "attn_only", "ffn_only", "none")
 DEFAULT_MARGIN = 0.05
-RULE = ("collapses = mean final val >= floor - margin, floor = min(unigram level, mean final val of `none`), "
-        "margin = max({margin:g} nats, 3 x the config's seed std); recovers otherwise")
+RULE = (
+    "collapses = mean final val >= floor - margin, floor = min(unigram level, mean final val of `none`), "
+    "margin = max({margin:g} nats, 3 x the config's seed std); recovers otherwise"
+)
 
 
 def _paper(mean: float, std: float | None, n: int | None) -> dict[str, Any]:
@@ -75,8 +77,9 @@ def make_variants() -> list[Variant]:
     return [Variant.of(residual=name) for name in CONFIGS]
 
 
-def summarise_configs(runs: list[dict[str, Any]], levels: dict[str, Any], margin: float,
-                      paper: dict[str, Any] | None) -> dict[str, Any]:
+def summarise_configs(
+    runs: list[dict[str, Any]], levels: dict[str, Any], margin: float, paper: dict[str, Any] | None
+) -> dict[str, Any]:
     by_config: dict[str, list[dict[str, Any]]] = {}
     for r in runs:
         by_config.setdefault(r["variant"], []).append(r)
@@ -114,9 +117,15 @@ def table_rows(configs: dict[str, Any], with_paper: bool) -> tuple[list[str], li
         headers += ["paper", "ours - paper"]
     rows = []
     for name, c in configs.items():
-        row = [name, fmt_stats(c["final_val_loss"]), fmt_stats(c["best_val_loss"]), _num(c["ratio_to_full"], ".2f"),
-               _num(c["gap_to_none"], "+.3f"), c["classification"],
-               f"{len(c['collapsed_seeds'])}/{c['final_val_loss']['n']}"]
+        row = [
+            name,
+            fmt_stats(c["final_val_loss"]),
+            fmt_stats(c["best_val_loss"]),
+            _num(c["ratio_to_full"], ".2f"),
+            _num(c["gap_to_none"], "+.3f"),
+            c["classification"],
+            f"{len(c['collapsed_seeds'])}/{c['final_val_loss']['n']}",
+        ]
         if with_paper:
             row += [c["paper"]["text"] if c["paper"] else "-", _num(c["delta_vs_paper"], "+.3f")]
         rows.append(row)
@@ -124,8 +133,12 @@ def table_rows(configs: dict[str, Any], with_paper: bool) -> tuple[list[str], li
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
-                   help=f"classification margin in nats, widened to 3 seed-std when larger (default {DEFAULT_MARGIN})")
+    p.add_argument(
+        "--margin",
+        type=float,
+        default=DEFAULT_MARGIN,
+        help=f"classification margin in nats, widened to 3 seed-std when larger (default {DEFAULT_MARGIN})",
+    )
 
 
 def plan(ctx: Context) -> list[Group]:
@@ -135,8 +148,13 @@ def plan(ctx: Context) -> list[Group]:
 def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     runs = [run_summary(r) for r in records]
     paper = PAPER.get(ctx.spec.preset)
-    return {"margin": ctx.args.margin, "rule": RULE.format(margin=ctx.args.margin), "runs": runs,
-            "configs": summarise_configs(runs, ctx.levels, ctx.args.margin, paper), "paper": paper}
+    return {
+        "margin": ctx.args.margin,
+        "rule": RULE.format(margin=ctx.args.margin),
+        "runs": runs,
+        "configs": summarise_configs(runs, ctx.levels, ctx.args.margin, paper),
+        "paper": paper,
+    }
 
 
 def table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
@@ -162,30 +180,59 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
     dots = go.Figure()
     for i, (name, c) in enumerate(results["configs"].items()):
         rs = [r for r in runs if r["variant"] == name]
-        dots.add_trace(go.Scatter(x=[name] * len(rs), y=[r["final_val_loss"] for r in rs], mode="markers",
-                                  name=f"{name} (ours)", text=[f"seed {r['seed']}" for r in rs],
-                                  marker=dict(color=PALETTE[i % len(PALETTE)], size=9)))
+        dots.add_trace(
+            go.Scatter(
+                x=[name] * len(rs),
+                y=[r["final_val_loss"] for r in rs],
+                mode="markers",
+                name=f"{name} (ours)",
+                text=[f"seed {r['seed']}" for r in rs],
+                marker=dict(color=PALETTE[i % len(PALETTE)], size=9),
+            )
+        )
         if c["paper"]:
             p = c["paper"]
-            dots.add_trace(go.Scatter(x=[name], y=[p["mean"]], mode="markers", name=f"{name} (paper)",
-                                      error_y=dict(type="data", array=[p["std"] or 0.0], visible=True),
-                                      marker=dict(color=PALETTE[i % len(PALETTE)], symbol="diamond-open", size=13)))
+            dots.add_trace(
+                go.Scatter(
+                    x=[name],
+                    y=[p["mean"]],
+                    mode="markers",
+                    name=f"{name} (paper)",
+                    error_y=dict(type="data", array=[p["std"] or 0.0], visible=True),
+                    marker=dict(color=PALETTE[i % len(PALETTE)], symbol="diamond-open", size=13),
+                )
+            )
     for label, value in refs.items():
         dots.add_hline(y=value, line=dict(dash="dash", color="#555", width=1), annotation_text=f"{label} {value:.3f}")
-    dots.update_layout(title="Final validation loss per seed (diamonds: the paper's reported mean +/- std)",
-                       yaxis_title="val loss (nats)")
+    dots.update_layout(
+        title="Final validation loss per seed (diamonds: the paper's reported mean +/- std)",
+        yaxis_title="val loss (nats)",
+    )
     text = f"Classification rule: {results['rule']}."
     if results["paper"] is not None:
-        text += (" The paper column is the paper's reported validation loss for this setting; the paper does not say "
-                 "whether it is the final or the best value, so it is compared with the final one.")
-    return [text, ("Final validation loss", dots),
-            ("Validation loss", loss_curves(val, refs, title="Validation loss (fixed batches)")),
-            ("Training loss", loss_curves(train, refs, title="Training loss"))]
+        text += (
+            " The paper column is the paper's reported validation loss for this setting; the paper does not say "
+            "whether it is the final or the best value, so it is compared with the final one."
+        )
+    return [
+        text,
+        ("Final validation loss", dots),
+        ("Validation loss", loss_curves(val, refs, title="Validation loss (fixed batches)")),
+        ("Training loss", loss_curves(train, refs, title="Training loss")),
+    ]
 
 
 EXPERIMENT = Experiment(
-    name="residual_sweep", schema=SCHEMA, doc=__doc__, title="Residual sweep", plan=plan, analyse=analyse,
-    table=table, summary=summary, sections=sections, add_arguments=add_arguments,
+    name="residual_sweep",
+    schema=SCHEMA,
+    doc=__doc__,
+    title="Residual sweep",
+    plan=plan,
+    analyse=analyse,
+    table=table,
+    summary=summary,
+    sections=sections,
+    add_arguments=add_arguments,
     check=lambda args: check_number("--margin", args.margin, 0.0),
     owned={"residual": "the four configs are always run"},
 )

@@ -18,8 +18,13 @@ from experiments.shared.text import reference_lines
 from interp.errors import DataError
 
 PROMPT = "ROMEO:\nWhat light through yonder window breaks?"  # for the attention-pattern figures
-PLACES = {"at the unigram floor": "floor", "at the bigram level": "bigram", "between bigram and floor": "between",
-          "near full": "near full", "below bigram (uses context)": "uses context"}
+PLACES = {
+    "at the unigram floor": "floor",
+    "at the bigram level": "bigram",
+    "between bigram and floor": "between",
+    "near full": "near full",
+    "below bigram (uses context)": "uses context",
+}
 
 
 def margin_sensitive(v: dict[str, Any]) -> bool:
@@ -56,19 +61,31 @@ def table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         grads = list(v["block0_grad_at"].values())
         grad_s = f"{grads[0]:.2g} > {grads[-1]:.2g}" if grads else "n/a"
         growth = f"{v['growth']:.1f}x" if v["growth"] is not None else "n/a"
-        rows.append([name, loss_s, PLACES.get(v["place"], v["place"]), f"{v['tail_drop']['mean']:+.3f}",
-                     f"{v['projected_val_loss']['mean']:.3f}", alpha_s, grad_s, growth])
+        rows.append(
+            [
+                name,
+                loss_s,
+                PLACES.get(v["place"], v["place"]),
+                f"{v['tail_drop']['mean']:+.3f}",
+                f"{v['projected_val_loss']['mean']:.3f}",
+                alpha_s,
+                grad_s,
+                growth,
+            ]
+        )
     return headers, rows
 
 
 def summary(results: dict[str, Any]) -> str:
     m = results["margin"]
     baseline = next((v["uniform_baseline"] for v in results["variants"].values() if v["uniform_baseline"]), None)
-    lines = [f"place (margin {m} nats): floor if loss >= unigram - m; bigram if |loss - bigram| <= m; near full "
-             "if <= full + m; else uses context (below bigram) or between",
-             "tail drop: val loss fall over the last quarter; at 3x: where a run 3x longer would end at the "
-             "pace (per log-step) of the second half; block-0 grad: step 0 > end"
-             + (f"; alpha_tt uniform baseline {baseline:.3f}" if baseline else "")]
+    lines = [
+        f"place (margin {m} nats): floor if loss >= unigram - m; bigram if |loss - bigram| <= m; near full "
+        "if <= full + m; else uses context (below bigram) or between",
+        "tail drop: val loss fall over the last quarter; at 3x: where a run 3x longer would end at the "
+        "pace (per log-step) of the second half; block-0 grad: step 0 > end"
+        + (f"; alpha_tt uniform baseline {baseline:.3f}" if baseline else ""),
+    ]
     gap = results.get("gaps", {}).get("attn_only - full")
     if gap:
         spread = f" +/- {gap['std']:.3f} (seed std, {gap['n']} seeds)" if gap["n"] > 1 else " (1 seed: no spread)"
@@ -85,8 +102,10 @@ def summary(results: dict[str, Any]) -> str:
             lines.append(f"   margin-sensitive: {margin_text(v)}")
     longer = needs_longer(results)
     if longer:
-        lines.append(f"\nwould still move by more than the margin in a run {PACE_FACTOR}x longer "
-                     f"(--set max_steps=N): {', '.join(longer)}")
+        lines.append(
+            f"\nwould still move by more than the margin in a run {PACE_FACTOR}x longer "
+            f"(--set max_steps=N): {', '.join(longer)}"
+        )
     return "\n".join(lines)
 
 
@@ -101,52 +120,94 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
     runs = results["runs"]
     curves = {f"{r['variant']}/seed{r['seed']}": (r["val_curve"]["steps"], r["val_curve"]["loss"]) for r in runs}
     out: list = [("Verdicts", None, None)]
-    out += [f"{v['id']} {v['title']}: {verdict_label(v)}. Predicted: {v['prediction']}. "
-            f"Measured: {v['measured']}. Separation: {v['separation']}. Rule: {v['rule']}."
-            + (f" Provisional: {'; '.join(v['still_moving'])}." if v.get("still_moving") else "")
-            + (f" Margin-sensitive: {margin_text(v)}." if margin_sensitive(v) else "")
-            for v in results["verdicts"]]
+    out += [
+        f"{v['id']} {v['title']}: {verdict_label(v)}. Predicted: {v['prediction']}. "
+        f"Measured: {v['measured']}. Separation: {v['separation']}. Rule: {v['rule']}."
+        + (f" Provisional: {'; '.join(v['still_moving'])}." if v.get("still_moving") else "")
+        + (f" Margin-sensitive: {margin_text(v)}." if margin_sensitive(v) else "")
+        for v in results["verdicts"]
+    ]
     longer = needs_longer(results)
-    out.append(f"Runs whose validation loss would still move by more than the margin in a run {PACE_FACTOR}x "
-               f"longer, at the pace of their second half: {', '.join(longer)}." if longer else
-               f"No run's validation loss would move by more than the margin in a run {PACE_FACTOR}x longer "
-               "at the pace of its second half.")
-    out.append(("Validation loss", loss_curves(curves, reference_lines(results["reference_levels"]),
-                                               title="Validation loss (fixed batches)")))
+    out.append(
+        f"Runs whose validation loss would still move by more than the margin in a run {PACE_FACTOR}x "
+        f"longer, at the pace of their second half: {', '.join(longer)}."
+        if longer
+        else f"No run's validation loss would move by more than the margin in a run {PACE_FACTOR}x longer "
+        "at the pace of its second half."
+    )
+    out.append(
+        (
+            "Validation loss",
+            loss_curves(curves, reference_lines(results["reference_levels"]), title="Validation loss (fixed batches)"),
+        )
+    )
     alphas = {f"{r['variant']}/seed{r['seed']}": np.array(r["alpha_tt"]) for r in runs if r["alpha_tt"]}
     baseline = next((r["uniform_baseline"] for r in runs if r["uniform_baseline"]), None)
     if alphas:
-        out.append(("alpha_tt per layer and head (final)",
-                    "Mean weight a query puts on its own position, over positions t >= 1; the uniform "
-                    f"baseline mean 1/(t+1) is {baseline:.3f}. Position-blind variants have no pattern.",
-                    alpha_tt_heatmap(alphas, baseline=baseline)))
+        out.append(
+            (
+                "alpha_tt per layer and head (final)",
+                "Mean weight a query puts on its own position, over positions t >= 1; the uniform "
+                f"baseline mean 1/(t+1) is {baseline:.3f}. Position-blind variants have no pattern.",
+                alpha_tt_heatmap(alphas, baseline=baseline),
+            )
+        )
     for r in runs:
         flow = r["grad_flow"]
         if not flow["steps"]:
             continue
-        grid = np.array([[np.hypot(a, m) for a, m in zip(att, mlp, strict=True)]
-                         for att, mlp in zip(flow["attn"], flow["mlp"], strict=True)]).T
-        out.append((f"Gradient flow: {r['variant']} seed {r['seed']}", gradient_flow_heatmap(
-            grid + 1e-12, flow["steps"], layer_labels=[f"block {i}" for i in range(grid.shape[0])],
-            title=f"{r['variant']}: block parameter-gradient norm (before clipping)")))
+        grid = np.array(
+            [
+                [np.hypot(a, m) for a, m in zip(att, mlp, strict=True)]
+                for att, mlp in zip(flow["attn"], flow["mlp"], strict=True)
+            ]
+        ).T
+        out.append(
+            (
+                f"Gradient flow: {r['variant']} seed {r['seed']}",
+                gradient_flow_heatmap(
+                    grid + 1e-12,
+                    flow["steps"],
+                    layer_labels=[f"block {i}" for i in range(grid.shape[0])],
+                    title=f"{r['variant']}: block parameter-gradient norm (before clipping)",
+                ),
+            )
+        )
     profiles = {f"{r['variant']}/seed{r['seed']}": r["norms"]["norms"] for r in runs if r["norms"]["norms"]}
     sites = next((r["norms"]["sites"] for r in runs if r["norms"]["sites"]), None)
     if profiles:
-        out.append(("Hidden-norm profile (final, eval mode)",
-                    norm_profile(profiles, sites, log_y=True, title="Mean per-token residual norm")))
+        out.append(
+            (
+                "Hidden-norm profile (final, eval mode)",
+                norm_profile(profiles, sites, log_y=True, title="Mean per-token residual norm"),
+            )
+        )
     if results.get("identity"):
         from interp.plots import identity_accuracy, logit_lens_ce
 
         ident = results["identity"]
-        out.append(("Where is the current token?",
-                    "Linear decoders (multinomial logistic regression, weight decay chosen on held-out training "
-                    "windows, scored on the fixed validation batches) read the token at offset 0 (current) and -1 "
-                    "(previous) from each site of the first seed's final checkpoint. Dashed: chance (unigram) and, "
-                    "for offset -1, what the current token alone predicts about the previous one.",
-                    identity_accuracy({n: v["identity"] for n, v in ident.items()}, (0, -1))))
-        out.append(("Logit lens", logit_lens_ce({n: v["logit_lens"] for n, v in ident.items()},
-                                                {"unigram": results["reference_levels"]["unigram"],
-                                                 "bigram": results["reference_levels"]["bigram"]})))
+        out.append(
+            (
+                "Where is the current token?",
+                "Linear decoders (multinomial logistic regression, weight decay chosen on held-out training "
+                "windows, scored on the fixed validation batches) read the token at offset 0 (current) and -1 "
+                "(previous) from each site of the first seed's final checkpoint. Dashed: chance (unigram) and, "
+                "for offset -1, what the current token alone predicts about the previous one.",
+                identity_accuracy({n: v["identity"] for n, v in ident.items()}, (0, -1)),
+            )
+        )
+        out.append(
+            (
+                "Logit lens",
+                logit_lens_ce(
+                    {n: v["logit_lens"] for n, v in ident.items()},
+                    {
+                        "unigram": results["reference_levels"]["unigram"],
+                        "bigram": results["reference_levels"]["bigram"],
+                    },
+                ),
+            )
+        )
     return out + attention_figures(results, ctx.corpus)
 
 

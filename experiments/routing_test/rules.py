@@ -105,8 +105,10 @@ def decide_p2(o: Outcome) -> tuple[str, str, str]:
     v = o.variants["attn_only"]
     alpha, base = v["alpha_tt_layer_mean"], v["uniform_baseline"]
     mean_alpha = sum(alpha) / len(alpha)
-    measured = (f"attn_only alpha_tt per layer {', '.join(f'{a:.2f}' for a in alpha)} (mean {mean_alpha:.2f}; "
-                f"uniform baseline {base:.3f}, so {mean_alpha / base:.1f}x uniform)")
+    measured = (
+        f"attn_only alpha_tt per layer {', '.join(f'{a:.2f}' for a in alpha)} (mean {mean_alpha:.2f}; "
+        f"uniform baseline {base:.3f}, so {mean_alpha / base:.1f}x uniform)"
+    )
     full_alpha = o.variants.get("full", {}).get("alpha_tt_layer_mean")
     if full_alpha:
         measured += f"; full: {', '.join(f'{a:.2f}' for a in full_alpha)}"
@@ -183,29 +185,63 @@ def decide_p7(o: Outcome) -> tuple[str, str, str]:
 
 
 PREDICTIONS = [
-    Prediction("P1", "asymmetry", "ffn_only sits at the unigram floor; attn_only far below it (below bigram)",
-               "supports if ffn_only >= floor - {m} and attn_only < bigram - {m} (by 3 seed std too with >= 3 seeds)",
-               ("ffn_only", "attn_only"),
-               decide_p1),
-    Prediction("P2", "mechanism", "attn_only's attention puts alpha_tt near 1 on the current token",
-               "supports if the layer-mean alpha_tt >= 0.8; contradicts if every layer < 0.5", ("attn_only",),
-               decide_p2, reads_alpha=True),
-    Prediction("P3", "the paper's mixer test", "a position-blind mixer in attn_only collapses to the floor",
-               "read against the bigram level (+/- {m}); at bigram = inconclusive (no context, not no routing)",
-               ("attn_only + position_blind",), decide_p3),
-    Prediction("P4", "attn_only needs alpha_tt", "forbidding the self path (alpha_tt = 0) loses attn_only's recovery",
-               "supports if no_self >= bigram - {m}; contradicts if it stays within max({m}, 3 std) of attn_only",
-               ("attn_only + no_self", "attn_only"), decide_p4),
-    Prediction("P5", "identity restores the current token",
-               "ffn_only + self_only reaches the bigram level, not the floor",
-               "supports if within {m} of bigram; contradicts if >= floor - {m}", ("ffn_only + self_only",), decide_p5),
-    Prediction("P6", "ffn_only's collapse is an early-training trap",
-               "with a self-focused start that can still read context, ffn_only goes below the bigram level",
-               "supports if below bigram by more than {m} and 3 seed std; contradicts if not below bigram - {m}",
-               ("ffn_only + self_bias",), decide_p6),
-    Prediction("P7", "routing needs content", "attn_only + uniform sits between the bigram level and attn_only",
-               "supports if attn_only + {m} < uniform < bigram - {m} (by 3 seed std too with >= 3 seeds)",
-               ("attn_only + uniform", "attn_only"), decide_p7),
+    Prediction(
+        "P1",
+        "asymmetry",
+        "ffn_only sits at the unigram floor; attn_only far below it (below bigram)",
+        "supports if ffn_only >= floor - {m} and attn_only < bigram - {m} (by 3 seed std too with >= 3 seeds)",
+        ("ffn_only", "attn_only"),
+        decide_p1,
+    ),
+    Prediction(
+        "P2",
+        "mechanism",
+        "attn_only's attention puts alpha_tt near 1 on the current token",
+        "supports if the layer-mean alpha_tt >= 0.8; contradicts if every layer < 0.5",
+        ("attn_only",),
+        decide_p2,
+        reads_alpha=True,
+    ),
+    Prediction(
+        "P3",
+        "the paper's mixer test",
+        "a position-blind mixer in attn_only collapses to the floor",
+        "read against the bigram level (+/- {m}); at bigram = inconclusive (no context, not no routing)",
+        ("attn_only + position_blind",),
+        decide_p3,
+    ),
+    Prediction(
+        "P4",
+        "attn_only needs alpha_tt",
+        "forbidding the self path (alpha_tt = 0) loses attn_only's recovery",
+        "supports if no_self >= bigram - {m}; contradicts if it stays within max({m}, 3 std) of attn_only",
+        ("attn_only + no_self", "attn_only"),
+        decide_p4,
+    ),
+    Prediction(
+        "P5",
+        "identity restores the current token",
+        "ffn_only + self_only reaches the bigram level, not the floor",
+        "supports if within {m} of bigram; contradicts if >= floor - {m}",
+        ("ffn_only + self_only",),
+        decide_p5,
+    ),
+    Prediction(
+        "P6",
+        "ffn_only's collapse is an early-training trap",
+        "with a self-focused start that can still read context, ffn_only goes below the bigram level",
+        "supports if below bigram by more than {m} and 3 seed std; contradicts if not below bigram - {m}",
+        ("ffn_only + self_bias",),
+        decide_p6,
+    ),
+    Prediction(
+        "P7",
+        "routing needs content",
+        "attn_only + uniform sits between the bigram level and attn_only",
+        "supports if attn_only + {m} < uniform < bigram - {m} (by 3 seed std too with >= 3 seeds)",
+        ("attn_only + uniform", "attn_only"),
+        decide_p7,
+    ),
 ]
 
 
@@ -215,8 +251,10 @@ def reference_guard(variants: dict[str, Any], bigram: float, margin: float) -> s
     if full is None:
         return "the reference model (full) was not run"
     if not below(full["final_val_loss"], bigram, margin):
-        return (f"the reference model did not learn: full {full['final_val_loss']['mean']:.3f} is not below "
-                f"bigram {bigram:.3f} - {margin}")
+        return (
+            f"the reference model did not learn: full {full['final_val_loss']['mean']:.3f} is not below "
+            f"bigram {bigram:.3f} - {margin}"
+        )
     return None
 
 
@@ -240,8 +278,9 @@ def at_pace(variants: dict[str, Any], margin: float) -> dict[str, Any]:
     return out
 
 
-def verdicts(variants: dict[str, Any], levels: dict[str, float], margin: float,
-             predictions: list[Prediction] = PREDICTIONS) -> list[dict[str, Any]]:
+def verdicts(
+    variants: dict[str, Any], levels: dict[str, float], margin: float, predictions: list[Prediction] = PREDICTIONS
+) -> list[dict[str, Any]]:
     """Every prediction decided on the numbers, behind two guards.
 
     reference   nothing is decided unless `full` learned to use context (below bigram - margin):
@@ -262,15 +301,27 @@ def verdicts(variants: dict[str, Any], levels: dict[str, float], margin: float,
 
     out = []
     for p in predictions:
-        item = dict(id=p.id, title=p.title, prediction=p.prediction, rule=p.rule.format(m=margin),
-                    provisional=False, heading=None, still_moving=[], at_margins={})
+        item = dict(
+            id=p.id,
+            title=p.title,
+            prediction=p.prediction,
+            rule=p.rule.format(m=margin),
+            provisional=False,
+            heading=None,
+            still_moving=[],
+            at_margins={},
+        )
         if not all(n in variants for n in p.needs):
             item.update(measured="not run", verdict="inconclusive", separation="n/a (variant not in --variants)")
             out.append(item)
             continue
         verdict, measured, sep = decide(p, variants)
-        item.update(measured=measured, verdict=verdict, separation=sep,
-                    at_margins={f"{f * margin:g}": decide(p, variants, f * margin)[0] for f in MARGIN_CHECK})
+        item.update(
+            measured=measured,
+            verdict=verdict,
+            separation=sep,
+            at_margins={f"{f * margin:g}": decide(p, variants, f * margin)[0] for f in MARGIN_CHECK},
+        )
         heading = decide(p, later)[0]
         if heading != verdict:
             guard_moves = reference_guard(variants, bigram, margin) != reference_guard(later, bigram, margin)
@@ -289,8 +340,10 @@ def moving_text(name: str, now: dict[str, Any], later: dict[str, Any], alpha_too
         out.append(f"{name} {'falling' if b < a else 'rising'}: {a:.3f} now, {b:.3f} at {PACE_FACTOR}x the steps")
     alpha, alpha_later = now.get("alpha_tt_layer_mean"), later.get("alpha_tt_layer_mean")
     if alpha_too and alpha and alpha_later and alpha_later != alpha:
-        out.append(f"{name} mean alpha_tt {sum(alpha) / len(alpha):.2f} now, "
-                   f"{sum(alpha_later) / len(alpha_later):.2f} at {PACE_FACTOR}x the steps")
+        out.append(
+            f"{name} mean alpha_tt {sum(alpha) / len(alpha):.2f} now, "
+            f"{sum(alpha_later) / len(alpha_later):.2f} at {PACE_FACTOR}x the steps"
+        )
     return out
 
 

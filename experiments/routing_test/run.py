@@ -125,16 +125,18 @@ def project_alpha(attention: list[dict[str, Any]]) -> list[float] | None:
         return None
     steps = [r["step"] for r in attention]
     layers = zip(*[r["alpha_tt_layer_mean"] for r in attention], strict=True)
-    return [min(1.0, max(0.0, series[-1] + log_pace(steps, list(series)) * math.log(PACE_FACTOR)))
-            for series in layers]
+    return [min(1.0, max(0.0, series[-1] + log_pace(steps, list(series)) * math.log(PACE_FACTOR))) for series in layers]
 
 
 def block0_at(runs: list[dict[str, Any]], wanted: list[int]) -> dict[str, float]:
     """Mean over seeds of the block-0 gradient norm at the wanted steps (and the last recorded)."""
     out: dict[str, float] = {}
     for step in wanted:
-        vals = [r["block0_grad"]["norm"][r["block0_grad"]["steps"].index(step)]
-                for r in runs if step in r["block0_grad"]["steps"]]
+        vals = [
+            r["block0_grad"]["norm"][r["block0_grad"]["steps"].index(step)]
+            for r in runs
+            if step in r["block0_grad"]["steps"]
+        ]
         if vals:
             out[str(step)] = sum(vals) / len(vals)
     ends = [r["block0_grad"]["norm"][-1] for r in runs if r["block0_grad"]["norm"]]
@@ -174,12 +176,23 @@ def summarise_variants(runs: list[dict[str, Any]], levels: dict[str, float], mar
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--self-bias", type=float, default=DEFAULT_SELF_BIAS,
-                   help=f"the finite self-score bias of 'ffn_only + self_bias' (default {DEFAULT_SELF_BIAS})")
-    p.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
-                   help=f"nats within which a loss counts as at a level (default {DEFAULT_MARGIN})")
-    p.add_argument("--no-identity", action="store_true",
-                   help="skip the token-identity probes and the logit lens on the first seed's checkpoints")
+    p.add_argument(
+        "--self-bias",
+        type=float,
+        default=DEFAULT_SELF_BIAS,
+        help=f"the finite self-score bias of 'ffn_only + self_bias' (default {DEFAULT_SELF_BIAS})",
+    )
+    p.add_argument(
+        "--margin",
+        type=float,
+        default=DEFAULT_MARGIN,
+        help=f"nats within which a loss counts as at a level (default {DEFAULT_MARGIN})",
+    )
+    p.add_argument(
+        "--no-identity",
+        action="store_true",
+        help="skip the token-identity probes and the logit lens on the first seed's checkpoints",
+    )
 
 
 def check(args) -> None:
@@ -196,10 +209,15 @@ def plan(ctx: Context) -> list[Group]:
 def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     runs = [summarise_run(r) for r in records]
     variants = summarise_variants(runs, ctx.levels, ctx.args.margin)
-    return {"margin": ctx.args.margin, "self_bias": ctx.args.self_bias, "runs": runs, "variants": variants,
-            "gaps": {"attn_only - full": paired_gap(runs, "attn_only", "full")},
-            "identity": None if ctx.args.no_identity else identity(ctx, runs),
-            "verdicts": verdicts(variants, ctx.levels, ctx.args.margin)}
+    return {
+        "margin": ctx.args.margin,
+        "self_bias": ctx.args.self_bias,
+        "runs": runs,
+        "variants": variants,
+        "gaps": {"attn_only - full": paired_gap(runs, "attn_only", "full")},
+        "identity": None if ctx.args.no_identity else identity(ctx, runs),
+        "verdicts": verdicts(variants, ctx.levels, ctx.args.margin),
+    }
 
 
 def identity(ctx: Context, runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -226,8 +244,14 @@ def identity(ctx: Context, runs: list[dict[str, Any]]) -> dict[str, Any]:
     first = [r for r in runs if r["seed"] == ctx.seeds[0]]
     out = {}
     per_run = len(identity_sites(spec.model.n_layers)) + 1
-    bar = tqdm(total=len(first) * per_run, desc="identity probes", unit="site", disable=not ctx.progress,
-               leave=False, dynamic_ncols=True)
+    bar = tqdm(
+        total=len(first) * per_run,
+        desc="identity probes",
+        unit="site",
+        disable=not ctx.progress,
+        leave=False,
+        dynamic_ncols=True,
+    )
     for r in first:
         run = RunDir(Path(r["run_dir"]))
         cached = run.identity
@@ -243,15 +267,31 @@ def identity(ctx: Context, runs: list[dict[str, Any]]) -> dict[str, Any]:
         batches = fixed_batches(ctx.corpus.val, spec.model.n_ctx, spec.train.batch_size, spec.train.eval_batches)
         out[r["variant"]] = identity_summary(run.ckpt, ctx.corpus.train, batches, progress=lambda _: bar.update(1))
         if ckpt_sha256 is not None:
-            write_json(cached, {"ckpt_sha256": ckpt_sha256, "seal": seal(out[r["variant"]], ckpt_sha256),
-                                "summary": out[r["variant"]]})
+            write_json(
+                cached,
+                {
+                    "ckpt_sha256": ckpt_sha256,
+                    "seal": seal(out[r["variant"]], ckpt_sha256),
+                    "summary": out[r["variant"]],
+                },
+            )
     bar.close()
     return out
 
 
 EXPERIMENT = Experiment(
-    name="routing_test", schema=SCHEMA, doc=__doc__, title="Routing test", plan=plan, analyse=analyse, table=table,
-    summary=summary, sections=sections, add_arguments=add_arguments, check=check, variants_option=True,
+    name="routing_test",
+    schema=SCHEMA,
+    doc=__doc__,
+    title="Routing test",
+    plan=plan,
+    analyse=analyse,
+    table=table,
+    summary=summary,
+    sections=sections,
+    add_arguments=add_arguments,
+    check=check,
+    variants_option=True,
     owned={"residual": "--variants", "mixer": "--variants", "self_bias": "--variants / --self-bias"},
 )
 
@@ -259,12 +299,33 @@ EXPERIMENT = Experiment(
 # scripts still import them from here (resolved on first use, PEP 562).
 _MOVED = {
     "experiments.routing_test.rules": (
-        "MARGIN_CHECK", "PREDICTIONS", "Outcome", "Prediction", "above", "at_pace", "below", "decide_p1",
-        "decide_p2", "decide_p3", "decide_p4", "decide_p5", "decide_p6", "decide_p7", "moves", "moving_text",
-        "reference_guard", "separation",
+        "MARGIN_CHECK",
+        "PREDICTIONS",
+        "Outcome",
+        "Prediction",
+        "above",
+        "at_pace",
+        "below",
+        "decide_p1",
+        "decide_p2",
+        "decide_p3",
+        "decide_p4",
+        "decide_p5",
+        "decide_p6",
+        "decide_p7",
+        "moves",
+        "moving_text",
+        "reference_guard",
+        "separation",
     ),
     "experiments.routing_test.report": (
-        "PLACES", "PROMPT", "attention_figures", "margin_sensitive", "margin_text", "needs_longer", "verdict_label",
+        "PLACES",
+        "PROMPT",
+        "attention_figures",
+        "margin_sensitive",
+        "margin_text",
+        "needs_longer",
+        "verdict_label",
     ),
     "experiments.shared.stats": ("slope",),
 }

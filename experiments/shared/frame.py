@@ -85,18 +85,33 @@ class Experiment:
 
     # ----- the command line --------------------------------------------------------------------------
     def parser(self) -> argparse.ArgumentParser:
-        p = argparse.ArgumentParser(prog=f"python -m experiments.{self.name}",
-                                    description=self.doc.split("results.json schema")[0],
-                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-        p.add_argument("--preset", default=self.default_preset,
-                       help=f"one of {', '.join(PRESETS)} (default: {self.default_preset})")
+        p = argparse.ArgumentParser(
+            prog=f"python -m experiments.{self.name}",
+            description=self.doc.split("results.json schema")[0],
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        p.add_argument(
+            "--preset",
+            default=self.default_preset,
+            help=f"one of {', '.join(PRESETS)} (default: {self.default_preset})",
+        )
         p.add_argument("--seeds", default=None, help="comma-separated seeds (default: the preset's, 1337)")
-        p.add_argument("--out", default=self.default_out, type=directory_option,
-                       help=f"experiment directory (default: {self.default_out})")
-        p.add_argument("--data", help="corpus file or prepared directory "
-                       "(default: $RESIDUAL_DATA_DIR, cache, download)")
-        p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                       help="override any preset field for every run (repeatable)")
+        p.add_argument(
+            "--out",
+            default=self.default_out,
+            type=directory_option,
+            help=f"experiment directory (default: {self.default_out})",
+        )
+        p.add_argument(
+            "--data", help="corpus file or prepared directory (default: $RESIDUAL_DATA_DIR, cache, download)"
+        )
+        p.add_argument(
+            "--set",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="override any preset field for every run (repeatable)",
+        )
         if self.variants_option:
             p.add_argument("--variants", help="comma-separated subset of the variant names (default: all)")
         p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -129,8 +144,11 @@ class Experiment:
         command = shlex.join([sys.executable, "-m", f"experiments.{self.name}", *argv])
         if not importable(self.name):  # declared in a notebook or a test file: no module to name
             command = f"run this experiment again with the same options ({shlex.join(argv)})"
-        print(f"\ninterrupted ({signal_name(code)}) after {time.perf_counter() - start:.0f}s; finished runs are "
-              f"kept and the interrupted one resumes from its checkpoint: {command}", file=sys.stderr)
+        print(
+            f"\ninterrupted ({signal_name(code)}) after {time.perf_counter() - start:.0f}s; finished runs are "
+            f"kept and the interrupted one resumes from its checkpoint: {command}",
+            file=sys.stderr,
+        )
         return code
 
     def context(self, argv: list[str]) -> tuple[Context, list[Job]]:
@@ -221,8 +239,13 @@ class Experiment:
         variants = {}
         for job in jobs:
             variants.setdefault(job.variant.name, job.variant.overrides)
-        config = {"model": ctx.spec.model.to_dict(), "train": ctx.spec.train.to_dict(),
-                  "overrides": ctx.spec.overrides, "variants": variants, **own.pop("config", {})}
+        config = {
+            "model": ctx.spec.model.to_dict(),
+            "train": ctx.spec.train.to_dict(),
+            "overrides": ctx.spec.overrides,
+            "variants": variants,
+            **own.pop("config", {}),
+        }
         return {
             "schema": self.schema,
             "experiment": self.name,
@@ -239,17 +262,18 @@ class Experiment:
         from interp.plots import save_html
 
         levels = results["reference_levels"]
-        intro = (f"{self.title or self.name}: preset {results['preset']}, seeds {results['seeds']}, "
-                 f"{len(results['runs'])} runs. Validation loss on the fixed validation batches (seed 99991). "
-                 f"{levels_line(levels).capitalize()}.")
+        intro = (
+            f"{self.title or self.name}: preset {results['preset']}, seeds {results['seeds']}, "
+            f"{len(results['runs'])} runs. Validation loss on the fixed validation batches (seed 99991). "
+            f"{levels_line(levels).capitalize()}."
+        )
         overrides = results["config"].get("overrides")
         if overrides:
             intro += f" Overrides for every run: {overrides}."
         sections: list = [intro, ("Results", table_figure(*self.table(results)))]
         if self.sections:
             sections += self.sections(results, ctx)
-        return save_html(sections, self.report_path(ctx), title=f"{self.title or self.name} - "
-                                                                          f"{results['preset']}")
+        return save_html(sections, self.report_path(ctx), title=f"{self.title or self.name} - {results['preset']}")
 
 
 # ----- the pieces the runner uses (and experiments may too) --------------------------------------------
@@ -275,14 +299,18 @@ def check_distinct_dirs(jobs: list[Job]) -> None:
         key = (job.group.spec.preset, slug(job.variant.name))
         other = seen.setdefault(key, job.variant.name)
         if other != job.variant.name:
-            raise ToolkitError(f"variants {other!r} and {job.variant.name!r} would share the run directory "
-                               f"{key[1]}; give values that differ in their names")
+            raise ToolkitError(
+                f"variants {other!r} and {job.variant.name!r} would share the run directory "
+                f"{key[1]}; give values that differ in their names"
+            )
         # one name, two configurations (a name that leaves out what differs): the second would be refused as
         # "a run of a different configuration", or read as the first
         first = specs.setdefault((*key, job.seed), job.spec)
         if first != job.spec:
-            raise ToolkitError(f"variant {job.variant.name!r} names two different configurations (seed "
-                               f"{job.seed}); its name must say what differs")
+            raise ToolkitError(
+                f"variant {job.variant.name!r} names two different configurations (seed "
+                f"{job.seed}); its name must say what differs"
+            )
 
 
 def _key(job: Job) -> tuple[str, str, int]:
@@ -321,13 +349,18 @@ def write_results(path: Path, results: dict[str, Any]) -> None:
 
     from interp.io import NonFiniteError, json_safe, write_json
 
-    results = {**results, "config": json_safe(results.get("config")),
-               "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    results = {
+        **results,
+        "config": json_safe(results.get("config")),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
     try:
         write_json(path, results)
     except NonFiniteError as e:
-        raise NonFiniteError(f"{e}; no result is written from a non-finite number - check the runs it comes "
-                             "from (their final.json and metrics.jsonl)") from None
+        raise NonFiniteError(
+            f"{e}; no result is written from a non-finite number - check the runs it comes "
+            "from (their final.json and metrics.jsonl)"
+        ) from None
 
 
 if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing

@@ -34,23 +34,45 @@ DEFAULT_ENSEMBLE_SIZE = 16
 
 def add_launcher_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("launching (see experiments.shared.launch)")
-    g.add_argument("--launcher", choices=LAUNCHERS, default="local",
-                   help="local (default): train here; slurm: one submitit job per unfinished run; "
-                        "slurm-local: the same through submitit's local executor")
+    g.add_argument(
+        "--launcher",
+        choices=LAUNCHERS,
+        default="local",
+        help="local (default): train here; slurm: one submitit job per unfinished run; "
+        "slurm-local: the same through submitit's local executor",
+    )
     g.add_argument("--slurm-partition", help="Slurm partition")
     g.add_argument("--slurm-time", type=int, default=60, help="minutes per job (default 60)")
     g.add_argument("--gpus-per-run", type=int, default=0, help="GPUs per job; > 1 runs the job under torchrun")
-    g.add_argument("--slurm-array-parallelism", type=int, default=32,
-                   help="at most this many jobs of the array at once (default 32)")
-    g.add_argument("--slurm-set", action="append", default=[], metavar="KEY=VALUE",
-                   help="any other submitit parameter, e.g. slurm_mem_gb=32 or slurm_account=lab (repeatable)")
-    g.add_argument("--no-wait", action="store_true",
-                   help="submit and exit: print the job ids and the command that aggregates once they are done")
-    g.add_argument("--collect", action="store_true",
-                   help="train nothing: aggregate finished runs (an unfinished one is an error)")
-    g.add_argument("--ensemble-size", type=int, default=DEFAULT_ENSEMBLE_SIZE, metavar="K",
-                   help="local launcher: train up to K runs of one shape as one ensemble (training.ensemble; "
-                        f"default {DEFAULT_ENSEMBLE_SIZE}); 1 trains every run alone")
+    g.add_argument(
+        "--slurm-array-parallelism",
+        type=int,
+        default=32,
+        help="at most this many jobs of the array at once (default 32)",
+    )
+    g.add_argument(
+        "--slurm-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any other submitit parameter, e.g. slurm_mem_gb=32 or slurm_account=lab (repeatable)",
+    )
+    g.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="submit and exit: print the job ids and the command that aggregates once they are done",
+    )
+    g.add_argument(
+        "--collect", action="store_true", help="train nothing: aggregate finished runs (an unfinished one is an error)"
+    )
+    g.add_argument(
+        "--ensemble-size",
+        type=int,
+        default=DEFAULT_ENSEMBLE_SIZE,
+        metavar="K",
+        help="local launcher: train up to K runs of one shape as one ensemble (training.ensemble; "
+        f"default {DEFAULT_ENSEMBLE_SIZE}); 1 trains every run alone",
+    )
 
 
 def check_launcher_arguments(args: argparse.Namespace) -> None:
@@ -99,8 +121,9 @@ def launch(name: str, ctx: Context, jobs: list[Job], argv: list[str]) -> bool:
     if ctx.args.collect:
         if todo:
             names = ", ".join(f"{j.variant.name} seed {j.seed}" for j in todo)
-            raise ToolkitError(f"{len(todo)} run(s) not finished yet: {names}; wait for their jobs or run "
-                               "without --collect")
+            raise ToolkitError(
+                f"{len(todo)} run(s) not finished yet: {names}; wait for their jobs or run without --collect"
+            )
         return True
     if ctx.args.launcher == "local":
         train_local(ctx, todo)
@@ -129,12 +152,21 @@ def make_trainer(job: Job, out: Path, corpus=None, progress: bool = False):
     callbacks = default_callbacks(spec.train) if job.group.probes and spec.train.probes else []
     if job.group.callbacks is not None:
         callbacks += job.group.callbacks(job.variant, job.seed)
-    return Trainer(spec.model, spec.train, job.run_dir(out), callbacks=callbacks, corpus=corpus,
-                   progress=progress, model_init=job.variant.model_init, meta=run_meta(job))
+    return Trainer(
+        spec.model,
+        spec.train,
+        job.run_dir(out),
+        callbacks=callbacks,
+        corpus=corpus,
+        progress=progress,
+        model_init=job.variant.model_init,
+        meta=run_meta(job),
+    )
 
 
-def train_job(job: Job, out: Path, corpus=None, progress: bool = False,
-              ensemble_size: int = DEFAULT_ENSEMBLE_SIZE) -> dict[str, Any]:
+def train_job(
+    job: Job, out: Path, corpus=None, progress: bool = False, ensemble_size: int = DEFAULT_ENSEMBLE_SIZE
+) -> dict[str, Any]:
     """Train (or resume) one run directory; a finished one is only checked. A run that cannot go on (a
     non-finite loss) is named in its error: in a grid of dozens the step alone does not say which.
 
@@ -176,8 +208,12 @@ def train_local(ctx: Context, todo: list[Job]) -> None:
             try:
                 EnsembleTrainer(members, progress=ctx.progress).run()
             except MembersStopped as e:  # each stopped run named as a solo run's error names it
-                raise TrainingError("; ".join(f"{jobs[id(t)].variant.name}, seed {jobs[id(t)].seed} "
-                                              f"({t.run_dir.path}): {msg}" for t, msg in e.failed)) from None
+                raise TrainingError(
+                    "; ".join(
+                        f"{jobs[id(t)].variant.name}, seed {jobs[id(t)].seed} ({t.run_dir.path}): {msg}"
+                        for t, msg in e.failed
+                    )
+                ) from None
         bar.update(len(members))
     bar.close()
 
@@ -189,8 +225,19 @@ def job_main(module: str, argv: list[str], preset: str, variant: str, seed: int,
     """What a cluster job runs: re-plan the experiment from its command line, train one run."""
     if gpus > 1 and "RANK" not in os.environ:
         payload = json.dumps([module, argv, preset, variant, seed])
-        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={gpus}",
-                        "-m", "experiments.shared.launch", payload], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                f"--nproc_per_node={gpus}",
+                "-m",
+                "experiments.shared.launch",
+                payload,
+            ],
+            check=True,
+        )
         return preset
     import importlib
 
@@ -216,10 +263,12 @@ def importable(name: str) -> bool:
 
 def submit(name: str, ctx: Context, todo: list[Job], argv: list[str]) -> bool:
     if not importable(name):
-        raise ToolkitError(f"--launcher {ctx.args.launcher}: a cluster job re-plans the experiment by importing "
-                           f"experiments.{name}.run, and experiment {name!r} is not there (declared in a notebook "
-                           "or a test file?); use --launcher local, or make it the package experiments/"
-                           f"{name}/ (docs/DESIGN.md, Adding an experiment)")
+        raise ToolkitError(
+            f"--launcher {ctx.args.launcher}: a cluster job re-plans the experiment by importing "
+            f"experiments.{name}.run, and experiment {name!r} is not there (declared in a notebook "
+            "or a test file?); use --launcher local, or make it the package experiments/"
+            f"{name}/ (docs/DESIGN.md, Adding an experiment)"
+        )
     try:
         import submitit
     except ImportError:
@@ -231,8 +280,7 @@ def submit(name: str, ctx: Context, todo: list[Job], argv: list[str]) -> bool:
     if busy:
         print(f"{len(busy)} run(s) are being trained by another process; waiting for them, not resubmitting")
     # Jobs re-plan from the command line: make --out absolute so they find the same directories.
-    job_argv = [*_without(argv, "--out", "--no-wait", "--launcher"), "--out", str(ctx.out.resolve()),
-                "--no-progress"]
+    job_argv = [*_without(argv, "--out", "--no-wait", "--launcher"), "--out", str(ctx.out.resolve()), "--no-progress"]
     folder = ctx.result_dir.resolve() / ".submitit"
     cluster = "local" if ctx.args.launcher == "slurm-local" else "slurm"
     try:
@@ -243,16 +291,30 @@ def submit(name: str, ctx: Context, todo: list[Job], argv: list[str]) -> bool:
     submitted = []
     if todo:
         with executor.batch():
-            submitted = [(job, executor.submit(job_main, name, job_argv, job.group.spec.preset,
-                                               job.variant.name, job.seed, ctx.args.gpus_per_run)) for job in todo]
+            submitted = [
+                (
+                    job,
+                    executor.submit(
+                        job_main,
+                        name,
+                        job_argv,
+                        job.group.spec.preset,
+                        job.variant.name,
+                        job.seed,
+                        ctx.args.gpus_per_run,
+                    ),
+                )
+                for job in todo
+            ]
         print(f"submitted {len(submitted)} job(s) ({cluster}); logs in {folder}")
     for job, sub in submitted:
         print(f"  {sub.job_id}  {job.variant.name} seed {job.seed}")
     if ctx.args.no_wait:
         if not submitted:
             return False
-        command = shlex.join([sys.executable, "-m", f"experiments.{name}",
-                              *_without(argv, "--no-wait", "--launcher"), "--collect"])
+        command = shlex.join(
+            [sys.executable, "-m", f"experiments.{name}", *_without(argv, "--no-wait", "--launcher"), "--collect"]
+        )
         print(f"once they are done, aggregate with:\n  {command}")
         return False
     wait(submitted + [(job, None) for job in busy], ctx.out, ctx.progress)
@@ -288,8 +350,9 @@ def wait(submitted: list, out: Path, progress: bool, poll_s: float = 2.0) -> Non
             time.sleep(poll_s)
     bar.close()
     if failed:
-        raise ToolkitError(f"{len(failed)} job(s) failed; rerun the same command to resubmit them: "
-                           + "; ".join(failed))
+        raise ToolkitError(
+            f"{len(failed)} job(s) failed; rerun the same command to resubmit them: " + "; ".join(failed)
+        )
 
 
 def _without(argv: list[str], *options: str) -> list[str]:

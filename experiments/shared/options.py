@@ -30,8 +30,15 @@ def check_number(name: str, value: float, minimum: float = 0.0, inclusive: bool 
         raise ToolkitError(f"{name} must be a finite number {relation} {minimum:g}, got {value}")
 
 
-COMMANDS = ("routing_test", "interventions", "phase_diagram", "escape_time", "residual_sweep", "gain_confound",
-            "eval_noise")
+COMMANDS = (
+    "routing_test",
+    "interventions",
+    "phase_diagram",
+    "escape_time",
+    "residual_sweep",
+    "gain_confound",
+    "eval_noise",
+)
 
 
 def not_a_command(module: str) -> int:
@@ -39,8 +46,10 @@ def not_a_command(module: str) -> int:
     import sys
 
     names = ", ".join(COMMANDS)
-    print(f"error: {module} is a library module, not a command; run python -m experiments.<name> for one of "
-          f"{names}", file=sys.stderr)
+    print(
+        f"error: {module} is a library module, not a command; run python -m experiments.<name> for one of {names}",
+        file=sys.stderr,
+    )
     return 2
 
 

@@ -89,8 +89,13 @@ def tail(steps: list[int], losses: list[float], factor: float = PACE_FACTOR) -> 
         points = list(zip(steps, losses, strict=True))[-2:]
     xs, ys = tuple(s for s, _ in points), tuple(v for _, v in points)
     pace = log_pace(steps, losses)
-    return {"from_step": xs[0], "drop": ys[0] - ys[-1], "slope_per_1k": 1000 * slope(xs, ys), "log_pace": pace,
-            "projected": losses[-1] + pace * math.log(factor)}
+    return {
+        "from_step": xs[0],
+        "drop": ys[0] - ys[-1],
+        "slope_per_1k": 1000 * slope(xs, ys),
+        "log_pace": pace,
+        "projected": losses[-1] + pace * math.log(factor),
+    }
 
 
 def settle_step(steps: list[int], values: list[float], threshold: float) -> int | None:

@@ -21,8 +21,10 @@ def reference_lines(levels: dict[str, Any]) -> dict[str, float]:
 
 def levels_line(levels: dict[str, Any]) -> str:
     """The reference levels as one console line."""
-    return (f"reference levels (fixed validation batches, train-split counts, add-one smoothing): "
-            f"unigram {levels['unigram']:.3f}, bigram {levels['bigram']:.3f} nats")
+    return (
+        f"reference levels (fixed validation batches, train-split counts, add-one smoothing): "
+        f"unigram {levels['unigram']:.3f}, bigram {levels['bigram']:.3f} nats"
+    )
 
 
 def fmt_number(x: float | None, spec: str = ".4f") -> str:
@@ -52,8 +54,12 @@ def table_figure(headers: list[str], rows: list[list[Any]], title: str = ""):
     import plotly.graph_objects as go
 
     columns = [["" if row[i] is None else str(row[i]) for row in rows] for i in range(len(headers))]
-    fig = go.Figure(go.Table(header=dict(values=[str(h) for h in headers], align="left", fill_color="#e8eef7"),
-                             cells=dict(values=columns, align="left")))
+    fig = go.Figure(
+        go.Table(
+            header=dict(values=[str(h) for h in headers], align="left", fill_color="#e8eef7"),
+            cells=dict(values=columns, align="left"),
+        )
+    )
     fig.update_layout(title=title or None, height=100 + 48 * max(1, len(rows)), margin=dict(l=10, r=10, t=40, b=10))
     return fig
 

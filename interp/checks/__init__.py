@@ -62,9 +62,17 @@ def regular_file(path: str | os.PathLike, error: type[ToolkitError], what: str =
     except OSError as e:
         raise error(f"cannot read {path}: {e.strerror or e}") from None
     if not stat.S_ISREG(mode):
-        kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
-                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
-                else "not a regular file")
+        kind = (
+            "a directory"
+            if stat.S_ISDIR(mode)
+            else "a FIFO"
+            if stat.S_ISFIFO(mode)
+            else "a device"
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "a socket"
+            if stat.S_ISSOCK(mode)
+            else "not a regular file"
+        )
         raise error(f"{path} is {kind}, not a regular file; only regular files are read as a {what}")
     return path
 
@@ -148,5 +156,19 @@ def want_str(x: Any, field: str, choices: tuple[str, ...] | None = None) -> str:
     return x
 
 
-__all__ = ["MAX_DEPTH", "Bad", "checked", "is_int", "is_number", "regular_file", "walk_limits", "want_dict",
-           "want_int", "want_keys", "want_number", "want_object", "want_str", "want_str_keys"]
+__all__ = [
+    "MAX_DEPTH",
+    "Bad",
+    "checked",
+    "is_int",
+    "is_number",
+    "regular_file",
+    "walk_limits",
+    "want_dict",
+    "want_int",
+    "want_keys",
+    "want_number",
+    "want_object",
+    "want_str",
+    "want_str_keys",
+]

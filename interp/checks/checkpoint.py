@@ -39,8 +39,11 @@ def check_size(cfg: ModelConfig, field: str, device: str = "cpu") -> None:
     need = model_bytes(cfg)
     total, what = device_memory(str(device))
     if total is not None and need > total:
-        raise Bad(field, f"asks for a model of about {gib(need)} (n_layers={cfg.n_layers}, d_model={cfg.d_model}, "
-                         f"d_vocab={cfg.d_vocab}, n_ctx={cfg.n_ctx}) but the machine has {gib(total)} of {what}")
+        raise Bad(
+            field,
+            f"asks for a model of about {gib(need)} (n_layers={cfg.n_layers}, d_model={cfg.d_model}, "
+            f"d_vocab={cfg.d_vocab}, n_ctx={cfg.n_ctx}) but the machine has {gib(total)} of {what}",
+        )
 
 
 def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -49,12 +52,21 @@ def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     mixer's (strict load_state_dict checks those); interp.model is not imported (it imports this module's
     callers)."""
     d = cfg.d_model
-    out = {"embed.weight": (cfg.d_vocab, d), "pos_embed.weight": (cfg.n_ctx, d), "ln_final.w": (d,),
-           "unembed.weight": (cfg.d_vocab, d)}
+    out = {
+        "embed.weight": (cfg.d_vocab, d),
+        "pos_embed.weight": (cfg.n_ctx, d),
+        "ln_final.w": (d,),
+        "unembed.weight": (cfg.d_vocab, d),
+    }
     for layer in range(cfg.n_layers):
-        out.update({f"blocks.{layer}.ln1.w": (d,), f"blocks.{layer}.ln2.w": (d,),
-                    f"blocks.{layer}.mlp.in_proj.weight": (cfg.d_mlp, d),
-                    f"blocks.{layer}.mlp.out_proj.weight": (d, cfg.d_mlp)})
+        out.update(
+            {
+                f"blocks.{layer}.ln1.w": (d,),
+                f"blocks.{layer}.ln2.w": (d,),
+                f"blocks.{layer}.mlp.in_proj.weight": (cfg.d_mlp, d),
+                f"blocks.{layer}.mlp.out_proj.weight": (d, cfg.d_mlp),
+            }
+        )
     return out
 
 
@@ -76,8 +88,9 @@ def check_weights(weights: Any, cfg: ModelConfig, field: str = "weights") -> dic
         raise Bad(field, f"lack {', '.join(missing[:4])}{', ...' * (len(missing) > 4)}, which the model config has")
     for name, shape in want.items():
         if tuple(weights[name].shape) != shape:
-            raise Bad(f"{field}[{name!r}]", f"has shape {list(weights[name].shape)}; the model config gives "
-                                            f"{list(shape)}")
+            raise Bad(
+                f"{field}[{name!r}]", f"has shape {list(weights[name].shape)}; the model config gives {list(shape)}"
+            )
     return weights
 
 
@@ -107,8 +120,17 @@ def check_vocab(state: dict[str, Any], d_vocab: int, field: str = "") -> None:
 
 
 # Training state a reader other than a resume uses (training.checkstate checks the rest on resume).
-_STATE = {"step": "int", "best": "dict", "totals": "dict", "train_config": "dict", "data": "dict",
-          "final_record": "dict", "logs_sha256": "dict", "final_val_loss": "number", "model_init": "str?"}
+_STATE = {
+    "step": "int",
+    "best": "dict",
+    "totals": "dict",
+    "train_config": "dict",
+    "data": "dict",
+    "final_record": "dict",
+    "logs_sha256": "dict",
+    "final_val_loss": "number",
+    "model_init": "str?",
+}
 
 
 def check_state(payload: dict[str, Any]) -> None:
@@ -149,5 +171,13 @@ def check_payload(payload: Any, schema: str, hash_key: str, device: str = "cpu")
     return cfg
 
 
-__all__ = ["ENCODINGS", "check_config", "check_payload", "check_size", "check_state", "check_vocab",
-           "check_weights", "expected_shapes"]
+__all__ = [
+    "ENCODINGS",
+    "check_config",
+    "check_payload",
+    "check_size",
+    "check_state",
+    "check_vocab",
+    "check_weights",
+    "expected_shapes",
+]

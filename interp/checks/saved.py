@@ -59,8 +59,10 @@ def check_hooked(record: Any, state_dict: Any, device: str = "cpu", leading: boo
             raise Bad(f"tl_config.{key}", f"is {tl.get(key)!r:.40}; the model_config gives {want[key]}")
     d_vocab = tl.get("d_vocab")
     if not (isinstance(d_vocab, int) and cfg.d_vocab <= d_vocab <= cfg.d_vocab + MAX_SPECIAL):
-        raise Bad("tl_config.d_vocab", f"is {d_vocab!r:.40}; the model_config gives {cfg.d_vocab} "
-                                       f"(+ at most {MAX_SPECIAL} tokenizer specials)")
+        raise Bad(
+            "tl_config.d_vocab",
+            f"is {d_vocab!r:.40}; the model_config gives {cfg.d_vocab} (+ at most {MAX_SPECIAL} tokenizer specials)",
+        )
     want_str_keys(want_dict(state_dict, "the weights"), "the weights")
     for name, value in state_dict.items():
         if not isinstance(value, torch.Tensor):

@@ -32,5 +32,18 @@ from interp.nanogpt.format import (
 )
 from interp.nanogpt.writer import main, parser, refusal, run, to_nanogpt
 
-__all__ = ["GPT2_SIZES", "MODEL_ARGS", "config_of", "from_nanogpt", "is_nanogpt", "main", "name_map", "parser",
-           "read_meta", "refusal", "run", "to_nanogpt", "write_meta"]
+__all__ = [
+    "GPT2_SIZES",
+    "MODEL_ARGS",
+    "config_of",
+    "from_nanogpt",
+    "is_nanogpt",
+    "main",
+    "name_map",
+    "parser",
+    "read_meta",
+    "refusal",
+    "run",
+    "to_nanogpt",
+    "write_meta",
+]

@@ -21,16 +21,24 @@ _PREFIX = "_orig_mod."  # torch.compile's wrapper, as nanoGPT's sample.py strips
 
 # ResidualGPT name -> nanoGPT name, per block (weight, and bias where cfg.bias)
 _BLOCK = {
-    "ln1.w": "ln_1.weight", "ln1.b": "ln_1.bias",
-    "attn.in_proj.weight": "attn.c_attn.weight", "attn.in_proj.bias": "attn.c_attn.bias",
-    "attn.out_proj.weight": "attn.c_proj.weight", "attn.out_proj.bias": "attn.c_proj.bias",
-    "ln2.w": "ln_2.weight", "ln2.b": "ln_2.bias",
-    "mlp.in_proj.weight": "mlp.c_fc.weight", "mlp.in_proj.bias": "mlp.c_fc.bias",
-    "mlp.out_proj.weight": "mlp.c_proj.weight", "mlp.out_proj.bias": "mlp.c_proj.bias",
+    "ln1.w": "ln_1.weight",
+    "ln1.b": "ln_1.bias",
+    "attn.in_proj.weight": "attn.c_attn.weight",
+    "attn.in_proj.bias": "attn.c_attn.bias",
+    "attn.out_proj.weight": "attn.c_proj.weight",
+    "attn.out_proj.bias": "attn.c_proj.bias",
+    "ln2.w": "ln_2.weight",
+    "ln2.b": "ln_2.bias",
+    "mlp.in_proj.weight": "mlp.c_fc.weight",
+    "mlp.in_proj.bias": "mlp.c_fc.bias",
+    "mlp.out_proj.weight": "mlp.c_proj.weight",
+    "mlp.out_proj.bias": "mlp.c_proj.bias",
 }
 _TOP = {
-    "embed.weight": "transformer.wte.weight", "pos_embed.weight": "transformer.wpe.weight",
-    "ln_final.w": "transformer.ln_f.weight", "ln_final.b": "transformer.ln_f.bias",
+    "embed.weight": "transformer.wte.weight",
+    "pos_embed.weight": "transformer.wpe.weight",
+    "ln_final.w": "transformer.ln_f.weight",
+    "ln_final.b": "transformer.ln_f.bias",
     "unembed.weight": "lm_head.weight",
 }
 
@@ -65,8 +73,18 @@ def read_meta(path: str | os.PathLike) -> list[str]:
         meta = _PlainUnpickler(io.BytesIO(path.read_bytes())).load()
     except OSError as e:
         raise CheckpointError(f"cannot read {path}: {e.strerror or e}") from None
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError, RecursionError,
-            MemoryError, AttributeError, UnicodeDecodeError) as e:
+    except (
+        pickle.UnpicklingError,
+        EOFError,
+        ValueError,
+        TypeError,
+        IndexError,
+        KeyError,
+        RecursionError,
+        MemoryError,
+        AttributeError,
+        UnicodeDecodeError,
+    ) as e:
         raise CheckpointError(f"{path} is not a nanoGPT meta.pkl: {e or type(e).__name__}") from None
     with checked(path, CheckpointError, "it is not a nanoGPT character meta.pkl"):
         return check_meta(meta)
@@ -104,16 +122,22 @@ def config_of(model_args: dict[str, Any], tied: bool) -> ModelConfig:
         )
     try:
         return ModelConfig(
-            n_layers=model_args["n_layer"], d_model=model_args["n_embd"], n_heads=model_args["n_head"],
-            n_ctx=model_args["block_size"], d_vocab=model_args["vocab_size"],
-            dropout=model_args.get("dropout", 0.0), bias=model_args.get("bias", True), tie_embeddings=tied,
+            n_layers=model_args["n_layer"],
+            d_model=model_args["n_embd"],
+            n_heads=model_args["n_head"],
+            n_ctx=model_args["block_size"],
+            d_vocab=model_args["vocab_size"],
+            dropout=model_args.get("dropout", 0.0),
+            bias=model_args.get("bias", True),
+            tie_embeddings=tied,
         )
     except ConfigError as e:
         raise CheckpointError(f"model_args do not make a valid model: {e}") from None
 
 
-def from_nanogpt(payload: dict[str, Any], path: Path | None = None, meta: str | os.PathLike | None = None,
-                 device: str = "cpu"):
+def from_nanogpt(
+    payload: dict[str, Any], path: Path | None = None, meta: str | os.PathLike | None = None, device: str = "cpu"
+):
     """The fields of an interp.checkpoint.Checkpoint for a nanoGPT train.py checkpoint (see interp.nanogpt)."""
     import torch
 

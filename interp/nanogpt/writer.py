@@ -51,19 +51,32 @@ def to_nanogpt(source: Any, **extra: Any) -> dict[str, Any]:
             tensor = tensor * gain
         weights[names[ours]] = tensor
     weights["lm_head.weight"] = weights["transformer.wte.weight"]  # tied, as GPT's state_dict holds it
-    model_args = dict(n_layer=cfg.n_layers, n_head=cfg.n_heads, n_embd=cfg.d_model, block_size=cfg.n_ctx,
-                      bias=cfg.bias, vocab_size=cfg.d_vocab, dropout=cfg.dropout)
+    model_args = dict(
+        n_layer=cfg.n_layers,
+        n_head=cfg.n_heads,
+        n_embd=cfg.d_model,
+        block_size=cfg.n_ctx,
+        bias=cfg.bias,
+        vocab_size=cfg.d_vocab,
+        dropout=cfg.dropout,
+    )
     return {"model_args": model_args, "model": weights, "iter_num": 0, "best_val_loss": None, "config": {}, **extra}
 
 
 def parser() -> argparse.ArgumentParser:
-    p = Parser(prog="python -m interp.nanogpt",
-               description="Write a ResidualGPT checkpoint as a nanoGPT checkpoint that nanoGPT's sample.py loads.")
+    p = Parser(
+        prog="python -m interp.nanogpt",
+        description="Write a ResidualGPT checkpoint as a nanoGPT checkpoint that nanoGPT's sample.py loads.",
+    )
     p.add_argument("--ckpt", required=True, type=Path, help="a ResidualGPT checkpoint (interp.save_checkpoint)")
     p.add_argument("--out", required=True, type=Path, help="nanoGPT checkpoint to write (e.g. out-x/ckpt.pt)")
     p.add_argument("--dataset", default=None, help="config['dataset'], where sample.py looks for meta.pkl")
-    p.add_argument("--meta-out", type=Path, default=None,
-                   help="also write the character vocabulary as nanoGPT's meta.pkl here (data/<dataset>/meta.pkl)")
+    p.add_argument(
+        "--meta-out",
+        type=Path,
+        default=None,
+        help="also write the character vocabulary as nanoGPT's meta.pkl here (data/<dataset>/meta.pkl)",
+    )
     return p
 
 
@@ -84,8 +97,10 @@ def run(args: argparse.Namespace) -> Path:
     import torch
 
     step = ckpt.state.get("step", 0)
-    extra = {"iter_num": step if isinstance(step, int) else 0,
-             "config": {"dataset": args.dataset} if args.dataset else {}}
+    extra = {
+        "iter_num": step if isinstance(step, int) else 0,
+        "config": {"dataset": args.dataset} if args.dataset else {},
+    }
     payload = to_nanogpt(ckpt, **extra)
     atomic_write(args.out, lambda tmp: torch.save(payload, tmp))
     if args.meta_out is not None:
@@ -95,4 +110,3 @@ def run(args: argparse.Namespace) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     return run_writing_command(parser, run, argv)
-

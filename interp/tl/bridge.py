@@ -75,8 +75,10 @@ def _lacks(cfg: ModelConfig, name: str) -> bool:
 
 def _lacks_error(cfg: ModelConfig, name: str) -> ToolkitError:
     spec = mixer_spec(cfg.mixer)
-    what = ", ".join(w for w, has in (("no heads", spec.has_heads), ("no attention pattern", spec.has_pattern))
-                     if not has) or "not this hook"
+    what = (
+        ", ".join(w for w, has in (("no heads", spec.has_heads), ("no attention pattern", spec.has_pattern)) if not has)
+        or "not this hook"
+    )
     sites = " / ".join(_attn_sites(cfg)) or "none of TL 3's"
     return ToolkitError(
         f"{name!r}: this model's token mixer, mixer={cfg.mixer!r}, has {what}, so it has no such hook; its hooks "
@@ -233,8 +235,9 @@ class ResidualBridge(TransformerBridge):
                 tensor.copy_(state[key])
         return None
 
-    def enable_compatibility_mode(self, disable_warnings: bool = False, no_processing: bool = False,
-                                  **processing: Any) -> None:
+    def enable_compatibility_mode(
+        self, disable_warnings: bool = False, no_processing: bool = False, **processing: Any
+    ) -> None:
         """A no-op with no_processing=True (this bridge already has TL 3's hook names); else a ToolkitError.
 
         TL's weight processing (fold_ln, centering, fold_value_biases) is not wired
@@ -277,8 +280,15 @@ class ResidualBridge(TransformerBridge):
         else:
             tokens = None
         extras = [k for k in ("output_logits", "return_cache", "return_input_tokens") if kwargs.get(k)]
-        if (tokens is None or args or tokens.shape[0] != 1 or tokens.shape[-1] + max_new_tokens <= n_ctx
-                or extras or return_type not in ("input", "str", "tokens") or kwargs.get("stop_at_eos")):
+        if (
+            tokens is None
+            or args
+            or tokens.shape[0] != 1
+            or tokens.shape[-1] + max_new_tokens <= n_ctx
+            or extras
+            or return_type not in ("input", "str", "tokens")
+            or kwargs.get("stop_at_eos")
+        ):
             return super().generate(input, max_new_tokens, *args, **kwargs)
         step_kwargs = {k: v for k, v in kwargs.items() if k not in ("return_type", "prepend_bos")}
         step_kwargs["verbose"] = False

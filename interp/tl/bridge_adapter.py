@@ -35,8 +35,17 @@ _BLOCK_HOOKS = ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_o
 _LN_HOOKS = ("hook_scale", "hook_normalized")
 _MLP_HOOKS = ("hook_pre", "hook_post")
 # Every TL 3 name a mixer may have under blocks.{l}.attn; a model has those its mixer declares (_attn_sites).
-_ATTN_NAMES = ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern", "hook_z", "hook_result",
-               "hook_pre", "hook_post")
+_ATTN_NAMES = (
+    "hook_q",
+    "hook_k",
+    "hook_v",
+    "hook_attn_scores",
+    "hook_pattern",
+    "hook_z",
+    "hook_result",
+    "hook_pre",
+    "hook_post",
+)
 
 
 def _adopt(component: GeneralizedComponent, module: nn.Module, names: tuple[str, ...]) -> None:
@@ -97,8 +106,12 @@ class _MLPBridge(_Component):
     def _tl(self) -> dict[str, Tensor]:
         take, gain = _weights_of(self.original_component), self.gain
         w_in, w_out = take("in_proj.weight"), take("out_proj.weight")
-        return {"W_in": w_in.T, "b_in": take("in_proj.bias", w_in[:, 0]),
-                "W_out": w_out.T * gain, "b_out": take("out_proj.bias", w_out[:, 0]) * gain}
+        return {
+            "W_in": w_in.T,
+            "b_in": take("in_proj.bias", w_in[:, 0]),
+            "W_out": w_out.T * gain,
+            "b_out": take("out_proj.bias", w_out[:, 0]) * gain,
+        }
 
     W_in = property(lambda self: self._tl()["W_in"])
     b_in = property(lambda self: self._tl()["b_in"])

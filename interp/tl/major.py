@@ -28,10 +28,18 @@ def tl_config_fields(cfg, n_special: int = 0) -> dict:
     """The TransformerLens config fields (3.x HookedTransformerConfig and 4.x TransformerBridgeConfig alike)
     that describe a ResidualGPT of ModelConfig cfg; n_special tokenizer specials get ids after the model's."""
     return dict(
-        n_layers=cfg.n_layers, d_model=cfg.d_model, n_ctx=cfg.n_ctx, d_head=cfg.d_head, n_heads=cfg.n_heads,
-        d_mlp=cfg.d_mlp, d_vocab=cfg.d_vocab + n_special, d_vocab_out=cfg.d_vocab,
+        n_layers=cfg.n_layers,
+        d_model=cfg.d_model,
+        n_ctx=cfg.n_ctx,
+        d_head=cfg.d_head,
+        n_heads=cfg.n_heads,
+        d_mlp=cfg.d_mlp,
+        d_vocab=cfg.d_vocab + n_special,
+        d_vocab_out=cfg.d_vocab,
         act_fn="gelu",  # exact erf GELU, as F.gelu in ResidualGPT
-        normalization_type="LN", eps=1e-5, positional_embedding_type="standard",
+        normalization_type="LN",
+        eps=1e-5,
+        positional_embedding_type="standard",
         default_prepend_bos=False,  # trained without BOS
         model_name=f"residual-gpt(residual={cfg.residual}, mixer={cfg.mixer}, self_bias={cfg.self_bias:g})",
     )

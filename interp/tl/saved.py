@@ -44,8 +44,18 @@ def read_saved(path: str | os.PathLike, device: str | torch.device | None, what:
     path = regular_file(path, CheckpointError, f"saved {what}")
     try:
         return torch.load(path, map_location=device or "cpu", weights_only=True)
-    except (pickle.UnpicklingError, EOFError, RuntimeError, OSError, ValueError, RecursionError, IndexError,
-            KeyError, TypeError, AttributeError) as e:
+    except (
+        pickle.UnpicklingError,
+        EOFError,
+        RuntimeError,
+        OSError,
+        ValueError,
+        RecursionError,
+        IndexError,
+        KeyError,
+        TypeError,
+        AttributeError,
+    ) as e:
         detail = (str(e).splitlines() or [type(e).__name__])[0]
         raise CheckpointError(f"{path} is not a readable {writer} file: {detail}") from None
 

@@ -33,11 +33,14 @@ def check_meta(meta: Any) -> dict[str, Any]:
 def check_tokens(tokens: np.ndarray, vocab_size: int, field: str, chunk: int = 1 << 24) -> None:
     """Bad when a token id is vocab_size or more (read in chunks: a memmap is never loaded whole)."""
     for start in range(0, len(tokens), chunk):
-        top = int(np.max(tokens[start:start + chunk]))
+        top = int(np.max(tokens[start : start + chunk]))
         if top >= vocab_size:
-            at = start + int(np.argmax(tokens[start:start + chunk] >= vocab_size))
-            raise Bad(field, f"holds token id {top} (first past the vocabulary at index {at}); GPT-2's vocabulary "
-                             f"has {vocab_size} ids")
+            at = start + int(np.argmax(tokens[start : start + chunk] >= vocab_size))
+            raise Bad(
+                field,
+                f"holds token id {top} (first past the vocabulary at index {at}); GPT-2's vocabulary "
+                f"has {vocab_size} ids",
+            )
 
 
 __all__ = ["MAX_TOKENS", "check_meta", "check_tokens"]

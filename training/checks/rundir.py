@@ -54,8 +54,11 @@ def check_final(final: Any) -> dict[str, Any]:
     if missing:
         raise Bad("", f"is damaged (no {', '.join(missing)})")
     for key in ("final_val_loss", "best_val_loss"):
-        if not (isinstance(final[key], (int, float)) and not isinstance(final[key], bool)) or final[key] != final[key] \
-                or final[key] in (float("inf"), float("-inf")):
+        if (
+            not (isinstance(final[key], (int, float)) and not isinstance(final[key], bool))
+            or final[key] != final[key]
+            or final[key] in (float("inf"), float("-inf"))
+        ):
             raise Bad("", f"holds no finite {key} ({final[key]!r:.40})")
     want_int(final["steps"], "steps", 0)
     if final["best_step"] is not None:

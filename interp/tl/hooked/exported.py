@@ -124,8 +124,11 @@ class ExportedHookedTransformer(HookedTransformer):
     def _warn_bos(self, prepend_bos: bool | None) -> None:
         if (self.cfg.default_prepend_bos if prepend_bos is None else prepend_bos) and self.tokenizer is not None:
             bos = self.tokenizer.bos_token_id
-            row = (f"its embedding row (id {bos}) was never trained (zero)" if bos is not None
-                   and bos >= self.cfg.d_vocab_out else f"id {bos} never started a training sequence")
+            row = (
+                f"its embedding row (id {bos}) was never trained (zero)"
+                if bos is not None and bos >= self.cfg.d_vocab_out
+                else f"id {bos} never started a training sequence"
+            )
             warn(
                 f"prepend_bos=True puts {self.tokenizer.bos_token!r} before the prompt, but this model was trained "
                 f"without BOS and {row}: every later position's logits shift. Leave prepend_bos off (the default)",
@@ -153,8 +156,9 @@ class ExportedHookedTransformer(HookedTransformer):
         if isinstance(text, list):
             tokens = None
         elif isinstance(text, str):
-            tokens = HookedTransformer.to_tokens(self, text, prepend_bos=a["prepend_bos"],
-                                                 padding_side=a["padding_side"])
+            tokens = HookedTransformer.to_tokens(
+                self, text, prepend_bos=a["prepend_bos"], padding_side=a["padding_side"]
+            )
         else:
             tokens = text
         if tokens is None or tokens.shape[-1] + n_new <= self.cfg.n_ctx:
@@ -169,8 +173,19 @@ class ExportedHookedTransformer(HookedTransformer):
             return_type = "str" if as_text else "tokens"
         if return_type not in ("str", "tokens"):
             raise ConfigError(f"generate past n_ctx ({self.cfg.n_ctx}) returns tokens or text, not {return_type!r}")
-        options = {k: a[k] for k in ("stop_at_eos", "eos_token_id", "do_sample", "top_k", "top_p", "temperature",
-                                     "freq_penalty", "use_past_kv_cache")}
+        options = {
+            k: a[k]
+            for k in (
+                "stop_at_eos",
+                "eos_token_id",
+                "do_sample",
+                "top_k",
+                "top_p",
+                "temperature",
+                "freq_penalty",
+                "use_past_kv_cache",
+            )
+        }
         stops: list[int] = []
         pad = 0
         if a["stop_at_eos"]:
@@ -188,7 +203,7 @@ class ExportedHookedTransformer(HookedTransformer):
             if stops:
                 finished |= torch.isin(out[:, n_prompt:], torch.tensor(stops, device=out.device)).any(-1)
         while out.shape[1] - n_prompt < n_new and not (stops and bool(finished.all())):
-            step = super().generate(out[:, -self.cfg.n_ctx:], 1, return_type="tokens", verbose=False, **options)
+            step = super().generate(out[:, -self.cfg.n_ctx :], 1, return_type="tokens", verbose=False, **options)
             step = step[:, -1:].clone()
             if stops:
                 step[finished] = pad

@@ -78,13 +78,21 @@ def load_hooked(path: str | os.PathLike, device: str | torch.device | None = Non
     elif isinstance(payload, dict) and payload.get("schema") == _LEGACY_SCHEMA:
         record, state_dict = payload, payload.get("state_dict")
     else:
-        schema = record.get("schema") if isinstance(record, dict) else payload.get("schema") \
-            if isinstance(payload, dict) else None
+        schema = (
+            record.get("schema")
+            if isinstance(record, dict)
+            else payload.get("schema")
+            if isinstance(payload, dict)
+            else None
+        )
         from interp.nanogpt.format import is_nanogpt
 
         checkpoint = schema == SCHEMA or is_nanogpt(payload)
-        hint = (" (a ResidualGPT or nanoGPT checkpoint: interp.to_hooked_transformer(path) exports it)"
-                if checkpoint else "")
+        hint = (
+            " (a ResidualGPT or nanoGPT checkpoint: interp.to_hooked_transformer(path) exports it)"
+            if checkpoint
+            else ""
+        )
         raise CheckpointError(f"{path} has schema {schema!r}; load_hooked reads {HOOKED_SCHEMA!r}{hint}")
     from interp.checks import checked
     from interp.checks.saved import check_hooked
