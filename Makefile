@@ -47,6 +47,7 @@ test-tl4: $(STAMP4)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest -q -rs --durations=15
 
 test-slow: $(STAMP)
@@ -54,6 +55,7 @@ test-slow: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 routing-test: $(STAMP)
 	$(PY) -m experiments.routing_test $(ARGS)
