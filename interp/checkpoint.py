@@ -14,10 +14,11 @@ existed has none and loads unchecked.
 from __future__ import annotations
 
 import hashlib
+import os
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -88,7 +89,7 @@ def save_checkpoint(path: str | Path, model: nn.Module, **state: Any) -> str:
         state.setdefault(key, value)
     payload = {
         "schema": SCHEMA,
-        "model_config": module.cfg.to_dict(),
+        "model_config": cast(ModelConfig, module.cfg).to_dict(),  # a ResidualGPT's config
         "weights": {k: v.detach().cpu() for k, v in module.state_dict().items()},
         **state,
     }
@@ -122,7 +123,7 @@ def _refuse_non_finite(path: Path, weights: dict[str, torch.Tensor]) -> None:
 
 
 def load_checkpoint(
-    path: str | Path, map_location: str | torch.device = "cpu", meta: str | Path | None = None
+    path: str | os.PathLike, map_location: str | torch.device = "cpu", meta: str | os.PathLike | None = None
 ) -> Checkpoint:
     """A ResidualGPT checkpoint, or a nanoGPT train.py one (interp.nanogpt; meta: its meta.pkl, else looked for)."""
     from interp.checks import checked, regular_file

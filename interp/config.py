@@ -28,8 +28,8 @@ class MixerParams(dict):
     def _read_only(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError("ModelConfig.mixer_params is read-only; use cfg.replace(mixer_params={...})")
 
-    __setitem__ = __delitem__ = __ior__ = _read_only  # type: ignore[assignment]
-    clear = pop = popitem = setdefault = update = _read_only  # type: ignore[assignment]
+    __setitem__ = __delitem__ = __ior__ = _read_only
+    clear = pop = popitem = setdefault = update = _read_only
 
     def __copy__(self) -> MixerParams:
         return self

@@ -158,6 +158,7 @@ def _decompose(cache: Any, site: str, model: Any, per_head: bool) -> Components:
         labels += [f"L{l}H{h}" for h in range(result.shape[0])]
         parts += list(result)
         if b_o is not None and bool(b_o.ne(0).any()):
+            assert bias is not None  # made from b_o above
             labels.append(f"{l}_attn_bias")
             parts.append(bias)
     stack = torch.stack([p.expand_as(parts[0]) for p in parts])

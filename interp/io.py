@@ -58,7 +58,7 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: str | Path, write: Callable[[str], Any]) -> None:
+def atomic_write(path: str | os.PathLike, write: Callable[[str], Any]) -> None:
     """Call write(tmp_path) on a temporary name beside path, then rename over it."""
     path = Path(path)
     try:

@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -82,6 +82,13 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
+    # Set with setattr in __init__; declared so the checker sees HookPoints, not nn.Module.__getattr__'s Tensor.
+    hook_resid_pre: HookPoint
+    hook_attn_out: HookPoint
+    hook_resid_mid: HookPoint
+    hook_mlp_out: HookPoint
+    hook_resid_post: HookPoint
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
@@ -142,7 +149,7 @@ class ResidualActivationCache(ActivationCache):
     """
 
     def _refuse_if_not_additive(self, method: str) -> None:
-        residual = self.model.cfg.residual
+        residual = cast(ModelConfig, self.model.cfg).residual  # a ResidualGPT's cfg, typed as TL's config
         if residual != "full":
             raise ToolkitError(
                 f"ActivationCache.{method} assumes the residual stream is the sum of the embeddings and every "

@@ -400,7 +400,7 @@ def _plotly_js() -> str:
 def _sections(figures: Any) -> list[tuple[str | None, str | None, go.Figure | None]]:
     """(heading, paragraph, figure) triples from a figure, a string, a tuple, or a list of these."""
     items = figures if isinstance(figures, list) else [figures]
-    out = []
+    out: list[tuple[str | None, str | None, go.Figure | None]] = []
     for item in items:
         if isinstance(item, go.Figure):
             out.append((None, None, item))

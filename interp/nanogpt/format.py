@@ -174,7 +174,9 @@ def from_nanogpt(
         ours = {k: v for k, v in ours.items() if v is not None}
     with checked(where, CheckpointError, "it cannot be loaded"):
         check_weights(ours, cfg, "model")
-    config = payload.get("config") if isinstance(payload.get("config"), dict) else {}
+    config = payload.get("config")
+    if not isinstance(config, dict):
+        config = {}
     state = {k: v for k, v in payload.items() if k not in ("model", "model_args")}
     state["source"] = "nanogpt"
     meta_path = Path(meta) if meta is not None else _find_meta(path, config.get("dataset"))

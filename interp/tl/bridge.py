@@ -38,10 +38,10 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from typing import Any
+from typing import Any, cast
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from transformer_lens import ActivationCache
 from transformer_lens.config import TransformerBridgeConfig
 from transformer_lens.hook_points import HookPoint
@@ -59,6 +59,7 @@ from interp.tl.bridge_adapter import (  # registers the adapter
     _attn_sites,
     _HeadResults,
     _Host,
+    _MixerBridge,
 )
 from interp.tl.major import tl_config_fields
 from interp.tl.saved import BRIDGE_SCHEMA, load_weights, read_saved, tokenizer_fields, write_saved
@@ -97,7 +98,7 @@ class BridgeActivationCache(ActivationCache):
     """
 
     def _refuse_if_not_additive(self, method: str) -> None:
-        residual = self.model.residual_gpt.cfg.residual
+        residual = cast("ResidualBridge", self.model).residual_gpt.cfg.residual
         if residual != "full":
             raise ToolkitError(
                 f"ActivationCache.{method} assumes the residual stream is the sum of the embeddings and every "
@@ -106,7 +107,7 @@ class BridgeActivationCache(ActivationCache):
             )
 
     def __getitem__(self, key: Any) -> Tensor:
-        cfg = self.model.residual_gpt.cfg
+        cfg = cast("ResidualBridge", self.model).residual_gpt.cfg
         if isinstance(key, str) and key not in self.cache_dict and _lacks(cfg, key):
             raise _lacks_error(cfg, key)
         if isinstance(key, tuple) and key and isinstance(key[0], str):
@@ -149,6 +150,11 @@ def _no_processing(call: str) -> ToolkitError:
     )
 
 
+def _bridged_mixer(block: nn.Module) -> Any:
+    """The ResidualGPT mixer inside a bridged block (a registered mixer class: typed Any, as mixer_spec is)."""
+    return cast(_MixerBridge, block.attn).original_component
+
+
 def _show(wiring: Tensor | None) -> str:
     if wiring is None or wiring.dim() == 0:
         return repr(None if wiring is None else wiring.item())
@@ -167,7 +173,7 @@ class ResidualBridge(TransformerBridge):
 
     @property
     def residual_gpt(self) -> ResidualGPT:
-        return self.original_model.gpt
+        return cast(ResidualGPT, self.original_model.gpt)  # _Host.gpt
 
     @property
     def has_heads(self) -> bool:
@@ -180,15 +186,15 @@ class ResidualBridge(TransformerBridge):
     def _resolve_hook_point(self, name: str, aliases: dict, hook_dict: dict) -> tuple[str, HookPoint]:
         if _lacks(self.residual_gpt.cfg, name):
             raise _lacks_error(self.residual_gpt.cfg, name)
-        return super()._resolve_hook_point(name, aliases, hook_dict)
+        return super()._resolve_hook_point(name, aliases, hook_dict)  # type: ignore[misc]  # TL 4's; 3.9 lacks it
 
     def set_use_attn_result(self, use_attn_result: bool) -> None:
         """Fire blocks.{l}.attn.hook_result ([batch, pos, head, d_model], each head's share of hook_attn_out)."""
-        if not all(isinstance(b.attn.original_component.out_proj, _HeadResults) for b in self.residual_gpt.blocks):
+        if not all(isinstance(_bridged_mixer(b).out_proj, _HeadResults) for b in self.residual_gpt.blocks):
             raise _lacks_error(self.residual_gpt.cfg, "blocks.{l}.attn.hook_result")
         self.cfg._set_bridge_managed_hook_flag("use_attn_result", bool(use_attn_result))  # cfg.x = routes here
         for block in self.residual_gpt.blocks:
-            block.attn.original_component.out_proj.enabled = bool(use_attn_result)
+            _bridged_mixer(block).out_proj.enabled = bool(use_attn_result)
 
     def _wiring(self) -> dict[str, Tensor]:
         cfg = self.residual_gpt.cfg
@@ -204,7 +210,8 @@ class ResidualBridge(TransformerBridge):
             wiring["wiring.mixer_params"] = torch.tensor(list(text.encode()), dtype=torch.uint8)
         return wiring
 
-    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Tensor]:
+    # Its own dict (never fills a `destination`), hence no Module.state_dict overloads.
+    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Tensor]:  # type: ignore[override]
         """ResidualGPT's weights under its own names, and wiring.* entries that say how they are wired.
 
         TL 4's own state_dict would drop weights of this tree; the wiring.* keys
@@ -235,7 +242,7 @@ class ResidualBridge(TransformerBridge):
                 tensor.copy_(state[key])
         return None
 
-    def enable_compatibility_mode(
+    def enable_compatibility_mode(  # type: ignore[override]  # TL's processing flags by keyword, to refuse them
         self, disable_warnings: bool = False, no_processing: bool = False, **processing: Any
     ) -> None:
         """A no-op with no_processing=True (this bridge already has TL 3's hook names); else a ToolkitError.
@@ -295,9 +302,9 @@ class ResidualBridge(TransformerBridge):
         out = tokens
         first = max(0, n_ctx - out.shape[-1])
         if first:
-            out = super().generate(out, first, return_type="tokens", **step_kwargs)
+            out = cast(Tensor, super().generate(out, first, return_type="tokens", **step_kwargs))
         while out.shape[-1] < tokens.shape[-1] + max_new_tokens:
-            step = super().generate(out[:, -n_ctx:], 1, return_type="tokens", **step_kwargs)
+            step = cast(Tensor, super().generate(out[:, -n_ctx:], 1, return_type="tokens", **step_kwargs))
             out = torch.cat([out, step[:, -1:]], dim=1)
         as_text = return_type == "str" or (return_type == "input" and isinstance(input, str))
         return self.tokenizer.decode(out[0], skip_special_tokens=True) if as_text else out
@@ -363,7 +370,7 @@ def _bridge(model: ResidualGPT, tokenizer: Any) -> ResidualBridge:
         block.mlp.gain = model.cfg.runtime_gain
     if tokenizer is not None:
         bridge.tokenizer.padding_side = "right"
-    return bridge.eval()
+    return cast(ResidualBridge, bridge.eval())  # its class set to ResidualBridge above
 
 
 def to_transformer_bridge(

@@ -6,7 +6,7 @@ TL 3 hook points) and the module that hosts the ResidualGPT. interp.tl.bridge bu
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -63,7 +63,7 @@ class _EmbedBridge(EmbeddingBridge):
     """
 
     def forward(self, input_ids: Tensor, *args: Any, **kwargs: Any) -> Tensor:
-        weight = self.original_component.weight
+        weight = cast(nn.Embedding, self.original_component).weight  # ResidualGPT's embed
         special = input_ids >= weight.shape[0]
         if not special.any():
             return super().forward(input_ids, *args, **kwargs)
@@ -86,12 +86,16 @@ class _LayerNormBridge(_Component):
     adopted = _LN_HOOKS
 
 
-def _weights_of(module: nn.Module) -> Any:
+def _weights_of(module: object) -> Any:
     """take(name, like=None) for a Mixer.tl_weights: module's tensor by dotted name (zeros like `like` if None)."""
 
     def take(name: str, like: Tensor | None = None) -> Tensor:
-        value = functools.reduce(getattr, name.split("."), module)
-        return torch.zeros_like(like) if value is None else value
+        value = cast("Tensor | None", functools.reduce(getattr, name.split("."), module))
+        if value is None:
+            if like is None:  # what torch.zeros_like(None) raised, with the name
+                raise TypeError(f"{name}: not on the module, and no `like` to make zeros from")
+            return torch.zeros_like(like)
+        return value
 
     return take
 
@@ -170,7 +174,8 @@ class _MixerBridge(GeneralizedComponent):
     """
 
     def _tl(self) -> dict[str, Tensor]:
-        mixer = self.original_component
+        # A registered mixer class (interp.mixers.Mixer in an nn.Module), typed Any as interp.registry.mixer_spec is
+        mixer: Any = self.original_component
         spec = type(mixer)  # a registered mixer class is its own spec (interp.registry)
         if not spec.exports_to_tl():
             raise ToolkitError(
@@ -193,10 +198,12 @@ class _MixerBridge(GeneralizedComponent):
 
     def set_original_component(self, original_component: nn.Module) -> None:
         super().set_original_component(original_component)
-        spec, cfg = type(original_component), getattr(original_component, "cfg", None)
+        spec: Any = type(original_component)  # a registered mixer class: its declarations (interp.registry)
+        cfg = getattr(original_component, "cfg", None)
         _adopt(self, original_component, spec.hook_sites)
-        if spec.has_heads and cfg is not None and isinstance(getattr(original_component, "out_proj", None), nn.Linear):
-            results = _HeadResults(original_component.out_proj, cfg)
+        out_proj = getattr(original_component, "out_proj", None)
+        if spec.has_heads and cfg is not None and isinstance(out_proj, nn.Linear):
+            results = _HeadResults(out_proj, cfg)
             original_component.out_proj = results
             self.hook_result = results.hook_result
 
@@ -207,7 +214,7 @@ class _ResidualBlockBridge(BlockBridge):
     No aliases: hook_resid_mid etc. are the block's own hook points (see the module docstring).
     """
 
-    hook_aliases: dict[str, str] = {}
+    hook_aliases: dict[str, str | list[str]] = {}
 
     def set_original_component(self, original_component: nn.Module) -> None:
         super().set_original_component(original_component)

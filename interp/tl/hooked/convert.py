@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -20,7 +20,7 @@ from interp.checkpoint import Checkpoint, load_checkpoint
 from interp.config import ModelConfig
 from interp.errors import ConfigError, ToolkitError
 from interp.mixers import TL_SLOTS
-from interp.model import ResidualGPT
+from interp.model import Block, ResidualGPT
 from interp.registry import mixer_spec
 from interp.tl.hooked.caches import new_hooked_transformer, warn_non_additive
 from interp.tl.hooked.rewire import install
@@ -73,7 +73,9 @@ def tl_state_dict(model: ResidualGPT) -> dict[str, Tensor]:
             w = take(f"{b}{ln}.w")
             sd[f"{b}{ln}.w"], sd[f"{b}{ln}.b"] = w, take(f"{b}{ln}.b", w)
 
-        attn = model.blocks[layer].attn.tl_weights(lambda name, like=None, b=b: take(f"{b}attn.{name}", like))
+        attn = cast(Block, model.blocks[layer]).attn.tl_weights(
+            lambda name, like=None, b=b: take(f"{b}attn.{name}", like)
+        )
         if sorted(attn) != sorted(TL_SLOTS):
             raise ToolkitError(f"mixer {cfg.mixer!r}: tl_weights gave {sorted(attn)}, TransformerLens needs {TL_SLOTS}")
         attn["W_O"], attn["b_O"] = attn["W_O"] * gain, attn["b_O"] * gain

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import inspect
 import sys
-from typing import Any
+from typing import Any, cast
 
 import torch
 from transformer_lens import ActivationCache, HookedTransformer
@@ -87,7 +87,7 @@ class ExportedHookedTransformer(HookedTransformer):
     @property
     def model_config(self) -> ModelConfig:
         """The ResidualGPT ModelConfig this export computes."""
-        return ModelConfig.from_dict(self.cfg.residual_gpt_config)
+        return ModelConfig.from_dict(self.cfg.residual_gpt_config)  # type: ignore[attr-defined]  # set by rewire.install
 
     def run_with_cache(self, *model_args: Any, **kwargs: Any) -> Any:
         out, cache = super().run_with_cache(*model_args, **kwargs)
@@ -199,18 +199,22 @@ class ExportedHookedTransformer(HookedTransformer):
         finished = torch.zeros(out.shape[0], dtype=torch.bool, device=out.device)
         first = max(0, min(n_new, self.cfg.n_ctx - n_prompt))
         if first:  # up to n_ctx: TL's generate (its kv cache) as it is
-            out = super().generate(out, first, return_type="tokens", verbose=False, **options)
+            out = cast(torch.Tensor, super().generate(out, first, return_type="tokens", verbose=False, **options))
             if stops:
                 finished |= torch.isin(out[:, n_prompt:], torch.tensor(stops, device=out.device)).any(-1)
         while out.shape[1] - n_prompt < n_new and not (stops and bool(finished.all())):
-            step = super().generate(out[:, -self.cfg.n_ctx :], 1, return_type="tokens", verbose=False, **options)
+            step = cast(
+                torch.Tensor,
+                super().generate(out[:, -self.cfg.n_ctx :], 1, return_type="tokens", verbose=False, **options),
+            )
             step = step[:, -1:].clone()
             if stops:
                 step[finished] = pad
                 finished |= torch.isin(step[:, 0], torch.tensor(stops, device=out.device))
             out = torch.cat([out, step], dim=1)
         if return_type == "str":
-            texts = [self.tokenizer.decode(row, skip_special_tokens=True) for row in out]
+            # No tokenizer only when return_type="str" is asked of tokens: an AttributeError, as before
+            texts = [self.tokenizer.decode(row, skip_special_tokens=True) for row in out]  # type: ignore[union-attr]
             return texts[0] if len(texts) == 1 else texts
         return out
 
@@ -228,17 +232,17 @@ class ExportedHookedTransformer(HookedTransformer):
     def W_Q(self) -> torch.Tensor:
         self._warn_hidden_routing("W_Q")
         with routing_quiet():  # warned once here, not again per block
-            return HookedTransformer.W_Q.fget(self)
+            return super().W_Q
 
     @property
     def W_K(self) -> torch.Tensor:
         self._warn_hidden_routing("W_K")
         with routing_quiet():
-            return HookedTransformer.W_K.fget(self)
+            return super().W_K
 
     @property
     def QK(self) -> FactoredMatrix:
         self._warn_hidden_routing("QK")
         with routing_quiet():
-            w_k = HookedTransformer.W_K.fget(self)
-            return FactoredMatrix(HookedTransformer.W_Q.fget(self), w_k.transpose(-2, -1))
+            w_k = super().W_K  # HookedTransformer's, not the warning ones above
+            return FactoredMatrix(super().W_Q, w_k.transpose(-2, -1))

@@ -73,6 +73,7 @@ def load_hooked(path: str | os.PathLike, device: str | torch.device | None = Non
     """The HookedTransformer that save_hooked wrote, wiring and tokenizer included (strict: every key must fit)."""
     payload = read_saved(path, device, "HookedTransformer", "save_hooked")
     record = payload.get(RECORD) if isinstance(payload, dict) else None
+    state_dict: dict[str, Any] | None
     if isinstance(record, dict) and record.get("schema") == HOOKED_SCHEMA:
         state_dict = {k: v for k, v in payload.items() if k != RECORD}
     elif isinstance(payload, dict) and payload.get("schema") == _LEGACY_SCHEMA:
@@ -99,6 +100,7 @@ def load_hooked(path: str | os.PathLike, device: str | torch.device | None = Non
 
     with checked(path, CheckpointError, "it cannot be loaded"):
         cfg = check_hooked(record, state_dict, str(device or "cpu"), leading=record is not payload)
+    assert isinstance(state_dict, dict)  # check_hooked refused anything else
     if record is not payload:
         state_dict = {k: v[0] for k, v in state_dict.items()}
     payload = record

@@ -178,7 +178,7 @@ class RoutedAttention(Attention):
     def QK(self) -> Any:
         self._warn_hidden("QK")
         with routing_quiet():
-            return Attention.QK.fget(self)
+            return super().QK  # Attention's (warned once above, not again for W_Q / W_K)
 
 
 def _rewire(model: HookedTransformer, cfg: ModelConfig) -> None:
@@ -222,4 +222,5 @@ def install(model: HookedTransformer, cfg: ModelConfig) -> None:
     guarded.W_pos = model.pos_embed.W_pos
     model.pos_embed = guarded
     _rewire(model, cfg)
-    model.cfg.residual_gpt_config = cfg.to_dict()  # not a TL field: from_dict(cfg.to_dict()) fails loudly
+    # Not a TL field (HookedTransformerConfig.from_dict(cfg.to_dict()) fails loudly): set here, read by the export.
+    model.cfg.residual_gpt_config = cfg.to_dict()  # type: ignore[attr-defined]
