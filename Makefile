@@ -12,7 +12,7 @@ export RESIDUAL_DATA_DIR ?= $(SHARED_DATA)
 endif
 ARGS ?=
 
-.PHONY: test test-slow routing-test lint setup bench setup-tl4 test-tl4
+.PHONY: test test-slow routing-test lint typecheck setup bench setup-tl4 test-tl4
 
 setup: $(STAMP)
 
@@ -42,12 +42,15 @@ setup-tl4: $(STAMP4)
 TL4_TESTS ?= tests/test_bridge.py tests/test_hooked.py tests/test_generate.py tests/test_causality.py \
 	tests/test_decompose.py tests/test_interop.py tests/test_plots.py tests/test_mixer_registry.py \
 	tests/test_model.py tests/test_probes.py
+# The bridge modules type-checked against TL 4 too (pyproject.toml [tool.mypy]); a cache apart from .venv's.
 test-tl4: $(STAMP4)
+	$(VENV4)/bin/mypy --cache-dir .mypy_cache/tl4 interp/tl/bridge.py interp/tl/bridge_adapter.py
 	$(PY4) -m pytest -q -rs $(TL4_TESTS)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 	$(PY) -m pytest -q -rs --durations=15
 
 test-slow: $(STAMP)
@@ -56,6 +59,10 @@ test-slow: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+
+# mypy on interp/ (files, cache and settings: [tool.mypy] in pyproject.toml); `make test` runs it before pytest.
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
 
 routing-test: $(STAMP)
 	$(PY) -m experiments.routing_test $(ARGS)
