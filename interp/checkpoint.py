@@ -114,12 +114,11 @@ def _is_save_hooked(payload: Any) -> bool:
 
 
 def _refuse_non_finite(path: Path, weights: dict[str, torch.Tensor]) -> None:
-    bad = [k for k, v in weights.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
-    if bad:
-        raise CheckpointError(
-            f"{path} holds non-finite weights ({', '.join(bad[:3])}{', ...' * (len(bad) > 3)}); "
-            "it cannot be used - train the run again or resume from an earlier checkpoint"
-        )
+    from interp.checks import checked
+    from interp.checks.checkpoint import check_finite  # the one finite check; the saved exports' run it too
+
+    with checked(path, CheckpointError, "it cannot be used - train the run again or resume from an earlier checkpoint"):
+        check_finite(weights)
 
 
 def load_checkpoint(

@@ -454,6 +454,27 @@ def test_hooked_save_with_an_unknown_dtype_or_without_model_config(tmp_path, hoo
         clean(lambda p=path: load_hooked(p), path, True)
 
 
+def _with_non_finite(weights: dict, value: float) -> dict:
+    name = next(k for k, v in weights.items() if v.is_floating_point() and v.numel() > 1)
+    bad = weights[name].clone()
+    bad.view(-1)[1] = value
+    return {**weights, name: bad}
+
+
+@tl3_only
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_hooked_save_with_non_finite_weights_is_refused(tmp_path, hooked_record, value):
+    """The finite check own checkpoints and nanoGPT imports have (interp.checks.checkpoint.check_finite)
+    runs on save_hooked files too."""
+    from interp.tl.hooked import load_hooked
+    from interp.tl.hooked.persist import RECORD
+
+    tensors = {k: v for k, v in hooked_record.items() if k != RECORD}
+    path = save({**_with_non_finite(tensors, value), RECORD: hooked_record[RECORD]}, tmp_path / "h.pt")
+    with pytest.raises(ToolkitError, match="non-finite weights"):
+        load_hooked(path)
+
+
 def bridge_payload() -> dict:
     from interp.tl.saved import BRIDGE_SCHEMA
 
@@ -501,10 +522,22 @@ def test_load_bridge_refuses_a_forged_save(tmp_path):
         [
             {**bridge_payload(), "vocab": [1, 2, 3, 4, 5]},
             {k: v for k, v in bridge_payload().items() if k != "model_config"},
+            {**bridge_payload(), "state_dict": _with_non_finite(bridge_payload()["state_dict"], math.nan)},
+            {**bridge_payload(), "state_dict": _with_non_finite(bridge_payload()["state_dict"], math.inf)},
         ]
     ):
         path = save(forged, tmp_path / f"b{i}.pt")
         clean(lambda p=path: load_bridge(p), path, True)
+
+
+def test_bridge_save_with_non_finite_weights_is_refused_by_its_checker():
+    from interp.checks import Bad
+    from interp.checks.saved import check_bridge
+
+    for value in (math.nan, math.inf, -math.inf):
+        payload = {**bridge_payload(), "state_dict": _with_non_finite(bridge_payload()["state_dict"], value)}
+        with pytest.raises(Bad, match="non-finite weights"):
+            check_bridge(payload)
 
 
 # ------------------------------------------------------------------------------------------ run directories

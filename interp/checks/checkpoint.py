@@ -94,6 +94,18 @@ def check_weights(weights: Any, cfg: ModelConfig, field: str = "weights") -> dic
     return weights
 
 
+def check_finite(weights: dict[str, Any], field: str = "") -> None:
+    """Bad when a floating tensor holds NaN or inf: the one finite check every import path runs (own
+    checkpoints, nanoGPT imports, save_hooked and save_bridge files)."""
+    bad = [
+        k
+        for k, v in weights.items()
+        if isinstance(v, torch.Tensor) and v.is_floating_point() and not bool(torch.isfinite(v).all())
+    ]
+    if bad:
+        raise Bad(field, f"holds non-finite weights ({', '.join(bad[:3])}{', ...' * (len(bad) > 3)})")
+
+
 def check_vocab(state: dict[str, Any], d_vocab: int, field: str = "") -> None:
     """A checkpoint's vocabulary: 'vocab' d_vocab distinct single characters (id = index), and/or 'encoding'
     'char' (with a vocab) or 'gpt2' (GPT-2's BPE, which needs d_vocab >= its 50257 ids)."""
@@ -174,6 +186,7 @@ def check_payload(payload: Any, schema: str, hash_key: str, device: str = "cpu")
 __all__ = [
     "ENCODINGS",
     "check_config",
+    "check_finite",
     "check_payload",
     "check_size",
     "check_state",

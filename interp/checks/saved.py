@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from interp.checks import Bad, walk_limits, want_dict, want_str_keys
-from interp.checks.checkpoint import check_config, check_vocab, check_weights
+from interp.checks.checkpoint import check_config, check_finite, check_vocab, check_weights
 from interp.config import ModelConfig
 
 DTYPES = ("float32", "float16", "bfloat16", "float64")
@@ -35,8 +35,33 @@ def check_bridge(payload: Any, device: str = "cpu") -> ModelConfig:
     if not isinstance(payload.get("state_dict"), dict):
         raise Bad("", "has no state_dict (the weights, a dict of tensors)")
     check_weights(payload["state_dict"], cfg, "state_dict")
+    check_finite(payload["state_dict"], "state_dict")
     check_vocab(payload, cfg.d_vocab)
     return cfg
+
+
+def _check_constants(state_dict: dict[str, Any], cfg: ModelConfig, leading: bool) -> set[str]:
+    """The export's tensors that are not weights and may be infinite, checked against what they must hold:
+    TL's attention mask constant (blocks.{l}.attn.IGNORE, -inf) and the mixer's routing record (the
+    tl_routing_record buffers, e.g. routing_self_bias = inf), which the model_config gives. Their names."""
+    from interp.registry import mixer_spec
+
+    routing = mixer_spec(cfg.mixer).tl_routing_record(cfg)
+    names = set()
+    for name, value in state_dict.items():
+        value = value[0] if leading else value
+        prefix, _, leaf = name.rpartition(".")
+        if leaf == "IGNORE" and prefix.endswith(".attn"):
+            if not bool(torch.isneginf(value).all()):
+                raise Bad(f"{name!r}", "is not -inf (TransformerLens's attention mask constant)")
+        elif prefix.endswith(".hook_attn_scores") and leaf in routing:
+            want = routing[leaf]
+            if value.shape != want.shape or not torch.equal(value.to(want.dtype), want):
+                raise Bad(f"{name!r}", f"is {value.tolist()!r:.40}; the model_config gives {want.tolist()!r}")
+        else:
+            continue
+        names.add(name)
+    return names
 
 
 def check_hooked(record: Any, state_dict: Any, device: str = "cpu", leading: bool = True) -> ModelConfig:
@@ -69,6 +94,7 @@ def check_hooked(record: Any, state_dict: Any, device: str = "cpu", leading: boo
             raise Bad(f"{name!r}", f"is not a tensor (a {type(value).__name__})")
         if leading and (value.dim() == 0 or value.shape[0] != 1):
             raise Bad(f"{name!r}", f"has shape {list(value.shape)}, without save_hooked's leading dimension of 1")
+    check_finite({k: v for k, v in state_dict.items() if k not in _check_constants(state_dict, cfg, leading)})
     check_vocab(record, cfg.d_vocab)
     return cfg
 
