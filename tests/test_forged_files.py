@@ -454,6 +454,48 @@ def test_hooked_save_with_an_unknown_dtype_or_without_model_config(tmp_path, hoo
         clean(lambda p=path: load_hooked(p), path, True)
 
 
+@tl3_only
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"bogus_field": 1},
+        {"act_fn": "bogus"},
+        {"act_fn": "relu"},
+        {"positional_embedding_type": "rotary"},
+        {"n_devices": 64},
+        {"normalization_type": None},
+        {"normalization_type": "RMS"},
+        {"eps": 1},
+        {"device": "bogus"},
+    ],
+    ids=str,
+)
+def test_hooked_save_with_a_forged_tl_config_is_refused_by_field(tmp_path, hooked_record, change):
+    """load_hooked builds from the export of the model_config, and a saved tl_config that differs from it is
+    refused naming the field (never HookedTransformerConfig's TypeError / AssertionError / AttributeError)."""
+    from interp.tl.hooked import load_hooked
+    from interp.tl.hooked.persist import RECORD
+
+    record = hooked_record[RECORD]
+    forged = {**record, "tl_config": {**record["tl_config"], **change}}
+    path = save({**hooked_record, RECORD: forged}, tmp_path / "h.pt")
+    with pytest.raises(ToolkitError, match=rf"tl_config\.{next(iter(change))}"):
+        bounded(lambda: load_hooked(path))
+
+
+@tl3_only
+def test_hooked_save_missing_tl_config_fields_loads_the_export(tmp_path, hooked_record):
+    """A field left out is the export's own (load_hooked never builds from the file's tl_config)."""
+    from interp.tl.hooked import load_hooked
+    from interp.tl.hooked.persist import RECORD
+
+    record = hooked_record[RECORD]
+    tl = {k: v for k, v in record["tl_config"].items() if k not in ("act_fn", "n_devices", "model_name")}
+    path = save({**hooked_record, RECORD: {**record, "tl_config": tl}}, tmp_path / "h.pt")
+    hooked = load_hooked(path)
+    assert hooked.cfg.act_fn == "gelu" and hooked.cfg.n_devices == 1
+
+
 def _with_non_finite(weights: dict, value: float) -> dict:
     name = next(k for k, v in weights.items() if v.is_floating_point() and v.numel() > 1)
     bad = weights[name].clone()

@@ -64,6 +64,59 @@ def _check_constants(state_dict: dict[str, Any], cfg: ModelConfig, leading: bool
     return names
 
 
+# Fields a save_hooked file may hold apart from its export's: where the export sits (load_hooked's
+# device argument overrides it), a display name (rebuilt; an older exporter spelled it otherwise), and
+# what set_tokenizer sets from the tokenizer (load_hooked sets the tokenizer the record names again).
+_TL_FREE = ("device", "model_name", "tokenizer_prepends_bos")
+# Fields the export's processing changes, and the values it gives (fold_ln=True: LayerNorm weights folded into
+# the next layer's, LNPre); load_hooked builds with the saved one.
+PROCESSED = {"normalization_type": ("LN", "LNPre")}
+
+
+def export_tl_config(
+    cfg: ModelConfig, dtype: str, n_special: int, device: str = "cpu", normalization_type: str = "LN"
+) -> Any:
+    """The HookedTransformerConfig interp.to_hooked_transformer makes for cfg (normalization_type: 'LNPre'
+    after fold_ln). What load_hooked builds from: never the file's own tl_config, only compared with this."""
+    import dataclasses
+
+    from interp.errors import ToolkitError
+    from interp.tl.hooked.convert import hooked_config
+
+    try:
+        export = hooked_config(cfg, device, getattr(torch, dtype), n_special)
+    except ToolkitError as e:  # a mixer TransformerLens cannot express: no save_hooked file holds one
+        raise Bad("model_config", f"cannot be exported to a HookedTransformer ({e})") from None
+    return dataclasses.replace(export, normalization_type=normalization_type)
+
+
+def check_tl_config(tl: dict[str, Any], export: Any) -> None:
+    """Bad unless every field of a saved tl_config is one save_hooked writes, with the value the export of the
+    model_config has (_TL_FREE aside): an unknown field, another act_fn, positional_embedding_type or
+    n_devices would reach HookedTransformerConfig and fail there (TypeError, AssertionError, AttributeError)
+    or build a model other than the one the weights are for."""
+    from interp.tl.hooked.persist import _tl_config_dict
+
+    want = _tl_config_dict(export)
+    try:
+        torch.device(tl.get("device") or "cpu")
+    except (RuntimeError, TypeError, ValueError):
+        raise Bad("tl_config.device", f"is {tl.get('device')!r:.40}, not a device name") from None
+    if not isinstance(tl.get("tokenizer_prepends_bos"), (bool, type(None))):
+        raise Bad("tl_config.tokenizer_prepends_bos", f"is {tl['tokenizer_prepends_bos']!r:.40}, not true or false")
+    for key, value in tl.items():
+        if key in _TL_FREE:
+            continue
+        if key not in want:
+            raise Bad(f"tl_config.{key}", "is not a field save_hooked writes (an unknown TransformerLens field)")
+        if key in PROCESSED:
+            if value not in PROCESSED[key]:
+                raise Bad(f"tl_config.{key}", f"is {value!r:.40}, not one of the export's {list(PROCESSED[key])}")
+            continue
+        if type(value) is not type(want[key]) or value != want[key]:
+            raise Bad(f"tl_config.{key}", f"is {value!r:.40}; the export of the model_config has {want[key]!r:.40}")
+
+
 def check_hooked(record: Any, state_dict: Any, device: str = "cpu", leading: bool = True) -> ModelConfig:
     """record: the file's residual_gpt_hooked record (or the legacy file); state_dict: its tensors by TL name
     (leading: each with save_hooked's extra leading dimension of 1)."""
@@ -88,6 +141,7 @@ def check_hooked(record: Any, state_dict: Any, device: str = "cpu", leading: boo
             "tl_config.d_vocab",
             f"is {d_vocab!r:.40}; the model_config gives {cfg.d_vocab} (+ at most {MAX_SPECIAL} tokenizer specials)",
         )
+    check_tl_config(tl, export_tl_config(cfg, tl["dtype"], d_vocab - cfg.d_vocab))
     want_str_keys(want_dict(state_dict, "the weights"), "the weights")
     for name, value in state_dict.items():
         if not isinstance(value, torch.Tensor):
@@ -99,4 +153,4 @@ def check_hooked(record: Any, state_dict: Any, device: str = "cpu", leading: boo
     return cfg
 
 
-__all__ = ["DTYPES", "check_bridge", "check_hooked"]
+__all__ = ["DTYPES", "check_bridge", "check_hooked", "check_tl_config", "export_tl_config"]

@@ -96,7 +96,7 @@ def load_hooked(path: str | os.PathLike, device: str | torch.device | None = Non
         )
         raise CheckpointError(f"{path} has schema {schema!r}; load_hooked reads {HOOKED_SCHEMA!r}{hint}")
     from interp.checks import checked
-    from interp.checks.saved import check_hooked
+    from interp.checks.saved import check_hooked, export_tl_config
 
     with checked(path, CheckpointError, "it cannot be loaded"):
         cfg = check_hooked(record, state_dict, str(device or "cpu"), leading=record is not payload)
@@ -104,11 +104,11 @@ def load_hooked(path: str | os.PathLike, device: str | torch.device | None = Non
     if record is not payload:
         state_dict = {k: v[0] for k, v in state_dict.items()}
     payload = record
-    fields = dict(payload["tl_config"])
-    fields["dtype"] = getattr(torch, fields["dtype"])
-    if device is not None:
-        fields["device"] = str(device)
-    hooked = new_hooked_transformer(HookedTransformerConfig(**fields), cfg)
+    saved_tl = payload["tl_config"]  # checked: every field the export's, or device and model_name
+    where = str(device) if device is not None else saved_tl.get("device") or "cpu"
+    n_special = saved_tl["d_vocab"] - cfg.d_vocab
+    tl_cfg = export_tl_config(cfg, saved_tl["dtype"], n_special, where, saved_tl.get("normalization_type", "LN"))
+    hooked = new_hooked_transformer(tl_cfg, cfg)
     install(hooked, cfg)
     load_weights(hooked, state_dict, path)
     if payload.get("vocab") is not None:
