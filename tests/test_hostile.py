@@ -223,6 +223,22 @@ def test_training_truncated_json(out, capsys, name, finished):
     refused(capsys, out, lambda: train(out), rf"{name} is damaged \(not valid JSON")
 
 
+@pytest.mark.parametrize("kind", ["FIFO", "directory"])
+@pytest.mark.parametrize(
+    "name",
+    ["ckpt.pt", "final.json", "config.json", "metrics.jsonl", "probes.jsonl", "identity.json", "failed.json", ".lock"],
+)
+def test_run_dir_file_that_is_not_a_regular_file_is_refused_by_name(out, capsys, name, kind):
+    """A run-directory file that is there but is not a regular file is damage: refused by name before anything
+    is written (a FIFO final.json used to read as "not finished" and the run was trained again over it; a
+    directory final.json let ckpt.pt be rewritten before the error)."""
+    path = out / RUN / name
+    path.unlink(missing_ok=True)
+    os.mkfifo(path) if kind == "FIFO" else path.mkdir()
+    refused(capsys, out, lambda: train(out), rf"{re.escape(str(path))} is a {kind}, not a regular file")
+    refused(capsys, out, experiment("routing_test", out, "--collect"), rf"{re.escape(name)} is a {kind}")
+
+
 def test_training_config_not_an_object(out, capsys):
     (out / RUN / "config.json").write_text("[1, 2]\n")
     refused(capsys, out, lambda: train(out), r"config\.json is damaged \(not a JSON object\)")

@@ -201,6 +201,7 @@ class RunDir:
     holder = property(lambda self: self.path / ".lock.holder")
     identity = property(lambda self: self.path / "identity.json")  # the routing test's identity-probe cache
     snapshots = property(lambda self: self.path / "snapshots")  # eval_noise's weight snapshots
+    failed = property(lambda self: self.path / "failed.json")  # why an ensemble member stopped (training.ensemble)
 
     # Trainer.run_dir was a Path before it was a RunDir: callbacks doing run_dir / "x.json" keep working
     def __truediv__(self, name: str | os.PathLike) -> Path:
@@ -213,9 +214,40 @@ class RunDir:
         """eval_noise's copy of the weights at one evaluation step."""
         return self.snapshots / f"step{int(step)}.pt"
 
+    def files(self) -> list[Path]:
+        """Every file a run directory may hold (snapshots/ aside, a directory)."""
+        return [
+            self.config,
+            self.metrics,
+            self.probes,
+            self.ckpt,
+            self.final,
+            self.identity,
+            self.failed,
+            self.lock,
+            self.holder,
+        ]
+
+    def refuse_damage(self) -> None:
+        """A file of the run directory that exists but is not a regular file (training.checks.rundir.
+        damaged_files) is refused by name: nothing is trained, read or written into such a directory."""
+        from training.checks.rundir import damaged_files
+
+        bad = damaged_files(self.files())
+        if bad:
+            path, kind = bad[0]
+            raise RunDirError(
+                f"{path} is {kind}, not a regular file: the run directory is damaged and is never trained "
+                "into or reused - move that directory aside and run again"
+            )
+
     @property
     def finished(self) -> bool:
-        return self.final.is_file()
+        """final.json is there (a final.json that is not a regular file is damage: RunDirError)."""
+        if self.final.exists() or os.path.islink(self.final):
+            self.refuse_damage()
+            return True
+        return False
 
     # ----- safety: is this the run asked for, and who trains it -------------------------------------
     def check(self, record: dict[str, Any]) -> None:
@@ -225,6 +257,7 @@ class RunDir:
         """
         if self.path.exists() and not self.path.is_dir():
             raise RunDirError(f"{self.path} exists and is not a directory; choose another --out")
+        self.refuse_damage()
         old = self.read_config()
         if old is None:
             records = [p.name for p in self.records() if p.exists()]

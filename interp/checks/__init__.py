@@ -62,19 +62,32 @@ def regular_file(path: str | os.PathLike, error: type[ToolkitError], what: str =
     except OSError as e:
         raise error(f"cannot read {path}: {e.strerror or e}") from None
     if not stat.S_ISREG(mode):
-        kind = (
-            "a directory"
-            if stat.S_ISDIR(mode)
-            else "a FIFO"
-            if stat.S_ISFIFO(mode)
-            else "a device"
-            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-            else "a socket"
-            if stat.S_ISSOCK(mode)
-            else "not a regular file"
-        )
-        raise error(f"{path} is {kind}, not a regular file; only regular files are read as a {what}")
+        raise error(f"{path} is {kind_of(mode)}, not a regular file; only regular files are read as a {what}")
     return path
+
+
+def kind_of(mode: int) -> str:
+    """What a stat mode names, in words: "a directory", "a FIFO", "a device", "a socket", "a regular file"."""
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+
+
+def not_regular(path: str | os.PathLike) -> str | None:
+    """None when nothing is at path or it is a regular file (or a link to one); else what it is, in words
+    (a link to nothing is "a dangling link"). Never opens it."""
+    try:
+        return None if stat.S_ISREG(mode := os.stat(path).st_mode) else kind_of(mode)
+    except FileNotFoundError:
+        return "a dangling link" if os.path.islink(path) else None
+    except OSError as e:
+        return f"unreadable ({e.strerror or e})"
 
 
 def walk_limits(obj: Any, field: str = "the data", depth: int = MAX_DEPTH, items: int = MAX_ITEMS) -> None:
@@ -162,6 +175,8 @@ __all__ = [
     "checked",
     "is_int",
     "is_number",
+    "kind_of",
+    "not_regular",
     "regular_file",
     "walk_limits",
     "want_dict",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 from typing import Any
 
 from interp.checks import Bad, walk_limits, want_dict, want_int, want_number, want_object, want_str, want_str_keys
@@ -70,6 +71,15 @@ def check_final(final: Any) -> dict[str, Any]:
     return final
 
 
+def damaged_files(paths: list[Path]) -> list[tuple[Path, str]]:
+    """(path, what it is) for each run-directory file that exists but is not a regular file (a FIFO, a
+    directory, a device, a dangling link): damage, refused by name before anything is read or written.
+    Path.is_file() alone reads a FIFO final.json as "not finished" and trains the run again over it."""
+    from interp.checks import not_regular
+
+    return [(p, kind) for p in paths if (kind := not_regular(p)) is not None]
+
+
 def seal(summary: Any, ckpt_sha256: str) -> str:
     """The hash that binds an identity summary to the checkpoint it was computed from."""
     text = json.dumps({"ckpt_sha256": ckpt_sha256, "summary": summary}, sort_keys=True, allow_nan=False)
@@ -90,4 +100,13 @@ def check_identity(cache: Any, ckpt_sha256: str | None) -> dict[str, Any] | None
     return summary
 
 
-__all__ = ["DATA_KEYS", "FINAL_KEYS", "check_config", "check_data", "check_final", "check_identity", "seal"]
+__all__ = [
+    "DATA_KEYS",
+    "FINAL_KEYS",
+    "check_config",
+    "check_data",
+    "check_final",
+    "check_identity",
+    "damaged_files",
+    "seal",
+]
