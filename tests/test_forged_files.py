@@ -645,30 +645,6 @@ def test_forged_config_json(tmp_path, case, config, _):
     clean(run.read_config, run.config, required and how != "missing")
 
 
-@pytest.mark.parametrize("content", ["[1, 2]", "[" * 5000 + "]" * 5000, '{"summary": {}, "ckpt_sha256": 1}'])
-def test_identity_json_replaced_is_refused_or_recomputed(tmp_path, content):
-    from interp.checks import Bad
-    from training.checks.rundir import check_identity
-
-    try:
-        assert check_identity(json.loads(content) if len(content) < 100 else deep(50), "a" * 64) is None
-    except Bad:
-        pass
-
-
-def test_hand_edited_identity_json_is_never_read_as_the_result():
-    from training.checks.rundir import check_identity, seal
-
-    summary = {"identity": {"acc": [0.5, 0.9]}}
-    cache = {"ckpt_sha256": "a" * 64, "seal": seal(summary, "a" * 64), "summary": summary}
-    assert check_identity(cache, "a" * 64) == summary
-    edited = json.loads(json.dumps(cache))
-    edited["summary"]["identity"]["acc"][1] = 0.99
-    assert check_identity(edited, "a" * 64) is None  # recomputed
-    assert check_identity(cache, "b" * 64) is None  # another checkpoint: recomputed
-    assert check_identity(summary, "a" * 64) is None  # the old unsealed form: recomputed
-
-
 def test_run_json_as_fifo_is_refused_by_name(tmp_path):
     from training.rundir import RunDir
 

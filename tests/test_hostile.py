@@ -239,6 +239,26 @@ def test_run_dir_file_that_is_not_a_regular_file_is_refused_by_name(out, capsys,
     refused(capsys, out, experiment("routing_test", out, "--collect"), rf"{re.escape(name)} is a {kind}")
 
 
+def test_identity_json_with_a_recomputed_seal_is_never_read_as_the_result(out):
+    """identity.json's seal (sha256 of the checkpoint hash and the summary) could be recomputed by anyone, so a
+    forged cache was reported as the routing test's identity numbers; they are computed from the checkpoint."""
+    import hashlib
+
+    from interp.checkpoint import load_checkpoint
+
+    results = out / "smoke/results-routing_test.json"
+    real = json.loads(results.read_text())["identity"]["full"]
+    ckpt_sha256 = load_checkpoint(out / RUN / "ckpt.pt").content_sha256
+    forged = json.loads(json.dumps(real))
+    forged["logit_lens"]["ce"] = [0.125 for _ in forged["logit_lens"]["ce"]]
+    text = json.dumps({"ckpt_sha256": ckpt_sha256, "summary": forged}, sort_keys=True)
+    seal = hashlib.sha256(text.encode()).hexdigest()
+    (out / RUN / "identity.json").write_text(json.dumps({"ckpt_sha256": ckpt_sha256, "seal": seal, "summary": forged}))
+    assert experiment("routing_test", out, "--collect")() == 0
+    got = json.loads(results.read_text())["identity"]["full"]
+    assert got["logit_lens"]["ce"] == real["logit_lens"]["ce"] != forged["logit_lens"]["ce"]
+
+
 def test_training_config_not_an_object(out, capsys):
     (out / RUN / "config.json").write_text("[1, 2]\n")
     refused(capsys, out, lambda: train(out), r"config\.json is damaged \(not a JSON object\)")

@@ -8,7 +8,7 @@
         final.json      the final record - written last: its presence means "finished"
         .lock           held (flock) by whoever trains into the directory
         .lock.holder    "pid <pid> on <host>" of that holder, while it holds the lock
-        identity.json   the routing test's identity-probe summary of ckpt.pt (a cache; absent otherwise)
+        identity.json   an earlier version's cache of the routing test's identity probes (no longer read)
         snapshots/      step<k>.pt: eval_noise's weight snapshots (absent otherwise)
 
 The trainer CLI and every experiment name directories by the same rule, so a
@@ -199,7 +199,7 @@ class RunDir:
     lock = property(lambda self: self.path / ".lock")
     # Who holds the lock (pid, host), beside it: the lock file itself is truncated by every opener.
     holder = property(lambda self: self.path / ".lock.holder")
-    identity = property(lambda self: self.path / "identity.json")  # the routing test's identity-probe cache
+    identity = property(lambda self: self.path / "identity.json")  # an earlier version's cache; never read
     snapshots = property(lambda self: self.path / "snapshots")  # eval_noise's weight snapshots
     failed = property(lambda self: self.path / "failed.json")  # why an ensemble member stopped (training.ensemble)
 

@@ -223,17 +223,20 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
 def identity(ctx: Context, runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Where is the current token? Identity probes and the logit lens on each variant's first-seed checkpoint.
 
-    Derived from the final checkpoint and cached beside it (identity.json, sealed to the checkpoint's content
-    hash: training.checks.rundir.check_identity), so a rerun does not refit; a stale or edited cache is refit.
+    Computed from the checkpoint every time the results are made, never read from a cache. Earlier versions
+    kept them in identity.json, sealed with sha256(checkpoint hash, summary); but anyone can recompute that
+    seal, so an edited identity.json with its seal recomputed was read as the result (the routing test's
+    numbers, from one file nothing else vouches for). A cache covered by the run's own hash would have to be
+    recorded in the checkpoint, which is final (and its hash in final.json) before the probes run. The
+    checkpoint is verified by load_checkpoint (its content hash, its fields) before the probes read it; the
+    cost is refitting the decoders on every run of the command (seconds for the small presets; a vocabulary
+    too large to probe is skipped, probes.identity.too_costly). An identity.json left by an earlier version
+    is neither read nor removed.
     """
     from tqdm.auto import tqdm
 
-    from interp.checkpoint import load_checkpoint
-    from interp.checks import checked
-    from interp.io import DataFileError, read_json, write_json
     from probes.identity import identity_sites, identity_summary, too_costly
     from training.batches import fixed_batches
-    from training.checks.rundir import check_identity, seal
     from training.rundir import RunDir
 
     spec = ctx.spec
@@ -252,29 +255,11 @@ def identity(ctx: Context, runs: list[dict[str, Any]]) -> dict[str, Any]:
         leave=False,
         dynamic_ncols=True,
     )
+    batches = fixed_batches(ctx.corpus.val, spec.model.n_ctx, spec.train.batch_size, spec.train.eval_batches)
     for r in first:
         run = RunDir(Path(r["run_dir"]))
-        cached = run.identity
-        ckpt_sha256 = load_checkpoint(run.ckpt).content_sha256  # verified there; the cache must name it
-        if cached.exists():
-            with checked(cached, DataFileError, "move it aside to recompute it"):
-                summary = check_identity(read_json(cached), ckpt_sha256)
-            if summary is not None:  # sealed to this checkpoint; a stale or edited cache is recomputed
-                out[r["variant"]] = summary
-                bar.update(per_run)
-                continue
         bar.set_postfix_str(r["variant"])
-        batches = fixed_batches(ctx.corpus.val, spec.model.n_ctx, spec.train.batch_size, spec.train.eval_batches)
         out[r["variant"]] = identity_summary(run.ckpt, ctx.corpus.train, batches, progress=lambda _: bar.update(1))
-        if ckpt_sha256 is not None:
-            write_json(
-                cached,
-                {
-                    "ckpt_sha256": ckpt_sha256,
-                    "seal": seal(out[r["variant"]], ckpt_sha256),
-                    "summary": out[r["variant"]],
-                },
-            )
     bar.close()
     return out
 

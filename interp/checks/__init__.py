@@ -6,7 +6,7 @@
     save_hooked / save_bridge files                   interp.checks.saved.check_hooked, check_bridge
     weights against their config (every schema)       interp.checks.checkpoint.check_weights
     a checkpoint's vocabulary (vocab / encoding)      interp.checks.checkpoint.check_vocab
-    config.json, final.json, identity.json            training.checks.rundir
+    config.json, final.json, a run dir's file kinds  training.checks.rundir
     a prepared BPE corpus (meta.json, *.bin)          training.checks.corpus
 
 A checker takes what was read (plain data: dicts, lists, strings, numbers, tensors) and raises

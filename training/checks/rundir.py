@@ -1,4 +1,4 @@
-"""A run directory's JSON: config.json, final.json and identity.json, checked field by field.
+"""A run directory's JSON (config.json, final.json), checked field by field, and its files' kinds.
 
 Each checker takes what interp.io.read_json returned and raises Bad (interp.checks), which the
 reader in training.rundir turns into a DataFileError naming the file: a forged or hand-edited
@@ -8,8 +8,6 @@ file is refused, never half used (a list where a dict was, a loss that is a stri
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
@@ -80,33 +78,11 @@ def damaged_files(paths: list[Path]) -> list[tuple[Path, str]]:
     return [(p, kind) for p in paths if (kind := not_regular(p)) is not None]
 
 
-def seal(summary: Any, ckpt_sha256: str) -> str:
-    """The hash that binds an identity summary to the checkpoint it was computed from."""
-    text = json.dumps({"ckpt_sha256": ckpt_sha256, "summary": summary}, sort_keys=True, allow_nan=False)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def check_identity(cache: Any, ckpt_sha256: str | None) -> dict[str, Any] | None:
-    """identity.json's summary when it is the one computed from this checkpoint (its ckpt_sha256 and seal
-    agree), else None: a cache that is stale, hand-edited or of the old unsealed form is recomputed, never
-    read as a result. Bad for a file that is not even the cache's shape."""
-    want_object(cache)
-    walk_limits(cache)
-    if not {"summary", "ckpt_sha256", "seal"} <= set(cache) or ckpt_sha256 is None:
-        return None
-    summary = want_dict(cache["summary"], "summary")
-    if cache["ckpt_sha256"] != ckpt_sha256 or cache["seal"] != seal(summary, ckpt_sha256):
-        return None
-    return summary
-
-
 __all__ = [
     "DATA_KEYS",
     "FINAL_KEYS",
     "check_config",
     "check_data",
     "check_final",
-    "check_identity",
     "damaged_files",
-    "seal",
 ]
