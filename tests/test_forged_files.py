@@ -645,6 +645,37 @@ def test_forged_config_json(tmp_path, case, config, _):
     clean(run.read_config, run.config, required and how != "missing")
 
 
+@pytest.mark.parametrize(
+    "log,record",
+    [
+        ("probes", {"step": 10, "probe": [1, 2]}),
+        ("probes", {"step": 10, "probe": {"a": 1}}),
+        ("probes", {"step": "10", "probe": "attention"}),
+        ("probes", {"step": -1, "probe": "attention"}),
+        ("probes", {"step": 10, "probe": "attention", "alpha_tt": deep()}),
+        ("metrics", {"step": [10], "val_loss": 1.0}),
+        ("metrics", {"step": 10.5, "train_loss": 1.0}),
+        ("metrics", {"step": 10, "val_loss": "1.5"}),
+        ("metrics", {"step": 10, "train_loss": True}),
+        ("metrics", {"step": 10, "lr": deep()}),
+    ],
+    ids=str,
+)
+def test_forged_log_records_are_refused_naming_the_file(tmp_path, log, record):
+    """metrics.jsonl's and probes.jsonl's records are checked where they are read (RunDir.load, the reuse of a
+    finished run): a probe named by a list was a TypeError (unhashable type) in RunDir.load."""
+    from training.rundir import RunDir
+
+    run = RunDir(tmp_path)
+    run.final.write_text(_json(FINAL))
+    good = {"step": 0, "probe": "attention"} if log == "probes" else {"step": 0, "val_loss": 2.0}
+    path = run.probes if log == "probes" else run.metrics
+    path.write_text(_json(good) + "\n" + json.dumps(record) + "\n")
+    with pytest.raises(ToolkitError, match=r"record 2"):
+        bounded(run.load)
+    clean(run.load, path, True)
+
+
 def test_run_json_as_fifo_is_refused_by_name(tmp_path):
     from training.rundir import RunDir
 

@@ -336,10 +336,8 @@ class RunDir:
     def _check_logs(self, final: dict[str, Any], recorded: dict[str, Any] | None = None) -> None:
         """The logs of a finished run are whole (a torn or damaged line is an error naming it) and end with
         the final evaluation, so the curves an experiment reads from them are the run's."""
-        from interp.io import read_jsonl
-
-        evals = [r for r in read_jsonl(self.metrics, required=("step",)) if "val_loss" in r]
-        read_jsonl(self.probes, required=("step", "probe"))
+        evals = [r for r in self.read_metrics() if "val_loss" in r]
+        self.read_probes()
         now = self.logs_sha256()
         if isinstance(recorded, dict) and recorded != now:  # runs from before this record: not checked
             changed = sorted(k for k, v in now.items() if recorded.get(k) != v)
@@ -505,25 +503,40 @@ class RunDir:
         with checked(self.config, DataFileError, "move it aside to recover"):
             return check_config(config)
 
+    def read_metrics(self) -> list[dict[str, Any]]:
+        """metrics.jsonl, every record checked (training.checks.rundir.check_metric_record)."""
+        from training.checks.rundir import check_metric_record
+
+        return self._read_log(self.metrics, ("step",), check_metric_record)
+
+    def read_probes(self) -> list[dict[str, Any]]:
+        """probes.jsonl, every record checked (training.checks.rundir.check_probe_record)."""
+        from training.checks.rundir import check_probe_record
+
+        return self._read_log(self.probes, ("step", "probe"), check_probe_record)
+
+    @staticmethod
+    def _read_log(path: Path, required: tuple[str, ...], check: Any) -> list[dict[str, Any]]:
+        from interp.checks import Bad
+
+        records = read_jsonl(path, required=required)
+        for number, record in enumerate(records, start=1):
+            try:
+                check(record)
+            except Bad as e:
+                raise DataFileError(
+                    f"{path}, record {number} (step {str(record.get('step'))[:20]}): {e}; "
+                    "move the run directory aside and train it again"
+                ) from None
+        return records
+
     def load(self) -> dict[str, Any]:
         """A finished run as plain data: final record, metric curves, probe records by kind."""
         final = self.read_final()
-        metrics = read_jsonl(self.metrics, required=("step",))
+        metrics = self.read_metrics()
         probes: dict[str, list[dict[str, Any]]] = {}
-        for record in read_jsonl(self.probes, required=("step", "probe")):
+        for record in self.read_probes():
             probes.setdefault(record["probe"], []).append(record)
-        # Strict JSON already refuses NaN; a curve point that is not a number is damage too.
-        bad = [
-            r["step"]
-            for r in metrics
-            for k in ("val_loss", "train_loss")
-            if k in r and (not isinstance(r[k], (int, float)) or not math.isfinite(r[k]))
-        ]
-        if bad:
-            raise DataFileError(
-                f"{self.metrics} holds a loss that is not a finite number at step {bad[0]}; "
-                "move the run directory aside and train it again"
-            )
         val = [(r["step"], r["val_loss"]) for r in metrics if "val_loss" in r]
         train = [(r["step"], r["train_loss"]) for r in metrics if "train_loss" in r]
         return {

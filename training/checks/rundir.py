@@ -1,4 +1,5 @@
-"""A run directory's JSON (config.json, final.json), checked field by field, and its files' kinds.
+"""A run directory's JSON (config.json, final.json, metrics.jsonl's and probes.jsonl's records), checked field
+by field, and its files' kinds.
 
 Each checker takes what interp.io.read_json returned and raises Bad (interp.checks), which the
 reader in training.rundir turns into a DataFileError naming the file: a forged or hand-edited
@@ -69,6 +70,29 @@ def check_final(final: Any) -> dict[str, Any]:
     return final
 
 
+LOSS_KEYS = ("val_loss", "train_loss")
+
+
+def check_metric_record(record: dict[str, Any]) -> dict[str, Any]:
+    """One metrics.jsonl record: a whole step >= 0, finite losses (what the curves are made of), other values
+    plain data no deeper than interp.checks.MAX_DEPTH."""
+    want_int(record.get("step"), "step", 0)
+    for key in LOSS_KEYS:
+        if key in record:
+            want_number(record[key], key)
+    walk_limits(record, "the record")
+    return record
+
+
+def check_probe_record(record: dict[str, Any]) -> dict[str, Any]:
+    """One probes.jsonl record: a whole step >= 0, the probe's name a string, its values plain data no deeper
+    than interp.checks.MAX_DEPTH (each probe's reader reads its own fields)."""
+    want_int(record.get("step"), "step", 0)
+    want_str(record.get("probe"), "probe")
+    walk_limits(record, "the record")
+    return record
+
+
 def damaged_files(paths: list[Path]) -> list[tuple[Path, str]]:
     """(path, what it is) for each run-directory file that exists but is not a regular file (a FIFO, a
     directory, a device, a dangling link): damage, refused by name before anything is read or written.
@@ -84,5 +108,7 @@ __all__ = [
     "check_config",
     "check_data",
     "check_final",
+    "check_metric_record",
+    "check_probe_record",
     "damaged_files",
 ]
