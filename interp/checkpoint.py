@@ -25,7 +25,7 @@ from torch import nn
 
 from interp.config import ModelConfig
 from interp.errors import CheckpointError
-from interp.io import atomic_write
+from interp.io import atomic_write, load_plain
 
 SCHEMA = "residual-gpt/1"
 
@@ -129,7 +129,7 @@ def load_checkpoint(
 
     path = regular_file(path, CheckpointError, "checkpoint")
     try:
-        payload = torch.load(path, map_location=map_location, weights_only=True)
+        payload = load_plain(path, map_location)
     except pickle.UnpicklingError as e:
         raise CheckpointError(
             f"{path} is not a plain-data checkpoint (refused by weights_only loading): {_first_line(e)}"

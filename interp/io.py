@@ -58,6 +58,19 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def load_plain(path: str | os.PathLike, map_location: Any = "cpu") -> Any:
+    """torch.load(path, weights_only=True): plain data only, for every reader of a torch file (checkpoints,
+    saved exports). torch's UserWarning about a plain pickle's protocol (a file torch.save did not write) is
+    silenced: the caller's one error line says what the file is."""
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+        return torch.load(path, map_location=map_location, weights_only=True)
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[str], Any]) -> None:
     """Call write(tmp_path) on a temporary name beside path, then rename over it."""
     path = Path(path)

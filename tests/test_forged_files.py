@@ -370,6 +370,23 @@ def test_sample_command_on_a_forged_checkpoint(tmp_path, case):
     assert len(lines) == 1 and lines[0].startswith("error: ") and str(path) in lines[0], r.stderr
 
 
+class _Runs:
+    def __reduce__(self):
+        return (os.system, ("touch ran",))
+
+
+@pytest.mark.parametrize("protocol", [2, 4])
+def test_a_plain_pickle_checkpoint_is_one_error_line(tmp_path, protocol):
+    """A ckpt.pt that is a plain pickle (not torch.save's zip): refused by weights_only loading, with no
+    torch UserWarning ("Detected pickle protocol 4") before the one error line, and nothing it names runs."""
+    path = tmp_path / "ckpt.pt"
+    path.write_bytes(pickle.dumps({"schema": "residual-gpt/1", "x": _Runs()}, protocol=protocol))
+    r = run_module("interp.sample", "--ckpt", str(path), "--prompt", "ab", "--max-new-tokens", "2", timeout=120)
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    assert str(path) in lines[0] and not (tmp_path / "ran").exists()
+
+
 def test_sample_command_with_a_fifo_as_meta(tmp_path):
     fifo = tmp_path / "meta.pkl"
     os.mkfifo(fifo)

@@ -15,7 +15,7 @@ import torch
 
 from interp.errors import CheckpointError, state_dict_detail
 from interp.gpt2 import GPT2_VOCAB_SIZE
-from interp.io import atomic_write
+from interp.io import atomic_write, load_plain
 
 BRIDGE_SCHEMA = "residual-gpt-bridge/1"
 HOOKED_SCHEMA = "residual-gpt-hooked/2"
@@ -43,7 +43,7 @@ def read_saved(path: str | os.PathLike, device: str | torch.device | None, what:
 
     path = regular_file(path, CheckpointError, f"saved {what}")
     try:
-        return torch.load(path, map_location=device or "cpu", weights_only=True)
+        return load_plain(path, device or "cpu")
     except (
         pickle.UnpicklingError,
         EOFError,
