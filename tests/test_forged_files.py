@@ -758,6 +758,18 @@ def test_corpus_files_as_fifo_are_refused_by_name(tmp_path, data):
     clean(lambda: load_bpe_corpus(directory), directory / "meta.json", True)
 
 
+@pytest.mark.parametrize("kind", ["FIFO", "directory"])
+def test_corpus_meta_json_not_a_regular_file_is_named_by_load_corpus(tmp_path, data, kind):
+    """load_corpus('bpe', dir) names what meta.json is (it said "half-prepared corpus (no meta.json)")."""
+    from training.data import load_corpus
+
+    directory = _corpus(tmp_path, META_JSON)
+    (directory / "meta.json").unlink()
+    os.mkfifo(directory / "meta.json") if kind == "FIFO" else (directory / "meta.json").mkdir()
+    with pytest.raises(ToolkitError, match=rf"meta\.json is a {kind}, not a regular file"):
+        bounded(lambda: load_corpus("bpe", directory))
+
+
 # ------------------------------------------------------------------------------------------ data identity
 
 

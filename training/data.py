@@ -344,7 +344,20 @@ def _source_key(source: Path) -> str:
 
 
 def _is_prepared(path: Path) -> bool:
-    return path.is_dir() and (path / "meta.json").is_file()
+    """A prepared corpus directory (its meta.json there); a meta.json that is there but is not a regular file
+    (a directory, a FIFO, a device, a dangling link) is damage, a DataError naming what it is - never read as
+    "not prepared yet" (which would prepare over it, or call the directory half-prepared)."""
+    from interp.checks import not_regular
+
+    if not path.is_dir():
+        return False
+    kind = not_regular(path / "meta.json")
+    if kind is not None:
+        raise DataError(
+            f"{path / 'meta.json'} is {kind}, not a regular file; the prepared corpus is damaged - "
+            "delete that directory and prepare it again"
+        )
+    return (path / "meta.json").is_file()
 
 
 def load_corpus(name: str, path: str | Path | None = None) -> Corpus:
