@@ -194,7 +194,7 @@ FAULTS = [
         "float step",
         ("run",),
         lambda o, m: (unfinished(o), forge(o / RUN / "ckpt.pt", lambda p: p.update(step=5.5))),
-        r"step 5\.5 is not an integer",
+        r"step is not an integer \(5\.5\)",
     ),
     Fault(
         "step beyond max_steps",
@@ -206,7 +206,7 @@ FAULTS = [
         "best None",
         ("run",),
         lambda o, m: (unfinished(o), forge(o / RUN / "ckpt.pt", lambda p: p.update(best=None))),
-        r"best None",
+        r"best is not a dict \(a NoneType\)",
     ),
     Fault(
         "totals empty",

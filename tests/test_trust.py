@@ -53,7 +53,7 @@ def warned(category, fn, *args, **kwargs):
 
 def plain_twin(tl) -> HookedTransformer:
     """A plain HookedTransformer with the export's TL config, as a user would build one from the file's record."""
-    fields = hooked.persist._tl_config_dict(tl.cfg)
+    fields = hooked.convert.tl_config_dict(tl.cfg)
     fields["dtype"] = getattr(torch, fields["dtype"])
     return quiet(HookedTransformer, HookedTransformerConfig(**fields))
 

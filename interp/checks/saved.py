@@ -95,9 +95,9 @@ def check_tl_config(tl: dict[str, Any], export: Any) -> None:
     model_config has (_TL_FREE aside): an unknown field, another act_fn, positional_embedding_type or
     n_devices would reach HookedTransformerConfig and fail there (TypeError, AssertionError, AttributeError)
     or build a model other than the one the weights are for."""
-    from interp.tl.hooked.persist import _tl_config_dict
+    from interp.tl.hooked.convert import tl_config_dict
 
-    want = _tl_config_dict(export)
+    want = tl_config_dict(export)
     try:
         torch.device(tl.get("device") or "cpu")
     except (RuntimeError, TypeError, ValueError):

@@ -232,3 +232,19 @@ def to_hooked_transformer(
         warnings.warn(f"no tokenizer attached: {why_not}; the model takes token tensors only", stacklevel=2)
     warn_non_additive(cfg)
     return hooked.eval()
+
+
+def tl_config_dict(cfg: HookedTransformerConfig) -> dict[str, Any]:
+    """TL's config as plain data: its __init__ fields, dtype and device as strings, numpy scalars as Python's."""
+    import dataclasses
+
+    out = {}
+    for f in dataclasses.fields(HookedTransformerConfig):
+        if f.init and hasattr(cfg, f.name):
+            value = getattr(cfg, f.name)
+            if f.name in ("dtype", "device"):
+                value = str(value).removeprefix("torch.")
+            elif hasattr(value, "item") and not isinstance(value, Tensor):  # numpy scalars (initializer_range)
+                value = value.item()
+            out[f.name] = value
+    return out

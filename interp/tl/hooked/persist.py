@@ -19,35 +19,19 @@ import os
 from typing import Any
 
 import torch
-from torch import Tensor
-from transformer_lens import HookedTransformer, HookedTransformerConfig
+from transformer_lens import HookedTransformer
 
 from interp.checkpoint import SCHEMA
 from interp.errors import CheckpointError, ToolkitError
 from interp.gpt2 import gpt2_files
 from interp.tl.hooked.caches import new_hooked_transformer, warn_non_additive
+from interp.tl.hooked.convert import tl_config_dict
 from interp.tl.hooked.rewire import install
 from interp.tl.saved import HOOKED_SCHEMA, load_weights, read_saved, tokenizer_fields, write_saved
 from interp.tokenizers import char_tokenizer, gpt2_tokenizer
 
 _LEGACY_SCHEMA = "residual-gpt-hooked/1"  # tensors under "state_dict" in TL's shapes; still read
 RECORD = "residual_gpt_hooked"  # the key of the record in the file; every other key is a tensor
-
-
-def _tl_config_dict(cfg: HookedTransformerConfig) -> dict[str, Any]:
-    """TL's config as plain data: its __init__ fields, dtype and device as strings, numpy scalars as Python's."""
-    import dataclasses
-
-    out = {}
-    for f in dataclasses.fields(HookedTransformerConfig):
-        if f.init and hasattr(cfg, f.name):
-            value = getattr(cfg, f.name)
-            if f.name in ("dtype", "device"):
-                value = str(value).removeprefix("torch.")
-            elif hasattr(value, "item") and not isinstance(value, Tensor):  # numpy scalars (initializer_range)
-                value = value.item()
-            out[f.name] = value
-    return out
 
 
 def save_hooked(model: HookedTransformer, path: str | os.PathLike) -> None:
@@ -63,7 +47,7 @@ def save_hooked(model: HookedTransformer, path: str | os.PathLike) -> None:
         "schema": HOOKED_SCHEMA,
         "layout": "every tensor has an extra leading dimension of 1; read this file with interp.load_hooked",
         "model_config": dict(record),
-        "tl_config": _tl_config_dict(model.cfg),
+        "tl_config": tl_config_dict(model.cfg),
         **tokenizer_fields(model.tokenizer),
     }
     write_saved(path, payload)
