@@ -14,7 +14,8 @@ import torch
 from interp.errors import ConfigError
 from probes import default_callbacks
 from training.data import load_corpus
-from training.ensemble import FAILED, EnsembleTrainer, check_ensemble_fits, group
+from training.ensemble import FAILED, EnsembleTrainer
+from training.grouping import check_ensemble_fits, group
 from training.presets import resolve
 from training.rundir import RunDir
 from training.trainer import Trainer, TrainingError
@@ -248,7 +249,7 @@ def test_cli_refuses_bad_product_options(tmp_path, data):
 
 
 def test_cpu_ensembles_stay_within_the_cache(tmp_path, data, monkeypatch):
-    import training.ensemble as ens
+    import training.grouping as ens
 
     monkeypatch.setattr(ens, "last_level_cache", lambda: 32 * 2**20)
     cell = member(tmp_path, dict(seed=1), preset="phase-cell", device="cpu")  # 1 MiB per member: 8 fit

@@ -206,7 +206,8 @@ def _main(argv: list[str] | None = None) -> int:
 def _train_product(trainers: list, size: int, progress: bool) -> list[dict]:
     """Every run of the product: same-shape runs as ensembles of up to `size`, in order; a member that stops
     (a non-finite loss) is reported after the others finish."""
-    from training.ensemble import EnsembleTrainer, group, trains_stacked
+    from training.ensemble import EnsembleTrainer
+    from training.grouping import group, trains_stacked
     from training.trainer import TrainingError
 
     finals: dict[int, dict] = {}

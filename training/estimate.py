@@ -2,7 +2,7 @@
 
 A FLOP count divided by an assumed rate was 6x off at the phase diagram's small shapes, where a step
 is bound by memory traffic and per-operation overhead, not by the matmul peak. So each group the
-runs will train in (training.ensemble.group: ensembles or solo) is built with throwaway weights and
+runs will train in (training.grouping.group: ensembles or solo) is built with throwaway weights and
 timed for a few optimizer steps, and each member's evaluation forward is timed on one batch; the
 estimate multiplies them by the steps, evaluations and activation probes the runs will do. Nothing
 is written and the global random state is restored.
@@ -36,8 +36,7 @@ def _random_batch(cfg, train_cfg, k: int | None = None):
 
 def _step_seconds(members: list[Trainer], stacked: bool) -> float:
     from interp.model import ResidualGPT, train_mode_hooks_expected
-    from training.ensemble import StackedAdamW
-    from training.stacked import StackedGPT
+    from training.stacked import StackedAdamW, StackedGPT
 
     first = members[0]
     models = [ResidualGPT(t.model_cfg) for t in members]
@@ -79,7 +78,7 @@ def _eval_seconds(t: Trainer) -> float:
 
 def estimate_seconds(trainers: Sequence[Trainer], ensemble_size: int) -> float:
     """Seconds to train `trainers` (unfinished runs, built but not run) as the launcher will group them."""
-    from training.ensemble import group, group_key, trains_stacked
+    from training.grouping import group, group_key, trains_stacked
 
     if not trainers:
         return 0.0

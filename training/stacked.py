@@ -28,7 +28,7 @@ from interp.model import ResidualGPT
 
 # ModelConfig fields a member may set on its own; every other field must agree across the ensemble.
 PER_MEMBER_MODEL = ("residual", "self_bias", "runtime_gain", "init_std")
-STACKABLE_MIXERS = ("attention",)  # the others train alone (training.ensemble.group_key)
+STACKABLE_MIXERS = ("attention",)  # the others train alone (training.grouping.group_key)
 
 
 def shape_key(cfg: ModelConfig) -> tuple:
@@ -197,3 +197,30 @@ class StackedGPT(nn.Module):
         counted = (targets.reshape(k, b * n) != -1).sum(-1)
         # as F.cross_entropy's mean over the targets that count, summed member by member (see embed)
         return torch.stack([per_token[m].sum() for m in range(k)]) / counted
+
+
+class StackedAdamW:
+    """torch.optim.AdamW's update on stacked tensors, with a per-member lr and weight decay."""
+
+    def __init__(
+        self, params: dict[str, torch.Tensor], decay: dict[str, bool], betas: tuple[float, float], eps: float = 1e-8
+    ):
+        self.params, self.decay, self.betas, self.eps = params, decay, betas, eps
+        self.exp_avg = {n: torch.zeros_like(p) for n, p in params.items()}
+        self.exp_avg_sq = {n: torch.zeros_like(p) for n, p in params.items()}
+        self.steps = 0
+
+    @torch.no_grad()
+    def step(self, lr: torch.Tensor, weight_decay: torch.Tensor) -> None:
+        b1, b2 = self.betas
+        self.steps += 1
+        bc1, bc2 = 1 - b1**self.steps, 1 - b2**self.steps
+        for n, p in self.params.items():
+            shape = (-1,) + (1,) * (p.dim() - 1)
+            if self.decay[n]:
+                p.mul_(1 - (lr * weight_decay).view(shape))
+            m, v = self.exp_avg[n], self.exp_avg_sq[n]
+            m.lerp_(p.grad, 1 - b1)
+            v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+            denom = (v.sqrt() / math.sqrt(bc2)).add_(self.eps)
+            p.sub_((lr / bc1).view(shape) * m / denom)

@@ -170,10 +170,11 @@ def train_job(
     """Train (or resume) one run directory; a finished one is only checked. A run that cannot go on (a
     non-finite loss) is named in its error: in a grid of dozens the step alone does not say which.
 
-    A run of a shape that trains stacked here (training.ensemble.trains_stacked) trains through the
+    A run of a shape that trains stacked here (training.grouping.trains_stacked) trains through the
     stacked step even alone, so a cluster job or a rerun of one run ends bitwise equal to the same run
     trained inside an ensemble by the local launcher."""
-    from training.ensemble import EnsembleTrainer, MembersStopped, trains_stacked
+    from training.ensemble import EnsembleTrainer, MembersStopped
+    from training.grouping import trains_stacked
     from training.trainer import TrainingError
 
     trainer = make_trainer(job, out, corpus, progress)
@@ -190,7 +191,8 @@ def train_local(ctx: Context, todo: list[Job]) -> None:
     """Train every unfinished run here: same-shape runs as ensembles of up to --ensemble-size members."""
     from tqdm.auto import tqdm
 
-    from training.ensemble import EnsembleTrainer, MembersStopped, group, trains_stacked
+    from training.ensemble import EnsembleTrainer, MembersStopped
+    from training.grouping import group, trains_stacked
     from training.trainer import TrainingError
 
     size = getattr(ctx.args, "ensemble_size", DEFAULT_ENSEMBLE_SIZE)
