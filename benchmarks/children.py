@@ -21,7 +21,7 @@ from benchmarks.reference import RefGPT
 from benchmarks.shapes import BenchError, Shape, fixed_token_batches, make_shape
 from benchmarks.variants import train_step
 from interp.model import ResidualGPT
-from training.trainer import make_optimizer
+from training.optimizer import make_optimizer
 
 
 def peak_rss_mb() -> float:

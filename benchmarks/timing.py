@@ -21,7 +21,7 @@ from interp.io import read_jsonl
 from interp.model import ResidualGPT
 from training.compile import maybe_compile
 from training.flops import flops_per_token
-from training.trainer import make_optimizer
+from training.optimizer import make_optimizer
 
 
 def time_variants(shape: Shape, variants: list[StepVariant], seed: int = 0) -> dict[str, dict[str, Any]]:

@@ -62,7 +62,7 @@ class Mixer:
     takes_self_bias  ModelConfig.self_bias applies to it
     params           its parameters and their defaults (bool, int, float or str): ModelConfig.mixer_params
                      holds them, defaults filled (check_params may refuse a value), and the variant name
-                     (training.rundir.variant_name) spells each, so two values never share a run directory
+                     (training.run_config.variant_name) spells each, so two values never share a run directory
     replaces_scores  its scores are not q . k / sqrt(d_head) plus a routing term: tl_scores replaces them
                      (interp.scores.routing_bias then refuses; attention_scores rebuilds them)
     hook_sites       its hook points, under blocks.{l}.attn

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -381,81 +380,6 @@ def measure_identity(
     }
 
 
-@dataclass(frozen=True)
-class Decoders:
-    """Identity decoders fitted once on a clean model, to score activations an intervention changed.
-
-    decoders[site] = (mean, std, W [offset, d, class], b [offset, class]): the standardisation and the
-    decoder measure_identity() fits, at `sites` for `offsets`. per_sequence_ce reads any activations of that site's
-    shape, so a drop in decodability under an intervention is "no longer readable by the clean model's
-    readout" - what the layers downstream, whose weights did not change either, face.
-    """
-
-    sites: tuple[str, ...]
-    offsets: tuple[int, ...]
-    decoders: dict[str, tuple[Tensor, Tensor, Tensor, Tensor]]
-
-    def per_sequence_ce(
-        self, site: str, acts: Float[Tensor, "batch pos d"], x: Int[Tensor, "batch pos"]
-    ) -> Float[Tensor, "batch offset"]:
-        """Each sequence's mean decoder cross-entropy per offset (positions where t + k exists)."""
-        mean, std, w, b = self.decoders[site]
-        z = (acts.detach().float().cpu().reshape(-1, acts.shape[-1]) - mean) / std
-        y = _targets(x.cpu(), self.offsets).reshape(-1, len(self.offsets))
-        out = torch.zeros(x.shape[0], len(self.offsets))
-        for j in range(len(self.offsets)):
-            ce = F.cross_entropy(z @ w[j] + b[j], y[:, j], ignore_index=-100, reduction="none").view(x.shape)
-            valid = (y[:, j] >= 0).view(x.shape).float()
-            out[:, j] = (ce * valid).sum(1) / valid.sum(1).clamp_min(1)
-        return out
-
-
-def fit_decoders(
-    model: Any,
-    train_tokens: np.ndarray,
-    sites: Sequence[str],
-    *,
-    offsets: Sequence[int] = (0, -1),
-    n_train_windows: int = N_TRAIN_WINDOWS,
-    weight_decays: Sequence[float] = WEIGHT_DECAYS,
-    max_iter: int = MAX_ITER,
-    seed: int = TRAIN_SEED,
-) -> Decoders:
-    """measure_identity()'s decoders at `sites` only (no control, no scoring): fitted once, applied many times."""
-    model = _as_model(model)
-    n_classes, n_ctx = model.cfg.d_vocab, model.cfg.n_ctx
-    n_held = max(1, round(n_train_windows * HELDOUT_FRACTION))
-    if n_train_windows - n_held < 1:
-        raise IdentityProbeError(f"n_train_windows must be at least 2, got {n_train_windows}")
-    windows = train_windows(np.asarray(train_tokens), n_ctx, n_train_windows, seed)
-    fit_x, held_x = windows[n_held:], windows[:n_held]
-    was_training, threads = model.training, torch.get_num_threads()
-    torch.set_num_threads(1)  # as in measure_identity(): small matmuls on a shared CPU
-    model.eval()
-    try:
-        fit_acts, held_acts = _activations(model, fit_x, sites), _activations(model, held_x, sites)
-        y_fit = _targets(fit_x, offsets).reshape(-1, len(offsets))
-        y_held = _targets(held_x, offsets).reshape(-1, len(offsets))
-        decoders = {}
-        for site in sites:
-            mean, std = fit_acts[site].mean(0), fit_acts[site].std(0)
-            std = torch.where(std > 1e-6 * max(float(std.max()), 1e-30), std, torch.ones_like(std))
-            w, b, _ = _fit(
-                (fit_acts[site] - mean) / std,
-                y_fit,
-                (held_acts[site] - mean) / std,
-                y_held,
-                n_classes,
-                weight_decays,
-                max_iter,
-            )
-            decoders[site] = (mean, std, w, b)
-    finally:
-        model.train(was_training)
-        torch.set_num_threads(threads)
-    return Decoders(tuple(sites), tuple(offsets), decoders)
-
-
 def identity_summary(checkpoint_or_model: Any, train_tokens: np.ndarray, val_batches, **kwargs) -> dict[str, Any]:
     """For a finished run: {"identity": measure_identity(...), "logit_lens": {"sites", "layers", "ce"}}.
 
@@ -504,11 +428,9 @@ class IdentityProbe:
 
 __all__ = [
     "OFFSETS",
-    "Decoders",
     "IdentityProbe",
     "IdentityProbeError",
     "cost",
-    "fit_decoders",
     "identity_sites",
     "identity_summary",
     "measure_identity",

@@ -164,7 +164,7 @@ def test_knocking_out_the_only_path_of_a_self_only_model_cuts_the_stream():
 
 
 def test_decoders_fitted_once_score_other_activations():
-    from probes.identity import fit_decoders
+    from probes.decoders import fit_decoders
 
     model = tiny()
     sites = ["blocks.0.hook_resid_post"]

@@ -97,3 +97,14 @@ def test_old_paths_are_the_new_modules():
     assert interp.hooked.__all__ == interp.tl.hooked.__all__
     assert all(getattr(interp.hooked, n) is getattr(interp.tl.hooked, n) for n in interp.tl.hooked.__all__)
     assert all(getattr(interp.bridge, n) is getattr(interp.tl.bridge, n) for n in interp.bridge.__all__)
+
+
+def test_no_module_is_over_500_lines():
+    """docs/DESIGN.md: one readable idea per module; a module past 500 lines is split where its pieces have names."""
+    long = {
+        str(p.relative_to(REPO)): n
+        for top in LAYER
+        for p in (REPO / top).rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > 500
+    }
+    assert not long, long

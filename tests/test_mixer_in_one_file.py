@@ -130,7 +130,8 @@ def test_two_windows_never_share_a_run_directory(tmp_path):
     from experiments.shared.frame import Group, Job, check_distinct_dirs
     from experiments.shared.plan import Variant
     from training.presets import parse_overrides, resolve
-    from training.rundir import RunDir, slug, variant_name
+    from training.run_config import slug, variant_name
+    from training.rundir import RunDir
 
     four, eight = (dict(mixer="local_window", mixer_params={"window": w}) for w in (4, 8))
     assert variant_name(four) == "full + local_window window=4"
@@ -185,7 +186,8 @@ def trained(tmp_path_factory):
 
     from probes import default_callbacks
     from training.presets import resolve
-    from training.rundir import RunDir, variant_name
+    from training.run_config import variant_name
+    from training.rundir import RunDir
     from training.trainer import Trainer
 
     out = tmp_path_factory.mktemp("window_runs")

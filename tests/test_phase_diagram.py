@@ -45,7 +45,7 @@ from experiments.phase_diagram.predictor import (
     verdict_text,
 )
 from interp.errors import ToolkitError
-from training.rundir import slug
+from training.run_config import slug
 
 main = phase_diagram.EXPERIMENT.main
 # Two cells along lr at depth 1 (at smoke size lr 1e-3 stays on the floor, 1e-2 leaves it), full as reference.

@@ -7,7 +7,8 @@ from filelock import FileLock
 
 from interp.errors import ConfigError
 from training.presets import resolve
-from training.rundir import RunDir, RunDirError, config_diff, config_record, differing_fields, slug, variant_name
+from training.run_config import config_diff, config_record, differing_fields, slug, variant_name
+from training.rundir import RunDir, RunDirError
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,8 @@ from interp.config import MIXERS, RESIDUALS
 from interp.errors import ToolkitError, io_error_line, one_line
 from interp.signals import exit_code, fired_code, interrupts, signal_name
 from training.presets import MODEL_FIELDS, PRESETS, TRAIN_FIELDS, check_asked_vocab, parse_overrides, resolve
-from training.rundir import RunDir, variant_name
+from training.run_config import variant_name
+from training.rundir import RunDir
 
 
 def _fields_help() -> str:

@@ -31,8 +31,9 @@ from probes import GradientProbe
 from probes.gradients import grouped_norms, resid_grad_sites
 from training.flops import flops_per_token, peak_matmul_flops
 from training.grouping import PER_MEMBER_TRAIN, check_ensemble_fits, group_key, why_alone
+from training.optimizer import lr_at
 from training.stacked import StackedAdamW, StackedGPT
-from training.trainer import Trainer, TrainingError, TrainingInterrupted, lr_at
+from training.trainer import Trainer, TrainingError, TrainingInterrupted
 
 CALLBACK_EVENTS = ("on_train_start", "on_eval", "on_train_end")  # what a member's callbacks may define
 FAILED = "failed.json"

@@ -39,8 +39,10 @@ from training.compile import maybe_compile
 from training.corpus import Corpus, data_provenance
 from training.data import load_corpus
 from training.flops import flops_per_token, peak_matmul_flops
+from training.optimizer import lr_at, make_optimizer
 from training.presets import TrainConfig
-from training.rundir import RunDir, RunDirError, config_record, describe
+from training.run_config import config_record, describe
+from training.rundir import RunDir, RunDirError
 
 __all__ = [
     "RunDirError",
@@ -82,30 +84,6 @@ def autocast_context(dtype: str, device: torch.device) -> contextlib.AbstractCon
     if dtype == "bfloat16" and device.type == "cuda":
         return torch.autocast("cuda", dtype=torch.bfloat16)
     return contextlib.nullcontext()
-
-
-def optimizer_groups(params, weight_decay: float) -> list[dict[str, Any]]:
-    """Weight decay only on matrices and embeddings (tensors with >= 2 dims), as in the paper."""
-    params = [p for p in params if p.requires_grad]
-    return [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-    ]
-
-
-def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.AdamW:
-    groups = optimizer_groups(model.parameters(), cfg.weight_decay)
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=device.type == "cuda")
-
-
-def lr_at(step: int, cfg: TrainConfig) -> float:
-    """Linear warmup, then cosine from lr to min_lr at max_steps (or constant)."""
-    if cfg.lr_schedule == "constant":
-        return cfg.lr
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    progress = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps))
-    return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (cfg.lr - cfg.min_lr)
 
 
 @torch.no_grad()

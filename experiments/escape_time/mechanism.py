@@ -9,9 +9,10 @@ by block and hidden-norm growth. Each measure is then read against the run's esc
 
     aligned curves   each run's series against (step - escape step), linear between its probe steps,
                      averaged over the runs that escaped
-    onset            the first probe step after the first half of the plateau (warm-up end to escape) at
-                     which the measure has left the plateau's band (median +/- max(3 robust SDs, a quarter
-                     of its total change)) towards where it ends, and is still outside it at the next probe
+    onset            the first probe step after the first half of the plateau (from step warmup_steps, 50 at phase-cell,
+                     to escape) at which the measure has left the plateau's band (median +/- max(3
+                     robust SDs, a quarter of its total change)) towards where it ends, and is
+                     still outside it at the next probe
     lead             onset - escape step: negative means it moved before the loss left the floor
     before / after   the last probe at least two probe intervals before the escape step against the first
                      at least two after it, paired per run, with a bootstrap interval of the mean change

@@ -1,10 +1,10 @@
 """Which early measurement predicts escape by the last step: one-feature thresholds, held out by seed.
 
-Features at the early step (the phase diagram's, read from the same probes): validation loss, layer-0
-alpha_tt, block-0 gradient norm (at the end of warm-up), hidden-norm growth, and block-0 current-token
-decodability (the escape probe); depth itself is a baseline feature. Each is tested as a threshold
-classifier (experiments.phase_diagram.predictor.fit_threshold) fitted on all seeds but one and scored on
-that seed's runs (every cell's run of that seed), so no run is scored by a threshold it helped fit. The
+Features at the early step (the phase diagram's, read from the same probes): validation loss, layer-0 alpha_tt, block-0
+gradient norm (at step warmup_steps, a reference step: the constant schedule these runs train with does not warm up),
+hidden-norm growth, and block-0 current-token decodability (the escape probe); depth itself is a baseline feature. Each
+is tested as a threshold classifier (experiments.phase_diagram.predictor.fit_threshold) fitted on all seeds but one and
+scored on that seed's runs (every cell's run of that seed), so no run is scored by a threshold it helped fit. The
 majority baseline is held out the same way (the majority class of the other seeds' runs).
 """
 

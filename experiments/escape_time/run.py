@@ -1,10 +1,10 @@
 """python -m experiments.escape_time: how long ffn_only waits on the floor, and what changes when it leaves.
 
-The phase diagram found the ffn_only floor to be a plateau that erodes with training length: a boundary
-"at 1800 steps" is a snapshot of a waiting-time distribution. This measures the distribution: ffn_only
-over depth x lr with many seeds a cell, trained with a constant lr after warm-up (so a run's first N steps
-do not depend on how long it is trained: the escape time is the cell's, not the schedule's), each run
-evaluated and probed along the way.
+The phase diagram found the ffn_only floor to be a plateau that erodes with training length: a boundary "at 1800 steps"
+is a snapshot of a waiting-time distribution. This measures the distribution: ffn_only over depth x lr with many seeds a
+cell, trained with a constant lr from the first step (lr_schedule=constant has no warm-up), so a run's first N steps do
+not depend on how long it is trained: the escape time is the cell's, not the schedule's), each run evaluated and probed
+along the way.
 
     escape         the first evaluation step from which the validation loss stays below the floor
                    (unigram - margin) to the run's end; one-evaluation spikes above it inside a stretch

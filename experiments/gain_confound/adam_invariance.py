@@ -201,7 +201,7 @@ def _adamw(params, train_cfg, eps: float, weight_decay: float):
     """The trainer's AdamW (its parameter groups, lr and betas) at this eps and weight decay."""
     import torch
 
-    from training.trainer import optimizer_groups
+    from training.optimizer import optimizer_groups
 
     return torch.optim.AdamW(
         optimizer_groups(params, weight_decay), lr=train_cfg.lr, betas=(train_cfg.beta1, train_cfg.beta2), eps=eps

@@ -19,7 +19,7 @@ reused and missing ones are trained as any experiment trains them.
 
 Every effect is a change in validation loss (nats, per-sequence means, intervened - clean) with a 95%
 percentile bootstrap interval over validation sequences (seeded); a variant's effect is the mean over
-its seeds (they share the sequences). Identity probes (probes.identity.fit_decoders: fitted once on
+its seeds (they share the sequences). Identity probes (probes.decoders.fit_decoders: fitted once on
 the clean model at each layer's resid_post, offsets 0 and -1) score the site after the intervened layer:
 the change in current- and previous-token decoder cross-entropy. Losses are placed against the
 unigram and bigram levels (the routing test's place rule). The predictions I1-I8
@@ -138,7 +138,8 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     from experiments.interventions import effects as fx
     from experiments.interventions.rules import verdicts
     from interp.model import ResidualGPT
-    from probes.identity import fit_decoders, too_costly
+    from probes.decoders import fit_decoders
+    from probes.identity import too_costly
 
     batches = validation(ctx)
     n_seq = sum(len(x) for x, _ in batches)

@@ -70,7 +70,7 @@ DEFAULT_MARGIN = 0.05  # nats: "at a level" means within this of it
 
 
 def make_variants(self_bias: float = DEFAULT_SELF_BIAS) -> list[Variant]:
-    """The nine variants, named by the rule the trainer CLI uses (training.rundir.variant_name)."""
+    """The nine variants, named by the rule the trainer CLI uses (training.run_config.variant_name)."""
     return [
         Variant.of(residual="full"),
         Variant.of(residual="attn_only"),

@@ -291,7 +291,7 @@ def reference_levels(spec: RunSpec, corpus) -> dict[str, Any]:
 def check_distinct_dirs(jobs: list[Job]) -> None:
     """Two different variants of one preset whose names give one run directory would take turns at it
     (the second refused as "a run of a different configuration" forever): refused before any work."""
-    from training.rundir import slug
+    from training.run_config import slug
 
     seen: dict[tuple[str, str], str] = {}
     specs: dict[tuple[str, str, int], Any] = {}

@@ -137,7 +137,7 @@ def run_meta(job: Job) -> dict[str, Any]:
 
 def run_config(job: Job, corpus) -> dict[str, Any]:
     """What config.json holds for this job's run on this corpus (what RunDir.check compares)."""
-    from training.rundir import config_record
+    from training.run_config import config_record
 
     spec = job.spec.fit_vocab(corpus.vocab_size)
     return config_record(spec.model, spec.train, corpus, job.variant.model_init, run_meta(job))

@@ -15,7 +15,8 @@ from typing import Any
 
 from interp.errors import ToolkitError
 from training.presets import RunSpec
-from training.rundir import RunDir, variant_name
+from training.run_config import variant_name
+from training.rundir import RunDir
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class Variant:
 
     @classmethod
     def of(cls, **overrides: Any) -> Variant:
-        """A variant named by the one rule the trainer CLI uses too (training.rundir.variant_name)."""
+        """A variant named by the one rule the trainer CLI uses too (training.run_config.variant_name)."""
         return cls(variant_name(overrides), overrides)
 
 

@@ -19,7 +19,7 @@ DATA_KEYS = ("corpus", "encoding", "train_tokens", "val_tokens", "sha256")
 
 
 def check_config(config: Any) -> dict[str, Any]:
-    """config.json: {"model", "train", "model_init", "data", "meta"} (training.rundir.config_record)."""
+    """config.json: {"model", "train", "model_init", "data", "meta"} (training.run_config.config_record)."""
     want_object(config)
     walk_limits(config)
     for key in ("model", "train", "meta"):
