@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from interp.cli import Parser
 from interp.errors import ToolkitError, one_line
 from interp.signals import interrupts
 
@@ -132,7 +133,7 @@ def time_whole(preset: str, k: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="python -m benchmarks.ensemble", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument(

@@ -38,6 +38,7 @@ import os
 import sys
 from typing import Any
 
+from interp.cli import Parser
 from interp.errors import ToolkitError, one_line
 from interp.signals import interrupt_code, interrupts, signal_name
 
@@ -115,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     from benchmarks.variants import variants_for
     from training.presets import PRESETS
 
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="python -m benchmarks.step",
         description=__doc__.split("\n\n", 2)[2],
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -215,7 +216,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except ToolkitError as e:  # interp.cli.Parser: one line, not argparse's usage block
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 2
     from benchmarks.children import RSS_MARK, memory_child, peak_rss_mb
 
     if args.training_child:  # python -m training ARGS, then this process's peak memory

@@ -12,7 +12,11 @@ Without --ckpt, small random-init models of every config and one with GPT-2's vo
 from __future__ import annotations
 
 import argparse
+import sys
 import warnings
+
+from interp.cli import Parser, UsageError
+from interp.errors import one_line
 
 CONFIGS = [
     ("full", "attention", 0.0),
@@ -49,10 +53,18 @@ def max_diffs(model, tl_model, tokens):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(
+        prog="python -m benchmarks.tl_exactness",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--ckpt", nargs="*", default=[], help="checkpoints to measure instead of random-init models")
     parser.add_argument("--per-hook", action="store_true", help="also print each shared hook's max |difference|")
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as e:  # one line, not argparse's usage block
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 2
     import torch
 
     from interp import ModelConfig, ResidualGPT

@@ -82,8 +82,13 @@ def io_error_line(e: OSError) -> str:
 def one_line(e: BaseException) -> str:
     """An error's message on one line (torch's and numpy's messages span several), control characters
     escaped: a message may quote a file's contents, and a terminal must not act on an escape code in it."""
-    text = " ".join(str(e).split("\n")).strip() or type(e).__name__
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return escape_controls(" ".join(str(e).split("\n")).strip() or type(e).__name__)
+
+
+def escape_controls(text: str, keep: str = "") -> str:
+    """Text from a file as it may reach a terminal: every non-printable character but those in `keep` written
+    as its Python escape (\\x1b, \\r, \\u200e), so an escape code in a vocabulary or message is shown, not obeyed."""
+    return "".join(c if c.isprintable() or c in keep else repr(c)[1:-1] for c in text)
 
 
 def state_dict_detail(e: RuntimeError) -> str:

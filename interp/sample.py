@@ -5,7 +5,8 @@
 
 The prompt is encoded with the checkpoint's vocabulary (state["vocab"], or GPT-2
 BPE for encoding="gpt2"); ResidualGPT.generate feeds back at most n_ctx tokens.
-Prints the prompt and its continuation; errors print one `error:` line, exit 2.
+Prints the prompt and its continuation (control characters but newline and tab shown escaped: the
+vocabulary is a file's); errors print one `error:` line, exit 2.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sys
 from pathlib import Path
 
 from interp.cli import Parser, guarded_output, one_line_errors
-from interp.errors import ConfigError, DataError
+from interp.errors import ConfigError, DataError, escape_controls
 from interp.vocab import codec
 
 # torch and transformer_lens are imported in run(): --help and usage errors answer at once.
@@ -67,7 +68,9 @@ def run(args: argparse.Namespace) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     code, samples = one_line_errors(lambda: run(parser().parse_args(argv)))
     if code == 0:
-        return guarded_output(lambda: print("\n---------------\n".join(samples)) or 0)
+        # The vocabulary comes from a file: its control characters are shown escaped, lines and tabs kept.
+        text = escape_controls("\n---------------\n".join(samples), keep="\n\t")
+        return guarded_output(lambda: print(text) or 0)
     return code
 
 

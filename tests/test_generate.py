@@ -123,3 +123,20 @@ def test_sample_command(tmp_path, capsys):
     assert sample.main([*args[:3], "café", *args[4:]]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "'é'" in err and err.count("\n") == 1
+
+
+def test_sample_shows_a_vocabularys_control_characters_escaped(tmp_path, capsys):
+    """A vocabulary is a file's: an escape code in it is printed as \\x1b, never sent to the terminal raw."""
+    from interp import sample
+
+    forged = ["\x1b", "\r", "\t", "\x07", *CHARS[4:]]  # the same size as CHARS, "\n" and three more replaced
+    model = make_model("trained", residual="ffn_only")
+    save_checkpoint(tmp_path / "ckpt.pt", model, vocab=forged)
+    prompt = "ROMEO:\x1b\r\x07\t"
+    args = ["--ckpt", str(tmp_path / "ckpt.pt"), "--prompt", prompt, "--max-new-tokens", "40", "--temperature", "0"]
+    assert sample.main(args) == 0
+    out = capsys.readouterr().out
+    prompt_ids = torch.tensor([[forged.index(c) for c in prompt]])
+    raw = "".join(forged[i] for i in model.generate(prompt_ids, 40, temperature=0.0)[0])
+    assert not any(c in out for c in "\x1b\r\x07") and "\t" in out
+    assert out == raw.replace("\x1b", "\\x1b").replace("\r", "\\r").replace("\x07", "\\x07") + "\n"

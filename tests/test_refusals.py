@@ -8,6 +8,8 @@ would silently replace.
 from __future__ import annotations
 
 import hashlib
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -95,9 +97,9 @@ def test_an_empty_out_is_refused_not_taken_as_the_working_directory(command, bla
         from experiments.routing_test.run import EXPERIMENT
 
         main = EXPERIMENT.main
-    with pytest.raises(SystemExit) as e:  # argparse's refusal: usage and one error line, exit 2
-        main(["--preset", "smoke", "--out", blank])
-    assert e.value.code == 2 and "empty directory name" in capsys.readouterr().err
+    assert main(["--preset", "smoke", "--out", blank]) == 2  # the parser's refusal: one error line, no usage block
+    err = capsys.readouterr().err
+    assert "empty directory name" in err and err.startswith("error: ") and err.count("\n") == 1
     assert not list(tmp_path.iterdir())
 
 
@@ -199,3 +201,31 @@ def test_output_streams_that_fail_end_with_one_line_and_whole_files(tmp_path, da
     p = train(tmp_path / "dé", stdout=subprocess.PIPE, env=env)
     _, err = p.communicate(timeout=300)
     assert p.returncode == 2 and "PYTHONIOENCODING=utf-8" in err and len(err.strip().splitlines()) == 1, err
+
+
+def _commands() -> list[str]:
+    """Every module a user can run with python -m: packages with a __main__.py and modules with a main guard."""
+    repo = Path(__file__).resolve().parents[1]
+    found = []
+    for top in ("interp", "probes", "training", "experiments", "benchmarks"):
+        for p in sorted((repo / top).rglob("*.py")):
+            if p.name == "__main__.py":
+                found.append(".".join(p.parent.relative_to(repo).parts))
+            elif p.name != "__init__.py" and '__name__ == "__main__"' in p.read_text():
+                found.append(".".join(p.relative_to(repo).with_suffix("").parts))
+    return found
+
+
+@pytest.mark.filterwarnings("ignore:.*found in sys.modules:RuntimeWarning")  # runpy on an imported module
+@pytest.mark.parametrize("module", _commands())
+def test_every_command_refuses_an_unknown_option_in_one_line(module, monkeypatch, capsys):
+    """python -m <any module> --bogus: exit 2 and one `error:` line (a library module says it is not a command);
+    never argparse's usage block, never exit 0 having done nothing."""
+    import runpy
+
+    monkeypatch.setattr(sys, "argv", [module, "--bogus-option"])
+    with pytest.raises(SystemExit) as e:
+        runpy.run_module(module, run_name="__main__", alter_sys=False)
+    err = capsys.readouterr().err
+    assert e.value.code == 2, (module, err)
+    assert err.startswith("error: ") and err.count("\n") == 1, (module, err)

@@ -19,7 +19,7 @@ import os
 import shlex
 import sys
 
-from interp.cli import directory_option, guarded_output
+from interp.cli import Parser, directory_option, guarded_output
 from interp.config import MIXERS, RESIDUALS
 from interp.errors import ToolkitError, io_error_line, one_line
 from interp.signals import exit_code, fired_code, interrupts, signal_name
@@ -62,7 +62,7 @@ def _seeds(text: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(  # an unknown or malformed option: one `error:` line, exit 2 (--help prints the usage)
         prog="python -m training",
         description="Train a ResidualGPT into a resumable run directory. With --seeds and/or a --residual list, "
         "train every combination; runs of the same shape (depth, width, n_ctx, mixer, every training "
@@ -115,8 +115,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         if args.seed is not None and args.seeds is not None:
             raise ToolkitError("give --seed or --seeds, not both")
         if args.ensemble_size < 1:

@@ -37,7 +37,7 @@ from experiments.shared.options import check_number as check_number  # re-export
 from experiments.shared.options import parse_seeds
 from experiments.shared.plan import Context, Group, Job, Variant, select_variants
 from experiments.shared.text import format_table, levels_line, software_versions, table_figure
-from interp.cli import directory_option
+from interp.cli import Parser, directory_option
 from interp.errors import ToolkitError, io_error_line, one_line
 from interp.io import remove_stale_temps
 from interp.signals import exit_code, fired_code, interrupts, signal_name
@@ -85,7 +85,7 @@ class Experiment:
 
     # ----- the command line --------------------------------------------------------------------------
     def parser(self) -> argparse.ArgumentParser:
-        p = argparse.ArgumentParser(
+        p = Parser(  # an unknown or malformed option: one `error:` line, exit 2 (--help prints the usage)
             prog=f"python -m experiments.{self.name}",
             description=self.doc.split("results.json schema")[0],
             formatter_class=argparse.RawDescriptionHelpFormatter,

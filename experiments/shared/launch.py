@@ -373,6 +373,24 @@ def _without(argv: list[str], *options: str) -> list[str]:
     return out
 
 
+def _worker_args(argv: list[str]) -> list:
+    """The one JSON argument job_main gives a torchrun worker: [module, argv, preset, variant, seed]."""
+    try:
+        job = json.loads(argv[0]) if len(argv) == 1 else None
+    except ValueError:
+        job = None
+    if not (isinstance(job, list) and len(job) == 5):
+        raise ToolkitError(
+            "experiments.shared.launch runs as a torchrun worker of a cluster job (job_main), not as a command; "
+            "run python -m experiments.<name>"
+        )
+    return job
+
+
 if __name__ == "__main__":  # a torchrun worker of job_main
-    module, argv, preset, variant, seed = json.loads(sys.argv[1])
+    try:
+        module, argv, preset, variant, seed = _worker_args(sys.argv[1:])
+    except ToolkitError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     job_main(module, argv, preset, variant, seed)
