@@ -152,3 +152,31 @@ def test_a_cluster_launcher_is_refused_naming_why(data, tmp_path, capsys):
     assert EXPERIMENT.main([*argv(tmp_path), "--launcher", "slurm-local"]) == 2
     assert "is not there (declared in a notebook or a test file?); use --launcher local" in capsys.readouterr().err
     assert not files(tmp_path, "final.json")
+
+
+def test_a_run_that_vanishes_before_its_results_are_read_stops_the_command(
+    finished, data, tmp_path, monkeypatch, capsys
+):
+    """A run directory removed after its run was trained (here: after the launcher is done, before the results are
+    read): one error line naming it, exit 2, no results or report written over the old ones, nothing recreated."""
+    import shutil
+
+    import experiments.shared.frame as frame
+
+    out = tmp_path / "copy"
+    shutil.copytree(finished, out)
+    gone = out / "smoke" / "attn_only" / "seed0"
+    old = {p: p.read_bytes() for p in (out / "smoke").glob("*-toy_in_one_file.*")}
+    real = frame.launch
+
+    def launch_then_remove(*args, **kwargs):
+        done = real(*args, **kwargs)
+        shutil.rmtree(gone)
+        return done
+
+    monkeypatch.setattr(frame, "launch", launch_then_remove)
+    assert EXPERIMENT.main(argv(out)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and str(gone) in err and "is gone" in err
+    assert not gone.exists()
+    assert {p: p.read_bytes() for p in (out / "smoke").glob("*-toy_in_one_file.*")} == old

@@ -390,6 +390,11 @@ class RunDir:
 
     def load(self) -> dict[str, Any]:
         """A finished run as plain data: final record, metric curves, probe records by kind."""
+        if not self.path.is_dir():  # finished earlier in this command (or planned as finished), gone now
+            raise RunDirError(
+                f"{self.path} is gone (removed after it was trained?); no results are written from a run that "
+                "vanished - run the command again to train it afresh"
+            )
         final = self.read_final()
         metrics = self.read_metrics()
         probes: dict[str, list[dict[str, Any]]] = {}
