@@ -103,8 +103,10 @@ class ExportedHookedTransformer(HookedTransformer):
                 f"state_dict() holds this export's weights only; its wiring (residual={cfg.residual!r}, "
                 f"mixer={cfg.mixer!r}, self_bias={cfg.self_bias:g}) lives in its hook points, so a plain "
                 "HookedTransformer that takes these weights (strict=False, assign=True, by hand, "
-                "load_and_process_state_dict) computes another model. interp.save_hooked / interp.load_hooked "
-                "keep the wiring",
+                "load_and_process_state_dict) computes another model. Loaded back into this export, or any "
+                "export of the same ModelConfig, it is exact: then this is no concern (silence it with "
+                "warnings.filterwarnings('ignore', category=interp.errors.WeightsOnlyWarning)). interp.save_hooked / "
+                "interp.load_hooked keep the wiring",
                 WeightsOnlyWarning,
                 stacklevel=2,
             )
