@@ -462,3 +462,21 @@ def test_each_verdict_is_also_decided_at_half_and_twice_the_margin():
     assert routing_report.margin_text(p6) == "SUPPORTS at margin 0.025; CONTRADICTS at margin 0.1"
     firm = next(v for v in verdicts({**LEARNED, "ffn_only + self_bias": variant(2.0)}, LEVELS, M) if v["id"] == "P6")
     assert not routing_report.margin_sensitive(firm)
+
+
+def test_the_verdicts_are_one_table_row_each_with_separation_rule_and_status():
+    trap = {**LEARNED, "ffn_only + self_bias": variant(2.473, later=2.375)}
+    results = {"verdicts": verdicts(trap, LEVELS, M)}
+    headers, rows = routing_report.verdict_table(results)
+    assert headers == ["id", "prediction", "verdict", "separation", "rule", "status"]
+    assert [r[0] for r in rows] == [p.id for p in PREDICTIONS]
+    by_id = {r[0]: dict(zip(headers, r, strict=True)) for r in rows}
+    assert by_id["P6"]["verdict"] == "contradicts" and by_id["P6"]["status"] == "provisional: heading to supports at 3x"
+    assert by_id["P1"]["status"] == "settled at 3x" and "nats" in by_id["P1"]["separation"]
+    assert by_id["P4"]["status"] == "not run"  # attn_only + no_self is not among the variants
+    narrow, short = routing_report.verdict_table(results, console=True)
+    assert narrow == ["id", "verdict", "status", "separation"] and short[5][:3] == [
+        "P6",
+        "contradicts",
+        "provisional -> supports",
+    ]

@@ -14,7 +14,7 @@ import numpy as np
 from experiments.routing_test.rules import moves
 from experiments.shared.frame import Context
 from experiments.shared.stats import PACE_FACTOR
-from experiments.shared.text import reference_lines
+from experiments.shared.text import format_table, reference_lines, table_figure
 from interp.errors import DataError
 
 PROMPT = "ROMEO:\nWhat light through yonder window breaks?"  # for the attention-pattern figures
@@ -76,6 +76,26 @@ def table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
+def verdict_table(results: dict[str, Any], console: bool = False) -> tuple[list[str], list[list[str]]]:
+    """One row per prediction: id, what it predicts, the verdict, the separation (nats and seed std), the rule,
+    and whether a run 3x longer would change it. console=True: id, verdict, status and separation only (the
+    prediction and rule follow in the detail lines)."""
+    rows = []
+    for v in results["verdicts"]:
+        if v["separation"].startswith("n/a"):
+            status = "not run"
+        elif v.get("provisional"):
+            status = f"provisional -> {v['heading']}" if console else f"provisional: heading to {v['heading']} at 3x"
+        else:
+            status = "settled" if console else "settled at 3x"
+        rows.append([v["id"], v["title"], v["verdict"], v["separation"], v["rule"], status])
+    headers = ["id", "prediction", "verdict", "separation", "rule", "status"]
+    if console:
+        keep = [0, 2, 5, 3]
+        return [headers[k] for k in keep], [[r[k] for k in keep] for r in rows]
+    return headers, rows
+
+
 def summary(results: dict[str, Any]) -> str:
     m = results["margin"]
     baseline = next((v["uniform_baseline"] for v in results["variants"].values() if v["uniform_baseline"]), None)
@@ -90,7 +110,7 @@ def summary(results: dict[str, Any]) -> str:
     if gap:
         spread = f" +/- {gap['std']:.3f} (seed std, {gap['n']} seeds)" if gap["n"] > 1 else " (1 seed: no spread)"
         lines.append(f"attn_only - full: {gap['mean']:+.3f} nats{spread}; the paper at 10M: +0.078")
-    lines.append("")
+    lines += ["", format_table(*verdict_table(results, console=True)), ""]
     for v in results["verdicts"]:
         lines.append(f"{v['id']} {v['title']}: {verdict_label(v)}")
         lines.append(f"   predicted: {v['prediction']}")
@@ -119,7 +139,7 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
 
     runs = results["runs"]
     curves = {f"{r['variant']}/seed{r['seed']}": (r["val_curve"]["steps"], r["val_curve"]["loss"]) for r in runs}
-    out: list = [("Verdicts", None, None)]
+    out: list = [("Verdicts", table_figure(*verdict_table(results)))]
     out += [
         f"{v['id']} {v['title']}: {verdict_label(v)}. Predicted: {v['prediction']}. "
         f"Measured: {v['measured']}. Separation: {v['separation']}. Rule: {v['rule']}."
