@@ -94,3 +94,18 @@ def test_one_formatter_for_table_cells():
     assert fmt_number(None) == fmt_number(math.nan) == fmt_number(math.inf) == "-"
     assert fmt_stats(stats([2.0])) == "2.000"
     assert fmt_stats(stats([2.0, 2.2, 2.4]), 2) == "2.20 +/- 0.20 [2.00, 2.40]"
+
+
+def test_a_one_evaluation_spike_does_not_read_as_a_fall():
+    """A floor run that jumps to 9.46 for one evaluation at the start of the pace window (a deep ffn_only run
+    did) projected to -0.99 nats at 3x with a least-squares pace through the spike; it stays on the floor."""
+    from experiments.shared.stats import spikes, tail
+
+    steps = list(range(0, 625, 25))
+    floor = [4.2, 3.6] + [3.32 + 0.001 * ((i * 7) % 5) for i in range(len(steps) - 2)]
+    spiked = list(floor)
+    spiked[steps.index(300)] = 9.46
+    assert spikes(spiked) == {steps.index(300)} and spikes(floor) == set()
+    assert abs(tail(steps, spiked)["projected"] - tail(steps, floor)["projected"]) < 0.01
+    falling = [4.2 - 0.05 * i for i in range(len(steps))]  # a steady fall is no spike and keeps its pace
+    assert spikes(falling) == set() and tail(steps, falling)["projected"] < falling[-1] - 0.1

@@ -60,17 +60,28 @@ def slope(xs: tuple[float, ...], ys: tuple[float, ...]) -> float:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx else 0.0
 
 
+SPIKE_RISE = 0.5  # nats: one evaluation this far above both its neighbours is a spike, not a trend
+
+
+def spikes(values: list[float], rise: float = SPIKE_RISE) -> set[int]:
+    """Indexes of one-evaluation spikes: a value more than `rise` above both neighbours (deep ffn_only runs jump
+    to 9.46 for one step and return to the plateau). A least-squares pace through one would read a steep fall."""
+    return {i for i in range(1, len(values) - 1) if values[i] - max(values[i - 1], values[i + 1]) > rise}
+
+
 def log_pace(steps: list[int], values: list[float]) -> float:
     """Least-squares slope of values against ln(step) over the second half of training (step > 0).
 
     Loss curves are close to straight in log-steps, so final + pace * ln(3) is where a run three
     times longer would end if it kept its recent pace: a rough extrapolation, read as a warning.
+    One-evaluation spikes (spikes()) are left out.
     With fewer than two points in the second half, the last two points with step > 0; with fewer
     than that, 0.
     """
-    points = [(math.log(s), v) for s, v in zip(steps, values, strict=True) if s > 0 and s >= steps[-1] / 2]
+    kept = [(s, v) for i, (s, v) in enumerate(zip(steps, values, strict=True)) if i not in spikes(values)]
+    points = [(math.log(s), v) for s, v in kept if s > 0 and s >= steps[-1] / 2]
     if len(points) < 2:
-        points = [(math.log(s), v) for s, v in zip(steps, values, strict=True) if s > 0][-2:]
+        points = [(math.log(s), v) for s, v in kept if s > 0][-2:]
     return slope(*zip(*points, strict=True)) if len(points) >= 2 else 0.0
 
 
