@@ -336,3 +336,18 @@ def test_fold_value_biases_refused_when_a_row_attends_nowhere():
     model = make_model("random", bias=True, self_bias=-math.inf)
     with pytest.raises(ConfigError, match="fold_value_biases"):
         interp.to_hooked_transformer(model, vocab=CHARS, fold_value_biases=True)
+
+
+def test_a_model_loaded_with_its_vocabulary_exports_with_its_tokenizer(tmp_path):
+    """ResidualGPT.from_checkpoint keeps the checkpoint's vocabulary (model.codec); the export of that model, with
+    no vocab= given, tokenizes text with it as the export of the checkpoint path does (to_str_tokens, generate)."""
+    save_checkpoint(tmp_path / "ckpt.pt", make_model("trained"), vocab=CHARS)
+    model = ResidualGPT.from_checkpoint(tmp_path / "ckpt.pt")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from_model, from_path = export(model), export(tmp_path / "ckpt.pt")
+    assert from_model.tokenizer is not None
+    assert from_model.to_str_tokens("ROMEO:", prepend_bos=False) == list("ROMEO:")
+    ids = from_model.to_tokens("ROMEO:", prepend_bos=False)
+    assert torch.equal(ids, from_path.to_tokens("ROMEO:", prepend_bos=False))
+    assert ids[0].tolist() == model.codec.encode("ROMEO:")

@@ -336,7 +336,8 @@ def _resolve(source: Any, device: str | torch.device | None) -> tuple[ResidualGP
                 f"to_transformer_bridge cannot copy this ResidualGPT's weights: {state_dict_detail(e)}"
             ) from None
         model = model.to(device or source.embed.weight.device, source.embed.weight.dtype)
-        return model.eval(), {}
+        model.vocab_state = dict(source.vocab_state)
+        return model.eval(), dict(source.vocab_state)  # its vocabulary, where it has one: the tokenizer
     if isinstance(source, (str, os.PathLike)):
         source = load_checkpoint(source, map_location=device or "cpu")
     if not isinstance(source, Checkpoint):

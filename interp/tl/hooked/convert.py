@@ -147,10 +147,10 @@ def model_from_checkpoint(ckpt: Checkpoint, device: str | torch.device | None = 
 
 def _resolve(source: Any, device: str | torch.device | None) -> tuple[ResidualGPT, dict[str, Any]]:
     """A ResidualGPT and the checkpoint's extra state (vocab, encoding, ...)."""
-    if isinstance(source, ResidualGPT):
-        return source, {}
+    if isinstance(source, ResidualGPT):  # its vocabulary, where from_checkpoint gave it one: the tokenizer
+        return source, dict(source.vocab_state)
     if isinstance(getattr(source, "module", None), ResidualGPT):  # DDP
-        return source.module, {}
+        return source.module, dict(source.module.vocab_state)
     if isinstance(source, (str, os.PathLike)):
         source = load_checkpoint(source, map_location=device or "cpu")
     if not isinstance(source, Checkpoint):
