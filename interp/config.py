@@ -123,7 +123,11 @@ class ModelConfig:
         if self.residual not in RESIDUALS:
             raise ConfigError(f"residual must be one of {RESIDUALS}, got {self.residual!r}")
         if self.mixer not in MIXERS:
-            raise ConfigError(f"mixer must be one of {MIXERS}, got {self.mixer!r}")
+            raise ConfigError(
+                f"mixer {self.mixer!r} is not registered in this process (registered: {', '.join(MIXERS)}); a mixer "
+                "defined outside the package must be imported (its register_mixer call run) before a model or "
+                "checkpoint that uses it is built or loaded"
+            )
         given = self.mixer_params
         if not isinstance(given, Mapping) or not all(isinstance(k, str) for k in given):
             raise ConfigError(f"mixer_params must be a mapping of parameter names to values, got {given!r}")

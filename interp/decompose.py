@@ -250,7 +250,19 @@ def _final_scale(cache: Any, resid: Tensor, norm: FinalNorm) -> Float[Tensor, ".
 
 def _directions(w_u: Tensor, tokens: Any, like: Tensor) -> Float[Tensor, "... d_model"]:
     tokens = torch.as_tensor(tokens, device=w_u.device)
-    return w_u.T[tokens].expand(*like.shape[:-1], w_u.shape[0])
+    if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
+        raise DecompositionError(f"tokens must be integer ids, got {tokens.dtype}")
+    d_vocab = w_u.shape[1]
+    if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= d_vocab):
+        bad = int(tokens.min()) if int(tokens.min()) < 0 else int(tokens.max())
+        raise DecompositionError(f"token id {bad} is outside the vocabulary (ids 0..{d_vocab - 1})")
+    try:
+        return w_u.T[tokens].expand(*like.shape[:-1], w_u.shape[0])
+    except RuntimeError:  # one id per position whose shape is not the cache's [batch, pos]
+        raise DecompositionError(
+            f"tokens of shape {list(tokens.shape)} do not match the cache's positions {list(like.shape[:-1])}: "
+            "give one id, or one per position"
+        ) from None
 
 
 def direct_logit_attribution(

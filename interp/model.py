@@ -249,6 +249,28 @@ def train_mode_hooks_expected() -> Iterator[None]:
         _TRAIN_HOOKS_QUIET.reset(token)
 
 
+class HookNameError(ConfigError, KeyError):
+    """A hook name the model lacks: a ConfigError, and still the KeyError code catching a missing key expects."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class HookNames(dict):
+    """TransformerLens's name -> module map, whose missing name (a hook at layer 9 of a 2-layer model, a typo) is a
+    ConfigError naming the model's layers, not a bare KeyError from inside run_with_hooks."""
+
+    def __init__(self, modules: dict, n_layers: int):
+        super().__init__(modules)
+        self.n_layers = n_layers
+
+    def __missing__(self, name: str):
+        raise HookNameError(
+            f"this model has no hook point or module named {name!r} (layers 0..{self.n_layers - 1}; "
+            "model.hook_dict lists every hook point)"
+        )
+
+
 class ResidualGPT(HookedRootModule):
     """The residual-ablation GPT. `forward(tokens)` -> logits; with targets, (logits, loss)."""
 
@@ -270,6 +292,10 @@ class ResidualGPT(HookedRootModule):
         self.vocab_state: dict[str, Any] = {}
         self._init_weights()
         self.setup()
+
+    def setup(self) -> None:
+        super().setup()
+        self.mod_dict = HookNames(self.mod_dict, self.cfg.n_layers)  # a hook name it lacks: one clear error
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -316,6 +342,15 @@ class ResidualGPT(HookedRootModule):
         n = tokens.shape[-1]
         if n > self.cfg.n_ctx:
             raise ConfigError(f"sequence length {n} exceeds n_ctx {self.cfg.n_ctx}")
+        if tokens.dtype not in (torch.long, torch.int):
+            raise ConfigError(f"token ids must be integers (torch.long), got a {tokens.dtype} tensor")
+        # Ids outside the vocabulary: a ConfigError, not the embedding's IndexError (a GPU would only assert).
+        # Checked where it costs no device sync: on a CPU, and in eval mode (analysis, not the training step).
+        if tokens.numel() and (tokens.device.type == "cpu" or not self.training):
+            low, high = int(tokens.min()), int(tokens.max())
+            if low < 0 or high >= self.cfg.d_vocab:
+                bad = low if low < 0 else high
+                raise ConfigError(f"token id {bad} is outside the vocabulary (ids 0..{self.cfg.d_vocab - 1})")
         embed = self.hook_embed(self.embed(tokens))
         pos = self.pos_embed(torch.arange(n, device=tokens.device)).expand(tokens.shape[0], n, -1)
         pos = self.hook_pos_embed(pos)  # [batch, pos, d_model] as in TransformerLens

@@ -134,7 +134,7 @@ def test_registered_mixers_are_valid_config_values():
     assert {"toy_tied_qkv", "toy_shift"} <= set(MIXERS) and "toy_shift" in MIXERS
     assert mixer_spec("toy_shift") is Shift and not Shift.has_pattern and not Shift.exports_to_tl()
     assert TiedQKV.has_pattern and TiedQKV.has_heads and TiedQKV.exports_to_tl()
-    with pytest.raises(ConfigError, match="mixer must be one of"):
+    with pytest.raises(ConfigError, match="is not registered in this process"):
         ModelConfig(mixer="toy_unregistered")
     with pytest.raises(ConfigError, match="self_bias applies only"):
         ModelConfig(mixer="toy_tied_qkv", self_bias=1.0)  # takes_self_bias defaults to False

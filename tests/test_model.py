@@ -223,7 +223,7 @@ def test_loss_with_targets():
     [
         ("d_model", 30, "divisible by n_heads"),
         ("residual", "attn", "residual must be one of"),
-        ("mixer", "mlp", "mixer must be one of"),
+        ("mixer", "mlp", "mixer .mlp. is not registered in this process"),
         ("n_layers", 0, "n_layers must be a positive integer"),
         ("d_vocab", -3, "d_vocab"),
         ("dropout", 1.0, "dropout must be in [0, 1)"),
@@ -279,3 +279,28 @@ def test_fused_layer_norm_matches_the_hooked_path():
     torch.testing.assert_close(fused_loss, hooked_loss)
     for fused, hooked in zip(fused_grads, [p.grad for p in model.parameters()], strict=True):
         torch.testing.assert_close(fused, hooked, atol=1e-6, rtol=1e-5)
+
+
+def test_misused_inputs_are_toolkit_errors_not_raw_index_or_key_errors():
+    """Ids outside the vocabulary or of a float dtype, a hook at a layer the model lacks, an attribution to a token
+    past the vocabulary: each a ToolkitError naming what is wrong (a notebook catches one kind)."""
+    from interp.decompose import direct_logit_attribution
+    from interp.errors import ToolkitError
+    from interp.interventions import knock_out_self
+
+    model = ResidualGPT(ModelConfig(n_layers=2, d_model=16, n_heads=2, n_ctx=8, d_vocab=10)).eval()
+    for bad, words in ((torch.tensor([[999]]), "token id 999"), (torch.tensor([[-1]]), "token id -1")):
+        with pytest.raises(ToolkitError, match=words):
+            model(bad)
+    with pytest.raises(ToolkitError, match="integers"):
+        model(torch.tensor([[1.0]]))
+    with pytest.raises(ToolkitError, match=r"blocks\.9\.attn\.hook_pattern.*layers 0\.\.1"):
+        model.run_with_hooks(torch.tensor([[1, 2]]), fwd_hooks=knock_out_self(9))
+    with pytest.raises(KeyError):  # still a KeyError for code that catches one
+        model.mod_dict["blocks.9.attn.hook_pattern"]
+    _, cache = model.run_with_cache(torch.tensor([[1, 2, 3]]))
+    with pytest.raises(ToolkitError, match="token id 9999"):
+        direct_logit_attribution(cache, 9999, 1)
+    with pytest.raises(ToolkitError, match="do not match the cache's positions"):
+        direct_logit_attribution(cache, torch.tensor([[1, 2]]))
+    assert direct_logit_attribution(cache, torch.tensor([[1, 2, 3]])) is not None
