@@ -5,10 +5,13 @@ Names are imported lazily: `from interp.config import ModelConfig` stays light
 """
 
 import importlib
+import importlib.util
 
+from interp import moved as _moved
 from interp.signals import guard_startup
 
 guard_startup()  # a Ctrl-C while modules import: one line, not a traceback
+_moved.install()  # old module paths (interp.export, experiments.frame, ...) still import
 
 _LAZY = {
     "Checkpoint": "interp.checkpoint",
@@ -34,6 +37,8 @@ _LAZY = {
 def __getattr__(name):
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
+    if importlib.util.find_spec(f"interp.{name}") is not None:  # interp.interventions without importing it first
+        return importlib.import_module(f"interp.{name}")
     raise AttributeError(f"module 'interp' has no attribute {name!r}")
 
 

@@ -106,3 +106,25 @@ def warn(message: str, category: type[Warning], stacklevel: int = 2) -> None:
     import warnings
 
     warnings.warn(message, category, stacklevel=stacklevel + 1)
+
+
+class HookNameError(ConfigError, KeyError):
+    """A hook name the model lacks: a ConfigError, and still the KeyError code catching a missing key expects."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class HookNames(dict):
+    """TransformerLens's name -> module map, whose missing name (a hook at layer 9 of a 2-layer model, a typo) is a
+    ConfigError naming the model's layers, not a bare KeyError from inside run_with_hooks."""
+
+    def __init__(self, modules: dict, n_layers: int):
+        super().__init__(modules)
+        self.n_layers = n_layers
+
+    def __missing__(self, name: str):
+        raise HookNameError(
+            f"this model has no hook point or module named {name!r} (layers 0..{self.n_layers - 1}; "
+            "model.hook_dict lists every hook point)"
+        )

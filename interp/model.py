@@ -28,7 +28,7 @@ from transformer_lens import ActivationCache, HookedRootModule  # the top-level 
 from transformer_lens.hook_points import HookPoint
 
 from interp.config import ModelConfig
-from interp.errors import ConfigError, LogitAttrsWarning, ToolkitError, TrainModeWarning, warn
+from interp.errors import ConfigError, HookNames, LogitAttrsWarning, ToolkitError, TrainModeWarning, warn
 from interp.registry import mixer_spec
 
 
@@ -247,28 +247,6 @@ def train_mode_hooks_expected() -> Iterator[None]:
         yield
     finally:
         _TRAIN_HOOKS_QUIET.reset(token)
-
-
-class HookNameError(ConfigError, KeyError):
-    """A hook name the model lacks: a ConfigError, and still the KeyError code catching a missing key expects."""
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
-
-
-class HookNames(dict):
-    """TransformerLens's name -> module map, whose missing name (a hook at layer 9 of a 2-layer model, a typo) is a
-    ConfigError naming the model's layers, not a bare KeyError from inside run_with_hooks."""
-
-    def __init__(self, modules: dict, n_layers: int):
-        super().__init__(modules)
-        self.n_layers = n_layers
-
-    def __missing__(self, name: str):
-        raise HookNameError(
-            f"this model has no hook point or module named {name!r} (layers 0..{self.n_layers - 1}; "
-            "model.hook_dict lists every hook point)"
-        )
 
 
 class ResidualGPT(HookedRootModule):

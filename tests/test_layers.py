@@ -88,15 +88,26 @@ def test_the_checker_sees_a_circle():
 
 
 def test_old_paths_are_the_new_modules():
-    """interp.hooked and interp.bridge moved into interp.tl; their old paths (notebooks import them) give the same."""
-    import interp.bridge
-    import interp.hooked
-    import interp.tl.bridge
-    import interp.tl.hooked
+    """Every module path the restructure moved (interp.moved.MOVED) imports as the very module at its new path, with a
+    DeprecationWarning naming it; `import interp; interp.interventions` works without importing the submodule."""
+    import importlib
+    import sys
+    import warnings
 
-    assert interp.hooked.__all__ == interp.tl.hooked.__all__
-    assert all(getattr(interp.hooked, n) is getattr(interp.tl.hooked, n) for n in interp.tl.hooked.__all__)
-    assert all(getattr(interp.bridge, n) is getattr(interp.tl.bridge, n) for n in interp.bridge.__all__)
+    import interp
+    from interp.moved import MOVED
+
+    assert interp.interventions is importlib.import_module("interp.interventions")
+    for old, new in MOVED.items():
+        sys.modules.pop(old, None)
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            module = importlib.import_module(old)
+        assert module is importlib.import_module(new), old
+        assert any(new in str(w.message) for w in said if w.category is DeprecationWarning), old
+    from interp.tl.hooked import to_hooked_transformer
+
+    assert importlib.import_module("interp.hooked").to_hooked_transformer is to_hooked_transformer
 
 
 def test_no_module_is_over_500_lines():
