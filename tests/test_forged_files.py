@@ -806,3 +806,27 @@ def test_case_count(capsys):
             f"corpus meta.json {len(CORPUS_CASES)}), plus saved-export and fixed cases"
         )
     assert n > 300
+
+
+TENSOR_FORGERIES = {
+    "float64 past float32's range": lambda w: w.double() * 1e300,
+    "a meta tensor": lambda w: torch.empty(w.shape, device="meta"),
+    "a sparse tensor": lambda w: w.to_sparse(),
+    "a complex tensor": lambda w: w.to(torch.complex64),
+}
+
+
+@pytest.mark.parametrize("forgery", list(TENSOR_FORGERIES))
+def test_a_weight_that_is_no_plain_finite_float32_tensor_is_refused(forgery, tmp_path):
+    """float64 values that become inf in the float32 model, tensors with no data (meta), sparse and complex ones:
+    one error naming the file (the float64 case loaded with inf weights and plotted NaN; meta and sparse ones were
+    a traceback from the content hash)."""
+    payload = own_payload()
+    name = "blocks.0.mlp.in_proj.weight"
+    payload["weights"][name] = TENSOR_FORGERIES[forgery](payload["weights"][name])
+    path = tmp_path / "ckpt.pt"
+    torch.save(payload, path)  # the hash left out: the checks run before any hash walks the data
+    clean(lambda: load_checkpoint(path), path, required=True)
+    if forgery.startswith("float64"):
+        torch.save(rehash(payload), path)  # and with a forger's recomputed hash
+        clean(lambda: load_checkpoint(path), path, required=True)

@@ -70,13 +70,25 @@ def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     return out
 
 
+def check_tensor(value: Any, field: str) -> torch.Tensor:
+    """A tensor that holds its data: dense (strided), not on the meta device (no data), not complex."""
+    if not isinstance(value, torch.Tensor):
+        raise Bad(field, f"is not a tensor (a {type(value).__name__})")
+    if value.layout != torch.strided:
+        raise Bad(field, f"is a {str(value.layout).removeprefix('torch.')} tensor, not a dense one")
+    if value.device.type == "meta":
+        raise Bad(field, "is a meta tensor (a shape with no data)")
+    if value.is_complex():
+        raise Bad(field, f"has dtype {value.dtype}, not a real one")
+    return value
+
+
 def check_weights(weights: Any, cfg: ModelConfig, field: str = "weights") -> dict[str, torch.Tensor]:
     """A state dict for a ResidualGPT of cfg: string names, floating tensors, n_layers blocks, and the shapes
     every ResidualGPT of cfg has (so no model larger than the file's own tensors is ever built for it)."""
     want_str_keys(want_dict(weights, field), field)
     for name, value in weights.items():
-        if not isinstance(value, torch.Tensor):
-            raise Bad(f"{field}[{name!r}]", f"is not a tensor (a {type(value).__name__})")
+        check_tensor(value, f"{field}[{name!r}]")
         if not value.is_floating_point():
             raise Bad(f"{field}[{name!r}]", f"has dtype {value.dtype}, not a floating point one")
     blocks = {int(m.group(1)) for k in weights if (m := _BLOCK.match(k))}
@@ -95,15 +107,20 @@ def check_weights(weights: Any, cfg: ModelConfig, field: str = "weights") -> dic
 
 
 def check_finite(weights: dict[str, Any], field: str = "") -> None:
-    """Bad when a floating tensor holds NaN or inf: the one finite check every import path runs (own
-    checkpoints, nanoGPT imports, save_hooked and save_bridge files)."""
+    """Bad when a floating tensor holds NaN or inf, or (float64) a value past float32's range, which the model's
+    float32 weights would hold as inf: the one finite check every import path runs (own checkpoints, nanoGPT
+    imports, save_hooked and save_bridge files)."""
     bad = [
         k
         for k, v in weights.items()
-        if isinstance(v, torch.Tensor) and v.is_floating_point() and not bool(torch.isfinite(v).all())
+        if isinstance(v, torch.Tensor) and v.is_floating_point() and not bool(torch.isfinite(v.float()).all())
     ]
     if bad:
-        raise Bad(field, f"holds non-finite weights ({', '.join(bad[:3])}{', ...' * (len(bad) > 3)})")
+        raise Bad(
+            field,
+            f"holds non-finite weights, or float64 ones past float32's range ({', '.join(bad[:3])}"
+            f"{', ...' * (len(bad) > 3)})",
+        )
 
 
 def check_vocab(state: dict[str, Any], d_vocab: int, field: str = "") -> None:

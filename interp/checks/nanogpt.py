@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from interp.checks import Bad, is_int, walk_limits, want_dict, want_int, want_number, want_str_keys
+from interp.checks.checkpoint import check_tensor
 
 _INTS = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")
 
@@ -23,8 +22,7 @@ def check_payload(payload: dict[str, Any]) -> None:
     model = want_dict(payload["model"], "model")
     want_str_keys(model, "model")
     for name, value in model.items():
-        if not isinstance(value, torch.Tensor):
-            raise Bad(f"model[{name!r}]", f"is not a tensor (a {type(value).__name__})")
+        check_tensor(value, f"model[{name!r}]")
     args = want_dict(payload["model_args"], "model_args")
     want_str_keys(args, "model_args")
     for key in _INTS:

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from interp.checks import Bad, walk_limits, want_dict, want_str_keys
-from interp.checks.checkpoint import check_config, check_finite, check_vocab, check_weights
+from interp.checks.checkpoint import check_config, check_finite, check_tensor, check_vocab, check_weights
 from interp.config import ModelConfig
 
 DTYPES = ("float32", "float16", "bfloat16", "float64")
@@ -144,8 +144,7 @@ def check_hooked(record: Any, state_dict: Any, device: str = "cpu", leading: boo
     check_tl_config(tl, export_tl_config(cfg, tl["dtype"], d_vocab - cfg.d_vocab))
     want_str_keys(want_dict(state_dict, "the weights"), "the weights")
     for name, value in state_dict.items():
-        if not isinstance(value, torch.Tensor):
-            raise Bad(f"{name!r}", f"is not a tensor (a {type(value).__name__})")
+        check_tensor(value, f"{name!r}")
         if leading and (value.dim() == 0 or value.shape[0] != 1):
             raise Bad(f"{name!r}", f"has shape {list(value.shape)}, without save_hooked's leading dimension of 1")
     check_finite({k: v for k, v in state_dict.items() if k not in _check_constants(state_dict, cfg, leading)})
