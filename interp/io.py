@@ -152,12 +152,31 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999: a number json reads as inf, which no writer here ever writes
+        raise ValueError(f"{text[:40]} is past a float's range")
+    return value
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):  # json keeps the last of two equal keys: one reader would see another value
+        names = [k for k, _ in pairs]
+        twice = next(k for i, k in enumerate(names) if k in names[:i])
+        raise ValueError(f"key {twice[:40]!r} appears twice in one object")
+    return out
+
+
 def loads(text: str) -> Any:
-    """json.loads that refuses the NaN / Infinity extensions, as every reader of the project's files does.
+    """json.loads that refuses what no writer here writes: the NaN / Infinity extensions, numbers past a float's
+    range (1e999), a key twice in one object; as every reader of the project's files does.
 
     JSON nested deeper than Python's recursion allows is a ValueError too, like any other damage."""
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
+        return json.loads(
+            text, parse_constant=_refuse_constant, parse_float=_finite_float, object_pairs_hook=_unique_keys
+        )
     except RecursionError:
         raise ValueError("nested too deeply") from None
 

@@ -830,3 +830,23 @@ def test_a_weight_that_is_no_plain_finite_float32_tensor_is_refused(forgery, tmp
     if forgery.startswith("float64"):
         torch.save(rehash(payload), path)  # and with a forger's recomputed hash
         clean(lambda: load_checkpoint(path), path, required=True)
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ('{"final_val_loss": 0.5, "final_val_loss": 2.0}', "appears twice"),  # json keeps the last one
+        ('{"val_fraction": 1e999}', "past a float's range"),  # json reads it as inf
+        ('{"a": NaN}', "not a JSON number"),
+    ],
+)
+def test_json_no_writer_here_writes_is_refused_naming_the_file(text, words, tmp_path):
+    """A key twice in one object, a number past a float's range, NaN: every JSON reader (interp.io.read_json, under
+    config.json, final.json, a corpus's meta.json) refuses it as damage naming the file."""
+    from interp.io import DataFileError, read_json
+
+    path = tmp_path / "final.json"
+    path.write_text(text)
+    with pytest.raises(DataFileError) as e:
+        read_json(path)
+    assert str(path) in str(e.value) and words in str(e.value)
