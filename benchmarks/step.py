@@ -40,7 +40,7 @@ from typing import Any
 
 from interp.cli import Parser
 from interp.errors import ToolkitError, one_line
-from interp.signals import interrupt_code, interrupts, signal_name
+from interp.signals import interrupt_code, interrupt_line, interrupts, signal_name
 
 # torch and the benchmark's modules are imported inside main(), once interrupts() is in place, so a
 # SIGTERM that arrives while torch loads (seconds on a busy machine) is handled like any other.
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         code = interrupt_code(e)
         if code is None:  # no signal: a bug, shown as one
             raise
-        print(f"\ninterrupted ({signal_name(code)}); no report was printed", file=sys.stderr)
+        print(interrupt_line(f"interrupted ({signal_name(code)}); no report was printed"), file=sys.stderr)
         return code
 
 

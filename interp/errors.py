@@ -57,7 +57,7 @@ def one_line_errors(run: Callable[[], Any]) -> tuple[int, Any]:
 
     Ctrl-C, SIGTERM and SIGHUP (interp.signals) end it too: one line, exit 130, 143 or 129.
     """
-    from interp.signals import interrupt_code, interrupts, signal_name
+    from interp.signals import interrupt_code, interrupt_line, interrupts, signal_name
 
     try:
         with interrupts():
@@ -69,7 +69,7 @@ def one_line_errors(run: Callable[[], Any]) -> tuple[int, Any]:
         code = interrupt_code(e)
         if code is None:  # no signal fired: a bug, shown as one
             raise
-        print(f"\ninterrupted ({signal_name(code)}); nothing was written", file=sys.stderr)
+        print(interrupt_line(f"interrupted ({signal_name(code)}); nothing was written"), file=sys.stderr)
         return code, None
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from interp.cli import Parser, run_writing_command
-from interp.errors import ConfigError, DataError, ToolkitError
+from interp.errors import CheckpointError, ConfigError, DataError, ToolkitError
 from interp.io import DataFileError
 from interp.registry import mixer_spec
 from interp.vocab import codec
@@ -75,7 +75,10 @@ def run(args: argparse.Namespace) -> Path:
     if args.layer is not None and not 0 <= args.layer < cfg.n_layers:
         raise ConfigError(f"--layer {args.layer} is out of range: the model has layers 0..{cfg.n_layers - 1}")
     layers = [args.layer] if args.layer is not None else list(range(cfg.n_layers))
-    ids, pieces = encode(args.text, ckpt.state, cfg)
+    try:
+        ids, pieces = encode(args.text, ckpt.state, cfg)
+    except CheckpointError as e:  # no vocabulary: name the file it is missing from
+        raise CheckpointError(f"{args.ckpt}: {e}") from None
     if not mixer_spec(cfg.mixer).has_pattern:
         raise ConfigError(f"{args.ckpt} uses mixer={cfg.mixer!r}, which has no attention pattern to plot")
 

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from interp.cli import Parser, guarded_output, one_line_errors
-from interp.errors import ConfigError, DataError, escape_controls
+from interp.errors import CheckpointError, ConfigError, DataError, escape_controls
 from interp.vocab import codec
 
 # torch and transformer_lens are imported in run(): --help and usage errors answer at once.
@@ -48,7 +48,10 @@ def run(args: argparse.Namespace) -> list[str]:
     from interp.checkpoint import load_checkpoint
 
     ckpt = load_checkpoint(args.ckpt, meta=args.meta)
-    encode, decode = codec(ckpt.state, what="--prompt")
+    try:
+        encode, decode = codec(ckpt.state, what="--prompt")
+    except CheckpointError as e:  # no vocabulary: name the file it is missing from
+        raise CheckpointError(f"{args.ckpt}: {e}") from None
     ids = encode(args.prompt)
 
     import torch  # the input is good: now the heavy imports

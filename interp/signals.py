@@ -76,6 +76,12 @@ def interrupt_code(e: BaseException) -> int | None:
     return exit_code(e) if isinstance(e, KeyboardInterrupt) else fired_code()
 
 
+def interrupt_line(text: str) -> str:
+    """The interrupt's one line; on a terminal it starts on a fresh line (a progress bar may hold the cursor),
+    elsewhere (a log, a pipe) it is exactly one line."""
+    return ("\n" if sys.stderr.isatty() else "") + text
+
+
 def signal_name(code: int) -> str:
     return {EXIT_TERMINATED: "SIGTERM", EXIT_HANGUP: "SIGHUP"}.get(code, "Ctrl-C")
 

@@ -136,7 +136,7 @@ def test_explicit_path_wins_over_data_dir(monkeypatch, tmp_path, text_file):
 
 
 def test_missing_files_are_data_errors(monkeypatch, tmp_path):
-    with pytest.raises(DataError, match="no file at"):
+    with pytest.raises(DataError, match="no TinyShakespeare file at"):
         D.shakespeare_path(tmp_path / "nope.txt")
     monkeypatch.setenv("RESIDUAL_DATA_DIR", str(tmp_path))
     with pytest.raises(DataError, match="RESIDUAL_DATA_DIR"):
@@ -560,3 +560,15 @@ def test_synthetic_corpus_is_seeded_and_loads_by_name():
     assert set(np.unique(b.train).tolist()) == set(range(32))
     with pytest.raises(DataError, match="takes no path"):
         D.load_corpus("synthetic", "somewhere.txt")
+
+
+def test_a_fifo_or_directory_given_as_the_text_is_named_as_what_it_is(tmp_path):
+    """--data pointing at a FIFO (reading it would wait for a writer) or a directory: refused by its kind."""
+    import os
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(DataError, match="is a FIFO, not a regular file"):
+        D._read_bytes(fifo, "TinyShakespeare")
+    with pytest.raises(DataError, match="is a directory, not a regular file"):
+        D._read_bytes(tmp_path, "TinyShakespeare")

@@ -229,3 +229,16 @@ def test_every_command_refuses_an_unknown_option_in_one_line(module, monkeypatch
     err = capsys.readouterr().err
     assert e.value.code == 2, (module, err)
     assert err.startswith("error: ") and err.count("\n") == 1, (module, err)
+
+
+def test_an_interrupt_is_one_line_where_stderr_is_no_terminal(capsys):
+    """In a log or a pipe the interrupt line is exactly one line (no blank line first: that is only to step off a
+    progress bar on a terminal)."""
+    from interp.errors import one_line_errors
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    code, _ = one_line_errors(interrupted)
+    err = capsys.readouterr().err
+    assert code == 130 and err == "interrupted (Ctrl-C); nothing was written\n"

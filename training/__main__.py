@@ -22,7 +22,7 @@ import sys
 from interp.cli import Parser, directory_option, guarded_output
 from interp.config import MIXERS, RESIDUALS
 from interp.errors import ToolkitError, io_error_line, one_line
-from interp.signals import exit_code, fired_code, interrupts, signal_name
+from interp.signals import exit_code, fired_code, interrupt_line, interrupts, signal_name
 from training.presets import MODEL_FIELDS, PRESETS, TRAIN_FIELDS, check_asked_vocab, parse_overrides, resolve
 from training.run_config import variant_name
 from training.rundir import RunDir
@@ -177,7 +177,10 @@ def _main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt as e:  # before training started: nothing to resume
         code = exit_code(e)
-        print(f"\ninterrupted ({signal_name(code)}) before training started; nothing was written", file=sys.stderr)
+        print(
+            interrupt_line(f"interrupted ({signal_name(code)}) before training started; nothing was written"),
+            file=sys.stderr,
+        )
         return code
     except OSError as e:  # an I/O error no layer below turned into a ToolkitError
         print(io_error_line(e), file=sys.stderr)
@@ -187,8 +190,10 @@ def _main(argv: list[str] | None = None) -> int:
         if code is None:
             raise
         print(
-            f"\ninterrupted ({signal_name(code)}); the run resumes from its last checkpoint, if any: "
-            f"rerun the same command",
+            interrupt_line(
+                f"interrupted ({signal_name(code)}); the run resumes from its last checkpoint, if any: "
+                "rerun the same command"
+            ),
             file=sys.stderr,
         )
         return code

@@ -68,8 +68,9 @@ def _check_text(path: Path, data: bytes) -> None:
 
 
 def _read_bytes(path: Path, what: str) -> bytes:
-    if not path.is_file():
-        raise DataError(f"{what}: no file at {path}")
+    from interp.checks import regular_file
+
+    regular_file(path, DataError, f"{what} file")  # missing, or a FIFO / device / directory named as what it is
     try:
         return path.read_bytes()
     except OSError as e:

@@ -139,7 +139,11 @@ class Trainer:
         self.model_cfg = model_cfg
         shortest = min(len(self.corpus.train), len(self.corpus.val))
         if model_cfg.n_ctx + 1 >= shortest:
-            raise ConfigError(f"n_ctx {model_cfg.n_ctx} is longer than the data ({shortest} tokens in a split)")
+            where = train_cfg.data_path or "found through RESIDUAL_DATA_DIR or the cache"
+            raise ConfigError(
+                f"n_ctx {model_cfg.n_ctx} is longer than the data ({shortest} tokens in a split of corpus "
+                f"{self.corpus.name}, {where})"
+            )
         if train_cfg.batch_size % self.world_size:
             raise ConfigError(f"batch_size {train_cfg.batch_size} is not divisible by {self.world_size} ranks")
         self.config_record = config_record(model_cfg, train_cfg, self.corpus, model_init, self.meta)

@@ -40,7 +40,7 @@ from experiments.shared.text import format_table, levels_line, software_versions
 from interp.cli import Parser, directory_option
 from interp.errors import ToolkitError, io_error_line, one_line
 from interp.io import remove_stale_temps
-from interp.signals import exit_code, fired_code, interrupts, signal_name
+from interp.signals import exit_code, fired_code, interrupt_line, interrupts, signal_name
 from training.budget import check_runnable
 from training.presets import PRESETS, RunSpec, check_asked_vocab, parse_overrides, resolve
 
@@ -145,8 +145,10 @@ class Experiment:
         if not importable(self.name):  # declared in a notebook or a test file: no module to name
             command = f"run this experiment again with the same options ({shlex.join(argv)})"
         print(
-            f"\ninterrupted ({signal_name(code)}) after {time.perf_counter() - start:.0f}s; finished runs are "
-            f"kept and the interrupted one resumes from its checkpoint: {command}",
+            interrupt_line(
+                f"interrupted ({signal_name(code)}) after {time.perf_counter() - start:.0f}s; finished runs are "
+                f"kept and the interrupted one resumes from its checkpoint: {command}"
+            ),
             file=sys.stderr,
         )
         return code
