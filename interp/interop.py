@@ -7,7 +7,7 @@ forward, which the attention and LayerNorm check for: hook_pattern /
 hook_attn_scores / hook_scale then take their explicit paths, as under
 run_with_cache, and are never skipped.
 
-circuitsvis: `attention_patterns` below. Its HTML does not open offline: str(html),
+circuitsvis: `circuitsvis_patterns` below. Its HTML does not open offline: str(html),
 html.show_code() and a notebook that is online load circuitsvis's JavaScript from
 unpkg.com; only `html.local_src` inlines the script. The toolkit's own figures
 (interp.plots, python -m interp.plot_attention) stay self-contained and offline.
@@ -20,7 +20,7 @@ from typing import Any
 from interp.errors import ConfigError
 
 
-def attention_patterns(cache: Any, layer: int, tokens: list[str], batch: int = 0):
+def circuitsvis_patterns(cache: Any, layer: int, tokens: list[str], batch: int = 0):
     """circuitsvis.attention.attention_patterns for one layer of a cache (ResidualGPT's or the export's).
 
     Returns circuitsvis's RenderedHTML. It loads its JavaScript from unpkg.com

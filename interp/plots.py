@@ -347,7 +347,7 @@ def identity_accuracy(
     return fig
 
 
-def logit_lens_ce(
+def logit_lens_figure(
     runs: Mapping[str, Mapping[str, Any]],
     references: Mapping[str, float] | None = None,
     *,

@@ -129,7 +129,7 @@ def test_position_blind_stack_holds_nothing_beyond_the_current_token(shared_data
 
 
 def test_summary_and_figures(one_thread):
-    from interp.plots import PlotInputError, identity_accuracy, logit_lens_ce
+    from interp.plots import PlotInputError, identity_accuracy, logit_lens_figure
 
     model = distinct_embedding_model()
     tokens = markov_tokens(6000, 20, seed=1)
@@ -143,7 +143,7 @@ def test_summary_and_figures(one_thread):
     fig = identity_accuracy({"a": summary["identity"], "b": summary["identity"]}, offsets=(0, -1))
     assert len(fig.data) == 4 and list(fig.data[0].x) == summary["identity"]["labels"]
     assert len(fig.layout.shapes) == 3  # chance for both offsets, the current-token level for -1
-    fig = logit_lens_ce({"a": lens}, {"unigram": 3.0, "bigram": 2.0})
+    fig = logit_lens_figure({"a": lens}, {"unigram": 3.0, "bigram": 2.0})
     assert len(fig.data) == 1 and len(fig.layout.shapes) == 2
     with pytest.raises(PlotInputError, match="no offset -2"):
         identity_accuracy({"a": {**summary["identity"], "offsets": [0, -1], "accuracy": [[1, 0]] * 4}}, (0, -2))

@@ -202,7 +202,7 @@ def test_nnsight_reads_and_edits_hook_points(residual):
 
 def test_circuitsvis_on_a_cached_pattern():
     pytest.importorskip("circuitsvis")
-    from interp.interop import attention_patterns
+    from interp.interop import circuitsvis_patterns as attention_patterns
 
     model = make_model("random")
     text = "ROMEO:\nO me"

@@ -260,7 +260,7 @@ def confirm_cells(grid: Grid, first: dict[Cell, dict[str, Any]], confirmed: dict
 def finished_places(ctx: Context, grid: Grid) -> tuple[dict, dict] | None:
     """(first-pass places, confirmed places) from the run directories; None while a first-pass run is
     unfinished. A cell is confirmed once all its confirmation runs have finished."""
-    from experiments.shared.frame import reference_levels
+    from experiments.shared.frame import validation_levels
     from training.rundir import RunDir
 
     def load(name: str, seeds: list[int]) -> list[dict[str, Any]] | None:
@@ -283,7 +283,7 @@ def finished_places(ctx: Context, grid: Grid) -> tuple[dict, dict] | None:
         rs = load(c.name + suffix, seeds)
         if rs is not None:
             runs[c.name + suffix] = rs
-    levels = ctx.levels or reference_levels(ctx.spec, ctx.corpus)
+    levels = ctx.levels or validation_levels(ctx.spec, ctx.corpus)
     margin = ctx.args.margin
     return places_of(runs, every, levels, margin), places_of(runs, every, levels, margin, suffix)
 

@@ -203,7 +203,7 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
             )
         )
     if results.get("identity"):
-        from interp.plots import identity_accuracy, logit_lens_ce
+        from interp.plots import identity_accuracy, logit_lens_figure
 
         ident = results["identity"]
         out.append(
@@ -219,7 +219,7 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
         out.append(
             (
                 "Logit lens",
-                logit_lens_ce(
+                logit_lens_figure(
                     {n: v["logit_lens"] for n, v in ident.items()},
                     {
                         "unigram": results["reference_levels"]["unigram"],

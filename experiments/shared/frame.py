@@ -195,7 +195,7 @@ class Experiment:
 
     def _main(self, argv: list[str], start: float) -> int:
         ctx, jobs = self.context(argv)
-        ctx.levels = reference_levels(ctx.spec, ctx.corpus)
+        ctx.levels = validation_levels(ctx.spec, ctx.corpus)
         runs = f"{len(jobs)} run{'s' * (len(jobs) != 1)}"
         print(f"{self.name.replace('_', ' ')}: preset {ctx.spec.preset}, seeds {ctx.seeds}, {runs} -> {ctx.result_dir}")
         if self.preface:
@@ -281,7 +281,7 @@ class Experiment:
 # ----- the pieces the runner uses (and experiments may too) --------------------------------------------
 
 
-def reference_levels(spec: RunSpec, corpus) -> dict[str, Any]:
+def validation_levels(spec: RunSpec, corpus) -> dict[str, Any]:
     """Unigram / bigram cross-entropy of the fixed validation batches under train-split counts."""
     from training.batches import fixed_batches
     from training.reference_levels import reference_levels as levels
