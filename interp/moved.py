@@ -43,10 +43,15 @@ class _Moved(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def create_module(self, spec) -> ModuleType:
         warnings.warn(f"{spec.name} moved to {MOVED[spec.name]}; import that", DeprecationWarning, stacklevel=2)
-        return importlib.import_module(MOVED[spec.name])
+        module = importlib.import_module(MOVED[spec.name])
+        self.real_spec = module.__spec__  # the import system is about to put the old name's spec on it
+        return module
 
     def exec_module(self, module: ModuleType) -> None:
-        pass  # the module at the new path has run already
+        # Nothing to run (the module at the new path has run already); give it back its own spec and loader,
+        # or runpy and reload would find this finder's spec on the real module.
+        module.__spec__ = self.real_spec
+        module.__loader__ = self.real_spec.loader if self.real_spec is not None else None
 
 
 def install() -> None:

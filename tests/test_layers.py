@@ -104,6 +104,7 @@ def test_old_paths_are_the_new_modules():
             warnings.simplefilter("always")
             module = importlib.import_module(old)
         assert module is importlib.import_module(new), old
+        assert module.__spec__.name == new, old  # its own spec still: runpy and reload find the real module
         assert any(new in str(w.message) for w in said if w.category is DeprecationWarning), old
     from interp.tl.hooked import to_hooked_transformer
 

@@ -116,10 +116,11 @@ def check_finite(weights: dict[str, Any], field: str = "") -> None:
         if isinstance(v, torch.Tensor) and v.is_floating_point() and not bool(torch.isfinite(v.float()).all())
     ]
     if bad:
+        wide = any(weights[k].dtype == torch.float64 for k in bad)
         raise Bad(
             field,
-            f"holds non-finite weights, or float64 ones past float32's range ({', '.join(bad[:3])}"
-            f"{', ...' * (len(bad) > 3)})",
+            f"holds non-finite weights ({', '.join(bad[:3])}{', ...' * (len(bad) > 3)})"
+            + (" (float64 values past float32's range: the float32 model would hold them as inf)" if wide else ""),
         )
 
 
