@@ -324,7 +324,10 @@ class ResidualGPT(HookedRootModule):
             raise ConfigError(f"token ids must be integers (torch.long), got a {tokens.dtype} tensor")
         # Ids outside the vocabulary: a ConfigError, not the embedding's IndexError (a GPU would only assert).
         # Checked where it costs no device sync: on a CPU, and in eval mode (analysis, not the training step).
-        if tokens.numel() and (tokens.device.type == "cpu" or not self.training):
+        # A TransformerLens 4 bridge swaps self.embed for its own component, which embeds its tokenizer's
+        # specials (ids >= d_vocab) as zeros: the check is the plain embedding's.
+        plain = isinstance(self.embed, nn.Embedding)
+        if plain and tokens.numel() and (tokens.device.type == "cpu" or not self.training):
             low, high = int(tokens.min()), int(tokens.max())
             if low < 0 or high >= self.cfg.d_vocab:
                 bad = low if low < 0 else high
