@@ -26,8 +26,8 @@ from probes.identity import (
     IdentityProbeError,
     _activations,
     _as_model,
-    _fit,
     _targets,
+    fit_site,
     train_windows,
 )
 
@@ -89,16 +89,8 @@ def fit_decoders(
         y_held = _targets(held_x, offsets).reshape(-1, len(offsets))
         decoders = {}
         for site in sites:
-            mean, std = fit_acts[site].mean(0), fit_acts[site].std(0)
-            std = torch.where(std > 1e-6 * max(float(std.max()), 1e-30), std, torch.ones_like(std))
-            w, b, _ = _fit(
-                (fit_acts[site] - mean) / std,
-                y_fit,
-                (held_acts[site] - mean) / std,
-                y_held,
-                n_classes,
-                weight_decays,
-                max_iter,
+            mean, std, w, b, _ = fit_site(
+                fit_acts[site], held_acts[site], y_fit, y_held, n_classes, weight_decays, max_iter
             )
             decoders[site] = (mean, std, w, b)
     finally:

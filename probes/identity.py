@@ -185,6 +185,18 @@ def _fit(
 # --------------------------------------------------------------------------- reference levels
 
 
+def fit_site(
+    fit_acts: Tensor, held_acts: Tensor, y_fit: Tensor, y_held: Tensor, n_classes: int, weight_decays, max_iter: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor, float]:
+    """One site's decoder on standardised activations: (mean, std, W, b, the weight decay chosen on held)."""
+    mean, std = fit_acts.mean(0), fit_acts.std(0)
+    std = torch.where(std > 1e-6 * max(float(std.max()), 1e-30), std, torch.ones_like(std))  # constant features
+    w, b, decay = _fit(
+        (fit_acts - mean) / std, y_fit, (held_acts - mean) / std, y_held, n_classes, weight_decays, max_iter
+    )
+    return mean, std, w, b, decay
+
+
 def _pairs(tokens: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """(current, token at offset k) for every position of a 1-D array where both exist."""
     return (tokens[-k:], tokens[: len(tokens) + k]) if k else (tokens, tokens)
@@ -314,19 +326,9 @@ def measure_identity(
         y_held = _targets(held_x, offsets).reshape(-1, len(offsets))
         decoders = {}
         for site in [*sites, CONTROL]:
-            mean = fit_acts[site].mean(0)
-            std = fit_acts[site].std(0)
-            std = torch.where(std > 1e-6 * max(float(std.max()), 1e-30), std, torch.ones_like(std))
-            w, b, decay = _fit(
-                (fit_acts[site] - mean) / std,
-                y_fit,
-                (held_acts[site] - mean) / std,
-                y_held,
-                n_classes,
-                weight_decays,
-                max_iter,
+            decoders[site] = fit_site(
+                fit_acts[site], held_acts[site], y_fit, y_held, n_classes, weight_decays, max_iter
             )
-            decoders[site] = (mean, std, w, b, decay)
             if progress is not None:  # progress(label): one call per fitted site
                 progress(site_label(site) if site != CONTROL else "control")
         # score on the validation batches, one batch at a time
