@@ -167,6 +167,9 @@ def test_smoke_runs_every_section_and_resumes_without_training(tmp_path, capsys)
         (["--margin", "0"], "--margin must be a finite number > 0"),
         (["--probe-every", "15"], "must be a multiple of eval_interval"),
         (["--early-step", "15"], "--early-step 15 must be an evaluation step"),
+        (["--references", "ffn_only"], "--references"),  # the grid itself: its runs would count twice
+        (["--holdout-depth", "3,4"], "--holdout-depth takes one depth"),
+        (["--set", "lr_schedule=cosine"], "escape times need lr_schedule=constant"),
     ],
 )
 def test_bad_options_are_one_error_line_before_any_work(tmp_path, capsys, argv, message):
@@ -176,3 +179,15 @@ def test_bad_options_are_one_error_line_before_any_work(tmp_path, capsys, argv, 
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and err.count("\n") == 1
     assert not (tmp_path / "o").exists()
+
+
+def test_the_law_leaves_out_an_lr_at_which_nothing_escaped_and_needs_three_escapes():
+    """An lr with no escape would push its coefficient to infinity (a 'fit' with a narrow interval around where
+    the optimiser stopped): the lrs are pooled and the record says why; two escapes are too few for any law."""
+    run = lambda d, lr, e: {"n_layers": d, "lr": lr, "escape": e, "last_step": 1200}  # noqa: E731
+    runs = [run(1, 1e-3, 100), run(1, 1e-3, 150), run(2, 1e-3, 600), run(2, 1e-3, 900)]
+    law = fit_law(runs + [run(d, 2e-3, None) for d in (1, 1, 2, 2)])
+    assert law["fitted"] and not law["with_lr"] and "one lr only" in law["lr_left_out"]
+    assert "per_lr_doubling" not in law["coef"] and math.isfinite(law["coef"]["per_layer"]["value"])
+    few = fit_law([run(1, 1e-3, 100), run(2, 1e-3, 500)])
+    assert not few["fitted"] and "fewer than the 3" in few["reason"]

@@ -68,6 +68,8 @@ def law_text(law: dict[str, Any], margin: str) -> str:
     text = f"law at margin {margin}: each layer multiplies the median wait by {ci('per_layer', math.exp)}"
     if law["with_lr"]:
         text += f", each doubling of lr by {ci('per_lr_doubling', math.exp)}"
+    elif law.get("lr_left_out"):
+        text += f" (lrs pooled: {law['lr_left_out']})"
     return text + (
         f"; spread sigma {ci('sigma')} (log-normal, {law['n_runs']} runs, {law['n_escaped']} escaped, "
         f"depths {law['depths']})"

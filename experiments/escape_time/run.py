@@ -32,7 +32,7 @@ Default (preset phase-cell): ffn_only at depth 2, 3, 4, 6 x lr 1e-3, 2e-3, 16 se
 preset's steps (1200), evaluated every 25 steps and probed every 50 (the escape probe every 100), held-out
 depth 5 at both lrs, full and attn_only references with 4 seeds: 192 runs. The cost is printed before any
 work (each shape's step timed now, in ensembles). `--set max_steps=6000` trains 10x the preset's steps;
-`--preset smoke` runs a small grid (depths 1 and 3, held-out 2, 4 seeds) through every section.
+`--preset smoke` runs a small grid (depths 1 and 2, held-out 3, 4 seeds) through every section.
 
 Verdicts follow the project's rules: a cell's median is printed as measured only where the curve reaches
 0.5 within the runs' length, the law only where at least two depths have escapes, every interval is
@@ -103,11 +103,11 @@ def _ints(text: str, name: str) -> tuple[int, ...]:
 
 def add_arguments(p) -> None:
     g = p.add_argument_group("the grid")
-    g.add_argument("--depths", help="ffn_only depths (default 2,3,4,6; smoke 1,3)")
+    g.add_argument("--depths", help="ffn_only depths (default 2,3,4,6; smoke 1,2)")
     g.add_argument("--lrs", help="learning rates (default: the preset's lr x 0.5 and x 1)")
     g.add_argument(
         "--holdout-depth",
-        help="a depth left out of the law's fit, then trained to test it (default 5; smoke 2; '' for none)",
+        help="a depth left out of the law's fit, then trained to test it (default 5; smoke 3; '' for none)",
     )
     g.add_argument(
         "--references",
@@ -141,16 +141,23 @@ def check(args) -> None:
         _ints(args.depths, "--depths")
     if args.lrs is not None:
         _floats(args.lrs, "--lrs")
-    if args.holdout_depth not in (None, ""):
-        _ints(args.holdout_depth, "--holdout-depth")
+    if args.holdout_depth not in (None, "") and len(_ints(args.holdout_depth, "--holdout-depth")) != 1:
+        raise ToolkitError(f"--holdout-depth takes one depth (or '' for none), got {args.holdout_depth!r}")
     if args.reference_seeds is not None and args.reference_seeds < 1:
         raise ToolkitError(f"--reference-seeds must be >= 1, got {args.reference_seeds}")
     for name in ("probe_every", "early_step"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ToolkitError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    for item in args.set or []:  # a run's first N steps must not depend on how long it trains
+        key, _, value = item.partition("=")
+        if key.strip() == "lr_schedule" and value.strip() != "constant":
+            raise ToolkitError(
+                f"--set {item}: escape times need lr_schedule=constant (with a schedule a run's first steps depend "
+                "on its length, and an escape time would be the schedule's)"
+            )
     refs = [r.strip() for r in args.references.split(",")] if args.references and args.references.strip() else []
-    bad = [r for r in refs if r not in ("full", "attn_only", "none", "ffn_only")]
+    bad = [r for r in refs if r not in ("full", "attn_only", "none")]  # ffn_only is the grid itself
     if bad or "" in refs or len(set(refs)) != len(refs):
         raise ToolkitError(f"--references {args.references!r}: give distinct residuals among full, attn_only, none")
 

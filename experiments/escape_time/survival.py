@@ -160,14 +160,19 @@ def fit_law(runs: Sequence[dict[str, Any]], key: str = "escape") -> dict[str, An
     the refits that converged."""
     depths = [r["n_layers"] for r in runs]
     lrs = [r["lr"] for r in runs]
-    with_lr = len(set(lrs)) > 1
     times = np.array([r[key] if r[key] is not None else r["last_step"] for r in runs], dtype=float)
     escaped = np.array([r[key] is not None for r in runs])
     n, events = len(runs), int(escaped.sum())
+    # An lr at which no run escaped would push its coefficient to infinity (the likelihood has no maximum):
+    # the lr term is fitted only where runs escaped at two lrs or more, and the record says when it is left out.
+    escaping_lrs = {lr for lr, e in zip(lrs, escaped, strict=True) if e}
+    with_lr = len(escaping_lrs) > 1
+    lr_left_out = len(set(lrs)) > 1 and not with_lr
     base = {
         "n_runs": n,
         "n_escaped": events,
         "with_lr": with_lr,
+        "lr_left_out": "escapes at one lr only: the lr dependence cannot be fitted" if lr_left_out else None,
         "depths": sorted(set(depths)),
         "lrs": sorted(set(lrs)),
     }
@@ -178,6 +183,8 @@ def fit_law(runs: Sequence[dict[str, Any]], key: str = "escape") -> dict[str, An
             "reason": f"escapes at fewer than two depths ({events} of {n} runs escaped): the depth "
             "dependence cannot be fitted",
         }
+    if events < 3:
+        return {**base, "fitted": False, "reason": f"{events} escape(s) in {n} runs: fewer than the 3 a law needs"}
     x = _design(depths, lrs, with_lr)
     params = fit_lognormal(x, times, escaped)
     if params is None:
