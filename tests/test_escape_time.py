@@ -191,3 +191,15 @@ def test_the_law_leaves_out_an_lr_at_which_nothing_escaped_and_needs_three_escap
     assert "per_lr_doubling" not in law["coef"] and math.isfinite(law["coef"]["per_layer"]["value"])
     few = fit_law([run(1, 1e-3, 100), run(2, 1e-3, 500)])
     assert not few["fitted"] and "fewer than the 3" in few["reason"]
+
+
+def test_a_finished_run_without_evaluations_is_one_error_naming_its_metrics():
+    """metrics.jsonl removed or emptied after the run finished: a ToolkitError naming it, not an IndexError."""
+    from types import SimpleNamespace
+
+    from experiments.escape_time.run import summarise_run
+    from interp.errors import ToolkitError
+
+    record = {"run_dir": "/runs/x/seed1", "val_curve": {"steps": [], "loss": []}, "variant": "v", "seed": 1}
+    with pytest.raises(ToolkitError, match=r"/runs/x/seed1/metrics.jsonl holds no validation evaluation"):
+        summarise_run(record, SimpleNamespace(levels={}), {}, 100)

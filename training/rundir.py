@@ -396,10 +396,6 @@ class RunDir:
                 "vanished - run the command again to train it afresh"
             )
         final = self.read_final()
-        if not self.metrics.exists():  # every finished run logged its evaluations: gone is damage
-            raise RunDirError(
-                f"{self.metrics} is missing from a finished run; move the run directory aside and train it again"
-            )
         metrics = self.read_metrics()
         probes: dict[str, list[dict[str, Any]]] = {}
         for record in self.read_probes():

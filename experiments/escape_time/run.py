@@ -282,6 +282,11 @@ def margins(margin: float) -> list[float]:
 def summarise_run(record: dict[str, Any], ctx: Context, roles: dict[str, str], early: int) -> dict[str, Any]:
     levels = ctx.levels
     curve = record["val_curve"]
+    if not curve["steps"]:  # a finished run whose metrics.jsonl is gone or holds no evaluation
+        raise ToolkitError(
+            f"{record['run_dir']}/metrics.jsonl holds no validation evaluation (missing or emptied after the run "
+            "finished); move that run directory aside and run again"
+        )
     summary = run_summary(record)
     role, cell = roles[record["variant"]]
     return {
