@@ -323,11 +323,11 @@ class ResidualGPT(HookedRootModule):
         if tokens.dtype not in (torch.long, torch.int):
             raise ConfigError(f"token ids must be integers (torch.long), got a {tokens.dtype} tensor")
         # Ids outside the vocabulary: a ConfigError, not the embedding's IndexError (a GPU would only assert).
-        # Checked where it costs no device sync: on a CPU, and in eval mode (analysis, not the training step).
+        # Checked in eval mode only (analysis): the training step reads the corpus's own ids and pays nothing.
         # A TransformerLens 4 bridge swaps self.embed for its own component, which embeds its tokenizer's
         # specials (ids >= d_vocab) as zeros: the check is the plain embedding's.
         plain = isinstance(self.embed, nn.Embedding)
-        if plain and tokens.numel() and (tokens.device.type == "cpu" or not self.training):
+        if plain and tokens.numel() and not self.training:
             low, high = int(tokens.min()), int(tokens.max())
             if low < 0 or high >= self.cfg.d_vocab:
                 bad = low if low < 0 else high
