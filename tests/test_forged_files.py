@@ -810,6 +810,7 @@ def test_case_count(capsys):
 
 TENSOR_FORGERIES = {
     "float64 past float32's range": lambda w: w.double() * 1e300,
+    "a finite float32 weight past any trained model's": lambda w: torch.full_like(w, 3e38),
     "a meta tensor": lambda w: torch.empty(w.shape, device="meta"),
     "a sparse tensor": lambda w: w.to_sparse(),
     "a complex tensor": lambda w: w.to(torch.complex64),
@@ -827,7 +828,7 @@ def test_a_weight_that_is_no_plain_finite_float32_tensor_is_refused(forgery, tmp
     path = tmp_path / "ckpt.pt"
     torch.save(payload, path)  # the hash left out: the checks run before any hash walks the data
     clean(lambda: load_checkpoint(path), path, required=True)
-    if forgery.startswith("float64"):
+    if forgery.startswith(("float64", "a finite")):
         torch.save(rehash(payload), path)  # and with a forger's recomputed hash
         clean(lambda: load_checkpoint(path), path, required=True)
 
@@ -850,3 +851,50 @@ def test_json_no_writer_here_writes_is_refused_naming_the_file(text, words, tmp_
     with pytest.raises(DataFileError) as e:
         read_json(path)
     assert str(path) in str(e.value) and words in str(e.value)
+
+
+@tl3_only
+@pytest.mark.parametrize("value", [3e38, -1e20, 1e9])
+def test_hooked_save_with_weights_that_overflow_the_forward_is_refused(tmp_path, hooked_record, value):
+    """A legal float32 file whose weights are finite but past any trained model's (the forward computes NaN)."""
+    from interp.tl.hooked import load_hooked
+    from interp.tl.hooked.persist import RECORD
+
+    tensors = {k: v for k, v in hooked_record.items() if k != RECORD}
+    path = save({**_with_non_finite(tensors, value), RECORD: hooked_record[RECORD]}, tmp_path / "h.pt")
+    with pytest.raises(ToolkitError, match="past 1e"):
+        load_hooked(path)
+
+
+def test_bridge_save_with_a_weight_past_any_trained_models_is_refused_by_its_checker():
+    from interp.checks import Bad
+    from interp.checks.saved import check_bridge
+
+    payload = {**bridge_payload(), "state_dict": _with_non_finite(bridge_payload()["state_dict"], 3e38)}
+    with pytest.raises(Bad, match="magnitude 3e"):
+        check_bridge(payload)
+
+
+@tl3_only
+@pytest.mark.parametrize(
+    "mask",
+    [
+        lambda n: torch.ones(n, n, dtype=torch.bool),  # sees the future
+        lambda n: torch.ones(n, n, dtype=torch.bool).tril().float(),
+        lambda n: torch.ones(n + 1, n + 1, dtype=torch.bool).tril(),
+        lambda n: torch.zeros(1, dtype=torch.bool),
+    ],
+)
+def test_hooked_save_with_a_forged_causal_mask_is_refused(tmp_path, hooked_record, mask):
+    """TransformerLens 3.9 builds its causal mask per forward and leaves the buffer empty; a file's buffer is
+    still the file's, so one that is neither empty nor causal is named (it was accepted)."""
+    from interp.tl.hooked import load_hooked
+    from interp.tl.hooked.persist import RECORD
+
+    name = next(k for k in hooked_record if k.endswith(".attn.mask"))
+    forged = {**hooked_record, name: mask(CFG.n_ctx)[None]}
+    path = save(forged, tmp_path / "h.pt")
+    with pytest.raises(ToolkitError, match="causal mask"):
+        load_hooked(path)
+    causal = {**hooked_record, name: torch.ones(CFG.n_ctx, CFG.n_ctx, dtype=torch.bool).tril()[None]}
+    load_hooked(save(causal, tmp_path / "ok.pt"))  # what TransformerLens before 3.9 saved

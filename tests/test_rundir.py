@@ -161,3 +161,25 @@ def test_an_edited_number_in_final_json_is_never_reported(tmp_path, key, value):
     again = run_module(*args)
     assert again.returncode == 2 and f"final.json's {key}" in again.stderr.strip().splitlines()[-1]
     assert str(value) not in again.stdout and final.read_bytes() == edited
+
+
+def test_an_edited_meta_label_in_config_json_is_never_reused(tmp_path):
+    """config.json's meta labels (preset, variant, seed) are sealed in the checkpoint: an edit after the run is
+    named on reuse, not carried into a report."""
+    import json
+
+    from conftest import run_module
+
+    args = ("training", "--preset", "smoke", "--out", str(tmp_path), "--no-progress")
+    assert run_module(*args).returncode == 0
+    config = tmp_path / "smoke" / "full" / "seed1337" / "config.json"
+    written = config.read_text()
+    for key, value in [("variant", "attn_only"), ("seed", 7), ("extra", 1)]:
+        record = json.loads(written)
+        record["meta"][key] = value
+        config.write_text(json.dumps(record))
+        again = run_module(*args)
+        last = again.stderr.strip().splitlines()[-1]
+        assert again.returncode == 2 and "meta labels" in last and key in last, again.stderr
+    config.write_text(written)
+    assert run_module(*args).returncode == 0  # as written: reused

@@ -230,6 +230,7 @@ class Trainer:
             torch_rng=torch.get_rng_state(),
             train_config=self.train_cfg.to_dict(),
             model_init=self.config_record["model_init"],
+            meta=self.config_record["meta"],  # config.json's labels, so an edit of them is seen on reuse
             data=self.config_record["data"],
             vocab=self.corpus.vocab,
             encoding=self.corpus.encoding,

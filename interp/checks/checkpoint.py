@@ -106,21 +106,32 @@ def check_weights(weights: Any, cfg: ModelConfig, field: str = "weights") -> dic
     return weights
 
 
+# Past this a weight is no trained model's (trained weights are O(1); GPT-2's largest is in the tens), and
+# products of two such weights over a layer's width overflow float32 inside the forward: a legal file
+# that computes NaN. Far below it no float32 forward of any width here can overflow.
+MAX_ABS_WEIGHT = 1e8
+
+
 def check_finite(weights: dict[str, Any], field: str = "") -> None:
     """Bad when a floating tensor holds NaN or inf, or (float64) a value past float32's range, which the model's
-    float32 weights would hold as inf: the one finite check every import path runs (own checkpoints, nanoGPT
-    imports, save_hooked and save_bridge files)."""
-    bad = [
-        k
-        for k, v in weights.items()
-        if isinstance(v, torch.Tensor) and v.is_floating_point() and not bool(torch.isfinite(v.float()).all())
-    ]
+    float32 weights would hold as inf, or a magnitude past MAX_ABS_WEIGHT, which overflows in the forward: the
+    one finite check every import path runs (own checkpoints, nanoGPT imports, save_hooked and save_bridge files)."""
+    floats = {k: v for k, v in weights.items() if isinstance(v, torch.Tensor) and v.is_floating_point()}
+    bad = [k for k, v in floats.items() if not bool(torch.isfinite(v.float()).all())]
     if bad:
         wide = any(weights[k].dtype == torch.float64 for k in bad)
         raise Bad(
             field,
             f"holds non-finite weights ({', '.join(bad[:3])}{', ...' * (len(bad) > 3)})"
             + (" (float64 values past float32's range: the float32 model would hold them as inf)" if wide else ""),
+        )
+    big = {k: float(v.abs().max()) for k, v in floats.items() if v.numel() and float(v.abs().max()) > MAX_ABS_WEIGHT}
+    if big:
+        name = max(big, key=big.__getitem__)
+        raise Bad(
+            field,
+            f"holds a weight of magnitude {big[name]:.3g} ({name}{', ...' * (len(big) > 1)}), "
+            f"past {MAX_ABS_WEIGHT:.0e}: no trained model holds one, and its forward overflows float32 to NaN",
         )
 
 
@@ -160,6 +171,7 @@ _STATE = {
     "logs_sha256": "dict",
     "final_val_loss": "number",
     "model_init": "str?",
+    "meta": "dict",
 }
 
 

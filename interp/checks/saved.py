@@ -41,9 +41,9 @@ def check_bridge(payload: Any, device: str = "cpu") -> ModelConfig:
 
 
 def _check_constants(state_dict: dict[str, Any], cfg: ModelConfig, leading: bool) -> set[str]:
-    """The export's tensors that are not weights and may be infinite, checked against what they must hold:
-    TL's attention mask constant (blocks.{l}.attn.IGNORE, -inf) and the mixer's routing record (the
-    tl_routing_record buffers, e.g. routing_self_bias = inf), which the model_config gives. Their names."""
+    """The export's tensors that are not weights, checked against what they must hold: TL's causal mask
+    (blocks.{l}.attn.mask), its attention mask constant (blocks.{l}.attn.IGNORE, -inf) and the mixer's routing
+    record (the tl_routing_record buffers, e.g. routing_self_bias = inf), which the model_config gives. Their names."""
     from interp.registry import mixer_spec
 
     routing = mixer_spec(cfg.mixer).tl_routing_record(cfg)
@@ -54,6 +54,13 @@ def _check_constants(state_dict: dict[str, Any], cfg: ModelConfig, leading: bool
         if leaf == "IGNORE" and prefix.endswith(".attn"):
             if not bool(torch.isneginf(value).all()):
                 raise Bad(f"{name!r}", "is not -inf (TransformerLens's attention mask constant)")
+        elif leaf == "mask" and prefix.endswith(".attn"):  # unused by TL 3.9 (built per forward), still the file's
+            n = cfg.n_ctx
+            causal = torch.ones(n, n, dtype=torch.bool).tril()  # what TransformerLens before 3.9 registered
+            if value.dtype != torch.bool or not (
+                tuple(value.shape) == (0, 0) or (value.shape == causal.shape and torch.equal(value, causal))
+            ):
+                raise Bad(f"{name!r}", f"is not TransformerLens's causal mask (empty, or lower-triangular {n}x{n})")
         elif prefix.endswith(".hook_attn_scores") and leaf in routing:
             want = routing[leaf]
             if value.shape != want.shape or not torch.equal(value.to(want.dtype), want):
