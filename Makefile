@@ -69,7 +69,7 @@ routing-test: $(STAMP)
 	$(PY) -m experiments.routing_test $(ARGS)
 
 # The training step side by side with a bare nanoGPT-style step (python -m benchmarks.step --help), then
-# K solo steps side by side with one ensemble step of K members (python -m benchmarks.ensemble --help).
+# K solo steps side by side with one ensemble step of K members (python -m benchmarks.ensemble_speed --help).
 bench: $(STAMP)
 	$(PY) -m benchmarks.step $(ARGS)
-	$(PY) -m benchmarks.ensemble
+	$(PY) -m benchmarks.ensemble_speed

@@ -115,7 +115,7 @@ def _is_save_hooked(payload: Any) -> bool:
 
 def _refuse_non_finite(path: Path, weights: dict[str, torch.Tensor]) -> None:
     from interp.checks import checked
-    from interp.checks.checkpoint import check_finite  # the one finite check; the saved exports' run it too
+    from interp.checks.checkpoint_file import check_finite  # the one finite check; the saved exports' run it too
 
     with checked(path, CheckpointError, "it cannot be used - train the run again or resume from an earlier checkpoint"):
         check_finite(weights)
@@ -142,7 +142,7 @@ def load_checkpoint(
         detail = type(e).__name__ + (f": {str(e).strip().splitlines()[0]}" if str(e).strip() else "")
         raise CheckpointError(f"{path} is truncated or corrupt ({detail}); it cannot be loaded") from None
     import interp.nanogpt.format as nanogpt
-    from interp.checks.checkpoint import check_payload
+    from interp.checks.checkpoint_file import check_payload
 
     device = str(map_location) if isinstance(map_location, (str, torch.device)) else "cpu"
     if nanogpt.is_nanogpt(payload):

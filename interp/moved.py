@@ -30,7 +30,7 @@ MOVED = {
     "experiments.intervention_rules": "experiments.interventions.rules",
     "experiments.phase_boundary": "experiments.phase_diagram.boundary",
     "experiments.phase_grid": "experiments.phase_diagram.grid",
-    "experiments.phase_predictor": "experiments.phase_diagram.predictor",
+    "experiments.phase_predictor": "experiments.phase_diagram.collapse_predictor",
     "experiments.phase_report": "experiments.phase_diagram.report",
     "experiments.routing_report": "experiments.routing_test.report",
     "experiments.routing_rules": "experiments.routing_test.rules",

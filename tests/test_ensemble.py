@@ -276,7 +276,7 @@ def test_estimate_times_the_runs_without_touching_anything(tmp_path, data):
 
 
 def test_benchmark_runs_and_refuses_bad_cases(data, capsys):
-    from benchmarks import ensemble as bench
+    from benchmarks import ensemble_speed as bench
 
     assert bench.main(["--cases", "smoke:2", "--rounds", "1", "--steps", "1", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

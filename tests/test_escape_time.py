@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
+from experiments.escape_time.escape_predictor import evaluate_by_seed
 from experiments.escape_time.mechanism import aligned, before_after, onset
-from experiments.escape_time.predictor import evaluate_by_seed
 from experiments.escape_time.survival import escape_step, fit_law, kaplan_meier, median_escape, predict, survival_at
 
 STEPS = [0, 25, 50, 75, 100, 125, 150]
@@ -92,7 +92,7 @@ def test_the_law_refuses_when_only_one_depth_escapes():
 
 def test_the_early_predictor_is_held_out_by_seed():
     """A feature that is noise fits its own runs well (a threshold picked on them) and predicts nothing held out."""
-    from experiments.phase_diagram.predictor import fit_threshold, predict
+    from experiments.phase_diagram.collapse_predictor import fit_threshold, predict
 
     rng = np.random.default_rng(3)
     samples = [

@@ -523,7 +523,7 @@ def _with_non_finite(weights: dict, value: float) -> dict:
 @tl3_only
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
 def test_hooked_save_with_non_finite_weights_is_refused(tmp_path, hooked_record, value):
-    """The finite check own checkpoints and nanoGPT imports have (interp.checks.checkpoint.check_finite)
+    """The finite check own checkpoints and nanoGPT imports have (interp.checks.checkpoint_file.check_finite)
     runs on save_hooked files too."""
     from interp.tl.hooked import load_hooked
     from interp.tl.hooked.persist import RECORD
@@ -548,10 +548,10 @@ def bridge_payload() -> dict:
 
 
 def test_forged_bridge_saves_are_checked_before_the_bridge_is_built():
-    """The checker load_bridge runs (interp.checks.saved.check_bridge), on either major (load_bridge checks
+    """The checker load_bridge runs (interp.checks.saved_file.check_bridge), on either major (load_bridge checks
     the schema itself, before)."""
     from interp.checks import Bad
-    from interp.checks.saved import check_bridge
+    from interp.checks.saved_file import check_bridge
 
     n = 0
     weight = "state_dict.embed.weight"
@@ -591,7 +591,7 @@ def test_load_bridge_refuses_a_forged_save(tmp_path):
 
 def test_bridge_save_with_non_finite_weights_is_refused_by_its_checker():
     from interp.checks import Bad
-    from interp.checks.saved import check_bridge
+    from interp.checks.saved_file import check_bridge
 
     for value in (math.nan, math.inf, -math.inf):
         payload = {**bridge_payload(), "state_dict": _with_non_finite(bridge_payload()["state_dict"], value)}
@@ -868,7 +868,7 @@ def test_hooked_save_with_weights_that_overflow_the_forward_is_refused(tmp_path,
 
 def test_bridge_save_with_a_weight_past_any_trained_models_is_refused_by_its_checker():
     from interp.checks import Bad
-    from interp.checks.saved import check_bridge
+    from interp.checks.saved_file import check_bridge
 
     payload = {**bridge_payload(), "state_dict": _with_non_finite(bridge_payload()["state_dict"], 3e38)}
     with pytest.raises(Bad, match="magnitude 3e"):
@@ -889,7 +889,6 @@ def test_hooked_save_with_a_forged_causal_mask_is_refused(tmp_path, hooked_recor
     """TransformerLens 3.9 builds its causal mask per forward and leaves the buffer empty; a file's buffer is
     still the file's, so one that is neither empty nor causal is named (it was accepted)."""
     from interp.tl.hooked import load_hooked
-    from interp.tl.hooked.persist import RECORD
 
     name = next(k for k in hooked_record if k.endswith(".attn.mask"))
     forged = {**hooked_record, name: mask(CFG.n_ctx)[None]}

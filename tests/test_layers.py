@@ -120,3 +120,18 @@ def test_no_module_is_over_500_lines():
         if (n := len(p.read_text().splitlines())) > 500
     }
     assert not long, long
+
+
+# A package's parts by role: each experiment package has its entry point, run, report and rules.
+ROLE_NAMES = {"__init__.py", "__main__.py", "run.py", "report.py", "rules.py"}
+
+
+def test_no_two_modules_share_a_name():
+    """Issue 34: a module's name says what it holds, once in the project (a checker of checkpoints is
+    checkpoint_file.py, not a second checkpoint.py); only the per-package role names repeat."""
+    seen: dict[str, list[str]] = {}
+    for top in LAYER:
+        for p in (REPO / top).rglob("*.py"):
+            if p.name not in ROLE_NAMES:
+                seen.setdefault(p.name, []).append(str(p.relative_to(REPO)))
+    assert not {name: paths for name, paths in seen.items() if len(paths) > 1}

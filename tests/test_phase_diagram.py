@@ -22,17 +22,7 @@ from experiments.phase_diagram.boundary import (
 )
 from experiments.phase_diagram.boundary import sentence as boundary_sentence
 from experiments.phase_diagram.boundary import views as slice_views
-from experiments.phase_diagram.grid import (
-    Cell,
-    Slice,
-    default_slices,
-    grid_cells,
-    neighbours,
-    parse_axes,
-    parse_references,
-    reference_cells,
-)
-from experiments.phase_diagram.predictor import (
+from experiments.phase_diagram.collapse_predictor import (
     EARLY_FEATURES,
     auc,
     binomial_interval,
@@ -43,6 +33,16 @@ from experiments.phase_diagram.predictor import (
     leave_one_out,
     random_splits,
     verdict_text,
+)
+from experiments.phase_diagram.grid import (
+    Cell,
+    Slice,
+    default_slices,
+    grid_cells,
+    neighbours,
+    parse_axes,
+    parse_references,
+    reference_cells,
 )
 from interp.errors import ToolkitError
 from training.run_config import slug

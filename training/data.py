@@ -310,7 +310,7 @@ def load_bpe_corpus(directory: str | Path) -> Corpus:
         raise DataError(f"{directory} is not a prepared BPE corpus (no meta.json); run prepare_bpe_corpus")
     from interp.checks import checked
     from interp.io import DataFileError, read_json
-    from training.checks.corpus import check_meta, check_tokens
+    from training.checks.corpus_files import check_meta, check_tokens
 
     try:
         meta = read_json(meta_path)  # strict JSON, a regular file: 1e999 or a FIFO is refused here

@@ -87,9 +87,9 @@ class RunDir:
         ]
 
     def refuse_damage(self) -> None:
-        """A file of the run directory that exists but is not a regular file (training.checks.rundir.
+        """A file of the run directory that exists but is not a regular file (training.checks.rundir_files.
         damaged_files) is refused by name: nothing is trained, read or written into such a directory."""
-        from training.checks.rundir import damaged_files
+        from training.checks.rundir_files import damaged_files
 
         bad = damaged_files(self.files())
         if bad:
@@ -249,9 +249,9 @@ class RunDir:
             )
 
     def read_final(self) -> dict[str, Any]:
-        """final.json, checked field by field (training.checks.rundir.check_final)."""
+        """final.json, checked field by field (training.checks.rundir_files.check_final)."""
         from interp.checks import checked
-        from training.checks.rundir import check_final
+        from training.checks.rundir_files import check_final
 
         final = read_json(self.final)
         with checked(self.final, DataFileError, "move the run directory aside and train it again"):
@@ -367,21 +367,21 @@ class RunDir:
         if not self.config.exists():
             return None
         from interp.checks import checked
-        from training.checks.rundir import check_config
+        from training.checks.rundir_files import check_config
 
         config = read_json(self.config)
         with checked(self.config, DataFileError, "move it aside to recover"):
             return check_config(config)
 
     def read_metrics(self) -> list[dict[str, Any]]:
-        """metrics.jsonl, every record checked (training.checks.rundir.check_metric_record)."""
-        from training.checks.rundir import check_metric_record
+        """metrics.jsonl, every record checked (training.checks.rundir_files.check_metric_record)."""
+        from training.checks.rundir_files import check_metric_record
 
         return self._read_log(self.metrics, ("step",), check_metric_record)
 
     def read_probes(self) -> list[dict[str, Any]]:
-        """probes.jsonl, every record checked (training.checks.rundir.check_probe_record)."""
-        from training.checks.rundir import check_probe_record
+        """probes.jsonl, every record checked (training.checks.rundir_files.check_probe_record)."""
+        from training.checks.rundir_files import check_probe_record
 
         return self._read_log(self.probes, ("step", "probe"), check_probe_record)
 

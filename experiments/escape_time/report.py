@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from experiments.escape_time.predictor import verdict_line
+from experiments.escape_time.escape_predictor import verdict_line
 from experiments.shared.frame import Context
 from experiments.shared.text import fmt_number, table_figure
 

@@ -62,8 +62,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from experiments.escape_time.escape_predictor import early_features, evaluate_by_seed
 from experiments.escape_time.mechanism import EscapeProbe, aligned, order, self_path_answer, series
-from experiments.escape_time.predictor import early_features, evaluate_by_seed
 from experiments.escape_time.report import sections, summary, table
 from experiments.escape_time.survival import escape_step, fit_law, kaplan_meier, median_escape, predict, survival_at
 from experiments.shared.frame import Context, Experiment, Group, Job, Variant, check_number, run_summary

@@ -2,7 +2,7 @@
 
 Reads results.json's dict (experiments.phase_diagram's analyse) and writes text or figures; nothing here
 decides (places and sentences: experiments.phase_diagram.boundary; the predictor test:
-experiments.phase_diagram.predictor).
+experiments.phase_diagram.collapse_predictor).
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from experiments.phase_diagram.boundary import SHORT, fmt, mark
+from experiments.phase_diagram.collapse_predictor import EARLY_FEATURES, verdict_text
 from experiments.phase_diagram.grid import CONFIRM_FACTOR, CONFIRM_SEEDS, LABELS
-from experiments.phase_diagram.predictor import EARLY_FEATURES, verdict_text
 from experiments.shared.frame import Context
 from experiments.shared.text import fmt_number, format_table, table_figure
 

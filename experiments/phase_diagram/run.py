@@ -26,7 +26,7 @@ round, until every cell the sentences rest on is confirmed. The boundary sentenc
 places where they ran and say "unconfirmed" otherwise. The console prints one sentence per slice, e.g.
 "ffn_only collapses at depth >= 3 for lr <= 0.001; ...", derived from the places.
 
-Early-training predictor (experiments.phase_diagram.predictor): per run, block-0 gradient norm at step 0 and at
+Early-training predictor (experiments.phase_diagram.collapse_predictor): per run, block-0 gradient norm at step 0 and at
 the end of warm-up, layer-0 alpha_tt up to --early-step, current-token decodability at blocks.0.hook_resid_mid
 (probes.identity, one site) at --early-step and at the end, hidden-norm growth; each early one tested as a
 one-feature threshold classifier of "collapsed" on held-out runs (leave-one-out with an exact interval,
@@ -88,6 +88,7 @@ from __future__ import annotations
 from typing import Any
 
 from experiments.phase_diagram.boundary import FLOOR, SPLIT, cell_place, claim_cells, sentence, views
+from experiments.phase_diagram.collapse_predictor import EarlyIdentity, evaluate, features
 from experiments.phase_diagram.grid import (
     CONFIRM_FACTOR,
     CONFIRM_SEEDS,
@@ -104,7 +105,6 @@ from experiments.phase_diagram.grid import (
     run_flops,
     slices_of,
 )
-from experiments.phase_diagram.predictor import EarlyIdentity, evaluate, features
 from experiments.phase_diagram.report import sections, summary, table
 from experiments.routing_test.rules import place
 from experiments.shared.frame import Context, Experiment, Group, Job, Variant, check_number, run_summary

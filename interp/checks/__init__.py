@@ -1,13 +1,13 @@
 """Every file a command reads is checked before anything uses it: one module per file kind.
 
     file kind                                         checked by
-    ckpt.pt (residual-gpt/1)                          interp.checks.checkpoint.check_payload
-    nanoGPT ckpt.pt, meta.pkl                         interp.checks.nanogpt.check_payload, check_meta
-    save_hooked / save_bridge files                   interp.checks.saved.check_hooked, check_bridge
-    weights against their config (every schema)       interp.checks.checkpoint.check_weights
-    a checkpoint's vocabulary (vocab / encoding)      interp.checks.checkpoint.check_vocab
-    config.json, final.json, a run dir's file kinds  training.checks.rundir
-    a prepared BPE corpus (meta.json, *.bin)          training.checks.corpus
+    ckpt.pt (residual-gpt/1)                          interp.checks.checkpoint_file.check_payload
+    nanoGPT ckpt.pt, meta.pkl                         interp.checks.nanogpt_file.check_payload, check_meta
+    save_hooked / save_bridge files                   interp.checks.saved_file.check_hooked, check_bridge
+    weights against their config (every schema)       interp.checks.checkpoint_file.check_weights
+    a checkpoint's vocabulary (vocab / encoding)      interp.checks.checkpoint_file.check_vocab
+    config.json, final.json, a run dir's file kinds  training.checks.rundir_files
+    a prepared BPE corpus (meta.json, *.bin)          training.checks.corpus_files
 
 A checker takes what was read (plain data: dicts, lists, strings, numbers, tensors) and raises
 the file kind's error (CheckpointError, DataFileError, DataError) naming the file, the field

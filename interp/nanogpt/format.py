@@ -66,7 +66,7 @@ class _PlainUnpickler(pickle.Unpickler):
 def read_meta(path: str | os.PathLike) -> list[str]:
     """The characters of a nanoGPT meta.pkl ({"vocab_size", "itos", "stoi"}), id = index; plain data only."""
     from interp.checks import checked, regular_file
-    from interp.checks.nanogpt import check_meta
+    from interp.checks.nanogpt_file import check_meta
 
     path = regular_file(path, CheckpointError, "meta.pkl")  # a FIFO or /dev/zero given as --meta: refused
     try:
@@ -142,8 +142,8 @@ def from_nanogpt(
     import torch
 
     from interp.checks import Bad, checked
-    from interp.checks.checkpoint import check_size, check_weights
-    from interp.checks.nanogpt import check_payload
+    from interp.checks.checkpoint_file import check_size, check_weights
+    from interp.checks.nanogpt_file import check_payload
 
     where = path or "checkpoint"
     with checked(where, CheckpointError, "it cannot be loaded"):

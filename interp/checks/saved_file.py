@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from interp.checks import Bad, walk_limits, want_dict, want_str_keys
-from interp.checks.checkpoint import check_config, check_finite, check_tensor, check_vocab, check_weights
+from interp.checks.checkpoint_file import check_config, check_finite, check_tensor, check_vocab, check_weights
 from interp.config import ModelConfig
 
 DTYPES = ("float32", "float16", "bfloat16", "float64")

@@ -1,8 +1,8 @@
-"""python -m benchmarks.ensemble: K solo training steps against one stacked step of K members, side by side.
+"""python -m benchmarks.ensemble_speed: K solo training steps against one stacked step of K members, side by side.
 
-    python -m benchmarks.ensemble                                   # phase-cell x16 and x8, cpu-quick x8
-    python -m benchmarks.ensemble --cases phase-cell:16 --whole     # and whole runs, solo against ensemble
-    python -m benchmarks.ensemble --cases smoke:4 --rounds 3 --json
+    python -m benchmarks.ensemble_speed                                   # phase-cell x16 and x8, cpu-quick x8
+    python -m benchmarks.ensemble_speed --cases phase-cell:16 --whole     # and whole runs, solo against ensemble
+    python -m benchmarks.ensemble_speed --cases smoke:4 --rounds 3 --json
 
 Per case, K member runs of the preset (ffn_only and attn_only alternating, seeds 1..K) are set up as the
 trainer sets them up, then timed in alternating rounds in one process: K solo Trainer steps (forward,
@@ -134,7 +134,9 @@ def time_whole(preset: str, k: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     p = Parser(
-        prog="python -m benchmarks.ensemble", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m benchmarks.ensemble_speed",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "--cases",

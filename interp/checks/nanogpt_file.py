@@ -4,7 +4,7 @@ check_payload: 'model' a state dict of floating tensors under string names, 'mod
 fields with their types and ranges, the rest plain data of bounded depth. check_meta: meta.pkl's
 itos {0: char, ..., n-1: char} (integer keys only: keys of mixed types are refused, not sorted),
 and stoi / vocab_size, where present, agreeing with it. The mapped weights are then checked against
-their config by interp.checks.checkpoint.check_weights like every other schema's.
+their config by interp.checks.checkpoint_file.check_weights like every other schema's.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from interp.checks import Bad, is_int, walk_limits, want_dict, want_int, want_number, want_str_keys
-from interp.checks.checkpoint import check_tensor
+from interp.checks.checkpoint_file import check_tensor
 
 _INTS = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")
 
