@@ -122,7 +122,7 @@ def test_onset_reads_when_a_measure_leaves_its_plateau():
 # ----- the command ----------------------------------------------------------------------------------------
 
 
-def test_smoke_runs_every_section_and_resumes_without_training(tmp_path, capsys):
+def test_smoke_runs_every_section_and_resumes_without_training(tmp_path, capsys, data):
     from experiments.escape_time.run import EXPERIMENT
 
     argv = ["--preset", "smoke", "--out", str(tmp_path), "--no-progress", "--seeds", "1,2,3,4"]
@@ -172,7 +172,7 @@ def test_smoke_runs_every_section_and_resumes_without_training(tmp_path, capsys)
         (["--set", "lr_schedule=cosine"], "escape times need lr_schedule=constant"),
     ],
 )
-def test_bad_options_are_one_error_line_before_any_work(tmp_path, capsys, argv, message):
+def test_bad_options_are_one_error_line_before_any_work(tmp_path, capsys, data, argv, message):
     from experiments.escape_time.run import EXPERIMENT
 
     assert EXPERIMENT.main(["--preset", "smoke", "--out", str(tmp_path / "o"), *argv]) == 2

@@ -725,6 +725,8 @@ def test_forged_corpus_meta_json(tmp_path, data, case, meta, _):
     directory = _corpus(tmp_path, meta)
     field, how = case.rsplit(":", 1)
     required = field != "name" or how in ("int", "list", "deep")
+    if not required and not (data / "gpt2" / "encoder.json").is_file():
+        pytest.skip("a valid corpus loads the GPT-2 BPE: needs ../shared/data/gpt2 (offline here)")
     # a count that does not fit the files is refused naming the file it does not fit: the directory is named
     clean(lambda: load_bpe_corpus(directory), directory, required and not (field == "name" and how == "missing"))
 
