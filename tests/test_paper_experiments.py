@@ -342,8 +342,20 @@ def test_eval_noise_smoke(tmp_path, shared_data, capsys):
     assert set(results["summary"]) == {"preset", "nanogpt"}
     check_report(result_dir / "report-eval_noise.html")
 
-    # a finished run without snapshots is refused with one line, exit 2, results untouched
+    # a snapshot copied from another step, or from another run, is named and never evaluated (it was: exit 0,
+    # results rewritten with the other weights' numbers)
     written = (result_dir / "results-eval_noise.json").read_bytes()
+    nano, preset = Path(nano_run["run_dir"]) / "snapshots", Path(preset_run["run_dir"]) / "snapshots"
+    for source, target in [(nano / "step40.pt", nano / "step10.pt"), (preset / "step30.pt", nano / "step30.pt")]:
+        kept = target.read_bytes()
+        shutil.copyfile(source, target)
+        assert eval_noise.EXPERIMENT.main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"{target} is not this run's snapshot" in err[0], err
+        assert (result_dir / "results-eval_noise.json").read_bytes() == written
+        target.write_bytes(kept)
+
+    # a finished run without snapshots is refused with one line, exit 2, results untouched
     shutil.rmtree(Path(preset_run["run_dir"]) / "snapshots")
     assert eval_noise.EXPERIMENT.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()

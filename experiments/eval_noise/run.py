@@ -107,7 +107,45 @@ class SnapshotCallback:
         if step in self.steps and trainer.is_main:
             from interp.checkpoint import save_checkpoint
 
-            save_checkpoint(trainer.run_dir.snapshot(step), trainer.model, step=step, val_loss=val_loss)
+            # What the snapshot is of, sealed with it: read back only for this run at this step.
+            record = trainer.config_record
+            save_checkpoint(
+                trainer.run_dir.snapshot(step),
+                trainer.model,
+                step=step,
+                val_loss=val_loss,
+                train_config=record["train"],
+                model_init=record["model_init"],
+                data=record["data"],
+            )
+
+
+def load_snapshot(run: RunDir, step: int):
+    """The run's snapshot at step as a model, refused unless it says it is that: the step, and the model,
+    training config, initialisation and data of the run's own verified checkpoint (a snapshot copied from
+    another step or another run directory is named, never evaluated)."""
+    from interp.checkpoint import load_checkpoint
+    from interp.model import ResidualGPT
+
+    path = run.snapshot(step)
+    snap, own = load_checkpoint(path), load_checkpoint(run.ckpt)
+    sealed = {"step": snap.state.get("step"), "model": snap.config.to_dict(), **_identity(snap.state)}
+    wanted = {"step": step, "model": own.config.to_dict(), **_identity(own.state)}
+    wrong = [k for k in wanted if sealed[k] != wanted[k]]
+    if wrong:
+        raise ToolkitError(
+            f"{path} is not this run's snapshot at step {step} (its {', '.join(wrong)} differ from "
+            f"{run.ckpt}'s); delete that run directory or choose another --out"
+        )
+    return ResidualGPT.from_checkpoint(path)
+
+
+def _identity(state: dict) -> dict:
+    return {
+        "train_config": state.get("train_config"),
+        "model_init": state.get("model_init"),
+        "data": (state.get("data") or {}).get("sha256"),
+    }
 
 
 def analyse_run(run: RunDir, spec: RunSpec, corpus, steps: list[int], repeats: int, progress: bool) -> dict:
@@ -115,7 +153,6 @@ def analyse_run(run: RunDir, spec: RunSpec, corpus, steps: list[int], repeats: i
     import torch
     from tqdm.auto import tqdm
 
-    from interp.model import ResidualGPT
     from training.batches import fixed_batches, random_batches
     from training.trainer import autocast_context, mean_loss, pick_device
 
@@ -140,7 +177,7 @@ def analyse_run(run: RunDir, spec: RunSpec, corpus, steps: list[int], repeats: i
         dynamic_ncols=True,
     )
     for i, step in enumerate(steps):
-        model = ResidualGPT.from_checkpoint(run.snapshot(step)).to(device)
+        model = load_snapshot(run, step).to(device)
         first = mean_loss(model, fixed, device, autocast)
         second = mean_loss(model, fixed, device, autocast)
         bar.update(2)
