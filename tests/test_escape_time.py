@@ -152,6 +152,23 @@ def test_smoke_runs_every_section_and_resumes_without_training(tmp_path, capsys,
     again = json.loads((tmp_path / "smoke" / "results-escape_time.json").read_text())
     assert again["cells"] == results["cells"] and again["law"] == results["law"]
 
+    # the held-out prediction is printed before its depth trains: from verified runs only (an edited grid run's
+    # metrics.jsonl gave a printed prediction first, then the refusal)
+    import shutil
+
+    for held in (tmp_path / "smoke").glob("ffn_only_L3_*"):
+        shutil.rmtree(held)
+    grid_run = next((tmp_path / "smoke").glob("ffn_only_L2_*/seed1"))
+    lines = (grid_run / "metrics.jsonl").read_text().splitlines()
+    edited = [json.loads(x) for x in lines]
+    for r in edited:
+        if "val_loss" in r:
+            r["val_loss"] = 3.0
+    (grid_run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in edited))
+    assert EXPERIMENT.main(argv) == 2
+    captured = capsys.readouterr()
+    assert "predicted from the other depths" not in captured.out and "metrics.jsonl" in captured.err
+
 
 @pytest.mark.parametrize(
     "argv, message",

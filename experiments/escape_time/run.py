@@ -443,13 +443,17 @@ def preface(ctx: Context, jobs: list[Job]) -> str:
 def prediction_lines(ctx: Context, grid: Grid) -> list[str]:
     """The law fitted on the finished grid, and what it predicts for the held-out depth (before it trains)."""
     from experiments.escape_time.report import prediction_text
+    from experiments.shared.launch import run_config
 
     key = f"{ctx.args.margin:g}"
     early = early_step(ctx)
     names = grid.roles()
     runs = []
     for job in _jobs([Group(ctx.spec, grid.grid())], ctx):
-        record = job.run_dir(ctx.out).load()
+        run = job.run_dir(ctx.out)
+        run.check(run_config(job, ctx.corpus))
+        run.verify_finished(run_config(job, ctx.corpus))  # as launch does before reuse: nothing unverified is read
+        record = run.load()
         record.update(variant=job.variant.name, seed=job.seed)
         runs.append(summarise_run(record, ctx, names, early))
     law = fit_law(_law_runs(runs, key), "escape")
