@@ -226,6 +226,42 @@ FAULTS = [
         ),
         r"Adam's exp_avg",
     ),
+    *[
+        Fault(
+            f"optimizer {key} forged",
+            ("run",),
+            lambda o, m, key=key, value=value: (
+                unfinished(o),
+                forge(o / RUN / "ckpt.pt", lambda p: [g.update({key: value}) for g in p["optimizer"]["param_groups"]]),
+            ),
+            rf"optimizer group 0's {key} is",
+        )
+        for key, value in [
+            ("maximize", True),
+            ("betas", (5.0, 0.95)),
+            ("eps", -1.0),
+            ("weight_decay", 0.5),
+            ("amsgrad", True),
+        ]
+    ],
+    Fault(
+        "negative Adam second moment",
+        ("run",),
+        lambda o, m: (
+            unfinished(o),
+            forge(o / RUN / "ckpt.pt", lambda p: p["optimizer"]["state"][0]["exp_avg_sq"].fill_(-1.0)),
+        ),
+        r"exp_avg_sq of parameter 0 holds negative values",
+    ),
+    Fault(
+        "Adam first moment past clipped gradients",
+        ("run",),
+        lambda o, m: (
+            unfinished(o),
+            forge(o / RUN / "ckpt.pt", lambda p: p["optimizer"]["state"][0]["exp_avg"].fill_(1e30)),
+        ),
+        r"exp_avg of parameter 0 reaches 1e\+30, past 1\.01",
+    ),
     Fault("config.json missing", ("run",), lambda o, m: (o / RUN / "config.json").unlink(), r"but no config\.json"),
     Fault(
         "final.json without ckpt.pt",

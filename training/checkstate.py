@@ -31,7 +31,7 @@ def check_training_state(ckpt, model: torch.nn.Module, optimizer: torch.optim.Op
     """Raise CheckpointError for the first field of ckpt (weights and training state) a resume cannot use."""
     problems = weight_problems(ckpt.weights, model) or state_problems(ckpt.state, train_cfg)
     if not problems:
-        problems = optimizer_problems(ckpt.state["optimizer"], optimizer)
+        problems = optimizer_problems(ckpt.state["optimizer"], optimizer, train_cfg.grad_clip)
     if problems:
         raise CheckpointError(f"{path} cannot be resumed: {problems[0]}; move it aside to start this run again")
 
@@ -80,8 +80,15 @@ def state_problems(state: dict[str, Any], cfg) -> list[str]:
     return []
 
 
-def optimizer_problems(saved: Any, optimizer: torch.optim.Optimizer) -> list[str]:
-    """AdamW's state_dict: the same groups and parameter count, moments shaped and typed as the parameters."""
+# Not the update rule: the parameters, the lr (set by the schedule at every step, training.optimizer.lr_at) and
+# how torch runs the update on this device (the same arithmetic).
+_SCHEDULED = {"params", "lr", "initial_lr", "foreach", "fused", "capturable", "differentiable"}
+
+
+def optimizer_problems(saved: Any, optimizer: torch.optim.Optimizer, grad_clip: float = 0.0) -> list[str]:
+    """AdamW's state_dict: the same groups and parameter count and the settings this run's optimizer has (betas,
+    eps, weight_decay, maximize, amsgrad, ...: a resume must not change the update rule), moments shaped and typed
+    as the parameters, exp_avg_sq >= 0, and both inside what clipped gradients can give (|g| <= grad_clip)."""
     if (
         not isinstance(saved, dict)
         or not isinstance(saved.get("state"), dict)
@@ -94,6 +101,13 @@ def optimizer_problems(saved: Any, optimizer: torch.optim.Optimizer) -> list[str
         for s, g in zip(saved["param_groups"], groups, strict=True)
     ):
         return ["the optimizer's parameter groups do not match this model's"]
+    for n, (s, g) in enumerate(zip(saved["param_groups"], groups, strict=True)):
+        for key in sorted(set(s) - _SCHEDULED):  # a key an older torch did not write takes torch's default
+            if key not in g:
+                return [f"optimizer group {n} has a setting {_short(key)} this run's AdamW does not have"]
+            if not _same(s[key], g[key]):
+                return [f"optimizer group {n}'s {key} is {_short(s[key])}; this run's is {_short(g[key])}"]
+    bound = grad_clip * 1.01 if grad_clip > 0 else 1e8  # an average of clipped gradients; else check_finite's bound
     params = [p for g in groups for p in g["params"]]
     ids = [i for s in saved["param_groups"] for i in s["params"]]
     for i, entry in saved["state"].items():
@@ -109,11 +123,28 @@ def optimizer_problems(saved: Any, optimizer: torch.optim.Optimizer) -> list[str
                 return [f"Adam's {key} of parameter {i} is {got}, the parameter is {p.dtype} {tuple(p.shape)}"]
             if not bool(torch.isfinite(m).all()):
                 return [f"Adam's {key} of parameter {i} holds non-finite values"]
+            top = bound**2 if key == "exp_avg_sq" else bound
+            if key == "exp_avg_sq" and bool((m < 0).any()):
+                return [f"Adam's exp_avg_sq of parameter {i} holds negative values (it is an average of squares)"]
+            if m.numel() and float(m.abs().max()) > top:
+                return [
+                    f"Adam's {key} of parameter {i} reaches {float(m.abs().max()):.3g}, past {top:.3g}, which "
+                    + ("gradients clipped to grad_clip" if grad_clip > 0 else "no trained run's")
+                    + " can give"
+                ]
         step = entry.get("step")
         value = step.item() if isinstance(step, torch.Tensor) and step.numel() == 1 else step
         if not _number(value) or not math.isfinite(value) or value < 0:
             return [f"Adam's step count of parameter {i} is {_short(step)}"]
     return []
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return False
+    return type(a) is type(b) and a == b
 
 
 def _short(x: Any) -> str:
