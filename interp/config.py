@@ -67,6 +67,11 @@ def resolve_mixer_params(spec: Any, given: Mapping[str, Any]) -> dict[str, Any]:
     return params
 
 
+# Each sublayer's output times the gain lands in the stream; LayerNorm squares it, so past ~1e19 it overflows
+# float32. The gain-confound experiment uses 0.25-4.
+MAX_RUNTIME_GAIN = 1e6
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """A frozen, validated model configuration.
@@ -145,8 +150,11 @@ class ModelConfig:
             raise ConfigError("self_bias must be a number or +/-inf, got nan")
         if not (self.init_std > 0 and math.isfinite(self.init_std)):
             raise ConfigError(f"init_std must be positive, got {self.init_std!r}")
-        if not (self.runtime_gain > 0 and math.isfinite(self.runtime_gain)):
-            raise ConfigError(f"runtime_gain must be positive, got {self.runtime_gain!r}")
+        if not 0 < self.runtime_gain <= MAX_RUNTIME_GAIN:
+            raise ConfigError(
+                f"runtime_gain must be in (0, {MAX_RUNTIME_GAIN:.0e}], got {self.runtime_gain!r} (a larger gain "
+                "overflows float32 inside the forward: NaN logits)"
+            )
         for name in ("bias", "tie_embeddings"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")

@@ -813,6 +813,7 @@ def test_case_count(capsys):
 TENSOR_FORGERIES = {
     "float64 past float32's range": lambda w: w.double() * 1e300,
     "a finite float32 weight past any trained model's": lambda w: torch.full_like(w, 3e38),
+    "a float8 tensor": lambda w: w.to(torch.float8_e4m3fn),
     "a meta tensor": lambda w: torch.empty(w.shape, device="meta"),
     "a sparse tensor": lambda w: w.to_sparse(),
     "a complex tensor": lambda w: w.to(torch.complex64),
@@ -899,3 +900,24 @@ def test_hooked_save_with_a_forged_causal_mask_is_refused(tmp_path, hooked_recor
         load_hooked(path)
     causal = {**hooked_record, name: torch.ones(CFG.n_ctx, CFG.n_ctx, dtype=torch.bool).tril()[None]}
     load_hooked(save(causal, tmp_path / "ok.pt"))  # what TransformerLens before 3.9 saved
+
+
+def test_a_float8_weight_in_an_export_or_a_nanogpt_file_is_refused_by_its_checker():
+    """float8 has no abs or max on CPU: the finite check itself was a NotImplementedError traceback."""
+    from interp.checks import Bad
+    from interp.checks.saved_file import check_bridge
+
+    weights = bridge_payload()["state_dict"]
+    name = next(k for k, v in weights.items() if v.dim() == 2)
+    payload = {**bridge_payload(), "state_dict": {**weights, name: weights[name].to(torch.float8_e5m2)}}
+    with pytest.raises(Bad, match="float8_e5m2"):
+        check_bridge(payload)
+
+
+def test_a_runtime_gain_that_overflows_the_forward_is_refused(tmp_path):
+    """runtime_gain 1e30 from a file: sample printed argmax-of-NaN text, plot_attention wrote NaN (exit 0)."""
+    payload = own_payload()
+    payload["model_config"]["runtime_gain"] = 1e30
+    path = save(rehash(payload), tmp_path / "ckpt.pt")
+    with pytest.raises(ToolkitError, match="runtime_gain must be in"):
+        load_checkpoint(path)

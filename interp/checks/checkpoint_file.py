@@ -70,6 +70,9 @@ def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     return out
 
 
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
 def check_tensor(value: Any, field: str) -> torch.Tensor:
     """A tensor that holds its data: dense (strided), not on the meta device (no data), not complex."""
     if not isinstance(value, torch.Tensor):
@@ -80,6 +83,8 @@ def check_tensor(value: Any, field: str) -> torch.Tensor:
         raise Bad(field, "is a meta tensor (a shape with no data)")
     if value.is_complex():
         raise Bad(field, f"has dtype {value.dtype}, not a real one")
+    if value.is_floating_point() and value.dtype not in FLOAT_DTYPES:  # float8: no abs, no max, no matmul on CPU
+        raise Bad(field, f"has dtype {value.dtype}, not one of float16, bfloat16, float32, float64")
     return value
 
 
@@ -116,7 +121,11 @@ def check_finite(weights: dict[str, Any], field: str = "") -> None:
     """Bad when a floating tensor holds NaN or inf, or (float64) a value past float32's range, which the model's
     float32 weights would hold as inf, or a magnitude past MAX_ABS_WEIGHT, which overflows in the forward: the
     one finite check every import path runs (own checkpoints, nanoGPT imports, save_hooked and save_bridge files)."""
-    floats = {k: v for k, v in weights.items() if isinstance(v, torch.Tensor) and v.is_floating_point()}
+    floats = {
+        k: check_tensor(v, f"{field}[{k!r}]" if field else repr(k))
+        for k, v in weights.items()
+        if isinstance(v, torch.Tensor) and v.is_floating_point()
+    }
     bad = [k for k, v in floats.items() if not bool(torch.isfinite(v.float()).all())]
     if bad:
         wide = any(weights[k].dtype == torch.float64 for k in bad)
