@@ -284,4 +284,6 @@ def _main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from interp.cli import guarded_output
+
+    raise SystemExit(guarded_output(main))

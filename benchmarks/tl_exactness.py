@@ -106,4 +106,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from interp.cli import guarded_output
+
+    raise SystemExit(guarded_output(main))

@@ -3,6 +3,7 @@
 import sys
 
 from experiments.shared.options import COMMANDS
+from interp.cli import guarded_output  # a closed pipe or a full stdout: one line, not a traceback
 
 
 def main(argv: list[str]) -> int:
@@ -19,4 +20,4 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-raise SystemExit(main(sys.argv[1:]))
+raise SystemExit(guarded_output(lambda: main(sys.argv[1:])))

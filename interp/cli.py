@@ -40,32 +40,70 @@ def directory_option(text: str) -> str:
 def run_writing_command(parser, run, argv: list[str] | None) -> int:
     """main() of a command whose run(args) writes one file and returns its path: `wrote PATH` and 0, or one
     `error:` line and 2 (an interrupt: its own status). parser: what builds the command's ArgumentParser."""
-    code, out = one_line_errors(lambda: run(parser().parse_args(argv)))
-    if code == 0:
-        print(f"wrote {out}")
-    return code
+
+    def body() -> int:
+        code, out = one_line_errors(lambda: run(parser().parse_args(argv)))
+        if code == 0:
+            print(f"wrote {out}")
+        return code
+
+    return guarded_output(body)
 
 
 EXIT_PIPE = 141  # 128 + SIGPIPE: what a Unix tool's status is when its reader went away
 
 
-def guarded_output(run) -> int:
-    """Run a command's main and flush its output: a reader that went away (`| head`) ends it quietly with
-    EXIT_PIPE; a full disk or an encoding that cannot print ends it with one `error:` line on stderr and 2.
-    The command's files are whole either way: every file is written atomically before anything is printed."""
+class _Stdout:
+    """sys.stdout that survives its reader: the first write or flush that fails (a closed pipe, a full disk) is
+    kept, the descriptor is pointed at /dev/null, and the command goes on to finish its files."""
+
+    def __init__(self, real):
+        self.real, self.error = real, None
+
+    def _guard(self, op, *args):
+        if self.error is None:
+            try:
+                return op(*args)
+            except OSError as e:
+                self.error = e
+                _silence_stdout()
+        return len(args[0]) if args else None
+
+    def write(self, text: str):
+        return self._guard(self.real.write, text)
+
+    def flush(self):
+        return self._guard(self.real.flush)
+
+    def __getattr__(self, name: str):
+        return getattr(self.real, name)
+
+
+def _silence_stdout() -> None:
+    """Point descriptor 1 at /dev/null, so the interpreter's flush at exit has nothing left to fail on."""
     import os
     import sys
 
     try:
-        code = run()
-        sys.stdout.flush()
-        return code
-    except BrokenPipeError:
-        try:  # the interpreter flushes stdout again at exit: point it at /dev/null so that is quiet too
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except OSError:
-            pass
-        return EXIT_PIPE
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.__stdout__.fileno() if sys.__stdout__ else 1)
+    except (OSError, ValueError):
+        pass
+
+
+def guarded_output(run) -> int:
+    """Run a command (its main, --help included) with its output guarded: a reader that went away (`| head`)
+    ends it quietly with EXIT_PIPE; a full disk or an encoding that cannot print ends it with one `error:` line
+    on stderr and 2. Either way the command finishes its work first, so its files are whole."""
+    import sys
+
+    proxy = _Stdout(sys.stdout)
+    sys.stdout = proxy
+    try:
+        try:
+            code = run()
+        except SystemExit as e:  # argparse's --help, printed into the proxy
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+        proxy.flush()
     except UnicodeEncodeError as e:
         bad = e.object[e.start : e.end] if isinstance(e.object, str) else ""
         print(
@@ -74,18 +112,18 @@ def guarded_output(run) -> int:
             file=sys.stderr,
         )
         return 2
-    except OSError as e:
-        if e.filename is not None:
-            raise
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except OSError:
-            pass
+    finally:
+        sys.stdout = proxy.real
+    if isinstance(proxy.error, BrokenPipeError):
+        return EXIT_PIPE
+    if proxy.error is not None:
+        e = proxy.error
         print(
             f"error: cannot write to standard output: {e.strerror or e} (the command's files are written)",
             file=sys.stderr,
         )
         return 2
+    return code
 
 
 __all__ = [

@@ -69,12 +69,14 @@ def run(args: argparse.Namespace) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    code, samples = one_line_errors(lambda: run(parser().parse_args(argv)))
-    if code == 0:
-        # The vocabulary comes from a file: its control characters are shown escaped, lines and tabs kept.
-        text = escape_controls("\n---------------\n".join(samples), keep="\n\t")
-        return guarded_output(lambda: print(text) or 0)
-    return code
+    def body() -> int:
+        code, samples = one_line_errors(lambda: run(parser().parse_args(argv)))
+        if code == 0:
+            # The vocabulary comes from a file: its control characters are shown escaped, lines and tabs kept.
+            print(escape_controls("\n---------------\n".join(samples), keep="\n\t"))
+        return code
+
+    return guarded_output(body)
 
 
 if __name__ == "__main__":

@@ -242,3 +242,56 @@ def test_an_interrupt_is_one_line_where_stderr_is_no_terminal(capsys):
     code, _ = one_line_errors(interrupted)
     err = capsys.readouterr().err
     assert code == 130 and err == "interrupted (Ctrl-C); nothing was written\n"
+
+
+class _FullStream:
+    """A stdout whose every write fails as /dev/full's does."""
+
+    encoding = "utf-8"
+
+    def write(self, text):
+        raise OSError(28, "No space left on device")
+
+    def flush(self):
+        raise OSError(28, "No space left on device")
+
+    def isatty(self):
+        return False
+
+    def fileno(self):
+        raise OSError("no descriptor")
+
+
+@pytest.mark.filterwarnings("ignore:.*found in sys.modules:RuntimeWarning")  # runpy on an imported module
+@pytest.mark.parametrize("module", _commands())
+def test_every_command_s_help_into_a_full_stdout_is_one_line(module, monkeypatch, capsys):
+    """python -m <any module> --help >/dev/full: exit 2 and one `error:` line (it was exit 0 with the help lost,
+    or an OSError traceback); a library module says it is not a command."""
+    import runpy
+
+    monkeypatch.setattr(sys, "argv", [module, "--help"])
+    err_stream = sys.stderr
+    monkeypatch.setattr(sys, "stdout", _FullStream())
+    with pytest.raises(SystemExit) as e:
+        runpy.run_module(module, run_name="__main__", alter_sys=False)
+    err = capsys.readouterr().err
+    assert sys.stderr is err_stream and e.value.code == 2, (module, err)
+    assert err.startswith("error: ") and err.count("\n") == 1, (module, err)
+
+
+def test_an_experiment_whose_reader_goes_away_still_writes_its_report(tmp_path, data):
+    """routing_test | head -c10: the results and the report are written, exit 141 and quiet (it was exit 2 with
+    'Broken pipe' and the report never written)."""
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, "-m", "experiments.routing_test", "--preset", "smoke", "--variants", "full,attn_only"]
+    p = subprocess.Popen(
+        [*cmd, "--out", str(tmp_path), "--no-progress"], cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    p.stdout.read(10)
+    p.stdout.close()
+    _, err = p.communicate(timeout=600)
+    assert p.returncode == 141 and not err.strip(), err
+    assert (tmp_path / "smoke" / "results-routing_test.json").is_file()
+    assert (tmp_path / "smoke" / "report-routing_test.html").is_file()

@@ -122,6 +122,13 @@ class Experiment:
         return p
 
     def main(self, argv: list[str] | None = None) -> int:
+        """The command: one `error:` line and 2 for a refusal, an interrupt's own status, and a reader that
+        went away (`| head`) or a full stdout ending it only after its files are written (interp.cli)."""
+        from interp.cli import guarded_output
+
+        return guarded_output(lambda: self._guarded_main(argv))
+
+    def _guarded_main(self, argv: list[str] | None) -> int:
         argv = list(sys.argv[1:] if argv is None else argv)
         start = time.perf_counter()
         try:
