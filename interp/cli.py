@@ -37,6 +37,17 @@ def directory_option(text: str) -> str:
     return text
 
 
+def seed_option(text: str) -> int:
+    """An argparse type for a seed: an integer in [0, 2**63), what torch's generators take (training's range)."""
+    try:
+        seed = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer seed, got {text!r}") from None
+    if not 0 <= seed < 2**63:
+        raise argparse.ArgumentTypeError(f"a seed must be in [0, 2**63), got {text!r:.40}")
+    return seed
+
+
 def run_writing_command(parser, run, argv: list[str] | None) -> int:
     """main() of a command whose run(args) writes one file and returns its path: `wrote PATH` and 0, or one
     `error:` line and 2 (an interrupt: its own status). parser: what builds the command's ArgumentParser."""
@@ -134,6 +145,7 @@ __all__ = [
     "guarded_output",
     "one_line_errors",
     "run_writing_command",
+    "seed_option",
 ]
 
 

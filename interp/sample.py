@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from interp.cli import Parser, guarded_output, one_line_errors
+from interp.cli import Parser, guarded_output, one_line_errors, seed_option
 from interp.errors import CheckpointError, ConfigError, DataError, escape_controls
 from interp.vocab import codec
 
@@ -35,7 +35,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", required=True, type=int, help="tokens to append")
     p.add_argument("--temperature", type=float, default=1.0, help="softmax temperature; 0 is greedy (default 1.0)")
     p.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens (default: all)")
-    p.add_argument("--seed", type=int, default=1337, help="sampling seed (default 1337)")
+    p.add_argument("--seed", type=seed_option, default=1337, help="sampling seed in [0, 2**63) (default 1337)")
     p.add_argument("--num-samples", type=int, default=1, help="independent samples to print (default 1)")
     return p
 

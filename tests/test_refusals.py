@@ -295,3 +295,13 @@ def test_an_experiment_whose_reader_goes_away_still_writes_its_report(tmp_path, 
     assert p.returncode == 141 and not err.strip(), err
     assert (tmp_path / "smoke" / "results-routing_test.json").is_file()
     assert (tmp_path / "smoke" / "report-routing_test.html").is_file()
+
+
+@pytest.mark.parametrize("seed", ["-5", "99999999999999999999999", "1.5"])
+def test_sample_refuses_a_seed_torch_cannot_take_in_one_line(seed, capsys):
+    """interp.sample --seed takes training's range, [0, 2**63) (2**64 was a ValueError traceback; -5 was taken)."""
+    from interp.sample import main
+
+    assert main(["--ckpt", "ckpt.pt", "--prompt", "a", f"--seed={seed}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: argument --seed") and err.count("\n") == 1, err

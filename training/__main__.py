@@ -19,7 +19,7 @@ import os
 import shlex
 import sys
 
-from interp.cli import Parser, directory_option, guarded_output
+from interp.cli import Parser, directory_option, guarded_output, seed_option
 from interp.config import MIXERS, RESIDUALS
 from interp.errors import ToolkitError, io_error_line, one_line
 from interp.signals import exit_code, fired_code, interrupt_line, interrupts, signal_name
@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"which residual paths to keep: one of {', '.join(RESIDUALS)}, or a comma list (each trains its own run)",
     )
     p.add_argument("--mixer", choices=MIXERS, help="token mixer in the attention slot")
-    p.add_argument("--seed", type=int, help="seed for init, data order and dropout")
+    p.add_argument("--seed", type=seed_option, help="seed for init, data order and dropout, in [0, 2**63)")
     p.add_argument(
         "--seeds",
         type=_seeds,
