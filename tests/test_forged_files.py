@@ -921,3 +921,18 @@ def test_a_runtime_gain_that_overflows_the_forward_is_refused(tmp_path):
     path = save(rehash(payload), tmp_path / "ckpt.pt")
     with pytest.raises(ToolkitError, match="runtime_gain must be in"):
         load_checkpoint(path)
+
+
+def test_a_meta_pkl_naming_a_global_is_refused_naming_the_file(tmp_path):
+    """A meta.pkl that refers to os.system: never run, and the error names the file (it named only meta.pkl)."""
+    from interp.nanogpt.format import read_meta
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("touch ran",))
+
+    path = tmp_path / "forged-meta.pkl"
+    path.write_bytes(pickle.dumps({"vocab_size": 1, "itos": {0: Evil()}, "stoi": {}}))
+    with pytest.raises(ToolkitError, match=f"{path}: meta.pkl refers to .*system"):
+        read_meta(path)
+    assert not (tmp_path / "ran").exists()

@@ -73,6 +73,8 @@ def read_meta(path: str | os.PathLike) -> list[str]:
         meta = _PlainUnpickler(io.BytesIO(path.read_bytes())).load()
     except OSError as e:
         raise CheckpointError(f"cannot read {path}: {e.strerror or e}") from None
+    except CheckpointError as e:  # a global named inside it (find_class): name the file too
+        raise CheckpointError(f"{path}: {e}") from None
     except (
         pickle.UnpicklingError,
         EOFError,
