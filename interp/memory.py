@@ -20,6 +20,31 @@ def n_params(cfg: ModelConfig) -> int:
     return v * d + cfg.n_ctx * d + cfg.n_layers * per_layer + 2 * d + (0 if cfg.tie_embeddings else d * v)
 
 
+def device_here(name: str):
+    """torch.device(name) when this machine has it; else ConfigError saying what it lacks (one home for the
+    check training's --set device=... and load_hooked's saved device both need)."""
+    import torch
+
+    from interp.errors import ConfigError
+
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError, ValueError):
+        raise ConfigError(f"device {name!r:.60} is not a device name (cpu, cuda, cuda:0, mps)") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device {name!r} asked for, but this machine has no CUDA device; use cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ConfigError(
+                f"device {name!r} asked for, but this machine has {torch.cuda.device_count()} CUDA devices"
+            )
+    elif device.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ConfigError(f"device {name!r} asked for, but MPS is not available here; use cpu")
+    elif device.type not in ("cpu", "cuda", "mps"):
+        raise ConfigError(f"device {name!r} is not one this toolkit runs on (cpu, cuda, mps)")
+    return device
+
+
 def device_memory(device: str) -> tuple[int | None, str]:
     """(bytes, what) of the memory a run on this device can use at most; None where it cannot be told."""
     if device.startswith("cuda") or device == "auto":

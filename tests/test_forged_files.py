@@ -936,3 +936,20 @@ def test_a_meta_pkl_naming_a_global_is_refused_naming_the_file(tmp_path):
     with pytest.raises(ToolkitError, match=f"{path}: meta.pkl refers to .*system"):
         read_meta(path)
     assert not (tmp_path / "ran").exists()
+
+
+@tl3_only
+def test_a_hooked_save_from_a_device_this_machine_lacks_is_named(tmp_path, hooked_record):
+    """tl_config.device 'cuda:7' on a CPU machine: one error naming the file and how to load it here (it was a raw
+    AssertionError from torch); device='cpu' loads it."""
+    from interp.tl.hooked import load_hooked
+    from interp.tl.hooked.persist import RECORD
+
+    record = hooked_record[RECORD]
+    path = save(
+        {**hooked_record, RECORD: {**record, "tl_config": {**record["tl_config"], "device": "cuda:7"}}},
+        tmp_path / "h.pt",
+    )
+    with pytest.raises(ToolkitError, match=r"tl_config.device: device 'cuda:7' asked for.*device='cpu'"):
+        load_hooked(path)
+    assert load_hooked(path, device="cpu").cfg.device == "cpu"

@@ -71,12 +71,9 @@ def pick_device(name: str) -> torch.device:
         if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
             return torch.device("mps")
         return torch.device("cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"device {name!r} asked for, but this machine has no CUDA device; use device=cpu or auto")
-    if device.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise ConfigError(f"device {name!r} asked for, but MPS is not available here; use device=cpu or auto")
-    return device
+    from interp.memory import device_here
+
+    return device_here(name)
 
 
 def autocast_context(dtype: str, device: torch.device) -> contextlib.AbstractContextManager:

@@ -90,6 +90,15 @@ def load_hooked(path: str | os.PathLike, device: str | torch.device | None = Non
     payload = record
     saved_tl = payload["tl_config"]  # checked: every field the export's, or device and model_name
     where = str(device) if device is not None else saved_tl.get("device") or "cpu"
+    if device is None:  # the device it was saved from may not be this machine's
+        from interp.memory import device_here
+
+        try:
+            device_here(where)
+        except ToolkitError as e:
+            raise CheckpointError(
+                f"{path}: tl_config.device: {e}; load_hooked(path, device='cpu') loads it here"
+            ) from None
     n_special = saved_tl["d_vocab"] - cfg.d_vocab
     tl_cfg = export_tl_config(cfg, saved_tl["dtype"], n_special, where, saved_tl.get("normalization_type", "LN"))
     hooked = new_hooked_transformer(tl_cfg, cfg)
