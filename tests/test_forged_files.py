@@ -953,3 +953,16 @@ def test_a_hooked_save_from_a_device_this_machine_lacks_is_named(tmp_path, hooke
     with pytest.raises(ToolkitError, match=r"tl_config.device: device 'cuda:7' asked for.*device='cpu'"):
         load_hooked(path)
     assert load_hooked(path, device="cpu").cfg.device == "cpu"
+
+
+def test_a_nanogpt_weight_held_with_and_without_the_compile_prefix_is_refused(tmp_path):
+    """Two copies of one weight (one under _orig_mod.): the prefixed one silently won and changed the samples."""
+    payload, _ = nanogpt_payload()
+    name = next(k for k in payload["model"] if k.endswith("mlp.c_fc.weight"))
+    payload["model"]["_orig_mod." + name] = payload["model"][name] * 100
+    path = save(payload, tmp_path / "ckpt.pt")
+    clean(lambda: ResidualGPT.from_checkpoint(path), path, required=True)
+    with pytest.raises(ToolkitError, match="_orig_mod"):
+        ResidualGPT.from_checkpoint(path)
+    compiled = {"_orig_mod." + k: v for k, v in nanogpt_payload()[0]["model"].items()}  # all prefixed: one answer
+    ResidualGPT.from_checkpoint(save({**nanogpt_payload()[0], "model": compiled}, tmp_path / "compiled.pt"))

@@ -23,6 +23,12 @@ def check_payload(payload: dict[str, Any]) -> None:
     want_str_keys(model, "model")
     for name, value in model.items():
         check_tensor(value, f"model[{name!r}]")
+    # torch.compile's prefix is dropped on load: a weight held both with it and without it is two answers
+    twice = sorted(k for k in model if k.startswith("_orig_mod.") and k.removeprefix("_orig_mod.") in model)
+    if twice:
+        raise Bad(
+            f"model[{twice[0]!r}]", "is there with and without torch.compile's _orig_mod. prefix: which is meant?"
+        )
     args = want_dict(payload["model_args"], "model_args")
     want_str_keys(args, "model_args")
     for key in _INTS:
