@@ -128,9 +128,9 @@ def guarded_output(run) -> int:
     if isinstance(proxy.error, BrokenPipeError):
         return EXIT_PIPE
     if proxy.error is not None:
-        e = proxy.error
+        why = proxy.error.strerror or proxy.error
         print(
-            f"error: cannot write to standard output: {e.strerror or e} (the command's files are written)",
+            f"error: cannot write to standard output: {why} (the command's files are written)",
             file=sys.stderr,
         )
         return 2
