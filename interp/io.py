@@ -200,9 +200,20 @@ def write_json(path: str | Path, obj: Any) -> None:
     atomic_write(path, lambda tmp: Path(tmp).write_text(text))
 
 
+# The largest JSON document the toolkit writes is an experiment's results file (a few MB); a bigger one is not
+# ours, and parsing it would take memory many times its size before any check could look at it.
+MAX_JSON_BYTES = 256 * 2**20
+
+
 def read_json(path: str | Path) -> Any:
     path = Path(path)
     try:
+        size = path.stat().st_size
+        if size > MAX_JSON_BYTES:
+            raise DataFileError(
+                f"{path} is {size / 2**20:.0f} MiB, past the {MAX_JSON_BYTES // 2**20} MiB a JSON file of this "
+                "toolkit can be; move it aside to recover"
+            )
         return loads(read_regular_text(path))
     except FileNotFoundError:
         raise DataFileError(f"{path} does not exist") from None

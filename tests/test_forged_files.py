@@ -966,3 +966,14 @@ def test_a_nanogpt_weight_held_with_and_without_the_compile_prefix_is_refused(tm
         ResidualGPT.from_checkpoint(path)
     compiled = {"_orig_mod." + k: v for k, v in nanogpt_payload()[0]["model"].items()}  # all prefixed: one answer
     ResidualGPT.from_checkpoint(save({**nanogpt_payload()[0], "model": compiled}, tmp_path / "compiled.pt"))
+
+
+def test_a_json_file_past_any_this_toolkit_writes_is_refused_before_it_is_parsed(tmp_path):
+    """A 1 GiB (sparse) final.json was parsed for 13 s and 2.5 GB of memory before being refused."""
+    from interp.io import DataFileError, read_json
+
+    path = tmp_path / "final.json"
+    with open(path, "wb") as f:
+        f.truncate(2**30)
+    with pytest.raises(DataFileError, match=r"final.json is 1024 MiB, past the 256 MiB"):
+        read_json(path)
