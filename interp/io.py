@@ -72,8 +72,21 @@ def load_plain(path: str | os.PathLike, map_location: Any = "cpu") -> Any:
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[str], Any]) -> None:
-    """Call write(tmp_path) on a temporary name beside path, then rename over it."""
+    """Call write(tmp_path) on a temporary name beside path, then rename over it. A path that is there and is
+    not a regular file (a device such as /dev/full, a FIFO, a directory) is refused: renaming over it would
+    replace it."""
     path = Path(path)
+    if os.path.lexists(path) and not os.path.isfile(path):
+        kind = (
+            "a directory"
+            if path.is_dir()
+            else "a FIFO"
+            if path.is_fifo()
+            else "a device"
+            if (path.is_char_device() or path.is_block_device())
+            else "not a regular file"
+        )
+        raise DataFileError(f"cannot write {path}: it is {kind}; give a file path")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX)

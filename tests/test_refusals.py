@@ -305,3 +305,20 @@ def test_sample_refuses_a_seed_torch_cannot_take_in_one_line(seed, capsys):
     assert main(["--ckpt", "ckpt.pt", "--prompt", "a", f"--seed={seed}"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: argument --seed") and err.count("\n") == 1, err
+
+
+def test_an_output_path_that_is_a_device_fifo_or_directory_is_never_replaced(tmp_path):
+    """plot_attention --out /dev/full wrote 'wrote /dev/full' with exit 0 and, as root, put a regular file where
+    the device was: every atomic write refuses a target that is not a regular file, and leaves it as it was."""
+    import os
+    import stat
+
+    from interp.io import DataFileError, atomic_write
+
+    fifo = tmp_path / "out.html"
+    os.mkfifo(fifo)
+    for target, kind in [(fifo, "a FIFO"), (tmp_path, "a directory"), (Path(os.devnull), "a device")]:
+        with pytest.raises(DataFileError, match=f"it is {kind}"):
+            atomic_write(target, lambda tmp: Path(tmp).write_text("x"))
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and stat.S_ISCHR(os.stat(os.devnull).st_mode)
+    assert not [p for p in tmp_path.iterdir() if p != fifo]  # no temporary left beside it

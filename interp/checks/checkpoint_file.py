@@ -111,9 +111,9 @@ def check_weights(weights: Any, cfg: ModelConfig, field: str = "weights") -> dic
     return weights
 
 
-# Past this a weight is no trained model's (trained weights are O(1); GPT-2's largest is in the tens), and
-# products of two such weights over a layer's width overflow float32 inside the forward: a legal file
-# that computes NaN. Far below it no float32 forward of any width here can overflow.
+# Past this a weight is no trained model's (trained weights are O(1); GPT-2's largest is in the tens), and a
+# single one this large already overflows float32 in the forward. It is a bound on each weight, not a proof of
+# a finite forward: weights under it can still multiply past float32 (three chained at 9e7 do).
 MAX_ABS_WEIGHT = 1e8
 
 
