@@ -262,6 +262,24 @@ FAULTS = [
         ),
         r"exp_avg of parameter 0 reaches 1e\+30, past 1\.01",
     ),
+    Fault(
+        "a log edited between the checkpoint and the resume",
+        ("run",),
+        lambda o, m: (unfinished(o), (o / RUN / "metrics.jsonl").write_text(edit_last_eval(o, which=0))),
+        r"metrics\.jsonl: its records before step \d+ are not the ones",
+    ),
+    Fault(
+        "a log removed before the resume",
+        ("run",),
+        lambda o, m: (unfinished(o), (o / RUN / "probes.jsonl").unlink()),
+        r"probes\.jsonl: its records before step \d+ are not the ones",
+    ),
+    Fault(
+        "best forged in the checkpoint",
+        ("run",),
+        lambda o, m: (unfinished(o), forge(o / RUN / "ckpt.pt", lambda p: p["best"].update(val_loss=0.5))),
+        r"best validation loss 0\.5 at step \d+ is not in",
+    ),
     Fault("config.json missing", ("run",), lambda o, m: (o / RUN / "config.json").unlink(), r"but no config\.json"),
     Fault(
         "final.json without ckpt.pt",

@@ -150,3 +150,43 @@ def _same(a: Any, b: Any) -> bool:
 def _short(x: Any) -> str:
     text = repr(x)
     return text if len(text) < 80 else text[:77] + "..."
+
+
+def logs_before(step: int, paths: list[Path]) -> dict[str, str]:
+    """sha256 per log of its records before step: what a resume from a checkpoint at step keeps. Sealed in the
+    checkpoint, so logs edited, deleted or swapped between a kill and the resume are seen, not carried on."""
+    import hashlib
+    import json
+
+    from interp.io import read_jsonl
+
+    out = {}
+    for path in paths:
+        kept = [r for r in read_jsonl(path, torn_tail_ok=True) if r.get("step", 0) < step]
+        out[path.name] = hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()
+    return out
+
+
+def check_logs_before(state: dict[str, Any], paths: list[Path], ckpt_path: Path) -> None:
+    """The logs a resume keeps are the ones the checkpoint was saved with, and its best is one of them."""
+    sealed, step = state.get("logs_before_step"), state["step"]
+    if sealed is None:  # written before the seal existed
+        return
+    now = logs_before(step, paths)
+    for path in paths:
+        if sealed.get(path.name) != now[path.name]:
+            raise CheckpointError(
+                f"{path}: its records before step {step} are not the ones {ckpt_path} was saved with (edited, "
+                "removed, or from another run); move the run directory aside to train it again"
+            )
+    from interp.io import read_jsonl
+
+    best = state["best"]
+    metrics = next((p for p in paths if p.name == "metrics.jsonl"), None)
+    if best.get("step") is not None and metrics is not None:
+        logged = [r.get("val_loss") for r in read_jsonl(metrics, torn_tail_ok=True) if r.get("step") == best["step"]]
+        if best["val_loss"] not in logged:
+            raise CheckpointError(
+                f"{ckpt_path} cannot be resumed: its best validation loss {best['val_loss']!r} at step {best['step']} "
+                f"is not in {metrics}; move the run directory aside to train it again"
+            )

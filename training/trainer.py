@@ -34,7 +34,7 @@ from interp.model import ResidualGPT, train_mode_hooks_expected
 from interp.signals import EXIT_INTERRUPT, exit_code, signal_name
 from training.batches import BatchSampler, fixed_batches, random_batches
 from training.budget import check_runnable
-from training.checkstate import check_training_state
+from training.checkstate import check_logs_before, check_training_state, logs_before
 from training.compile import maybe_compile
 from training.corpus import Corpus, data_provenance
 from training.data import load_corpus
@@ -232,6 +232,8 @@ class Trainer:
             vocab=self.corpus.vocab,
             encoding=self.corpus.encoding,
         )
+        if self.is_main:  # the logs a resume from here keeps, sealed (training.checkstate.check_logs_before)
+            state["logs_before_step"] = logs_before(self.step, [self.run_dir.metrics, self.run_dir.probes])
         if getattr(self, "last_val", None) is not None:  # the finished run's last validation loss
             state["final_val_loss"] = self.last_val
             state["logs_sha256"] = self.run_dir.logs_sha256()  # the finished logs, checked on reuse
@@ -269,6 +271,8 @@ class Trainer:
         self.run_dir.check_checkpoint(ckpt, self.config_record)
         # Every field checked before anything is loaded or any log rewritten (training.checkstate).
         check_training_state(ckpt, self.model, self.optimizer, self.train_cfg, self.run_dir.ckpt)
+        if self.is_main:
+            check_logs_before(ckpt.state, [self.run_dir.metrics, self.run_dir.probes], self.run_dir.ckpt)
         try:
             self.model.load_state_dict(ckpt.weights)
             self.load_state_dict(ckpt.state)

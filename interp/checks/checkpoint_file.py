@@ -181,6 +181,7 @@ _STATE = {
     "final_val_loss": "number",
     "model_init": "str?",
     "meta": "dict",
+    "logs_before_step": "dict",
 }
 
 
