@@ -450,9 +450,9 @@ def prediction_lines(ctx: Context, grid: Grid) -> list[str]:
     names = grid.roles()
     runs = []
     for job in _jobs([Group(ctx.spec, grid.grid())], ctx):
-        run = job.run_dir(ctx.out)
-        run.check(run_config(job, ctx.corpus))
-        run.verify_finished(run_config(job, ctx.corpus))  # as launch does before reuse: nothing unverified is read
+        run, asked = job.run_dir(ctx.out), run_config(job, ctx.corpus)
+        run.check(asked)
+        run.verify_finished(asked)  # as launch does before reuse: nothing unverified is read
         record = run.load()
         record.update(variant=job.variant.name, seed=job.seed)
         runs.append(summarise_run(record, ctx, names, early))

@@ -120,28 +120,30 @@ class SnapshotCallback:
             )
 
 
-def load_snapshot(run: RunDir, step: int):
+def load_snapshot(run: RunDir, step: int, own: dict):
     """The run's snapshot at step as a model, refused unless it says it is that: the step, and the model,
-    training config, initialisation and data of the run's own verified checkpoint (a snapshot copied from
-    another step or another run directory is named, never evaluated)."""
+    training config, initialisation and data of the run's own verified checkpoint (own: snapshot_identity of
+    it; a snapshot copied from another step or another run directory is named, never evaluated)."""
     from interp.checkpoint import load_checkpoint
     from interp.model import ResidualGPT
 
     path = run.snapshot(step)
-    snap, own = load_checkpoint(path), load_checkpoint(run.ckpt)
-    sealed = {"step": snap.state.get("step"), "model": snap.config.to_dict(), **_identity(snap.state)}
-    wanted = {"step": step, "model": own.config.to_dict(), **_identity(own.state)}
-    wrong = [k for k in wanted if sealed[k] != wanted[k]]
+    snap = load_checkpoint(path)
+    sealed = {"step": snap.state.get("step"), **snapshot_identity(snap)}
+    wrong = [k for k, v in {"step": step, **own}.items() if sealed[k] != v]
     if wrong:
         raise ToolkitError(
             f"{path} is not this run's snapshot at step {step} (its {', '.join(wrong)} differ from "
             f"{run.ckpt}'s); delete that run directory or choose another --out"
         )
-    return ResidualGPT.from_checkpoint(path)
+    return ResidualGPT.from_checkpoint(snap)
 
 
-def _identity(state: dict) -> dict:
+def snapshot_identity(ckpt) -> dict:
+    """What a snapshot must share with its run's checkpoint: model, training config, initialisation, data."""
+    state = ckpt.state
     return {
+        "model": ckpt.config.to_dict(),
         "train_config": state.get("train_config"),
         "model_init": state.get("model_init"),
         "data": (state.get("data") or {}).get("sha256"),
@@ -167,6 +169,9 @@ def analyse_run(run: RunDir, spec: RunSpec, corpus, steps: list[int], repeats: i
     autocast = autocast_context(train.dtype, device)
     n_ctx = spec.model.n_ctx
     fixed = fixed_batches(corpus.val, n_ctx, train.batch_size, train.eval_batches)
+    from interp.checkpoint import load_checkpoint
+
+    own = snapshot_identity(load_checkpoint(run.ckpt))  # once, not per snapshot
     snapshots = []
     bar = tqdm(
         total=len(steps) * (repeats + 2),
@@ -177,7 +182,7 @@ def analyse_run(run: RunDir, spec: RunSpec, corpus, steps: list[int], repeats: i
         dynamic_ncols=True,
     )
     for i, step in enumerate(steps):
-        model = load_snapshot(run, step).to(device)
+        model = load_snapshot(run, step, own).to(device)
         first = mean_loss(model, fixed, device, autocast)
         second = mean_loss(model, fixed, device, autocast)
         bar.update(2)
