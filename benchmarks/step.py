@@ -111,7 +111,7 @@ def _progress(args, text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def step_parser() -> argparse.ArgumentParser:
     from benchmarks.shapes import DEFAULT_SHAPES, SHAPE_DEFAULTS
     from benchmarks.variants import variants_for
     from training.presets import PRESETS
@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None = None) -> int:
     try:
-        args = build_parser().parse_args(argv)
+        args = step_parser().parse_args(argv)
     except ToolkitError as e:  # interp.cli.Parser: one line, not argparse's usage block
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2

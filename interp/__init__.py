@@ -11,7 +11,7 @@ from interp import moved as _moved
 from interp.signals import guard_startup
 
 guard_startup()  # a Ctrl-C while modules import: one line, not a traceback
-_moved.install()  # old module paths (interp.export, experiments.frame, ...) still import
+_moved.install_old_paths()  # old module paths (interp.export, experiments.frame, ...) still import
 
 _LAZY = {
     "Checkpoint": "interp.checkpoint",

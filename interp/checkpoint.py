@@ -142,7 +142,7 @@ def load_checkpoint(
         detail = type(e).__name__ + (f": {str(e).strip().splitlines()[0]}" if str(e).strip() else "")
         raise CheckpointError(f"{path} is truncated or corrupt ({detail}); it cannot be loaded") from None
     import interp.nanogpt.format as nanogpt
-    from interp.checks.checkpoint_file import check_payload
+    from interp.checks.checkpoint_file import check_checkpoint_payload
 
     device = str(map_location) if isinstance(map_location, (str, torch.device)) else "cpu"
     if nanogpt.is_nanogpt(payload):
@@ -161,7 +161,7 @@ def load_checkpoint(
             f"it holds {keys}"
         )
     with checked(path, CheckpointError, "it cannot be loaded"):  # every field, before the hash walks the data
-        config = check_payload(payload, SCHEMA, HASH_KEY, device)
+        config = check_checkpoint_payload(payload, SCHEMA, HASH_KEY, device)
     weights = payload["weights"]
     recorded = payload.get(HASH_KEY)
     if recorded is not None and recorded != content_hash(payload):

@@ -1,6 +1,6 @@
 """Old module paths that moved in the restructure, importable still (a notebook's `import experiments.frame`).
 
-One table per package; install() puts a finder on sys.meta_path that hands out the module now at the new path
+One table per package; install_old_paths() puts a finder on sys.meta_path that hands out the module now at the new path
 (the same module object, so `experiments.frame is experiments.shared.frame`) with a DeprecationWarning naming it.
 """
 
@@ -54,6 +54,6 @@ class _Moved(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module.__loader__ = self.real_spec.loader if self.real_spec is not None else None
 
 
-def install() -> None:
+def install_old_paths() -> None:
     if not any(isinstance(f, _Moved) for f in sys.meta_path):
         sys.meta_path.insert(0, _Moved())  # first: interp.hooked.persist is a moved name, not a new module

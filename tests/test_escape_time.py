@@ -11,7 +11,14 @@ import pytest
 
 from experiments.escape_time.escape_predictor import evaluate_by_seed
 from experiments.escape_time.mechanism import aligned, before_after, onset
-from experiments.escape_time.survival import escape_step, fit_law, kaplan_meier, median_escape, predict, survival_at
+from experiments.escape_time.survival import (
+    escape_step,
+    fit_law,
+    kaplan_meier,
+    law_prediction,
+    median_escape,
+    survival_at,
+)
 
 STEPS = [0, 25, 50, 75, 100, 125, 150]
 
@@ -74,7 +81,7 @@ def test_the_law_recovers_a_known_per_layer_factor_through_censoring():
     assert law["fitted"] and c["lower"] < math.log(2.0) < c["upper"]
     assert abs(math.exp(c["value"]) - 2.0) < 0.25
     assert law["coef"]["sigma"]["lower"] < 0.3 < law["coef"]["sigma"]["upper"]
-    p = predict(law, 4, 1e-3, 400)  # out of the fitted depths: median 50 * 2**4 = 800
+    p = law_prediction(law, 4, 1e-3, 400)  # out of the fitted depths: median 50 * 2**4 = 800
     assert p["median_interval"][0] < 800 < p["median_interval"][1]
     assert 0.0 <= p["survival_interval"][0] <= p["survival_at_last"] <= p["survival_interval"][1] <= 1.0
 
@@ -87,12 +94,12 @@ def test_the_law_refuses_when_only_one_depth_escapes():
     ]
     law = fit_law(runs)
     assert not law["fitted"] and "fewer than two depths" in law["reason"]
-    assert predict(law, 3, 1e-3, 600) == {"predicted": False, "reason": law["reason"]}
+    assert law_prediction(law, 3, 1e-3, 600) == {"predicted": False, "reason": law["reason"]}
 
 
 def test_the_early_predictor_is_held_out_by_seed():
     """A feature that is noise fits its own runs well (a threshold picked on them) and predicts nothing held out."""
-    from experiments.phase_diagram.collapse_predictor import fit_threshold, predict
+    from experiments.phase_diagram.collapse_predictor import classify, fit_threshold
 
     rng = np.random.default_rng(3)
     samples = [
@@ -101,7 +108,7 @@ def test_the_early_predictor_is_held_out_by_seed():
         for k in range(4)
     ]
     xs, ys = [s["features"]["val_loss"] for s in samples], [s["escaped"] for s in samples]
-    in_sample = sum(predict(fit_threshold(xs, ys), x) == y for x, y in zip(xs, ys, strict=True)) / len(xs)
+    in_sample = sum(classify(fit_threshold(xs, ys), x) == y for x, y in zip(xs, ys, strict=True)) / len(xs)
     out = evaluate_by_seed(samples)["val_loss"]
     assert out["n"] == 24 and out["n_seeds"] == 6 and out["majority_accuracy"] <= 0.5
     assert out["accuracy"] < in_sample and not out["predicts"]
@@ -214,9 +221,9 @@ def test_a_finished_run_without_evaluations_is_one_error_naming_its_metrics():
     """metrics.jsonl removed or emptied after the run finished: a ToolkitError naming it, not an IndexError."""
     from types import SimpleNamespace
 
-    from experiments.escape_time.run import summarise_run
+    from experiments.escape_time.run import summarise_escape_run
     from interp.errors import ToolkitError
 
     record = {"run_dir": "/runs/x/seed1", "val_curve": {"steps": [], "loss": []}, "variant": "v", "seed": 1}
     with pytest.raises(ToolkitError, match=r"/runs/x/seed1/metrics.jsonl holds no validation evaluation"):
-        summarise_run(record, SimpleNamespace(levels={}), {}, 100)
+        summarise_escape_run(record, SimpleNamespace(levels={}), {}, 100)

@@ -213,7 +213,9 @@ def variant(clean=1.5, **layers):
 
 
 def outcome(**variants):
-    return rules.Outcome({k.replace("__", " + "): v for k, v in variants.items()}, unigram=3.3, bigram=2.5, margin=0.05)
+    return rules.InterventionOutcome(
+        {k.replace("__", " + "): v for k, v in variants.items()}, unigram=3.3, bigram=2.5, margin=0.05
+    )
 
 
 @pytest.mark.parametrize(
@@ -284,11 +286,11 @@ def test_identity_rule(rises, expected):
 
 def test_verdicts_guard_missing_and_floored_models():
     levels = {"unigram": 3.3, "bigram": 2.5}
-    out = rules.verdicts({"full": variant(clean=3.3, remove_attn_residual=[row(1.0)])}, levels, 0.05)
+    out = rules.intervention_verdicts({"full": variant(clean=3.3, remove_attn_residual=[row(1.0)])}, levels, 0.05)
     assert [v["id"] for v in out] == [f"I{i}" for i in range(1, 9)]
     assert "unigram floor" in out[0]["measured"] and out[0]["verdict"] == "inconclusive"
     assert out[2]["measured"] == "not run"
-    decided = rules.verdicts(
+    decided = rules.intervention_verdicts(
         {"full": variant(remove_attn_residual=[row(1.0)], knock_out_self=[row(0.0)])}, levels, 0.05
     )
     assert decided[0]["verdict"] == "supports" and rules.bearing(decided[0]) == "refines P1 at inference"

@@ -135,3 +135,31 @@ def test_no_two_modules_share_a_name():
             if p.name not in ROLE_NAMES:
                 seen.setdefault(p.name, []).append(str(p.relative_to(REPO)))
     assert not {name: paths for name, paths in seen.items() if len(paths) > 1}
+
+
+def _protocol_names() -> set[str]:
+    """Names every experiment or command defines on purpose: the frame's Experiment hooks, and a command's
+    main / parser / run (interp.cli.run_writing_command takes the last two)."""
+    import dataclasses
+    import typing
+
+    from experiments.shared.frame import Experiment
+
+    hints = typing.get_type_hints(Experiment)
+    hooks = {f.name for f in dataclasses.fields(Experiment) if "Callable" in str(hints[f.name])}
+    return hooks | {"main", "parser", "run"}
+
+
+def test_no_two_public_functions_share_a_name():
+    """Issue 34: a public function or class name means one thing in the project; only the hooks a frame or
+    a command calls by name repeat (each experiment's plan, each command's main)."""
+    protocol = _protocol_names()
+    assert {"plan", "analyse", "table", "preface"} <= protocol
+    seen: dict[str, list[str]] = {}
+    for top in LAYER:
+        for p in (REPO / top).rglob("*.py"):
+            for node in ast.parse(p.read_text()).body:
+                if isinstance(node, ast.FunctionDef | ast.ClassDef) and not node.name.startswith("_"):
+                    seen.setdefault(node.name, []).append(str(p.relative_to(REPO)))
+    twice = {name: paths for name, paths in seen.items() if len(paths) > 1 and name not in protocol}
+    assert not twice

@@ -61,7 +61,7 @@ def _seeds(text: str) -> list[int]:
     return seeds
 
 
-def build_parser() -> argparse.ArgumentParser:
+def training_parser() -> argparse.ArgumentParser:
     p = Parser(  # an unknown or malformed option: one `error:` line, exit 2 (--help prints the usage)
         prog="python -m training",
         description="Train a ResidualGPT into a resumable run directory. With --seeds and/or a --residual list, "
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None = None) -> int:
     try:
-        args = build_parser().parse_args(argv)
+        args = training_parser().parse_args(argv)
         if args.seed is not None and args.seeds is not None:
             raise ToolkitError("give --seed or --seeds, not both")
         if args.ensemble_size < 1:

@@ -310,14 +310,14 @@ def load_bpe_corpus(directory: str | Path) -> Corpus:
         raise DataError(f"{directory} is not a prepared BPE corpus (no meta.json); run prepare_bpe_corpus")
     from interp.checks import checked
     from interp.io import DataFileError, read_json
-    from training.checks.corpus_files import check_meta, check_tokens
+    from training.checks.corpus_files import check_corpus_meta, check_tokens
 
     try:
         meta = read_json(meta_path)  # strict JSON, a regular file: 1e999 or a FIFO is refused here
     except DataFileError as e:
         raise DataError(f"{e}; prepare the corpus again") from None
     with checked(meta_path, DataError, "prepare the corpus again"):
-        check_meta(meta)
+        check_corpus_meta(meta)
     n_train, n_val = meta["train_tokens"], meta["val_tokens"]
     train, val = _open_split(directory / "train.bin", n_train), _open_split(directory / "val.bin", n_val)
     for name, split in (("train.bin", train), ("val.bin", val)):

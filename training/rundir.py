@@ -367,11 +367,11 @@ class RunDir:
         if not self.config.exists():
             return None
         from interp.checks import checked
-        from training.checks.rundir_files import check_config
+        from training.checks.rundir_files import check_run_config
 
         config = read_json(self.config)
         with checked(self.config, DataFileError, "move it aside to recover"):
-            return check_config(config)
+            return check_run_config(config)
 
     def read_metrics(self) -> list[dict[str, Any]]:
         """metrics.jsonl, every record checked (training.checks.rundir_files.check_metric_record)."""

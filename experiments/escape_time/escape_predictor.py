@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from experiments.phase_diagram.collapse_predictor import auc, binomial_interval, bootstrap_auc, fit_threshold, predict
+from experiments.phase_diagram.collapse_predictor import auc, binomial_interval, bootstrap_auc, classify, fit_threshold
 
 FEATURES = ("val_loss", "alpha_tt_layer0", "grad_block0", "growth", "identity", "depth")
 
@@ -66,7 +66,7 @@ def evaluate_by_seed(samples: list[dict[str, Any]]) -> dict[str, Any]:
                     hits += sum(y == majority for _, y in test)
                     continue
                 model = fit_threshold([x for x, _ in train], ys)
-                hits += sum(predict(model, x) == y for x, y in test)
+                hits += sum(classify(model, x) == y for x, y in test)
             xs, ys = [x for _, x, _ in rows], [y for _, _, y in rows]
             lo, hi = binomial_interval(hits, n)
             a = auc(xs, ys)

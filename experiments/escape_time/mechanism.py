@@ -58,12 +58,12 @@ class EscapeProbe:
             {
                 "step": step,
                 "probe": "escape",
-                **measure(trainer.model, trainer.corpus.train, trainer.val_batches[:MECH_BATCHES]),
+                **measure_escape_probe(trainer.model, trainer.corpus.train, trainer.val_batches[:MECH_BATCHES]),
             },
         )
 
 
-def measure(model, train_tokens, batches) -> dict[str, float]:
+def measure_escape_probe(model, train_tokens, batches) -> dict[str, float]:
     """Loss plain and under each intervention (every layer), and block-0 current-token decodability."""
     import torch
 

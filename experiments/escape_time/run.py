@@ -65,7 +65,14 @@ from typing import Any
 from experiments.escape_time.escape_predictor import early_features, evaluate_by_seed
 from experiments.escape_time.mechanism import EscapeProbe, aligned, order, self_path_answer, series
 from experiments.escape_time.report import sections, summary, table
-from experiments.escape_time.survival import escape_step, fit_law, kaplan_meier, median_escape, predict, survival_at
+from experiments.escape_time.survival import (
+    escape_step,
+    fit_law,
+    kaplan_meier,
+    law_prediction,
+    median_escape,
+    survival_at,
+)
 from experiments.shared.frame import Context, Experiment, Group, Job, Variant, check_number, run_summary
 from interp.errors import ToolkitError
 
@@ -162,7 +169,7 @@ def check(args) -> None:
         raise ToolkitError(f"--references {args.references!r}: give distinct residuals among full, attn_only, none")
 
 
-class Grid:
+class EscapeGrid:
     """The cells a command line asks for."""
 
     def __init__(self, ctx: Context):
@@ -248,7 +255,7 @@ def early_step(ctx: Context) -> int:
 def plan(ctx: Context) -> list[Group]:
     if ctx.spec.model.n_ctx < 2:
         raise ToolkitError(f"escape times need n_ctx >= 2 (context to route), got {ctx.spec.model.n_ctx}")
-    grid = Grid(ctx)
+    grid = EscapeGrid(ctx)
     every = probe_every(ctx)
     early_step(ctx)
 
@@ -279,7 +286,7 @@ def margins(margin: float) -> list[float]:
     return [margin / 2, margin, 2 * margin]
 
 
-def summarise_run(record: dict[str, Any], ctx: Context, roles: dict[str, str], early: int) -> dict[str, Any]:
+def summarise_escape_run(record: dict[str, Any], ctx: Context, roles: dict[str, str], early: int) -> dict[str, Any]:
     levels = ctx.levels
     curve = record["val_curve"]
     if not curve["steps"]:  # a finished run whose metrics.jsonl is gone or holds no evaluation
@@ -348,10 +355,10 @@ def _law_runs(runs: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
 
 
 def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
-    grid = Grid(ctx)
+    grid = EscapeGrid(ctx)
     roles = grid.roles()
     early = early_step(ctx)
-    runs = [summarise_run(r, ctx, roles, early) for r in records]
+    runs = [summarise_escape_run(r, ctx, roles, early) for r in records]
     keys = [f"{m:g}" for m in margins(ctx.args.margin)]
     key = f"{ctx.args.margin:g}"
     by_cell: dict[str, list[dict[str, Any]]] = {}
@@ -364,7 +371,7 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     for c in cells:
         if c["role"] != "holdout":
             continue
-        p = predict(laws[key], c["n_layers"], c["lr"], c["last_step"])
+        p = law_prediction(laws[key], c["n_layers"], c["lr"], c["last_step"])
         holdout.append(
             {
                 "depth": c["n_layers"],
@@ -429,7 +436,7 @@ def preface(ctx: Context, jobs: list[Job]) -> str:
     ]
     if ctx.args.launcher == "local" and e["flops_to_train"]:
         lines[-1] += f": about {measured_minutes(ctx, jobs):.1f} min here (each shape's step timed now)"
-    grid = Grid(ctx)
+    grid = EscapeGrid(ctx)
     held = {v.name for v in grid.held_out()}
     if held & {j.variant.name for j in jobs}:
         lines += prediction_lines(ctx, grid)
@@ -440,7 +447,7 @@ def preface(ctx: Context, jobs: list[Job]) -> str:
     return "\n".join(lines)
 
 
-def prediction_lines(ctx: Context, grid: Grid) -> list[str]:
+def prediction_lines(ctx: Context, grid: EscapeGrid) -> list[str]:
     """The law fitted on the finished grid, and what it predicts for the held-out depth (before it trains)."""
     from experiments.escape_time.report import prediction_text
     from experiments.shared.launch import run_config
@@ -455,10 +462,10 @@ def prediction_lines(ctx: Context, grid: Grid) -> list[str]:
         run.verify_finished(asked)  # as launch does before reuse: nothing unverified is read
         record = run.load()
         record.update(variant=job.variant.name, seed=job.seed)
-        runs.append(summarise_run(record, ctx, names, early))
+        runs.append(summarise_escape_run(record, ctx, names, early))
     law = fit_law(_law_runs(runs, key), "escape")
     steps = ctx.spec.train.max_steps
-    return [prediction_text(grid.holdout, lr, predict(law, grid.holdout, lr, steps)) for lr in grid.lrs]
+    return [prediction_text(grid.holdout, lr, law_prediction(law, grid.holdout, lr, steps)) for lr in grid.lrs]
 
 
 EXPERIMENT = Experiment(

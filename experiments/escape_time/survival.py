@@ -221,7 +221,7 @@ def fit_law(runs: Sequence[dict[str, Any]], key: str = "escape") -> dict[str, An
     }
 
 
-def predict(law: dict[str, Any], depth: float, lr: float, step: float) -> dict[str, Any]:
+def law_prediction(law: dict[str, Any], depth: float, lr: float, step: float) -> dict[str, Any]:
     """The law's median escape step and survival at `step` for a cell, with bootstrap intervals."""
     if not law.get("fitted"):
         return {"predicted": False, "reason": law.get("reason")}

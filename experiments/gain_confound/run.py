@@ -87,7 +87,7 @@ def scale_output_projections(model, gain: float) -> None:
             block.mlp.out_proj.weight.mul_(gain)
 
 
-def make_variants(configs: list[str], gains: list[float]) -> list[tuple[Variant, dict[str, Any]]]:
+def gain_variants(configs: list[str], gains: list[float]) -> list[tuple[Variant, dict[str, Any]]]:
     """(Variant, {config, way, gain}) for every config: g = 1 once, then runtime and weights for each other g."""
     out = []
     for c in configs:
@@ -388,7 +388,7 @@ def defaults(spec) -> dict[str, Any]:
 
 
 def plan(ctx: Context) -> list[Group]:
-    tagged = make_variants(parse_configs(ctx.args.configs), parse_gains(ctx.args.gains))
+    tagged = gain_variants(parse_configs(ctx.args.configs), parse_gains(ctx.args.gains))
     return [Group(ctx.spec, [v for v, _ in tagged])]
 
 
@@ -398,7 +398,7 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     from training.trainer import pick_device
 
     configs, gains, spec = parse_configs(ctx.args.configs), parse_gains(ctx.args.gains), ctx.spec
-    tags = {v.name: t for v, t in make_variants(configs, gains)}
+    tags = {v.name: t for v, t in gain_variants(configs, gains)}
     given = parse_overrides(ctx.args.set)
     runs = [{**run_summary(r), **tags[r["variant"]]} for r in records]
     model_cfg = spec.model.replace(d_vocab=ctx.corpus.vocab_size)
@@ -414,7 +414,7 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     )
     spread = spreads(runs, configs, ctx.seeds, ctx.args.threshold)
     variants = {
-        name: {**tag, "overrides": v.overrides} for v, tag in make_variants(configs, gains) for name in [v.name]
+        name: {**tag, "overrides": v.overrides} for v, tag in gain_variants(configs, gains) for name in [v.name]
     }
     return {
         "configs": configs,

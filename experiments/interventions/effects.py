@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from experiments.routing_test.rules import place  # the routing test's rule; None: no full comparison
 from interp import interventions as iv
 from interp.config import ModelConfig
 
@@ -217,13 +218,6 @@ def mean_raw(raws: list[dict[str, Any]]) -> dict[str, Any]:
     return avg(raws)
 
 
-def place(loss: float, levels: dict[str, float], margin: float) -> str:
-    """Where a loss sits among the reference levels (the routing test's rule, without the full comparison)."""
-    from experiments.routing_test.rules import place as routing_place
-
-    return routing_place(loss, levels, None, margin)
-
-
 def probe_levels(train: Any, batches: list, d_vocab: int) -> dict[str, Any]:
     """Where a decoder's cross-entropy for the token at offsets 0 and -1 sits: knowing nothing (the add-one
     unigram of the training tokens) and knowing only the current token (0 for offset 0; for offset -1 the
@@ -254,7 +248,7 @@ def summarise(
     """Effects with intervals: the results.json record of one run or one variant (see the schema)."""
     clean = raw["clean"]
     out: dict[str, Any] = {"clean_loss": interval(clean, idx)}
-    out["clean_place"] = place(out["clean_loss"]["mean"], levels, margin)
+    out["clean_place"] = place(out["clean_loss"]["mean"], levels, None, margin)
     layers: dict[str, Any] = {}
     for name, per_layer in raw["layers"].items():
         if per_layer is None:
@@ -263,7 +257,7 @@ def summarise(
         rows = []
         for layer, values in enumerate(per_layer):
             row = {"delta": interval(values - clean, idx), "loss": interval(values, idx)}
-            row["place"] = place(row["loss"]["mean"], levels, margin)
+            row["place"] = place(row["loss"]["mean"], levels, None, margin)
             if raw.get("identity") is not None:
                 before, after = raw["identity"]["clean"][layer], raw["identity"][name][layer]
                 row["identity"] = {

@@ -3,9 +3,9 @@
 Written from the cross-position routing hypothesis (docs/DESIGN.md, "The question"; the routing
 test's P1-P7 in experiments.routing_test.rules) before any intervention was run: where a model lacks an
 identity path, attention's self path (alpha_tt near 1) stands in for it, and context arrives by
-content-based routing. Each Prediction names the variants it needs, the routing-test prediction it
+content-based routing. Each InterventionPrediction names the variants it needs, the routing-test prediction it
 bears on and how (confirms: the same claim, now at inference inside one trained model; refines: a
-sharper claim the training-time test cannot make), and a decide function over an Outcome (the
+sharper claim the training-time test cannot make), and a decide function over an InterventionOutcome (the
 variants' effect summaries from experiments.interventions.effects.summarise, the levels, the margin).
 
 Intervals are the 95% bootstrap intervals over validation sequences of the seed-mean effect. "Raises
@@ -26,7 +26,7 @@ from typing import Any
 
 
 @dataclass(frozen=True)
-class Outcome:
+class InterventionOutcome:
     variants: dict[str, Any]  # name -> experiments.interventions.effects.summarise(...)
     unigram: float
     bigram: float
@@ -44,7 +44,7 @@ class Outcome:
 
 
 @dataclass(frozen=True)
-class Prediction:
+class InterventionPrediction:
     id: str
     title: str
     prediction: str
@@ -52,7 +52,7 @@ class Prediction:
     needs: tuple[str, ...]  # variants
     bears_on: str  # the routing-test prediction
     relation: str  # "confirms" or "refines"
-    decide: Callable[[Outcome], tuple[str, str, str]]  # -> (verdict, measured, interval)
+    decide: Callable[[InterventionOutcome], tuple[str, str, str]]  # -> (verdict, measured, interval)
 
 
 def ci(x: dict[str, float]) -> str:
@@ -65,7 +65,7 @@ def peak(rows: list[dict[str, Any]]) -> tuple[int, dict[str, Any]]:
     return layer, rows[layer]
 
 
-def raises(o: Outcome, variant: str, intervention: str) -> tuple[str, str, str]:
+def raises(o: InterventionOutcome, variant: str, intervention: str) -> tuple[str, str, str]:
     """supports if the peak layer's interval lies above the margin; contradicts if every layer's lies below."""
     rows = o.layers(variant, intervention)
     if rows is None:
@@ -85,7 +85,7 @@ def raises(o: Outcome, variant: str, intervention: str) -> tuple[str, str, str]:
     return verdict, measured, f"peak layer {layer}: {ci(row['delta'])} nats{spread}"
 
 
-def smaller(o: Outcome, small: tuple[str, str], large: tuple[str, str]) -> tuple[str, str, str]:
+def smaller(o: InterventionOutcome, small: tuple[str, str], large: tuple[str, str]) -> tuple[str, str, str]:
     """supports if small's peak interval lies wholly below large's; contradicts if wholly above."""
     rows_s, rows_l = o.layers(*small), o.layers(*large)
     if rows_s is None or rows_l is None:
@@ -107,31 +107,31 @@ def smaller(o: Outcome, small: tuple[str, str], large: tuple[str, str]) -> tuple
     return verdict, measured, f"{ci(s['delta'])} vs {ci(big['delta'])} nats{spread}"
 
 
-def decide_i1(o: Outcome) -> tuple[str, str, str]:
+def decide_i1(o: InterventionOutcome) -> tuple[str, str, str]:
     return raises(o, "full", "remove_attn_residual")
 
 
-def decide_i2(o: Outcome) -> tuple[str, str, str]:
+def decide_i2(o: InterventionOutcome) -> tuple[str, str, str]:
     return smaller(o, ("full", "knock_out_self"), ("full", "remove_attn_residual"))
 
 
-def decide_i3(o: Outcome) -> tuple[str, str, str]:
+def decide_i3(o: InterventionOutcome) -> tuple[str, str, str]:
     return raises(o, "attn_only", "knock_out_self")
 
 
-def decide_i4(o: Outcome) -> tuple[str, str, str]:
+def decide_i4(o: InterventionOutcome) -> tuple[str, str, str]:
     return smaller(o, ("attn_only", "self_only"), ("attn_only", "knock_out_self"))
 
 
-def decide_i5(o: Outcome) -> tuple[str, str, str]:
+def decide_i5(o: InterventionOutcome) -> tuple[str, str, str]:
     return raises(o, "attn_only", "uniform_pattern")
 
 
-def decide_i6(o: Outcome) -> tuple[str, str, str]:
+def decide_i6(o: InterventionOutcome) -> tuple[str, str, str]:
     return smaller(o, ("attn_only", "remove_attn_residual"), ("attn_only + no_self", "remove_attn_residual"))
 
 
-def decide_i7(o: Outcome) -> tuple[str, str, str]:
+def decide_i7(o: InterventionOutcome) -> tuple[str, str, str]:
     rows = o.layers("ffn_only + self_bias", "knock_out_self")
     if rows is None:
         return "inconclusive", "knock_out_self does not apply", "n/a"
@@ -151,7 +151,7 @@ def decide_i7(o: Outcome) -> tuple[str, str, str]:
     return verdict, measured, f"lowest, layer {lowest}: {ci(rows[lowest]['loss'])} vs unigram - m = {floor:.3f}"
 
 
-def decide_i8(o: Outcome) -> tuple[str, str, str]:
+def decide_i8(o: InterventionOutcome) -> tuple[str, str, str]:
     rows = o.layers("ffn_only + self_bias", "knock_out_self")
     if rows is None or "identity" not in rows[0]:
         return "inconclusive", "no identity probes (--no-identity) or knock_out_self does not apply", "n/a"
@@ -170,7 +170,7 @@ def decide_i8(o: Outcome) -> tuple[str, str, str]:
 
 
 PREDICTIONS = [
-    Prediction(
+    InterventionPrediction(
         "I1",
         "full carries the token on its residual",
         "removing the attention residual at a layer of full raises the loss",
@@ -180,7 +180,7 @@ PREDICTIONS = [
         "refines",
         decide_i1,
     ),
-    Prediction(
+    InterventionPrediction(
         "I2",
         "full does not need the self path",
         "with its identity path intact, full loses less to a self-path knockout than to losing that path",
@@ -191,7 +191,7 @@ PREDICTIONS = [
         "refines",
         decide_i2,
     ),
-    Prediction(
+    InterventionPrediction(
         "I3",
         "attn_only needs its self path",
         "knocking out the self path at a layer of attn_only raises the loss",
@@ -201,7 +201,7 @@ PREDICTIONS = [
         "confirms",
         decide_i3,
     ),
-    Prediction(
+    InterventionPrediction(
         "I4",
         "attn_only's attention is mostly its self path",
         "in attn_only, keeping only the self path (a position-blind read) costs less than removing it",
@@ -211,7 +211,7 @@ PREDICTIONS = [
         "refines",
         decide_i4,
     ),
-    Prediction(
+    InterventionPrediction(
         "I5",
         "attn_only routes by content",
         "replacing attn_only's pattern by causal uniform weights at a layer raises the loss",
@@ -221,7 +221,7 @@ PREDICTIONS = [
         "confirms",
         decide_i5,
     ),
-    Prediction(
+    InterventionPrediction(
         "I6",
         "without a self path the residual carries the token alone",
         "removing the attention residual hurts attn_only + no_self more than attn_only",
@@ -231,7 +231,7 @@ PREDICTIONS = [
         "refines",
         decide_i6,
     ),
-    Prediction(
+    InterventionPrediction(
         "I7",
         "ffn_only + self_bias lives on its self path",
         "knocking out the self path at any layer of ffn_only + self_bias takes the loss to the floor",
@@ -242,7 +242,7 @@ PREDICTIONS = [
         "refines",
         decide_i7,
     ),
-    Prediction(
+    InterventionPrediction(
         "I8",
         "the self path carries the token identity",
         "knocking out the self path in ffn_only + self_bias removes the current token from the next site",
@@ -260,11 +260,14 @@ def at_floor(v: dict[str, Any], unigram: float, margin: float) -> bool:
     return v["clean_loss"]["mean"] >= unigram - margin
 
 
-def verdicts(
-    variants: dict[str, Any], levels: dict[str, float], margin: float, predictions: list[Prediction] = PREDICTIONS
+def intervention_verdicts(
+    variants: dict[str, Any],
+    levels: dict[str, float],
+    margin: float,
+    predictions: list[InterventionPrediction] = PREDICTIONS,
 ) -> list[dict[str, Any]]:
     """Every prediction decided on the variants' effects, behind the floor guard."""
-    o = Outcome(variants, levels["unigram"], levels["bigram"], margin)
+    o = InterventionOutcome(variants, levels["unigram"], levels["bigram"], margin)
     out = []
     for p in predictions:
         item = dict(

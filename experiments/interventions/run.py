@@ -136,7 +136,7 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
     from experiments.interventions import effects as fx
-    from experiments.interventions.rules import verdicts
+    from experiments.interventions.rules import intervention_verdicts
     from interp.model import ResidualGPT
     from probes.decoders import fit_decoders
     from probes.identity import too_costly
@@ -216,7 +216,7 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
         "identity_probes": identity,
         "runs": runs,
         "variants": variants,
-        "verdicts": verdicts(
+        "verdicts": intervention_verdicts(
             {
                 n: {**v["effects"], "seed_spread": v["seed_spread"], "n_seeds": len(v["seeds"])}
                 for n, v in variants.items()

@@ -112,7 +112,7 @@ def fit_threshold(xs: list[float], ys: list[bool]) -> tuple[float, bool]:
     return best
 
 
-def predict(model: tuple[float, bool], x: float) -> bool:
+def classify(model: tuple[float, bool], x: float) -> bool:
     cut, above = model
     return (x > cut) == above
 
@@ -120,7 +120,7 @@ def predict(model: tuple[float, bool], x: float) -> bool:
 def leave_one_out(xs: list[float], ys: list[bool]) -> int:
     """Held-out hits of the threshold classifier, each run scored by a classifier fitted without it."""
     return sum(
-        predict(fit_threshold(xs[:i] + xs[i + 1 :], ys[:i] + ys[i + 1 :]), xs[i]) == ys[i] for i in range(len(xs))
+        classify(fit_threshold(xs[:i] + xs[i + 1 :], ys[:i] + ys[i + 1 :]), xs[i]) == ys[i] for i in range(len(xs))
     )
 
 
@@ -135,7 +135,7 @@ def random_splits(xs: list[float], ys: list[bool], n: int = N_SPLITS, seed: int 
         if len({ys[i] for i in train}) < 2:  # one class only: nothing to fit a threshold to
             continue
         model = fit_threshold([xs[i] for i in train], [ys[i] for i in train])
-        out.append(sum(predict(model, xs[i]) == ys[i] for i in test) / len(test))
+        out.append(sum(classify(model, xs[i]) == ys[i] for i in test) / len(test))
     return out
 
 

@@ -59,7 +59,7 @@ def table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
-def reference_lines(results: dict[str, Any]) -> list[str]:
+def reference_places(results: dict[str, Any]) -> list[str]:
     """Each reference residual's places, depth by depth: 'full: depth 1 width 64 context, ...'."""
     by: dict[str, list[str]] = {}
     for c in results["cells"]:
@@ -85,7 +85,7 @@ def summary(results: dict[str, Any]) -> str:
         "boundary:",
     ]
     lines += [f"  {s}" for s in results["boundary"]]
-    lines += [f"  reference {line}" for line in reference_lines(results)]
+    lines += [f"  reference {line}" for line in reference_places(results)]
     lines.append("\nplaces by slice (first pass -> 3 seeds at 3x where confirmed):")
     cells = by_coords(results)
     lines += ["\n" + grid_text(v, cells) for v in results["views"] if v["x"]]
@@ -225,7 +225,7 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
     cells = by_coords(results)
     out: list = [("Boundary", None, None)]
     out += list(results["boundary"])
-    out += [f"Reference {line}." for line in reference_lines(results)]
+    out += [f"Reference {line}." for line in reference_places(results)]
     moved = changes(results)
     if results["confirm"]:
         out.append(

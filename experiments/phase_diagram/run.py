@@ -172,7 +172,7 @@ def check(args) -> None:
         check_number("--early-step", args.early_step, 1)
 
 
-class Grid:
+class PhaseGrid:
     """The grid a command line asks for: slices, their cells, the reference cells."""
 
     def __init__(self, ctx: Context):
@@ -206,7 +206,7 @@ def plan(ctx: Context) -> list[Group]:
         )
     if ctx.spec.model.n_ctx < 2:
         raise ToolkitError(f"the phase diagram needs n_ctx >= 2 (context to route), got {ctx.spec.model.n_ctx}")
-    grid = Grid(ctx)
+    grid = PhaseGrid(ctx)
     if ctx.args.confirm and max(confirm_seeds(ctx.seeds[0])) >= 2**63:  # refused now, not after the first pass
         first = ctx.seeds[0]
         raise ToolkitError(
@@ -247,7 +247,7 @@ def default_early_step(train) -> int:
     return max((k for k in steps if k <= DEFAULT_EARLY), default=steps[0])
 
 
-def confirm_cells(grid: Grid, first: dict[Cell, dict[str, Any]], confirmed: dict[Cell, dict[str, Any]]) -> list[Cell]:
+def confirm_cells(grid: PhaseGrid, first: dict[Cell, dict], confirmed: dict[Cell, dict]) -> list[Cell]:
     """The cells to confirm: those on the floor or at its boundary in the final places (confirmed where
     that ran; phase_boundary.claim_cells), and those already confirmed. A confirmation that moves the
     boundary puts new cells beside it; they are confirmed in turn (the frame plans again after each
@@ -257,7 +257,7 @@ def confirm_cells(grid: Grid, first: dict[Cell, dict[str, Any]], confirmed: dict
     return [c for c in grid.cells if c in cells]
 
 
-def finished_places(ctx: Context, grid: Grid) -> tuple[dict, dict] | None:
+def finished_places(ctx: Context, grid: PhaseGrid) -> tuple[dict, dict] | None:
     """(first-pass places, confirmed places) from the run directories; None while a first-pass run is
     unfinished. A cell is confirmed once all its confirmation runs have finished."""
     from experiments.shared.frame import validation_levels
@@ -267,10 +267,8 @@ def finished_places(ctx: Context, grid: Grid) -> tuple[dict, dict] | None:
         runs = [RunDir.of(ctx.out, ctx.spec.preset, name, seed) for seed in seeds]
         if not all(r.finished for r in runs):
             return None
-        return [
-            summarise_run({"seed": seed, **r.load(), "variant": name}, ctx.args.early_step, ctx.spec.train.warmup_steps)
-            for seed, r in zip(seeds, runs, strict=True)
-        ]
+        early, warm, pairs = ctx.args.early_step, ctx.spec.train.warmup_steps, zip(seeds, runs, strict=True)
+        return [summarise_cell({"seed": s, **r.load(), "variant": name}, early, warm) for s, r in pairs]
 
     every = grid.cells + grid.references
     runs = {}
@@ -291,7 +289,7 @@ def finished_places(ctx: Context, grid: Grid) -> tuple[dict, dict] | None:
 # ----- analysis -----------------------------------------------------------------------------------------
 
 
-def summarise_run(record: dict[str, Any], early: int, warmup: int) -> dict[str, Any]:
+def summarise_cell(record: dict[str, Any], early: int, warmup: int) -> dict[str, Any]:
     """run_summary's numbers, the tail (3x projection) and the early features of one run."""
     return {
         **run_summary(record),
@@ -334,10 +332,10 @@ def relative(loss: float, levels: dict[str, float]) -> float:
 
 
 def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
-    grid = Grid(ctx)
+    grid = PhaseGrid(ctx)
     levels, margin = ctx.levels, ctx.args.margin
     warmup = ctx.spec.train.warmup_steps
-    runs = [summarise_run(r, ctx.args.early_step, warmup) for r in records]
+    runs = [summarise_cell(r, ctx.args.early_step, warmup) for r in records]
     by_name: dict[str, list[dict[str, Any]]] = {}
     for r in runs:
         by_name.setdefault(r["variant"], []).append(r)

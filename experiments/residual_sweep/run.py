@@ -73,7 +73,7 @@ PAPER = {
 }
 
 
-def make_variants() -> list[Variant]:
+def sweep_variants() -> list[Variant]:
     return [Variant.of(residual=name) for name in CONFIGS]
 
 
@@ -142,7 +142,7 @@ def add_arguments(p) -> None:
 
 
 def plan(ctx: Context) -> list[Group]:
-    return [Group(ctx.spec, make_variants())]
+    return [Group(ctx.spec, sweep_variants())]
 
 
 def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:

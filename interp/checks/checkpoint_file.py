@@ -3,7 +3,7 @@ config against the device's memory, its weights against that config, its vocabul
 
 Called by interp.checkpoint.load_checkpoint on what torch.load returned, before the content hash is
 computed (a walk over the data) and before any model is built; nanoGPT's and the saved exports' checks
-(interp.checks.nanogpt_file, interp.checks.saved_file) reuse check_config, check_weights and check_vocab.
+(interp.checks.nanogpt_file, interp.checks.saved_file) reuse check_model_config, check_weights and check_vocab.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ ENCODINGS = ("char", "gpt2")
 _BLOCK = re.compile(r"blocks\.(\d+)\.")
 
 
-def check_config(d: Any, field: str = "model_config", device: str = "cpu") -> ModelConfig:
+def check_model_config(d: Any, field: str = "model_config", device: str = "cpu") -> ModelConfig:
     """A ModelConfig from a file's plain data; the memory it would take is compared with the device's first."""
     want_str_keys(want_dict(d, field), field)
     try:
@@ -203,7 +203,7 @@ def check_state(payload: dict[str, Any]) -> None:
         want_str(data["sha256"], "data.sha256")
 
 
-def check_payload(payload: Any, schema: str, hash_key: str, device: str = "cpu") -> ModelConfig:
+def check_checkpoint_payload(payload: Any, schema: str, hash_key: str, device: str = "cpu") -> ModelConfig:
     """A residual-gpt/1 payload: every field's type and range, its weights against its config; its config."""
     want_str_keys(want_dict(payload, "the file"), "the file")
     walk_limits({k: v for k, v in payload.items() if k != "weights"})
@@ -213,7 +213,7 @@ def check_payload(payload: Any, schema: str, hash_key: str, device: str = "cpu")
         raise Bad("", "holds an invalid model config (there is no 'model_config')")
     if not isinstance(payload.get("weights"), dict):
         raise Bad("", "has no weights (a dict of tensors under 'weights')")
-    cfg = check_config(payload["model_config"], device=device)
+    cfg = check_model_config(payload["model_config"], device=device)
     check_weights(payload["weights"], cfg)
     check_vocab(payload, cfg.d_vocab)
     check_state(payload)
@@ -225,9 +225,9 @@ def check_payload(payload: Any, schema: str, hash_key: str, device: str = "cpu")
 
 __all__ = [
     "ENCODINGS",
-    "check_config",
+    "check_model_config",
     "check_finite",
-    "check_payload",
+    "check_checkpoint_payload",
     "check_size",
     "check_state",
     "check_vocab",

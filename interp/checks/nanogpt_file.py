@@ -1,7 +1,7 @@
 """A nanoGPT train.py checkpoint and its meta.pkl, checked before interp.nanogpt.format maps them.
 
-check_payload: 'model' a state dict of floating tensors under string names, 'model_args' GPTConfig's
-fields with their types and ranges, the rest plain data of bounded depth. check_meta: meta.pkl's
+check_nanogpt_payload: 'model' a state dict of floating tensors under string names, 'model_args' GPTConfig's
+fields with their types and ranges, the rest plain data of bounded depth. check_meta_pkl: meta.pkl's
 itos {0: char, ..., n-1: char} (integer keys only: keys of mixed types are refused, not sorted),
 and stoi / vocab_size, where present, agreeing with it. The mapped weights are then checked against
 their config by interp.checks.checkpoint_file.check_weights like every other schema's.
@@ -17,7 +17,7 @@ from interp.checks.checkpoint_file import check_tensor
 _INTS = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")
 
 
-def check_payload(payload: dict[str, Any]) -> None:
+def check_nanogpt_payload(payload: dict[str, Any]) -> None:
     walk_limits({k: v for k, v in payload.items() if k != "model"})
     model = want_dict(payload["model"], "model")
     want_str_keys(model, "model")
@@ -44,7 +44,7 @@ def check_payload(payload: dict[str, Any]) -> None:
         want_int(payload["iter_num"], "iter_num", 0)
 
 
-def check_meta(meta: Any) -> list[str]:
+def check_meta_pkl(meta: Any) -> list[str]:
     """The characters of a meta.pkl (id = index)."""
     walk_limits(meta)
     itos = want_dict(meta, "the file").get("itos")
@@ -69,4 +69,4 @@ def check_meta(meta: Any) -> list[str]:
     return vocab
 
 
-__all__ = ["check_meta", "check_payload"]
+__all__ = ["check_meta_pkl", "check_nanogpt_payload"]

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from interp.checks import Bad, walk_limits, want_dict, want_str_keys
-from interp.checks.checkpoint_file import check_config, check_finite, check_tensor, check_vocab, check_weights
+from interp.checks.checkpoint_file import check_finite, check_model_config, check_tensor, check_vocab, check_weights
 from interp.config import ModelConfig
 
 DTYPES = ("float32", "float16", "bfloat16", "float64")
@@ -25,7 +25,7 @@ MAX_SPECIAL = 8  # tokenizer specials (BOS, padding) a tokenizer may add to d_vo
 def _model_config(record: dict[str, Any], device: str) -> ModelConfig:
     if "model_config" not in record:
         raise Bad("", "has no model_config (the ResidualGPT configuration it was exported from)")
-    return check_config(record["model_config"], device=device)
+    return check_model_config(record["model_config"], device=device)
 
 
 def check_bridge(payload: Any, device: str = "cpu") -> ModelConfig:

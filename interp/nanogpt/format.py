@@ -66,7 +66,7 @@ class _PlainUnpickler(pickle.Unpickler):
 def read_meta(path: str | os.PathLike) -> list[str]:
     """The characters of a nanoGPT meta.pkl ({"vocab_size", "itos", "stoi"}), id = index; plain data only."""
     from interp.checks import checked, regular_file
-    from interp.checks.nanogpt_file import check_meta
+    from interp.checks.nanogpt_file import check_meta_pkl
 
     path = regular_file(path, CheckpointError, "meta.pkl")  # a FIFO or /dev/zero given as --meta: refused
     try:
@@ -89,7 +89,7 @@ def read_meta(path: str | os.PathLike) -> list[str]:
     ) as e:
         raise CheckpointError(f"{path} is not a nanoGPT meta.pkl: {e or type(e).__name__}") from None
     with checked(path, CheckpointError, "it is not a nanoGPT character meta.pkl"):
-        return check_meta(meta)
+        return check_meta_pkl(meta)
 
 
 def write_meta(path: str | os.PathLike, vocab: list[str]) -> None:
@@ -145,11 +145,11 @@ def from_nanogpt(
 
     from interp.checks import Bad, checked
     from interp.checks.checkpoint_file import check_size, check_weights
-    from interp.checks.nanogpt_file import check_payload
+    from interp.checks.nanogpt_file import check_nanogpt_payload
 
     where = path or "checkpoint"
     with checked(where, CheckpointError, "it cannot be loaded"):
-        check_payload(payload)
+        check_nanogpt_payload(payload)
     weights = payload["model"]
     weights = {k.removeprefix(_PREFIX): v for k, v in weights.items()}
     # nanoGPT without flash attention registers its causal mask as attn.bias: a constant, not a weight.

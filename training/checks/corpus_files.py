@@ -1,6 +1,6 @@
 """A prepared BPE corpus: meta.json's fields and the token files it describes.
 
-check_meta: {"encoding": "gpt2", "train_tokens", "val_tokens" (whole numbers a uint16 file of the
+check_corpus_meta: {"encoding": "gpt2", "train_tokens", "val_tokens" (whole numbers a uint16 file of the
 directory's size could hold), "name"?}; a meta.json saying 1e999 tokens, or "12" as a string, is
 refused by name. check_tokens: every id of train.bin / val.bin is inside GPT-2's vocabulary (a
 uint16 can hold ids up to 65535; an id past 50256 would index past the embedding).
@@ -17,7 +17,7 @@ from interp.checks import Bad, walk_limits, want_int, want_object, want_str
 MAX_TOKENS = 2**40  # far past any corpus; a bigger count is damage, whatever the file sizes say
 
 
-def check_meta(meta: Any) -> dict[str, Any]:
+def check_corpus_meta(meta: Any) -> dict[str, Any]:
     want_object(meta)
     walk_limits(meta)
     for key in ("train_tokens", "val_tokens"):
@@ -43,4 +43,4 @@ def check_tokens(tokens: np.ndarray, vocab_size: int, field: str, chunk: int = 1
             )
 
 
-__all__ = ["MAX_TOKENS", "check_meta", "check_tokens"]
+__all__ = ["MAX_TOKENS", "check_corpus_meta", "check_tokens"]

@@ -18,7 +18,7 @@ FINAL_KEYS = ("final_val_loss", "best_val_loss", "best_step", "steps", "wall_tim
 DATA_KEYS = ("corpus", "encoding", "train_tokens", "val_tokens", "sha256")
 
 
-def check_config(config: Any) -> dict[str, Any]:
+def check_run_config(config: Any) -> dict[str, Any]:
     """config.json: {"model", "train", "model_init", "data", "meta"} (training.run_config.config_record)."""
     want_object(config)
     walk_limits(config)
@@ -105,7 +105,7 @@ def damaged_files(paths: list[Path]) -> list[tuple[Path, str]]:
 __all__ = [
     "DATA_KEYS",
     "FINAL_KEYS",
-    "check_config",
+    "check_run_config",
     "check_data",
     "check_final",
     "check_metric_record",

@@ -23,7 +23,7 @@ from interp.mixers import TL_SLOTS
 from interp.model import Block, ResidualGPT
 from interp.registry import mixer_spec
 from interp.tl.hooked.caches import new_hooked_transformer, warn_non_additive
-from interp.tl.hooked.rewire import install
+from interp.tl.hooked.rewire import rewire_hooked
 from interp.tl.major import tl_config_fields
 from interp.tokenizers import tokenizer_for
 
@@ -215,7 +215,7 @@ def to_hooked_transformer(
         hooked.load_state_dict(state_dict, strict=True)
     except RuntimeError as e:  # a key or shape we produced that TL does not expect: a converter bug
         raise ToolkitError(f"TransformerLens rejected the converted weights: {e}") from None
-    install(hooked, cfg)
+    rewire_hooked(hooked, cfg)
     check_same_logits(model, hooked)  # before TL's processing, which may shift logits (center_unembed)
     if fold_ln or center_writing_weights or center_unembed or fold_value_biases or refactor_factored_attn_matrices:
         hooked.load_and_process_state_dict(

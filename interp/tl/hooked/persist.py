@@ -26,7 +26,7 @@ from interp.errors import CheckpointError, ToolkitError
 from interp.gpt2 import gpt2_files
 from interp.tl.hooked.caches import new_hooked_transformer, warn_non_additive
 from interp.tl.hooked.convert import tl_config_dict
-from interp.tl.hooked.rewire import install
+from interp.tl.hooked.rewire import rewire_hooked
 from interp.tl.saved import HOOKED_SCHEMA, load_weights, read_saved, tokenizer_fields, write_saved
 from interp.tokenizers import char_tokenizer, gpt2_tokenizer
 
@@ -102,7 +102,7 @@ def load_hooked(path: str | os.PathLike, device: str | torch.device | None = Non
     n_special = saved_tl["d_vocab"] - cfg.d_vocab
     tl_cfg = export_tl_config(cfg, saved_tl["dtype"], n_special, where, saved_tl.get("normalization_type", "LN"))
     hooked = new_hooked_transformer(tl_cfg, cfg)
-    install(hooked, cfg)
+    rewire_hooked(hooked, cfg)
     load_weights(hooked, state_dict, path)
     if payload.get("vocab") is not None:
         hooked.set_tokenizer(char_tokenizer(payload["vocab"]), default_padding_side="right")

@@ -216,7 +216,7 @@ class ContextCheckedPosEmbed(PosEmbed):
         return super().forward(tokens, past_kv_pos_offset, attention_mask)
 
 
-def install(model: HookedTransformer, cfg: ModelConfig) -> None:
+def rewire_hooked(model: HookedTransformer, cfg: ModelConfig) -> None:
     """Everything that makes a plain HookedTransformer this ResidualGPT: rewiring, n_ctx check, the record."""
     guarded = ContextCheckedPosEmbed(model.cfg)
     guarded.W_pos = model.pos_embed.W_pos
