@@ -121,6 +121,17 @@ def _refuse_non_finite(path: Path, weights: dict[str, torch.Tensor]) -> None:
         check_finite(weights)
 
 
+def refuse_non_finite_forward(path: Any, model: Any, d_vocab: int, n_ctx: int) -> None:
+    """A CheckpointError naming path when the built model's forward overflows on a probe sequence (every loader
+    runs it once the weights are in: ResidualGPT.from_checkpoint, load_hooked, load_bridge)."""
+    from interp.checks import checked
+    from interp.checks.checkpoint_file import check_forward_finite
+
+    device = next((p.device for p in model.parameters()), "cpu")
+    with checked(path, CheckpointError, "it cannot be used"):
+        check_forward_finite(model, d_vocab, n_ctx, device)
+
+
 def load_checkpoint(
     path: str | os.PathLike, map_location: str | torch.device = "cpu", meta: str | os.PathLike | None = None
 ) -> Checkpoint:

@@ -473,7 +473,7 @@ class ResidualGPT(HookedRootModule):
         checkpoint's vocabulary attached (generate then takes a string). A nanoGPT train.py
         checkpoint is read too (interp.nanogpt).
         """
-        from interp.checkpoint import Checkpoint, load_checkpoint
+        from interp.checkpoint import Checkpoint, load_checkpoint, refuse_non_finite_forward
         from interp.errors import CheckpointError, state_dict_detail
 
         ckpt = source if isinstance(source, Checkpoint) else load_checkpoint(source, map_location=map_location)
@@ -485,4 +485,5 @@ class ResidualGPT(HookedRootModule):
                 f"{ckpt.path or 'checkpoint'}: weights do not match its model config: {state_dict_detail(e)}"
             ) from None
         model.vocab_state = {k: ckpt.state[k] for k in ("vocab", "encoding") if ckpt.state.get(k) is not None}
-        return model.eval()
+        refuse_non_finite_forward(ckpt.path or "checkpoint", model.eval(), model.cfg.d_vocab, model.cfg.n_ctx)
+        return model

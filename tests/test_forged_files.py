@@ -977,3 +977,38 @@ def test_a_json_file_past_any_this_toolkit_writes_is_refused_before_it_is_parsed
         f.truncate(2**30)
     with pytest.raises(DataFileError, match=r"final.json is 1024 MiB, past the 256 MiB"):
         read_json(path)
+
+
+def _chained(weights: dict, value: float = 5e7) -> dict:
+    """Block 0's second layer norm and MLP at +-value: each weight under check_finite's bound, but the residual
+    they write (~value**3) overflows the next layer norm's variance."""
+    out = dict(weights)
+    for k, v in weights.items():
+        if k.startswith("blocks.0.") and ("ln2.w" in k or ".mlp." in k) and v.is_floating_point():
+            out[k] = torch.where(v < 0, -value, value).to(v.dtype)
+    assert len(out) == len(weights) and any(not torch.equal(out[k], weights[k]) for k in weights)
+    return out
+
+
+def test_weights_in_range_whose_forward_overflows_are_refused_by_every_loader(tmp_path):
+    """Re-audit of issue 36: three chained weights under 1e8 gave NaN logits from a file every check passed (sample
+    printed argmax-of-NaN text). Each loader runs one forward on a probe sequence once the model is built."""
+    payload = own_payload()
+    payload["weights"] = _chained(payload["weights"])
+    path = save(rehash(payload), tmp_path / "ckpt.pt")
+    load_checkpoint(path)  # the file itself is in range: it is the model that overflows
+    clean(lambda: ResidualGPT.from_checkpoint(path), path, True)
+    with pytest.raises(ToolkitError, match="forward overflows"):
+        ResidualGPT.from_checkpoint(path)
+    r = run_module("interp.sample", "--ckpt", str(path), "--prompt", "ab", "--max-new-tokens", "2", timeout=120)
+    assert r.returncode == 2 and "forward overflows" in r.stderr and r.stdout == "", r.stderr
+    untouched = own_payload()
+    ResidualGPT.from_checkpoint(save(rehash(untouched), tmp_path / "ok.pt"))  # a normal model still loads
+
+
+@pytest.mark.skipif(not TL4, reason="load_bridge is TransformerLens 4's")
+def test_a_bridge_save_whose_forward_overflows_is_refused(tmp_path):
+    from interp.tl.bridge import load_bridge
+
+    path = save({**bridge_payload(), "state_dict": _chained(bridge_payload()["state_dict"])}, tmp_path / "b.pt")
+    clean(lambda: load_bridge(path), path, True)

@@ -203,6 +203,22 @@ def check_state(payload: dict[str, Any]) -> None:
         want_str(data["sha256"], "data.sha256")
 
 
+def check_forward_finite(forward: Any, d_vocab: int, n_ctx: int, device: Any = "cpu") -> None:
+    """Bad when a forward on a short probe sequence gives non-finite logits: weights each under check_finite's
+    bound can still chain into an overflow (three of 1e7 in a row pass float32's 3.4e38). Run by every loader
+    once the model is built, so a model that answers NaN is refused with its file, not met in a plot."""
+    tokens = (torch.arange(min(n_ctx, 16), device=device) % d_vocab)[None]
+    with torch.no_grad():
+        out = forward(tokens)
+    logits = out[0] if isinstance(out, tuple) else out
+    if not bool(torch.isfinite(logits).all()):
+        raise Bad(
+            "",
+            "has weights whose forward overflows: a probe sequence's logits are not finite (each weight is in "
+            "range, but their product in a chain passes float32's)",
+        )
+
+
 def check_checkpoint_payload(payload: Any, schema: str, hash_key: str, device: str = "cpu") -> ModelConfig:
     """A residual-gpt/1 payload: every field's type and range, its weights against its config; its config."""
     want_str_keys(want_dict(payload, "the file"), "the file")
@@ -227,6 +243,7 @@ __all__ = [
     "ENCODINGS",
     "check_model_config",
     "check_finite",
+    "check_forward_finite",
     "check_checkpoint_payload",
     "check_size",
     "check_state",

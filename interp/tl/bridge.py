@@ -48,7 +48,7 @@ from transformer_lens.hook_points import HookPoint
 from transformer_lens.model_bridge import TransformerBridge
 from transformer_lens.model_bridge.sources import build_bridge_from_module
 
-from interp.checkpoint import SCHEMA, Checkpoint, load_checkpoint
+from interp.checkpoint import SCHEMA, Checkpoint, load_checkpoint, refuse_non_finite_forward
 from interp.config import ModelConfig
 from interp.errors import CheckpointError, ConfigError, LogitAttrsWarning, ToolkitError, state_dict_detail, warn
 from interp.model import LOGIT_ATTRS_MESSAGE, ResidualGPT
@@ -432,6 +432,7 @@ def load_bridge(path: str | os.PathLike, device: str | torch.device | None = Non
     model = ResidualGPT(cfg)
     load_weights(model, payload["state_dict"], path)
     model = (model.to(device) if device is not None else model).eval()
+    refuse_non_finite_forward(path, model, cfg.d_vocab, cfg.n_ctx)
     state = {k: payload[k] for k in ("vocab", "encoding") if payload.get(k) is not None}
     tokenizer, _ = tokenizer_for(cfg.d_vocab, None, state)
     return _bridge(model, tokenizer)

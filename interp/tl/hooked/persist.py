@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from transformer_lens import HookedTransformer
 
-from interp.checkpoint import SCHEMA
+from interp.checkpoint import SCHEMA, refuse_non_finite_forward
 from interp.errors import CheckpointError, ToolkitError
 from interp.gpt2 import gpt2_files
 from interp.tl.hooked.caches import new_hooked_transformer, warn_non_additive
@@ -104,6 +104,7 @@ def load_hooked(path: str | os.PathLike, device: str | torch.device | None = Non
     hooked = new_hooked_transformer(tl_cfg, cfg)
     rewire_hooked(hooked, cfg)
     load_weights(hooked, state_dict, path)
+    refuse_non_finite_forward(path, hooked, cfg.d_vocab, cfg.n_ctx)
     if payload.get("vocab") is not None:
         hooked.set_tokenizer(char_tokenizer(payload["vocab"]), default_padding_side="right")
     elif payload.get("encoding") == "gpt2" and gpt2_files() is not None:
