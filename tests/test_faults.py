@@ -115,6 +115,12 @@ def edit_config(out: Path) -> None:
     (out / RUN / "config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 
+def edit_meta(out: Path) -> None:
+    config = json.loads((out / RUN / "config.json").read_text())
+    config["meta"]["seed"] = 7
+    (out / RUN / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
 def cut_metrics(out: Path) -> None:
     path = out / RUN / "metrics.jsonl"
     text = path.read_text()
@@ -279,6 +285,12 @@ FAULTS = [
         ("run",),
         lambda o, m: (unfinished(o), forge(o / RUN / "ckpt.pt", lambda p: p["best"].update(val_loss=0.5))),
         r"best validation loss 0\.5 at step \d+ is not in",
+    ),
+    Fault(
+        "a meta label edited in config.json between a kill and the resume",
+        ("run",),
+        lambda o, m: (unfinished(o), edit_meta(o)),
+        r"config\.json: its meta labels \(seed\) were changed since the checkpoint was written",
     ),
     Fault("config.json missing", ("run",), lambda o, m: (o / RUN / "config.json").unlink(), r"but no config\.json"),
     Fault(

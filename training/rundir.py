@@ -180,17 +180,18 @@ class RunDir:
             )
         self._check_numbers(final, ckpt.state)
         self._check_logs(final, ckpt.state.get("logs_sha256"))
-        self._check_labels(ckpt.state.get("meta"))
+        self.check_labels(ckpt.state.get("meta"), "after the run finished")
         return final
 
-    def _check_labels(self, sealed: dict[str, Any] | None) -> None:
-        """config.json's meta labels (preset, variant, seed) as the checkpoint recorded them (older ones did not)."""
+    def check_labels(self, sealed: dict[str, Any] | None, when: str) -> None:
+        """config.json's meta labels (preset, variant, seed) as the checkpoint recorded them (older ones did not);
+        checked on reuse and on resume."""
         labels = (self.read_config() or {}).get("meta")
         if sealed is not None and labels != sealed:
             keys = sorted(k for k in set(sealed) | set(labels or {}) if (labels or {}).get(k) != sealed.get(k))
             raise RunDirError(
-                f"{self.config}: its meta labels ({', '.join(keys)}) were changed after the run finished "
-                f"(the checkpoint records {sealed!r:.200}); it is never reused - move that directory aside "
+                f"{self.config}: its meta labels ({', '.join(keys)}) were changed {when} "
+                f"(the checkpoint records {sealed!r:.200}); it is never used - move that directory aside "
                 "and run again"
             )
 

@@ -269,6 +269,7 @@ class Trainer:
             return
         ckpt = load_checkpoint(self.run_dir.ckpt)
         self.run_dir.check_checkpoint(ckpt, self.config_record)
+        self.run_dir.check_labels(ckpt.state.get("meta"), "since the checkpoint was written")
         # Every field checked before anything is loaded or any log rewritten (training.checkstate).
         check_training_state(ckpt, self.model, self.optimizer, self.train_cfg, self.run_dir.ckpt)
         if self.is_main:
