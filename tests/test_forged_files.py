@@ -1012,3 +1012,27 @@ def test_a_bridge_save_whose_forward_overflows_is_refused(tmp_path):
 
     path = save({**bridge_payload(), "state_dict": _chained(bridge_payload()["state_dict"])}, tmp_path / "b.pt")
     clean(lambda: load_bridge(path), path, True)
+
+
+@tl3_only
+@pytest.mark.parametrize("name", ["blocks.0.ln1.b", "blocks.1.attn.b_Q", "blocks.0.mlp.b_out", "unembed.b_U"])
+def test_a_bias_in_a_hooked_save_of_a_model_without_biases_is_refused(tmp_path, name):
+    """Re-audit of issue 36: a save_hooked file of a bias=False model with a non-zero TransformerLens bias loaded
+    as a model its config says it is not (TransformerLens has the bias slots; the export writes zeros)."""
+    import dataclasses
+    import warnings
+
+    from interp.tl.hooked import load_hooked, save_hooked, to_hooked_transformer
+
+    torch.manual_seed(0)
+    save_checkpoint(tmp_path / "c.pt", ResidualGPT(dataclasses.replace(CFG, bias=False)), vocab=VOCAB)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        save_hooked(to_hooked_transformer(tmp_path / "c.pt"), tmp_path / "h.pt")
+    record = torch.load(tmp_path / "h.pt", weights_only=True)
+    assert load_hooked(tmp_path / "h.pt") is not None  # as written: loads
+    forged = {**record, name: record[name] + 0.5}
+    path = save(forged, tmp_path / "forged.pt")
+    clean(lambda: load_hooked(path), path, True)
+    with pytest.raises(ToolkitError, match="bias=False"):
+        load_hooked(path)

@@ -155,6 +155,11 @@ def check_hooked(record: Any, state_dict: Any, device: str = "cpu", leading: boo
         if leading and (value.dim() == 0 or value.shape[0] != 1):
             raise Bad(f"{name!r}", f"has shape {list(value.shape)}, without save_hooked's leading dimension of 1")
     check_finite({k: v for k, v in state_dict.items() if k not in _check_constants(state_dict, cfg, leading)})
+    if not cfg.bias:  # the export writes zeros for the biases TransformerLens has and the model lacks
+        for name, value in state_dict.items():
+            leaf = name.rpartition(".")[2]
+            if (leaf == "b" or leaf.startswith("b_")) and value.is_floating_point() and bool(value.any()):
+                raise Bad(f"{name!r}", "is not zero, but the model_config has bias=False (its export's biases are 0)")
     check_vocab(record, cfg.d_vocab)
     return cfg
 
