@@ -19,6 +19,7 @@ from conftest import run_module
 from experiments.eval_noise import run as eval_noise
 from experiments.gain_confound import run as gain_confound
 from experiments.residual_sweep import run as residual_sweep
+from interp.checkpoint import HASH_KEY, content_hash
 from training.presets import TrainConfig
 
 CONFIGS = ("full", "attn_only", "ffn_only", "none")
@@ -354,6 +355,21 @@ def test_eval_noise_smoke(tmp_path, shared_data, capsys):
         assert len(err) == 1 and f"{target} is not this run's snapshot" in err[0], err
         assert (result_dir / "results-eval_noise.json").read_bytes() == written
         target.write_bytes(kept)
+
+    # a snapshot's weights edited and its own content hash recomputed, as a forger would: the run sealed the hash
+    # it wrote, so the edit is named (it was evaluated, exit 0)
+    target = nano / "step20.pt"
+    kept = target.read_bytes()
+    payload = torch.load(target, weights_only=True)
+    name = next(k for k, v in payload["weights"].items() if v.dim() == 2)
+    payload["weights"][name] = payload["weights"][name] * 1.01
+    payload[HASH_KEY] = content_hash({k: v for k, v in payload.items() if k != HASH_KEY})
+    torch.save(payload, target)
+    assert eval_noise.EXPERIMENT.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{target} is not the snapshot this run wrote at step 20" in err[0], err
+    assert (result_dir / "results-eval_noise.json").read_bytes() == written
+    target.write_bytes(kept)
 
     # a finished run without snapshots is refused with one line, exit 2, results untouched
     shutil.rmtree(Path(preset_run["run_dir"]) / "snapshots")

@@ -212,6 +212,7 @@ class Trainer:
         self.step = 0
         self.best = {"val_loss": math.inf, "step": None}
         self.totals = {"train_time": 0.0, "train_tokens": 0, "wall_time": 0.0}  # across resumes
+        self.sealed: dict[str, str] = {}  # run-dir file a callback wrote -> its content sha256, in every ckpt
         self._wall_start = time.perf_counter()
 
     # ----- one state for checkpointing and resuming --------------------------------------------------
@@ -228,6 +229,7 @@ class Trainer:
             train_config=self.train_cfg.to_dict(),
             model_init=self.config_record["model_init"],
             meta=self.config_record["meta"],  # config.json's labels, so an edit of them is seen on reuse
+            sealed_files=dict(self.sealed),
             data=self.config_record["data"],
             vocab=self.corpus.vocab,
             encoding=self.corpus.encoding,
@@ -251,6 +253,7 @@ class Trainer:
         if self.device.type == "cuda" and "cuda_rng" in state:
             torch.cuda.set_rng_state(state["cuda_rng"], self.device)
         self.step, self.best, self.totals = state["step"], state["best"], state["totals"]
+        self.sealed = dict(state.get("sealed_files") or {})
 
     def save(self) -> None:
         if self.is_main:

@@ -108,9 +108,10 @@ class SnapshotCallback:
             from interp.checkpoint import save_checkpoint
 
             # What the snapshot is of, sealed with it: read back only for this run at this step.
-            record = trainer.config_record
-            save_checkpoint(
-                trainer.run_dir.snapshot(step),
+            record, path = trainer.config_record, trainer.run_dir.snapshot(step)
+            # Its content hash goes into every later checkpoint (Trainer.sealed): an edit is never evaluated.
+            trainer.sealed[str(path.relative_to(trainer.run_dir.path))] = save_checkpoint(
+                path,
                 trainer.model,
                 step=step,
                 val_loss=val_loss,
@@ -120,21 +121,33 @@ class SnapshotCallback:
             )
 
 
-def load_snapshot(run: RunDir, step: int, own: dict):
+def load_snapshot(run: RunDir, step: int, own: dict, sealed: dict):
     """The run's snapshot at step as a model, refused unless it says it is that: the step, and the model,
     training config, initialisation and data of the run's own verified checkpoint (own: snapshot_identity of
-    it; a snapshot copied from another step or another run directory is named, never evaluated)."""
+    it; a snapshot copied from another step or another run directory is named, never evaluated), and unless
+    its content hash is the one the run sealed when it wrote it (sealed: the checkpoint's sealed_files)."""
     from interp.checkpoint import load_checkpoint
     from interp.model import ResidualGPT
 
     path = run.snapshot(step)
     snap = load_checkpoint(path)
-    sealed = {"step": snap.state.get("step"), **snapshot_identity(snap)}
-    wrong = [k for k, v in {"step": step, **own}.items() if sealed[k] != v]
+    says = {"step": snap.state.get("step"), **snapshot_identity(snap)}
+    wrong = [k for k, v in {"step": step, **own}.items() if says[k] != v]
     if wrong:
         raise ToolkitError(
             f"{path} is not this run's snapshot at step {step} (its {', '.join(wrong)} differ from "
             f"{run.ckpt}'s); delete that run directory or choose another --out"
+        )
+    name = str(path.relative_to(run.path))
+    if snap.content_sha256 != sealed.get(name):
+        why = (
+            f"its content hash is not the one {run.ckpt} sealed"
+            if name in sealed
+            else f"{run.ckpt} seals no snapshot there (trained before snapshots were sealed)"
+        )
+        raise ToolkitError(
+            f"{path} is not the snapshot this run wrote at step {step}: {why}; delete that run directory or "
+            "choose another --out"
         )
     return ResidualGPT.from_checkpoint(snap)
 
@@ -171,7 +184,8 @@ def analyse_run(run: RunDir, spec: RunSpec, corpus, steps: list[int], repeats: i
     fixed = fixed_batches(corpus.val, n_ctx, train.batch_size, train.eval_batches)
     from interp.checkpoint import load_checkpoint
 
-    own = snapshot_identity(load_checkpoint(run.ckpt))  # once, not per snapshot
+    ckpt = load_checkpoint(run.ckpt)  # once, not per snapshot
+    own, sealed = snapshot_identity(ckpt), ckpt.state.get("sealed_files") or {}
     snapshots = []
     bar = tqdm(
         total=len(steps) * (repeats + 2),
@@ -182,7 +196,7 @@ def analyse_run(run: RunDir, spec: RunSpec, corpus, steps: list[int], repeats: i
         dynamic_ncols=True,
     )
     for i, step in enumerate(steps):
-        model = load_snapshot(run, step, own).to(device)
+        model = load_snapshot(run, step, own, sealed).to(device)
         first = mean_loss(model, fixed, device, autocast)
         second = mean_loss(model, fixed, device, autocast)
         bar.update(2)

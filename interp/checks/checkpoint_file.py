@@ -182,6 +182,7 @@ _STATE = {
     "model_init": "str?",
     "meta": "dict",
     "logs_before_step": "dict",
+    "sealed_files": "dict",
 }
 
 
@@ -201,6 +202,9 @@ def check_state(payload: dict[str, Any]) -> None:
     data = payload.get("data")
     if isinstance(data, dict) and "sha256" in data:
         want_str(data["sha256"], "data.sha256")
+    for name, digest in (payload.get("sealed_files") or {}).items():
+        if not (isinstance(digest, str) and re.fullmatch(r"[0-9a-f]{64}", digest)):
+            raise Bad(f"sealed_files[{name!r:.60}]", f"is not a sha256 ({digest!r:.60})")
 
 
 def check_forward_finite(forward: Any, d_vocab: int, n_ctx: int, device: Any = "cpu") -> None:
