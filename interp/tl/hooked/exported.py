@@ -9,7 +9,8 @@
     generate        past n_ctx the prompt is cropped to its last n_ctx tokens at every
                     step, as ResidualGPT.generate and nanoGPT do (TL would index past W_pos).
     state_dict      of a rewired export (a residual removed, a routing in hook_attn_scores) asked for by
-                    user code: WeightsOnlyWarning. The wiring lives in hook points; a plain
+                    user code: a WeightsOnlyStateDict, which warns WeightsOnlyWarning when anything but an
+                    export of the same ModelConfig reads it. The wiring lives in hook points; a plain
                     HookedTransformer takes the weights with strict=False, assign=True or by hand
                     and computes a full-residual, plain-attention model. save_hooked / load_hooked
                     keep it. (A strict load_state_dict refuses: the marker buffers are unexpected.)
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+from collections import OrderedDict
 from typing import Any, cast
 
 import torch
@@ -73,6 +75,63 @@ class ExportCache(ActivationCache):
         return type(self)(sliced.cache_dict, sliced.model, has_batch_dim=sliced.has_batch_dim)
 
 
+def _computes(cfg: ModelConfig) -> dict[str, Any]:
+    """What a ModelConfig says the forward computes (how it was initialised and its training dropout aside)."""
+    return {k: v for k, v in cfg.to_dict().items() if k not in ("init_std", "dropout")}
+
+
+class WeightsOnlyStateDict(OrderedDict):
+    """A rewired export's state_dict(): the weights without the wiring. The first read by anything but an
+    export of the same ModelConfig (a plain HookedTransformer's load_state_dict, a copy by hand, torch.save)
+    warns WeightsOnlyWarning; loaded back into such an export it is exact and says nothing. Pickles as a
+    plain OrderedDict, so torch.load(weights_only=True) reads what torch.save wrote."""
+
+    def __init__(self, weights: Any, config: dict[str, Any], message: str):
+        super().__init__(weights)
+        self.__dict__.update(getattr(weights, "__dict__", {}))  # torch's _metadata (version of each module)
+        self.config, self.message, self.quiet = config, message, 0
+
+    def _read(self) -> None:
+        if not self.quiet and self.message:
+            message, self.message = self.message, ""
+            warn(message, WeightsOnlyWarning, stacklevel=3)
+
+    def __getitem__(self, key: Any) -> Any:
+        self._read()
+        return super().__getitem__(key)
+
+    def __iter__(self) -> Any:
+        self._read()
+        return super().__iter__()
+
+    def keys(self) -> Any:
+        self._read()
+        return super().keys()
+
+    def items(self) -> Any:
+        self._read()
+        return super().items()
+
+    def values(self) -> Any:
+        self._read()
+        return super().values()
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        self._read()
+        return super().get(key, default)
+
+    def copy(self) -> Any:
+        self._read()
+        out = OrderedDict(super().items())
+        out.__dict__.update({k: v for k, v in self.__dict__.items() if k == "_metadata"})
+        return out
+
+    def __reduce__(self) -> Any:
+        self._read()
+        state = {k: v for k, v in self.__dict__.items() if k == "_metadata"}
+        return (OrderedDict, (), state or None, None, iter(list(super().items())))
+
+
 # Libraries that call state_dict() for their own bookkeeping (TL's weight processing, torch, nnsight): no word
 _QUIET_CALLERS = ("transformer_lens", "torch", "interp", "nnsight", "accelerate", "transformers", "copy")
 _GENERATE = inspect.signature(HookedTransformer.generate)
@@ -96,21 +155,31 @@ class ExportedHookedTransformer(HookedTransformer):
         return out, cache
 
     def state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        out = super().state_dict(*args, **kwargs)
         caller = sys._getframe(1).f_globals.get("__name__", "")
-        if caller.split(".")[0] not in _QUIET_CALLERS and self.rewired():
-            cfg = self.model_config
-            warn(
-                f"state_dict() holds this export's weights only; its wiring (residual={cfg.residual!r}, "
-                f"mixer={cfg.mixer!r}, self_bias={cfg.self_bias:g}) lives in its hook points, so a plain "
-                "HookedTransformer that takes these weights (strict=False, assign=True, by hand, "
-                "load_and_process_state_dict) computes another model. Loaded back into this export, or any "
-                "export of the same ModelConfig, it is exact: then this is no concern (silence it with "
-                "warnings.filterwarnings('ignore', category=interp.errors.WeightsOnlyWarning)). interp.save_hooked / "
-                "interp.load_hooked keep the wiring",
-                WeightsOnlyWarning,
-                stacklevel=2,
-            )
-        return super().state_dict(*args, **kwargs)
+        if caller.split(".")[0] in _QUIET_CALLERS or not self.rewired() or args or "destination" in kwargs:
+            return out
+        cfg = self.model_config
+        return WeightsOnlyStateDict(
+            out,
+            _computes(cfg),
+            f"this export's state_dict() holds its weights only; its wiring (residual={cfg.residual!r}, "
+            f"mixer={cfg.mixer!r}, self_bias={cfg.self_bias:g}) lives in its hook points, so a plain "
+            "HookedTransformer that takes these weights (strict=False, assign=True, by hand, "
+            "load_and_process_state_dict) computes another model. interp.save_hooked / interp.load_hooked keep "
+            "the wiring; an export of the same ModelConfig takes it back exactly and without this word",
+        )
+
+    def load_state_dict(self, state_dict: Any, *args: Any, **kwargs: Any) -> Any:
+        # Its own kind of weights (an export of the same ModelConfig): exact, so the dict stays quiet while read.
+        same = isinstance(state_dict, WeightsOnlyStateDict) and state_dict.config == _computes(self.model_config)
+        if same:
+            state_dict.quiet += 1
+        try:
+            return super().load_state_dict(state_dict, *args, **kwargs)
+        finally:
+            if same:
+                state_dict.quiet -= 1
 
     def rewired(self) -> bool:
         """Whether this export computes something a plain HookedTransformer with its weights would not."""
