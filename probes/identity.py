@@ -403,7 +403,7 @@ def identity_summary(checkpoint_or_model: Any, train_tokens: np.ndarray, val_bat
 class IdentityProbe:
     """Identity probes at the end of training (and every `interval` steps at evaluations; 0: off).
 
-    Writes {"step", "probe": "identity", ...measure()...} to probes.jsonl. Uses the
+    Writes {"step", "probe": "identity", ...measure_identity()...} to probes.jsonl. Uses the
     trainer's model, train split (trainer.corpus.train) and fixed validation
     batches (the first n_val_batches of them; None: all).
     """

@@ -99,7 +99,7 @@ def test_the_law_refuses_when_only_one_depth_escapes():
 
 def test_the_early_predictor_is_held_out_by_seed():
     """A feature that is noise fits its own runs well (a threshold picked on them) and predicts nothing held out."""
-    from experiments.phase_diagram.collapse_predictor import classify, fit_threshold
+    from experiments.shared.held_out import classify, fit_threshold
 
     rng = np.random.default_rng(3)
     samples = [

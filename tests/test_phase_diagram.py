@@ -22,18 +22,7 @@ from experiments.phase_diagram.boundary import (
 )
 from experiments.phase_diagram.boundary import sentence as boundary_sentence
 from experiments.phase_diagram.boundary import views as slice_views
-from experiments.phase_diagram.collapse_predictor import (
-    EARLY_FEATURES,
-    auc,
-    binomial_interval,
-    bootstrap_auc,
-    evaluate,
-    features,
-    fit_threshold,
-    leave_one_out,
-    random_splits,
-    verdict_text,
-)
+from experiments.phase_diagram.collapse_predictor import EARLY_FEATURES, evaluate, features, verdict_text
 from experiments.phase_diagram.grid import (
     Cell,
     Slice,
@@ -43,6 +32,14 @@ from experiments.phase_diagram.grid import (
     parse_axes,
     parse_references,
     reference_cells,
+)
+from experiments.shared.held_out import (
+    auc,
+    binomial_interval,
+    bootstrap_auc,
+    fit_threshold,
+    leave_one_out,
+    random_splits,
 )
 from interp.errors import ToolkitError
 from training.run_config import slug

@@ -3,7 +3,7 @@
 Features at the early step (the phase diagram's, read from the same probes): validation loss, layer-0 alpha_tt, block-0
 gradient norm (at step warmup_steps, a reference step: the constant schedule these runs train with does not warm up),
 hidden-norm growth, and block-0 current-token decodability (the escape probe); depth itself is a baseline feature. Each
-is tested as a threshold classifier (experiments.phase_diagram.collapse_predictor.fit_threshold) fitted on all seeds
+is tested as a threshold classifier (experiments.shared.held_out.fit_threshold) fitted on all seeds
 but one and scored on that seed's runs (every cell's run of that seed), so no run is scored by a threshold it helped
 fit. The majority baseline is held out the same way (the majority class of the other seeds' runs).
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from experiments.phase_diagram.collapse_predictor import auc, binomial_interval, bootstrap_auc, classify, fit_threshold
+from experiments.shared.held_out import auc, binomial_interval, bootstrap_auc, classify, fit_threshold
 
 FEATURES = ("val_loss", "alpha_tt_layer0", "grad_block0", "growth", "identity", "depth")
 

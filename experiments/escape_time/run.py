@@ -190,7 +190,7 @@ class EscapeGrid:
         self.ratio = train.min_lr / train.lr
 
     def variant(self, residual: str, depth: int, lr: float) -> Variant:
-        from experiments.phase_diagram.grid import num
+        from experiments.shared.text import num
 
         return Variant(
             f"{residual} L{depth} lr{num(lr)}",
@@ -424,7 +424,7 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def preface(ctx: Context, jobs: list[Job]) -> str:
-    from experiments.phase_diagram.run import estimate, flops_text, measured_minutes
+    from experiments.shared.cost import estimate, flops_text, measured_minutes
 
     e = estimate(ctx, jobs)
     lines = [

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from experiments.routing_test.rules import place  # the routing test's rule; None: no full comparison
+from experiments.shared.places import place  # None: no full comparison
 from interp import interventions as iv
 from interp.config import ModelConfig
 

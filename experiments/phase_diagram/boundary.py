@@ -19,8 +19,9 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from experiments.phase_diagram.grid import CONFIRM_FACTOR, CONFIRM_SEEDS, LABELS, NUMERIC, Cell, Slice, neighbours, num
-from experiments.routing_test.rules import place
+from experiments.phase_diagram.grid import CONFIRM_FACTOR, CONFIRM_SEEDS, LABELS, NUMERIC, Cell, Slice, neighbours
+from experiments.shared.places import place
+from experiments.shared.text import num
 
 FLOOR = "at the unigram floor"
 SPLIT = "seed-split"

@@ -23,15 +23,20 @@ majority baseline. Plain Python (no numpy), seeded: the same numbers on every ma
 from __future__ import annotations
 
 import math
-import random
 from typing import Any
+
+from experiments.shared.held_out import (
+    auc,
+    binomial_interval,
+    bootstrap_auc,
+    fit_threshold,
+    leave_one_out,
+    random_splits,
+)
 
 EARLY_FEATURES = ("grad0", "grad_warm", "alpha_early", "identity_early", "growth_early")
 IDENTITY_SITE = "blocks.0.hook_resid_mid"
 IDENTITY_BATCHES = 2  # fixed validation batches the early decoder is scored on (kept small: it runs in training)
-N_SPLITS = 20
-N_BOOTSTRAP = 1000
-SEED = 2024
 
 
 class EarlyIdentity:
@@ -97,84 +102,6 @@ def _at(series: list[tuple[int, float]], step: int, exact: bool = False) -> floa
 
 
 # ----- the held-out test --------------------------------------------------------------------------------
-
-
-def fit_threshold(xs: list[float], ys: list[bool]) -> tuple[float, bool]:
-    """(threshold, above): predict collapsed when (x > threshold) == above; the best on (xs, ys), first on ties."""
-    values = sorted(set(xs))
-    cuts = [values[0] - 1.0] + [(a + b) / 2 for a, b in zip(values, values[1:], strict=False)]
-    best, best_hits = (cuts[0], True), -1
-    for cut in cuts:
-        for above in (True, False):
-            hits = sum(((x > cut) == above) == y for x, y in zip(xs, ys, strict=True))
-            if hits > best_hits:
-                best, best_hits = (cut, above), hits
-    return best
-
-
-def classify(model: tuple[float, bool], x: float) -> bool:
-    cut, above = model
-    return (x > cut) == above
-
-
-def leave_one_out(xs: list[float], ys: list[bool]) -> int:
-    """Held-out hits of the threshold classifier, each run scored by a classifier fitted without it."""
-    return sum(
-        classify(fit_threshold(xs[:i] + xs[i + 1 :], ys[:i] + ys[i + 1 :]), xs[i]) == ys[i] for i in range(len(xs))
-    )
-
-
-def random_splits(xs: list[float], ys: list[bool], n: int = N_SPLITS, seed: int = SEED) -> list[float]:
-    """Held-out accuracy on `n` seeded random half splits (fitted on one half, scored on the other)."""
-    rng = random.Random(seed)
-    out = []
-    idx = list(range(len(xs)))
-    for _ in range(n):
-        rng.shuffle(idx)
-        train, test = idx[: len(idx) // 2], idx[len(idx) // 2 :]
-        if len({ys[i] for i in train}) < 2:  # one class only: nothing to fit a threshold to
-            continue
-        model = fit_threshold([xs[i] for i in train], [ys[i] for i in train])
-        out.append(sum(classify(model, xs[i]) == ys[i] for i in test) / len(test))
-    return out
-
-
-def auc(xs: list[float], ys: list[bool]) -> float:
-    """P(a collapsed run's x > a non-collapsed run's x), ties counting half (Mann-Whitney)."""
-    pos = [x for x, y in zip(xs, ys, strict=True) if y]
-    neg = [x for x, y in zip(xs, ys, strict=True) if not y]
-    return sum((p > q) + 0.5 * (p == q) for p in pos for q in neg) / (len(pos) * len(neg))
-
-
-def bootstrap_auc(xs: list[float], ys: list[bool], n: int = N_BOOTSTRAP, seed: int = SEED) -> tuple[float, float]:
-    """A seeded percentile bootstrap 95% interval of the AUC (resamples with one class only are skipped)."""
-    rng = random.Random(seed)
-    values = []
-    for _ in range(n):
-        pick = [rng.randrange(len(xs)) for _ in xs]
-        ry = [ys[i] for i in pick]
-        if 0 < sum(ry) < len(ry):
-            values.append(auc([xs[i] for i in pick], ry))
-    values.sort()
-    return values[int(0.025 * (len(values) - 1))], values[int(0.975 * (len(values) - 1))]
-
-
-def binomial_interval(k: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
-    """Exact (Clopper-Pearson) interval of a proportion k/n, by bisection on the binomial tail."""
-
-    def tail(j: int, p: float) -> float:  # P(X >= j), increasing in p
-        return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(j, n + 1))
-
-    def solve(j: int, target: float) -> float:  # the p where P(X >= j) = target
-        lo, hi = 0.0, 1.0
-        for _ in range(60):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if tail(j, mid) < target else (lo, mid)
-        return (lo + hi) / 2
-
-    lower = 0.0 if k == 0 else solve(k, alpha / 2)  # P(X >= k) = alpha / 2
-    upper = 1.0 if k == n else solve(k + 1, 1 - alpha / 2)  # P(X <= k) = alpha / 2
-    return lower, upper
 
 
 def evaluate(samples: list[dict[str, Any]], names: tuple[str, ...] = EARLY_FEATURES) -> dict[str, Any]:

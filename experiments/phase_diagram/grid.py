@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from experiments.shared.text import num
 from interp.config import RESIDUALS
 from interp.errors import ToolkitError
 
@@ -31,13 +32,6 @@ DEFAULT_WIDTHS = (64, 128)
 WIDTH_DEPTH = 4
 CONFIRM_FACTOR = 3  # a boundary cell is rerun this many times longer ...
 CONFIRM_SEEDS = 3  # ... with this many seeds
-
-
-def num(v: float) -> str:
-    """A value as short as %g writes it where that is exact, else in full: distinct values, distinct names
-    (and run directories; 0.001 and 0.0010000001 are two cells)."""
-    text = f"{v:g}"
-    return text if float(text) == v else repr(float(v))
 
 
 @dataclass(frozen=True)
@@ -222,20 +216,6 @@ def neighbours(cells: list[Cell]) -> list[tuple[Cell, Cell, str]]:
 
 def confirm_seeds(first: int) -> list[int]:
     return [first + i for i in range(CONFIRM_SEEDS)]
-
-
-# ----- cost ---------------------------------------------------------------------------------------------
-
-
-def run_flops(model_cfg, train_cfg) -> float:
-    """Training FLOPs of one run (training.flops: 6N + attention per token) plus its evaluations' forwards."""
-    from training.budget import n_params
-    from training.flops import flops_per_token
-
-    per_token = flops_per_token(model_cfg, n_params(model_cfg))
-    tokens = train_cfg.batch_size * train_cfg.grad_accum * model_cfg.n_ctx
-    eval_tokens = train_cfg.batch_size * model_cfg.n_ctx * train_cfg.eval_batches * len(train_cfg.eval_steps())
-    return per_token * tokens * train_cfg.max_steps + per_token / 3 * eval_tokens
 
 
 if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing

@@ -102,19 +102,18 @@ from experiments.phase_diagram.grid import (
     parse_axes,
     parse_references,
     reference_cells,
-    run_flops,
     slices_of,
 )
 from experiments.phase_diagram.report import sections, summary, table
-from experiments.routing_test.rules import place
+from experiments.shared.cost import ASSUMED_FLOPS, estimate, flops_text, grid_cost, measured_minutes
 from experiments.shared.frame import Context, Experiment, Group, Job, Variant, check_number, run_summary
+from experiments.shared.places import place
 from experiments.shared.stats import PACE_FACTOR, stats, tail
 from interp.errors import ToolkitError
 
 SCHEMA = "phase-diagram/1"
 DEFAULT_MARGIN = 0.05
 DEFAULT_EARLY = 100
-ASSUMED_FLOPS = 200e9  # the FLOP/s the printed time estimate assumes
 
 
 def add_arguments(p) -> None:
@@ -420,35 +419,6 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
         "predictor_final": evaluate(settled) if ctx.args.confirm else None,
         "estimate": grid_cost(EXPERIMENT.jobs(ctx)),
     }
-
-
-def estimate(ctx: Context, jobs: list[Job]) -> dict[str, float]:
-    """Training FLOPs of the runs (training.flops), those still to train, and the seconds at ASSUMED_FLOPS."""
-    todo = grid_cost([job for job in jobs if not job.run_dir(ctx.out).finished])
-    return {
-        "flops": grid_cost(jobs)["flops"],
-        "flops_to_train": todo["flops"],
-        "seconds_at_200_gflops": todo["seconds_at_200_gflops"],
-    }
-
-
-def grid_cost(jobs: list[Job]) -> dict[str, float]:
-    """What the runs cost in all, finished or not (the preface's estimate counts only what is left)."""
-    total = sum(run_flops(job.spec.model, job.spec.train) for job in jobs)
-    return {"flops": total, "seconds_at_200_gflops": total / ASSUMED_FLOPS}
-
-
-def flops_text(flops: float) -> str:
-    return f"{flops / 1e12:.1f} TFLOP" if flops >= 1e11 else f"{flops / 1e9:.1f} GFLOP"
-
-
-def measured_minutes(ctx: Context, jobs: list[Job]) -> float:
-    """Minutes the unfinished runs take here, from a few steps of each shape timed now (training.estimate)."""
-    from experiments.shared.launch import DEFAULT_ENSEMBLE_SIZE, make_trainer
-    from training.estimate import estimate_seconds
-
-    todo = [make_trainer(job, ctx.out, ctx.corpus) for job in jobs if not job.run_dir(ctx.out).finished]
-    return estimate_seconds(todo, getattr(ctx.args, "ensemble_size", DEFAULT_ENSEMBLE_SIZE)) / 60
 
 
 def preface(ctx: Context, jobs: list[Job]) -> str:

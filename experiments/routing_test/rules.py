@@ -15,24 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from experiments.shared.places import place  # noqa: F401 - the routing test's rule, read here by its predictions
 from experiments.shared.stats import PACE_FACTOR
 
 MARGIN_CHECK = (0.5, 2.0)  # each verdict is also decided at these multiples of the margin
 # PACE_FACTOR: provisional = the verdict would change in a run this many times longer, at the current pace
-
-
-def place(loss: float, levels: dict[str, float], full: float | None, margin: float) -> str:
-    """Where a loss sits among the reference levels (the rule is printed with the table)."""
-    unigram, bigram = levels["unigram"], levels["bigram"]
-    if loss >= unigram - margin:
-        return "at the unigram floor"
-    if abs(loss - bigram) <= margin:
-        return "at the bigram level"
-    if loss > bigram:
-        return "between bigram and floor"
-    if full is not None and loss <= full + margin:
-        return "near full"
-    return "below bigram (uses context)"
 
 
 # ----- predictions: data, each with a small decide function -----------------------------------------

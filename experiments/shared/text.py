@@ -14,6 +14,13 @@ from typing import Any
 from experiments.shared.stats import stats  # noqa: F401  (re-exported: residual_sweep and eval_noise import it here)
 
 
+def num(v: float) -> str:
+    """A value as short as %g writes it where that is exact, else in full: distinct values, distinct names
+    (and run directories; 0.001 and 0.0010000001 are two cells)."""
+    text = f"{v:g}"
+    return text if float(text) == v else repr(float(v))
+
+
 def reference_lines(levels: dict[str, Any]) -> dict[str, float]:
     """The two levels as named horizontal lines for interp.plots.loss_curves."""
     return {"unigram (floor)": levels["unigram"], "bigram (current token only)": levels["bigram"]}

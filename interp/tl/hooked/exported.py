@@ -120,6 +120,22 @@ class WeightsOnlyStateDict(OrderedDict):
         self._read()
         return super().get(key, default)
 
+    def pop(self, key: Any, *default: Any) -> Any:
+        self._read()
+        return super().pop(key, *default)
+
+    def popitem(self, last: bool = True) -> Any:
+        self._read()
+        return super().popitem(last)
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        self._read()
+        return super().setdefault(key, default)
+
+    def __reversed__(self) -> Any:
+        self._read()
+        return super().__reversed__()
+
     def copy(self) -> Any:
         self._read()
         out = OrderedDict(super().items())
@@ -146,7 +162,7 @@ class ExportedHookedTransformer(HookedTransformer):
     @property
     def model_config(self) -> ModelConfig:
         """The ResidualGPT ModelConfig this export computes."""
-        return ModelConfig.from_dict(self.cfg.residual_gpt_config)  # type: ignore[attr-defined]  # set by rewire.install
+        return ModelConfig.from_dict(self.cfg.residual_gpt_config)  # type: ignore[attr-defined]  # set by rewire.rewire_hooked
 
     def run_with_cache(self, *model_args: Any, **kwargs: Any) -> Any:
         out, cache = super().run_with_cache(*model_args, **kwargs)

@@ -1,0 +1,51 @@
+"""What a set of runs costs before any trains: training FLOPs (training.flops) and minutes measured here (a few
+steps of each shape timed now, training.estimate), for the experiments' prefaces."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from experiments.shared.plan import Context, Job
+
+ASSUMED_FLOPS = 200e9  # the FLOP/s the printed time estimate assumes where nothing is timed here
+
+
+def run_flops(model_cfg, train_cfg) -> float:
+    """Training FLOPs of one run (training.flops: 6N + attention per token) plus its evaluations' forwards."""
+    from training.budget import n_params
+    from training.flops import flops_per_token
+
+    per_token = flops_per_token(model_cfg, n_params(model_cfg))
+    tokens = train_cfg.batch_size * train_cfg.grad_accum * model_cfg.n_ctx
+    eval_tokens = train_cfg.batch_size * model_cfg.n_ctx * train_cfg.eval_batches * len(train_cfg.eval_steps())
+    return per_token * tokens * train_cfg.max_steps + per_token / 3 * eval_tokens
+
+
+def estimate(ctx: Context, jobs: list[Job]) -> dict[str, float]:
+    """Training FLOPs of the runs (training.flops), those still to train, and the seconds at ASSUMED_FLOPS."""
+    todo = grid_cost([job for job in jobs if not job.run_dir(ctx.out).finished])
+    return {
+        "flops": grid_cost(jobs)["flops"],
+        "flops_to_train": todo["flops"],
+        "seconds_at_200_gflops": todo["seconds_at_200_gflops"],
+    }
+
+
+def grid_cost(jobs: list[Job]) -> dict[str, float]:
+    """What the runs cost in all, finished or not (the preface's estimate counts only what is left)."""
+    total = sum(run_flops(job.spec.model, job.spec.train) for job in jobs)
+    return {"flops": total, "seconds_at_200_gflops": total / ASSUMED_FLOPS}
+
+
+def flops_text(flops: float) -> str:
+    return f"{flops / 1e12:.1f} TFLOP" if flops >= 1e11 else f"{flops / 1e9:.1f} GFLOP"
+
+
+def measured_minutes(ctx: Context, jobs: list[Job]) -> float:
+    """Minutes the unfinished runs take here, from a few steps of each shape timed now (training.estimate)."""
+    from experiments.shared.launch import DEFAULT_ENSEMBLE_SIZE, make_trainer
+    from training.estimate import estimate_seconds
+
+    todo = [make_trainer(job, ctx.out, ctx.corpus) for job in jobs if not job.run_dir(ctx.out).finished]
+    return estimate_seconds(todo, getattr(ctx.args, "ensemble_size", DEFAULT_ENSEMBLE_SIZE)) / 60
