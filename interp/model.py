@@ -433,6 +433,8 @@ class ResidualGPT(HookedRootModule):
         try:
             for _ in range(max_new_tokens):
                 logits = self(tokens[:, -self.cfg.n_ctx :])[:, -1, :].float()
+                if not bool(torch.isfinite(logits).all()):  # an argmax or a draw over NaN is no text
+                    raise ToolkitError(f"the logits at position {tokens.shape[1]} are not finite: the weights overflow")
                 if temperature == 0:
                     next_token = logits.argmax(-1, keepdim=True)
                 else:

@@ -91,6 +91,11 @@ def run(args: argparse.Namespace) -> Path:
     names = [f"blocks.{layer}.attn.hook_pattern" for layer in layers]
     with torch.no_grad():
         _, cache = model.eval().run_with_cache(torch.tensor([ids]), names_filter=names)
+    bad = [name for name in names if not bool(torch.isfinite(cache[name]).all())]
+    if bad:  # weights that overflow on this text: a NaN heatmap is no plot
+        raise CheckpointError(
+            f"{args.ckpt}: the attention pattern {bad[0]} is not finite on this text (the weights overflow)"
+        )
     sections = [
         (f"Layer {layer}", attention_patterns(cache, pieces, layer=layer, title=f"Layer {layer}: {args.text!r}"))
         for layer in layers

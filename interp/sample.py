@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from interp.cli import Parser, guarded_output, one_line_errors, seed_option
-from interp.errors import CheckpointError, ConfigError, DataError, escape_controls
+from interp.errors import CheckpointError, ConfigError, DataError, ToolkitError, escape_controls
 from interp.vocab import codec
 
 # torch and transformer_lens are imported in run(): --help and usage errors answer at once.
@@ -63,7 +63,10 @@ def run(args: argparse.Namespace) -> list[str]:
     tokens = torch.tensor([ids])
     out = []
     for _ in range(args.num_samples):
-        sample = model.generate(tokens, args.max_new_tokens, args.temperature, args.top_k, generator=generator)
+        try:
+            sample = model.generate(tokens, args.max_new_tokens, args.temperature, args.top_k, generator=generator)
+        except ToolkitError as e:  # named with its file (logits that overflow on this prompt)
+            raise CheckpointError(f"{args.ckpt}: {e}") from None
         out.append(decode(sample[0].tolist()))
     return out
 

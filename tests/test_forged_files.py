@@ -1036,3 +1036,34 @@ def test_a_bias_in_a_hooked_save_of_a_model_without_biases_is_refused(tmp_path, 
     clean(lambda: load_hooked(path), path, True)
     with pytest.raises(ToolkitError, match="bias=False"):
         load_hooked(path)
+
+
+def test_the_forward_probe_covers_every_position():
+    """Re-audit: the probe ran positions 0-15 only, so weights overflowing from position 16 on (a forged position
+    embedding) loaded and sampled NaN text with exit 0. It now runs two sequences of n_ctx tokens."""
+    from interp.checks import Bad
+    from interp.checks.checkpoint_file import check_forward_finite
+
+    def late_overflow(tokens):  # finite up to position 15, NaN after: what the audit's forged file computed
+        logits = torch.zeros(*tokens.shape, 5)
+        logits[:, 16:] = math.nan
+        return logits
+
+    with pytest.raises(Bad, match="forward overflows"):
+        check_forward_finite(late_overflow, 5, 32)
+    check_forward_finite(late_overflow, 5, 16)  # a 16-token model never reaches position 16
+
+
+def test_generate_refuses_logits_that_are_not_finite_and_sample_names_the_file(tmp_path, monkeypatch):
+    """An input the load-time probe did not try may still overflow: generate stops at the first non-finite logits
+    (an argmax over NaN printed newlines with exit 0), and interp.sample names the checkpoint."""
+    from interp import sample
+
+    model = ResidualGPT(CFG).eval()
+    with torch.no_grad():
+        model.unembed.weight[1] = math.nan  # past any loader, as a notebook could
+    with pytest.raises(ToolkitError, match="not finite"):
+        model.generate(torch.tensor([[0, 1]]), 3, temperature=0)
+    path = save(rehash(own_payload()), tmp_path / "ckpt.pt")
+    monkeypatch.setattr(ResidualGPT, "generate", model.generate)
+    assert sample.main(["--ckpt", str(path), "--prompt", "ab", "--max-new-tokens", "2"]) == 2

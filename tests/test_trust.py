@@ -159,6 +159,9 @@ def test_an_exports_state_dict_back_into_an_export_of_its_config_is_exact_and_qu
     buffer.seek(0)
     back = torch.load(buffer, weights_only=True)
     assert type(back) is OrderedDict and set(back) == set(tl.state_dict().keys())
+    for read in (lambda sd: sd.pop("embed.W_E"), lambda sd: sd.popitem(), lambda sd: sd.setdefault("embed.W_E")):
+        _, said = warned(WeightsOnlyWarning, lambda read=read: read(tl.state_dict()))
+        assert said  # every way of taking the weights out by hand (the audit found pop and popitem quiet)
     changed = {"residual": "none"} if "mixer" in WIRINGS[wiring] else {"self_bias": 2.0}  # uniform takes no bias
     other = convert(make_model("random", **{**WIRINGS[wiring], **changed}))
     _, said = warned(WeightsOnlyWarning, lambda: other.load_state_dict(tl.state_dict(), strict=False))

@@ -208,10 +208,13 @@ def check_state(payload: dict[str, Any]) -> None:
 
 
 def check_forward_finite(forward: Any, d_vocab: int, n_ctx: int, device: Any = "cpu") -> None:
-    """Bad when a forward on a short probe sequence gives non-finite logits: weights each under check_finite's
-    bound can still chain into an overflow (three of 1e7 in a row pass float32's 3.4e38). Run by every loader
-    once the model is built, so a model that answers NaN is refused with its file, not met in a plot."""
-    tokens = (torch.arange(min(n_ctx, 16), device=device) % d_vocab)[None]
+    """Bad when a forward on two probe sequences of n_ctx tokens gives non-finite logits: weights each under
+    check_finite's bound can still chain into an overflow (three of 1e7 in a row pass float32's 3.4e38). Run by
+    every loader once the model is built, so a model that answers NaN is refused with its file, not met in a
+    plot. Other inputs may still overflow: generate refuses non-finite logits at every step too."""
+    # Every position (an overflow may start past the first few), two cycles through the vocabulary.
+    pos = torch.arange(n_ctx, device=device)
+    tokens = torch.stack([pos % d_vocab, (pos * 7 + d_vocab // 2) % d_vocab])
     with torch.no_grad():
         out = forward(tokens)
     logits = out[0] if isinstance(out, tuple) else out
