@@ -48,7 +48,18 @@ def test_kaplan_meier_matches_a_hand_computed_curve():
     assert all(lo <= s <= hi for s, lo, hi in zip(km["survival"], km["lower"], km["upper"], strict=True))
     assert median_escape(km)["median"] == 20
     assert survival_at(km, 35) == (pytest.approx(0.4), km["lower"][1], km["upper"][1])
-    assert survival_at(km, 5) == (1.0, 1.0, 1.0)
+    assert survival_at(km, 5) == (1.0, pytest.approx(0.025 ** (1 / 5)), 1.0)  # none of 5 at risk has escaped
+
+
+def test_a_cell_where_no_run_or_every_run_escaped_has_an_interval_not_a_point():
+    """Audit of issue 35: 0 of 16 escaped printed "on the floor 1.00 [1.00, 1.00]" and all of 2 escaped at one
+    step "0.00 [0.00, 0.00]", read as settled from a handful of runs; the exact bounds are printed instead."""
+    none = kaplan_meier([600] * 16, [False] * 16)
+    assert survival_at(none, 600) == (1.0, pytest.approx(0.794, abs=1e-3), 1.0)
+    every = kaplan_meier([25, 25], [True, True])
+    assert every["survival"] == [0.0] and every["lower"] == [0.0]
+    assert every["upper"][0] == pytest.approx(1 - 0.025**0.5)  # 0.84: two runs cannot say more
+    assert median_escape(every)["upper"] is None  # the median may lie past 25 with two runs
 
 
 def test_a_curve_that_never_reaches_one_half_has_no_median():
@@ -194,6 +205,8 @@ def test_smoke_runs_every_section_and_resumes_without_training(tmp_path, capsys,
         (["--references", "ffn_only"], "--references"),  # the grid itself: its runs would count twice
         (["--holdout-depth", "3,4"], "--holdout-depth takes one depth"),
         (["--set", "lr_schedule=cosine"], "escape times need lr_schedule=constant"),
+        (["--set", "eval_from=0.5"], "escape times need evaluations from step 0"),  # a late first look: no escape
+        (["--margin", "5"], "would be at or below the bigram level"),  # a floor no loss can get under
     ],
 )
 def test_bad_options_are_one_error_line_before_any_work(tmp_path, capsys, data, argv, message):
@@ -215,6 +228,22 @@ def test_the_law_leaves_out_an_lr_at_which_nothing_escaped_and_needs_three_escap
     assert "per_lr_doubling" not in law["coef"] and math.isfinite(law["coef"]["per_layer"]["value"])
     few = fit_law([run(1, 1e-3, 100), run(2, 1e-3, 500)])
     assert not few["fitted"] and "fewer than the 3" in few["reason"]
+
+
+def test_the_laws_bootstrap_leaves_out_resamples_the_fit_itself_would_refuse():
+    """Audit of issue 35: with 2 escapes in 16 runs at one depth, about 1 resample in 8 has none there; the fit
+    refuses such data, but the bootstrap kept where its optimiser stopped, which set the interval's upper edge
+    (x259 a layer). Those resamples are now counted and left out."""
+    from experiments.escape_time.survival import BOOTSTRAP
+
+    run = lambda d, e: {"n_layers": d, "lr": 1e-3, "escape": e, "last_step": 1200}  # noqa: E731
+    shallow = [run(1, e) for e in (100, 150, 200, 250, 300, 350, 400, None)]
+    deep = [run(2, 900), run(2, 1000)] + [run(2, None) for _ in range(14)]
+    law = fit_law(shallow + deep)
+    assert law["fitted"] and law["n_bootstrap_unfittable"] > 0
+    assert law["n_bootstrap"] + law["n_bootstrap_unfittable"] <= BOOTSTRAP
+    boots = law["bootstrap"]
+    assert len(boots) == law["n_bootstrap"] and all(math.isfinite(b[1]) for b in boots)
 
 
 def test_a_finished_run_without_evaluations_is_one_error_naming_its_metrics():

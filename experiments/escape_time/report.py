@@ -72,7 +72,14 @@ def law_text(law: dict[str, Any], margin: str) -> str:
         text += f" (lrs pooled: {law['lr_left_out']})"
     return text + (
         f"; spread sigma {ci('sigma')} (log-normal, {law['n_runs']} runs, {law['n_escaped']} escaped, "
-        f"depths {law['depths']})"
+        f"depths {law['depths']}"
+        + (
+            f"; {law['n_bootstrap_unfittable']} of {law['n_bootstrap'] + law['n_bootstrap_unfittable']} bootstrap "
+            "resamples had escapes at one depth and are left out of the intervals"
+            if law.get("n_bootstrap_unfittable")
+            else ""
+        )
+        + ")"
     )
 
 

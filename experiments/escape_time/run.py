@@ -22,7 +22,8 @@ along the way.
                    norm, current-token decodability, norm growth, and the loss cost of three routing
                    interventions (experiments.escape_time.mechanism: which moves first, by how many steps,
                    on how many runs), and whether attention builds a self path as the loss leaves the floor
-    early          which measurement at the early step (--early-step, default the last evaluation <= 100)
+    early          which measurement at the early step (--early-step, default the last evaluation <= 100;
+                   block-0 gradient norm at the preset's warmup_steps where that is earlier, a reference step)
                    predicts escape by the last step: a one-feature threshold, held out by seed (fitted on
                    the other seeds' runs), accuracy with an exact interval against the majority baseline
                    of the same folds, AUC with a bootstrap interval; depth alone is a baseline
@@ -62,6 +63,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from experiments.escape_time.escape_grid import DEFAULT_GRID, PRESET_GRID, EscapeGrid, add_arguments, check
 from experiments.escape_time.escape_predictor import early_features, evaluate_by_seed
 from experiments.escape_time.mechanism import EscapeProbe, aligned, order, self_path_answer, series
 from experiments.escape_time.report import sections, summary, table
@@ -73,146 +75,12 @@ from experiments.escape_time.survival import (
     median_escape,
     survival_at,
 )
-from experiments.shared.frame import Context, Experiment, Group, Job, Variant, check_number, run_summary
+from experiments.shared.frame import Context, Experiment, Group, Job, run_summary
 from interp.errors import ToolkitError
 
 SCHEMA = "escape-time/1"
-DEFAULT_MARGIN = 0.05  # the routing test's
 LENGTH = 2  # default max_steps: this many times the preset's (about an hour's worth would be 1x here)
 MIN_RUNS = 8  # a statement about escapes rests on at least this many runs
-# preset -> (depths, lrs as multiples of the preset's lr, held-out depth, seeds a cell, reference residuals,
-# reference seeds, escape probe every this many evaluations)
-PRESET_GRID = {"smoke": ((1, 2), (1.0,), 3, 4, "full", 2, 1)}
-DEFAULT_GRID = ((2, 3, 4, 6), (0.5, 1.0), 5, 16, "full,attn_only", 4, 4)  # phase-cell: lr 1e-3 and 2e-3
-
-
-def _floats(text: str, name: str) -> tuple[float, ...]:
-    try:
-        values = tuple(float(v) for v in text.split(","))
-    except ValueError:
-        raise ToolkitError(f"{name} expects comma-separated numbers, got {text!r}") from None
-    for v in values:
-        check_number(name, v, 0.0, inclusive=False)
-    if len(set(values)) != len(values):
-        raise ToolkitError(f"{name} {text!r} names a value twice")
-    return values
-
-
-def _ints(text: str, name: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(","))
-    except ValueError:
-        raise ToolkitError(f"{name} expects comma-separated integers, got {text!r}") from None
-    if any(v < 1 for v in values) or len(set(values)) != len(values):
-        raise ToolkitError(f"{name} needs distinct integers >= 1, got {text!r}")
-    return values
-
-
-def add_arguments(p) -> None:
-    g = p.add_argument_group("the grid")
-    g.add_argument("--depths", help="ffn_only depths (default 2,3,4,6; smoke 1,2)")
-    g.add_argument("--lrs", help="learning rates (default: the preset's lr x 0.5 and x 1)")
-    g.add_argument(
-        "--holdout-depth",
-        help="a depth left out of the law's fit, then trained to test it (default 5; smoke 3; '' for none)",
-    )
-    g.add_argument(
-        "--references",
-        default=None,
-        help="residuals trained at every depth at the first lr (default full,attn_only; smoke full; '' none)",
-    )
-    g.add_argument("--reference-seeds", type=int, default=None, help="seeds per reference cell (default 4; smoke 2)")
-    g.add_argument(
-        "--margin",
-        type=float,
-        default=DEFAULT_MARGIN,
-        help=f"nats below unigram a loss must stay to have escaped (default {DEFAULT_MARGIN})",
-    )
-    g.add_argument(
-        "--probe-every",
-        type=int,
-        default=None,
-        help="steps between escape probes (interventions, decodability); default 4 evaluation intervals",
-    )
-    g.add_argument(
-        "--early-step",
-        type=int,
-        default=None,
-        help="the evaluation step early features are read at (default the last one <= 100)",
-    )
-
-
-def check(args) -> None:
-    check_number("--margin", args.margin, 0.0, inclusive=False)
-    if args.depths is not None:
-        _ints(args.depths, "--depths")
-    if args.lrs is not None:
-        _floats(args.lrs, "--lrs")
-    if args.holdout_depth not in (None, "") and len(_ints(args.holdout_depth, "--holdout-depth")) != 1:
-        raise ToolkitError(f"--holdout-depth takes one depth (or '' for none), got {args.holdout_depth!r}")
-    if args.reference_seeds is not None and args.reference_seeds < 1:
-        raise ToolkitError(f"--reference-seeds must be >= 1, got {args.reference_seeds}")
-    for name in ("probe_every", "early_step"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise ToolkitError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
-    for item in args.set or []:  # a run's first N steps must not depend on how long it trains
-        key, _, value = item.partition("=")
-        if key.strip() == "lr_schedule" and value.strip() != "constant":
-            raise ToolkitError(
-                f"--set {item}: escape times need lr_schedule=constant (with a schedule a run's first steps depend "
-                "on its length, and an escape time would be the schedule's)"
-            )
-    refs = [r.strip() for r in args.references.split(",")] if args.references and args.references.strip() else []
-    bad = [r for r in refs if r not in ("full", "attn_only", "none")]  # ffn_only is the grid itself
-    if bad or "" in refs or len(set(refs)) != len(refs):
-        raise ToolkitError(f"--references {args.references!r}: give distinct residuals among full, attn_only, none")
-
-
-class EscapeGrid:
-    """The cells a command line asks for."""
-
-    def __init__(self, ctx: Context):
-        args, train = ctx.args, ctx.spec.train
-        depths, mults, holdout, seeds, refs, ref_seeds, _ = PRESET_GRID.get(ctx.spec.preset, DEFAULT_GRID)
-        self.depths = _ints(args.depths, "--depths") if args.depths else depths
-        self.lrs = _floats(args.lrs, "--lrs") if args.lrs else tuple(m * train.lr for m in mults)
-        if args.holdout_depth is None:
-            self.holdout = holdout
-        else:
-            self.holdout = _ints(args.holdout_depth, "--holdout-depth")[0] if args.holdout_depth else None
-        if self.holdout in self.depths:
-            raise ToolkitError(f"--holdout-depth {self.holdout} is one of --depths; it must be left out of the fit")
-        self.n_seeds = seeds
-        self.ref_seeds = args.reference_seeds or ref_seeds
-        text = refs if args.references is None else args.references
-        self.references = [r.strip() for r in text.split(",")] if text.strip() else []
-        self.ratio = train.min_lr / train.lr
-
-    def variant(self, residual: str, depth: int, lr: float) -> Variant:
-        from experiments.shared.text import num
-
-        return Variant(
-            f"{residual} L{depth} lr{num(lr)}",
-            {"residual": residual, "n_layers": depth, "lr": lr, "min_lr": lr * self.ratio},
-        )
-
-    def grid(self) -> list[Variant]:
-        return [self.variant("ffn_only", d, lr) for d in self.depths for lr in self.lrs]
-
-    def held_out(self) -> list[Variant]:
-        return [self.variant("ffn_only", self.holdout, lr) for lr in self.lrs] if self.holdout else []
-
-    def reference(self) -> list[Variant]:
-        return [self.variant(r, d, self.lrs[0]) for r in self.references for d in self.depths]
-
-    def roles(self) -> dict[str, tuple[str, dict[str, Any]]]:
-        """variant name -> (role, its overrides)."""
-        return {
-            v.name: (role, v.overrides)
-            for role, vs in (("grid", self.grid()), ("reference", self.reference()), ("holdout", self.held_out()))
-            for v in vs
-        }
 
 
 def defaults(spec) -> dict[str, Any]:
@@ -426,6 +294,12 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
 def preface(ctx: Context, jobs: list[Job]) -> str:
     from experiments.shared.cost import estimate, flops_text, measured_minutes
 
+    unigram, bigram, margin = ctx.levels["unigram"], ctx.levels["bigram"], ctx.args.margin
+    if margin >= unigram - bigram:  # before any run trains: no loss on the floor's side could get under it
+        raise ToolkitError(
+            f"--margin {margin:g}: the floor threshold unigram - margin ({unigram - margin:.3f}) would be at or "
+            f"below the bigram level ({bigram:.3f}); give a margin below {unigram - bigram:.3f}"
+        )
     e = estimate(ctx, jobs)
     lines = [
         f"escape is the first evaluation step from which validation loss stays below "

@@ -56,11 +56,14 @@ def kaplan_meier(times: Sequence[int], escaped: Sequence[bool]) -> dict[str, lis
     for step in sorted(set(t[e].tolist())):
         n = int((t >= step).sum())
         d = int(((t == step) & e).sum())
-        s *= 1 - d / n
+        before, s = s, s * (1 - d / n)
         greenwood += d / (n * (n - d)) if n > d else math.inf
-        lo, hi = _loglog_band(s, greenwood)
+        # Every run at risk escaped here: the log-log band is a point, so the exact (Clopper-Pearson) bound of
+        # "none of n stayed" takes its place, times the survival before the step.
+        lo, hi = _loglog_band(s, greenwood) if s > 0 else (0.0, before * (1 - (0.025 ** (1 / n))))
         for key, value in zip(out, (step, s, lo, hi, n), strict=True):
             out[key].append(value)
+    out["times"] = sorted(t.tolist())  # every run's escape or last step: who is at risk before the first escape
     return out
 
 
@@ -72,8 +75,11 @@ def _loglog_band(s: float, greenwood: float) -> tuple[float, float]:
 
 
 def survival_at(km: dict[str, list[float]], step: float) -> tuple[float, float, float]:
-    """(survival, lower, upper) of a Kaplan-Meier curve at a step (1 before the first escape)."""
-    value = (1.0, 1.0, 1.0)
+    """(survival, lower, upper) of a Kaplan-Meier curve at a step. Before the first escape the survival is 1 and
+    its lower bound the exact one of "all n at risk stayed" (0.025 ** (1 / n)), not a point: 0 escapes in 16
+    runs is [0.79, 1], not [1, 1]."""
+    at_risk = sum(1 for t in km.get("times", []) if t >= step)
+    value = (1.0, 0.025 ** (1 / at_risk) if at_risk else 0.0, 1.0)
     for k, s in enumerate(km["steps"]):
         if s > step:
             break
@@ -193,10 +199,17 @@ def fit_law(runs: Sequence[dict[str, Any]], key: str = "escape") -> dict[str, An
     cells: dict[tuple, list[int]] = {}
     for i, (d, lr) in enumerate(zip(depths, lrs, strict=True)):
         cells.setdefault((d, lr), []).append(i)
-    boots = []
+    boots, skipped = [], 0
+    depth_a, lr_a = np.array(depths), np.array(lrs)
     for _ in range(BOOTSTRAP):
         idx = np.concatenate([rng.choice(v, size=len(v), replace=True) for v in cells.values()])
-        p = fit_lognormal(x[idx], times[idx], escaped[idx])
+        # A resample the fit above would refuse (escapes at one depth, or at one lr with the lr term in) has no
+        # finite maximum either: where its optimiser stops is no estimate, and it would set the interval's edge.
+        hit = escaped[idx]
+        if len(set(depth_a[idx][hit].tolist())) < 2 or (with_lr and len(set(lr_a[idx][hit].tolist())) < 2):
+            skipped += 1
+            continue
+        p = fit_lognormal(x[idx], times[idx], hit)
         if p is not None:
             boots.append(p)
     boots_a = np.array(boots) if boots else np.empty((0, len(params)))
@@ -217,6 +230,7 @@ def fit_law(runs: Sequence[dict[str, Any]], key: str = "escape") -> dict[str, An
         "params": params.tolist(),
         "bootstrap": boots_a.tolist(),
         "n_bootstrap": len(boots),
+        "n_bootstrap_unfittable": skipped,  # resamples left out: the fit would refuse them (see above)
         "coef": coef,
     }
 

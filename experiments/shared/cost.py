@@ -49,3 +49,9 @@ def measured_minutes(ctx: Context, jobs: list[Job]) -> float:
 
     todo = [make_trainer(job, ctx.out, ctx.corpus) for job in jobs if not job.run_dir(ctx.out).finished]
     return estimate_seconds(todo, getattr(ctx.args, "ensemble_size", DEFAULT_ENSEMBLE_SIZE)) / 60
+
+
+if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
+    from experiments.shared.options import not_a_command
+
+    raise SystemExit(not_a_command(__spec__.name))

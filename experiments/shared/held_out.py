@@ -88,3 +88,9 @@ def binomial_interval(k: int, n: int, alpha: float = 0.05) -> tuple[float, float
     lower = 0.0 if k == 0 else solve(k, alpha / 2)  # P(X >= k) = alpha / 2
     upper = 1.0 if k == n else solve(k + 1, 1 - alpha / 2)  # P(X <= k) = alpha / 2
     return lower, upper
+
+
+if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
+    from experiments.shared.options import not_a_command
+
+    raise SystemExit(not_a_command(__spec__.name))
