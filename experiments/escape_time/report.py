@@ -128,7 +128,13 @@ def summary(results: dict[str, Any]) -> str:
     lines += [law_text(results["law"][m], m) for m in results["law"]]
     lines += holdout_lines(results)
     lines += mechanism_lines(results)
-    lines.append(f"early predictors of escape at step {results['early_step']} (held out by seed):")
+    at = results["early_step"]
+    grad = results.get("gradient_step", at)
+    lines.append(
+        f"early predictors of escape at step {at}"
+        + (f" (grad_block0 at step {grad}, the preset's warmup_steps)" if grad != at else "")
+        + " (held out by seed):"
+    )
     lines += ["    " + verdict_line(name, item) for name, item in results["predictor"].items()]
     return "\n".join(lines)
 
@@ -314,7 +320,8 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
     ]
     out.append(
         (
-            f"Early predictors (step {results['early_step']}, held out by seed)",
+            f"Early predictors (step {results['early_step']}; grad_block0 at step "
+            f"{results.get('gradient_step', results['early_step'])}; held out by seed)",
             table_figure(["feature", "runs", "accuracy", "95% (exact)", "majority", "AUC", "predicts"], rows),
         )
     )

@@ -277,6 +277,7 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
         "margins_text": keys,
         "threshold": ctx.levels["unigram"] - ctx.args.margin,
         "early_step": early,
+        "gradient_step": min(early, ctx.spec.train.warmup_steps),  # where grad_block0 is read (escape_predictor)
         "depths": list(grid.depths),
         "lrs": list(grid.lrs),
         "holdout_depth": grid.holdout,
