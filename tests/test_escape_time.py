@@ -154,7 +154,11 @@ def test_smoke_runs_every_section_and_resumes_without_training(tmp_path, capsys,
         assert c["n"] == len(c["seeds"]) and 0 <= c["n_escaped"] <= c["n"]
         assert all(0.0 <= v <= 1.0 for v in c["km"]["survival"])
     assert set(results["law"]) == {"0.025", "0.05", "0.1"}
+    law = results["law"]["0.05"]  # depth 1 and depth 2 both escape in the smoke grid: the law is fitted
+    assert law["fitted"] and math.isfinite(law["coef"]["per_layer"]["value"]) and law["coef"]["per_layer"]["value"] > 0
     assert results["holdout"] and all("predicted" in h and "observed" in h for h in results["holdout"])
+    assert all(h["predicted"]["predicted"] and h["predicted"]["median"] > 0 for h in results["holdout"])
+    assert "held-out depth 3, lr 0.006, predicted from the other depths: median escape step" in out
     assert set(results["mechanism"]["measures"]) >= {"alpha_tt_layer0", "identity", "knock_out_self"}
     assert set(results["predictor"]) >= {"val_loss", "depth"}
     assert "law at margin 0.05" in out and "held-out depth 3" in out and "early predictors" in out
@@ -183,6 +187,7 @@ def test_smoke_runs_every_section_and_resumes_without_training(tmp_path, capsys,
         if "val_loss" in r:
             r["val_loss"] = 3.0
     (grid_run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in edited))
+    capsys.readouterr()  # the finished grid's own prediction, printed by the second call, is not this one's
     assert EXPERIMENT.main(argv) == 2
     captured = capsys.readouterr()
     assert "predicted from the other depths" not in captured.out and "metrics.jsonl" in captured.err

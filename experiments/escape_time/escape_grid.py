@@ -11,8 +11,13 @@ from interp.errors import ToolkitError
 DEFAULT_MARGIN = 0.05  # the routing test's
 # preset -> (depths, lrs as multiples of the preset's lr, held-out depth, seeds a cell, reference residuals,
 # reference seeds, escape probe every this many evaluations)
-PRESET_GRID = {"smoke": ((1, 2), (1.0,), 3, 4, "full", 2, 1)}
+PRESET_GRID = {"smoke": ((1, 2), (2.0,), 3, 4, "full", 2, 1)}
 DEFAULT_GRID = ((2, 3, 4, 6), (0.5, 1.0), 5, 16, "full,attn_only", 4, 4)  # phase-cell: lr 1e-3 and 2e-3
+# max_steps as a multiple of the preset's. The smoke grid trains 6x at twice its lr so that depth 2 escapes
+# (at 2x and the preset's lr it never did): the law, the held-out prediction and the mechanism then run on
+# real escapes in a test, not only their "not fitted" lines.
+PRESET_LENGTH = {"smoke": 6}
+DEFAULT_LENGTH = 2  # about an hour's worth of the default grid would be 1x here, where depth 3 rarely escapes
 
 
 def _floats(text: str, name: str) -> tuple[float, ...]:
@@ -40,7 +45,7 @@ def _ints(text: str, name: str) -> tuple[int, ...]:
 def add_arguments(p) -> None:
     g = p.add_argument_group("the grid")
     g.add_argument("--depths", help="ffn_only depths (default 2,3,4,6; smoke 1,2)")
-    g.add_argument("--lrs", help="learning rates (default: the preset's lr x 0.5 and x 1)")
+    g.add_argument("--lrs", help="learning rates (default: the preset's lr x 0.5 and x 1; smoke x 2)")
     g.add_argument(
         "--holdout-depth",
         help="a depth left out of the law's fit, then trained to test it (default 5; smoke 3; '' for none)",

@@ -33,7 +33,8 @@ Default (preset phase-cell): ffn_only at depth 2, 3, 4, 6 x lr 1e-3, 2e-3, 16 se
 preset's steps (1200), evaluated every 25 steps and probed every 50 (the escape probe every 100), held-out
 depth 5 at both lrs, full and attn_only references with 4 seeds: 192 runs. The cost is printed before any
 work (each shape's step timed now, in ensembles). `--set max_steps=6000` trains 10x the preset's steps;
-`--preset smoke` runs a small grid (depths 1 and 2, held-out 3, 4 seeds) through every section.
+`--preset smoke` runs a small grid (depths 1 and 2, held-out 3, 4 seeds, 6x its preset's steps at twice its lr,
+so that depth 2 escapes and the law is fitted) through every section.
 
 Verdicts follow the project's rules: a cell's median is printed as measured only where the curve reaches
 0.5 within the runs' length, the law only where at least two depths have escapes, every interval is
@@ -63,7 +64,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from experiments.escape_time.escape_grid import DEFAULT_GRID, PRESET_GRID, EscapeGrid, add_arguments, check
+from experiments.escape_time.escape_grid import (
+    DEFAULT_GRID,
+    DEFAULT_LENGTH,
+    PRESET_GRID,
+    PRESET_LENGTH,
+    EscapeGrid,
+    add_arguments,
+    check,
+)
 from experiments.escape_time.escape_predictor import early_features, evaluate_by_seed
 from experiments.escape_time.mechanism import EscapeProbe, aligned, order, self_path_answer, series
 from experiments.escape_time.report import sections, summary, table
@@ -79,14 +88,13 @@ from experiments.shared.frame import Context, Experiment, Group, Job, run_summar
 from interp.errors import ToolkitError
 
 SCHEMA = "escape-time/1"
-LENGTH = 2  # default max_steps: this many times the preset's (about an hour's worth would be 1x here)
 MIN_RUNS = 8  # a statement about escapes rests on at least this many runs
 
 
 def defaults(spec) -> dict[str, Any]:
     t = spec.train
     return {
-        "max_steps": LENGTH * t.max_steps,
+        "max_steps": PRESET_LENGTH.get(spec.preset, DEFAULT_LENGTH) * t.max_steps,
         "lr_schedule": "constant",
         "probe_interval": 2 * t.eval_interval,
         "eval_from": 0.0,
