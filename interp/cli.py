@@ -34,6 +34,13 @@ def directory_option(text: str) -> str:
     working directory) is refused, not taken."""
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty directory name; give a path (use . for this directory)")
+    from pathlib import Path
+
+    for place in (Path(text), *Path(text).parents):  # the deepest part that exists must be a directory
+        if place.exists() or place.is_symlink():
+            if not place.is_dir():
+                raise argparse.ArgumentTypeError(f"{place} is there and is not a directory")
+            break
     return text
 
 

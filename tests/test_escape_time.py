@@ -127,6 +127,21 @@ def test_the_early_predictor_is_held_out_by_seed():
     assert "untestable" in evaluate_by_seed(samples)["alpha_tt_layer0"]  # not recorded
 
 
+def test_the_early_predictors_baseline_is_the_pools_majority_not_a_held_out_one():
+    """Audit of issue 35: escapes bunched by seed (6 of 12: two seeds all escaped, two none) - leaving a seed out
+    tips the rest to the other class, so a majority held out by seed scores 0.00 and a constant guess would have
+    'predicted'. The baseline is the pool's majority, 0.50, and a feature must beat that."""
+    samples = [
+        {"seed": seed, "features": {"val_loss": float(seed <= 2), "depth": 2.0}, "escaped": seed <= 2}
+        for seed in range(1, 5)
+        for _ in range(3)
+    ]
+    out = evaluate_by_seed(samples)
+    assert out["val_loss"]["majority_accuracy"] == 0.5 and out["val_loss"]["accuracy"] == 1.0
+    assert out["val_loss"]["predicts"]  # a perfect feature still beats it
+    assert out["depth"]["majority_accuracy"] == 0.5 and not out["depth"]["predicts"]  # a constant does not
+
+
 def test_onset_reads_when_a_measure_leaves_its_plateau():
     points = [(s, 0.1 + 0.001 * (s % 50 == 0)) for s in range(50, 500, 25)] + [(s, 0.5) for s in range(500, 800, 25)]
     assert onset(points, warmup=50, escape=600) == 500
@@ -169,8 +184,10 @@ def test_smoke_runs_every_section_and_resumes_without_training(tmp_path, capsys,
     assert len([e for e in svg.iter() if e.tag.endswith("polyline")]) == 3  # each ffn_only cell, held-out too
     finals = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("final.json")}
     assert len(finals) == len(results["runs"])
-    assert EXPERIMENT.main(argv) == 0  # everything finished: planned again, nothing trains
+    assert EXPERIMENT.main([*argv, "--no-report"]) == 0  # everything finished: planned again, nothing trains
     assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("final.json")} == finals
+    # no old report or figure stands beside the new results
+    assert not list((tmp_path / "smoke").glob("*.svg")) and not list((tmp_path / "smoke").glob("*.html"))
     again = json.loads((tmp_path / "smoke" / "results-escape_time.json").read_text())
     assert again["cells"] == results["cells"] and again["law"] == results["law"]
 
@@ -212,6 +229,9 @@ def test_smoke_runs_every_section_and_resumes_without_training(tmp_path, capsys,
         (["--set", "lr_schedule=cosine"], "escape times need lr_schedule=constant"),
         (["--set", "eval_from=0.5"], "escape times need evaluations from step 0"),  # a late first look: no escape
         (["--margin", "5"], "would be at or below the bigram level"),  # a floor no loss can get under
+        (["--depths", "1_000"], "--depths expects comma-separated integers"),  # int() takes these two
+        (["--depths", "\uff11,2"], "--depths expects comma-separated integers"),
+        (["--early-step", "210"], "below 201 (before max_steps 240, and at most 10 evaluations past step 100"),
     ],
 )
 def test_bad_options_are_one_error_line_before_any_work(tmp_path, capsys, data, argv, message):
@@ -261,3 +281,43 @@ def test_a_finished_run_without_evaluations_is_one_error_naming_its_metrics():
     record = {"run_dir": "/runs/x/seed1", "val_curve": {"steps": [], "loss": []}, "variant": "v", "seed": 1}
     with pytest.raises(ToolkitError, match=r"/runs/x/seed1/metrics.jsonl holds no validation evaluation"):
         summarise_escape_run(record, SimpleNamespace(levels={}), {}, 100)
+
+
+def test_eval_from_zero_is_taken_however_it_is_written_and_reference_seeds_do_not_hang_on_order():
+    from types import SimpleNamespace
+
+    from experiments.escape_time.escape_grid import check
+    from experiments.escape_time.run import reference_seeds
+    from interp.errors import ToolkitError
+
+    base = dict(margin=0.05, depths=None, lrs=None, holdout_depth=None, reference_seeds=None, references=None)
+    for zero in ("0", "0.00", "0e0", " 0.0 "):
+        check(SimpleNamespace(**base, probe_every=None, early_step=None, set=[f"eval_from={zero}"]))
+    with pytest.raises(ToolkitError, match="evaluations from step 0"):
+        check(SimpleNamespace(**base, probe_every=None, early_step=None, set=["eval_from=0.01"]))
+    grid = SimpleNamespace(ref_seeds=2)
+    one = reference_seeds(SimpleNamespace(seeds=[1340, 1337, 1338, 1339]), grid)
+    assert one == reference_seeds(SimpleNamespace(seeds=[1337, 1338, 1339, 1340]), grid) == [1337, 1338]
+    assert reference_seeds(SimpleNamespace(seeds=[5]), grid) == [5, 6]
+
+
+def test_an_out_that_is_a_file_is_refused_before_any_work(tmp_path, capsys, data):
+    from experiments.escape_time.run import EXPERIMENT
+
+    afile = tmp_path / "afile"
+    afile.write_text("not a directory")
+    for out in (afile, afile / "below"):
+        assert EXPERIMENT.main(["--preset", "smoke", "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{afile} is there and is not a directory" in err
+    assert afile.read_text() == "not a directory"
+
+
+def test_a_non_finite_loss_under_a_constant_lr_does_not_advise_a_warm_up():
+    from types import SimpleNamespace
+
+    from training.trainer import Trainer
+
+    constant, cosine = (SimpleNamespace(train_cfg=SimpleNamespace(lr_schedule=s)) for s in ("constant", "cosine"))
+    assert Trainer.remedy(constant) == "Lower lr"  # type: ignore[arg-type]
+    assert Trainer.remedy(cosine) == "Lower lr or raise warmup_steps"  # type: ignore[arg-type]

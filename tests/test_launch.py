@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from experiments.routing_test import run as routing_test
-from experiments.shared.launch import _without
+from experiments.shared.launch import _without, job_command
 
 pytest.importorskip("submitit")
 
@@ -83,3 +83,14 @@ def test_slurm_local_equals_local_and_a_killed_job_is_resubmitted(tmp_path, shar
 def test_without_drops_options_and_their_values():
     argv = ["--preset", "smoke", "--launcher", "slurm", "--out=x", "--no-wait", "--out", "y", "--seeds", "1"]
     assert _without(argv, "--out", "--no-wait", "--launcher") == ["--preset", "smoke", "--seeds", "1"]
+
+
+def test_a_cluster_jobs_command_line_replans_under_the_local_rules(tmp_path, shared_data):
+    """A job re-plans from the command line less the launcher's options; Slurm-only ones left in it were refused
+    there (a job of `--launcher slurm --slurm-partition gpu` failed with '... need --launcher slurm')."""
+    argv = [*ARGS, "--launcher", "slurm", "--slurm-partition", "gpu", "--slurm-time=30", "--gpus-per-run", "1"]
+    argv += ["--slurm-set", "slurm_mem_gb=8", "--slurm-array-parallelism", "2", "--no-wait", "--out", "elsewhere"]
+    job = job_command(argv, tmp_path)
+    assert job == [*ARGS, "--out", str(tmp_path), "--no-progress"]
+    ctx, jobs = routing_test.EXPERIMENT.context(job)  # refused before: the local launcher's check
+    assert ctx.args.launcher == "local" and len(jobs) == 1

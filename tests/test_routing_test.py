@@ -135,6 +135,11 @@ def test_half_trained_run_resumes_through_the_experiment(smoke_run, tmp_path, sh
         (["--seeds", "1,1"], "--seeds needs distinct integers in [0, 2**63)"),
         (["--no-wait"], "--no-wait, --slurm-set and --slurm-partition need --launcher slurm"),
         (["--launcher", "slurm-local", "--slurm-set", "oops"], "--slurm-set expects KEY=VALUE"),
+        # options only a Slurm launcher reads were ignored under the local one
+        (["--slurm-time", "5"], "--slurm-time: only --launcher slurm (or slurm-local) reads it"),
+        (["--gpus-per-run", "0"], "--gpus-per-run: only --launcher slurm"),
+        (["--slurm-array-parallelism", "4"], "--slurm-array-parallelism: only --launcher slurm"),
+        (["--launcher", "slurm-local", "--ensemble-size", "4"], "--ensemble-size is the local launcher's"),
     ],
 )
 def test_bad_options_are_one_error_line(argv, message, smoke_run, capsys):

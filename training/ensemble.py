@@ -232,7 +232,7 @@ class _Loop:
                 self._stop(
                     k,
                     f"training loss became {value} at step {step}; nothing was recorded for that step "
-                    f"and {self.members[k].kept()}. Lower lr or raise warmup_steps",
+                    f"and {self.members[k].kept()}. {self.members[k].remedy()}",
                 )
         names = self.stacked.names
         grads = [self.stacked.p(n).grad for n in names]
@@ -251,7 +251,7 @@ class _Loop:
                 self._stop(
                     k,
                     f"gradient norm became {value} at step {step}; nothing was recorded for that step and "
-                    f"{self.members[k].kept()}. Lower lr or raise warmup_steps",
+                    f"{self.members[k].kept()}. {self.members[k].remedy()}",
                 )
         clip = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
         coef = torch.clamp(clip / (norms + 1e-6), max=1.0)
@@ -373,7 +373,7 @@ class _Loop:
                 self._stop(
                     k,
                     f"validation loss became {vals[k]} at step {step}; nothing was recorded for that step "
-                    f"and {t.kept()}. Lower lr or raise warmup_steps",
+                    f"and {t.kept()}. {t.remedy()}",
                 )
                 continue
             records[k]["val_loss"] = last_val[k] = vals[k]

@@ -356,8 +356,11 @@ class Trainer:
         """The error for a non-finite number: nothing non-finite is ever written as a result."""
         return TrainingError(
             f"{what} became {value} at step {step}; nothing was recorded for that step and "
-            f"{self.kept()}. Lower lr or raise warmup_steps"
+            f"{self.kept()}. {self.remedy()}"
         )
+
+    def remedy(self) -> str:  # lr_schedule=constant has no warm-up to raise
+        return "Lower lr" + ("" if self.train_cfg.lr_schedule == "constant" else " or raise warmup_steps")
 
     def kept(self) -> str:
         """Where the run stands after a failed step: its last good checkpoint, or none."""

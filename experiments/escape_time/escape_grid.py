@@ -33,10 +33,10 @@ def _floats(text: str, name: str) -> tuple[float, ...]:
 
 
 def _ints(text: str, name: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(","))
-    except ValueError:
-        raise ToolkitError(f"{name} expects comma-separated integers, got {text!r}") from None
+    items = [v.strip() for v in text.split(",")]
+    if not all(v.isascii() and v.isdigit() for v in items):  # int() would take '1_000' and full-width digits
+        raise ToolkitError(f"{name} expects comma-separated integers, got {text!r}")
+    values = tuple(int(v) for v in items)
     if any(v < 1 for v in values) or len(set(values)) != len(values):
         raise ToolkitError(f"{name} needs distinct integers >= 1, got {text!r}")
     return values
@@ -53,9 +53,15 @@ def add_arguments(p) -> None:
     g.add_argument(
         "--references",
         default=None,
-        help="residuals trained at every depth at the first lr (default full,attn_only; smoke full; '' none)",
+        help="residuals trained at every depth at the first lr, among full, attn_only and none (the residual "
+        "with neither path) (default full,attn_only; smoke full; '' for no references)",
     )
-    g.add_argument("--reference-seeds", type=int, default=None, help="seeds per reference cell (default 4; smoke 2)")
+    g.add_argument(
+        "--reference-seeds",
+        type=int,
+        default=None,
+        help="seeds per reference cell, the lowest of --seeds (default 4; smoke 2)",
+    )
     g.add_argument(
         "--margin",
         type=float,
@@ -76,6 +82,13 @@ def add_arguments(p) -> None:
     )
 
 
+def _is_zero(text: str) -> bool:
+    try:
+        return float(text) == 0.0
+    except ValueError:
+        return False  # not a number: refused here as not 0 (the frame's own --set check would name it too)
+
+
 def check(args) -> None:
     check_number("--margin", args.margin, 0.0, inclusive=False)
     if args.depths is not None:
@@ -92,7 +105,7 @@ def check(args) -> None:
             raise ToolkitError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
     for item in args.set or []:  # a run's first N steps must not depend on how long it trains
         key, _, value = item.partition("=")
-        if key.strip() == "eval_from" and value.strip() not in ("0", "0.0"):
+        if key.strip() == "eval_from" and not _is_zero(value):
             raise ToolkitError(
                 f"--set {item}: escape times need evaluations from step 0 (eval_from=0): a run already below the "
                 "floor at its first evaluation would read as escaping there"

@@ -25,8 +25,8 @@ along the way.
     early          which measurement at the early step (--early-step, default the last evaluation <= 100;
                    block-0 gradient norm at the preset's warmup_steps where that is earlier, a reference step)
                    predicts escape by the last step: a one-feature threshold, held out by seed (fitted on
-                   the other seeds' runs), accuracy with an exact interval against the majority baseline
-                   of the same folds, AUC with a bootstrap interval; depth alone is a baseline
+                   the other seeds' runs), accuracy with an exact interval against always guessing the
+                   more common outcome, AUC with a bootstrap interval; depth alone is a baseline
     references     full and attn_only at every depth at the first lr (--references, --reference-seeds)
 
 Default (preset phase-cell): ffn_only at depth 2, 3, 4, 6 x lr 1e-3, 2e-3, 16 seeds a cell, 2x the
@@ -116,11 +116,14 @@ def probe_every(ctx: Context) -> int:
 
 def early_step(ctx: Context) -> int:
     train = ctx.spec.train
-    steps = [k for k in range(1, min(train.max_steps, 10 * train.eval_interval + 101)) if train.is_eval_step(k)]
+    limit = min(train.max_steps, 10 * train.eval_interval + 101)  # early: at most 10 evaluations past step 100
+    steps = [k for k in range(1, limit) if train.is_eval_step(k)]
     if ctx.args.early_step is not None:
         if ctx.args.early_step not in steps:
             raise ToolkitError(
-                f"--early-step {ctx.args.early_step} must be an evaluation step before max_steps {train.max_steps}"
+                f"--early-step {ctx.args.early_step} must be an evaluation step (every {train.eval_interval}) "
+                f"below {limit} (before max_steps {train.max_steps}, and at most 10 evaluations past step 100: "
+                "an early predictor reads an early step)"
             )
         return ctx.args.early_step
     if not steps:
@@ -138,17 +141,20 @@ def plan(ctx: Context) -> list[Group]:
     def callbacks(variant, seed):
         return [EscapeProbe(every)]
 
-    first_seed = ctx.seeds[0]
     groups = [Group(ctx.spec, grid.grid(), callbacks=callbacks)]
     if grid.references:
-        groups.append(
-            Group(
-                ctx.spec, grid.reference(), callbacks=callbacks, seeds=[first_seed + k for k in range(grid.ref_seeds)]
-            )
-        )
+        groups.append(Group(ctx.spec, grid.reference(), callbacks=callbacks, seeds=reference_seeds(ctx, grid)))
     if grid.holdout and all(j.run_dir(ctx.out).finished for j in _jobs(groups[:1], ctx)):
         groups.append(Group(ctx.spec, grid.held_out(), callbacks=callbacks))
     return groups
+
+
+def reference_seeds(ctx: Context, grid: EscapeGrid) -> list[int]:
+    """The lowest --reference-seeds of --seeds (counted on past the highest where there are fewer): the same
+    seeds in another order reuse the same reference runs."""
+    ordered = sorted(ctx.seeds)
+    n = grid.ref_seeds
+    return ordered[:n] + [ordered[-1] + k for k in range(1, n - len(ordered) + 1)]
 
 
 def _jobs(groups: list[Group], ctx: Context) -> list[Job]:

@@ -227,7 +227,9 @@ class Experiment:
         # What a killed writer of these two left (or of results.json / report.html, which no writer names any
         # more); another experiment's files in this folder are not ours to touch.
         remove_stale_temps(ctx.result_dir, (results_path.name, report_path.name, "results.json", "report.html"))
-        report_path.unlink(missing_ok=True)  # an old report never stands beside new results
+        report_path.unlink(missing_ok=True)  # an old report never stands beside new results,
+        for figure in ctx.result_dir.glob(f"*-{self.name}.svg"):  # nor its static figures (what-NAME.svg)
+            figure.unlink(missing_ok=True)
         write_results(results_path, results)
         print()
         print(levels_line(ctx.levels))

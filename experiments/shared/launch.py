@@ -42,12 +42,14 @@ def add_launcher_arguments(p: argparse.ArgumentParser) -> None:
         "slurm-local: the same through submitit's local executor",
     )
     g.add_argument("--slurm-partition", help="Slurm partition")
-    g.add_argument("--slurm-time", type=int, default=60, help="minutes per job (default 60)")
-    g.add_argument("--gpus-per-run", type=int, default=0, help="GPUs per job; > 1 runs the job under torchrun")
+    g.add_argument("--slurm-time", type=int, default=None, help="minutes per job (default 60)")
+    g.add_argument(
+        "--gpus-per-run", type=int, default=None, help="GPUs per job (default 0); > 1 runs the job under torchrun"
+    )
     g.add_argument(
         "--slurm-array-parallelism",
         type=int,
-        default=32,
+        default=None,
         help="at most this many jobs of the array at once (default 32)",
     )
     g.add_argument(
@@ -68,21 +70,47 @@ def add_launcher_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--ensemble-size",
         type=int,
-        default=DEFAULT_ENSEMBLE_SIZE,
+        default=None,
         metavar="K",
         help="local launcher: train up to K runs of one shape as one ensemble (training.ensemble; "
         f"default {DEFAULT_ENSEMBLE_SIZE}); 1 trains every run alone",
     )
 
 
+# Options only a Slurm launcher reads: refused under the local one (which would ignore them), and left out of
+# the command line a cluster job re-plans from (it runs under the local launcher's rules).
+SLURM_ONLY = (
+    "--no-wait",
+    "--slurm-set",
+    "--slurm-partition",
+    "--slurm-time",
+    "--gpus-per-run",
+    "--slurm-array-parallelism",
+)
+_SLURM_DEFAULTS = {"slurm_time": 60, "gpus_per_run": 0, "slurm_array_parallelism": 32}
+
+
 def check_launcher_arguments(args: argparse.Namespace) -> None:
+    """Check the launcher's options, then fill in the defaults of those given as None (so 'given' is knowable)."""
+    if args.launcher == "local" and (args.no_wait or args.slurm_set or args.slurm_partition):
+        raise ToolkitError("--no-wait, --slurm-set and --slurm-partition need --launcher slurm (or slurm-local)")
+    given = [f"--{k.replace('_', '-')}" for k in _SLURM_DEFAULTS if getattr(args, k) is not None]
+    if args.launcher == "local" and given:
+        raise ToolkitError(
+            f"{', '.join(given)}: only --launcher slurm (or slurm-local) reads it; the local one would not"
+        )
+    if args.launcher != "local" and args.ensemble_size is not None:
+        raise ToolkitError("--ensemble-size is the local launcher's: a Slurm job trains one run")
+    for key, default in _SLURM_DEFAULTS.items():
+        if getattr(args, key) is None:
+            setattr(args, key, default)
+    if args.ensemble_size is None:
+        args.ensemble_size = DEFAULT_ENSEMBLE_SIZE
     check_number("--slurm-time", args.slurm_time, 1)
     check_number("--gpus-per-run", args.gpus_per_run, 0)
     check_number("--slurm-array-parallelism", args.slurm_array_parallelism, 1)
     check_number("--ensemble-size", args.ensemble_size, 1)
     slurm_parameters(args)  # KEY=VALUE syntax
-    if args.launcher == "local" and (args.no_wait or args.slurm_set or args.slurm_partition):
-        raise ToolkitError("--no-wait, --slurm-set and --slurm-partition need --launcher slurm (or slurm-local)")
 
 
 def slurm_parameters(args: argparse.Namespace) -> dict[str, Any]:
@@ -282,7 +310,7 @@ def submit(name: str, ctx: Context, todo: list[Job], argv: list[str]) -> bool:
     if busy:
         print(f"{len(busy)} run(s) are being trained by another process; waiting for them, not resubmitting")
     # Jobs re-plan from the command line: make --out absolute so they find the same directories.
-    job_argv = [*_without(argv, "--out", "--no-wait", "--launcher"), "--out", str(ctx.out.resolve()), "--no-progress"]
+    job_argv = job_command(argv, ctx.out.resolve())
     folder = ctx.result_dir.resolve() / ".submitit"
     cluster = "local" if ctx.args.launcher == "slurm-local" else "slurm"
     try:
@@ -315,7 +343,7 @@ def submit(name: str, ctx: Context, todo: list[Job], argv: list[str]) -> bool:
         if not submitted:
             return False
         command = shlex.join(
-            [sys.executable, "-m", f"experiments.{name}", *_without(argv, "--no-wait", "--launcher"), "--collect"]
+            [sys.executable, "-m", f"experiments.{name}", *_without(argv, "--launcher", *SLURM_ONLY), "--collect"]
         )
         print(f"once they are done, aggregate with:\n  {command}")
         return False
@@ -355,6 +383,11 @@ def wait(submitted: list, out: Path, progress: bool, poll_s: float = 2.0) -> Non
         raise ToolkitError(
             f"{len(failed)} job(s) failed; rerun the same command to resubmit them: " + "; ".join(failed)
         )
+
+
+def job_command(argv: list[str], out: Path) -> list[str]:
+    """The command line a cluster job re-plans from: the user's, less the launcher's options, with --out absolute."""
+    return [*_without(argv, "--out", "--launcher", *SLURM_ONLY), "--out", str(out), "--no-progress"]
 
 
 def _without(argv: list[str], *options: str) -> list[str]:
