@@ -31,8 +31,9 @@ along the way.
 
 Default (preset phase-cell): ffn_only at depth 2, 3, 4, 6 x lr 1e-3, 2e-3, 16 seeds a cell, 2x the
 preset's steps (1200), evaluated every 25 steps and probed every 50 (the escape probe every 100), held-out
-depth 5 at both lrs, full and attn_only references with 4 seeds: 192 runs. The cost is printed before any
-work (each shape's step timed now, in ensembles). `--set max_steps=6000` trains 10x the preset's steps;
+depth 5 at both lrs, full and attn_only references with 4 seeds: 192 runs, about 2.5 h on 2 CPU cores (the
+first 160 printed 119 min; docs/results/escape_time.md). The cost is printed before any work (each shape's
+step timed now, in ensembles). `--set max_steps=6000` trains 10x the preset's steps;
 `--preset smoke` runs a small grid (depths 1 and 2, held-out 3, 4 seeds, 6x its preset's steps at twice its lr,
 so that depth 2 escapes and the law is fitted) through every section.
 
