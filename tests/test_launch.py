@@ -94,3 +94,7 @@ def test_a_cluster_jobs_command_line_replans_under_the_local_rules(tmp_path, sha
     assert job == [*ARGS, "--out", str(tmp_path), "--no-progress"]
     ctx, jobs = routing_test.EXPERIMENT.context(job)  # refused before: the local launcher's check
     assert ctx.args.launcher == "local" and len(jobs) == 1
+    # argparse took unique prefixes as the options: the job's line leaves them out as well
+    short = [*ARGS, "--launch", "slurm", "--no-w", "--slurm-t", "5", "--gpus=2", "--slurm-p", "gpu", "--ou", "x"]
+    assert job_command(short, tmp_path) == [*ARGS, "--out", str(tmp_path), "--no-progress"]
+    assert job_command([*ARGS, "--no-report"], tmp_path)[: len(ARGS) + 1] == [*ARGS, "--no-report"]  # not --no-wait

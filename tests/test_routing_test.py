@@ -137,6 +137,7 @@ def test_half_trained_run_resumes_through_the_experiment(smoke_run, tmp_path, sh
         (["--launcher", "slurm-local", "--slurm-set", "oops"], "--slurm-set expects KEY=VALUE"),
         # options only a Slurm launcher reads were ignored under the local one
         (["--slurm-time", "5"], "--slurm-time: only --launcher slurm (or slurm-local) reads it"),
+        (["--slurm-partition="], "--no-wait, --slurm-set and --slurm-partition need --launcher slurm"),  # empty
         (["--gpus-per-run", "0"], "--gpus-per-run: only --launcher slurm"),
         (["--slurm-array-parallelism", "4"], "--slurm-array-parallelism: only --launcher slurm"),
         (["--launcher", "slurm-local", "--ensemble-size", "4"], "--ensemble-size is the local launcher's"),

@@ -92,7 +92,7 @@ _SLURM_DEFAULTS = {"slurm_time": 60, "gpus_per_run": 0, "slurm_array_parallelism
 
 def check_launcher_arguments(args: argparse.Namespace) -> None:
     """Check the launcher's options, then fill in the defaults of those given as None (so 'given' is knowable)."""
-    if args.launcher == "local" and (args.no_wait or args.slurm_set or args.slurm_partition):
+    if args.launcher == "local" and (args.no_wait or args.slurm_set or args.slurm_partition is not None):
         raise ToolkitError("--no-wait, --slurm-set and --slurm-partition need --launcher slurm (or slurm-local)")
     given = [f"--{k.replace('_', '-')}" for k in _SLURM_DEFAULTS if getattr(args, k) is not None]
     if args.launcher == "local" and given:
@@ -391,7 +391,8 @@ def job_command(argv: list[str], out: Path) -> list[str]:
 
 
 def _without(argv: list[str], *options: str) -> list[str]:
-    """argv less the given options (and their values, for those that take one)."""
+    """argv less the given options (and their values, for those that take one). argparse took a unique prefix of
+    an option as the option (`--launch slurm`, `--no-w`), so a prefix of exactly one of them is that one too."""
     flags = {"--no-wait", "--collect"}
     out, skip = [], False
     for arg in argv:
@@ -399,8 +400,10 @@ def _without(argv: list[str], *options: str) -> list[str]:
             skip = False
             continue
         name = arg.split("=", 1)[0]
-        if name in options:
-            skip = "=" not in arg and name not in flags
+        hits = [o for o in options if o == name or (name.startswith("--") and len(name) > 2 and o.startswith(name))]
+        full = name if name in options else (hits[0] if len(hits) == 1 else None)
+        if full is not None:
+            skip = "=" not in arg and full not in flags
             continue
         out.append(arg)
     return out
