@@ -43,8 +43,10 @@ from einops import einsum
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp.checks.api import check_ids
+from interp.checks.cache_origin import WIRING_NAMES, check_cache_origin, fitting_wiring
 from interp.config import ModelConfig
-from interp.errors import DecompositionError
+from interp.errors import CacheMismatchError, DecompositionError, ShapeError
 from interp.stream_layout import (
     Layout,
     _get,
@@ -114,10 +116,18 @@ def decompose(cache: Any, site: str, model: Any = None, *, per_head: bool = Fals
     per_head refuses (DecompositionError) when the heads do not rebuild the cached hook_attn_out, and
     every decomposition when its terms do not sum to the cached stream (a hook edited the stream).
     """
-    model = _model_of(cache, model)
+    model = _checked_model(cache, model)
     comps = _decompose(cache, site, model, per_head)
-    _check_sum(cache, _stream_name(site, model), site, comps.stack)
+    _check_sum(cache, _stream_name(site, model), site, comps.stack, model)
     return comps
+
+
+def _checked_model(cache: Any, model: Any) -> Any:
+    """The model a cache is read with (model=, else the cache's own), once the cache is known to be its
+    (interp.checks.cache_origin: another model, other sizes, an edited model.cfg are named, not guessed)."""
+    model = _model_of(cache, model)
+    check_cache_origin(cache, model)
+    return model
 
 
 def _stream_name(site: str, model: Any) -> str:
@@ -165,9 +175,10 @@ def _decompose(cache: Any, site: str, model: Any, per_head: bool) -> Components:
     return Components(labels, stack)
 
 
-def _check_sum(cache: Any, name: str, site: str, stack: Tensor) -> None:
-    """Refuse terms that do not add up to the cached stream: a hook edited the stream itself (steering,
-    patching a hook_resid_*), which no term records. A cache without the stream is not checked."""
+def _check_sum(cache: Any, name: str, site: str, stack: Tensor, model: Any) -> None:
+    """Refuse terms that do not add up to the cached stream: a cache from a model of another wiring (named when
+    the terms sum under it), else a hook edited the stream itself (steering, patching a hook_resid_*), which no
+    term records. A cache without the stream is not checked."""
     try:
         stream = cache[name]
     except (KeyError, TypeError):
@@ -179,6 +190,16 @@ def _check_sum(cache: Any, name: str, site: str, stack: Tensor) -> None:
         scale = max(1.0, stream.abs().max().item())
     tol = 1e-4 if stream.dtype in (torch.float32, torch.float64) else 3e-2
     if not off <= tol * scale:
+        lay = layout(model)
+        layer, kind = _parse_site(site, lay)
+        other = fitting_wiring(cache, stream, layer, kind, lay)
+        if other is not None:
+            ours = next(n for w, n in WIRING_NAMES.items() if w == (lay.attn_residual, lay.ffn_residual))
+            raise CacheMismatchError(
+                f"cache: the terms at {site} do not sum to the cached {name} under this model's wiring "
+                f"(residual={ours!r}) but do under residual={other!r}: the cache was taken from a model of "
+                "another wiring; decompose it with that model"
+            )
         raise DecompositionError(
             f"the terms at {site} do not sum to the cached {name} (off by {off:.3g}): a hook changed the "
             "residual stream itself (steering or patching a hook_resid_* point), which no term records; take the "
@@ -188,7 +209,7 @@ def _check_sum(cache: Any, name: str, site: str, stack: Tensor) -> None:
 
 def decomposition_error(cache: Any, site: str, model: Any = None, *, per_head: bool = False) -> float:
     """Largest |sum of the terms - cached stream| at a site (0 up to float rounding)."""
-    model = _model_of(cache, model)
+    model = _checked_model(cache, model)
     stream = _get(cache, _stream_name(site, model))
     return float((_decompose(cache, site, model, per_head).total() - stream).abs().max().detach())
 
@@ -248,14 +269,8 @@ def _final_scale(cache: Any, resid: Tensor, norm: FinalNorm) -> Float[Tensor, ".
     return (centred.pow(2).mean(-1, keepdim=True) + norm.eps).sqrt()
 
 
-def _directions(w_u: Tensor, tokens: Any, like: Tensor) -> Float[Tensor, "... d_model"]:
-    tokens = torch.as_tensor(tokens, device=w_u.device)
-    if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
-        raise DecompositionError(f"tokens must be integer ids, got {tokens.dtype}")
-    d_vocab = w_u.shape[1]
-    if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= d_vocab):
-        bad = int(tokens.min()) if int(tokens.min()) < 0 else int(tokens.max())
-        raise DecompositionError(f"token id {bad} is outside the vocabulary (ids 0..{d_vocab - 1})")
+def _directions(w_u: Tensor, tokens: Any, like: Tensor, arg: str = "tokens") -> Float[Tensor, "... d_model"]:
+    tokens = check_ids(tokens, w_u.shape[1], arg, w_u.device)
     try:
         return w_u.T[tokens].expand(*like.shape[:-1], w_u.shape[0])
     except RuntimeError:  # one id per position whose shape is not the cache's [batch, pos]
@@ -281,7 +296,7 @@ def direct_logit_attribution(
     Unlike TransformerLens's logit_attrs, w is applied here, so no fold_ln is needed.
     tokens: one id, or one per position (e.g. the next-token targets [batch, pos]).
     """
-    model = _model_of(cache, model)
+    model = _checked_model(cache, model)
     _refuse_soft_cap(model, "direct_logit_attribution")
     comps = decompose(cache, "final", model, per_head=per_head)
     n_layers = wiring(model)[0]
@@ -291,7 +306,7 @@ def direct_logit_attribution(
     w_u, b_u = _unembed_params(model)
     direction = _directions(w_u, tokens, resid)
     if incorrect_tokens is not None:
-        direction = direction - _directions(w_u, incorrect_tokens, resid)
+        direction = direction - _directions(w_u, incorrect_tokens, resid, "incorrect_tokens")
     stack = comps.stack
     if norm.kind == "LN":
         stack = stack - stack.mean(-1, keepdim=True)
@@ -331,7 +346,7 @@ def logit_lens(cache: Any, model: Any = None) -> tuple[list[str], Float[Tensor, 
     This is the standard logit lens and needs no additivity, so it is right for
     every wiring; the last site's logits are the model's own.
     """
-    model = _model_of(cache, model)
+    model = _checked_model(cache, model)
     sites = lens_sites(wiring(model)[0])
     ln_final = getattr(model, "ln_final", None) if final_norm(model).kind is not None else None
     cap = getattr(model.cfg, "output_logits_soft_cap", 0.0) or 0.0
@@ -347,7 +362,12 @@ def logit_lens(cache: Any, model: Any = None) -> tuple[list[str], Float[Tensor, 
 def logit_lens_ce(cache: Any, targets: Int[Tensor, "..."], model: Any = None) -> dict[str, list]:
     """{"sites", "ce"}: the logit lens's mean cross-entropy (nats) on targets at each site."""
     sites, logits = logit_lens(cache, model)
-    targets = torch.as_tensor(targets, device=logits.device).reshape(-1)
+    targets = check_ids(targets, logits.shape[-1], "targets", logits.device)
+    if tuple(targets.shape) != tuple(logits.shape[1:-1]):
+        raise ShapeError(
+            f"targets: shape {tuple(targets.shape)} is not the cache's positions {tuple(logits.shape[1:-1])}"
+        )
+    targets = targets.reshape(-1)
     ce = [float(F.cross_entropy(lg.reshape(-1, lg.shape[-1]).float(), targets)) for lg in logits]
     return {"sites": sites, "ce": ce}
 

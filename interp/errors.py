@@ -115,9 +115,42 @@ class HookNameError(ConfigError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class ShapeError(ConfigError):
+    """A tensor handed to a public function has the wrong dims, shape, dtype or device (the argument named)."""
+
+
+class TokenIdError(ConfigError, IndexError):
+    """A token id outside the vocabulary, or ids that are not integers: a ConfigError, and still an IndexError."""
+
+
+class ArgumentError(ConfigError, TypeError):
+    """An argument of the wrong kind or empty (a string where ids are meant, no batches): still a TypeError."""
+
+
+class HookReturnError(ToolkitError, ValueError):
+    """A user hook returned a value whose shape, dtype or device differs from what it received (the hook named)."""
+
+
+class ConfigEditedError(ConfigError):
+    """model.cfg changed after the model was built: the weights and blocks still compute the config they were built
+    with, so an export, a decomposition or a forward pass reading cfg would describe another model."""
+
+
+class CacheMismatchError(DecompositionError):
+    """A cache that was not taken from the model it is read with (another model, another wiring, other sizes)."""
+
+
+def closest_names(name: str, names: Any, n: int = 3) -> str:
+    """' (closest: a, b)' for the names most like `name`, or '' when none is close (difflib)."""
+    import difflib
+
+    close = difflib.get_close_matches(str(name), list(names), n=n, cutoff=0.6)
+    return f" (closest: {', '.join(close)})" if close else ""
+
+
 class HookNames(dict):
     """TransformerLens's name -> module map, whose missing name (a hook at layer 9 of a 2-layer model, a typo) is a
-    ConfigError naming the model's layers, not a bare KeyError from inside run_with_hooks."""
+    ConfigError naming the model's layers and the closest names, not a bare KeyError from inside run_with_hooks."""
 
     def __init__(self, modules: dict, n_layers: int):
         super().__init__(modules)
@@ -125,6 +158,6 @@ class HookNames(dict):
 
     def __missing__(self, name: str):
         raise HookNameError(
-            f"this model has no hook point or module named {name!r} (layers 0..{self.n_layers - 1}; "
-            "model.hook_dict lists every hook point)"
+            f"this model has no hook point or module named {name!r}{closest_names(name, self)} "
+            f"(layers 0..{self.n_layers - 1}; model.hook_dict lists every hook point)"
         )

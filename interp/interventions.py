@@ -46,6 +46,7 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp.checks.api import as_batch_pairs, check_pair
 from interp.errors import ToolkitError
 
 Hook = tuple[str, Callable[..., Any]]
@@ -125,11 +126,21 @@ def ablate_heads(layer: int, heads: int | Sequence[int], value: Tensor | None = 
     Mean ablation: value = head_means(...)[layer], the head's output averaged over a clean dataset.
     """
     heads = [heads] if isinstance(heads, int) else list(heads)
+    if not heads or any(isinstance(h, bool) or not isinstance(h, int) for h in heads):
+        raise InterventionError(f"heads: ablate_heads takes a head index or a list of them, got {heads!r:.60}")
+    if value is not None and (not isinstance(value, Tensor) or value.dim() not in (1, 2)):
+        got = f"shape {tuple(value.shape)}" if isinstance(value, Tensor) else type(value).__name__
+        raise InterventionError(f"value: a tensor [head, d_head] or [d_head], got {got}")
 
     def hook(z: Float[Tensor, "b p h dh"], hook: Any) -> Tensor:
         bad = [h for h in heads if not 0 <= h < z.shape[2]]  # -1 would silently mean the last head
         if bad:
-            raise InterventionError(f"ablate_heads: layer {layer} has heads 0..{z.shape[2] - 1}, not {bad}")
+            raise InterventionError(f"heads: layer {layer} has heads 0..{z.shape[2] - 1}, not {bad}")
+        if value is not None and tuple(value.shape) not in (tuple(z.shape[2:]), tuple(z.shape[3:])):
+            raise InterventionError(
+                f"value: shape {tuple(value.shape)} is neither [head, d_head] {tuple(z.shape[2:])} nor [d_head] "
+                f"{tuple(z.shape[3:])} of layer {layer}'s hook_z"
+            )
         z = z.clone()
         for h in heads:
             if value is None:
@@ -224,6 +235,7 @@ def head_means(model: Any, batches: Iterable[Tensor]) -> list[Float[Tensor, "hea
     names = [n for n in model.hook_dict if n.endswith("attn.hook_z")]
     if not names:
         raise InterventionError("the model has no hook_z (no attention heads): mean ablation does not apply")
+    batches = [x for x, _ in as_batch_pairs([(b, b) if isinstance(b, Tensor) else b for b in batches])]
     for x in batches:
         with model.hooks(fwd_hooks=[(n, keep) for n in names]):
             model(x)
@@ -245,6 +257,10 @@ def per_sequence_loss(
     positions: score one position per sequence (activation patching) instead of every position.
     The keep hooks are added after fwd_hooks, so they see the intervened values.
     """
+    check_pair(x, y)
+    if positions is not None and (not isinstance(positions, Tensor) or tuple(positions.shape) != (x.shape[0],)):
+        got = f"shape {tuple(positions.shape)}" if isinstance(positions, Tensor) else type(positions).__name__
+        raise InterventionError(f"positions: one position per sequence [batch={x.shape[0]}], got {got}")
     acts: dict[str, Tensor] = {}
 
     def grab(t: Tensor, hook: Any) -> None:

@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from transformer_lens import ActivationCache, HookedRootModule  # the top-level name on TL 3.9+ and 4.x
 from transformer_lens.hook_points import HookPoint
 
+from interp.checks.api import BoundaryHooks, check_config_unedited, check_forward_inputs, check_ids
 from interp.config import ModelConfig
 from interp.errors import ConfigError, HookNames, LogitAttrsWarning, ToolkitError, TrainModeWarning, warn
 from interp.registry import mixer_spec
@@ -249,12 +250,16 @@ def train_mode_hooks_expected() -> Iterator[None]:
         _TRAIN_HOOKS_QUIET.reset(token)
 
 
-class ResidualGPT(HookedRootModule):
-    """The residual-ablation GPT. `forward(tokens)` -> logits; with targets, (logits, loss)."""
+class ResidualGPT(BoundaryHooks, HookedRootModule):
+    """The residual-ablation GPT. `forward(tokens)` -> logits; with targets, (logits, loss).
+
+    What a call hands it is checked at the boundary (interp.checks.api): tokens, hook names and hook returns.
+    """
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = _bound_config(cfg, torch.device("cpu"))
+        self._cfg_built = (self.cfg, cfg.to_dict())  # what the blocks compute: an edited model.cfg is refused
         self.embed = nn.Embedding(cfg.d_vocab, cfg.d_model)
         self.pos_embed = nn.Embedding(cfg.n_ctx, cfg.d_model)
         self.embed_dropout = nn.Dropout(cfg.dropout)
@@ -312,27 +317,21 @@ class ResidualGPT(HookedRootModule):
                 TrainModeWarning,
                 stacklevel=2,
             )
-        if not isinstance(tokens, Tensor):
-            raise ConfigError(
-                f"ResidualGPT takes token ids (a LongTensor [batch, pos]), not {type(tokens).__name__}: encode text "
-                "with model.codec.encode(text) (torch.tensor([...]) around it), or call model.generate(text)"
-            )
+        check_config_unedited(self, deep=False)
+        check_forward_inputs(tokens, targets, self.cfg.n_ctx)
         n = tokens.shape[-1]
-        if n > self.cfg.n_ctx:
-            raise ConfigError(f"sequence length {n} exceeds n_ctx {self.cfg.n_ctx}")
-        if tokens.dtype not in (torch.long, torch.int):
-            raise ConfigError(f"token ids must be integers (torch.long), got a {tokens.dtype} tensor")
-        # Ids outside the vocabulary: a ConfigError, not the embedding's IndexError (a GPU would only assert).
-        # Checked in eval mode only (analysis): the training step reads the corpus's own ids and pays nothing.
+        # Ids outside the vocabulary: a TokenIdError, not the embedding's IndexError (a GPU would only assert).
+        # Read in eval mode only (analysis); in training the embedding's IndexError is diagnosed below, free.
         # A TransformerLens 4 bridge swaps self.embed for its own component, which embeds its tokenizer's
         # specials (ids >= d_vocab) as zeros: the check is the plain embedding's.
         plain = isinstance(self.embed, nn.Embedding)
-        if plain and tokens.numel() and not self.training:
-            low, high = int(tokens.min()), int(tokens.max())
-            if low < 0 or high >= self.cfg.d_vocab:
-                bad = low if low < 0 else high
-                raise ConfigError(f"token id {bad} is outside the vocabulary (ids 0..{self.cfg.d_vocab - 1})")
-        embed = self.hook_embed(self.embed(tokens))
+        if plain and not self.training:
+            check_ids(tokens, self.cfg.d_vocab)
+        try:
+            embed = self.hook_embed(self.embed(tokens))
+        except IndexError:
+            check_ids(tokens, self.cfg.d_vocab)
+            raise
         pos = self.pos_embed(torch.arange(n, device=tokens.device)).expand(tokens.shape[0], n, -1)
         pos = self.hook_pos_embed(pos)  # [batch, pos, d_model] as in TransformerLens
         resid = self.embed_dropout(embed + pos)
@@ -426,8 +425,7 @@ class ResidualGPT(HookedRootModule):
             raise ConfigError(f"temperature must be >= 0 (0 is greedy), got {temperature!r}")
         if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
             raise ConfigError(f"top_k must be a positive integer or None, got {top_k!r}")
-        if tokens.min() < 0 or tokens.max() >= self.cfg.d_vocab:
-            raise ConfigError(f"prompt holds token ids outside the vocabulary [0, {self.cfg.d_vocab})")
+        check_ids(tokens, self.cfg.d_vocab, "tokens (the prompt)")
         was_training = self.training
         self.eval()
         try:
@@ -455,7 +453,7 @@ class ResidualGPT(HookedRootModule):
             if len(ids) != 1:
                 raise ConfigError(f"{tokens!r} is {len(ids)} tokens, not one; pass a single token or its id")
             tokens = ids[0]
-        return self.unembed.weight[torch.as_tensor(tokens, device=self.unembed.weight.device)]
+        return self.unembed.weight[check_ids(tokens, self.cfg.d_vocab, "tokens", self.unembed.weight.device)]
 
     def num_params(self, include_pos_embed: bool = True) -> int:
         n = sum(p.numel() for p in self.parameters())  # tied weights counted once

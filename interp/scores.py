@@ -23,8 +23,9 @@ from einops import einsum
 from jaxtyping import Float
 from torch import Tensor
 
+from interp.checks.api import check_qk
 from interp.config import ModelConfig
-from interp.errors import ConfigError
+from interp.errors import ArgumentError, ConfigError
 from interp.registry import mixer_spec
 
 
@@ -50,6 +51,7 @@ def attention_scores(
     mixer = mixer_spec(cfg.mixer)
     if not mixer.has_pattern:
         raise ConfigError(f"mixer={cfg.mixer!r} has no attention scores")
+    check_qk(q, k, cfg.n_heads, cfg.d_head)
     scores = einsum(q, k, "b q h dh, b k h dh -> b h q k") / math.sqrt(cfg.d_head)
     n_q, n_k = scores.shape[-2:]
     q_pos = torch.arange(n_k - n_q, n_k, device=scores.device)
@@ -74,6 +76,8 @@ def routing_bias(model: Any, n: int, device: str | torch.device = "cpu") -> Floa
         )
     if not spec.has_pattern:
         raise ConfigError(f"mixer={cfg.mixer!r} has no attention scores")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ArgumentError(f"n: the number of positions, a positive int, not {n!r:.40}")
     zeros = torch.zeros(1, 1, n, n, device=device)
     return (spec.tl_scores(cfg, zeros) if spec.tl_routes_scores(cfg) else zeros)[0, 0]
 

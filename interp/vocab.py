@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
-from interp.errors import CheckpointError, DataError
+from interp.checks.api import id_list
+from interp.errors import ArgumentError, CheckpointError, DataError
 from interp.gpt2 import GPT2_VOCAB_SIZE, gpt2_files
 
 
@@ -37,6 +38,8 @@ def checkpoint_char_codec(vocab: list[str], what: str = "the text") -> Codec:
     index = {c: i for i, c in enumerate(vocab)}
 
     def encode(text: str) -> list[int]:
+        if not isinstance(text, str):
+            raise ArgumentError(f"text: encode takes a string, not {type(text).__name__}")
         missing = sorted(set(text) - set(index))
         if missing:
             raise DataError(
@@ -45,7 +48,7 @@ def checkpoint_char_codec(vocab: list[str], what: str = "the text") -> Codec:
             )
         return [index[c] for c in text]
 
-    return Codec(encode, lambda ids: "".join(vocab[i] for i in ids))
+    return Codec(encode, lambda ids: "".join(vocab[i] for i in id_list(ids, len(vocab))))
 
 
 def codec(state: dict[str, Any], what: str = "the text") -> Codec:
@@ -56,7 +59,13 @@ def codec(state: dict[str, Any], what: str = "the text") -> Codec:
         from interp.tokenizers import gpt2_tokenizer
 
         tokenizer = gpt2_tokenizer()
-        return Codec(lambda text: tokenizer(text)["input_ids"], tokenizer.decode)
+
+        def encode_bpe(text: str) -> list[int]:
+            if not isinstance(text, str):
+                raise ArgumentError(f"text: encode takes a string, not {type(text).__name__}")
+            return tokenizer(text)["input_ids"]
+
+        return Codec(encode_bpe, lambda ids: tokenizer.decode(id_list(ids, GPT2_VOCAB_SIZE)))
     raise CheckpointError(
         "the checkpoint has no vocabulary (state 'vocab' or encoding 'gpt2'); "
         "save it with interp.save_checkpoint(path, model, vocab=itos)"

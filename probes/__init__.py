@@ -85,25 +85,9 @@ def default_callbacks(train_cfg) -> list:
 
 def _as_pairs(batches) -> list:
     """(x, y) pairs from (x, y) pairs or token tensors [batch, pos] (targets by shifting: x[:, :-1], x[:, 1:])."""
-    import torch
+    from interp.checks.api import as_batch_pairs
 
-    from interp.errors import ConfigError
-
-    if isinstance(batches, torch.Tensor):  # one batch of tokens
-        batches = [batches]
-    pairs = []
-    for batch in batches:
-        if isinstance(batch, torch.Tensor):
-            tokens = batch if batch.dim() == 2 else batch[None]
-            if tokens.dim() != 2 or tokens.shape[1] < 2:
-                raise ConfigError(f"a token batch must be [batch, pos] with pos >= 2, got {tuple(batch.shape)}")
-            batch = (tokens[:, :-1], tokens[:, 1:])
-        elif not (isinstance(batch, (tuple, list)) and len(batch) == 2):
-            raise ConfigError(f"each batch must be a token tensor or an (x, y) pair, got {type(batch).__name__}")
-        pairs.append(batch)
-    if not pairs:
-        raise ConfigError("measure needs at least one batch")
-    return pairs
+    return as_batch_pairs(batches)
 
 
 def measure(checkpoint_or_model: Any, batches) -> dict:

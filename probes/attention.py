@@ -15,7 +15,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from interp.errors import ToolkitError
+from interp.checks.api import as_batch_pairs
+from interp.errors import ShapeError, ToolkitError
 from interp.registry import mixer_spec
 
 STATS = ("alpha_tt", "prev_token", "entropy", "distance")
@@ -29,6 +30,13 @@ def uniform_baseline(n_ctx: int) -> float:
 
 def pattern_stats(pattern: Float[Tensor, "batch head q k"]) -> dict[str, Float[Tensor, " head"]]:
     """Per-head means over batch and query positions t >= 1."""
+    if not isinstance(pattern, Tensor) or pattern.dim() != 4 or not pattern.is_floating_point():
+        got = f"shape {tuple(pattern.shape)} {pattern.dtype}" if isinstance(pattern, Tensor) else type(pattern).__name__
+        raise ShapeError(f"pattern: a float tensor [batch, head, q, k] (hook_pattern), got {got}")
+    if pattern.shape[-1] != pattern.shape[-2] or pattern.shape[-1] < 2:
+        raise ShapeError(
+            f"pattern: square [q, k] with at least 2 positions (alpha_tt is read at t >= 1), got {tuple(pattern.shape)}"
+        )
     p = pattern.detach().double()[:, :, 1:, :]  # drop t = 0
     n = pattern.shape[-1]
     t = torch.arange(1, n, device=p.device)
@@ -54,6 +62,7 @@ def attention_stats(model, batches: Iterable[tuple[Tensor, Tensor]]) -> dict:
     has_pattern False, e.g. position_blind): the result then says so in "skipped".
     A mixer that declares a pattern but fills no hook_pattern is refused by name.
     """
+    batches = as_batch_pairs(batches)
     mixer = getattr(model.cfg, "mixer", "attention")  # a HookedTransformer has attention
     if not mixer_spec(mixer).has_pattern:
         return {"skipped": f"{mixer} mixer has no attention pattern"}
@@ -68,18 +77,19 @@ def attention_stats(model, batches: Iterable[tuple[Tensor, Tensor]]) -> dict:
             acc[k] += v * pattern.shape[0]
         counts[layer] = counts.get(layer, 0) + pattern.shape[0]
 
+    names = [name for name in model.hook_dict if name.endswith("attn.hook_pattern")]
     was_training = model.training
     model.eval()
-    n_ctx = None
+    n_ctx = batches[-1][0].shape[-1]
     try:
-        with model.hooks(fwd_hooks=[(lambda name: name.endswith("attn.hook_pattern"), record)]):
-            for x, _ in batches:
+        with model.hooks(fwd_hooks=[(name, record) for name in names]):
+            for x, _ in batches if names else ():  # no hook_pattern at all: refused below
                 n_ctx = x.shape[-1]
                 model(x.to(next(model.parameters()).device))
     finally:
         model.train(was_training)
     layers = sorted(sums)
-    if n_ctx is not None and len(layers) != model.cfg.n_layers:  # declared, not delivered: no silent empty stats
+    if len(layers) != model.cfg.n_layers:  # declared, not delivered: no silent empty stats
         raise ToolkitError(
             f"mixer {mixer!r} declares has_pattern=True but filled blocks.{{l}}.attn.hook_pattern in "
             f"{len(layers)} of {model.cfg.n_layers} layers; fill hook_pattern in its forward when hooked, "

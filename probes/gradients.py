@@ -15,8 +15,10 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 
+import torch
 from torch import Tensor, nn
 
+from interp.checks.api import check_pair
 from interp.model import train_mode_hooks_expected
 
 
@@ -77,12 +79,16 @@ def gradient_flow(model: nn.Module, x: Tensor, y: Tensor) -> dict:
 
     Existing .grad values are saved and restored, so this is safe mid-training.
     """
+    check_pair(x, y)
     saved = {n: p.grad for n, p in model.named_parameters()}
+    frozen = [p for p in model.parameters() if not p.requires_grad]  # measured too, then frozen again
     was_training = model.training
     model.eval()
     try:
         model.zero_grad(set_to_none=True)
-        with capture_resid_grads(model) as grads:
+        for p in frozen:
+            p.requires_grad_(True)
+        with torch.enable_grad(), capture_resid_grads(model) as grads:
             device = next(model.parameters()).device
             _, loss = model(x.to(device), y.to(device))
             loss.backward()
@@ -91,6 +97,8 @@ def gradient_flow(model: nn.Module, x: Tensor, y: Tensor) -> dict:
         out["loss"] = loss.item()
         return out
     finally:
+        for p in frozen:
+            p.requires_grad_(False)
         for n, p in model.named_parameters():
             p.grad = saved[n]
         model.train(was_training)

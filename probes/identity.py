@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp.checks.api import as_batch_pairs
 from interp.errors import ToolkitError
 from interp.levels import add_one_levels
 from interp.stream_layout import resid_sites
@@ -85,7 +86,9 @@ def train_windows(
     """n_windows random windows of n_ctx tokens from a token array, from a generator seeded `seed`."""
     tokens = np.asarray(tokens)
     if tokens.ndim != 1 or len(tokens) <= n_ctx:
-        raise IdentityProbeError(f"need a 1-D token array longer than n_ctx={n_ctx}, got shape {tokens.shape}")
+        raise IdentityProbeError(
+            f"train_tokens: need a 1-D token array longer than n_ctx={n_ctx}, got shape {tokens.shape}"
+        )
     starts = torch.randint(len(tokens) - n_ctx, (n_windows,), generator=torch.Generator().manual_seed(seed))
     return torch.from_numpy(np.stack([np.asarray(tokens[s : s + n_ctx], dtype=np.int64) for s in starts.tolist()]))
 
@@ -303,9 +306,7 @@ def measure_identity(
         raise IdentityProbeError(
             f"sites {unknown or sites} are not residual sites of this model; choose from {', '.join(every)}"
         )
-    val = [x for x, _ in val_batches]
-    if not val:
-        raise IdentityProbeError("no validation batches to score the probes on")
+    val = [x for x, _ in as_batch_pairs(val_batches, "val_batches")]
     train_tokens = np.asarray(train_tokens)
     n_held = max(1, round(n_train_windows * HELDOUT_FRACTION))
     if n_train_windows - n_held < 1:

@@ -17,6 +17,7 @@ from torch import Tensor
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from interp.checkpoint import Checkpoint, load_checkpoint
+from interp.checks.api import check_config_unedited, check_materialised
 from interp.config import ModelConfig
 from interp.errors import ConfigError, ToolkitError
 from interp.mixers import TL_SLOTS
@@ -194,6 +195,8 @@ def to_hooked_transformer(
     state["encoding"] == "gpt2" gives the attached tokenizer.
     """
     model, state = _resolve(source, device)
+    check_config_unedited(model)  # an edited model.cfg would export another model than the weights compute
+    check_materialised(model)
     cfg = model.cfg
     if fold_value_biases and cfg.bias and cfg.self_bias == -math.inf:
         raise ConfigError(

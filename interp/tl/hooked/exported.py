@@ -32,6 +32,7 @@ import torch
 from transformer_lens import ActivationCache, HookedTransformer
 from transformer_lens.FactoredMatrix import FactoredMatrix
 
+from interp.checks.api import BoundaryHooks
 from interp.config import ModelConfig
 from interp.errors import ConfigError, LogitAttrsWarning, UntrainedTokenWarning, WeightsOnlyWarning, warn
 from interp.registry import mixer_spec
@@ -154,8 +155,11 @@ _GENERATE = inspect.signature(HookedTransformer.generate)
 _TO_TOKENS = inspect.signature(HookedTransformer.to_tokens)
 
 
-class ExportedHookedTransformer(HookedTransformer):
-    """A ResidualGPT as a HookedTransformer (interp.to_hooked_transformer, load_hooked); see the module docstring."""
+class ExportedHookedTransformer(BoundaryHooks, HookedTransformer):
+    """A ResidualGPT as a HookedTransformer (interp.to_hooked_transformer, load_hooked); see the module docstring.
+
+    Hook names, names_filter, remove_batch_dim and hook returns are checked as on ResidualGPT
+    (interp.checks.api.BoundaryHooks); token ids at the embedding (rewire.VocabCheckedEmbed)."""
 
     cache_class: type[ActivationCache] = ExportCache
 
@@ -206,7 +210,10 @@ class ExportedHookedTransformer(HookedTransformer):
 
     def to_tokens(self, *args: Any, **kwargs: Any) -> Any:
         self._warn_bos(_TO_TOKENS.bind(self, *args, **kwargs).arguments.get("prepend_bos"))
-        return super().to_tokens(*args, **kwargs)
+        tokens = super().to_tokens(*args, **kwargs)
+        if isinstance(tokens, torch.Tensor):  # its special ids are BOS (warned above) or padding (TL masks it)
+            tokens.from_to_tokens = True  # type: ignore[attr-defined]  # read by rewire.VocabCheckedEmbed
+        return tokens
 
     def _warn_bos(self, prepend_bos: bool | None) -> None:
         if (self.cfg.default_prepend_bos if prepend_bos is None else prepend_bos) and self.tokenizer is not None:

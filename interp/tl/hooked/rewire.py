@@ -36,11 +36,12 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 from transformer_lens import HookedTransformer
-from transformer_lens.components import Attention, PosEmbed
+from transformer_lens.components import Attention, Embed, PosEmbed
 from transformer_lens.hook_points import HookPoint
 
+from interp.checks.api import check_ids
 from interp.config import ModelConfig
-from interp.errors import ConfigError, HiddenRoutingWarning, warn
+from interp.errors import ConfigError, HiddenRoutingWarning, TokenIdError, UntrainedTokenWarning, warn
 from interp.registry import mixer_spec
 
 
@@ -216,11 +217,52 @@ class ContextCheckedPosEmbed(PosEmbed):
         return super().forward(tokens, past_kv_pos_offset, attention_mask)
 
 
+def _special_before_trained(tokens: Tensor, trained: int) -> bool:
+    """Whether a row holds an id >= trained (a special token) anywhere but in a run after its text: trailing
+    padding is harmless under a causal mask, a special token first or before the text is not."""
+    special = tokens >= trained
+    if not bool(special.any()):
+        return False
+    if bool(special[..., 0].any()):
+        return True
+    text_at_or_after = (~special).flip(-1).long().cummax(-1).values.flip(-1).bool()
+    return bool((special[..., :-1] & text_at_or_after[..., 1:]).any())
+
+
+class VocabCheckedEmbed(Embed):
+    """TL's Embed at the export's token boundary (forward, run_with_cache, generate, patching all embed here).
+
+    An id outside the embedding is a TokenIdError: TL would take W_E[-1] (the tokenizer's special row) for -1
+    without a word, or fail with an IndexError past it. An id of a tokenizer's special row (past the model's
+    d_vocab: zero, never trained) before the text warns UntrainedTokenWarning; ids that to_tokens made are
+    its BOS (to_tokens warns for prepend_bos) or padding (trailing, or left padding TL masks): no word."""
+
+    def forward(self, tokens: Any) -> Any:
+        rows, trained = self.W_E.shape[0], self.cfg.d_vocab_out
+        try:
+            check_ids(tokens, rows, "tokens")
+        except TokenIdError as e:
+            special = f"; ids {trained}..{rows - 1} are the tokenizer's special tokens" if rows > trained else ""
+            raise TokenIdError(f"{e} (the model was trained on ids 0..{trained - 1}{special})") from None
+        if rows > trained and not getattr(tokens, "from_to_tokens", False) and _special_before_trained(tokens, trained):
+            warn(
+                f"tokens hold id(s) >= {trained} before other tokens: the tokenizer's special token(s), whose "
+                f"embedding rows are zero and were never trained (the model was trained on ids 0..{trained - 1}); "
+                "every later position's logits shift (padding after the text, as to_tokens pads, does not)",
+                UntrainedTokenWarning,
+                stacklevel=4,
+            )
+        return super().forward(tokens)
+
+
 def rewire_hooked(model: HookedTransformer, cfg: ModelConfig) -> None:
-    """Everything that makes a plain HookedTransformer this ResidualGPT: rewiring, n_ctx check, the record."""
+    """Everything that makes a plain HookedTransformer this ResidualGPT: rewiring, n_ctx and id checks, the record."""
     guarded = ContextCheckedPosEmbed(model.cfg)
     guarded.W_pos = model.pos_embed.W_pos
     model.pos_embed = guarded
+    embed = VocabCheckedEmbed(model.cfg)
+    embed.W_E = model.embed.W_E
+    model.embed = embed
     _rewire(model, cfg)
     # Not a TL field (HookedTransformerConfig.from_dict(cfg.to_dict()) fails loudly): set here, read by the export.
     model.cfg.residual_gpt_config = cfg.to_dict()  # type: ignore[attr-defined]
