@@ -321,3 +321,76 @@ def test_a_non_finite_loss_under_a_constant_lr_does_not_advise_a_warm_up():
     constant, cosine = (SimpleNamespace(train_cfg=SimpleNamespace(lr_schedule=s)) for s in ("constant", "cosine"))
     assert Trainer.remedy(constant) == "Lower lr"  # type: ignore[arg-type]
     assert Trainer.remedy(cosine) == "Lower lr or raise warmup_steps"  # type: ignore[arg-type]
+
+
+def test_the_median_is_the_first_step_where_the_curve_is_at_or_below_one_half():
+    """Issue 45: a curve at exactly 0.5 came out 0.5000000000000001 as a float product and the median was read one
+    evaluation late (at margin 0.025 a cell printed 200 where the rule gives 150), or past the last step."""
+    late = [50, 75, 75, 75, 75, 75, 150, 175, 200, 225, 250, 275, 275, 1200, 1200, 1200]
+    assert median_escape(kaplan_meier(late, [t < 1200 for t in late]))["median"] == 175  # 8 of 16 left after 175
+    missed = [75, 175, 175, 175, 175, 175, 225, 275] + [1200] * 8
+    assert median_escape(kaplan_meier(missed, [t < 1200 for t in missed]))["median"] == 275  # was None (>1200)
+    # the rule itself, whatever arithmetic produced the curve and its band
+    curve = {"steps": [150, 200], "survival": [0.5000000000000001, 0.25], "lower": [0.3, 0.1], "upper": [0.7, 0.5]}
+    assert median_escape(curve) == {"median": 150, "lower": 150, "upper": 200}
+
+
+def test_the_fraction_left_on_the_floor_has_the_exact_interval_however_the_escapes_are_spread():
+    """Issue 45: 4 of 4 runs escaping at four steps printed [0.00, 0.24] on the floor at the end and 16 of 16
+    [0.00, 0.06], where the exact (Clopper-Pearson) bounds are 0.60 and 0.21; 16 escaping at one step got 0.21.
+    With no run censored before a step, the fraction still on the floor is k of n, and its interval binomtest's."""
+    from scipy.stats import binomtest
+
+    for n, bound in ((4, 0.602), (16, 0.206)):
+        spread = kaplan_meier([25 * (i + 1) for i in range(n)], [True] * n)
+        together = kaplan_meier([25] * n, [True] * n)
+        assert survival_at(spread, 1200) == survival_at(together, 1200) == (0.0, 0.0, pytest.approx(bound, abs=1e-3))
+    t = [100, 300, 500, 700] + [1200] * 12  # 12 of 16 on the floor at the end
+    ci = binomtest(12, 16).proportion_ci(method="exact")
+    assert survival_at(kaplan_meier(t, [x < 1200 for x in t]), 1200) == pytest.approx((0.75, ci.low, ci.high))
+    # After a censoring: never narrower than the exact interval at the effective sample (at risk over the fraction
+    # left before the step). One run stopped at 100, the other three escaped at 200, 300, 400: 1 / (1/3) = 3 runs.
+    km = kaplan_meier([100, 200, 300, 400], [False, True, True, True])
+    assert survival_at(km, 400)[2] >= binomtest(0, 3).proportion_ci(method="exact").high - 1e-12  # 0.71 (was 0.33)
+
+
+def test_the_law_carries_its_covariance_and_predicts_any_cell_from_a_results_file():
+    """Without censoring the censored log-normal fit is least squares in log time: beta by OLS, sigma^2 = RSS / n,
+    covariance sigma^2 (X'X)^-1 for beta and 1 / (2n) for log sigma. A results file drops the bootstrap refits;
+    predict_escape reads a cell off params and covariance alone."""
+    from scipy.stats import norm
+
+    from experiments.escape_time.survival import predict_escape
+
+    rng = np.random.default_rng(4)
+    runs = [
+        {
+            "n_layers": d,
+            "lr": lr,
+            "escape": math.exp(3 + 0.7 * d - 0.2 * math.log2(lr / 1e-3) + 0.4 * rng.standard_normal()),
+            "last_step": 10**9,
+        }
+        for d in (1, 2, 3)
+        for lr in (1e-3, 2e-3)
+        for _ in range(8)
+    ]
+    x = np.array([[1.0, r["n_layers"], math.log2(r["lr"])] for r in runs])
+    y = np.log([r["escape"] for r in runs])
+    beta = np.linalg.lstsq(x, y, rcond=None)[0]
+    sigma2 = float(((y - x @ beta) ** 2).mean())
+    law = fit_law(runs)
+    assert law["names"] == ["intercept", "per_layer", "per_lr_doubling", "log_sigma"]
+    assert np.allclose(law["params"][:3], beta, atol=1e-5) and math.exp(2 * law["params"][3]) == pytest.approx(sigma2)
+    cov = np.array(law["covariance"])
+    assert np.allclose(cov[:3, :3], sigma2 * np.linalg.inv(x.T @ x), rtol=1e-4)
+    assert cov[3, 3] == pytest.approx(1 / (2 * len(runs)), rel=1e-4) and np.allclose(cov[:3, 3], 0, atol=1e-6)
+    assert law["coef"]["per_layer"]["se"] == pytest.approx(math.sqrt(cov[1, 1]))
+    shipped = json.loads(json.dumps({k: v for k, v in law.items() if k != "bootstrap"}))
+    p = predict_escape(shipped, 5, 1e-3, 2000)
+    cell = np.array([1.0, 5, math.log2(1e-3)])
+    mu, se = cell @ law["params"][:3], math.sqrt(cell @ cov[:3, :3] @ cell)
+    assert p["median"] == pytest.approx(math.exp(mu))
+    assert p["median_interval"] == pytest.approx((math.exp(mu - 1.96 * se), math.exp(mu + 1.96 * se)), rel=1e-3)
+    assert p["survival_at_last"] == pytest.approx(norm.sf((math.log(2000) - mu) / math.exp(law["params"][3])))
+    assert p["survival_interval"][0] < p["survival_at_last"] < p["survival_interval"][1]
+    assert law_prediction(shipped, 5, 1e-3, 2000) == p and law_prediction(law, 5, 1e-3, 2000)["interval"] == "bootstrap"

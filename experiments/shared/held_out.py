@@ -1,10 +1,17 @@
 """A one-feature threshold classifier held out (leave-one-out, seeded half splits), the rank AUC with a seeded
 bootstrap interval, and an exact binomial interval: the early-predictor tests of the phase diagram and the
-escape times. Plain Python (no numpy), seeded: the same numbers on every machine."""
+escape times. Seeded: the same numbers on every machine.
+
+From libraries: the AUC is scipy.stats.mannwhitneyu's U over n_pos * n_neg, the binomial interval
+scipy.stats.binomtest(k, n).proportion_ci(method="exact") (Clopper-Pearson). Ours, where no library does the
+job: the threshold classifier and its held-out splits (a decision stump with the project's tie rule; scikit-learn
+is no dependency), and the bootstrap loop of the AUC: scipy.stats.bootstrap cannot leave out the resamples with
+one class only (their AUC is undefined; one NaN makes its whole interval NaN), and its own generator would move
+every published AUC interval, which cannot be recomputed from the shipped results.
+"""
 
 from __future__ import annotations
 
-import math
 import random
 
 N_SPLITS = 20
@@ -53,10 +60,12 @@ def random_splits(xs: list[float], ys: list[bool], n: int = N_SPLITS, seed: int 
 
 
 def auc(xs: list[float], ys: list[bool]) -> float:
-    """P(a positive run's x > a negative run's x), ties counting half (Mann-Whitney)."""
+    """P(a positive run's x > a negative run's x), ties counting half: Mann-Whitney's U over n_pos * n_neg."""
+    from scipy import stats
+
     pos = [x for x, y in zip(xs, ys, strict=True) if y]
     neg = [x for x, y in zip(xs, ys, strict=True) if not y]
-    return sum((p > q) + 0.5 * (p == q) for p in pos for q in neg) / (len(pos) * len(neg))
+    return float(stats.mannwhitneyu(pos, neg, method="asymptotic").statistic) / (len(pos) * len(neg))
 
 
 def bootstrap_auc(xs: list[float], ys: list[bool], n: int = N_BOOTSTRAP, seed: int = SEED) -> tuple[float, float]:
@@ -73,21 +82,11 @@ def bootstrap_auc(xs: list[float], ys: list[bool], n: int = N_BOOTSTRAP, seed: i
 
 
 def binomial_interval(k: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
-    """Exact (Clopper-Pearson) interval of a proportion k/n, by bisection on the binomial tail."""
+    """Exact (Clopper-Pearson) interval of a proportion k/n: scipy.stats.binomtest's."""
+    from scipy import stats
 
-    def tail(j: int, p: float) -> float:  # P(X >= j), increasing in p
-        return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(j, n + 1))
-
-    def solve(j: int, target: float) -> float:  # the p where P(X >= j) = target
-        lo, hi = 0.0, 1.0
-        for _ in range(60):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if tail(j, mid) < target else (lo, mid)
-        return (lo + hi) / 2
-
-    lower = 0.0 if k == 0 else solve(k, alpha / 2)  # P(X >= k) = alpha / 2
-    upper = 1.0 if k == n else solve(k + 1, 1 - alpha / 2)  # P(X <= k) = alpha / 2
-    return lower, upper
+    ci = stats.binomtest(k, n).proportion_ci(confidence_level=1 - alpha, method="exact")
+    return float(ci.low), float(ci.high)
 
 
 if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
