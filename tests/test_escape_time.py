@@ -394,3 +394,15 @@ def test_the_law_carries_its_covariance_and_predicts_any_cell_from_a_results_fil
     assert p["survival_at_last"] == pytest.approx(norm.sf((math.log(2000) - mu) / math.exp(law["params"][3])))
     assert p["survival_interval"][0] < p["survival_at_last"] < p["survival_interval"][1]
     assert law_prediction(shipped, 5, 1e-3, 2000) == p and law_prediction(law, 5, 1e-3, 2000)["interval"] == "bootstrap"
+
+
+def test_help_says_the_seeds_the_default_run_trains():
+    """Issue 45: --help said the default seeds were "the preset's, 1337" while the default run trains 16."""
+    from dataclasses import replace
+
+    from experiments.escape_time.run import EXPERIMENT
+
+    text = " ".join(EXPERIMENT.parser().format_help().split())
+    assert "(default: 16 seeds, 1337-1352, at --preset phase-cell)" in text
+    bare = replace(EXPERIMENT, default_seeds=None)  # a frame experiment without its own seeds: the preset's one
+    assert "(default: the preset's, 1337)" in " ".join(bare.parser().format_help().split())

@@ -95,7 +95,7 @@ class Experiment:
             default=self.default_preset,
             help=f"one of {', '.join(PRESETS)} (default: {self.default_preset})",
         )
-        p.add_argument("--seeds", default=None, help="comma-separated seeds (default: the preset's, 1337)")
+        p.add_argument("--seeds", default=None, help=f"comma-separated seeds (default: {self.seeds_default_text()})")
         p.add_argument(
             "--out",
             default=self.default_out,
@@ -120,6 +120,19 @@ class Experiment:
         if self.add_arguments:
             self.add_arguments(p)
         return p
+
+    def seeds_default_text(self) -> str:
+        """What runs without --seeds, said as the default preset gives it (an experiment's default_seeds may train
+        many seeds where the bare frame trains the preset's one)."""
+        spec = resolve(self.default_preset, {})
+        if self.defaults:
+            spec = resolve(self.default_preset, self.defaults(spec))
+        if not self.default_seeds:
+            return f"the preset's, {spec.train.seed}"
+        seeds = self.default_seeds(spec)
+        span = f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[0] + len(seeds))) else None
+        shown = span if span and len(seeds) > 2 else ",".join(map(str, seeds))
+        return f"{len(seeds)} seed{'s' if len(seeds) != 1 else ''}, {shown}, at --preset {self.default_preset}"
 
     def main(self, argv: list[str] | None = None) -> int:
         """The command: one `error:` line and 2 for a refusal, an interrupt's own status, and a reader that
