@@ -44,7 +44,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp.checks.api import check_ids
-from interp.checks.cache_origin import WIRING_NAMES, check_cache_origin, fitting_wiring
+from interp.checks.cache_origin import WIRING_NAMES, check_cache_origin, fitting_wirings
 from interp.config import ModelConfig
 from interp.errors import CacheMismatchError, DecompositionError, ShapeError
 from interp.stream_layout import (
@@ -192,13 +192,13 @@ def _check_sum(cache: Any, name: str, site: str, stack: Tensor, model: Any) -> N
     if not off <= tol * scale:
         lay = layout(model)
         layer, kind = _parse_site(site, lay)
-        other = fitting_wiring(cache, stream, layer, kind, lay)
-        if other is not None:
+        other = fitting_wirings(cache, stream, layer, kind, lay)
+        if other:
             ours = next(n for w, n in WIRING_NAMES.items() if w == (lay.attn_residual, lay.ffn_residual))
             raise CacheMismatchError(
                 f"cache: the terms at {site} do not sum to the cached {name} under this model's wiring "
-                f"(residual={ours!r}) but do under residual={other!r}: the cache was taken from a model of "
-                "another wiring; decompose it with that model"
+                f"(residual={ours!r}) but do under residual={' or '.join(map(repr, other))}: the cache was taken "
+                "from a model of another wiring; decompose it with that model"
             )
         raise DecompositionError(
             f"the terms at {site} do not sum to the cached {name} (off by {off:.3g}): a hook changed the "

@@ -8,7 +8,7 @@ that edited the stream):
 
     check_cache_origin   up front: model.cfg unedited, the cache's own model, its layers and
                          d_model, and its hook_pos_embed against this model's position embedding
-    fitting_wiring       after terms failed to sum: the residual wiring under which they do sum
+    fitting_wirings      after terms failed to sum: the residual wirings under which they do sum
 """
 
 from __future__ import annotations
@@ -103,10 +103,11 @@ def _term_name(what: str, layer: int) -> str:
     return f"blocks.{layer}.hook_{'mlp' if what == 'mlp' else 'attn'}_out"
 
 
-def fitting_wiring(cache: Any, stream: Tensor, layer: int, kind: str, lay: Layout) -> str | None:
-    """The residual wiring (full, attn_only, ffn_only, none) other than lay's under which the cached terms sum to
-    stream, or None: what a cache from a model of another wiring shows."""
+def fitting_wirings(cache: Any, stream: Tensor, layer: int, kind: str, lay: Layout) -> list[str]:
+    """The residual wirings (full, attn_only, ffn_only, none) other than lay's under which the cached terms sum to
+    stream (several where they agree at this site): what a cache from a model of another wiring shows."""
     keys = set(cache.keys())
+    fits = []
     for (attn, ffn), name in WIRING_NAMES.items():
         if (attn, ffn) == (lay.attn_residual, lay.ffn_residual):
             continue
@@ -119,8 +120,8 @@ def fitting_wiring(cache: Any, stream: Tensor, layer: int, kind: str, lay: Layou
             off = float((total - stream).abs().max()) if stream.numel() else 0.0
             scale = max(1.0, float(stream.abs().max())) if stream.numel() else 1.0
         if off <= (1e-4 if stream.dtype in (torch.float32, torch.float64) else 3e-2) * scale:
-            return name
-    return None
+            fits.append(name)
+    return fits
 
 
-__all__ = ["WIRING_NAMES", "check_cache_origin", "fitting_wiring"]
+__all__ = ["WIRING_NAMES", "check_cache_origin", "fitting_wirings"]

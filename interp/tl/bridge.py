@@ -49,6 +49,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from transformer_lens.model_bridge.sources import build_bridge_from_module
 
 from interp.checkpoint import SCHEMA, Checkpoint, load_checkpoint, refuse_non_finite_forward
+from interp.checks.api import check_config_unedited
 from interp.config import ModelConfig
 from interp.errors import CheckpointError, ConfigError, LogitAttrsWarning, ToolkitError, state_dict_detail, warn
 from interp.model import LOGIT_ATTRS_MESSAGE, ResidualGPT
@@ -328,6 +329,7 @@ def _resolve(source: Any, device: str | torch.device | None) -> tuple[ResidualGP
     if isinstance(source, ResidualBridge):
         raise ToolkitError("to_transformer_bridge takes a ResidualGPT or a checkpoint, not a bridge (it is one)")
     if isinstance(source, ResidualGPT):
+        check_config_unedited(source)  # an edited model.cfg would bridge another model than the weights compute
         model = ResidualGPT(source.cfg)  # a copy: bridging replaces the model's submodules
         try:
             model.load_state_dict(source.state_dict())

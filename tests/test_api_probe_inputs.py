@@ -1,0 +1,87 @@
+"""Issue 46, probes' and interventions' inputs: empty or wrong batches, patterns, values and token arguments are a
+ToolkitError naming the argument (ArgumentError is also a TypeError, ShapeError a ValueError) - never a
+ZeroDivisionError, an unpack error or an expand error from inside; and frozen parameters are measured, not
+refused with torch's "does not require grad"."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from api_models import ids, refused, tiny_model
+from majors import tl3_only
+
+from interp.decompose import direct_logit_attribution
+from interp.errors import ArgumentError, ShapeError
+from interp.interventions import InterventionError, ablate_heads, head_means
+from probes import attention_stats, hidden_norms, measure, pattern_stats
+from probes.identity import IdentityProbeError, measure_identity
+
+
+@pytest.mark.parametrize("probe", [hidden_norms, attention_stats, head_means], ids=lambda f: f.__name__)
+def test_probes_refuse_no_batches_by_name(probe):
+    assert isinstance(refused(ArgumentError, "batches", probe, tiny_model(), []), TypeError)
+
+
+@pytest.mark.parametrize(
+    "bad,error",
+    [("abc", ArgumentError), ([(ids(), ids()[:, :3])], ShapeError), ([ids()[0, :1]], ShapeError), ([3], ArgumentError)],
+    ids=["a string", "x and y differ", "one position", "a number"],
+)
+def test_probes_refuse_batches_of_the_wrong_kind(bad, error):
+    refused(error, "batches", hidden_norms, tiny_model(), bad)
+    refused(error, "batches", measure, tiny_model(), bad)
+
+
+PATTERN_CHANGES = {"3-D": lambda p: p[0], "not square": lambda p: p[..., :5], "one position": lambda p: p[..., :1, :1]}
+
+
+@pytest.mark.parametrize("change", list(PATTERN_CHANGES.values()), ids=list(PATTERN_CHANGES))
+def test_pattern_stats_refuses_a_pattern_not_as_hook_pattern_holds_it(change):
+    _, cache = tiny_model().run_with_cache(ids())
+    refused(ShapeError, "pattern", pattern_stats, change(cache["pattern", 0]))
+
+
+def test_measure_reads_the_gradients_of_frozen_parameters_and_leaves_them_frozen():
+    model, batch = tiny_model(), ids()
+    free = measure(model, batch)["gradients"]
+    for p in model.parameters():
+        p.requires_grad_(False)
+    frozen = measure(model, batch)["gradients"]
+    assert frozen["total"] == pytest.approx(free["total"], rel=1e-5) and frozen["total"] > 0
+    assert frozen["resid"] == pytest.approx(free["resid"], rel=1e-5)
+    assert not any(p.requires_grad for p in model.parameters())
+    with torch.no_grad():  # inside a no_grad block too
+        assert measure(model, batch)["gradients"]["total"] == pytest.approx(free["total"], rel=1e-5)
+
+
+def test_measure_identity_names_train_tokens_and_val_batches():
+    model = tiny_model()
+    long_enough = np.arange(200) % 10
+    refused(IdentityProbeError, "train_tokens", measure_identity, model, [1, 2, 3], ids(), max_iter=2)
+    refused(ArgumentError, "val_batches", measure_identity, model, long_enough, [], max_iter=2)
+    refused(ArgumentError, "val_batches", measure_identity, model, long_enough, "abc", max_iter=2)
+
+
+def test_direct_logit_attribution_refuses_a_string_for_tokens():
+    _, cache = tiny_model().run_with_cache(ids())
+    assert isinstance(refused(ArgumentError, "tokens", direct_logit_attribution, cache, "a"), TypeError)
+
+
+def test_ablate_heads_refuses_a_value_of_another_shape_or_heads_that_are_not_indices():
+    model = tiny_model()
+    hooks = ablate_heads(0, 0, value=torch.zeros(3))
+    refused(InterventionError, "value", model.run_with_hooks, ids(), fwd_hooks=hooks)
+    refused(InterventionError, "value", ablate_heads, 0, 0, value=torch.zeros(2, 2, 8))
+    refused(InterventionError, "heads", ablate_heads, 0, "0")
+    refused(InterventionError, "heads", ablate_heads, 0, [])
+    d_head = model.cfg.d_head
+    by_value = model.run_with_hooks(ids(), fwd_hooks=ablate_heads(0, 1, value=torch.zeros(d_head)))
+    assert torch.equal(by_value, model.run_with_hooks(ids(), fwd_hooks=ablate_heads(0, 1)))
+
+
+@tl3_only
+def test_an_export_of_a_meta_model_names_the_meta_device():
+    from interp.tl.hooked import to_hooked_transformer
+
+    assert "meta device" in str(refused(ShapeError, "source", to_hooked_transformer, tiny_model().to("meta")))
