@@ -22,6 +22,7 @@ from interp.gpt2 import gpt2_files
 from interp.plot_attention import main
 from interp.plots import (
     PlotInputError,
+    Table,
     alpha_tt_heatmap,
     attention_patterns,
     gradient_flow_heatmap,
@@ -184,6 +185,30 @@ def test_save_html_single_figure_and_bad_items(tmp_path):
     with pytest.raises(PlotInputError, match="save_html takes"):
         save_html([42], tmp_path / "bad.html")
     assert not (tmp_path / "bad.html").exists()
+
+
+def test_save_html_writes_tables_as_html_tables(tmp_path):
+    """A table is an HTML <table>: text a reader can select and search, every row on the page (no plotly table
+    scrolling inside a fixed height), cells escaped; plots stay plotly."""
+    rows = [[f"P{i}", "a < b & c", None] for i in range(1, 8)]
+    page_path = save_html(
+        [("Verdicts", Table(["id", "rule", "status"], rows, title="seven rows")), ("Curve", go.Figure())],
+        tmp_path / "t.html",
+    )
+    page = page_path.read_text()
+    table = page.split("<table>")[1].split("</table>")[0]
+    assert page.count("<table>") == 1 and "<caption>seven rows</caption>" in table
+    assert table.count("<tr>") == 8 and "<td>P7</td>" in table  # the header and every row
+    assert "<td>a &lt; b &amp; c</td>" in table and "<td></td>" in table  # escaped; None is an empty cell
+    assert page.count("Plotly.newPlot(") == 1  # only the figure
+    with pytest.raises(PlotInputError, match="row 0 has 2 cells for 3 headers"):
+        Table(["a", "b", "c"], [["x", "y"]])
+
+
+def test_every_experiment_report_table_is_an_html_table():
+    from experiments.shared.text import table_figure
+
+    assert isinstance(table_figure(["a"], [[1.5]]), Table)
 
 
 # --------------------------------------------------------------------------- CLI

@@ -78,6 +78,13 @@ def test_results_schema(smoke_run):
 
 def test_report_is_self_contained(smoke_run):
     page = (smoke_run / "smoke" / "report-routing_test.html").read_text()
+    # the tables are HTML tables (selectable text, as tall as their rows), not plotly tables in a fixed height
+    assert page.count("<table>") == 2  # the results and the verdicts
+    verdicts_table = page.split("<h2>Verdicts</h2>")[1].split("</table>")[0]
+    assert all(f"<td>{p}</td>" in verdicts_table for p in IDS)  # every prediction's row, P6 and P7 too
+    # smoke: full does not learn, so each status says that guard, not "not run"
+    assert verdicts_table.count("not decided: the reference model did not learn") == 7
+    assert "not run" not in verdicts_table
     assert not re.search(r"<script[^>]+src=[\"']?https?:", page)
     assert page.count("Plotly.newPlot") >= 10 and len(page) > 3_000_000  # plotly.js is inline
     for heading in (
@@ -478,11 +485,26 @@ def test_the_verdicts_are_one_table_row_each_with_separation_rule_and_status():
     assert [r[0] for r in rows] == [p.id for p in PREDICTIONS]
     by_id = {r[0]: dict(zip(headers, r, strict=True)) for r in rows}
     assert by_id["P6"]["verdict"] == "contradicts" and by_id["P6"]["status"] == "provisional: heading to supports at 3x"
-    assert by_id["P1"]["status"] == "settled at 3x" and "nats" in by_id["P1"]["separation"]
-    assert by_id["P4"]["status"] == "not run"  # attn_only + no_self is not among the variants
+    assert by_id["P1"]["status"] == "decided by its rule, unchanged at 3x" and "nats" in by_id["P1"]["separation"]
+    # attn_only + no_self is not among the variants
+    assert by_id["P4"]["status"] == "not run: a variant it needs is not in --variants"
     narrow, short = routing_report.verdict_table(results, console=True)
     assert narrow == ["id", "verdict", "status", "separation"] and short[5][:3] == [
         "P6",
         "contradicts",
         "provisional -> supports",
     ]
+    assert short[0][2] == "decided" and short[3][2] == "not run"
+
+
+def test_a_guarded_verdict_says_why_it_was_not_decided():
+    """full on the floor: every prediction was evaluated, none decided; the status says so, not "not run"."""
+    unlearned = {**{v.name: variant(3.0, [0.3, 0.3]) for v in routing_test.make_variants()}, "full": variant(U - 0.01)}
+    results = {"verdicts": verdicts(unlearned, LEVELS, M)}
+    statuses = [r[-1] for r in routing_report.verdict_table(results)[1]]
+    assert all(s.startswith("not decided: the reference model did not learn: full") for s in statuses), statuses
+    assert {r[2] for r in routing_report.verdict_table(results, console=True)[1]} == {"not decided"}
+    # the rule ran and took no side (P2: alpha_tt between 0.5 and 0.8 at some layer, mean below 0.8)
+    middling = {**LEARNED, "attn_only": variant(2.0, [0.6, 0.6])}
+    p2 = next(v for v in verdicts(middling, LEVELS, M) if v["id"] == "P2")
+    assert p2["verdict"] == "inconclusive" and routing_report.status(p2).startswith("evaluated: its rule takes no side")

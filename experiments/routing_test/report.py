@@ -76,19 +76,31 @@ def table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
+def status(v: dict[str, Any], console: bool = False) -> str:
+    """What happened to a prediction (experiments.routing_test.rules.verdicts): not run (a variant it needs was
+    left out), not decided (a guard held; the reason), provisional (a 3x longer run would change the verdict),
+    or decided by its rule and unchanged at 3x. console=True: the first words only."""
+    if v["measured"] == "not run":
+        return "not run" if console else "not run: a variant it needs is not in --variants"
+    if v["measured"].startswith("not decided: "):
+        return "not decided" if console else v["measured"]
+    if v.get("provisional"):
+        return f"provisional -> {v['heading']}" if console else f"provisional: heading to {v['heading']} at 3x"
+    what = "decided" if v["verdict"] != "inconclusive" else "no side"
+    if console:
+        return what
+    text = "decided by its rule" if what == "decided" else "evaluated: its rule takes no side"
+    text += f", unchanged at {PACE_FACTOR}x"
+    return text + ("; margin-sensitive" if margin_sensitive(v) else "")
+
+
 def verdict_table(results: dict[str, Any], console: bool = False) -> tuple[list[str], list[list[str]]]:
     """One row per prediction: id, what it predicts, the verdict, the separation (nats and seed std), the rule,
-    and whether a run 3x longer would change it. console=True: id, verdict, status and separation only (the
-    prediction and rule follow in the detail lines)."""
-    rows = []
-    for v in results["verdicts"]:
-        if v["separation"].startswith("n/a"):
-            status = "not run"
-        elif v.get("provisional"):
-            status = f"provisional -> {v['heading']}" if console else f"provisional: heading to {v['heading']} at 3x"
-        else:
-            status = "settled" if console else "settled at 3x"
-        rows.append([v["id"], v["title"], v["verdict"], v["separation"], v["rule"], status])
+    and what happened (status). console=True: id, verdict, status and separation only (the prediction and rule
+    follow in the detail lines)."""
+    rows = [
+        [v["id"], v["title"], v["verdict"], v["separation"], v["rule"], status(v, console)] for v in results["verdicts"]
+    ]
     headers = ["id", "prediction", "verdict", "separation", "rule", "status"]
     if console:
         keep = [0, 2, 5, 3]

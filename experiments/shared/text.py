@@ -57,18 +57,10 @@ def format_table(headers: list[str], rows: list[list[Any]]) -> str:
 
 
 def table_figure(headers: list[str], rows: list[list[Any]], title: str = ""):
-    """The same table as a plotly figure, for report.html."""
-    import plotly.graph_objects as go
+    """The same table for report.html: an HTML table (interp.plots.Table), its text selectable, no inner scroll."""
+    from interp.plots import Table
 
-    columns = [["" if row[i] is None else str(row[i]) for row in rows] for i in range(len(headers))]
-    fig = go.Figure(
-        go.Table(
-            header=dict(values=[str(h) for h in headers], align="left", fill_color="#e8eef7"),
-            cells=dict(values=columns, align="left"),
-        )
-    )
-    fig.update_layout(title=title or None, height=100 + 48 * max(1, len(rows)), margin=dict(l=10, r=10, t=40, b=10))
-    return fig
+    return Table(headers, rows, title)
 
 
 def software_versions() -> dict[str, str]:
