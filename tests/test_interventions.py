@@ -300,7 +300,7 @@ def test_verdicts_guard_missing_and_floored_models():
 # ----- the experiment --------------------------------------------------------------------------------------
 
 
-def test_smoke_end_to_end(tmp_path, data):
+def test_smoke_end_to_end(tmp_path, data, capsys):
     out = tmp_path / "out"
     argv = [
         "--preset",
@@ -314,6 +314,10 @@ def test_smoke_end_to_end(tmp_path, data):
         "full,ffn_only + self_only",
     ]
     assert interventions.EXPERIMENT.main(argv) == 0
+    # what it must train, and its cost, is said before anything trains
+    printed = capsys.readouterr().out
+    assert "0 of 2 finished and reused; 2 to train first" in printed and " min here" in printed
+    assert printed.index("to train first") < printed.index("reference levels")
     results = json.loads((out / "smoke" / "results-interventions.json").read_text())
     assert results["schema"] == "interventions/1" and results["n_sequences"] == 8
     assert list(results["variants"]) == ["full", "ffn_only + self_only"]
@@ -332,6 +336,16 @@ def test_smoke_end_to_end(tmp_path, data):
     assert not re.search(r"<script[^>]+src=[\"']?https?:", page)
     for heading in ("Verdicts", "Sanity checks", "full: effects", "full: patching", "Identity flow"):
         assert heading in page
+    # a second look reuses every run
+    assert interventions.EXPERIMENT.main([*argv[:-2], "--variants", "full", "--no-identity", "--no-report"]) == 0
+    assert "all 1 finished, reused; nothing to train" in capsys.readouterr().out
+
+
+def test_the_default_out_is_the_routing_tests_so_its_runs_are_reused():
+    from experiments import routing_test
+
+    assert interventions.EXPERIMENT.default_out == routing_test.EXPERIMENT.default_out == "runs/routing_test"
+    assert interventions.EXPERIMENT.parser().parse_args([]).out == "runs/routing_test"
 
 
 def test_bad_options_are_one_error_line(capsys, data):

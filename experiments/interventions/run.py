@@ -14,8 +14,9 @@ intervention is a list of TransformerLens hooks, so it runs the same on the expo
                            (attn_out, resid_post) and per head (hook_z); fraction of the loss gap restored
 
 It trains nothing of its own: it plans exactly the routing test's runs (same --preset, --seeds,
---variants, --set, --self-bias and run directories under --out), so finished routing-test runs are
-reused and missing ones are trained as any experiment trains them.
+--variants, --set, --self-bias and run directories under --out, by default the routing test's
+runs/routing_test), so finished routing-test runs are reused and missing ones are trained as the
+routing test trains them; how many are missing, and what training them costs, is printed first.
 
 Every effect is a change in validation loss (nats, per-sequence means, intervened - clean) with a 95%
 percentile bootstrap interval over validation sequences (seeded); a variant's effect is the mean over
@@ -62,7 +63,7 @@ from typing import Any
 
 from experiments.interventions.report import sections, summary, table
 from experiments.routing_test.run import DEFAULT_MARGIN, DEFAULT_SELF_BIAS, make_variants
-from experiments.shared.frame import Context, Experiment, Group, check_number, run_summary
+from experiments.shared.frame import Context, Experiment, Group, Job, check_number, run_summary
 from interp.errors import ToolkitError
 
 SCHEMA = "interventions/1"
@@ -229,6 +230,25 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def preface(ctx: Context, jobs: list[Job]) -> str:
+    """Which of the routing test's runs are reused and what training the others costs, before any trains."""
+    from experiments.shared.cost import estimate, flops_text, measured_minutes
+
+    todo = [j for j in jobs if not j.run_dir(ctx.out).finished]
+    where = f"the routing test's runs in {ctx.result_dir}"
+    if not todo:
+        return f"{where}: all {len(jobs)} finished, reused; nothing to train"
+    line = (
+        f"{where}: {len(jobs) - len(todo)} of {len(jobs)} finished and reused; {len(todo)} to train first, as "
+        f"`python -m experiments.routing_test` would: {flops_text(estimate(ctx, jobs)['flops_to_train'])}"
+    )
+    if ctx.args.launcher == "local":
+        line += f", about {measured_minutes(ctx, jobs):.1f} min here (each shape's step timed now)"
+    if ctx.out != Path(ROUTING_OUT):
+        line += f"; the routing test's own runs are under --out {ROUTING_OUT} (the default)"
+    return line
+
+
 def _config(record: dict[str, Any]):
     from interp.config import ModelConfig
     from interp.io import read_json
@@ -236,7 +256,18 @@ def _config(record: dict[str, Any]):
     return ModelConfig.from_dict(read_json(Path(record["run_dir"]) / "config.json")["model"])
 
 
-EXPERIMENT = Experiment(
+ROUTING_OUT = "runs/routing_test"
+
+
+class _SharesRoutingOut(Experiment):
+    """The frame's Experiment whose default --out is the routing test's, so its finished runs are found."""
+
+    @property
+    def default_out(self) -> str:
+        return ROUTING_OUT
+
+
+EXPERIMENT = _SharesRoutingOut(
     name="interventions",
     schema=SCHEMA,
     doc=__doc__,
@@ -248,6 +279,7 @@ EXPERIMENT = Experiment(
     sections=sections,
     add_arguments=add_arguments,
     check=check,
+    preface=preface,
     variants_option=True,
     owned={"residual": "--variants", "mixer": "--variants", "self_bias": "--variants / --self-bias"},
 )
