@@ -318,7 +318,7 @@ class ResidualGPT(BoundaryHooks, HookedRootModule):
                 stacklevel=2,
             )
         check_config_unedited(self, deep=False)
-        check_forward_inputs(tokens, targets, self.cfg.n_ctx)
+        check_forward_inputs(tokens, targets, self.cfg.n_ctx, getattr(self.cfg, "device", None))
         n = tokens.shape[-1]
         # Ids outside the vocabulary: a TokenIdError, not the embedding's IndexError (a GPU would only assert).
         # Read in eval mode only (analysis); in training the embedding's IndexError is diagnosed below, free.

@@ -29,6 +29,11 @@ def test_one_sequence_is_told_to_add_the_batch_dim():
     assert "tokens[None]" in str(refused(ShapeError, "tokens", tiny_model(), ids()[0]))
 
 
+def test_forward_refuses_tokens_on_another_device_than_the_model():
+    error = refused(ShapeError, "tokens", tiny_model().to("meta"), ids())
+    assert "on cpu, the model on meta" in str(error)
+
+
 def test_forward_refuses_a_sequence_past_n_ctx():
     assert "exceeds n_ctx 8" in str(refused(ShapeError, "tokens", tiny_model(), ids(n=9)))
 

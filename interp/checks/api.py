@@ -52,8 +52,9 @@ def _describe(x: Any) -> str:
 # --------------------------------------------------------------------------- token ids
 
 
-def check_forward_inputs(tokens: Any, targets: Any, n_ctx: int) -> None:
-    """ResidualGPT.forward's tokens [batch, pos] (and targets of the same shape): kind, dims, dtype, length."""
+def check_forward_inputs(tokens: Any, targets: Any, n_ctx: int, device: Any = None) -> None:
+    """ResidualGPT.forward's tokens [batch, pos] (and targets of the same shape): kind, dims, dtype, length, and
+    the model's device."""
     import torch
 
     if not isinstance(tokens, torch.Tensor):
@@ -71,6 +72,8 @@ def check_forward_inputs(tokens: Any, targets: Any, n_ctx: int) -> None:
         raise ShapeError(f"tokens: sequence length {n} exceeds n_ctx {n_ctx}")
     if n == 0:
         raise ShapeError(f"tokens: no positions (shape {tuple(tokens.shape)}); give at least one token per row")
+    if device is not None and not _same_device(tokens.device, device):
+        raise ShapeError(f"tokens: on {tokens.device}, the model on {device}; move them: tokens.to({str(device)!r})")
     if targets is None:
         return
     if not isinstance(targets, torch.Tensor) or targets.is_floating_point() or targets.dtype == torch.bool:
@@ -80,6 +83,10 @@ def check_forward_inputs(tokens: Any, targets: Any, n_ctx: int) -> None:
             f"targets: shape {tuple(targets.shape)} differs from tokens' {tuple(tokens.shape)}; give one target per "
             "token (x = ids[:, :-1], y = ids[:, 1:])"
         )
+
+
+def _same_device(a: Any, b: Any) -> bool:
+    return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
 
 
 def check_ids(ids: Any, n_vocab: int, arg: str = "tokens", device: Any = None) -> Any:
