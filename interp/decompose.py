@@ -43,7 +43,7 @@ from einops import einsum
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp.checks.api import check_ids
+from interp.checks.api import as_batch_pairs, check_ids
 from interp.checks.cache_origin import WIRING_NAMES, check_cache_origin, fitting_wirings
 from interp.config import ModelConfig
 from interp.errors import CacheMismatchError, DecompositionError, ShapeError
@@ -386,7 +386,7 @@ def logit_lens_over(model: Any, batches: Iterable[tuple[Tensor, Tensor]]) -> dic
     was_training = model.training
     model.eval()
     try:
-        for x, y in batches:
+        for x, y in as_batch_pairs(batches):
             cache: dict[str, Tensor] = {}
 
             def keep(t, hook):

@@ -164,6 +164,20 @@ def patch(
     source has the hook's shape (e.g. a clean run's cache[name]); head picks one head of a
     [batch, pos, head, d_head] site (hook_z, hook_q, ...).
     """
+    if not isinstance(source, Tensor):
+        raise InterventionError(
+            f"source: a tensor of the hook's shape (e.g. cache[{name!r}]), not {type(source).__name__}"
+        )
+    if batch_index is not None and pos_index is None:
+        raise InterventionError("batch_index: give pos_index with it (the (batch, position) pairs to patch)")
+    if pos_index is not None:
+        index = pos_index if batch_index is None else batch_index
+        for arg, t in (("pos_index", pos_index), ("batch_index", index)):
+            if not isinstance(t, Tensor) or t.dim() != 1 or t.is_floating_point() or len(t) != len(pos_index):
+                got = f"shape {tuple(t.shape)} {t.dtype}" if isinstance(t, Tensor) else type(t).__name__
+                raise InterventionError(f"{arg}: integer tensors [n], one entry per patched pair, got {got}")
+    if head is not None and (isinstance(head, bool) or not isinstance(head, int)):
+        raise InterventionError(f"head: one head index (an int) or None, not {head!r:.40}")
 
     def hook(x: Tensor, hook: Any) -> Tensor:
         if source.shape != x.shape:

@@ -50,6 +50,12 @@ class Decoders:
         self, site: str, acts: Float[Tensor, "batch pos d"], x: Int[Tensor, "batch pos"]
     ) -> Float[Tensor, "batch offset"]:
         """Each sequence's mean decoder cross-entropy per offset (positions where t + k exists)."""
+        if site not in self.decoders:
+            raise IdentityProbeError(f"site: no decoder was fitted at {site!r}; fitted at {', '.join(self.sites)}")
+        if acts.shape[:-1] != x.shape:
+            raise IdentityProbeError(
+                f"acts, x: acts {tuple(acts.shape)} are not one vector per token of x {tuple(x.shape)}"
+            )
         mean, std, w, b = self.decoders[site]
         z = (acts.detach().float().cpu().reshape(-1, acts.shape[-1]) - mean) / std
         y = _targets(x.cpu(), self.offsets).reshape(-1, len(self.offsets))

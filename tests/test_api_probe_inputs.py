@@ -11,9 +11,9 @@ import torch
 from api_models import ids, refused, tiny_model
 from majors import tl3_only
 
-from interp.decompose import direct_logit_attribution
+from interp.decompose import direct_logit_attribution, logit_lens_over
 from interp.errors import ArgumentError, ShapeError
-from interp.interventions import InterventionError, ablate_heads, head_means
+from interp.interventions import InterventionError, ablate_heads, head_means, patch
 from probes import attention_stats, hidden_norms, measure, pattern_stats
 from probes.identity import IdentityProbeError, measure_identity
 
@@ -85,3 +85,18 @@ def test_an_export_of_a_meta_model_names_the_meta_device():
     from interp.tl.hooked import to_hooked_transformer
 
     assert "meta device" in str(refused(ShapeError, "source", to_hooked_transformer, tiny_model().to("meta")))
+
+
+def test_patch_refuses_index_tensors_that_do_not_pair_up():
+    source = torch.zeros(2, 8, 16)
+    name = "blocks.0.hook_resid_post"
+    refused(InterventionError, "batch_index", patch, name, source, torch.tensor([0, 1]), torch.tensor([3]))
+    refused(InterventionError, "pos_index", patch, name, source, None, torch.tensor([[3]]))
+    refused(InterventionError, "batch_index", patch, name, source, torch.tensor([0]))
+    refused(InterventionError, "source", patch, name, [0.0])
+    refused(InterventionError, "head", patch, "blocks.0.attn.hook_z", torch.zeros(2, 8, 2, 8), None, None, "0")
+
+
+def test_logit_lens_over_refuses_batches_that_are_not_pairs():
+    refused(ArgumentError, "batches", logit_lens_over, tiny_model(), [])
+    assert len(logit_lens_over(tiny_model(), [(ids()[:, :-1], ids()[:, 1:])])["ce"]) == 3
