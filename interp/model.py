@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from transformer_lens import ActivationCache, HookedRootModule  # the top-level name on TL 3.9+ and 4.x
 from transformer_lens.hook_points import HookPoint
 
-from interp.checks.api import BoundaryHooks, check_config_unedited, check_forward_inputs, check_ids
+from interp.checks.api import BoundaryHooks, check_config_unedited, check_forward_inputs, check_ids, missing_cache_key
 from interp.config import ModelConfig
 from interp.errors import ConfigError, HookNames, LogitAttrsWarning, ToolkitError, TrainModeWarning, warn
 from interp.registry import mixer_spec
@@ -184,6 +184,12 @@ class ResidualActivationCache(ActivationCache):
 
     def stack_neuron_results(self, *args, **kwargs):
         self._refuse_tl_layout("stack_neuron_results")
+
+    def __getitem__(self, key):
+        try:
+            return super().__getitem__(key)
+        except KeyError as e:  # a typo or a layer the model lacks: the closest names it holds
+            raise missing_cache_key(e, self) from None
 
     def apply_slice_to_batch_dim(self, batch_slice):
         sliced = super().apply_slice_to_batch_dim(batch_slice)  # TL's returns a plain ActivationCache

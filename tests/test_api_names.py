@@ -74,3 +74,19 @@ def test_the_export_refuses_a_typo_in_names_filter_and_fwd_hooks():
     error = refused(HookNameError, "names_filter", tl.run_with_cache, tokens(), names_filter=[TYPO])
     assert "closest: blocks.0.hook_resid_post" in str(error)
     refused(HookNameError, "fwd_hooks", tl.run_with_hooks, tokens(), fwd_hooks=[(TYPO, lambda x, hook: x)])
+
+
+@pytest.mark.parametrize("key", ["blocks.0.hook_resid_psot", ("resid_pre", 5)], ids=["typo", "layer"])
+def test_a_cache_asked_for_a_name_it_lacks_names_the_closest(key):
+    _, cache = tiny_model().run_with_cache(ids())
+    error = refused(HookNameError, "cache", cache.__getitem__, key)
+    assert "closest: blocks." in str(error) and isinstance(error, KeyError)
+    assert cache["resid_pre", 1].shape == (2, 8, 16)
+
+
+@tl3_only
+def test_the_exports_cache_names_the_closest_too():
+    from test_hooked import convert, make_model, tokens
+
+    _, cache = convert(make_model("random")).run_with_cache(tokens())
+    assert "closest: blocks.0.hook_resid_post" in str(refused(HookNameError, "cache", cache.__getitem__, TYPO))

@@ -261,6 +261,15 @@ class BoundaryHooks:
         return super().add_caching_hooks(names_filter, *args, **kwargs)  # type: ignore[misc]
 
 
+def missing_cache_key(error: KeyError, cache: Any) -> HookNameError:
+    """An ActivationCache's KeyError for a name it lacks, as a HookNameError naming the closest names it holds."""
+    name = str(error.args[0]) if error.args else "?"
+    return HookNameError(
+        f"cache: it holds no {name!r}{closest_names(name, cache.keys())} ({len(cache.keys())} names; taken with a "
+        "names_filter that left it out, or a layer the model lacks?)"
+    )
+
+
 # --------------------------------------------------------------------------- batches, q / k
 
 
@@ -378,4 +387,5 @@ __all__ = [
     "check_qk",
     "check_forward_inputs",
     "id_list",
+    "missing_cache_key",
 ]

@@ -32,7 +32,7 @@ import torch
 from transformer_lens import ActivationCache, HookedTransformer
 from transformer_lens.FactoredMatrix import FactoredMatrix
 
-from interp.checks.api import BoundaryHooks
+from interp.checks.api import BoundaryHooks, missing_cache_key
 from interp.config import ModelConfig
 from interp.errors import ConfigError, LogitAttrsWarning, UntrainedTokenWarning, WeightsOnlyWarning, warn
 from interp.registry import mixer_spec
@@ -70,6 +70,12 @@ class ExportCache(ActivationCache):
                 stacklevel=2,
             )
         return super().logit_attrs(*args, **kwargs)
+
+    def __getitem__(self, key: Any) -> Any:
+        try:
+            return super().__getitem__(key)
+        except KeyError as e:  # a typo or a layer the model lacks: the closest names it holds
+            raise missing_cache_key(e, self) from None
 
     def apply_slice_to_batch_dim(self, batch_slice: Any) -> ActivationCache:
         sliced = super().apply_slice_to_batch_dim(batch_slice)
