@@ -9,6 +9,9 @@
     config.json, final.json, a run dir's file kinds  training.checks.rundir_files
     a prepared BPE corpus (meta.json, *.bin)          training.checks.corpus_files
 
+The Python API's arguments (tokens, hook names and returns, batches, q / k) are checked the same way, at the
+call: interp.checks.api; a cache against the model it is read with: interp.checks.cache_origin.
+
 A checker takes what was read (plain data: dicts, lists, strings, numbers, tensors) and raises
 the file kind's error (CheckpointError, DataFileError, DataError) naming the file, the field
 and what is wrong; it allocates nothing the file asks for (the sizes a config would allocate

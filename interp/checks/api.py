@@ -1,20 +1,24 @@
 """The Python API's boundary: what a notebook hands a public function, checked where it enters, once.
 
     what is handed                                      checked by             at
-    token ids [batch, pos] (and targets)                check_forward_inputs           ResidualGPT.forward
+    token ids [batch, pos] (and targets), device        check_forward_inputs   ResidualGPT.forward
     token ids against a vocabulary (tensor, list, int)  check_ids, id_list     forward, generate, codec.decode,
                                                                                tokens_to_residual_directions,
                                                                                direct_logit_attribution, the export
     hook names, names_filter                            check_hook_name        BoundaryHooks (ResidualGPT, export)
     what a user's forward hook returns                  CheckedHook            BoundaryHooks
     remove_batch_dim on a batch of more than one        BatchOfOne             BoundaryHooks.get_caching_hooks
-    probe and intervention batches                      as_batch_pairs          probes, interventions
+    a name a cache lacks                                missing_cache_key      the caches' __getitem__
+    probe and intervention batches, (x, y)              as_batch_pairs,        probes, interventions,
+                                                        check_pair             logit_lens_over
     q / k for attention scores                          check_qk               interp.scores.attention_scores
-    model.cfg edited after the model was built          check_config_unedited  forward, the export, decompose
+    a model on the meta device                          check_materialised     to_hooked_transformer
+    model.cfg edited after the model was built          check_config_unedited  forward, the exports, decompose
+    a cache from another model or wiring                interp.checks.cache_origin (decompose)
 
 Each kind of mistake has one error type (interp.errors: ShapeError, TokenIdError, ArgumentError,
-HookNameError, HookReturnError, ConfigEditedError) and each message starts with the argument it is
-about. The checks on the forward pass are attribute reads and comparisons (no tensor is read on the
+HookNameError, HookReturnError, ConfigEditedError, CacheMismatchError) and each message starts with the
+argument it is about. The checks on the forward pass are attribute reads and comparisons (no tensor is read on the
 training path: an id out of range there is diagnosed from the embedding's own IndexError).
 
 Light at import (no torch until a tensor is checked): interp.vocab imports it.
