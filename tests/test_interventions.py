@@ -316,7 +316,7 @@ def test_smoke_end_to_end(tmp_path, data, capsys):
     assert interventions.EXPERIMENT.main(argv) == 0
     # what it must train, and its cost, is said before anything trains
     printed = capsys.readouterr().out
-    assert "0 of 2 finished and reused; 2 to train first" in printed and " min here" in printed
+    assert "0 of 2 finished and reused; 2 to train first" in printed and " of training here" in printed
     assert printed.index("to train first") < printed.index("reference levels")
     results = json.loads((out / "smoke" / "results-interventions.json").read_text())
     assert results["schema"] == "interventions/1" and results["n_sequences"] == 8

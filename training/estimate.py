@@ -1,110 +1,182 @@
-"""How long runs will take here: a few steps of each shape timed now, the way they will train.
+"""How long runs will take here: each shape's training timed now, through the code that will train it.
 
 A FLOP count divided by an assumed rate was 6x off at the phase diagram's small shapes, where a step
-is bound by memory traffic and per-operation overhead, not by the matmul peak. So each group the
-runs will train in (training.grouping.group: ensembles or solo) is built with throwaway weights and
-timed for a few optimizer steps, and each member's evaluation forward is timed on one batch; the
-estimate multiplies them by the steps, evaluations and activation probes the runs will do. Nothing
-is written and the global random state is restored.
+is bound by memory traffic and per-operation overhead, not by the matmul peak. A bare forward and
+backward timed alone was 10-20x under at the smoke shape: the real step also samples every member's
+batch, takes per-member gradient norms and clips, and the probes at evaluations (an experiment's own
+callbacks: the escape-time probe fits a decoder) can cost more than the steps. So each group the runs
+will train in (training.grouping.group: ensembles or solo) is built again as throwaway trainers in a
+temporary directory (weights, optimizer, sampler: Trainer._setup), and timed there with the real
+pieces: the step (the median of a few, a gradient-probe step apart), one evaluation, every
+evaluation callback firing once, one checkpoint of every member, and the setup itself. The estimate
+multiplies them by the steps, evaluations, firings and checkpoints each run will do. A callback fires
+at a step where, asked with only the run's config in reach, it reaches for more (the model, the
+batches). Nothing the runs own is written, the global random state is restored.
+
+Not in it: what the experiment does before and after training (start-up, the corpus, the reference
+levels, its analysis and its report); experiments.shared.cost says so where it prints a time.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import math
+import statistics
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import torch
 
 from training.trainer import Trainer
 
-TIMED_STEPS = 3
-PROBE_FORWARDS = 4  # an activation probe point: attention and norms on 2 batches each
+TIMED_STEPS = 5
 
 
-def _time(fn, n: int) -> float:
-    fn()  # warm up
+class _Fires(Exception):
+    """Raised by _ConfigOnly when a callback reaches past the config: it would do work at that step."""
+
+
+class _ConfigOnly:
+    """What a callback sees of a trainer when asked only whether it fires at a step."""
+
+    def __init__(self, t: Trainer):
+        self.train_cfg, self.model_cfg, self.is_main, self.rank = t.train_cfg, t.model_cfg, True, 0
+
+    def __getattr__(self, name: str):
+        raise _Fires(name)
+
+
+def firings(callback, t: Trainer) -> int:
+    """How many of the run's evaluation steps `callback.on_eval` does work at."""
+    if not hasattr(callback, "on_eval"):
+        return 0
+    probe, asked, n = copy.deepcopy(callback), _ConfigOnly(t), 0
+    for step in t.train_cfg.eval_steps():
+        try:
+            probe.on_eval(asked, step, math.nan)
+        except _Fires:
+            n += 1
+        except Exception:  # a callback that needs more to decide: counted at every evaluation (an over-estimate)
+            n += 1
+    return n
+
+
+@contextlib.contextmanager
+def _throwaway(members: Sequence[Trainer]) -> Iterator[list[Trainer]]:
+    """Copies of the members, set up (weights, optimizer, sampler) in a temporary directory."""
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    with tempfile.TemporaryDirectory(prefix="estimate-") as tmp:
+        try:
+            copies = []
+            for i, t in enumerate(members):
+                c = Trainer(
+                    t.model_cfg,
+                    t.train_cfg,
+                    Path(tmp) / f"member{i}",
+                    callbacks=copy.deepcopy(t.callbacks),
+                    corpus=t.corpus,
+                    progress=False,
+                    model_init=t.model_init,
+                )
+                c.run_dir.path.mkdir(parents=True)
+                c._setup()
+                copies.append(c)
+            yield copies
+        finally:
+            torch.use_deterministic_algorithms(deterministic)  # _setup turns it on for deterministic runs
+
+
+def _median_time(fn, steps: Sequence[int]) -> float:
+    fn(steps[0])  # warm up
+    times = []
+    for s in steps:
+        start = time.perf_counter()
+        fn(s)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _group_seconds(members: Sequence[Trainer], stacked: bool) -> dict[str, float]:
+    """One group's costs, timed on throwaway copies: per step (plain and gradient-probe), per evaluation, per
+    callback firing (member 0's, by callback index), per checkpoint of the group, and the setup."""
+    from training.ensemble import _Loop
+
+    cfg = members[0].train_cfg
     start = time.perf_counter()
-    for _ in range(n):
-        fn()
-    return (time.perf_counter() - start) / n
+    with _throwaway(members if stacked else members[:1]) as copies:
+        setup = time.perf_counter() - start
+        if stacked:
+            for c in copies:
+                c._rng = torch.get_rng_state()  # what the ensemble's setup keeps per member, for its saves
+            loop = _Loop(copies, progress=False)
+            loop.step = 1
+            step, evaluate, save = loop.train_step, loop.val_losses, loop._save_all
+        else:
+            solo = copies[0]
+            step, evaluate, save = solo.train_step, solo.val_loss, solo.save
+        plain = [s for s in range(1, cfg.max_steps) if s % cfg.log_interval][:TIMED_STEPS] or [1]
+        out = {"setup": setup, "step": _median_time(step, plain)}
+        out["log_step"] = _median_time(step, [0, 0])  # step 0 is a logging step: the gradient probe is due
+        out["eval"] = _median_time(lambda _: evaluate(), [0, 0])
+        member = copies[0]
+        member.step = cfg.max_steps  # every callback fires at the last step
+        for i, cb in enumerate(_on_eval(member)):
+            out[f"callback{i}"] = _median_time(lambda s, cb=cb: cb.on_eval(member, s, 3.0), [cfg.max_steps])
+        out["checkpoint"] = _median_time(lambda _: save(), [0])
+    return out
 
 
-def _random_batch(cfg, train_cfg, k: int | None = None):
-    shape = (train_cfg.batch_size, cfg.n_ctx) if k is None else (k, train_cfg.batch_size, cfg.n_ctx)
-    return torch.randint(0, cfg.d_vocab, shape), torch.randint(0, cfg.d_vocab, shape)
+def _on_eval(t: Trainer) -> list:
+    """The callbacks that run at evaluations, in order (an ensemble takes the gradient probe over itself)."""
+    return [cb for cb in t.callbacks if hasattr(cb, "on_eval")]
 
 
-def _step_seconds(members: list[Trainer], stacked: bool) -> float:
-    from interp.model import ResidualGPT, train_mode_hooks_expected
-    from training.stacked import StackedAdamW, StackedGPT
-
-    first = members[0]
-    models = [ResidualGPT(t.model_cfg) for t in members]
-    if stacked:
-        model = StackedGPT(models)
-        names = model.names
-        opt = StackedAdamW({n: model.p(n) for n in names}, {n: model.p(n).dim() >= 3 for n in names}, (0.9, 0.95))
-        x, y = _random_batch(first.model_cfg, first.train_cfg, len(members))
-        lr = torch.full((len(members),), 1e-4)
-
-        def step():
-            model(x, y).sum().backward()
-            opt.step(lr, lr * 0)
-            model.zero_grad(set_to_none=True)
-
-        return _time(step, TIMED_STEPS)
-    model = models[0]
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    x, y = _random_batch(first.model_cfg, first.train_cfg)
-
-    def solo_step():
-        with train_mode_hooks_expected():
-            model(x, y)[1].backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    return _time(solo_step, TIMED_STEPS) * first.train_cfg.grad_accum
+def _counts(t: Trainer) -> dict[str, int]:
+    cfg = t.train_cfg
+    steps = range(cfg.max_steps)
+    return {
+        "log_steps": sum(1 for s in steps if s % cfg.log_interval == 0),
+        "evals": len(cfg.eval_steps()),
+        "checkpoints": 1 + sum(1 for s in steps if (s + 1) % cfg.ckpt_interval == 0 and s + 1 < cfg.max_steps),
+    }
 
 
-@torch.no_grad()
-def _eval_seconds(t: Trainer) -> float:
-    from interp.model import ResidualGPT
+def estimate_parts(trainers: Sequence[Trainer], ensemble_size: int) -> dict[str, float]:
+    """Seconds to train `trainers` (unfinished runs, built but not run) as the launcher will group them, by part:
+    steps, evaluations, callbacks (the probes at evaluations), checkpoints, setup."""
+    from training.grouping import group, group_key, trains_stacked
 
-    model = ResidualGPT(t.model_cfg).eval()
-    x, y = _random_batch(t.model_cfg, t.train_cfg)
-    return _time(lambda: model(x, y), 2)
+    parts = dict.fromkeys(("steps", "evaluations", "callbacks", "checkpoints", "setup"), 0.0)
+    if not trainers:
+        return parts
+    rng = torch.get_rng_state()
+    timed: dict[tuple, dict[str, float]] = {}
+    try:
+        for members in group(trainers, ensemble_size):
+            stacked = trains_stacked(members, ensemble_size)
+            first = members[0]
+            callbacks = tuple(type(cb).__name__ for cb in _on_eval(first))
+            key = (group_key(first), len(members), stacked, first.model_cfg.mixer, callbacks)
+            if key not in timed:
+                timed[key] = _group_seconds(members, stacked)
+            t, n = timed[key], _counts(first)
+            runs = 1 if stacked else len(members)  # a group trained solo: each member on its own
+            cfg = first.train_cfg
+            parts["steps"] += runs * (n["log_steps"] * t["log_step"] + (cfg.max_steps - n["log_steps"]) * t["step"])
+            parts["evaluations"] += runs * n["evals"] * t["eval"]
+            parts["checkpoints"] += runs * n["checkpoints"] * t["checkpoint"]
+            parts["setup"] += runs * t["setup"]
+            for m in members:  # each member's callbacks fire on its own model, stacked or not
+                for i, cb in enumerate(_on_eval(m)):
+                    parts["callbacks"] += firings(cb, m) * t.get(f"callback{i}", 0.0)
+    finally:
+        torch.set_rng_state(rng)
+    return parts
 
 
 def estimate_seconds(trainers: Sequence[Trainer], ensemble_size: int) -> float:
     """Seconds to train `trainers` (unfinished runs, built but not run) as the launcher will group them."""
-    from training.grouping import group, group_key, trains_stacked
-
-    if not trainers:
-        return 0.0
-    rng = torch.get_rng_state()
-    steps: dict[tuple, float] = {}
-    evals: dict[tuple, float] = {}
-    total = 0.0
-    try:
-        for members in group(trainers, ensemble_size):
-            stacked = trains_stacked(members, ensemble_size)
-            key = (group_key(members[0]), len(members), stacked, members[0].model_cfg.mixer)
-            if key not in steps:
-                steps[key] = _step_seconds(members, stacked)
-            cfg = members[0].train_cfg
-            total += steps[key] * cfg.max_steps * (1 if stacked else len(members))
-            for t in members:
-                eval_key = (t.model_cfg, t.train_cfg.batch_size)  # hashable: mixer_params too
-                if eval_key not in evals:
-                    evals[eval_key] = _eval_seconds(t)
-                tc = t.train_cfg
-                n_evals = len(tc.eval_steps())
-                interval = tc.probe_interval or 2 * tc.eval_interval
-                n_probes = (
-                    len([s for s in tc.eval_steps() if s % interval == 0 or s == tc.max_steps]) if tc.probes else 0
-                )
-                total += evals[eval_key] * (n_evals * tc.eval_batches + n_probes * PROBE_FORWARDS)
-    finally:
-        torch.set_rng_state(rng)
-    return total
+    return sum(estimate_parts(trainers, ensemble_size).values())

@@ -232,7 +232,7 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
 
 def preface(ctx: Context, jobs: list[Job]) -> str:
     """Which of the routing test's runs are reused and what training the others costs, before any trains."""
-    from experiments.shared.cost import estimate, flops_text, measured_minutes
+    from experiments.shared.cost import estimate, flops_text, time_here
 
     todo = [j for j in jobs if not j.run_dir(ctx.out).finished]
     where = f"the routing test's runs in {ctx.result_dir}"
@@ -243,7 +243,7 @@ def preface(ctx: Context, jobs: list[Job]) -> str:
         f"`python -m experiments.routing_test` would: {flops_text(estimate(ctx, jobs)['flops_to_train'])}"
     )
     if ctx.args.launcher == "local":
-        line += f", about {measured_minutes(ctx, jobs):.1f} min here (each shape's step timed now)"
+        line += f", {time_here(ctx, jobs)}"
     if ctx.out != Path(ROUTING_OUT):
         line += f"; the routing test's own runs are under --out {ROUTING_OUT} (the default)"
     return line

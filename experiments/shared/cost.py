@@ -1,5 +1,10 @@
-"""What a set of runs costs before any trains: training FLOPs (training.flops) and minutes measured here (a few
-steps of each shape timed now, training.estimate), for the experiments' prefaces."""
+"""What a set of runs costs before any trains: training FLOPs (training.flops) and the time measured here (each
+shape's steps, evaluations, probes and checkpoints timed now, training.estimate), for the experiments' prefaces.
+
+The measured time is the training's: what an experiment does before it (start-up, the corpus, the reference
+levels) and after it (its analysis, its report) is not in it, and a machine whose cores other jobs share trains
+slower than it timed (torch's threads wait for each other: 20-70x slower stretches were seen on 2 shared cores).
+time_here says both, so a printed time reads as the floor it is."""
 
 from __future__ import annotations
 
@@ -43,12 +48,29 @@ def flops_text(flops: float) -> str:
 
 
 def measured_minutes(ctx: Context, jobs: list[Job]) -> float:
-    """Minutes the unfinished runs take here, from a few steps of each shape timed now (training.estimate)."""
+    """Minutes training the unfinished runs takes here: steps, evaluations, the probes at them, checkpoints
+    (training.estimate, each shape timed now); not the experiment's start-up, analysis or report."""
     from experiments.shared.launch import DEFAULT_ENSEMBLE_SIZE, make_trainer
     from training.estimate import estimate_seconds
 
     todo = [make_trainer(job, ctx.out, ctx.corpus) for job in jobs if not job.run_dir(ctx.out).finished]
     return estimate_seconds(todo, getattr(ctx.args, "ensemble_size", DEFAULT_ENSEMBLE_SIZE)) / 60
+
+
+def duration_text(seconds: float) -> str:
+    """'about 40 s', 'about 2.5 min', 'about 1.3 h': a short time is not written as '0.0 min'."""
+    if seconds < 90:
+        return f"about {max(seconds, 1):.0f} s"
+    return f"about {seconds / 60:.1f} min" if seconds < 5400 else f"about {seconds / 3600:.1f} h"
+
+
+def time_here(ctx: Context, jobs: list[Job]) -> str:
+    """The measured training time as a preface prints it, said as the floor it is."""
+    return (
+        f"{duration_text(60 * measured_minutes(ctx, jobs))} of training here (steps, evaluations, probes and "
+        "checkpoints timed now; a floor: start-up, the analysis and the report come on top, and other jobs on "
+        "these cores slow it)"
+    )
 
 
 if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
