@@ -98,6 +98,7 @@ def test_runs_train_and_results_and_report_are_written(finished):
         "train_wall_time_s",
         "wall_time_s",
         "created",
+        "command",
     }
     assert frame_keys | {"best"} == set(results)
     assert (results["schema"], results["experiment"], results["preset"], results["seeds"]) == (

@@ -255,7 +255,7 @@ def test_gain_confound_smoke(tmp_path, shared_data, capsys):
     assert len(list(result_dir.glob("*/seed1337/final.json"))) == 10
     runtime = [r for r in results["runs"] if r["way"] == "runtime"]
     assert all(
-        json.loads((Path(r["run_dir"]) / "config.json").read_text())["model"]["runtime_gain"] == r["gain"]
+        json.loads((result_dir / r["run_dir"] / "config.json").read_text())["model"]["runtime_gain"] == r["gain"]
         for r in runtime
     )
     for config in results["configs"]:
@@ -330,7 +330,7 @@ def test_eval_noise_smoke(tmp_path, shared_data, capsys):
     for run in results["runs"]:
         steps = [s["step"] for s in run["snapshots"]]
         assert steps == [10, 20, 30, 40]
-        assert all((Path(run["run_dir"]) / "snapshots" / f"step{k}.pt").is_file() for k in steps)
+        assert all((result_dir / run["run_dir"] / "snapshots" / f"step{k}.pt").is_file() for k in steps)
         for s in run["snapshots"]:
             assert s["fixed_repeat_diff"] == 0.0  # identical batches, identical number
             assert len(s["random_losses"]) == 8 and all(finite(v) for v in s["random_losses"])
@@ -346,7 +346,7 @@ def test_eval_noise_smoke(tmp_path, shared_data, capsys):
     # a snapshot copied from another step, or from another run, is named and never evaluated (it was: exit 0,
     # results rewritten with the other weights' numbers)
     written = (result_dir / "results-eval_noise.json").read_bytes()
-    nano, preset = Path(nano_run["run_dir"]) / "snapshots", Path(preset_run["run_dir"]) / "snapshots"
+    nano, preset = result_dir / nano_run["run_dir"] / "snapshots", result_dir / preset_run["run_dir"] / "snapshots"
     for source, target in [(nano / "step40.pt", nano / "step10.pt"), (preset / "step30.pt", nano / "step30.pt")]:
         kept = target.read_bytes()
         shutil.copyfile(source, target)
@@ -372,7 +372,7 @@ def test_eval_noise_smoke(tmp_path, shared_data, capsys):
     target.write_bytes(kept)
 
     # a finished run without snapshots is refused with one line, exit 2, results untouched
-    shutil.rmtree(Path(preset_run["run_dir"]) / "snapshots")
+    shutil.rmtree(result_dir / preset_run["run_dir"] / "snapshots")
     assert eval_noise.EXPERIMENT.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and "snapshots" in err[0]

@@ -130,6 +130,10 @@ class RunDir:
                 f"{self.path} has final.json but no ckpt.pt to check it against; it is never reused - "
                 "move that directory aside and run again"
             )
+        self._check_config(old, record)
+
+    def _check_config(self, old: dict[str, Any], record: dict[str, Any]) -> None:
+        """config.json (old) is the run asked for (record): same data, vocabulary and configuration."""
         # Data first: other data can change the vocabulary, and so the model config, too.
         old_data, new_data = (old.get("data") or {}).get("sha256"), record["data"]["sha256"]
         if old_data != new_data:
@@ -400,6 +404,29 @@ class RunDir:
                     "move the run directory aside and train it again"
                 ) from None
         return records
+
+    def load_logs(self, record: dict[str, Any]) -> dict[str, Any]:
+        """A finished run read from its logged files alone, without ckpt.pt (what --analyse-only reads; a shipped
+        run has no checkpoint): config.json is the run asked for (record, as `check` compares it, its meta labels
+        too), final.json is whole, metrics.jsonl and probes.jsonl are whole and end with the final evaluation.
+        Nothing here vouches that the logs are the ones the run wrote (verify_finished compares their sha256 with
+        the checkpoint's record); a shipped folder's MANIFEST.json does that for what it ships.
+        """
+        if not self.path.is_dir():
+            raise RunDirError(f"{self.path} is not there; nothing is trained to fill it in")
+        self.refuse_damage()
+        old = self.read_config()
+        if old is None or not self.finished:
+            missing = "config.json" if old is None else "final.json (it never finished)"
+            raise RunDirError(f"{self.path} has no {missing}; it is not a finished run and is never analysed")
+        self._check_config(old, record)
+        if old.get("meta") != record.get("meta"):
+            raise RunDirError(
+                f"{self.config}: its meta labels {old.get('meta')!r:.200} are not this run's "
+                f"{record.get('meta')!r:.200} (moved from another run's directory?); it is never analysed"
+            )
+        self._check_logs(self.read_final())
+        return self.load()
 
     def load(self) -> dict[str, Any]:
         """A finished run as plain data: final record, metric curves, probe records by kind."""

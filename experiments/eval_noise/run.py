@@ -318,6 +318,13 @@ def _snapshots(spec: RunSpec, variant: Variant, count: int) -> list[int]:
     return snapshot_steps(spec.with_overrides(variant.overrides).train, count)
 
 
+def _without_weights(args) -> dict[str, str]:
+    """--analyse-only: every number here is the snapshots' weights evaluated again; nothing is left without them."""
+    raise ToolkitError(
+        "eval_noise evaluates the runs' weight snapshots: not recomputable without checkpoints (--analyse-only)"
+    )
+
+
 def plan(ctx: Context) -> list[Group]:
     count = ctx.args.snapshots
     return [
@@ -424,6 +431,7 @@ EXPERIMENT = Experiment(
     check=check,
     owned={"residual": "--config"},
     defaults=lambda spec: {"eval_from": 0.0},  # snapshots and "best val" span the whole run
+    without_weights=_without_weights,
 )
 
 if __name__ == "__main__":

@@ -259,6 +259,14 @@ def _config(record: dict[str, Any]):
 ROUTING_OUT = "runs/routing_test"
 
 
+def _without_weights(args) -> dict[str, str]:
+    """--analyse-only: every intervention runs on the trained weights; nothing is left without them."""
+    raise ToolkitError(
+        "every intervention is measured on the trained weights: not recomputable without checkpoints "
+        "(--analyse-only reads the logged runs only)"
+    )
+
+
 class _SharesRoutingOut(Experiment):
     """The frame's Experiment whose default --out is the routing test's, so its finished runs are found."""
 
@@ -282,6 +290,7 @@ EXPERIMENT = _SharesRoutingOut(
     preface=preface,
     variants_option=True,
     owned={"residual": "--variants", "mixer": "--variants", "self_bias": "--variants / --self-bias"},
+    without_weights=_without_weights,
 )
 
 if __name__ == "__main__":

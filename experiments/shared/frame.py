@@ -7,13 +7,16 @@ its results table and its report sections. `Experiment.main(argv)` owns what
 every experiment shares:
 
     shared options     --preset --set --seeds --out --data [--variants] --launcher
-                       (+ slurm options) --collect --no-progress --no-report
+                       (+ slurm options) --collect --no-progress --no-report --analyse-only
     validation         every option; a --set key that a variant owns is refused
     runs               one run directory per (preset, variant, seed) (training.rundir),
                        trained locally or submitted through submitit (experiments.shared.launch)
     results-<name>.json schema, experiment, preset, seeds, config (model, train, overrides,
-                       variants), reference_levels, runs, the experiment's own keys,
-                       software, train_wall_time_s, wall_time_s, created
+                       variants), reference_levels, runs (run_dir relative to the file's folder),
+                       the experiment's own keys, command, software, train_wall_time_s,
+                       wall_time_s, created; with --analyse-only also analysed_from, not_recomputed
+    --analyse-only     the analysis on logged runs without checkpoints or training
+                       (experiments.shared.analyse_only)
     console, report    the levels line, one results table, the experiment's own text;
                        report.html: a shared introduction, the table, the experiment's sections
     errors             a ToolkitError is one `error:` line and exit 2; Ctrl-C exits 130
@@ -32,13 +35,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments.shared.launch import add_launcher_arguments, check_launcher_arguments, importable, launch
+from experiments.shared.analyse_only import NOT_RECOMPUTABLE
+from experiments.shared.launch import _without, add_launcher_arguments, check_launcher_arguments, importable, launch
 from experiments.shared.options import check_number as check_number  # re-exported: the experiments import it here
 from experiments.shared.options import parse_seeds
 from experiments.shared.plan import Context, Group, Job, Variant, select_variants
 from experiments.shared.text import format_table, levels_line, software_versions, table_figure
 from interp.cli import Parser, directory_option
-from interp.errors import ToolkitError, io_error_line, one_line
+from interp.errors import CheckpointError, ToolkitError, io_error_line, one_line
 from interp.io import remove_stale_temps
 from interp.signals import exit_code, fired_code, interrupt_line, interrupts, signal_name
 from training.budget import check_runnable
@@ -70,6 +74,10 @@ class Experiment:
     # new, until nothing is. A cluster job re-plans the same way, so it finds its run in the grown plan.
     replan: bool = False
     default_seeds: Callable[[RunSpec], list[int]] | None = None  # seeds without --seeds (else the preset's one)
+    # What the analysis reads from the checkpoints, not the logs (--analyse-only): given the options, it turns
+    # off what it can and returns {results key: what needs the weights}, or raises ToolkitError when nothing of
+    # the analysis is left without them. None: the analysis reads the logged files only.
+    without_weights: Callable[[argparse.Namespace], dict[str, str]] | None = None
 
     @property
     def default_out(self) -> str:
@@ -116,6 +124,14 @@ class Experiment:
             p.add_argument("--variants", help="comma-separated subset of the variant names (default: all)")
         p.add_argument("--no-progress", action="store_true", help="no progress bars")
         p.add_argument("--no-report", action="store_true", help="skip report.html")
+        p.add_argument(
+            "--analyse-only",
+            metavar="FOLDER",
+            type=directory_option,
+            help="train nothing: analyse the logged runs in FOLDER (a shipped folder, docs/results/data/..., or an "
+            "--out whose checkpoints are gone) with the options given; their logs and the results go to --out; "
+            "what needs the weights is refused or listed as not recomputed (experiments.shared.analyse_only)",
+        )
         add_launcher_arguments(p)
         if self.add_arguments:
             self.add_arguments(p)
@@ -179,6 +195,12 @@ class Experiment:
         check_launcher_arguments(args)
         if self.check:
             self.check(args)
+        args.not_recomputed = {}
+        if getattr(args, "analyse_only", None) is not None:
+            if args.launcher != "local" or args.collect:
+                raise ToolkitError("--analyse-only trains nothing: --launcher and --collect have nothing to do")
+            if self.without_weights:  # refused here, before the corpus is read, where nothing is left
+                args.not_recomputed = {k: f"{NOT_RECOMPUTABLE}: {why}" for k, why in self.without_weights(args).items()}
         user = parse_overrides(args.set)
         if "seed" in user and args.seeds is not None:  # --seeds decides every run's seed: one would be ignored
             raise ToolkitError("--set seed=... and --seeds both give the seed; give the seeds with --seeds only")
@@ -217,10 +239,25 @@ class Experiment:
         ctx, jobs = self.context(argv)
         ctx.levels = validation_levels(ctx.spec, ctx.corpus)
         runs = f"{len(jobs)} run{'s' * (len(jobs) != 1)}"
+        source = None
+        if ctx.args.analyse_only is not None:
+            from experiments.shared import analyse_only
+
+            source = analyse_only.Source.open(ctx.args.analyse_only, ctx.out)
+            analyse_only.check_results_file(self.results_path(ctx))
+            runs += f" from {source.path}, analysed without training or checkpoints"
         print(f"{self.name.replace('_', ' ')}: preset {ctx.spec.preset}, seeds {ctx.seeds}, {runs} -> {ctx.result_dir}")
-        if self.preface:
+        if self.preface and source is None:
             print(self.preface(ctx, jobs))
-        if not launch(self.name, ctx, jobs, argv):
+
+        def ready(todo: list[Job]) -> bool:
+            """Make these runs finished (False: submitted without waiting); --analyse-only copies their logs."""
+            if source is None:
+                return launch(self.name, ctx, todo, argv)
+            analyse_only.copy_runs(source, ctx, todo)
+            return True
+
+        if not ready(jobs):
             return 0  # submitted without waiting: the launcher printed how to collect
         while self.replan:
             known = {_key(j) for j in jobs}
@@ -228,13 +265,21 @@ class Experiment:
             if not more:
                 break
             print(f"{len(more)} more runs, planned from the finished ones")
-            if self.preface:
+            if self.preface and source is None:
                 print(self.preface(ctx, more))
-            if not launch(self.name, ctx, more, argv):
+            if not ready(more):
                 return 0
             jobs += more
-        records = [load_record(job, ctx.out) for job in jobs]
-        results = self.results(ctx, jobs, records)
+        if source is not None:
+            records = [analyse_only.load_logged(job, ctx) for job in jobs]
+            with analyse_only.weights_refused(self.name):
+                results = self.results(ctx, jobs, records)
+            results.update(analysed_from=str(source.path), not_recomputed=ctx.args.not_recomputed)
+        else:
+            records = [load_record(job, ctx.out) for job in jobs]
+            results = self.results(ctx, jobs, records)
+        # The command that trains and analyses these runs (an --analyse-only one reads them from elsewhere).
+        results["command"] = shlex.join(["python", "-m", f"experiments.{self.name}", *_without(argv, "--analyse-only")])
         results["wall_time_s"] = time.perf_counter() - start
         results_path, report_path = self.results_path(ctx), self.report_path(ctx)
         # What a killed writer of these two left (or of results.json / report.html, which no writer names any
@@ -243,16 +288,23 @@ class Experiment:
         report_path.unlink(missing_ok=True)  # an old report never stands beside new results,
         for figure in ctx.result_dir.glob(f"*-{self.name}.svg"):  # nor its static figures (what-NAME.svg)
             figure.unlink(missing_ok=True)
-        write_results(results_path, results)
+        write_results(results_path, relative_run_dirs(results, ctx.result_dir))
         print()
         print(levels_line(ctx.levels))
         print(format_table(*self.table(results)))
         if self.summary:
             print()
             print(self.summary(results))
+        for key, why in ctx.args.not_recomputed.items():
+            print(f"\n{key}: {why}")
         if not ctx.args.no_report:
-            path = self.write_report(results, ctx)
-            print(f"\nreport: {path}")
+            try:
+                path = self.write_report(results, ctx)
+                print(f"\nreport: {path}")
+            except CheckpointError:
+                if source is None:
+                    raise
+                print("\nreport: not written - its figures read the weights, which --analyse-only does not")
         peaks = [r["final"].get("peak_matmul_flops") for r in records if r["final"].get("peak_matmul_flops")]
         peak = f"; matmul peak {max(peaks) / 1e9:.0f} GFLOP/s as the runs measured it" if peaks else ""
         print(f"results: {results_path}  (wall time {time.perf_counter() - start:.0f}s{peak})")
@@ -346,6 +398,22 @@ def load_record(job: Job, out: Path) -> dict[str, Any]:
     record = job.run_dir(out).load()
     record.update(preset=job.group.spec.preset, variant=job.variant.name, seed=job.seed)
     return record
+
+
+def relative_run_dirs(results: Any, base: Path) -> Any:
+    """The results with every run_dir relative to base (the results file's folder), as the file records them: a
+    results file names its runs wherever its folder is copied (absolute ones in older files stay readable:
+    experiments.shared.ship.run_path)."""
+    import os
+
+    if isinstance(results, list):
+        return [relative_run_dirs(v, base) for v in results]
+    if not isinstance(results, dict):
+        return results
+    out = {k: relative_run_dirs(v, base) for k, v in results.items()}
+    if isinstance(out.get("run_dir"), str):
+        out["run_dir"] = Path(os.path.relpath(os.path.abspath(out["run_dir"]), os.path.abspath(base))).as_posix()
+    return out
 
 
 def run_summary(record: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,257 @@
+"""Ship an experiment's results into the repository, and read a shipped folder back (issue 45).
+
+    python -m experiments.shared.ship SOURCE DEST [--experiment NAME] [--command TEXT]
+
+SOURCE is an experiment's --out (or its <out>/<preset> folder) holding results-<experiment>.json; DEST is the
+folder to write, one per published command (docs/results/data/<experiment>-<label>/):
+
+    DEST/results-<experiment>.json  the results file the command wrote (run_dir relative to its folder)
+    DEST/runs.tar.xz                every run the results list: config.json, metrics.jsonl, probes.jsonl and
+                                    final.json under <preset>/<variant>/seed<k>/ (paths relative to --out);
+                                    never ckpt.pt, locks, snapshots or reports
+    DEST/MANIFEST.json              the command, sha256 and bytes of each file and of each archived run file,
+                                    and how each run was checked before shipping: "checkpoint" (its logs and
+                                    final.json are the ones its ckpt.pt records) or "logs" (no ckpt.pt: whole
+                                    logs that end with final.json's evaluation)
+
+The archive is deterministic (members sorted, mtime 0, owner root, mode 0644, xz without a timestamp), so
+shipping the same runs again writes the same bytes. `python -m experiments.<name> <the command's options>
+--analyse-only DEST --out <elsewhere>` re-analyses it without training (experiments.shared.analyse_only).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import sys
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from interp.errors import ToolkitError
+
+SCHEMA = "shipped-results/1"
+ARCHIVE = "runs.tar.xz"
+MANIFEST = "MANIFEST.json"
+RUN_FILES = ("config.json", "metrics.jsonl", "probes.jsonl", "final.json")  # probes.jsonl: absent without probes
+REQUIRED = ("config.json", "metrics.jsonl", "final.json")
+
+
+class ShipError(ToolkitError):
+    """A folder that cannot be shipped, or a shipped folder that is not what its MANIFEST.json says."""
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def run_path(results_dir: str | Path, run_dir: str) -> Path:
+    """A results file's run_dir as a path: relative to the results file's folder (absolute in files written
+    before issue 45, which Path joining keeps as they are)."""
+    return Path(results_dir) / run_dir
+
+
+# ----- shipping ---------------------------------------------------------------------------------------------
+
+
+def find_results(source: Path, experiment: str | None) -> Path:
+    """The one results-<experiment>.json in SOURCE or its subfolders one level down."""
+    pattern = f"results-{experiment}.json" if experiment else "results-*.json"
+    found = sorted(source.glob(pattern)) or sorted(source.glob(f"*/{pattern}"))
+    if not found:
+        raise ShipError(f"{source} holds no {pattern} (nor does any folder in it); give an experiment's --out")
+    if len(found) > 1:
+        names = ", ".join(str(p.relative_to(source)) for p in found)
+        raise ShipError(f"{source} holds several results files ({names}); name one with --experiment")
+    return found[0]
+
+
+def tar_xz(files: dict[str, bytes]) -> bytes:
+    """A deterministic .tar.xz of files {posix path: bytes}: sorted, no times, no owners."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:xz", format=tarfile.PAX_FORMAT, preset=9) as tar:
+        for name in sorted(files):
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = len(files[name]), 0, 0o644
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            tar.addfile(info, io.BytesIO(files[name]))
+    return buffer.getvalue()
+
+
+def check_run(run_dir: Path) -> str:
+    """How a run was checked before shipping: against its checkpoint where it has one, else its logs alone."""
+    from training.rundir import RunDir
+
+    run = RunDir(run_dir)
+    config = run.read_config()
+    if config is None or not run.finished:
+        raise ShipError(f"{run_dir} is not a finished run (no config.json or final.json); it is never shipped")
+    if run.ckpt.is_file():
+        run.verify_finished(config)  # final.json and the logs' sha256 are the ones the checkpoint records
+        return "checkpoint"
+    run.load_logs(config)
+    return "logs"
+
+
+def collect(results_path: Path) -> tuple[dict[str, Any], bytes, dict[str, bytes], dict[str, str]]:
+    """(results, the results file's bytes as shipped, archive members, how each run was checked)."""
+    from interp.io import dumps, read_json
+
+    results_dir = results_path.parent
+    out = results_dir.parent  # results sit in <out>/<preset>
+    results = read_json(results_path)
+    runs = results.get("runs") if isinstance(results, dict) else None
+    if not isinstance(runs, list) or not all(isinstance(r, dict) and isinstance(r.get("run_dir"), str) for r in runs):
+        raise ShipError(f"{results_path} lists no runs with a run_dir; it is not an experiment's results file")
+    members: dict[str, bytes] = {}
+    checked: dict[str, str] = {}
+    rewritten = False
+    for r in runs:
+        path = run_path(results_dir, r["run_dir"])
+        if Path(r["run_dir"]).is_absolute():  # written before run_dir was relative (issue 45)
+            if not path.is_dir() and (out / Path(*path.parts[-3:])).is_dir():  # the folder moved since
+                path = out / Path(*path.parts[-3:])
+            rel_dir = os.path.relpath(path, results_dir)
+            r["run_dir"], rewritten = rel_dir, True
+        rel = PurePosixPath(Path(os.path.relpath(path, out)).as_posix())
+        if rel.parts[:1] == ("..",) or rel.is_absolute():
+            raise ShipError(f"run {path} is not inside the experiment's folder {out}; ship from the folder it is in")
+        if str(rel) in checked:
+            continue
+        checked[str(rel)] = check_run(path)
+        for name in RUN_FILES:
+            file = path / name
+            if file.is_file():
+                members[f"{rel}/{name}"] = file.read_bytes()
+    text = results_path.read_bytes()
+    if rewritten:
+        text = (dumps(results, results_path, indent=2) + "\n").encode()
+    return results, text, members, checked
+
+
+def ship(source: Path, dest: Path, experiment: str | None = None, command: str | None = None) -> dict[str, Any]:
+    """Write DEST (module docstring) from the results in SOURCE; returns the manifest."""
+    from interp.io import atomic_write, write_json
+
+    results_path = find_results(source, experiment)
+    results, text, members, checked = collect(results_path)
+    command = command or results.get("command")
+    if not command:
+        raise ShipError(
+            f"{results_path} does not record its command (written before results did); give it with --command"
+        )
+    if dest.resolve() == results_path.parent.resolve() or dest.resolve() in results_path.parent.resolve().parents:
+        raise ShipError(f"{dest} holds the experiment's own folder; ship into another folder")
+    archive = tar_xz(members)
+    name = results_path.name
+    files = {name: text, ARCHIVE: archive}
+    manifest = {
+        "schema": SCHEMA,
+        "experiment": results.get("experiment"),
+        "preset": results.get("preset"),
+        "command": command,
+        "files": {k: {"sha256": sha256(v), "bytes": len(v)} for k, v in sorted(files.items())},
+        "runs": dict(sorted(checked.items())),
+        "members": {k: {"sha256": sha256(v), "bytes": len(v)} for k, v in sorted(members.items())},
+    }
+    dest.mkdir(parents=True, exist_ok=True)
+    for file, data in files.items():
+        atomic_write(dest / file, lambda tmp, data=data: Path(tmp).write_bytes(data))
+    write_json(dest / MANIFEST, manifest)
+    return manifest
+
+
+# ----- reading a shipped folder back -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Shipped:
+    """A shipped folder, checked against its MANIFEST.json."""
+
+    path: Path
+    manifest: dict[str, Any]
+    results_path: Path
+    members: dict[str, bytes]  # "<preset>/<variant>/seed<k>/<file>" -> bytes
+
+
+def is_shipped(folder: Path) -> bool:
+    return (folder / MANIFEST).is_file()
+
+
+def read_shipped(folder: Path) -> Shipped:
+    """The shipped folder's results file and run files, each compared with MANIFEST.json's sha256: an edited,
+    missing or extra file is refused by name."""
+    from interp.io import read_json
+
+    manifest = read_json(folder / MANIFEST)
+    if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
+        raise ShipError(f"{folder / MANIFEST} is not a shipped folder's manifest (schema {SCHEMA!r})")
+    files = manifest.get("files") or {}
+    for name, want in files.items():
+        data = (folder / name).read_bytes() if (folder / name).is_file() else None
+        if data is None or sha256(data) != want.get("sha256"):
+            raise ShipError(f"{folder / name} is {'missing' if data is None else 'not the file shipped'} (sha256)")
+    results = [n for n in files if n.startswith("results-") and n.endswith(".json")]
+    if len(results) != 1 or ARCHIVE not in files:
+        raise ShipError(f"{folder / MANIFEST} names no results file and {ARCHIVE}")
+    members = {}
+    with tarfile.open(folder / ARCHIVE, mode="r:xz") as tar:
+        for info in tar.getmembers():
+            name = PurePosixPath(info.name)
+            if not info.isfile() or name.is_absolute() or ".." in name.parts:
+                raise ShipError(f"{folder / ARCHIVE} holds {info.name!r}, not a run file")
+            handle = tar.extractfile(info)
+            members[str(name)] = handle.read() if handle else b""
+    listed = manifest.get("members") or {}
+    wrong = sorted(
+        n for n in set(listed) | set(members) if sha256(members.get(n, b"")) != listed.get(n, {}).get("sha256")
+    )
+    if wrong:
+        raise ShipError(f"{folder / ARCHIVE}: {wrong[0]} is not the file MANIFEST.json lists ({len(wrong)} differ)")
+    return Shipped(folder, manifest, folder / results[0], members)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command: one `error:` line and 2 for a refusal; --help and the summary line through guarded_output."""
+    from interp.cli import guarded_output
+
+    return guarded_output(lambda: _main(sys.argv[1:] if argv is None else argv))
+
+
+def _main(argv: list[str]) -> int:
+    from interp.cli import Parser
+    from interp.errors import io_error_line, one_line
+
+    p = Parser(
+        prog="python -m experiments.shared.ship",
+        description=__doc__.split("\n\n", 1)[0],
+        epilog="the folder's layout: docs/experiments.md, 'Shipped results and re-analysis'",
+    )
+    p.add_argument("source", help="the experiment's --out (or its <out>/<preset> folder) holding its results file")
+    p.add_argument("dest", help="the folder to write, e.g. docs/results/data/escape_time-default")
+    p.add_argument("--experiment", help="which results-<experiment>.json, where SOURCE holds several")
+    p.add_argument("--command", help="the command that wrote the results (default: the one the results record)")
+    try:
+        args = p.parse_args(argv)
+        manifest = ship(Path(args.source), Path(args.dest), args.experiment, args.command)
+    except ToolkitError as e:
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(io_error_line(e), file=sys.stderr)
+        return 2
+    sizes = {name: f["bytes"] for name, f in manifest["files"].items()}
+    by = {k: list(manifest["runs"].values()).count(k) for k in ("checkpoint", "logs")}
+    print(
+        f"shipped {len(manifest['runs'])} runs of {manifest['experiment']} ({by['checkpoint']} checked against "
+        f"their checkpoint, {by['logs']} by their logs alone) to {args.dest}: {sum(sizes.values()) / 2**20:.2f} "
+        f"MiB ({', '.join(f'{name} {size:,} B' for name, size in sizes.items())})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,245 @@
+"""Shipped results (docs/results/data/) and --analyse-only (issue 45, parts 1 and 2).
+
+Every folder under docs/results/data/ that holds a MANIFEST.json is re-analysed from its shipped logs alone,
+with the command its MANIFEST records (--out elsewhere, --analyse-only the folder), and the recomputed results
+must equal the shipped results file on every analysis key: all but software, wall_time_s, created, command and
+what --analyse-only says it could not recompute (which must be left empty, never filled in). A folder the lead
+ships is tested here without a line of test added. The folders are kept small: under 40 MiB in all (0.28 MiB
+now, escape_time-smoke and routing_test-smoke, each written by `python -m experiments.shared.ship`).
+
+The ship command and --analyse-only themselves are tested on a toy experiment declared here (one smoke run of
+8 steps): shipping twice writes the same bytes and never a checkpoint or lock; a run the command plans that the
+folder lacks is refused by name and nothing trains; an edited shipped file, a run of another configuration and
+an analysis that reads the weights without declaring it are refused.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import shlex
+import tarfile
+from pathlib import Path
+
+import pytest
+from conftest import REPO, data_root, has_shared_data
+
+from experiments.shared.frame import Context, Experiment, Group, Variant, run_summary
+from experiments.shared.launch import _without
+from experiments.shared.ship import ARCHIVE, MANIFEST, RUN_FILES, main, run_path, ship
+
+DATA = REPO / "docs" / "results" / "data"
+LIMIT = 40 * 2**20
+SHIPPED = sorted(p for p in DATA.iterdir() if (p / MANIFEST).is_file()) if DATA.is_dir() else []
+# Keys that say when and how the analysis ran, not what it found.
+NOT_ANALYSIS = {"software", "wall_time_s", "created", "command", "analysed_from", "not_recomputed"}
+
+
+def test_shipped_folders_stay_small():
+    total = sum(p.stat().st_size for p in DATA.rglob("*") if p.is_file())
+    assert SHIPPED, "no shipped folder under docs/results/data"
+    assert total < LIMIT, f"docs/results/data holds {total / 2**20:.1f} MiB, past {LIMIT // 2**20} MiB"
+
+
+def differences(shipped, recomputed, path="") -> list[str]:
+    """Where two results differ: structure and text exactly, numbers to 9 significant digits (the pages print 2-4;
+    scipy's optimisers may move the last bits on another machine)."""
+    if isinstance(shipped, dict) and isinstance(recomputed, dict):
+        keys = sorted(set(shipped) | set(recomputed))
+        return [
+            d
+            for k in keys
+            for d in differences(shipped.get(k, "<absent>"), recomputed.get(k, "<absent>"), f"{path}/{k}")
+        ]
+    if isinstance(shipped, list) and isinstance(recomputed, list):
+        if len(shipped) != len(recomputed):
+            return [f"{path}: {len(shipped)} items shipped, {len(recomputed)} recomputed"]
+        return [
+            d
+            for i, (a, b) in enumerate(zip(shipped, recomputed, strict=True))
+            for d in differences(a, b, f"{path}[{i}]")
+        ]
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (shipped, recomputed))
+    if numbers and math.isclose(shipped, recomputed, rel_tol=1e-9, abs_tol=1e-12):
+        return []
+    return [] if shipped == recomputed else [f"{path}: shipped {shipped!r:.80}, recomputed {recomputed!r:.80}"]
+
+
+@pytest.mark.skipif(not has_shared_data(), reason="the shipped runs were trained on TinyShakespeare (../shared/data)")
+@pytest.mark.parametrize("folder", SHIPPED, ids=[p.name for p in SHIPPED])
+def test_shipped_folder_reanalyses_to_its_published_numbers(folder, data, tmp_path, capsys):
+    manifest = json.loads((folder / MANIFEST).read_text())
+    words = shlex.split(manifest["command"])
+    assert words[:2] == ["python", "-m"] and words[2].startswith("experiments."), manifest["command"]
+    name = words[2].split(".", 1)[1]
+    experiment = importlib.import_module(f"experiments.{name}.run").EXPERIMENT
+    argv = [*_without(words[3:], "--out"), "--out", str(tmp_path), "--analyse-only", str(folder), "--no-report"]
+    assert experiment.main(argv) == 0, capsys.readouterr().err
+
+    shipped = json.loads((folder / f"results-{name}.json").read_text())
+    [written] = tmp_path.glob(f"*/results-{name}.json")
+    recomputed = json.loads(written.read_text())
+    assert recomputed["analysed_from"] == str(folder)
+    left = recomputed["not_recomputed"]
+    for key, why in left.items():  # named and left empty, never filled in
+        assert why.startswith("not recomputable without checkpoints") and recomputed[key] is None
+    skip = NOT_ANALYSIS | set(left)
+    diff = differences(
+        {k: v for k, v in shipped.items() if k not in skip}, {k: v for k, v in recomputed.items() if k not in skip}
+    )
+    assert not diff, f"{len(diff)} differ, first: {diff[:3]}"
+    # every run_dir names the copy of its logs beside the recomputed results
+    assert all((run_path(written.parent, r["run_dir"]) / "final.json").is_file() for r in recomputed["runs"])
+
+
+def test_the_routing_tests_identity_probes_are_named_as_not_recomputed():
+    folder = DATA / "routing_test-smoke"
+    shipped = json.loads((folder / "results-routing_test.json").read_text())
+    assert shipped["identity"] is not None  # the shipped file has them; the re-analysis above must leave them out
+    assert "--no-identity" not in json.loads((folder / MANIFEST).read_text())["command"]
+
+
+# ----- the ship command and --analyse-only on a toy experiment ---------------------------------------------------
+
+READS_WEIGHTS = {"on": False}
+
+
+def analyse(ctx: Context, records: list[dict]) -> dict:
+    if READS_WEIGHTS["on"]:  # an analysis that opens the checkpoint without declaring it (without_weights)
+        from interp.model import ResidualGPT
+
+        ResidualGPT.from_checkpoint(Path(records[0]["run_dir"]) / "ckpt.pt")
+    runs = [run_summary(r) for r in records]
+    return {"runs": runs, "mean": sum(r["final_val_loss"] for r in runs) / len(runs)}
+
+
+TOY = Experiment(
+    name="toy_shipped",
+    schema="toy-shipped/1",
+    doc="A toy experiment: one smoke run of a few steps.\n\nresults.json schema: ...",
+    plan=lambda ctx: [Group(ctx.spec, [Variant.of(residual="full")])],
+    analyse=analyse,
+    table=lambda results: (["variant", "seed"], [[r["variant"], str(r["seed"])] for r in results["runs"]]),
+    defaults=lambda spec: {
+        "max_steps": 8,
+        "eval_interval": 4,
+        "ckpt_interval": 4,
+        "log_interval": 2,
+        "eval_batches": 2,
+    },
+    default_preset="smoke",
+)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """The toy's --out: one finished run (seed 0) with its checkpoint, and its results."""
+    out = tmp_path_factory.mktemp("toy_out")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RESIDUAL_DATA_DIR", str(data_root()))
+        assert TOY.main(["--out", str(out), "--seeds", "0", "--no-progress", "--no-report"]) == 0
+    return out
+
+
+@pytest.fixture
+def shipped(trained, tmp_path) -> Path:
+    dest = tmp_path / "shipped"
+    ship(trained, dest)
+    return dest
+
+
+def no_training(monkeypatch):
+    from training.trainer import Trainer
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("--analyse-only trained")
+
+    monkeypatch.setattr(Trainer, "run", refuse)
+    monkeypatch.setattr("experiments.shared.launch.train_local", refuse)
+
+
+def test_ship_is_deterministic_and_ships_no_checkpoint(trained, tmp_path, capsys):
+    assert (trained / "smoke" / "full" / "seed0" / "ckpt.pt").is_file()
+    results = json.loads((trained / "smoke" / "results-toy_shipped.json").read_text())
+    assert results["runs"][0]["run_dir"] == "full/seed0"  # relative to the results file's folder
+    assert main([str(trained), str(tmp_path / "a")]) == 0
+    assert "1 runs of toy_shipped (1 checked against their checkpoint" in capsys.readouterr().out
+    ship(trained / "smoke", tmp_path / "b")  # the result folder itself is a source too
+    names = {p.name for p in (tmp_path / "a").iterdir()}
+    assert names == {"results-toy_shipped.json", ARCHIVE, MANIFEST}
+    for name in names:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+    with tarfile.open(tmp_path / "a" / ARCHIVE) as tar:
+        members = tar.getmembers()
+    assert sorted(m.name for m in members) == sorted(f"smoke/full/seed0/{n}" for n in RUN_FILES)
+    assert all(m.mtime == 0 and m.uid == 0 and m.mode == 0o644 for m in members)
+    manifest = json.loads((tmp_path / "a" / MANIFEST).read_text())
+    assert manifest["command"] == results["command"] and manifest["runs"] == {"smoke/full/seed0": "checkpoint"}
+
+
+def test_analyse_only_recomputes_the_results_from_the_logs(trained, shipped, tmp_path, monkeypatch, data):
+    no_training(monkeypatch)
+    out = tmp_path / "again"
+    assert TOY.main(["--out", str(out), "--seeds", "0", "--no-progress", "--analyse-only", str(shipped)]) == 0
+    before = json.loads((trained / "smoke" / "results-toy_shipped.json").read_text())
+    after = json.loads((out / "smoke" / "results-toy_shipped.json").read_text())
+    assert {k: v for k, v in after.items() if k not in NOT_ANALYSIS} == {
+        k: v for k, v in before.items() if k not in NOT_ANALYSIS
+    }
+    assert after["not_recomputed"] == {} and not list(out.rglob("ckpt.pt"))
+    # the same again into the same --out: the copies are the same files, and the shipped folder is untouched
+    files = {p: p.read_bytes() for p in shipped.iterdir()}
+    assert TOY.main(["--out", str(out), "--seeds", "0", "--no-progress", "--analyse-only", str(shipped)]) == 0
+    assert files == {p: p.read_bytes() for p in shipped.iterdir()}
+
+
+def test_analyse_only_refuses_a_missing_run_and_trains_nothing(shipped, tmp_path, monkeypatch, data, capsys):
+    no_training(monkeypatch)
+    out = tmp_path / "again"
+    assert TOY.main(["--out", str(out), "--seeds", "0,1", "--no-progress", "--analyse-only", str(shipped)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "full seed 1 (smoke/full/seed1)" in err[0] and "trains nothing" in err[0], err
+    assert not out.exists() or not [p for p in out.rglob("*") if p.is_file()]
+
+
+def test_analyse_only_refuses_another_configuration(shipped, tmp_path, monkeypatch, data, capsys):
+    no_training(monkeypatch)
+    argv = ["--out", str(tmp_path / "o"), "--seeds", "0", "--no-progress", "--analyse-only", str(shipped)]
+    assert TOY.main([*argv, "--set", "lr=0.5"]) == 2
+    err = capsys.readouterr().err
+    assert "a run of a different configuration (train.lr" in err
+
+
+def test_analyse_only_refuses_an_edited_shipped_file(shipped, tmp_path, monkeypatch, data, capsys):
+    no_training(monkeypatch)
+    results = shipped / "results-toy_shipped.json"
+    results.write_text(results.read_text().replace('"mean": ', '"mean": 1', 1))
+    argv = ["--out", str(tmp_path / "o"), "--seeds", "0", "--no-progress", "--analyse-only", str(shipped)]
+    assert TOY.main(argv) == 2
+    assert "results-toy_shipped.json is not the file shipped (sha256)" in capsys.readouterr().err
+
+
+def test_analyse_only_never_fills_in_what_needs_the_weights(shipped, tmp_path, monkeypatch, data, capsys):
+    no_training(monkeypatch)
+    monkeypatch.setitem(READS_WEIGHTS, "on", True)
+    out = tmp_path / "o"
+    assert TOY.main(["--out", str(out), "--seeds", "0", "--no-progress", "--analyse-only", str(shipped)]) == 2
+    err = capsys.readouterr().err
+    assert "reads the weights" in err and "not recomputable without checkpoints" in err
+    assert not (out / "smoke" / "results-toy_shipped.json").exists()
+
+
+def test_analyse_only_never_writes_into_the_folder_it_reads(shipped, monkeypatch, data, capsys):
+    no_training(monkeypatch)
+    argv = ["--out", str(shipped / "x"), "--seeds", "0", "--no-progress", "--analyse-only", str(shipped)]
+    assert TOY.main(argv) == 2
+    assert "is inside --analyse-only" in capsys.readouterr().err
+
+
+def test_interventions_are_refused_without_checkpoints(tmp_path, capsys):
+    from experiments.interventions.run import EXPERIMENT
+
+    argv = ["--preset", "smoke", "--out", str(tmp_path / "o"), "--analyse-only", str(tmp_path)]
+    assert EXPERIMENT.main(argv) == 2
+    assert "not recomputable without checkpoints" in capsys.readouterr().err
