@@ -194,6 +194,34 @@ def test_analyse_only_recomputes_the_results_from_the_logs(trained, shipped, tmp
     assert files == {p: p.read_bytes() for p in shipped.iterdir()}
 
 
+def test_analyse_only_reads_a_runs_folder_whose_checkpoints_are_gone(trained, tmp_path, monkeypatch, data):
+    import shutil
+
+    no_training(monkeypatch)
+    source = tmp_path / "kept"
+    shutil.copytree(trained, source)
+    (source / "smoke" / "full" / "seed0" / "ckpt.pt").unlink()
+    out = tmp_path / "again"
+    assert TOY.main(["--out", str(out), "--seeds", "0", "--no-progress", "--analyse-only", str(source)]) == 0
+    before = json.loads((trained / "smoke" / "results-toy_shipped.json").read_text())
+    after = json.loads((out / "smoke" / "results-toy_shipped.json").read_text())
+    assert after["mean"] == before["mean"] and after["runs"] == before["runs"]
+
+
+def test_an_older_results_file_with_absolute_run_dirs_ships_relative(trained, tmp_path):
+    import shutil
+
+    source = tmp_path / "old"
+    shutil.copytree(trained, source)
+    path = source / "smoke" / "results-toy_shipped.json"
+    results = json.loads(path.read_text())
+    results["runs"][0]["run_dir"] = str((source / "smoke" / "full" / "seed0").resolve())  # as files before issue 45
+    path.write_text(json.dumps(results))
+    ship(source, tmp_path / "dest")
+    shipped = json.loads((tmp_path / "dest" / "results-toy_shipped.json").read_text())
+    assert shipped["runs"][0]["run_dir"] == "full/seed0"
+
+
 def test_analyse_only_refuses_a_missing_run_and_trains_nothing(shipped, tmp_path, monkeypatch, data, capsys):
     no_training(monkeypatch)
     out = tmp_path / "again"

@@ -237,7 +237,6 @@ class Experiment:
 
     def _main(self, argv: list[str], start: float) -> int:
         ctx, jobs = self.context(argv)
-        ctx.levels = validation_levels(ctx.spec, ctx.corpus)
         runs = f"{len(jobs)} run{'s' * (len(jobs) != 1)}"
         source = None
         if ctx.args.analyse_only is not None:
@@ -246,6 +245,7 @@ class Experiment:
             source = analyse_only.Source.open(ctx.args.analyse_only, ctx.out)
             analyse_only.check_results_file(self.results_path(ctx))
             runs += f" from {source.path}, analysed without training or checkpoints"
+        ctx.levels = validation_levels(ctx.spec, ctx.corpus)
         print(f"{self.name.replace('_', ' ')}: preset {ctx.spec.preset}, seeds {ctx.seeds}, {runs} -> {ctx.result_dir}")
         if self.preface and source is None:
             print(self.preface(ctx, jobs))
