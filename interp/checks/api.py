@@ -212,12 +212,15 @@ class BatchOfOne:
 
     def __call__(self, x: Any, hook: Any) -> Any:
         if x.dim() == 0 or x.shape[0] != 1:
-            raise ShapeError(
-                f"remove_batch_dim: True caches a batch of one, but {getattr(hook, 'name', 'the input')} has a batch "
-                f"of {x.shape[0] if x.dim() else 0}; TransformerLens would keep row 0 only. Run one sequence "
-                "(tokens[:1]) or leave remove_batch_dim off and index the cache"
-            )
+            raise batch_of_one_error(x.shape[0] if x.dim() else 0, getattr(hook, "name", "the input"))
         return self.fn(x, hook=hook)
+
+
+def batch_of_one_error(n: int, where: str) -> ShapeError:
+    return ShapeError(
+        f"remove_batch_dim: True caches a batch of one, but {where} has a batch of {n}; TransformerLens 3 would "
+        "keep row 0 only. Run one sequence (tokens[:1]) or leave remove_batch_dim off and index the cache"
+    )
 
 
 class BoundaryHooks:
@@ -225,6 +228,12 @@ class BoundaryHooks:
     as it is added (with the closest real names when it names nothing), every forward hook's return is checked
     (CheckedHook), and run_with_cache's names_filter and remove_batch_dim are checked. Nothing runs in a forward
     pass without hooks."""
+
+    def run_with_cache(self, *model_args: Any, remove_batch_dim: bool = False, **kwargs: Any) -> Any:
+        first: Any = model_args[0] if model_args else None
+        if remove_batch_dim and _is_tensor(first) and first.dim() >= 2 and first.shape[0] != 1:
+            raise batch_of_one_error(first.shape[0], "the input")  # before TL 4's bare assert; text: BatchOfOne
+        return super().run_with_cache(*model_args, remove_batch_dim=remove_batch_dim, **kwargs)  # type: ignore[misc]
 
     def _enable_hook(self, name: Any, hook: Any, dir: str = "fwd") -> Any:  # hooks(), run_with_hooks, run_with_cache
         check_hook_name(self, name, "fwd_hooks" if dir == "fwd" else "bwd_hooks")
