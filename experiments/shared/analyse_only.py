@@ -70,10 +70,11 @@ def copy_runs(source: Source, ctx: Context, jobs: list[Job]) -> None:
     if missing:
         names = "; ".join(f"{j.variant.name} seed {j.seed} ({rel_dir(j)})" for j in missing[:5])
         more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        trained = f"`{source.shipped.manifest.get('command')}`" if source.shipped else "the command that trained them"
         raise ToolkitError(
             f"{len(missing)} of the {len(jobs)} runs this command plans are not finished runs in {source.path}: "
-            f"{names}{more}; --analyse-only trains nothing - give the options the runs were trained with "
-            "(MANIFEST.json's command), or train them with the command without --analyse-only"
+            f"{names}{more}; --analyse-only trains nothing - give the options of {trained}, or train the runs "
+            "with the command without --analyse-only"
         )
     for job in jobs:
         run = job.run_dir(ctx.out)
