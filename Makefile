@@ -12,7 +12,7 @@ export RESIDUAL_DATA_DIR ?= $(SHARED_DATA)
 endif
 ARGS ?=
 
-.PHONY: test test-slow routing-test lint typecheck setup bench setup-tl4 test-tl4
+.PHONY: test test-slow routing-test lint typecheck setup bench setup-tl4 test-tl4 notebook
 
 setup: $(STAMP)
 
@@ -64,6 +64,14 @@ lint: $(STAMP)
 # mypy on interp/ (files, cache and settings: [tool.mypy] in pyproject.toml); `make test` runs it before pytest.
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
+
+# docs/notebook.py (jupytext percent format: the notebook's one source in git; `make test` runs it) in JupyterLab.
+# jupytext pairs it with docs/notebook.ipynb (git-ignored, docs/.gitignore): saving in JupyterLab writes both.
+# ARGS goes to jupyter lab (e.g. ARGS=--no-browser).
+notebook: $(STAMP)
+	@test -x $(VENV)/bin/jupyter-lab || { echo "error: JupyterLab is not in $(VENV); install it with: $(PY) -m pip install -c constraints/tl3.txt -e '.[notebook]'" >&2; exit 2; }
+	$(VENV)/bin/jupytext --sync docs/notebook.py
+	$(VENV)/bin/jupyter lab docs/notebook.ipynb $(ARGS)
 
 routing-test: $(STAMP)
 	$(PY) -m experiments.routing_test $(ARGS)
