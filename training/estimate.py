@@ -32,7 +32,8 @@ import torch
 
 from training.trainer import Trainer
 
-TIMED_STEPS = 5
+TIMED_STEPS = 3
+EVAL_TIMED = 2  # validation batches timed; the evaluation's time is scaled to all of them
 
 
 class _Fires(Exception):
@@ -89,8 +90,9 @@ def _throwaway(members: Sequence[Trainer]) -> Iterator[list[Trainer]]:
             torch.use_deterministic_algorithms(deterministic)  # _setup turns it on for deterministic runs
 
 
-def _median_time(fn, steps: Sequence[int]) -> float:
-    fn(steps[0])  # warm up
+def _median_time(fn, steps: Sequence[int], warm_up: bool = True) -> float:
+    if warm_up:
+        fn(steps[0])
     times = []
     for s in steps:
         start = time.perf_counter()
@@ -113,19 +115,24 @@ def _group_seconds(members: Sequence[Trainer], stacked: bool) -> dict[str, float
                 c._rng = torch.get_rng_state()  # what the ensemble's setup keeps per member, for its saves
             loop = _Loop(copies, progress=False)
             loop.step = 1
-            step, evaluate, save = loop.train_step, loop.val_losses, loop._save_all
+            step, save = loop.train_step, loop._save_all
         else:
             solo = copies[0]
-            step, evaluate, save = solo.train_step, solo.val_loss, solo.save
+            step, save = solo.train_step, solo.save
         plain = [s for s in range(1, cfg.max_steps) if s % cfg.log_interval][:TIMED_STEPS] or [1]
         out = {"setup": setup, "step": _median_time(step, plain)}
-        out["log_step"] = _median_time(step, [0, 0])  # step 0 is a logging step: the gradient probe is due
-        out["eval"] = _median_time(lambda _: evaluate(), [0, 0])
+        out["log_step"] = _median_time(step, [0], warm_up=False)  # a logging step: the gradient probe is due
+        # once each, unwarmed (the steps warmed the kernels); an evaluation from EVAL_TIMED of its batches, each
+        # member's (at cpu-quick one evaluation of 32 batches is ~60 steps' work)
+        first = copies[0]
+        timed = first.val_batches[:EVAL_TIMED]
+        one = _median_time(lambda _: first.val_loss(timed), [0], warm_up=False)
+        out["eval"] = one * len(copies) * cfg.eval_batches / len(timed)
         member = copies[0]
         member.step = cfg.max_steps  # every callback fires at the last step
         for i, cb in enumerate(_on_eval(member)):
-            out[f"callback{i}"] = _median_time(lambda s, cb=cb: cb.on_eval(member, s, 3.0), [cfg.max_steps])
-        out["checkpoint"] = _median_time(lambda _: save(), [0])
+            out[f"callback{i}"] = _median_time(lambda s, cb=cb: cb.on_eval(member, s, 3.0), [cfg.max_steps], False)
+        out["checkpoint"] = _median_time(lambda _: save(), [0], warm_up=False)
     return out
 
 
@@ -147,7 +154,8 @@ def _counts(t: Trainer) -> dict[str, int]:
 def estimate_parts(trainers: Sequence[Trainer], ensemble_size: int) -> dict[str, float]:
     """Seconds to train `trainers` (unfinished runs, built but not run) as the launcher will group them, by part:
     steps, evaluations, callbacks (the probes at evaluations), checkpoints, setup."""
-    from training.grouping import group, group_key, trains_stacked
+    from training.grouping import group, train_key, trains_stacked
+    from training.stacked import shape_key
 
     parts = dict.fromkeys(("steps", "evaluations", "callbacks", "checkpoints", "setup"), 0.0)
     if not trainers:
@@ -159,7 +167,9 @@ def estimate_parts(trainers: Sequence[Trainer], ensemble_size: int) -> dict[str,
             stacked = trains_stacked(members, ensemble_size)
             first = members[0]
             callbacks = tuple(type(cb).__name__ for cb in _on_eval(first))
-            key = (group_key(first), len(members), stacked, first.model_cfg.mixer, callbacks)
+            # the wiring and the self-score bias change no cost: the routing test's nine variants time as three
+            shape = first.model_cfg.replace(residual="full", self_bias=0.0)
+            key = (shape_key(shape), train_key(first.train_cfg), len(members), stacked, callbacks)
             if key not in timed:
                 timed[key] = _group_seconds(members, stacked)
             t, n = timed[key], _counts(first)
