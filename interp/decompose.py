@@ -46,7 +46,7 @@ from torch import Tensor
 from interp.checks.api import as_batch_pairs, check_ids
 from interp.checks.cache_origin import WIRING_NAMES, check_cache_origin, fitting_wirings
 from interp.config import ModelConfig
-from interp.errors import CacheMismatchError, DecompositionError, ShapeError
+from interp.errors import ArgumentError, CacheMismatchError, DecompositionError, ShapeError
 from interp.stream_layout import (
     Layout,
     _get,
@@ -116,15 +116,19 @@ def decompose(cache: Any, site: str, model: Any = None, *, per_head: bool = Fals
     per_head refuses (DecompositionError) when the heads do not rebuild the cached hook_attn_out, and
     every decomposition when its terms do not sum to the cached stream (a hook edited the stream).
     """
-    model = _checked_model(cache, model)
+    model = _checked_model(cache, model, site)
     comps = _decompose(cache, site, model, per_head)
     _check_sum(cache, _stream_name(site, model), site, comps.stack, model)
     return comps
 
 
-def _checked_model(cache: Any, model: Any) -> Any:
+def _checked_model(cache: Any, model: Any, site: Any = "final") -> Any:
     """The model a cache is read with (model=, else the cache's own), once the cache is known to be its
     (interp.checks.cache_origin: another model, other sizes, an edited model.cfg are named, not guessed)."""
+    if not callable(getattr(cache, "keys", None)):
+        raise ArgumentError(f"cache: run_with_cache's cache (or a dict of its tensors), not {type(cache).__name__}")
+    if not isinstance(site, str):
+        raise ArgumentError(f"site: a residual site name (e.g. 'final', 'blocks.0.hook_resid_mid'), not {site!r:.40}")
     model = _model_of(cache, model)
     check_cache_origin(cache, model)
     return model
@@ -209,7 +213,7 @@ def _check_sum(cache: Any, name: str, site: str, stack: Tensor, model: Any) -> N
 
 def decomposition_error(cache: Any, site: str, model: Any = None, *, per_head: bool = False) -> float:
     """Largest |sum of the terms - cached stream| at a site (0 up to float rounding)."""
-    model = _checked_model(cache, model)
+    model = _checked_model(cache, model, site)
     stream = _get(cache, _stream_name(site, model))
     return float((_decompose(cache, site, model, per_head).total() - stream).abs().max().detach())
 

@@ -9,7 +9,7 @@ import torch
 from api_models import ids, refused, tiny_model
 from majors import tl3_only
 
-from interp.errors import HookReturnError
+from interp.errors import ArgumentError, HookReturnError
 
 
 def keep_first_feature(x, hook):
@@ -90,3 +90,20 @@ def test_the_export_refuses_the_same_hooks(case):
     tl = convert(make_model("random"))
     refused(HookReturnError, f"hook {fn.__name__}", tl.run_with_hooks, tokens(), fwd_hooks=[(name, fn)])
     tl(tokens())  # nothing left hooked
+
+
+@pytest.mark.parametrize(
+    "fwd_hooks,words",
+    [([("blocks.0.hook_resid_post", "x")], "fwd_hooks[0]: the hook"), (["blocks.0.hook_resid_post"], "fwd_hooks[0]")],
+    ids=["not callable", "not a pair"],
+)
+def test_hooks_that_are_not_name_function_pairs_are_refused_before_the_forward(fwd_hooks, words):
+    error = refused(ArgumentError, "fwd_hooks", tiny_model().run_with_hooks, ids(), fwd_hooks=fwd_hooks)
+    assert str(error).startswith(words) and isinstance(error, TypeError)
+
+
+def test_hooks_given_as_a_generator_are_all_added():
+    model, seen = tiny_model(), []
+    pairs = ((f"blocks.{layer}.hook_resid_post", lambda x, hook: seen.append(hook.name)) for layer in range(2))
+    model.run_with_hooks(ids(), fwd_hooks=pairs)
+    assert seen == ["blocks.0.hook_resid_post", "blocks.1.hook_resid_post"]

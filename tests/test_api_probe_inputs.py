@@ -11,7 +11,7 @@ import torch
 from api_models import ids, refused, tiny_model
 from majors import tl3_only
 
-from interp.decompose import direct_logit_attribution, logit_lens_over
+from interp.decompose import decompose, direct_logit_attribution, logit_lens_over
 from interp.errors import ArgumentError, ShapeError
 from interp.interventions import InterventionError, ablate_heads, head_means, patch
 from probes import attention_stats, hidden_norms, measure, pattern_stats
@@ -100,3 +100,11 @@ def test_patch_refuses_index_tensors_that_do_not_pair_up():
 def test_logit_lens_over_refuses_batches_that_are_not_pairs():
     refused(ArgumentError, "batches", logit_lens_over, tiny_model(), [])
     assert len(logit_lens_over(tiny_model(), [(ids()[:, :-1], ids()[:, 1:])])["ce"]) == 3
+
+
+def test_decompose_names_a_cache_or_site_of_the_wrong_kind():
+    model = tiny_model()
+    _, cache = model.run_with_cache(ids())
+    refused(ArgumentError, "site", decompose, cache, 3)
+    for bad in (None, [1, 2]):
+        refused(ArgumentError, "cache", decompose, bad, "final", model)

@@ -162,6 +162,19 @@ def check_hook_name(model: Any, name: Any, arg: str) -> None:
         raise HookNameError(f"{arg}: the filter function matches no hook point of this model (see model.hook_dict)")
 
 
+def check_hook_pairs(hooks: Any, arg: str) -> list[Any]:
+    """fwd_hooks / bwd_hooks as a list of (name or filter, function) pairs (names are checked as they are added)."""
+    if isinstance(hooks, (str, bytes)) or not isinstance(hooks, Iterable):
+        raise ArgumentError(f"{arg}: a list of (hook name, function) pairs, not {_describe(hooks)}")
+    hooks = list(hooks)
+    for i, pair in enumerate(hooks):
+        if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
+            raise ArgumentError(f"{arg}[{i}]: a (hook name, function) pair, not {pair!r:.60}")
+        if not callable(pair[1]):
+            raise ArgumentError(f"{arg}[{i}]: the hook for {pair[0]!r:.60} is not callable ({_describe(pair[1])})")
+    return hooks
+
+
 def _hook_label(fn: Any) -> str:
     fn = fn.func if isinstance(fn, partial) else fn
     return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
@@ -234,6 +247,10 @@ class BoundaryHooks:
         if remove_batch_dim and _is_tensor(first) and first.dim() >= 2 and first.shape[0] != 1:
             raise batch_of_one_error(first.shape[0], "the input")  # before TL 4's bare assert; text: BatchOfOne
         return super().run_with_cache(*model_args, remove_batch_dim=remove_batch_dim, **kwargs)  # type: ignore[misc]
+
+    def hooks(self, fwd_hooks: Any = (), bwd_hooks: Any = (), *args: Any, **kwargs: Any) -> Any:
+        fwd, bwd = check_hook_pairs(fwd_hooks, "fwd_hooks"), check_hook_pairs(bwd_hooks, "bwd_hooks")
+        return super().hooks(fwd, bwd, *args, **kwargs)  # type: ignore[misc]  # run_with_hooks comes here too
 
     def _enable_hook(self, name: Any, hook: Any, dir: str = "fwd") -> Any:  # hooks(), run_with_hooks, run_with_cache
         check_hook_name(self, name, "fwd_hooks" if dir == "fwd" else "bwd_hooks")
@@ -395,6 +412,7 @@ __all__ = [
     "check_config_unedited",
     "check_materialised",
     "check_hook_name",
+    "check_hook_pairs",
     "check_ids",
     "check_pair",
     "check_qk",
