@@ -122,16 +122,17 @@ def _group_seconds(members: Sequence[Trainer], stacked: bool) -> dict[str, float
         plain = [s for s in range(1, cfg.max_steps) if s % cfg.log_interval][:TIMED_STEPS] or [1]
         out = {"setup": setup, "step": _median_time(step, plain)}
         out["log_step"] = _median_time(step, [0], warm_up=False)  # a logging step: the gradient probe is due
-        # once each, unwarmed (the steps warmed the kernels); an evaluation from EVAL_TIMED of its batches, each
-        # member's (at cpu-quick one evaluation of 32 batches is ~60 steps' work)
+        # an evaluation from EVAL_TIMED of its batches, each member's (at cpu-quick one evaluation of 32 batches
+        # is ~60 steps' work); it and each probe timed at their second call: a first one's one-off costs
+        # (imports, first allocations) multiplied by every firing made the smoke grid's 25 s read as 10.7 min
         first = copies[0]
         timed = first.val_batches[:EVAL_TIMED]
-        one = _median_time(lambda _: first.val_loss(timed), [0], warm_up=False)
+        one = _median_time(lambda _: first.val_loss(timed), [0])
         out["eval"] = one * len(copies) * cfg.eval_batches / len(timed)
         member = copies[0]
         member.step = cfg.max_steps  # every callback fires at the last step
         for i, cb in enumerate(_on_eval(member)):
-            out[f"callback{i}"] = _median_time(lambda s, cb=cb: cb.on_eval(member, s, 3.0), [cfg.max_steps], False)
+            out[f"callback{i}"] = _median_time(lambda s, cb=cb: cb.on_eval(member, s, 3.0), [cfg.max_steps])
         out["checkpoint"] = _median_time(lambda _: save(), [0], warm_up=False)
     return out
 
