@@ -1,5 +1,6 @@
 """Sample text from a checkpoint, as nanoGPT's sample.py.
 
+    python -m interp.sample --ckpt runs/.../ckpt.pt                       # 200 tokens after a newline
     python -m interp.sample --ckpt runs/.../ckpt.pt --prompt "ROMEO:" --max-new-tokens 200
     python -m interp.sample --ckpt ckpt.pt --prompt $'ROMEO:\n' --max-new-tokens 100 --temperature 0   # greedy
 
@@ -31,8 +32,12 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="a nanoGPT checkpoint's meta.pkl (default: found as nanoGPT's sample.py finds it)",
     )
-    p.add_argument("--prompt", required=True, help="text to continue, in the checkpoint's vocabulary")
-    p.add_argument("--max-new-tokens", required=True, type=int, help="tokens to append")
+    p.add_argument(
+        "--prompt",
+        default="\n",
+        help="text to continue, in the checkpoint's vocabulary (default: a newline, as nanoGPT's sample.py)",
+    )
+    p.add_argument("--max-new-tokens", type=int, default=200, help="tokens to append (default 200)")
     p.add_argument("--temperature", type=float, default=1.0, help="softmax temperature; 0 is greedy (default 1.0)")
     p.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens (default: all)")
     p.add_argument("--seed", type=seed_option, default=1337, help="sampling seed in [0, 2**63) (default 1337)")

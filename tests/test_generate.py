@@ -123,6 +123,10 @@ def test_sample_command(tmp_path, capsys):
     assert sample.main([*args[:3], "café", *args[4:]]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "'é'" in err and err.count("\n") == 1
+    # only --ckpt is required: nanoGPT's defaults, a newline and (here) 200 new tokens
+    assert sample.main([*args[:2], "--temperature", "0"]) == 0
+    expected = model.generate(ids("\n"), 200, temperature=0.0)[0]
+    assert capsys.readouterr().out == "".join(CHARS[i] for i in expected) + "\n"
 
 
 def test_sample_shows_a_vocabularys_control_characters_escaped(tmp_path, capsys):
