@@ -425,3 +425,24 @@ def test_help_says_the_seeds_the_default_run_trains():
     assert "(default: 16 seeds, 1337-1352, at --preset phase-cell)" in text
     bare = replace(EXPERIMENT, default_seeds=None)  # a frame experiment without its own seeds: the preset's one
     assert "(default: the preset's, 1337)" in " ".join(bare.parser().format_help().split())
+
+
+def test_the_docstring_schema_names_every_key_the_results_file_holds():
+    """run.py's "results.json schema" is what a reader of a results file has: every key the shipped smoke file
+    holds, at every level the schema describes, is named in it (the law's names/covariance/se once were not)."""
+    import re
+    from pathlib import Path
+
+    from experiments.escape_time import run
+
+    path = Path(__file__).parent.parent / "docs/results/data/escape_time-smoke/results-escape_time.json"
+    d = json.loads(path.read_text())
+    schema = run.__doc__.split("results.json schema")[1]
+    words = set(re.findall(r"[a-z_0-9]+", schema))
+    law = next(v for v in d["law"].values() if v["fitted"])
+    held = d["holdout"][0]
+    parts = [d, d["runs"][0], d["runs"][0]["features"], d["cells"][0], d["cells"][0]["km"], d["cells"][0]["median"]]
+    parts += [law, law["coef"], law["coef"]["per_layer"], held, held["predicted"], held["observed"]]
+    parts += [d["mechanism"], *d["mechanism"]["measures"].values(), *d["predictor"].values(), d["predictor"]]
+    missing = {k for part in parts for k in part if k not in words}
+    assert not missing, f"keys of the results file that run.py's schema does not name: {sorted(missing)}"

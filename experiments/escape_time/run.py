@@ -11,7 +11,8 @@ along the way.
                    below are ignored, re-crossings are not (experiments.escape_time.survival); runs that
                    never escape are censored at their last step. Reported at the margin, half and twice it
     survival       per cell the Kaplan-Meier fraction still on the floor against step, with a 95% band
-                   (Greenwood, log-log), the median escape step with its interval, the fraction escaped
+                   (scipy's Greenwood log-log; the exact binomial interval where no run was censored earlier),
+                   the median escape step with its interval, the fraction escaped
     law            log(escape step) = a + b * depth + c * log2(lr) + sigma * noise (log-normal, censored
                    runs by their survival), bootstrap intervals over runs within cells: exp(b) is the
                    factor each layer multiplies the wait by
@@ -42,23 +43,32 @@ Verdicts follow the project's rules: a cell's median is printed as measured only
 computed, and a statement says how many runs it rests on.
 
 results.json schema ("escape-time/1"):
-    schema, experiment, preset, seeds, config, reference_levels, margin, margins [m/2, m, 2m], threshold,
-    early_step, depths, lrs, holdout_depth, probe_every
+    schema, experiment, preset, seeds, config, reference_levels, margin, margins [m/2, m, 2m], margins_text
+    (the margins as text: the keys below), threshold, early_step, gradient_step (where grad_block0 is read),
+    depths, lrs, holdout_depth, probe_every, min_runs
     runs       one per run: variant, seed, residual, n_layers, lr, role ("grid" | "holdout" | "reference"),
-               run_dir, final_val_loss, steps, last_step, escape {margin (as text) -> step or null},
-               features {val_loss, alpha_tt_layer0, grad_block0, growth, identity (null where not recorded)}
-    cells      per (role, residual, n_layers, lr): name, n, n_escaped, km {steps, survival, lower, upper,
-               at_risk}, median {median, lower, upper} (null: past the last step), survival_at_last
-               [value, lower, upper], medians_by_margin {margin -> median}
-    law        {margin -> fit_law(...)}: fitted, coef {intercept, per_layer, per_lr_doubling, sigma ->
-               {value, lower, upper}}, n_runs, n_escaped (bootstrap refits omitted from the file)
-    holdout    per held-out cell: depth, lr, predicted {median, median_interval, survival_at_last,
-               survival_interval}, observed {median, survival_at_last}
+               run_dir (relative to the file's folder), final_val_loss, steps, last_step, escape {margin (as
+               text) -> step or null}, features {val_loss, alpha_tt_layer0, grad_block0, growth, identity (null
+               where not recorded)}
+    cells      per (role, residual, n_layers, lr): name, role, residual, n_layers, lr, n, n_escaped, seeds,
+               last_step, km {steps, survival, lower, upper, at_risk, times}, median {median, lower, upper}
+               (null: past the last step), survival_at_last [value, lower, upper], medians_by_margin
+               {margin -> median}
+    law        {margin -> fit_law(...)}: n_runs, n_escaped, with_lr, lr_left_out (null or why the lr term is
+               left out), depths, lrs, fitted; where fitted: names [intercept, per_layer, (per_lr_doubling,)
+               log_sigma], params (their maximum-likelihood values, in that order), covariance (their variance
+               matrix, or null where singular), n_bootstrap, n_bootstrap_unfittable, coef {intercept, per_layer,
+               per_lr_doubling (with_lr only), sigma -> {value, lower, upper, se}}; where not: reason
+               (bootstrap refits omitted from the file; survival.predict_escape reads a cell off params and
+               covariance)
+    holdout    per held-out cell: depth, lr, n, last_step, predicted {predicted, median, median_interval,
+               survival_at_last, survival_interval, step, interval ("bootstrap" | "covariance")} or
+               {predicted: false, reason}, observed {median, survival_at_last, n_escaped}
     mechanism  aligned(...): n_escaped, offsets, measures {name -> label, n_runs, mean_curve, lead
                {n, median, interval}, change {n, mean, interval}}; order; answer
-    predictor  feature -> {n, n_escaped, accuracy, interval, majority_accuracy, auc, auc_interval,
-               predicts} or {n, untestable}
-    software, train_wall_time_s, wall_time_s, created
+    predictor  feature (the five above and depth) -> {n, n_escaped, n_seeds, accuracy, interval,
+               majority_accuracy, auc, auc_interval, predicts} or {n, n_escaped, n_seeds, untestable}
+    command, software, train_wall_time_s, wall_time_s, created
 """
 
 from __future__ import annotations
