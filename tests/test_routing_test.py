@@ -101,15 +101,21 @@ def test_report_is_self_contained(smoke_run):
         assert heading in page
 
 
-def test_rerun_after_a_kill_retrains_only_what_is_missing(smoke_run, tmp_path, shared_data):
+def test_rerun_after_a_kill_retrains_only_what_is_missing(smoke_run, tmp_path, shared_data, capsys):
     out = tmp_path / "copy"
     shutil.copytree(smoke_run, out)  # the shared run stays untouched
     first = json.loads((out / "smoke" / "results-routing_test.json").read_text())
     victim = out / "smoke" / "attn_only_uniform" / "seed1337"
     kept = {p: p.stat().st_mtime_ns for p in (out / "smoke").glob("*/seed1337/final.json") if victim not in p.parents}
     shutil.rmtree(victim)  # as if killed before this run started
+    capsys.readouterr()
     assert main(["--preset", "smoke", "--out", str(out), "--no-progress", "--no-report"]) == 0
     assert {p: p.stat().st_mtime_ns for p in kept} == kept
+    # the cost of what is left to train is said before it trains (the finished eight are not counted)
+    printed = capsys.readouterr().out
+    line = next(x for x in printed.splitlines() if x.startswith("estimated cost:"))
+    assert "for 9 runs" in line and " of training here" in line and not line.endswith("every run finished, reused")
+    assert printed.index("estimated cost:") < printed.index("reference levels")
     again = json.loads((out / "smoke" / "results-routing_test.json").read_text())
     numbers = lambda r: [(x["variant"], x["final_val_loss"], x["alpha_tt"], x["growth"]) for x in r["runs"]]  # noqa: E731
     assert numbers(again) == numbers(first)

@@ -318,7 +318,7 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def preface(ctx: Context, jobs: list[Job]) -> str:
-    from experiments.shared.cost import estimate, flops_text, measured_minutes
+    from experiments.shared.cost import estimate, flops_text, time_here
 
     unigram, bigram, margin = ctx.levels["unigram"], ctx.levels["bigram"], ctx.args.margin
     if margin >= unigram - bigram:  # before any run trains: no loss on the floor's side could get under it
@@ -335,7 +335,7 @@ def preface(ctx: Context, jobs: list[Job]) -> str:
         f"{flops_text(e['flops_to_train'])} still to train",
     ]
     if ctx.args.launcher == "local" and e["flops_to_train"]:
-        lines[-1] += f": about {measured_minutes(ctx, jobs):.1f} min here (each shape's step timed now)"
+        lines[-1] += f": {time_here(ctx, jobs)}"
     grid = EscapeGrid(ctx)
     held = {v.name for v in grid.held_out()}
     if held & {j.variant.name for j in jobs}:

@@ -105,7 +105,7 @@ from experiments.phase_diagram.grid import (
     slices_of,
 )
 from experiments.phase_diagram.report import sections, summary, table
-from experiments.shared.cost import ASSUMED_FLOPS, estimate, flops_text, grid_cost, measured_minutes
+from experiments.shared.cost import ASSUMED_FLOPS, estimate, flops_text, grid_cost, time_here
 from experiments.shared.frame import Context, Experiment, Group, Job, Variant, check_number, run_summary
 from experiments.shared.places import place
 from experiments.shared.stats import PACE_FACTOR, stats, tail
@@ -428,10 +428,7 @@ def preface(ctx: Context, jobs: list[Job]) -> str:
         f"{flops_text(e['flops_to_train'])} still to train"
     )
     if ctx.args.launcher == "local" and e["flops_to_train"]:
-        line += (
-            f": about {measured_minutes(ctx, jobs):.1f} min here (each shape's step timed now, in ensembles of "
-            f"up to {ctx.args.ensemble_size})"
-        )
+        line += f": {time_here(ctx, jobs)}; runs train in ensembles of up to {ctx.args.ensemble_size}"
     else:
         line += (
             f": about {e['seconds_at_200_gflops'] / 60:.1f} min at {ASSUMED_FLOPS / 1e9:.0f} GFLOP/s (small "

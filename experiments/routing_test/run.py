@@ -56,7 +56,7 @@ from typing import Any
 
 from experiments.routing_test.report import sections, summary, table
 from experiments.routing_test.rules import place, verdicts
-from experiments.shared.frame import Context, Experiment, Group, Variant, check_number, run_summary
+from experiments.shared.frame import Context, Experiment, Group, Job, Variant, check_number, run_summary
 from experiments.shared.stats import PACE_FACTOR, log_pace, mean_columns, paired_gap, stats, tail
 from interp.errors import ToolkitError
 
@@ -264,6 +264,22 @@ def identity(ctx: Context, runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def preface(ctx: Context, jobs: list[Job]) -> str:
+    """What training the runs costs, printed before any trains (a cpu-quick grid is tens of minutes here)."""
+    from experiments.shared.cost import estimate, flops_text, time_here
+
+    e = estimate(ctx, jobs)
+    line = (
+        f"estimated cost: {flops_text(e['flops'])} of training for {len(jobs)} run{'s' * (len(jobs) != 1)}, "
+        f"{flops_text(e['flops_to_train'])} still to train"
+    )
+    if not e["flops_to_train"]:
+        return line + ": every run finished, reused"
+    if ctx.args.launcher == "local":
+        line += f": {time_here(ctx, jobs)}"
+    return line
+
+
 def without_weights(args) -> dict[str, str]:
     """--analyse-only: the identity probes and the logit lens read the first seed's checkpoints; the rest is logs."""
     if args.no_identity:
@@ -287,6 +303,7 @@ EXPERIMENT = Experiment(
     variants_option=True,
     owned={"residual": "--variants", "mixer": "--variants", "self_bias": "--variants / --self-bias"},
     without_weights=without_weights,
+    preface=preface,
 )
 
 # Names that lived here before the rules, the report and the statistics got modules of their own; researchers'
