@@ -41,10 +41,10 @@ def early_features(record: dict[str, Any], early: int, warmup: int) -> dict[str,
     }
 
 
-def evaluate_by_seed(samples: list[dict[str, Any]]) -> dict[str, Any]:
+def evaluate_by_seed(samples: list[dict[str, Any]], features: tuple[str, ...] = FEATURES) -> dict[str, Any]:
     """Each feature's seed-held-out test over samples ({"seed", "features", "escaped"})."""
     out = {}
-    for name in FEATURES:
+    for name in features:
         rows = [
             (s["seed"], float(s["features"][name]), bool(s["escaped"]))
             for s in samples

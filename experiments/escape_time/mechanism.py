@@ -143,13 +143,15 @@ def _interval(values: list[float]) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def aligned(runs: list[dict[str, Any]], warmup: int, probe_interval: int) -> dict[str, Any]:
-    """Over the runs that escaped (each {"escape", "series"}): per measure, the aligned mean curve, the lead
-    of its onset over the escape step, and the change from before to after."""
+def aligned(
+    runs: list[dict[str, Any]], warmup: int, probe_interval: int, measures: dict[str, str] = MEASURES
+) -> dict[str, Any]:
+    """Over the runs that escaped (each {"escape", "series"}): per measure (name -> label), the aligned mean
+    curve, the lead of its onset over the escape step, and the change from before to after."""
     escaped = [r for r in runs if r["escape"] is not None]
     offsets = [k * probe_interval for k in range(-ALIGN_POINTS, ALIGN_POINTS + 1)]
     out: dict[str, Any] = {"n_escaped": len(escaped), "offsets": offsets, "measures": {}}
-    for name in MEASURES:
+    for name in measures:
         curves, leads, changes = [], [], []
         for r in escaped:
             points = r["series"].get(name, [])
@@ -167,7 +169,7 @@ def aligned(runs: list[dict[str, Any]], warmup: int, probe_interval: int) -> dic
             vals = [c[k] for c in curves if c[k] is not None]
             mean_curve.append(float(np.mean(vals)) if vals else None)
         out["measures"][name] = {
-            "label": MEASURES[name],
+            "label": measures[name],
             "n_runs": len(curves),
             "mean_curve": mean_curve,
             "lead": {

@@ -38,6 +38,7 @@ COMMANDS = (
     "residual_sweep",
     "gain_confound",
     "eval_noise",
+    "floor",
 )
 
 

@@ -1,0 +1,3 @@
+from experiments.floor.run import EXPERIMENT
+
+raise SystemExit(EXPERIMENT.main())

@@ -1,0 +1,168 @@
+"""The arms a floor command line asks for: controls, the knob's doses, the schedule arms; their options.
+
+An arm is one cell: a residual wiring at one depth, trained for a multiple of the preset's steps at one lr, with
+the query/key initial scale (experiments.floor.knob) and a schedule (constant, no warm-up; or the preset's
+warm-up and cosine decay). Parts (--parts):
+
+    control    ffn_only at the two depths whose escapes fall inside the run (the fit of the relation)
+    knob       the same depths with the query/key scale raised: predicted from the controls before training
+    schedule   attn_only at depth 6, constant against warm-up + cosine, and ffn_only depth 3 with warm-up
+    attn       attn_only at depths 4 and 8 with a constant lr (its own floor; not in the default)
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from experiments.floor.knob import scale_qk
+from experiments.shared.frame import Context, Variant, check_number
+from experiments.shared.text import num
+from interp.errors import ToolkitError
+
+PARTS = ("control", "knob", "schedule", "attn")
+DEFAULT_PARTS = ("control", "knob", "schedule")
+
+
+@dataclass(frozen=True)
+class Arm:
+    part: str
+    residual: str
+    depth: int
+    length: int  # a multiple of the preset's max_steps
+    scale: float = 1.0  # the query/key initial scale
+    schedule: str = "constant"  # "constant" (no warm-up) or "cosine" (the preset's warm-up and cosine decay)
+    seeds: int | None = None  # the lowest n of --seeds; None: all of them
+
+
+# preset -> (control depths with their lengths, knob scales, lr as a multiple of the preset's, schedule seeds)
+# phase-cell: depth 2 escapes at a median 175-200 steps within 1200, depth 3 at 1925 within 3600
+# (docs/results/escape_time.md); the scales bracket the steep part of the dose response at init
+# (docs/results/floor.md, "Finding the dose").
+PRESET_ARMS = {"smoke": (((1, 6), (2, 6)), (8.0,), 2.0, 2)}
+DEFAULT_ARMS = (((2, 2), (3, 6)), (8.0, 12.0), 0.5, 8)
+
+
+def add_arguments(p) -> None:
+    g = p.add_argument_group("the arms")
+    g.add_argument(
+        "--parts",
+        default=None,
+        help=f"comma-separated parts among {', '.join(PARTS)} (default {','.join(DEFAULT_PARTS)}); the "
+        "knob needs the controls (its prediction is fitted on them)",
+    )
+    g.add_argument(
+        "--qk-scales",
+        default=None,
+        help="query/key initial scales of the knob arms, each > 0 and not 1 (default 8,12; smoke 8)",
+    )
+    g.add_argument(
+        "--margin",
+        type=float,
+        default=0.05,
+        help="nats below unigram a loss must stay to have escaped (default 0.05, the routing test's)",
+    )
+    g.add_argument(
+        "--init-seeds",
+        type=int,
+        default=None,
+        help="initialisation seeds a cell of the signal-propagation table (default 8; smoke 2)",
+    )
+
+
+def parse_parts(text: str | None) -> tuple[str, ...]:
+    if text is None:
+        return DEFAULT_PARTS
+    items = [t.strip() for t in text.split(",")]
+    bad = [t for t in items if t not in PARTS]
+    if bad or len(set(items)) != len(items):
+        raise ToolkitError(f"--parts {text!r}: give distinct parts among {', '.join(PARTS)}")
+    if "knob" in items and "control" not in items:
+        raise ToolkitError("--parts knob needs control too: the knob's prediction is fitted on the control runs")
+    return tuple(items)
+
+
+def parse_scales(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise ToolkitError(f"--qk-scales expects comma-separated numbers, got {text!r}") from None
+    for v in values:
+        check_number("--qk-scales", v, 0.0, inclusive=False)
+        if v == 1.0:
+            raise ToolkitError("--qk-scales 1 is the control itself; give scales other than 1")
+    if len(set(values)) != len(values):
+        raise ToolkitError(f"--qk-scales {text!r} names a scale twice")
+    return values
+
+
+def check(args) -> None:
+    check_number("--margin", args.margin, 0.0, inclusive=False)
+    parse_parts(args.parts)
+    if args.qk_scales is not None:
+        parse_scales(args.qk_scales)
+    if args.init_seeds is not None and args.init_seeds < 2:
+        raise ToolkitError(f"--init-seeds must be >= 2 (an interval needs two), got {args.init_seeds}")
+    for item in args.set or []:  # a run's first N steps must not depend on how long it trains
+        key, _, value = item.partition("=")
+        if key.strip() in ("eval_from", "lr_schedule", "max_steps"):
+            raise ToolkitError(f"--set {item}: the arms set {key.strip()} themselves (experiments.floor.arms)")
+
+
+class Arms:
+    """The arms a command line asks for, and their variants."""
+
+    def __init__(self, ctx: Context):
+        args, train = ctx.args, ctx.spec.train
+        controls, scales, lr_mult, schedule_seeds = PRESET_ARMS.get(ctx.spec.preset, DEFAULT_ARMS)
+        self.parts = parse_parts(args.parts)
+        self.scales = parse_scales(args.qk_scales) if args.qk_scales else scales
+        self.lr = lr_mult * train.lr
+        self.ratio = train.min_lr / train.lr
+        self.base_steps = train.max_steps
+        self.controls = controls
+        deepest = max(d for d, _ in controls)
+        arms: list[Arm] = []
+        if "control" in self.parts:
+            arms += [Arm("control", "ffn_only", d, n) for d, n in controls]
+        if "knob" in self.parts:
+            arms += [Arm("knob", "ffn_only", d, n, scale=s) for d, n in controls for s in self.scales]
+        if "schedule" in self.parts:
+            short = min(n for _, n in controls)
+            attn_depth = 2 * deepest
+            arms += [
+                Arm("schedule", "attn_only", attn_depth, short, schedule=s, seeds=schedule_seeds)
+                for s in ("constant", "cosine")
+            ]
+            longest = max(n for _, n in controls)
+            arms += [Arm("schedule", "ffn_only", deepest, longest, schedule="cosine", seeds=schedule_seeds)]
+        if "attn" in self.parts:
+            short = min(n for _, n in controls)
+            arms += [Arm("attn", "attn_only", d, short) for d in (deepest + 1, 2 * deepest + 2)]
+        self.arms = arms
+
+    def steps(self, arm: Arm) -> int:
+        return arm.length * self.base_steps
+
+    def name(self, arm: Arm) -> str:
+        scale = f" qk{num(arm.scale)}" if arm.scale != 1.0 else ""
+        sched = " warmup-cosine" if arm.schedule == "cosine" else ""
+        return f"{arm.residual} L{arm.depth} {self.steps(arm)} steps{scale}{sched}"
+
+    def variant(self, arm: Arm) -> Variant:
+        overrides = {
+            "residual": arm.residual,
+            "n_layers": arm.depth,
+            "lr": self.lr,
+            "min_lr": self.lr * self.ratio,
+            "max_steps": self.steps(arm),
+            "lr_schedule": arm.schedule,  # constant has no warm-up; cosine warms up over the preset's steps
+        }
+        init = functools.partial(scale_qk, arm.scale) if arm.scale != 1.0 else None
+        return Variant(self.name(arm), overrides, init)
+
+    def by_name(self) -> dict[str, Arm]:
+        return {self.name(a): a for a in self.arms}
+
+    def control_for(self, arm: Arm) -> Arm:
+        return Arm("control", "ffn_only", arm.depth, arm.length)

@@ -1,0 +1,153 @@
+"""Token uniformity along the residual stream: how alike the positions of one sequence have become.
+
+Without a skip around attention every position's output is a convex mix of earlier positions' values, so the
+stream can drift towards one vector for all positions ("rank collapse": Dong, Cordonnier and Loukas 2021; Noci
+et al. 2022). Per sequence X [pos, d_model] at a residual site, averaged over the sequences of the batches:
+
+    residual   ||X - 1 mean_t(X)||_F / ||X||_F   (Dong et al.'s residual from the nearest stream with every
+               position equal: 1 = positions as unlike as they can be around a zero mean, 0 = all the same)
+    cosine     mean cosine similarity between two different positions (1 = all point one way)
+    erank      effective rank of the centred stream X - 1 mean_t(X): exp of the entropy of its singular values
+               normalised to sum 1 (Roy and Vetterli 2007); 0 where the centred stream is zero
+
+Sites: interp.stream_layout.resid_sites (the embedding output, each resid_mid and resid_post), read in eval
+mode. `qk_grads` adds, per layer, the gradient norm of the loss reaching W_Q and W_K apart from W_V and W_O
+(Noci et al. tie collapse at initialisation to vanishing query/key gradients). The hook names are
+TransformerLens's, so a HookedTransformer is read as a ResidualGPT is.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import torch
+import torch.nn.functional as F
+from einops import reduce
+from jaxtyping import Float
+from torch import Tensor
+
+from interp.checks.api import as_batch_pairs
+from interp.errors import ShapeError
+from interp.stream_layout import resid_sites
+
+MEASURES = ("residual", "cosine", "erank")
+
+
+def stream_uniformity(x: Float[Tensor, "batch pos d"]) -> dict[str, Float[Tensor, " batch"]]:
+    """The module docstring's three measures, one value per sequence (float64)."""
+    if not isinstance(x, Tensor) or x.dim() != 3 or not x.is_floating_point() or x.shape[1] < 2:
+        got = f"shape {tuple(x.shape)} {x.dtype}" if isinstance(x, Tensor) else type(x).__name__
+        raise ShapeError(f"stream: a float tensor [batch, pos >= 2, d_model] expected, got {got}")
+    x = x.detach().double()
+    centred = x - reduce(x, "b p d -> b 1 d", "mean")
+    total = x.flatten(1).norm(dim=1)
+    residual = centred.flatten(1).norm(dim=1) / total.clamp_min(1e-300)
+    unit = F.normalize(x, dim=-1)
+    gram = unit @ unit.transpose(1, 2)
+    n = x.shape[1]
+    cosine = (reduce(gram, "b p q -> b", "sum") - gram.diagonal(dim1=1, dim2=2).sum(-1)) / (n * (n - 1))
+    s = torch.linalg.svdvals(centred)
+    mass = s.sum(-1, keepdim=True)
+    p = s / mass.clamp_min(1e-300)
+    entropy = -(p * torch.log(p.clamp_min(1e-300))).sum(-1)
+    flat = residual <= 1e-12  # every position the same to rounding: no direction to count
+    erank = torch.where(flat, torch.zeros_like(entropy), torch.exp(entropy))
+    return {"residual": residual, "cosine": cosine, "erank": erank}
+
+
+@torch.no_grad()
+def token_uniformity(model, batches: Iterable[tuple[Tensor, Tensor]]) -> dict:
+    """{"sites", and each of MEASURES: the mean over sequences at each site}, in eval mode."""
+    batches = as_batch_pairs(batches, min_pos=2)
+    sites = resid_sites(model.cfg.n_layers)
+    sums = {s: dict.fromkeys(MEASURES, 0.0) for s in sites}
+    count = 0
+
+    def record(resid, hook):
+        for k, v in stream_uniformity(resid).items():
+            sums[hook.name][k] += v.sum().item()
+
+    was_training = model.training
+    model.eval()
+    try:
+        with model.hooks(fwd_hooks=[(lambda name: name in sums, record)]):
+            for x, _ in batches:
+                model(x.to(next(model.parameters()).device))
+                count += x.shape[0]
+    finally:
+        model.train(was_training)
+    out: dict = {"sites": sites}
+    for k in MEASURES:
+        out[k] = [sums[s][k] / count for s in sites]
+    return out
+
+
+def _attention_weights(model, layer: int) -> dict[str, Tensor] | None:
+    """W_Q, W_K, W_V, W_O of one layer as parameters (slices of a fused in_proj are views), or None."""
+    attn = model.blocks[layer].attn
+    if hasattr(attn, "W_Q"):  # a HookedTransformer
+        return {"q": attn.W_Q, "k": attn.W_K, "v": attn.W_V, "o": attn.W_O}
+    w_in = getattr(getattr(attn, "in_proj", None), "weight", None)
+    if w_in is None or w_in.shape[0] != 3 * model.cfg.d_model:
+        return None
+    return {"in": w_in, "o": attn.out_proj.weight}
+
+
+def qk_grads(model, x: Tensor, y: Tensor) -> dict:
+    """Per layer, the L2 norm of dLoss/dW for W_Q, W_K, W_V and W_O (one forward/backward in eval mode).
+
+    The loss is the mean next-token cross-entropy of model(x) against y. Nothing is written to .grad.
+    A mixer without queries and keys (the position-blind mixer, a fixed pattern) returns {"skipped": why}.
+    """
+    ((x, y),) = as_batch_pairs([(x, y)])
+    mixer = getattr(model.cfg, "mixer", "attention")
+    weights = [_attention_weights(model, l) for l in range(model.cfg.n_layers)] if mixer == "attention" else []
+    if not weights or any(w is None for w in weights):
+        return {"skipped": f"{mixer} mixer has no query/key weights"}
+    flat = [p for w in weights for p in w.values()]
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.enable_grad():
+            device = next(model.parameters()).device
+            logits = model(x.to(device))
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), y.to(device).flatten())
+            grads = torch.autograd.grad(loss, flat, allow_unused=True)
+    finally:
+        model.train(was_training)
+    out: dict = {k: [] for k in ("q", "k", "v", "o")}
+    it = iter(grads)
+    d = model.cfg.d_model
+    for w in weights:
+        g = {name: next(it) for name in w}
+        g = {name: torch.zeros_like(w[name]) if v is None else v.detach().double() for name, v in g.items()}
+        if "in" in g:  # in_proj rows: [0, d) queries, [d, 2d) keys, [2d, 3d) values
+            g = {"q": g["in"][:d], "k": g["in"][d : 2 * d], "v": g["in"][2 * d :], "o": g["o"]}
+        for name in out:
+            out[name].append(g[name].norm().item())
+    out["loss"] = loss.item()
+    if not all(math.isfinite(v) for name in ("q", "k", "v", "o") for v in out[name]):
+        out["nonfinite"] = True
+    return out
+
+
+class UniformityProbe:
+    """Trainer callback: token_uniformity and qk_grads on the first fixed validation batches at evaluations.
+
+    Fires every `interval` steps (a multiple of eval_interval) and at the last step; one member of an ensemble
+    writes (is_main), as the other probes do.
+    """
+
+    def __init__(self, interval: int, n_batches: int = 2):
+        self.interval = interval
+        self.n_batches = n_batches
+
+    def on_eval(self, trainer, step: int, val_loss: float) -> None:
+        if (step % self.interval and step != trainer.train_cfg.max_steps) or not getattr(trainer, "is_main", True):
+            return
+        batches = trainer.val_batches[: self.n_batches]
+        record = {"step": step, "probe": "uniformity", **token_uniformity(trainer.model, batches)}
+        grads = qk_grads(trainer.model, *batches[0])
+        record["grads"] = grads
+        trainer.append("probes.jsonl", record)

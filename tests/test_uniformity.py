@@ -1,0 +1,135 @@
+"""probes.uniformity: the token-uniformity measures against hand computations on constructed streams, and the
+probe live, post hoc and on the TransformerLens export."""
+
+import math
+
+import pytest
+import torch
+
+from interp.config import ModelConfig
+from interp.errors import ShapeError
+from interp.model import ResidualGPT
+from probes.uniformity import qk_grads, stream_uniformity, token_uniformity
+
+
+def test_a_rank_one_stream_is_uniform():
+    v = torch.randn(5)
+    x = v.expand(3, 7, 5).clone()  # every position the same vector
+    m = stream_uniformity(x)
+    assert m["residual"].abs().max() < 1e-12
+    torch.testing.assert_close(m["cosine"], torch.ones(3, dtype=torch.float64))
+    assert (m["erank"] == 0).all()
+
+
+def test_hand_computed_two_positions():
+    x = torch.tensor([[[1.0, 0.0], [0.0, 1.0]]])  # mean (0.5, 0.5); centred rows (0.5, -0.5), (-0.5, 0.5)
+    m = stream_uniformity(x)
+    assert m["residual"].item() == pytest.approx(math.sqrt(0.5 * 0.5 * 4) / math.sqrt(2))  # 1 / sqrt 2
+    assert m["cosine"].item() == pytest.approx(0.0)
+    assert m["erank"].item() == pytest.approx(1.0)  # centred stream has rank 1: one singular value
+
+
+def test_orthogonal_centred_directions_count_as_their_rank():
+    e = torch.eye(4, dtype=torch.float64)
+    x = torch.cat([e, -e])[None]  # 8 positions, mean 0, centred singular values all sqrt 2
+    m = stream_uniformity(x)
+    assert m["residual"].item() == pytest.approx(1.0)
+    assert m["erank"].item() == pytest.approx(4.0)
+    # cosines: each row has one opposite (-1) and six orthogonal (0) others: mean -1/7
+    assert m["cosine"].item() == pytest.approx(-1 / 7)
+
+
+def test_iid_rows_are_diverse():
+    torch.manual_seed(0)
+    x = torch.randn(4, 64, 256)
+    m = stream_uniformity(x)
+    assert m["residual"].min() > 0.98  # 1 - 1/n in expectation: sqrt(63/64) = 0.992
+    assert m["cosine"].abs().max() < 0.01
+    assert m["erank"].min() > 50  # near full rank 63 of the centred 64 x 256 stream
+
+
+def test_a_common_offset_lowers_the_residual_not_the_rank():
+    torch.manual_seed(0)
+    x = torch.randn(2, 16, 32)
+    shifted = x + 10 * torch.randn(32)
+    a, b = stream_uniformity(x), stream_uniformity(shifted)
+    assert (b["residual"] < a["residual"] / 2).all()
+    assert (b["cosine"] > 0.8).all()
+    torch.testing.assert_close(a["erank"], b["erank"])  # centring removes the offset
+
+
+def test_refuses_what_is_not_a_stream():
+    with pytest.raises(ShapeError, match="batch, pos >= 2"):
+        stream_uniformity(torch.randn(2, 1, 4))
+    with pytest.raises(ShapeError):
+        stream_uniformity(torch.randn(4, 4))
+
+
+def _model(residual: str, **kw) -> ResidualGPT:
+    torch.manual_seed(0)
+    return ResidualGPT(ModelConfig(n_layers=3, n_heads=2, d_model=32, n_ctx=16, d_vocab=20, residual=residual, **kw))
+
+
+def test_ffn_only_collapses_at_init_and_full_does_not():
+    tokens = torch.randint(0, 20, (8, 17), generator=torch.Generator().manual_seed(1))
+    full = token_uniformity(_model("full"), tokens)
+    ffn = token_uniformity(_model("ffn_only"), tokens)
+    assert full["sites"][-1] == "blocks.2.hook_resid_post" and len(full["residual"]) == 7
+    assert full["residual"][-1] > 0.8
+    assert ffn["residual"][-1] < full["residual"][-1] / 2
+    assert ffn["cosine"][-1] > full["cosine"][-1]
+
+
+def test_matches_the_stream_read_by_hand_and_restores_train_mode():
+    model = _model("ffn_only")
+    model.train()
+    tokens = torch.randint(0, 20, (3, 9), generator=torch.Generator().manual_seed(2))
+    out = token_uniformity(model, tokens)
+    assert model.training
+    model.eval()
+    _, cache = model.run_with_cache(tokens[:, :-1])
+    by_hand = stream_uniformity(cache["blocks.1.hook_resid_mid"])
+    i = out["sites"].index("blocks.1.hook_resid_mid")
+    for k in ("residual", "cosine", "erank"):
+        assert out[k][i] == pytest.approx(by_hand[k].mean().item(), rel=1e-5)  # cached: the explicit attention path
+
+
+def test_qk_grads_split_the_fused_projection_as_autograd_does():
+    model = _model("ffn_only")
+    tokens = torch.randint(0, 20, (4, 17), generator=torch.Generator().manual_seed(3))
+    x, y = tokens[:, :-1], tokens[:, 1:]
+    out = qk_grads(model, x, y)
+    model.zero_grad()
+    model.eval()
+    _, loss = model(x, y)
+    loss.backward()
+    g = model.blocks[1].attn.in_proj.weight.grad
+    assert out["q"][1] == pytest.approx(g[:32].norm().item(), rel=1e-6)
+    assert out["k"][1] == pytest.approx(g[32:64].norm().item(), rel=1e-6)
+    assert out["v"][1] == pytest.approx(g[64:].norm().item(), rel=1e-6)
+    assert out["o"][1] == pytest.approx(model.blocks[1].attn.out_proj.weight.grad.norm().item(), rel=1e-6)
+    assert out["loss"] == pytest.approx(loss.item(), rel=1e-6)
+
+
+def test_qk_grads_skip_a_mixer_without_queries():
+    model = ResidualGPT(ModelConfig(n_layers=1, n_heads=2, d_model=16, n_ctx=8, d_vocab=10, mixer="position_blind"))
+    tokens = torch.randint(0, 10, (2, 9))
+    assert "skipped" in qk_grads(model, tokens[:, :-1], tokens[:, 1:])
+
+
+def test_the_export_reads_the_same():
+    pytest.importorskip("transformer_lens")
+    from interp import to_hooked_transformer
+    from interp.tl.major import TL_MAJOR
+
+    if TL_MAJOR != 3:
+        pytest.skip("HookedTransformer only (TL 3.x)")
+    model = _model("ffn_only")
+    ht = to_hooked_transformer(model)
+    tokens = torch.randint(0, 20, (4, 17), generator=torch.Generator().manual_seed(4))
+    a, b = token_uniformity(model, tokens), token_uniformity(ht, tokens)
+    for k in ("residual", "cosine", "erank"):
+        assert a[k] == pytest.approx(b[k], rel=1e-4, abs=1e-5)
+    ga, gb = qk_grads(model, tokens[:, :-1], tokens[:, 1:]), qk_grads(ht, tokens[:, :-1], tokens[:, 1:])
+    for k in ("q", "k", "v", "o"):
+        assert ga[k] == pytest.approx(gb[k], rel=1e-3)
