@@ -46,7 +46,7 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp.checks.api import as_batch_pairs, check_pair
+from interp.checks.api import as_batch_pairs, check_pair, check_targets
 from interp.errors import ToolkitError
 
 Hook = tuple[str, Callable[..., Any]]
@@ -182,6 +182,7 @@ def patch(
     def hook(x: Tensor, hook: Any) -> Tensor:
         if source.shape != x.shape:
             raise InterventionError(f"patch {name}: source {tuple(source.shape)} != activation {tuple(x.shape)}")
+        _check_patch_indices(name, x, batch_index, pos_index, head)
         x = x.clone()
         src = source.to(x)
         if pos_index is None:
@@ -198,6 +199,26 @@ def patch(
         return x
 
     return [(name, hook)]
+
+
+def _check_patch_indices(
+    name: str, x: Tensor, batch_index: Tensor | None, pos_index: Tensor | None, head: int | None
+) -> None:
+    """Each index inside the activation it patches: a negative one would silently count from the end (-1: the
+    last position or head), one past the end would be torch's IndexError."""
+    if pos_index is not None and batch_index is None and len(pos_index) != x.shape[0]:
+        raise InterventionError(
+            f"pos_index: without batch_index it holds one position per sequence ({x.shape[0]} of them at {name}), "
+            f"got {len(pos_index)}; give batch_index for (batch, position) pairs"
+        )
+    dims = (("batch_index", batch_index, 0), ("pos_index", pos_index, 1))
+    for arg, t, dim in dims:
+        if t is not None and t.numel() and (int(t.min()) < 0 or int(t.max()) >= x.shape[dim]):
+            bad = int(t.min()) if int(t.min()) < 0 else int(t.max())
+            raise InterventionError(f"{arg}: {bad} is outside {name}'s dim {dim} (0..{x.shape[dim] - 1})")
+    if head is not None and (x.dim() < 4 or not 0 <= head < x.shape[2]):
+        heads = f"heads 0..{x.shape[2] - 1}" if x.dim() >= 4 else f"no head dim (shape {tuple(x.shape)})"
+        raise InterventionError(f"head: {head} is not a head of {name}, which has {heads}")
 
 
 def no_op(names: Iterable[str]) -> list[Hook]:
@@ -269,12 +290,25 @@ def per_sequence_loss(
     """Mean cross-entropy of each sequence under the hooks, and the activations at `keep` as they left them.
 
     positions: score one position per sequence (activation patching) instead of every position.
+    A target of -1 is masked, as in the model's own loss (nanoGPT's ignore_index): the mean is over the rest.
     The keep hooks are added after fwd_hooks, so they see the intervened values.
     """
     check_pair(x, y)
-    if positions is not None and (not isinstance(positions, Tensor) or tuple(positions.shape) != (x.shape[0],)):
-        got = f"shape {tuple(positions.shape)}" if isinstance(positions, Tensor) else type(positions).__name__
-        raise InterventionError(f"positions: one position per sequence [batch={x.shape[0]}], got {got}")
+    bad_positions = isinstance(positions, Tensor) and (
+        positions.is_floating_point()
+        or (positions.numel() and not 0 <= int(positions.min()) <= int(positions.max()) < x.shape[1])
+    )
+    if positions is not None and (
+        not isinstance(positions, Tensor) or tuple(positions.shape) != (x.shape[0],) or bad_positions
+    ):
+        got = (
+            f"shape {tuple(positions.shape)} {str(positions.dtype).removeprefix('torch.')} {positions.tolist()!r:.60}"
+            if isinstance(positions, Tensor)
+            else type(positions).__name__
+        )
+        raise InterventionError(
+            f"positions: one position in 0..{x.shape[1] - 1} per sequence [batch={x.shape[0]}] (integers), got {got}"
+        )
     acts: dict[str, Tensor] = {}
 
     def grab(t: Tensor, hook: Any) -> None:
@@ -286,9 +320,16 @@ def per_sequence_loss(
         raise InterventionError(f"the model has no hook point(s) {sorted(set(missing))}")
     with model.hooks(fwd_hooks=hooks):
         logits = model(x)
-    ce = F.cross_entropy(logits.float().transpose(1, 2), y, reduction="none")  # [batch, pos]
+    check_targets(y, logits.shape[-1], "y")  # ids of the unembedding, or -1 (masked, as in the model's loss)
+    masked = y.eq(-1)
+    ce = F.cross_entropy(logits.float().transpose(1, 2), y, reduction="none", ignore_index=-1)  # [batch, pos]
     if positions is not None:
-        return ce[torch.arange(len(ce)), positions], acts
+        rows = torch.arange(len(ce))
+        if bool(masked[rows, positions.to(masked.device)].any()):
+            raise InterventionError("positions: a scored position's target is -1 (masked); score one with a target")
+        return ce[rows, positions], acts
+    if bool(masked.any()):  # the mean over each sequence's unmasked positions (NaN for a row with none)
+        return ce.sum(1) / (~masked).sum(1), acts
     return ce.mean(1), acts
 
 

@@ -27,9 +27,16 @@ from torch import Tensor, nn
 from transformer_lens import ActivationCache, HookedRootModule  # the top-level name on TL 3.9+ and 4.x
 from transformer_lens.hook_points import HookPoint
 
-from interp.checks.api import BoundaryHooks, check_config_unedited, check_forward_inputs, check_ids, missing_cache_key
+from interp.checks.api import (
+    BoundaryHooks,
+    check_config_unedited,
+    check_forward_inputs,
+    check_ids,
+    check_targets,
+    missing_cache_key,
+)
 from interp.config import ModelConfig
-from interp.errors import ConfigError, HookNames, LogitAttrsWarning, ToolkitError, TrainModeWarning, warn
+from interp.errors import ArgumentError, ConfigError, HookNames, LogitAttrsWarning, ToolkitError, TrainModeWarning, warn
 from interp.registry import mixer_spec
 
 
@@ -263,6 +270,11 @@ class ResidualGPT(BoundaryHooks, HookedRootModule):
     """
 
     def __init__(self, cfg: ModelConfig):
+        if not isinstance(cfg, ModelConfig):  # a dict or TL's config would fail deep inside with no hint
+            raise ArgumentError(
+                f"cfg: ResidualGPT takes a ModelConfig (ModelConfig(**fields) or ModelConfig.from_dict(d)), "
+                f"not {type(cfg).__name__}"
+            )
         super().__init__()
         self.cfg = _bound_config(cfg, torch.device("cpu"))
         self._cfg_built = (self.cfg, cfg.to_dict())  # what the blocks compute: an edited model.cfg is refused
@@ -347,7 +359,11 @@ class ResidualGPT(BoundaryHooks, HookedRootModule):
         if targets is None:
             return logits
         # ignore_index=-1 as nanoGPT's: a target of -1 is masked out of the loss
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-1)
+        try:
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-1)
+        except IndexError:  # a target outside the vocabulary: diagnosed here, free on the training path
+            check_targets(targets, self.cfg.d_vocab)
+            raise
         return logits, loss
 
     def _any_hook(self) -> bool:

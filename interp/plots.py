@@ -76,12 +76,17 @@ def attention_patterns(
             raise PlotInputError("attention_patterns needs layer= when given a cache")
         pattern = pattern[f"blocks.{layer}.attn.hook_pattern"]
     p = _array(pattern)
-    if p.ndim == 4:
+    if p.ndim == 4:  # batch -1 would show the last sequence under the labels of another without a word
+        if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or not 0 <= batch < p.shape[0]:
+            raise PlotInputError(f"batch: the pattern has sequences 0..{p.shape[0] - 1}, not {batch!r:.40}")
         p = p[batch]
     n = len(tokens)
     if p.ndim != 3 or p.shape[1:] != (n, n):
         raise PlotInputError(f"attention pattern must be [head, q, k] with q = k = {n} tokens, got shape {p.shape}")
     heads = list(range(p.shape[0])) if heads is None else list(heads)
+    bad = [h for h in heads if isinstance(h, bool) or not isinstance(h, (int, np.integer)) or not 0 <= h < p.shape[0]]
+    if bad or not heads:
+        raise PlotInputError(f"heads: the pattern has heads 0..{p.shape[0] - 1}; got {bad or heads}")
     cols = max(1, min(cols, len(heads)))
     rows = math.ceil(len(heads) / cols)
     labels = token_labels(tokens)
@@ -359,6 +364,11 @@ def logit_lens_figure(
     """
     fig = go.Figure()
     order: list[str] = []
+    if isinstance(runs, Mapping) and {"ce", "layers"} <= set(runs):  # one record where a mapping of them is meant
+        raise PlotInputError(
+            "runs: a mapping of run name -> logit-lens record, got one record; name it: logit_lens_figure({'my run': "
+            "record})"
+        )
     for i, (name, rec) in enumerate(runs.items()):
         if "ce" not in rec or "layers" not in rec:
             raise PlotInputError(f"run {name!r} is not a logit-lens record (needs 'layers' and 'ce')")

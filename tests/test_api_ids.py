@@ -93,3 +93,78 @@ def test_the_export_warns_for_its_special_row_before_the_text_not_for_padding_af
         warnings.simplefilter("error", UntrainedTokenWarning)
         tl(padded)
         tl(padded.clone())  # the same ids built by hand: trailing padding is harmless under a causal mask
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The fresh audit (issue 46): targets, patch indices, positions, plot indices
+
+
+@pytest.mark.parametrize("bad", [D_VOCAB, -2])
+@pytest.mark.parametrize("mode", ["eval", "train"])
+def test_forward_refuses_a_target_outside_the_vocabulary_and_still_masks_minus_one(bad, mode):
+    model = tiny_model()
+    model.train(mode == "train")
+    x, y = ids(), ids(seed=2)
+    y[0, 2] = bad
+    error = refused(TokenIdError, "targets", model, x, y)
+    assert f"token id {bad}" in str(error)
+    y[0, 2] = -1  # nanoGPT's ignore_index: masked, as before
+    logits, loss = model(x, y)
+    kept = y != -1
+    assert loss.item() == pytest.approx(torch.nn.functional.cross_entropy(logits[kept], y[kept]).item(), abs=1e-6)
+
+
+def test_per_sequence_loss_names_y_outside_the_vocabulary_and_masks_minus_one():
+    from interp.interventions import per_sequence_loss
+
+    model, x, y = tiny_model(), ids(), ids(seed=2)
+    bad = y.clone()
+    bad[1, 0] = D_VOCAB
+    refused(TokenIdError, "y", per_sequence_loss, model, x, bad)
+    masked = y.clone()
+    masked[:, :3] = -1  # the mean over each sequence's other positions, as the model's own loss reads -1
+    ce, _ = per_sequence_loss(model, x, masked)
+    expected = torch.nn.functional.cross_entropy(model(x)[:, 3:].transpose(1, 2), y[:, 3:], reduction="none").mean(1)
+    assert torch.allclose(ce, expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("positions", [[-1, -1], [3, 8], [0.0, 1.0]], ids=["negative", "past the end", "floats"])
+def test_per_sequence_loss_refuses_positions_outside_the_sequence(positions):
+    from interp.interventions import InterventionError, per_sequence_loss
+
+    refused(
+        InterventionError, "positions", per_sequence_loss, tiny_model(), ids(), ids(), positions=torch.tensor(positions)
+    )
+
+
+@pytest.mark.parametrize(
+    "where,arg",
+    [
+        (dict(pos_index=torch.tensor([-1, -1])), "pos_index"),  # -1 would patch the last position silently
+        (dict(pos_index=torch.tensor([8, 8])), "pos_index"),
+        (dict(batch_index=torch.tensor([2]), pos_index=torch.tensor([0])), "batch_index"),
+        (dict(head=-1), "head"),  # the last head, silently
+        (dict(head=2), "head"),
+    ],
+    ids=["pos -1", "pos 8 of 8", "batch 2 of 2", "head -1", "head 2 of 2"],
+)
+def test_patch_refuses_an_index_outside_the_activation_it_patches(where, arg):
+    from interp.interventions import InterventionError, patch
+
+    model = tiny_model()
+    _, cache = model.run_with_cache(ids())
+    hooks = patch("blocks.0.attn.hook_z", cache["z", 0], **where)
+    refused(InterventionError, arg, model.run_with_hooks, ids(seed=3), fwd_hooks=hooks)
+
+
+@pytest.mark.parametrize(
+    "where,arg",
+    [(dict(batch=-1), "batch"), (dict(batch=2), "batch"), (dict(heads=[-1]), "heads"), (dict(heads=[2]), "heads")],
+)
+def test_attention_patterns_refuses_a_batch_row_or_head_it_does_not_have(where, arg):
+    from interp.plots import PlotInputError, attention_patterns
+
+    _, cache = tiny_model().run_with_cache(ids())
+    refused(PlotInputError, arg, attention_patterns, cache, list("abcdefgh"), layer=0, **where)
+    fig = attention_patterns(cache, list("abcdefgh"), layer=0, batch=1, heads=[1])
+    assert torch.equal(torch.as_tensor(fig.data[0].z), cache["pattern", 0][1, 1])

@@ -5,6 +5,8 @@
     token ids against a vocabulary (tensor, list, int)  check_ids, id_list     forward, generate, codec.decode,
                                                                                tokens_to_residual_directions,
                                                                                direct_logit_attribution, the export
+    next-token targets (ids, or -1: masked)             check_targets          forward (on torch's IndexError),
+                                                                               per_sequence_loss
     hook names, names_filter                            check_hook_name        BoundaryHooks (ResidualGPT, export)
     what a user's forward hook returns                  CheckedHook            BoundaryHooks
     remove_batch_dim on a batch of more than one        BatchOfOne             BoundaryHooks.get_caching_hooks
@@ -117,6 +119,16 @@ def check_ids(ids: Any, n_vocab: int, arg: str = "tokens", device: Any = None) -
             bad = low if low < 0 else high
             raise TokenIdError(f"{arg}: token id {bad} is outside the vocabulary (ids 0..{n_vocab - 1})")
     return t.long()
+
+
+def check_targets(targets: Any, n_vocab: int, arg: str = "targets") -> Any:
+    """Next-token targets: ids in 0..n_vocab-1, or -1 (nanoGPT's ignore_index: masked out of the loss)."""
+    kept = targets[targets != -1] if _is_tensor(targets) else targets
+    try:
+        check_ids(kept, n_vocab, arg)
+    except TokenIdError as e:
+        raise TokenIdError(f"{e}; -1 masks a position out of the loss") from None
+    return targets
 
 
 def id_list(ids: Iterable[Any], n_vocab: int, arg: str = "ids") -> list[int]:
@@ -417,6 +429,7 @@ __all__ = [
     "check_pair",
     "check_qk",
     "check_forward_inputs",
+    "check_targets",
     "id_list",
     "missing_cache_key",
 ]
