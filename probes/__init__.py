@@ -95,6 +95,7 @@ def measure(checkpoint_or_model: Any, batches) -> dict:
 
     batches: (x, y) pairs, or token tensors [batch, pos] whose targets are the
     next tokens (x = tokens[:, :-1], y = tokens[:, 1:]), or one such tensor.
+    Every probe reads every batch: the gradients are those of the mean loss over all their tokens.
     """
     from interp.checkpoint import Checkpoint
     from interp.model import ResidualGPT
@@ -106,8 +107,22 @@ def measure(checkpoint_or_model: Any, batches) -> dict:
     return {
         "attention": attention_stats(model, batches),
         "norms": hidden_norms(model, batches),
-        "gradients": gradient_flow(model, *batches[0]),
+        "gradients": gradient_flow(model, *_one_batch(batches)),
     }
+
+
+def _one_batch(pairs: list) -> tuple:
+    """(x, y) pairs as one (x, y): shorter rows padded on the right with token 0 and target -1, which the loss
+    masks and no earlier position sees (causal), so its gradients are those of the mean loss over every token."""
+    import torch
+
+    if len(pairs) == 1:
+        return pairs[0]
+    n = max(x.shape[1] for x, _ in pairs)
+    device = pairs[0][0].device
+    xs = [torch.nn.functional.pad(x.to(device), (0, n - x.shape[1]), value=0) for x, _ in pairs]
+    ys = [torch.nn.functional.pad(y.to(device), (0, n - y.shape[1]), value=-1) for _, y in pairs]
+    return torch.cat(xs), torch.cat(ys)
 
 
 __all__ = [

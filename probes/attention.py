@@ -61,30 +61,32 @@ def attention_stats(model, batches: Iterable[tuple[Tensor, Tensor]]) -> dict:
     (removed afterwards, even on error). A mixer without a pattern (it declares
     has_pattern False, e.g. position_blind): the result then says so in "skipped".
     A mixer that declares a pattern but fills no hook_pattern is refused by name.
+    Batches of different lengths: every (sequence, query position t >= 1) counts once, and uniform_baseline is
+    the mean of 1/(t+1) over those same positions.
     """
     batches = as_batch_pairs(batches)
     mixer = getattr(model.cfg, "mixer", "attention")  # a HookedTransformer has attention
     if not mixer_spec(mixer).has_pattern:
         return {"skipped": f"{mixer} mixer has no attention pattern"}
-    sums: dict[int, dict[str, Tensor]] = {}
-    counts: dict[int, int] = {}
+    # Summed per (layer, sequence length): batches of one length weigh by their sequences, and lengths weigh by
+    # their query positions t >= 1, so each (sequence, t) counts once and the baseline is over the same positions.
+    sums: dict[int, dict[int, dict[str, Tensor]]] = {}
+    counts: dict[int, dict[int, int]] = {}
 
     def record(pattern, hook):
-        layer = int(hook.name.split(".")[1])
+        layer, n = int(hook.name.split(".")[1]), pattern.shape[-1]
         stats = pattern_stats(pattern)
-        acc = sums.setdefault(layer, {k: torch.zeros_like(v) for k, v in stats.items()})
+        acc = sums.setdefault(layer, {}).setdefault(n, {k: torch.zeros_like(v) for k, v in stats.items()})
         for k, v in stats.items():
             acc[k] += v * pattern.shape[0]
-        counts[layer] = counts.get(layer, 0) + pattern.shape[0]
+        counts.setdefault(layer, {})[n] = counts.get(layer, {}).get(n, 0) + pattern.shape[0]
 
     names = [name for name in model.hook_dict if name.endswith("attn.hook_pattern")]
     was_training = model.training
     model.eval()
-    n_ctx = batches[-1][0].shape[-1]
     try:
         with model.hooks(fwd_hooks=[(name, record) for name in names]):
             for x, _ in batches if names else ():  # no hook_pattern at all: refused below
-                n_ctx = x.shape[-1]
                 model(x.to(next(model.parameters()).device))
     finally:
         model.train(was_training)
@@ -95,8 +97,22 @@ def attention_stats(model, batches: Iterable[tuple[Tensor, Tensor]]) -> dict:
             f"{len(layers)} of {model.cfg.n_layers} layers; fill hook_pattern in its forward when hooked, "
             "or declare has_pattern=False"
         )
-    out = {k: [(sums[l][k] / counts[l]).tolist() for l in layers] for k in STATS}
+    weights = {n: c * (n - 1) for n, c in counts[layers[0]].items()}  # query positions t >= 1 of each length
+    total = sum(weights.values())
+
+    def mean(layer: int, k: str) -> list[float]:
+        by_n = {n: sums[layer][n][k] / counts[layer][n] for n in weights}
+        if len(by_n) == 1:  # one length (training's probes): each sequence's mean, as it always was
+            return next(iter(by_n.values())).tolist()
+        return sum(v * (weights[n] / total) for n, v in by_n.items()).tolist()
+
+    out = {k: [mean(l, k) for l in layers] for k in STATS}
     out["alpha_tt_layer_mean"] = [sum(row) / len(row) for row in out["alpha_tt"]]
-    out["uniform_baseline"] = uniform_baseline(n_ctx)
+    baselines = {n: uniform_baseline(n) for n in weights}
+    out["uniform_baseline"] = (
+        next(iter(baselines.values()))
+        if len(baselines) == 1
+        else sum(b * weights[n] / total for n, b in baselines.items())
+    )
     out["alpha_tt_ratio"] = [a / out["uniform_baseline"] for a in out["alpha_tt_layer_mean"]]
     return out

@@ -28,6 +28,7 @@ from probes.identity import (
     _as_model,
     _targets,
     fit_site,
+    identity_sites,
     train_windows,
 )
 
@@ -57,6 +58,10 @@ class Decoders:
                 f"acts, x: acts {tuple(acts.shape)} are not one vector per token of x {tuple(x.shape)}"
             )
         mean, std, w, b = self.decoders[site]
+        if acts.shape[-1] != mean.shape[-1]:
+            raise IdentityProbeError(
+                f"acts: {acts.shape[-1]} features per token, but the decoder at {site} was fitted on {mean.shape[-1]}"
+            )
         z = (acts.detach().float().cpu().reshape(-1, acts.shape[-1]) - mean) / std
         y = _targets(x.cpu(), self.offsets).reshape(-1, len(self.offsets))
         out = torch.zeros(x.shape[0], len(self.offsets))
@@ -81,6 +86,13 @@ def fit_decoders(
     """measure_identity()'s decoders at `sites` only (no control, no scoring): fitted once, applied many times."""
     model = _as_model(model)
     n_classes, n_ctx = model.cfg.d_vocab, model.cfg.n_ctx
+    every = identity_sites(model.cfg.n_layers)
+    unknown = [s for s in sites if s not in every] if not isinstance(sites, str) else [sites]
+    if unknown or not sites:
+        raise IdentityProbeError(
+            f"sites: {unknown or list(sites)} are not residual sites of this model (a list of them); choose from "
+            f"{', '.join(every)}"
+        )
     n_held = max(1, round(n_train_windows * HELDOUT_FRACTION))
     if n_train_windows - n_held < 1:
         raise IdentityProbeError(f"n_train_windows must be at least 2, got {n_train_windows}")

@@ -89,6 +89,8 @@ def train_windows(
         raise IdentityProbeError(
             f"train_tokens: need a 1-D token array longer than n_ctx={n_ctx}, got shape {tokens.shape}"
         )
+    if not np.issubdtype(tokens.dtype, np.integer):  # floats would be cut to ids (0.37 -> 0) without a word
+        raise IdentityProbeError(f"train_tokens: token ids must be integers, got a {tokens.dtype} array")
     starts = torch.randint(len(tokens) - n_ctx, (n_windows,), generator=torch.Generator().manual_seed(seed))
     return torch.from_numpy(np.stack([np.asarray(tokens[s : s + n_ctx], dtype=np.int64) for s in starts.tolist()]))
 

@@ -108,3 +108,42 @@ def test_decompose_names_a_cache_or_site_of_the_wrong_kind():
     refused(ArgumentError, "site", decompose, cache, 3)
     for bad in (None, [1, 2]):
         refused(ArgumentError, "cache", decompose, bad, "final", model)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The fresh audit (issue 46): batches of two lengths, every batch's gradients, identity decoders' inputs
+
+
+def test_attention_stats_over_batches_of_two_lengths_counts_every_query_position_once():
+    uniform = tiny_model(mixer="uniform")  # alpha_tt is 1/(t+1) at every position: the ratio must be 1 exactly
+    stats = attention_stats(uniform, [ids(n=4), ids(n=8)])  # token tensors: 3 and 7 positions
+    assert stats["alpha_tt_ratio"] == pytest.approx([1.0, 1.0], abs=1e-6)
+    assert stats["uniform_baseline"] == pytest.approx(
+        (2 * 2 * (1 / 2 + 1 / 3) / 2 + 2 * 6 * sum(1 / (t + 1) for t in range(1, 7)) / 6) / (2 * 2 + 2 * 6)
+    )
+
+
+def test_measure_reads_the_gradients_of_every_batch_not_the_first():
+    from probes import gradient_flow
+
+    model, x, y = tiny_model(), ids(n=8), ids(n=8, seed=2)
+    whole = gradient_flow(model, x, y)
+    assert measure(model, [(x[:1], y[:1]), (x[1:], y[1:])])["gradients"] == whole  # one length: concatenated
+    # two lengths: the short batch padded with masked targets, the mean loss over all 8 + 4 tokens
+    ragged = measure(model, [(x[:1], y[:1]), (x[1:, :4], y[1:, :4])])["gradients"]
+    logits = torch.cat([model(x[:1])[0], model(x[1:, :4])[0]])
+    expected = torch.nn.functional.cross_entropy(logits, torch.cat([y[0], y[1, :4]]))
+    assert ragged["loss"] == pytest.approx(expected.item(), abs=1e-6)
+
+
+def test_identity_probes_refuse_float_train_tokens_unknown_sites_and_acts_of_another_width():
+    from probes.decoders import fit_decoders
+
+    model = tiny_model()
+    tokens = np.arange(400) % 10
+    refused(IdentityProbeError, "train_tokens", measure_identity, model, tokens / 10, [ids()], n_train_windows=4)
+    refused(IdentityProbeError, "sites", fit_decoders, model, tokens, ["blocks.0.hook_resid_psot"], n_train_windows=4)
+    decoders = fit_decoders(model, tokens, ["blocks.1.hook_resid_post"], n_train_windows=4, max_iter=5)
+    refused(
+        IdentityProbeError, "acts", decoders.per_sequence_ce, "blocks.1.hook_resid_post", torch.zeros(2, 8, 32), ids()
+    )

@@ -162,8 +162,8 @@ def test_measure_on_a_checkpoint_equals_the_probes_on_the_model(tmp_path):
     direct = {
         "attention": attention_stats(model, data),
         "norms": hidden_norms(model, data),
-        "gradients": gradient_flow(model, *data[0]),
-    }
+        "gradients": gradient_flow(model, torch.cat([x for x, _ in data]), torch.cat([y for _, y in data])),
+    }  # the gradients of every batch (one length here: concatenated), not the first batch's (issue 46)
     assert measure(tmp_path / "ckpt.pt", data) == direct  # bit for bit: the same weights, the same order
     assert measure(load_checkpoint(tmp_path / "ckpt.pt"), data) == direct
     assert measure(model, data) == direct
