@@ -85,6 +85,11 @@ def save_checkpoint(path: str | Path, model: nn.Module, **state: Any) -> str:
     if reserved:
         raise CheckpointError(f"state keys {sorted(reserved)} are reserved")
     module = getattr(model, "module", model)  # unwrap DDP
+    if not isinstance(getattr(module, "cfg", None), ModelConfig):  # an export's TL config: a file nothing loads
+        raise CheckpointError(
+            f"model: save_checkpoint saves a ResidualGPT, not a {type(module).__name__}; save a TransformerLens "
+            "export with interp.save_hooked (or the ResidualGPT it came from)"
+        )
     for key, value in getattr(module, "vocab_state", {}).items():  # the vocabulary from_checkpoint attached
         state.setdefault(key, value)
     payload = {

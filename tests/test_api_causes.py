@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 from api_models import ids, refused, tiny_config, tiny_model
-from majors import export
+from majors import export, tl3_only
 
 from interp import ResidualGPT
-from interp.decompose import DecompositionError, decompose, direct_logit_attribution, logit_lens
+from interp.decompose import DecompositionError, decompose, direct_logit_attribution, logit_lens, logit_lens_over
 from interp.errors import CacheMismatchError, ConfigEditedError
 
 HOOK_BLAMED = "a hook changed the residual stream"
@@ -101,3 +101,32 @@ def test_a_config_replaced_by_an_equal_one_is_not_an_edit():
     plain = model(ids())
     model.cfg = model.cfg.replace()
     assert torch.equal(model(ids()), plain)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The fresh audit (issue 46): what was handed, named
+
+
+def test_a_resgpt_of_a_dict_names_cfg():
+    from interp.errors import ArgumentError
+
+    refused(ArgumentError, "cfg", ResidualGPT, tiny_config().to_dict())
+
+
+@tl3_only
+def test_a_checkpoint_of_an_export_is_refused_naming_save_hooked(tmp_path):
+    from interp import save_checkpoint
+    from interp.errors import CheckpointError
+
+    error = refused(
+        CheckpointError, "model", save_checkpoint, tmp_path / "x.pt", export(tiny_model(), vocab=list("abcdefghij"))
+    )
+    assert "save_hooked" in str(error) and not (tmp_path / "x.pt").exists()
+
+
+def test_logit_lens_figure_names_one_record_handed_for_a_mapping_of_them():
+    from interp.plots import PlotInputError, logit_lens_figure
+
+    record = logit_lens_over(tiny_model(), [ids()])
+    refused(PlotInputError, "runs", logit_lens_figure, record)
+    assert len(logit_lens_figure({"tiny": record}).data) == 1

@@ -114,3 +114,14 @@ def test_an_export_of_a_model_on_the_meta_device_is_refused():
     from interp.tl.hooked import to_hooked_transformer
 
     refused(ShapeError, "source", to_hooked_transformer, tiny_model().to("meta"))
+
+
+@tl3_only
+def test_the_exports_generate_crops_a_text_prompt_longer_than_n_ctx_as_model_generate_does():
+    from test_hooked import CHARS, convert, make_model
+
+    model = make_model("random")
+    model.vocab_state = {"vocab": CHARS}
+    prompt = "ROMEO: what is it now, my lord?"  # 31 characters, n_ctx 16
+    greedy = convert(model).generate(prompt, max_new_tokens=3, do_sample=False, verbose=False)
+    assert greedy == model.generate(prompt, 3, temperature=0) and greedy.startswith(prompt)

@@ -256,8 +256,8 @@ class ExportedHookedTransformer(BoundaryHooks, HookedTransformer):
         if isinstance(text, list):
             tokens = None
         elif isinstance(text, str):
-            tokens = HookedTransformer.to_tokens(
-                self, text, prepend_bos=a["prepend_bos"], padding_side=a["padding_side"]
+            tokens = HookedTransformer.to_tokens(  # whole: a prompt past n_ctx is cropped below, as model.generate's
+                self, text, prepend_bos=a["prepend_bos"], padding_side=a["padding_side"], truncate=False
             )
         else:
             tokens = text
