@@ -145,7 +145,8 @@ def test_the_early_predictors_baseline_is_the_pools_majority_not_a_held_out_one(
 def test_a_feature_lower_in_the_runs_that_escape_reads_as_a_strong_predictor_not_auc_zero():
     """Issue 46: "growth: predicts escape ... AUC 0.00 [0.00, 0.00]" read as a contradiction. An AUC below 0.5 is
     a feature that separates the other way: written as 1 - AUC, with its direction."""
-    from experiments.escape_time.escape_predictor import auc_text, verdict_line
+    from experiments.escape_time.escape_predictor import verdict_line
+    from experiments.shared.held_out import auc_text
 
     samples = [
         {"seed": seed, "features": {"growth": 1.0 + 5.0 * (k >= 2) + 0.1 * seed, "depth": 2.0}, "escaped": k < 2}
@@ -157,8 +158,8 @@ def test_a_feature_lower_in_the_runs_that_escape_reads_as_a_strong_predictor_not
     line = verdict_line("growth", item)
     assert "predicts escape" in line and "AUC 1.00 [1.00, 1.00], lower values escape" in line and "AUC 0.00" not in line
     flipped = [{**s, "features": {**s["features"], "growth": -s["features"]["growth"]}} for s in samples]
-    assert auc_text(evaluate_by_seed(flipped)["growth"]) == "AUC 1.00 [1.00, 1.00], higher values escape"
-    assert auc_text({"auc": 0.3, "auc_interval": [0.1, 0.6]}) == "AUC 0.70 [0.40, 0.90], lower values escape"
+    assert auc_text(evaluate_by_seed(flipped)["growth"], "escape") == "AUC 1.00 [1.00, 1.00], higher values escape"
+    assert auc_text({"auc": 0.3, "auc_interval": [0.1, 0.6]}, "escape") == "AUC 0.70 [0.40, 0.90], lower values escape"
 
 
 def test_onset_reads_when_a_measure_leaves_its_plateau():

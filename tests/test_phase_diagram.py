@@ -519,6 +519,20 @@ def test_evaluate_says_what_predicts_and_what_cannot_be_tested():
     assert "every run is collapsed" in same["untestable"] and "not testable" in verdict_text("grad0", same)
 
 
+def test_an_auc_below_half_is_written_in_the_direction_it_separates():
+    """Issue 46: "AUC 0.06 [0.01, 0.15]" beside "predicts" reads as no prediction where it is a strong one the
+    other way. The line says which side collapses; the stored AUC stays Mann-Whitney's."""
+    lower_collapse = [sample(x, x < 10) for x in range(20)]
+    item = evaluate(lower_collapse, ("grad0",))["grad0"]
+    assert item["auc"] == 0.0 and item["predicts"]
+    line = verdict_text("grad0", item)
+    assert "AUC 1.00 [1.00, 1.00], lower values collapse" in line and "AUC 0.00" not in line
+    higher = verdict_text("grad0", evaluate([sample(x, x > 9) for x in range(20)], ("grad0",))["grad0"])
+    assert "AUC 1.00 [1.00, 1.00], higher values collapse" in higher
+    item = {**item, "auc": 0.06, "auc_interval": [0.01, 0.15]}  # the page's grad_warm, as now written
+    assert "AUC 0.94 [0.85, 0.99], lower values collapse" in verdict_text("grad_warm", item)
+
+
 def test_features_from_probe_records():
     probes = {
         "gradients": [{"step": s, "attn": [3.0 * (s + 1)], "mlp": [4.0 * (s + 1)]} for s in (0, 10, 20, 30)],

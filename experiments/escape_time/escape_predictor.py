@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from experiments.shared.held_out import auc, binomial_interval, bootstrap_auc, classify, fit_threshold
+from experiments.shared.held_out import auc, auc_text, binomial_interval, bootstrap_auc, classify, fit_threshold
 
 FEATURES = ("val_loss", "alpha_tt_layer0", "grad_block0", "growth", "identity", "depth")
 
@@ -86,17 +86,6 @@ def evaluate_by_seed(samples: list[dict[str, Any]], features: tuple[str, ...] = 
     return out
 
 
-def auc_text(item: dict[str, Any]) -> str:
-    """The AUC read in the direction the feature separates: an AUC below 0.5 means lower values escape, so it is
-    written as 1 - AUC with "lower values escape" ("AUC 0.00" read as no prediction where it is a perfect one)."""
-    a, (lo, hi) = item["auc"], item["auc_interval"]
-    if a == 0.5:
-        return f"AUC 0.50 [{lo:.2f}, {hi:.2f}], no direction"
-    if a > 0.5:
-        return f"AUC {a:.2f} [{lo:.2f}, {hi:.2f}], higher values escape"
-    return f"AUC {1 - a:.2f} [{1 - hi:.2f}, {1 - lo:.2f}], lower values escape"
-
-
 def verdict_line(name: str, item: dict[str, Any]) -> str:
     if "untestable" in item:
         return f"{name}: not testable ({item['untestable']})"
@@ -104,7 +93,7 @@ def verdict_line(name: str, item: dict[str, Any]) -> str:
     word = "predicts escape" if item["predicts"] else "does not beat the majority baseline"
     return (
         f"{name}: {word}: held-out accuracy {item['accuracy']:.2f} [{lo:.2f}, {hi:.2f}] against majority "
-        f"{item['majority_accuracy']:.2f}; {auc_text(item)} ({item['n']} runs, {item['n_escaped']} escaped, "
+        f"{item['majority_accuracy']:.2f}; {auc_text(item, 'escape')} ({item['n']} runs, {item['n_escaped']} escaped, "
         f"{item['n_seeds']} seeds)"
     )
 

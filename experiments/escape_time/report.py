@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from experiments.escape_time.escape_predictor import auc_text, verdict_line
+from experiments.escape_time.escape_predictor import verdict_line
 from experiments.shared.frame import Context
+from experiments.shared.held_out import auc_text
 from experiments.shared.text import fmt_number, table_figure
 
 
@@ -313,7 +314,7 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
             fmt_number(item.get("accuracy"), ".2f"),
             "-" if "interval" not in item else "[{:.2f}, {:.2f}]".format(*item["interval"]),
             fmt_number(item.get("majority_accuracy"), ".2f"),
-            auc_text(item) if "auc" in item else "-",
+            auc_text(item, "escape") if "auc" in item else "-",
             "yes" if item.get("predicts") else item.get("untestable", "no"),
         ]
         for name, item in results["predictor"].items()

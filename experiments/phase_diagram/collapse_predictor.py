@@ -16,8 +16,10 @@ fitted on all but one run and scored on the one left out, for every run (leave-o
 common outcome (a fold's majority would do worse: left out, a run of a balanced grid is always the
 minority); and on seeded random half splits (the mean held-out
 accuracy). The rank-based AUC (no fitting; 0.5 = no information, either side of 0.5 informs) comes with a
-seeded bootstrap 95% interval. A feature "predicts" only when its interval's lower bound is above the
-majority baseline. Plain Python (no numpy), seeded: the same numbers on every machine.
+seeded bootstrap 95% interval; it is stored as P(a collapsed run's value > a surviving run's) and written in the
+direction it separates (held_out.auc_text: "AUC 0.94 [..], lower values collapse" for a stored 0.06). A feature
+"predicts" only when its interval's lower bound is above the majority baseline. Seeded: the same numbers on
+every machine (experiments.shared.held_out).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 
 from experiments.shared.held_out import (
     auc,
+    auc_text,
     binomial_interval,
     bootstrap_auc,
     fit_threshold,
@@ -141,13 +144,12 @@ def verdict_text(name: str, item: dict[str, Any]) -> str:
     if "untestable" in item:
         return f"{name}: not testable ({item['untestable']})"
     lo, hi = item["loo_interval"]
-    a_lo, a_hi = item["auc_interval"]
     split = f"{item['split_accuracy']:.2f}" if item["split_accuracy"] is not None else "n/a"
     word = "PREDICTS" if item["predicts"] else "does not predict beyond the majority class"
     return (
         f"{name}: {word}: held-out (leave-one-out) accuracy {item['loo_accuracy']:.2f} [{lo:.2f}, {hi:.2f}] "
-        f"vs majority {item['majority_accuracy']:.2f}; random halves {split}; AUC {item['auc']:.2f} "
-        f"[{a_lo:.2f}, {a_hi:.2f}] ({item['n']} runs, {item['n_collapsed']} collapsed)"
+        f"vs majority {item['majority_accuracy']:.2f}; random halves {split}; {auc_text(item, 'collapse')} "
+        f"({item['n']} runs, {item['n_collapsed']} collapsed)"
     )
 
 

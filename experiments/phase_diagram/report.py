@@ -13,6 +13,7 @@ from experiments.phase_diagram.boundary import SHORT, fmt, mark
 from experiments.phase_diagram.collapse_predictor import EARLY_FEATURES, verdict_text
 from experiments.phase_diagram.grid import CONFIRM_FACTOR, CONFIRM_SEEDS, LABELS
 from experiments.shared.frame import Context
+from experiments.shared.held_out import auc_text
 from experiments.shared.text import fmt_number, format_table, table_figure
 
 
@@ -255,8 +256,7 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
                 fmt_number(item.get("loo_accuracy"), ".2f"),
                 "-" if "loo_interval" not in item else "[{:.2f}, {:.2f}]".format(*item["loo_interval"]),
                 fmt_number(item.get("majority_accuracy"), ".2f"),
-                fmt_number(item.get("auc"), ".2f"),
-                "-" if "auc_interval" not in item else "[{:.2f}, {:.2f}]".format(*item["auc_interval"]),
+                auc_text(item, "collapse") if "auc" in item else "-",
                 "yes" if item.get("predicts") else item.get("untestable", "no"),
             ]
             for n, item in results[key].items()
@@ -272,8 +272,7 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
                         "LOO accuracy",
                         "95% (exact)",
                         "majority",
-                        "AUC",
-                        "95% (bootstrap)",
+                        "AUC [95% bootstrap], direction",
                         "predicts",
                     ],
                     rows,

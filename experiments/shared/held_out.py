@@ -13,6 +13,7 @@ every published AUC interval, which cannot be recomputed from the shipped result
 from __future__ import annotations
 
 import random
+from typing import Any
 
 N_SPLITS = 20
 N_BOOTSTRAP = 1000
@@ -79,6 +80,18 @@ def bootstrap_auc(xs: list[float], ys: list[bool], n: int = N_BOOTSTRAP, seed: i
             values.append(auc([xs[i] for i in pick], ry))
     values.sort()
     return values[int(0.025 * (len(values) - 1))], values[int(0.975 * (len(values) - 1))]
+
+
+def auc_text(item: dict[str, Any], outcome: str) -> str:
+    """An item's AUC ({"auc", "auc_interval"}) read in the direction the feature separates, `outcome` the positive
+    class as a verb ("escape", "collapse"): an AUC below 0.5 means lower values have the outcome, so it is written
+    as 1 - AUC with "lower values <outcome>" ("AUC 0.00" read as no prediction where it is a perfect one)."""
+    a, (lo, hi) = item["auc"], item["auc_interval"]
+    if a == 0.5:
+        return f"AUC 0.50 [{lo:.2f}, {hi:.2f}], no direction"
+    if a > 0.5:
+        return f"AUC {a:.2f} [{lo:.2f}, {hi:.2f}], higher values {outcome}"
+    return f"AUC {1 - a:.2f} [{1 - hi:.2f}, {1 - lo:.2f}], lower values {outcome}"
 
 
 def binomial_interval(k: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
