@@ -15,7 +15,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from interp.checks.api import as_batch_pairs
+from interp.checks.api import as_batch_pairs, check_materialised
 from interp.errors import ShapeError, ToolkitError
 from interp.registry import mixer_spec
 
@@ -65,6 +65,7 @@ def attention_stats(model, batches: Iterable[tuple[Tensor, Tensor]]) -> dict:
     the mean of 1/(t+1) over those same positions.
     """
     batches = as_batch_pairs(batches)
+    check_materialised(model, "model")
     mixer = getattr(model.cfg, "mixer", "attention")  # a HookedTransformer has attention
     if not mixer_spec(mixer).has_pattern:
         return {"skipped": f"{mixer} mixer has no attention pattern"}

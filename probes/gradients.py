@@ -16,9 +16,10 @@ import math
 from contextlib import contextmanager
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-from interp.checks.api import check_pair
+from interp.checks.api import check_materialised, check_pair, check_targets
 from interp.model import train_mode_hooks_expected
 
 
@@ -77,9 +78,12 @@ def capture_resid_grads(model: nn.Module):
 def gradient_flow(model: nn.Module, x: Tensor, y: Tensor) -> dict:
     """One forward/backward on (x, y) in eval mode; parameter and residual gradient norms.
 
-    Existing .grad values are saved and restored, so this is safe mid-training.
+    Existing .grad values are saved and restored, so this is safe mid-training. The loss is the model's own
+    (cross-entropy, -1 targets masked), computed from the logits, so an export (interp.to_hooked_transformer)
+    is read as well as a ResidualGPT.
     """
     check_pair(x, y)
+    check_materialised(model, "model")
     saved = {n: p.grad for n, p in model.named_parameters()}
     frozen = [p for p in model.parameters() if not p.requires_grad]  # measured too, then frozen again
     was_training = model.training
@@ -90,7 +94,10 @@ def gradient_flow(model: nn.Module, x: Tensor, y: Tensor) -> dict:
             p.requires_grad_(True)
         with torch.enable_grad(), capture_resid_grads(model) as grads:
             device = next(model.parameters()).device
-            _, loss = model(x.to(device), y.to(device))
+            logits, y = model(x.to(device)), y.to(device)
+            check_targets(y, logits.shape[-1], "y")
+            # ResidualGPT.forward's loss, op for op (a HookedTransformer reads a second argument as return_type)
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), ignore_index=-1)
             loss.backward()
         out = parameter_grad_norms(model)
         out["resid"] = [grads.get(s, 0.0) for s in resid_grad_sites(model.cfg.n_layers)]

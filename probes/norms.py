@@ -15,7 +15,7 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor
 
-from interp.checks.api import as_batch_pairs
+from interp.checks.api import as_batch_pairs, check_materialised
 from interp.stream_layout import resid_sites
 
 
@@ -28,6 +28,7 @@ def norm_site_names(n_layers: int) -> list[str]:
 def hidden_norms(model, batches: Iterable[tuple[Tensor, Tensor]]) -> dict:
     """{"sites": names, "norms": mean per-token L2 norm at each, "growth": final / embedding}."""
     batches = as_batch_pairs(batches)
+    check_materialised(model, "model")
     sites = norm_site_names(model.cfg.n_layers)
     sums = dict.fromkeys(sites, 0.0)
     count = 0

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from api_models import ids, refused, tiny_model
-from majors import tl3_only
+from majors import export, tl3_only
 
 from interp.decompose import decompose, direct_logit_attribution, logit_lens_over
 from interp.errors import ArgumentError, ShapeError
@@ -147,3 +147,21 @@ def test_identity_probes_refuse_float_train_tokens_unknown_sites_and_acts_of_ano
     refused(
         IdentityProbeError, "acts", decoders.per_sequence_ce, "blocks.1.hook_resid_post", torch.zeros(2, 8, 32), ids()
     )
+
+
+@pytest.mark.parametrize("probe", [hidden_norms, attention_stats, measure], ids=lambda f: f.__name__)
+def test_probes_refuse_a_model_on_the_meta_device_by_name(probe):
+    refused(ShapeError, "model", probe, tiny_model().to("meta"), [ids()])
+
+
+@tl3_only
+def test_gradient_flow_reads_the_export_as_the_model_it_came_from():
+    from probes import gradient_flow
+
+    model, x, y = tiny_model(), ids(), ids(seed=2)
+    y[0, :2] = -1  # masked in both
+    ours, theirs = gradient_flow(model, x, y), gradient_flow(export(model, vocab=list("abcdefghij")), x, y)
+    assert theirs["loss"] == pytest.approx(ours["loss"], abs=1e-6) and ours["loss"] == pytest.approx(
+        model(x, y)[1].item()
+    )
+    assert theirs["resid"] == pytest.approx(ours["resid"], rel=1e-4)
