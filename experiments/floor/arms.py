@@ -16,9 +16,10 @@ import functools
 from dataclasses import dataclass
 
 from experiments.floor.knob import scale_qk
-from experiments.shared.frame import Context, Variant, check_number
+from experiments.shared.frame import Context, Group, Job, Variant, check_number
 from experiments.shared.text import num
 from interp.errors import ToolkitError
+from probes.uniformity import UniformityProbe
 
 PARTS = ("control", "knob", "schedule", "attn")
 DEFAULT_PARTS = ("control", "knob", "schedule")
@@ -169,3 +170,25 @@ class Arms:
 
     def control_for(self, arm: Arm) -> Arm:
         return Arm("control", "ffn_only", arm.depth, arm.length)
+
+
+def uniformity_interval(ctx: Context) -> int:
+    return 2 * ctx.spec.train.eval_interval
+
+
+def arm_groups(ctx: Context, arms: Arms, chosen: list[Arm]) -> list[Group]:
+    every = uniformity_interval(ctx)
+
+    def callbacks(variant, seed):
+        return [UniformityProbe(every)]
+
+    groups = []
+    for n in sorted({a.seeds for a in chosen}, key=lambda n: -1 if n is None else n):
+        variants = [arms.variant(a) for a in chosen if a.seeds == n]
+        seeds = None if n is None else sorted(ctx.seeds)[:n]
+        groups.append(Group(ctx.spec, variants, callbacks=callbacks, seeds=seeds))
+    return groups
+
+
+def arm_jobs(groups: list[Group], ctx: Context) -> list[Job]:
+    return [Job(g, v, s) for g in groups for v in g.variants for s in (g.seeds or ctx.seeds)]

@@ -1,8 +1,11 @@
-"""The floor's report: the initialisation table as a figure and as rows."""
+"""The floor's console text and report: the arms' table, the verdicts, the initialisation table and figure."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from experiments.floor.predictions import step_text
+from experiments.shared.frame import Context
 
 SWEEP_LABEL = {"depth": "depth", "width": "width", "n_ctx": "context"}
 
@@ -58,3 +61,105 @@ def init_rows(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             ]
         )
     return headers, rows
+
+
+def table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    key = f"{results['margin']:g}"
+    headers = ["arm", "runs", "escaped", "median escape [95%]", "on floor at end", "plateau", "u at init"]
+    rows = []
+    for c in results["cells"]:
+        m = c["median"]
+        med = (
+            "past end"
+            if m["median"] is None
+            else f"{m['median']:.0f} [{step_text(m['lower'])}, {step_text(m['upper'])}]"
+        )
+        s = c["survival_at_last"]
+        p = c["plateau"][key]
+        rows.append(
+            [
+                c["name"],
+                str(c["n"]),
+                str(c["n_escaped"]),
+                med,
+                f"{s[0]:.2f} [{s[1]:.2f}, {s[2]:.2f}]",
+                f"{p['word']} ({p['n_waits']}/{p['n']}, {p['median_time']:.0f} steps)",
+                f"{c['u_mean']:.3f}",
+            ]
+        )
+    return headers, rows
+
+
+def summary(results: dict[str, Any]) -> str:
+    lines = []
+    rel = results["relation"]
+    if rel.get("fitted"):
+        b = rel["b"]
+        lines.append(
+            f"relation (controls, {rel['n_runs']} runs, {rel['n_escaped']} escaped): log T = "
+            f"{rel['a']['value']:.2f} + {b['value']:.2f} [{b['lower']:.2f}, {b['upper']:.2f}] u, sigma "
+            f"{rel['sigma']['value']:.2f}"
+        )
+    else:
+        lines.append(f"relation: not fitted ({rel.get('why')})")
+    for name, k in results["knob"].items():
+        lines.append(knob_line(name, k))
+    for name, t in results["transfer"].items():
+        lines.append(transfer_line(name, t))
+    rates = results["init"]["rates"]
+    if rates:
+        lines.append(
+            "at initialisation, residual per layer: "
+            + "; ".join(f"{c} x{r['rate']:.2f} [{r['lower']:.2f}, {r['upper']:.2f}]" for c, r in rates.items())
+        )
+    f = results.get("factor")
+    if f and f.get("factor"):
+        lines.append(
+            f"controls: the median wait grows x{f['factor']:.1f} a layer (depth {f['depths'][0]} to {f['depths'][1]})"
+        )
+    al = results["alignment"]
+    if al["order"]:
+        lines.append(
+            f"first to move around the escape ({al['n_escaped']} escapes): "
+            + ", ".join(f"{n} {lead:+.0f} ({k} runs)" for n, lead, k in al["order"][:4])
+        )
+    return "\n".join(lines)
+
+
+def knob_line(name: str, k: dict[str, Any]) -> str:
+    p, o, h = k["prediction"], k["observed"], k["held"]
+    if not p.get("predicted"):
+        return f"{name}: no prediction ({p.get('why')})"
+    when = "written before training" if k["written_before_training"] else "NOT written before training"
+    verdict = "held" if h["held"] else "failed"
+    obs = f"observed median {step_text(o['median'])}, {o['floor_at_last']:.2f} on the floor"
+    pm = f"predicted median [{step_text(p['median']['lower'])}, {step_text(p['median']['upper'])}]"
+    pf = f"on the floor [{p['floor_interval'][0]:.2f}, {p['floor_interval'][1]:.2f}]"
+    lr = "" if k["logrank_p"] is None else f"; log-rank against {k['control']} p = {k['logrank_p']:.2g}"
+    return f"{name}: prediction {verdict} ({when}): {pm}, {pf}; {obs} ({o['n']} runs){lr}"
+
+
+def transfer_line(name: str, t: dict[str, Any]) -> str:
+    p, o, h = t["prediction"], t["observed"], t["held"]
+    if not p.get("predicted"):
+        return f"{name}: the controls' relation predicts nothing ({p.get('why')})"
+    return (
+        f"{name}: the ffn_only relation {'holds' if h['held'] else 'fails'}: predicted median "
+        f"[{step_text(p['median']['lower'])}, {step_text(p['median']['upper'])}], observed {step_text(o['median'])} "
+        f"({o['n']} runs)"
+    )
+
+
+def sections(results: dict[str, Any], ctx: Context) -> list:
+    headers, rows = init_rows(results)
+    from experiments.shared.text import table_figure
+
+    return [
+        ("Summary", summary(results), None),
+        (
+            "At initialisation",
+            "residual at the last resid_post, mean over seeds [95% t interval]",
+            init_figure(results),
+        ),
+        table_figure(headers, rows),
+    ]

@@ -1,0 +1,105 @@
+"""The knob's predictions, written to predictions-floor.json before its arms train and never rewritten."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from experiments.floor.arms import Arms, arm_groups, arm_jobs
+from experiments.floor.per_run import summarise_floor_run
+from experiments.floor.relation import fit_relation, predict
+from experiments.shared.frame import Context, Job
+
+PREDICTIONS = "predictions-floor.json"
+
+
+def relation_runs(runs: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
+    return [
+        {"u": r["u"], "escape": r["escape"][key], "last_step": r["last_step"]} for r in runs if r["part"] == "control"
+    ]
+
+
+def control_runs(ctx: Context, arms: Arms) -> list[dict[str, Any]]:
+    """The finished control runs, each checked as a reused run is before anything of it is read."""
+    from experiments.shared.launch import run_config
+
+    names = arms.by_name()
+    out = []
+    for job in arm_jobs(arm_groups(ctx, arms, [a for a in arms.arms if a.part == "control"]), ctx):
+        run, asked = job.run_dir(ctx.out), run_config(job, ctx.corpus)
+        run.check(asked)
+        run.verify_finished(asked)
+        record = run.load()
+        record.update(variant=job.variant.name, seed=job.seed)
+        out.append(summarise_floor_run(record, ctx, names))
+    return out
+
+
+def public_relation(relation: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in relation.items() if k != "draws"}
+
+
+def write_predictions(ctx: Context, jobs: list[Job]) -> list[str]:
+    """Before the knob arms in `jobs` train: their predictions into predictions-floor.json (an arm already
+    there keeps its first prediction), and the lines that print them."""
+    from experiments.floor.init_measure import init_uniformity, probe_batches
+    from interp.io import atomic_write
+
+    arms = Arms(ctx)
+    by_name = arms.by_name()
+    knob = [j for j in jobs if j.variant.name in by_name and by_name[j.variant.name].part == "knob"]
+    if not knob:
+        return []
+    path = ctx.result_dir / PREDICTIONS
+    stored = json.loads(path.read_text()) if path.exists() else {"arms": {}}
+    key = f"{ctx.args.margin:g}"
+    relation = None
+    batches = probe_batches(ctx.corpus.val, ctx.spec.model.n_ctx, ctx.spec.train.batch_size)
+    lines = []
+    for name in dict.fromkeys(j.variant.name for j in knob):
+        members = [j for j in knob if j.variant.name == name]
+        seeds = [j.seed for j in members]
+        entry = stored["arms"].get(name)
+        if entry is None or entry.get("seeds") != seeds or entry.get("margin") != key:
+            if relation is None:
+                relation = fit_relation(relation_runs(control_runs(ctx, arms), key))
+            us = [init_uniformity(j.spec.model, j.seed, batches, j.variant.model_init)["u"] for j in members]
+            steps = members[0].spec.train.max_steps
+            entry = {
+                "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+                "margin": key,
+                "seeds": seeds,
+                "us": us,
+                "last_step": steps,
+                "relation": public_relation(relation),
+                "prediction": predict(relation, us, steps, ctx.spec.train.eval_interval),
+                "trained_after": [not j.run_dir(ctx.out).path.exists() for j in members],
+            }
+            stored["arms"][name] = entry
+        lines.append(prediction_text(name, entry))
+    ctx.result_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(stored, indent=1)))
+    lines.append(f"predictions written to {path} before these arms train")
+    return lines
+
+
+def prediction_text(name: str, entry: dict[str, Any]) -> str:
+    p = entry["prediction"]
+    if not p.get("predicted"):
+        return f"{name}: no prediction ({p.get('why')})"
+    lo, hi = p["median"]["lower"], p["median"]["upper"]
+    m = f"[{step_text(lo)}, {step_text(hi)}]"
+    f_lo, f_hi = p["floor_interval"]
+    return (
+        f"{name}: predicted ({entry['created']}) from u = {np.mean(entry['us']):.3f}: median escape {m}, "
+        f"on the floor at step {entry['last_step']} {p['floor_at_last']:.2f} [{f_lo:.2f}, {f_hi:.2f}]"
+        + (" (uninformative: its interval spans the whole run)" if p["uninformative"] else "")
+    )
+
+
+def step_text(v: float | None) -> str:
+    return "past the last step" if v is None else f"{v:.0f}"

@@ -1,0 +1,174 @@
+"""python -m experiments.floor (issue 44): the knob, the relation and its predictions, the plateau rule, and the
+command end to end on the smoke preset - predictions written before the knob trains and never rewritten."""
+
+import functools
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from experiments.floor.init_measure import init_model, init_uniformity
+from experiments.floor.knob import scale_qk
+from experiments.floor.plateau import cell_plateau, plateau
+from experiments.floor.predictions import PREDICTIONS
+from experiments.floor.relation import fit_relation, held, observe, predict
+from experiments.floor.run import EXPERIMENT
+from interp.config import ModelConfig
+from interp.errors import ToolkitError
+
+CFG = ModelConfig(n_layers=2, n_heads=2, d_model=32, n_ctx=16, d_vocab=20, residual="ffn_only")
+
+
+def test_the_knob_multiplies_every_score_by_its_square():
+    tokens = torch.randint(0, 20, (2, 16), generator=torch.Generator().manual_seed(0))
+    plain, scaled = init_model(CFG, 5), init_model(CFG, 5, functools.partial(scale_qk, 3.0))
+    _, a = plain.run_with_cache(tokens, names_filter=lambda n: n.endswith("hook_attn_scores"))
+    _, b = scaled.run_with_cache(tokens, names_filter=lambda n: n.endswith("hook_attn_scores"))
+    first = "blocks.0.attn.hook_attn_scores"  # layer 0 reads the same stream in both: exactly 9x
+    finite = torch.isfinite(a[first])
+    torch.testing.assert_close(b[first][finite], 9 * a[first][finite], rtol=1e-5, atol=1e-6)
+    for name, p in plain.named_parameters():  # nothing but W_Q and W_K moved
+        q = scaled.get_parameter(name)
+        if name.endswith("attn.in_proj.weight"):
+            torch.testing.assert_close(q[64:], p[64:], rtol=0, atol=0)  # values: rows [2d, 3d)
+        else:
+            torch.testing.assert_close(q, p, rtol=0, atol=0)
+
+
+def test_the_knob_refuses_a_scale_or_mixer_it_cannot_apply():
+    with pytest.raises(ToolkitError, match="finite number > 0"):
+        scale_qk(0.0, init_model(CFG, 0))
+    with pytest.raises(ToolkitError, match="softmax attention"):
+        scale_qk(2.0, init_model(CFG.replace(mixer="position_blind"), 0))
+
+
+def test_a_larger_scale_slows_collapse_at_init():
+    tokens = torch.randint(0, 20, (8, 17), generator=torch.Generator().manual_seed(1))
+    us = [init_uniformity(CFG, 3, tokens, functools.partial(scale_qk, s))["u"] for s in (1.0, 16.0)]
+    assert us[1] < us[0]
+
+
+def _synthetic(a: float, b: float, sigma: float, n: int, last: int, seed: int = 0, every: int = 1):
+    rng = np.random.default_rng(seed)
+    runs = []
+    for u in rng.uniform(0.5, 1.5, n):
+        t = math.exp(a + b * u + sigma * rng.standard_normal())
+        escape = int(math.ceil(t / every) * every)
+        runs.append({"u": float(u), "escape": escape if escape <= last else None, "last_step": last})
+    return runs
+
+
+def test_the_relation_recovers_a_known_slope_through_censoring():
+    runs = _synthetic(3.0, 3.0, 0.3, 200, 2000)
+    assert any(r["escape"] is None for r in runs)
+    rel = fit_relation(runs)
+    assert rel["fitted"]
+    assert rel["b"]["lower"] < 3.0 < rel["b"]["upper"]
+    assert rel["b"]["upper"] - rel["b"]["lower"] < 1.0
+
+
+def test_a_prediction_holds_on_its_own_model_and_fails_on_a_faster_one():
+    rel = fit_relation(_synthetic(3.0, 3.0, 0.3, 120, 3000, every=25))
+    us = [1.0] * 16  # the model's median wait at u = 1 is exp(6) = 403 steps
+    p = predict(rel, us, 3000, 25)
+    assert p["predicted"] and p["median"]["lower"] < 403 < p["median"]["upper"]
+    same = observe(_synthetic_at(1.0, 3.0, 3.0, 0.3, 16, 3000, seed=9), 3000)
+    fast = observe([{"escape": 25}] * 16, 3000)
+    assert held(p, same)["held"]
+    assert not held(p, fast)["held"] and held(p, fast)["floor"]  # the floor fraction (0) still fits
+
+
+def _synthetic_at(u, a, b, sigma, n, last, seed):
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        step = int(math.ceil(math.exp(a + b * u + sigma * rng.standard_normal()) / 25) * 25)
+        out.append({"escape": step if step <= last else None})
+    return out
+
+
+def test_the_relation_refuses_one_u_or_too_few_escapes():
+    flat = [{"u": 1.0, "escape": 100, "last_step": 200}] * 6
+    assert not fit_relation(flat)["fitted"]
+    none = [{"u": u, "escape": None, "last_step": 200} for u in (0.5, 1.0, 1.5, 2.0)]
+    rel = fit_relation(none)
+    assert not rel["fitted"] and "escape" in rel["why"]
+    assert predict(rel, [1.0], 200, 25) == {"predicted": False, "why": rel["why"]}
+
+
+def test_plateau_counts_steps_in_the_band_and_tells_a_wait_from_a_descent():
+    unigram = 3.3
+    wait = [4.0, 3.6, 3.31, 3.29, 3.30, 3.32, 3.28, 3.0, 2.8]
+    descent = [4.0, 3.5, 3.31, 3.1, 2.9, 2.8, float("nan"), 2.7]
+    w, d = plateau(wait, unigram, 0.05, 25), plateau(descent, unigram, 0.05, 25)
+    assert w == {"time": 125, "longest": 125, "waits": True}
+    assert d == {"time": 25, "longest": 25, "waits": False}
+    c = cell_plateau([{"plateau": {"0.05": w}}, {"plateau": {"0.05": d}}], "0.05")
+    assert c["n_waits"] == 1 and c["word"] == "waits"  # half the runs wait
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--parts", "knob"], "needs control"),
+        (["--parts", "control,bogus"], "distinct parts"),
+        (["--qk-scales", "1"], "control itself"),
+        (["--qk-scales", "4,nan"], "finite number"),
+        (["--qk-scales", "4,4"], "twice"),
+        (["--set", "max_steps=100"], "arms set max_steps"),
+        (["--set", "lr=0.01"], "the arms"),
+        (["--init-seeds", "1"], ">= 2"),
+        (["--margin", "0"], "finite number"),
+    ],
+)
+def test_bad_options_are_one_error_line_before_any_work(tmp_path, capsys, data, argv, message):
+    assert EXPERIMENT.main(["--preset", "smoke", "--out", str(tmp_path / "o"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not (tmp_path / "o").exists()
+
+
+def test_smoke_predicts_the_knob_before_it_trains_and_never_rewrites_the_prediction(tmp_path, capsys, data):
+    argv = ["--preset", "smoke", "--out", str(tmp_path), "--no-progress", "--seeds", "1,2,3,4"]
+    assert EXPERIMENT.main(argv) == 0
+    out = capsys.readouterr().out
+    folder = tmp_path / "smoke"
+    stored = json.loads((folder / PREDICTIONS).read_text())
+    results = json.loads((folder / "results-floor.json").read_text())
+    assert out.index("predicted (") < out.index("predictions written")
+    assert set(stored["arms"]) == set(results["knob"]) == {"ffn_only L1 240 steps qk8", "ffn_only L2 240 steps qk8"}
+    for name, k in results["knob"].items():
+        entry = stored["arms"][name]
+        assert all(entry["trained_after"]) and entry["created"]
+        assert k["written_before_training"] and k["prediction"] == entry["prediction"]
+        assert k["u_match"] < 1e-6  # the runs started from the models the prediction measured
+        assert k["held"]["held"] in (True, False)
+    assert results["init_check_max_diff"] < 1e-6
+    assert len(results["runs"]) == 22 and results["relation"]["fitted"]
+    assert {c["name"] for c in results["cells"]} >= {"attn_only L4 240 steps warmup-cosine"}
+    for r in results["runs"]:
+        assert set(r["plateau"]) == set(results["margins_text"]) and math.isfinite(r["u"])
+    cells = {c["sweep"] for c in results["init"]["cells"]}
+    assert cells == {"depth"} and set(results["init"]["rates"]) >= {"full", "ffn_only"}
+    assert (folder / "report-floor.html").stat().st_size > 10_000
+    # Again: every run reused, the predictions file byte for byte the same
+    before = (folder / PREDICTIONS).read_bytes()
+    assert EXPERIMENT.main(argv) == 0
+    assert (folder / PREDICTIONS).read_bytes() == before
+    assert json.loads((folder / "results-floor.json").read_text())["knob"] == results["knob"]
+
+
+def test_a_run_without_its_step_zero_probe_is_refused_by_name(tmp_path, capsys, data):
+    argv = ["--preset", "smoke", "--out", str(tmp_path), "--no-progress", "--seeds", "1,2,3,4", "--parts", "control"]
+    assert EXPERIMENT.main(argv) == 0
+    run = next((tmp_path / "smoke").glob("ffn_only_L1_*/seed1"))
+    lines = (run / "probes.jsonl").read_text().splitlines()
+    (run / "probes.jsonl").write_text(
+        "".join(x + "\n" for x in lines if '"uniformity"' not in x or '"step": 0,' not in x)
+    )
+    capsys.readouterr()
+    assert EXPERIMENT.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "step-0 uniformity" in err or "probes.jsonl" in err
