@@ -36,13 +36,13 @@ class Arm:
     seeds: int | None = None  # the lowest n of --seeds; None: all of them
 
 
-# preset -> (control depths with their lengths and knob scales, lr as a multiple of the preset's, schedule seeds)
-# phase-cell: depth 2 escapes at a median 175-200 steps within 1200, depth 3 at 1925 within 3600
-# (docs/results/escape_time.md); the scales sit on the steep part of the dose response at init
-# (docs/results/floor.md, "Finding the dose"); depth 3's one arm is the scale that moves its collapse most
-# (a 3600-step arm of 16 seeds is about 40 min here).
-PRESET_ARMS = {"smoke": (((1, 6, (8.0,)), (2, 6, (8.0,))), 2.0, 2)}
-DEFAULT_ARMS = (((2, 2, (8.0, 12.0)), (3, 6, (12.0,))), 0.5, 8)
+# preset -> ((depth, control length, knob scales, knob length) per control depth, lr as a multiple of the preset's,
+# schedule seeds). phase-cell: depth 2 escapes at a median 175-200 steps within 1200, depth 3 at 1925 within 3600
+# (docs/results/escape_time.md, replicated by the controls); the scales sit on the steep part of the dose response
+# at init (docs/results/floor.md, "Finding the dose"). Depth 3's knob arm is the scale that moves its collapse most,
+# trained 1200 steps: the prediction is read at the arm's own last step, and the control's survival is known there.
+PRESET_ARMS = {"smoke": (((1, 6, (8.0,), 6), (2, 6, (8.0,), 6)), 2.0, 2)}
+DEFAULT_ARMS = (((2, 2, (8.0, 12.0), 2), (3, 6, (12.0,), 2)), 0.5, 8)
 
 
 def add_arguments(p) -> None:
@@ -119,8 +119,9 @@ class Arms:
         cells, lr_mult, schedule_seeds = PRESET_ARMS.get(ctx.spec.preset, DEFAULT_ARMS)
         self.parts = parse_parts(args.parts)
         asked = parse_scales(args.qk_scales) if args.qk_scales else None
-        controls = tuple((d, n) for d, n, _ in cells)
-        self.scales = {d: asked or scales for d, _, scales in cells}
+        controls = tuple((d, n) for d, n, _, _ in cells)
+        self.scales = {d: asked or scales for d, _, scales, _ in cells}
+        self.knob_length = {d: k for d, _, _, k in cells}
         self.lr = lr_mult * train.lr
         self.ratio = train.min_lr / train.lr
         self.base_steps = train.max_steps
@@ -130,7 +131,9 @@ class Arms:
         if "control" in self.parts:
             arms += [Arm("control", "ffn_only", d, n) for d, n in controls]
         if "knob" in self.parts:
-            arms += [Arm("knob", "ffn_only", d, n, scale=s) for d, n in controls for s in self.scales[d]]
+            arms += [
+                Arm("knob", "ffn_only", d, self.knob_length[d], scale=s) for d, _ in controls for s in self.scales[d]
+            ]
         if "schedule" in self.parts:
             short = min(n for _, n in controls)
             attn_depth = 2 * deepest
@@ -169,7 +172,7 @@ class Arms:
         return {self.name(a): a for a in self.arms}
 
     def control_for(self, arm: Arm) -> Arm:
-        return Arm("control", "ffn_only", arm.depth, arm.length)
+        return next(a for a in self.arms if a.part == "control" and a.depth == arm.depth)
 
 
 def uniformity_interval(ctx: Context) -> int:
