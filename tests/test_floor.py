@@ -151,7 +151,9 @@ def test_smoke_predicts_the_knob_before_it_trains_and_never_rewrites_the_predict
     for r in results["runs"]:
         assert set(r["plateau"]) == set(results["margins_text"]) and math.isfinite(r["u"])
     cells = {c["sweep"] for c in results["init"]["cells"]}
-    assert cells == {"depth"} and set(results["init"]["rates"]) >= {"full", "ffn_only"}
+    assert cells == {"depth", "qk_scale"} and set(results["init"]["rates"]) >= {"full", "ffn_only"}
+    dose = {c["scale"]: c["residual"]["mean"] for c in results["init"]["cells"] if c["sweep"] == "qk_scale"}
+    assert dose[8.0] > dose[1.0]  # the knob slows collapse at init, as the command measured it
     assert (folder / "report-floor.html").stat().st_size > 10_000
     # Again: every run reused, the predictions file byte for byte the same
     before = (folder / PREDICTIONS).read_bytes()

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
 from typing import Any
 
 from experiments.floor.predictions import step_text
 from experiments.shared.frame import Context
 
-SWEEP_LABEL = {"depth": "depth", "width": "width", "n_ctx": "context"}
+SWEEP_LABEL = {"depth": "depth", "width": "width", "n_ctx": "context", "qk_scale": "query/key scale"}
 
 
 def init_figure(results: dict[str, Any]):
@@ -44,7 +46,7 @@ def init_figure(results: dict[str, Any]):
 
 
 def init_rows(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    headers = ["sweep", "configuration", "depth", "width", "context", "residual [95%]", "cosine", "erank"]
+    headers = ["sweep", "configuration", "depth", "width", "context", "qk scale", "residual [95%]", "cosine", "erank"]
     rows = []
     for c in results["init"]["cells"]:
         r = c["residual"]
@@ -55,6 +57,7 @@ def init_rows(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                 str(c["depth"]),
                 str(c["width"]),
                 str(c["n_ctx"]),
+                f"{c.get('scale', 1.0):g}",
                 f"{r['mean']:.3f} [{r['lower']:.3f}, {r['upper']:.3f}]",
                 f"{c['cosine']['mean']:.3f}",
                 f"{c['erank']['mean']:.1f}",
@@ -151,15 +154,72 @@ def transfer_line(name: str, t: dict[str, Any]) -> str:
 
 
 def sections(results: dict[str, Any], ctx: Context) -> list:
-    headers, rows = init_rows(results)
     from experiments.shared.text import table_figure
+    from interp.io import atomic_write
 
+    svg = ctx.result_dir / "init-floor.svg"  # beside the report: the depth sweep, static
+    atomic_write(svg, lambda tmp: Path(tmp).write_text(init_svg(results)))
+    headers, rows = init_rows(results)
     return [
         ("Summary", summary(results), None),
         (
             "At initialisation",
-            "residual at the last resid_post, mean over seeds [95% t interval]",
+            f"residual at the last resid_post, mean over seeds [95% t interval] (static figure: {svg.name})",
             init_figure(results),
         ),
         table_figure(headers, rows),
     ]
+
+
+def init_svg(results: dict[str, Any], width: int = 680, height: int = 300) -> str:
+    """The depth sweep at initialisation as a small self-contained SVG (log residual against depth): the
+    figure for a README, beside the interactive report."""
+    from xml.sax.saxutils import escape
+
+    from experiments.escape_time.report import PALETTE
+
+    init = results["init"]
+    cells = [c for c in init["cells"] if c["sweep"] == "depth"]
+    configs = list(dict.fromkeys(c["config"] for c in cells))
+    depths = sorted({c["depth"] for c in cells})
+    lo = math.floor(math.log10(max(min(c["residual"]["mean"] for c in cells), 1e-6)))
+    left, right, top, bottom = 50, 230, 20, 40
+    w, h = width - left - right, height - top - bottom
+
+    def xy(depth: float, r: float) -> str:
+        x = left + w * (depth - depths[0]) / max(depths[-1] - depths[0], 1)
+        y = top + h * (0 - math.log10(max(r, 10.0**lo))) / -lo if lo < 0 else top
+        return f"{x:.1f},{y:.1f}"
+
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+        f'font-size="11">',
+        f'<rect width="{width}" height="{height}" fill="white"/>',
+        f'<line x1="{left}" y1="{top + h}" x2="{left + w}" y2="{top + h}" stroke="black"/>',
+        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + h}" stroke="black"/>',
+    ]
+    for d in depths:
+        x = xy(d, 1.0).split(",")[0]
+        out.append(f'<text x="{x}" y="{top + h + 14}" text-anchor="middle">{d}</text>')
+    for k in range(lo, 1):
+        y = xy(depths[0], 10.0**k).split(",")[1]
+        out.append(f'<text x="{left - 6}" y="{float(y) + 4:.1f}" text-anchor="end">{10.0**k:g}</text>')
+    out.append(f'<text x="{left + w / 2}" y="{height - 6}" text-anchor="middle">depth (layers)</text>')
+    out.append(
+        f'<text x="12" y="{top + h / 2}" transform="rotate(-90 12 {top + h / 2})" text-anchor="middle">'
+        "token diversity at init (residual)</text>"
+    )
+    for i, config in enumerate(configs):
+        colour = PALETTE[i % len(PALETTE)]
+        row = sorted((c for c in cells if c["config"] == config), key=lambda c: c["depth"])
+        points = " ".join(xy(c["depth"], c["residual"]["mean"]) for c in row)
+        out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{points}"/>')
+        rate = init["rates"].get(config)
+        label = escape(config + (f" (x{rate['rate']:.2f}/layer)" if rate else ""))
+        y = top + 14 * i + 10
+        out.append(
+            f'<line x1="{left + w + 10}" y1="{y - 4}" x2="{left + w + 30}" y2="{y - 4}" stroke="{colour}" '
+            f'stroke-width="2"/><text x="{left + w + 34}" y="{y}">{label}</text>'
+        )
+    out.append("</svg>")
+    return "\n".join(out) + "\n"

@@ -1,6 +1,7 @@
 """Signal propagation at initialisation: how fast each wiring's stream loses token diversity with depth.
 
-No training. For every configuration (CONFIGS), depth, width and context length of the table, INIT seeds of
+No training. For every configuration (CONFIGS), depth, width and context length of the table, and for the knob's
+query/key initial scales (the dose response: ffn_only at DEFAULT_DOSES' depths), INIT seeds of
 the model a run would start from (experiments.floor.init_measure) are measured on the trainer's first fixed
 validation batches at that context length: the residual, mean cosine and effective rank at the last block's
 resid_post. Each cell gives the mean over seeds with a 95% t interval (scipy.stats.t). The rate per layer is
@@ -11,12 +12,14 @@ each layer.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
 import numpy as np
 
 from experiments.floor.init_measure import init_uniformity, probe_batches
+from experiments.floor.knob import scale_qk
 
 CONFIGS = {
     "full": {"residual": "full"},
@@ -28,6 +31,9 @@ CONFIGS = {
 # preset -> (depths, widths, context lengths, depths of the width and context sweeps)
 PRESET_TABLE = {"smoke": ((1, 2, 3), (32,), (32,), (2,))}
 DEFAULT_TABLE = (tuple(range(1, 13)), (64, 128, 256), (32, 64, 128, 256), (2, 3, 6, 12))
+# The knob's dose response (experiments.floor.knob): ffn_only at these depths, query/key initial scale s
+PRESET_DOSES = {"smoke": ((2,), (1.0, 8.0))}
+DEFAULT_DOSES = ((2, 3), (1.0, 2.0, 4.0, 6.0, 8.0, 12.0, 16.0, 32.0))
 
 
 def _mean_interval(values: list[float]) -> dict[str, float]:
@@ -39,8 +45,9 @@ def _mean_interval(values: list[float]) -> dict[str, float]:
     return {"mean": m, "lower": m - half, "upper": m + half}
 
 
-def _cell(model_cfg, seeds: list[int], batches) -> dict[str, Any]:
-    rows = [init_uniformity(model_cfg, s, batches) for s in seeds]
+def _cell(model_cfg, seeds: list[int], batches, scale: float = 1.0) -> dict[str, Any]:
+    init = functools.partial(scale_qk, scale) if scale != 1.0 else None
+    rows = [init_uniformity(model_cfg, s, batches, init) for s in seeds]
     out = {k: _mean_interval([r[k][-1] for r in rows]) for k in ("residual", "cosine", "erank")}
     out["per_seed"] = [r["residual"][-1] for r in rows]
     return out
@@ -68,13 +75,16 @@ def signal_table(spec, val, seeds: list[int], preset: str, progress: bool = Fals
     work = [("depth", c, d, base.d_model, base.n_ctx) for c in CONFIGS for d in depths]
     work += [("width", c, d, w, base.n_ctx) for c in CONFIGS for d in sweep for w in widths if w != base.d_model]
     work += [("n_ctx", c, d, base.d_model, n) for c in CONFIGS for d in sweep for n in n_ctxs if n != base.n_ctx]
+    dose_depths, scales = PRESET_DOSES.get(preset, DEFAULT_DOSES)
+    work += [("qk_scale", "ffn_only", d, base.d_model, base.n_ctx, s) for d in dose_depths for s in scales]
     if progress:
         from tqdm import tqdm
 
         work = tqdm(work, desc="initialisation table", unit="cell", leave=False)
     cells = []
-    for sweep_name, config, depth, width, n_ctx in work:
+    for sweep_name, config, depth, width, n_ctx, *scale in work:
         cfg = base.replace(n_layers=depth, d_model=width, n_ctx=n_ctx, **CONFIGS[config])
+        s = scale[0] if scale else 1.0
         cells.append(
             {
                 "sweep": sweep_name,
@@ -82,7 +92,8 @@ def signal_table(spec, val, seeds: list[int], preset: str, progress: bool = Fals
                 "depth": depth,
                 "width": width,
                 "n_ctx": n_ctx,
-                **_cell(cfg, seeds, batches[n_ctx]),
+                "scale": s,
+                **_cell(cfg, seeds, batches[n_ctx], s),
             }
         )
     rates = {}
