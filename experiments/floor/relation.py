@@ -92,8 +92,9 @@ def predict(relation: dict[str, Any], us: list[float], last: int, every: int) ->
     p = np.array(relation["params"])
     point_t = np.exp(x @ p[:2])  # each run's own median wait
     point_median = float(np.median(point_t))
-    lo_m, hi_m = np.percentile(medians, [2.5, 97.5])
-    lo_f, hi_f = np.percentile(floors, [2.5, 97.5])
+    # the draws are counts and grid steps: the interval's ends are draws, not interpolations between them
+    lo_m, hi_m = np.percentile(medians, 2.5, method="lower"), np.percentile(medians, 97.5, method="higher")
+    lo_f, hi_f = np.percentile(floors, 2.5, method="lower"), np.percentile(floors, 97.5, method="higher")
     from scipy import stats
 
     z = (math.log(last) - x @ p[:2]) / math.exp(p[2])
