@@ -113,6 +113,7 @@ def test_plateau_counts_steps_in_the_band_and_tells_a_wait_from_a_descent():
     "argv, message",
     [
         (["--parts", "knob"], "needs control"),
+        (["--parts", "confirm,schedule"], "needs control"),
         (["--parts", "control,bogus"], "distinct parts"),
         (["--qk-scales", "1"], "control itself"),
         (["--qk-scales", "4,nan"], "finite number"),
@@ -146,7 +147,7 @@ def test_smoke_predicts_the_knob_before_it_trains_and_never_rewrites_the_predict
         assert k["u_match"] < 1e-6  # the runs started from the models the prediction measured
         assert k["held"]["held"] in (True, False)
     assert results["init_check_max_diff"] < 1e-6
-    assert len(results["runs"]) == 22 and results["relation"]["fitted"]
+    assert len(results["runs"]) == 28 and results["relation"]["fitted"]  # 16 control + knob, 6 at 3x, 6 schedule
     assert {c["name"] for c in results["cells"]} >= {"attn_only L4 240 steps warmup-cosine"}
     for r in results["runs"]:
         assert set(r["plateau"]) == set(results["margins_text"]) and math.isfinite(r["u"])

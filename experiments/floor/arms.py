@@ -6,6 +6,7 @@ warm-up and cosine decay). Parts (--parts):
 
     control    ffn_only at the two depths whose escapes fall inside the run (the fit of the relation)
     knob       the same depths with the query/key scale raised: predicted from the controls before training
+    confirm    each knob arm again at 3x its length with the lowest 3 seeds (does its escape last?)
     schedule   attn_only at depth 6, constant against warm-up + cosine, and ffn_only depth 3 with warm-up
     attn       attn_only at depths 4 and 8 with a constant lr (its own floor; not in the default)
 """
@@ -21,8 +22,9 @@ from experiments.shared.text import num
 from interp.errors import ToolkitError
 from probes.uniformity import UniformityProbe
 
-PARTS = ("control", "knob", "schedule", "attn")
-DEFAULT_PARTS = ("control", "knob", "schedule")
+PARTS = ("control", "knob", "confirm", "schedule", "attn")
+DEFAULT_PARTS = ("control", "knob", "confirm", "schedule")
+CONFIRM_SEEDS = 3  # the project's rule: a verdict that depends on length is checked at 3x with three seeds
 
 
 @dataclass(frozen=True)
@@ -79,8 +81,10 @@ def parse_parts(text: str | None) -> tuple[str, ...]:
     bad = [t for t in items if t not in PARTS]
     if bad or len(set(items)) != len(items):
         raise ToolkitError(f"--parts {text!r}: give distinct parts among {', '.join(PARTS)}")
-    if "knob" in items and "control" not in items:
-        raise ToolkitError("--parts knob needs control too: the knob's prediction is fitted on the control runs")
+    if ("knob" in items or "confirm" in items) and "control" not in items:
+        raise ToolkitError(
+            "--parts knob or confirm needs control too: the knob's prediction is fitted on the control runs"
+        )
     return tuple(items)
 
 
@@ -133,6 +137,12 @@ class Arms:
         if "knob" in self.parts:
             arms += [
                 Arm("knob", "ffn_only", d, self.knob_length[d], scale=s) for d, _ in controls for s in self.scales[d]
+            ]
+        if "confirm" in self.parts:
+            arms += [
+                Arm("confirm", "ffn_only", d, 3 * self.knob_length[d], scale=s, seeds=CONFIRM_SEEDS)
+                for d, _ in controls
+                for s in self.scales[d]
             ]
         if "schedule" in self.parts:
             short = min(n for _, n in controls)

@@ -107,6 +107,13 @@ def summary(results: dict[str, Any]) -> str:
         lines.append(f"relation: not fitted ({rel.get('why')})")
     for name, k in results["knob"].items():
         lines.append(knob_line(name, k))
+    for c in results["cells"]:
+        if c["part"] == "confirm":
+            med = c["median"]["median"]
+            lines.append(
+                f"{c['name']} (the knob at 3x, {c['n']} seeds): {c['n_escaped']} of {c['n']} escaped by step "
+                f"{c['last_step']}" + ("" if med is None else f", median {med:.0f}")
+            )
     for name, t in results["transfer"].items():
         lines.append(transfer_line(name, t))
     rates = results["init"]["rates"]

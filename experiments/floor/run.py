@@ -96,7 +96,7 @@ def plan(ctx: Context) -> list[Group]:
     arms = Arms(ctx)
     controls = arm_groups(ctx, arms, [a for a in arms.arms if a.part == "control"])
     knob = arm_groups(ctx, arms, [a for a in arms.arms if a.part == "knob"])
-    rest = arm_groups(ctx, arms, [a for a in arms.arms if a.part in ("schedule", "attn")])
+    rest = arm_groups(ctx, arms, [a for a in arms.arms if a.part in ("confirm", "schedule", "attn")])
     groups = list(controls)
     if not _finished(ctx, controls):
         return groups or rest
@@ -153,7 +153,7 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     transfer = {}
     for name, rs in by_arm.items():
         arm = names[name]
-        if arm.part in ("control", "knob") or arm.schedule != "constant":
+        if arm.part in ("control", "knob", "confirm") or arm.schedule != "constant":
             continue
         p = predict(relation, [r["u"] for r in rs], rs[0]["last_step"], ctx.spec.train.eval_interval)
         o = observe([{"escape": r["escape"][key]} for r in rs], rs[0]["last_step"])
