@@ -40,6 +40,8 @@ def stream_uniformity(x: Float[Tensor, "batch pos d"]) -> dict[str, Float[Tensor
         got = f"shape {tuple(x.shape)} {x.dtype}" if isinstance(x, Tensor) else type(x).__name__
         raise ShapeError(f"stream: a float tensor [batch, pos >= 2, d_model] expected, got {got}")
     x = x.detach().double()
+    finite = torch.isfinite(x).flatten(1).all(1)  # a diverged stream: NaN measures, not an SVD failure
+    x = torch.where(finite[:, None, None], x, torch.zeros_like(x))
     centred = x - reduce(x, "b p d -> b 1 d", "mean")
     total = x.flatten(1).norm(dim=1)
     residual = centred.flatten(1).norm(dim=1) / total.clamp_min(1e-300)
@@ -53,7 +55,8 @@ def stream_uniformity(x: Float[Tensor, "batch pos d"]) -> dict[str, Float[Tensor
     entropy = -(p * torch.log(p.clamp_min(1e-300))).sum(-1)
     flat = residual <= 1e-12  # every position the same to rounding: no direction to count
     erank = torch.where(flat, torch.zeros_like(entropy), torch.exp(entropy))
-    return {"residual": residual, "cosine": cosine, "erank": erank}
+    out = {"residual": residual, "cosine": cosine, "erank": erank}
+    return {k: torch.where(finite, v, torch.full_like(v, math.nan)) for k, v in out.items()}
 
 
 @torch.no_grad()
@@ -97,7 +100,8 @@ def _attention_weights(model, layer: int) -> dict[str, Tensor] | None:
 def qk_grads(model, x: Tensor, y: Tensor) -> dict:
     """Per layer, the L2 norm of dLoss/dW for W_Q, W_K, W_V and W_O (one forward/backward in eval mode).
 
-    The loss is the mean next-token cross-entropy of model(x) against y. Nothing is written to .grad.
+    The loss is the mean next-token cross-entropy of model(x) against y. Nothing is written to .grad; frozen
+    weights are measured too (requires_grad is set for the pass and restored).
     A mixer without queries and keys (the position-blind mixer, a fixed pattern) returns {"skipped": why}.
     """
     ((x, y),) = as_batch_pairs([(x, y)])
@@ -106,15 +110,20 @@ def qk_grads(model, x: Tensor, y: Tensor) -> dict:
     if not weights or any(w is None for w in weights):
         return {"skipped": f"{mixer} mixer has no query/key weights"}
     flat = [p for w in weights for p in w.values()]
+    frozen = [p for p in flat if not p.requires_grad]  # a frozen weight still has a gradient to measure
     was_training = model.training
     model.eval()
     try:
+        for p in frozen:
+            p.requires_grad_(True)
         with torch.enable_grad():
             device = next(model.parameters()).device
             logits = model(x.to(device))
             loss = F.cross_entropy(logits.flatten(0, 1).float(), y.to(device).flatten())
             grads = torch.autograd.grad(loss, flat, allow_unused=True)
     finally:
+        for p in frozen:
+            p.requires_grad_(False)
         model.train(was_training)
     out: dict = {k: [] for k in ("q", "k", "v", "o")}
     it = iter(grads)

@@ -133,3 +133,27 @@ def test_the_export_reads_the_same():
     ga, gb = qk_grads(model, tokens[:, :-1], tokens[:, 1:]), qk_grads(ht, tokens[:, :-1], tokens[:, 1:])
     for k in ("q", "k", "v", "o"):
         assert ga[k] == pytest.approx(gb[k], rel=1e-3)
+
+
+def test_a_non_finite_sequence_reads_nan_and_the_others_are_untouched():
+    # a diverged stream used to stop svdvals (LinAlgError) and with it the training the probe rides on
+    x = torch.randn(3, 8, 16, generator=torch.Generator().manual_seed(5))
+    clean = stream_uniformity(x)
+    x[0, 3, 2], x[1, 5, 0] = float("nan"), float("inf")
+    out = stream_uniformity(x)
+    for k, v in out.items():
+        assert math.isnan(v[0].item()) and math.isnan(v[1].item())
+        assert v[2].item() == pytest.approx(clean[k][2].item(), rel=1e-12)
+
+
+def test_qk_grads_measure_frozen_weights_and_leave_them_frozen():
+    model = _model("ffn_only")
+    tokens = torch.randint(0, 20, (2, 17), generator=torch.Generator().manual_seed(4))
+    x, y = tokens[:, :-1], tokens[:, 1:]
+    want = qk_grads(model, x, y)
+    model.blocks[0].attn.in_proj.weight.requires_grad_(False)
+    assert qk_grads(model, x, y)["q"] == pytest.approx(want["q"], rel=1e-9)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    assert qk_grads(model, x, y)["k"] == pytest.approx(want["k"], rel=1e-9)
+    assert not any(p.requires_grad for p in model.parameters())
