@@ -161,6 +161,13 @@ def test_smoke_predicts_the_knob_before_it_trains_and_never_rewrites_the_predict
     assert EXPERIMENT.main(argv) == 0
     assert (folder / PREDICTIONS).read_bytes() == before
     assert json.loads((folder / "results-floor.json").read_text())["knob"] == results["knob"]
+    # Other seeds: the first predictions stay as written, the new ones go beside them, and runs that existed
+    # before their prediction are never called predicted in advance
+    assert EXPERIMENT.main([*argv[:-1], "1,2,3"]) == 0
+    now = json.loads((folder / PREDICTIONS).read_text())["arms"]
+    assert {k: now[k] for k in stored["arms"]} == stored["arms"] and len(now) == 4
+    later = json.loads((folder / "results-floor.json").read_text())["knob"]
+    assert not any(k["written_before_training"] for k in later.values())
 
 
 def test_a_run_without_its_step_zero_probe_is_refused_by_name(tmp_path, capsys, data):

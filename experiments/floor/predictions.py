@@ -39,13 +39,33 @@ def control_runs(ctx: Context, arms: Arms) -> list[dict[str, Any]]:
     return out
 
 
+def prediction_slot(name: str, seeds: list[int], margin: str, stored: dict[str, Any]) -> str:
+    """Where an arm's prediction is kept: under its name, or beside an earlier one for other seeds or margin."""
+    return name if name not in stored else f"{name} [margin {margin}, seeds {','.join(map(str, seeds))}]"
+
+
+def find_prediction(
+    stored: dict[str, Any], name: str, seeds: list[int], margin: str
+) -> tuple[str, dict[str, Any] | None]:
+    """(slot, the stored prediction for exactly these seeds and margin, or None): never one for other runs."""
+    for slot, entry in stored.items():
+        if (
+            (slot == name or slot.startswith(f"{name} ["))
+            and entry.get("seeds") == seeds
+            and entry.get("margin") == margin
+        ):
+            return slot, entry
+    return prediction_slot(name, seeds, margin, stored), None
+
+
 def public_relation(relation: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in relation.items() if k != "draws"}
 
 
 def write_predictions(ctx: Context, jobs: list[Job]) -> list[str]:
-    """Before the knob arms in `jobs` train: their predictions into predictions-floor.json (an arm already
-    there keeps its first prediction), and the lines that print them."""
+    """Before the knob arms in `jobs` train: their predictions into predictions-floor.json, and the lines that
+    print them. A stored prediction is never rewritten: one for the same seeds and margin is kept as it was; one
+    for other seeds or another margin stays where it is and the new one goes beside it."""
     from experiments.floor.init_measure import init_uniformity, probe_batches
     from interp.io import atomic_write
 
@@ -63,8 +83,8 @@ def write_predictions(ctx: Context, jobs: list[Job]) -> list[str]:
     for name in dict.fromkeys(j.variant.name for j in knob):
         members = [j for j in knob if j.variant.name == name]
         seeds = [j.seed for j in members]
-        entry = stored["arms"].get(name)
-        if entry is None or entry.get("seeds") != seeds or entry.get("margin") != key:
+        slot, entry = find_prediction(stored["arms"], name, seeds, key)
+        if entry is None:  # a prediction for other seeds or another margin stays; this one goes beside it
             if relation is None:
                 relation = fit_relation(relation_runs(control_runs(ctx, arms), key))
             us = [init_uniformity(j.spec.model, j.seed, batches, j.variant.model_init)["u"] for j in members]
@@ -79,7 +99,7 @@ def write_predictions(ctx: Context, jobs: list[Job]) -> list[str]:
                 "prediction": predict(relation, us, steps, ctx.spec.train.eval_interval),
                 "trained_after": [not j.run_dir(ctx.out).path.exists() for j in members],
             }
-            stored["arms"][name] = entry
+            stored["arms"][slot] = entry
         lines.append(prediction_text(name, entry))
     ctx.result_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(stored, indent=1)))

@@ -63,7 +63,13 @@ from experiments.escape_time.escape_predictor import evaluate_by_seed
 from experiments.escape_time.mechanism import aligned, order
 from experiments.floor.arms import Arms, add_arguments, arm_groups, arm_jobs, check, uniformity_interval
 from experiments.floor.per_run import MEASURES, arm_cell, floor_margins, summarise_floor_run
-from experiments.floor.predictions import PREDICTIONS, public_relation, relation_runs, write_predictions
+from experiments.floor.predictions import (
+    PREDICTIONS,
+    find_prediction,
+    public_relation,
+    relation_runs,
+    write_predictions,
+)
 from experiments.floor.relation import fit_relation, held, observe, predict
 from experiments.floor.report import sections, summary, table
 from experiments.shared.frame import Context, Experiment, Group, Job
@@ -132,9 +138,9 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
         arm = names[name]
         if arm.part != "knob":
             continue
-        entry = stored.get(name)
         seeds = [r["seed"] for r in rs]
-        if entry is None or entry["seeds"] != seeds or entry.get("margin") != key:  # predicted now: said so
+        entry = find_prediction(stored, name, seeds, key)[1]
+        if entry is None:  # no prediction made before these runs trained: one made now, and said so
             entry = {"created": None, "seeds": seeds, "us": [r["u"] for r in rs], "last_step": rs[0]["last_step"]}
             entry["prediction"] = predict(relation, entry["us"], entry["last_step"], ctx.spec.train.eval_interval)
             entry["trained_after"] = [False] * len(rs)
