@@ -157,6 +157,26 @@ class UniformityProbe:
             return
         batches = trainer.val_batches[: self.n_batches]
         record = {"step": step, "probe": "uniformity", **token_uniformity(trainer.model, batches)}
-        grads = qk_grads(trainer.model, *batches[0])
-        record["grads"] = grads
-        trainer.append("probes.jsonl", record)
+        record["grads"] = qk_grads(trainer.model, *batches[0])
+        trainer.append("probes.jsonl", finite_record(record))
+
+
+def finite_record(record: dict) -> dict:
+    """The record with every non-finite number as null and "nonfinite" naming where: the run logs strict JSON
+    (interp.io.dumps refuses NaN) and a diverging stream must not stop the training it is measured on."""
+    from interp.io import non_finite_keys
+
+    bad = non_finite_keys(record)
+    if not bad:
+        return record
+
+    def clean(v):
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [clean(x) for x in v]
+        return v
+
+    return {**clean(record), "nonfinite": bad}

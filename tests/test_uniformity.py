@@ -157,3 +157,15 @@ def test_qk_grads_measure_frozen_weights_and_leave_them_frozen():
         p.requires_grad_(False)
     assert qk_grads(model, x, y)["k"] == pytest.approx(want["k"], rel=1e-9)
     assert not any(p.requires_grad for p in model.parameters())
+
+
+def test_the_live_probe_writes_strict_json_when_the_stream_diverges(tmp_path):
+    from interp.io import append_jsonl
+    from probes.uniformity import finite_record
+
+    record = {"step": 5, "residual": [0.5, float("nan")], "grads": {"q": [float("inf")], "loss": 1.0}}
+    clean = finite_record(record)
+    append_jsonl(tmp_path / "probes.jsonl", clean)  # would raise NonFiniteError on the raw record
+    assert clean["residual"] == [0.5, None] and clean["grads"]["q"] == [None]
+    assert clean["nonfinite"] == ["residual[1]", "grads.q[0]"]
+    assert finite_record({"step": 1, "residual": [0.5]}) == {"step": 1, "residual": [0.5]}

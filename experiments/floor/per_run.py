@@ -16,11 +16,11 @@ from experiments.shared.frame import Context, run_summary
 from interp.errors import ToolkitError
 
 MEASURES = {
-    "residual_last": "residual, last resid_post",
+    "residual_last": ESCAPE_MEASURES["residual_last"],
     "residual_block0": "residual, block 0 resid_post",
     "cosine_last": "mean cosine between positions, last resid_post",
     "erank_last": "effective rank, last resid_post",
-    "qk_grad": "query/key gradient norm (all layers)",
+    "qk_grad": ESCAPE_MEASURES["qk_grad"],
     "vo_grad": "value/output gradient norm (all layers)",
     **{k: ESCAPE_MEASURES[k] for k in ("alpha_tt_layer0", "grad_block0", "growth")},
 }
@@ -33,14 +33,14 @@ def floor_margins(margin: float) -> list[float]:
 def uniformity_series(probes: dict[str, list[dict[str, Any]]]) -> dict[str, list[tuple[int, float]]]:
     out: dict[str, list[tuple[int, float]]] = {k: [] for k in MEASURES}
     for r in probes.get("uniformity", []):
-        s = r["step"]
-        out["residual_last"].append((s, r["residual"][-1]))
+        if r.get("nonfinite"):  # a diverging stream's record (probes.uniformity.finite_record): not a point
+            continue
+        s = r["step"]  # residual_last and qk_grad: escape_series below reads them from the same records
         out["residual_block0"].append((s, r["residual"][2]))  # sites: resid_pre 0, resid_mid 0, resid_post 0
         out["cosine_last"].append((s, r["cosine"][-1]))
         out["erank_last"].append((s, r["erank"][-1]))
         g = r.get("grads", {})
         if "q" in g:
-            out["qk_grad"].append((s, math.sqrt(sum(x * x for x in g["q"] + g["k"]))))
             out["vo_grad"].append((s, math.sqrt(sum(x * x for x in g["v"] + g["o"]))))
     for k, v in escape_series(probes).items():
         if k in out:
