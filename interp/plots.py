@@ -8,28 +8,23 @@ or many figures into a single self-contained page that opens offline.
 
 from __future__ import annotations
 
-import html
 import math
-import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
 from jaxtyping import Float
 from plotly.subplots import make_subplots
 
-from interp.errors import ToolkitError
-from interp.io import atomic_write
+# Re-exported: the page's names were first interp.plots's, and users import them from here.
+from interp.plot_page import PlotInputError as PlotInputError
+from interp.plot_page import Table as Table
+from interp.plot_page import save_html as save_html
 
 PALETTE = (
     "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
 )  # fmt: skip
-
-
-class PlotInputError(ToolkitError, ValueError):
-    """Data handed to a plot has the wrong shape or type."""
 
 
 def _array(x: Any) -> np.ndarray:
@@ -396,110 +391,3 @@ def logit_lens_figure(
     fig.update_xaxes(type="category", categoryorder="array", categoryarray=order, title_text="residual after block")
     fig.update_layout(title=title, yaxis_title="cross-entropy (nats)", hovermode="x unified")
     return fig
-
-
-# --------------------------------------------------------------------------- output
-
-
-def _plotly_js() -> str:
-    from plotly.offline import get_plotlyjs
-
-    return get_plotlyjs()
-
-
-class Table:
-    """A table for save_html, written as an HTML <table>: its text selects and searches like the page's, it
-    grows with its rows (a plotly table scrolled inside a fixed height and left blank space under short ones)."""
-
-    def __init__(self, headers: Sequence[Any], rows: Sequence[Sequence[Any]], title: str = ""):
-        self.headers = [str(h) for h in headers]
-        self.rows = [["" if c is None else str(c) for c in row] for row in rows]
-        for i, row in enumerate(self.rows):
-            if len(row) != len(self.headers):
-                raise PlotInputError(f"table row {i} has {len(row)} cells for {len(self.headers)} headers")
-        self.title = title
-
-    def to_html(self) -> str:
-        cell = html.escape
-        caption = f"<caption>{cell(self.title)}</caption>" if self.title else ""
-        head = "".join(f"<th>{cell(h)}</th>" for h in self.headers)
-        body = "".join("<tr>" + "".join(f"<td>{cell(c)}</td>" for c in row) + "</tr>" for row in self.rows)
-        return f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-Item: TypeAlias = "go.Figure | Table"
-
-
-def _sections(figures: Any) -> list[tuple[str | None, str | None, Item | None]]:
-    """(heading, paragraph, figure or table) triples from a figure, table, string, tuple, or a list of these."""
-    items = figures if isinstance(figures, list) else [figures]
-    out: list[tuple[str | None, str | None, Item | None]] = []
-    for item in items:
-        if isinstance(item, (go.Figure, Table)):
-            out.append((None, None, item))
-        elif isinstance(item, str):
-            out.append((None, item, None))
-        elif isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], (go.Figure, Table)):
-            out.append((item[0], None, item[1]))
-        elif isinstance(item, tuple) and len(item) == 3 and isinstance(item[2], (go.Figure, Table, type(None))):
-            out.append(item)
-        else:
-            raise PlotInputError(
-                "save_html takes figures, tables (interp.plots.Table), paragraph strings, (heading, figure) or "
-                f"(heading, text, figure) tuples, or a list of these; got {type(item).__name__}"
-            )
-    return out
-
-
-def save_html(figures: Any, path: str | Path, title: str = "Figures") -> Path:
-    """Write figures into ONE self-contained HTML page (plotly.js embedded once), atomically.
-
-    figures: a Figure, a Table, a paragraph string, (heading, figure), (heading, text,
-    figure), or a list of these, in page order. Tables are HTML tables, figures plotly.
-    """
-    body = [f"<h1>{html.escape(title)}</h1>"]
-    for i, (heading, text, fig) in enumerate(_sections(figures)):
-        if heading:
-            body.append(f"<h2>{html.escape(heading)}</h2>")
-        if text:
-            body.append(f"<p>{html.escape(text)}</p>")
-        if isinstance(fig, Table):
-            body.append(fig.to_html())
-        elif fig is not None:
-            height = f"{fig.layout.height}px" if fig.layout.height else "480px"
-            div = fig.to_html(
-                full_html=False,
-                include_plotlyjs=False,  # loaded once in <head>
-                div_id=f"figure-{i}",
-                default_height=height,
-                config={"displaylogo": False},
-            )
-            body.append(f'<div class="figure">{div}</div>')
-    page = "\n".join(
-        [
-            "<!DOCTYPE html>",
-            '<html lang="en">',
-            "<head>",
-            '<meta charset="utf-8">',
-            f"<title>{html.escape(title)}</title>",
-            "<style>body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}"
-            "h2{margin-top:1.5em}.figure{margin:1em 0}"
-            "table{border-collapse:collapse;margin:1em 0;font-size:.9em;font-variant-numeric:tabular-nums}"
-            "th,td{border:1px solid #ccd;padding:.25em .6em;text-align:left;vertical-align:top}"
-            "th{background:#e8eef7}caption{text-align:left;font-weight:600;padding:.3em 0}</style>",
-            f'<script type="text/javascript">{_plotly_js()}</script>',
-            "</head>",
-            "<body>",
-            *body,
-            "</body>",
-            "</html>",
-        ]
-    )
-
-    def write(tmp: str) -> None:
-        Path(tmp).write_text(page, encoding="utf-8")
-        os.chmod(tmp, 0o644)  # a report to share, not mkstemp's private 0600
-
-    path = Path(path)
-    atomic_write(path, write)
-    return path
