@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from experiments.escape_time.escape_predictor import evaluate_by_seed
-from experiments.escape_time.mechanism import aligned, before_after, onset
+from experiments.escape_time.mechanism import aligned, before_after, onset, series
 from experiments.escape_time.survival import (
     escape_step,
     fit_law,
@@ -172,6 +172,24 @@ def test_onset_reads_when_a_measure_leaves_its_plateau():
     assert result["n_escaped"] == 1 and result["measures"]["identity"]["lead"]["median"] == -100
 
 
+def test_uniformity_records_give_two_aligned_measures_and_a_run_without_them_gives_none():
+    def record(step, residual, q, k):
+        grads = {"q": q, "k": k, "v": [9.0, 9.0], "o": [9.0, 9.0], "loss": 3.3}
+        return {"step": step, "probe": "uniformity", "residual": [0.9, 0.5, residual], "grads": grads}
+
+    probes = {"uniformity": [record(50, 0.3, [3.0, 0.0], [0.0, 4.0]), record(0, 0.2, [1.0, 2.0], [2.0, 4.0])]}
+    got = series(probes)
+    assert got["residual_last"] == [(0, 0.2), (50, 0.3)]  # the last site, sorted by step
+    assert got["qk_grad"] == [(0, 5.0), (50, 5.0)]  # sqrt(1 + 4 + 4 + 16), sqrt(9 + 16): v and o left out
+    skipped = series({"uniformity": [{"step": 0, "residual": [0.5, 0.4], "grads": {"skipped": "no queries"}}]})
+    assert skipped["residual_last"] == [(0, 0.4)] and not skipped.get("qk_grad")
+    older = {"escape": 600, "series": series({})}  # trained before the probe: no such series, no crash
+    result = aligned([older], 50, 25)
+    for name in ("residual_last", "qk_grad"):
+        m = result["measures"][name]
+        assert m["n_runs"] == 0 and m["lead"]["median"] is None and set(m["mean_curve"]) == {None}
+
+
 # ----- the command ----------------------------------------------------------------------------------------
 
 
@@ -195,6 +213,12 @@ def test_smoke_runs_every_section_and_resumes_without_training(tmp_path, capsys,
     assert all(h["predicted"]["predicted"] and h["predicted"]["median"] > 0 for h in results["holdout"])
     assert "held-out depth 3, lr 0.006, predicted from the other depths: median escape step" in out
     assert set(results["mechanism"]["measures"]) >= {"alpha_tt_layer0", "identity", "knock_out_self"}
+    escaped = sum(r["escape"]["0.05"] is not None for r in results["runs"] if r["residual"] == "ffn_only")
+    for name in ("residual_last", "qk_grad"):  # every escaped run logged the uniformity probe
+        assert results["mechanism"]["measures"][name]["n_runs"] == escaped > 0
+    for probes in tmp_path.rglob("probes.jsonl"):  # ensembles: each member logs its own, once a probe step
+        steps = [r["step"] for r in map(json.loads, probes.read_text().splitlines()) if r["probe"] == "uniformity"]
+        assert steps and len(steps) == len(set(steps)), probes
     assert set(results["predictor"]) >= {"val_loss", "depth"}
     assert "law at margin 0.05" in out and "held-out depth 3" in out and "early predictors" in out
     assert (tmp_path / "smoke" / "report-escape_time.html").stat().st_size > 10_000

@@ -5,7 +5,11 @@ MECH_BATCHES fixed validation batches: the loss as trained, the loss with each r
 at every layer at once (knock_out_self: attention cannot read its own position; self_only: it reads only
 its own position; uniform_pattern: causal uniform weights), and current-token decodability at block 0's
 resid_mid (probes.identity, offset 0, one site). The default probes add alpha_tt by layer, gradient norms
-by block and hidden-norm growth. Each measure is then read against the run's escape step:
+by block and hidden-norm growth; probes.uniformity.UniformityProbe adds token uniformity (Dong et al.'s
+residual ||X - mean_t X|| / ||X|| at the last resid_post: 0 = every position the same) and the gradient
+norm reaching the queries and keys, sqrt(sum over layers of |dL/dW_Q|^2 + |dL/dW_K|^2). A run logged
+without one of these probes has none of its series, and aligned() counts it in no such measure's n_runs.
+Each measure is then read against the run's escape step:
 
     aligned curves   each run's series against (step - escape step), linear between its probe steps,
                      averaged over the runs that escaped
@@ -41,6 +45,8 @@ MEASURES = {
     "knock_out_self": "loss change, self path knocked out",
     "self_only": "loss change, attention reads only itself",
     "uniform_pattern": "loss change, uniform attention",
+    "residual_last": "residual, last resid_post",
+    "qk_grad": "query/key gradient norm (all layers)",
 }
 
 
@@ -106,6 +112,11 @@ def series(probes: dict[str, list[dict[str, Any]]]) -> dict[str, list[tuple[int,
         out["identity"].append((r["step"], r["identity"]))
         for name in INTERVENTIONS:
             out[name].append((r["step"], r[name] - r["loss"]))
+    for r in probes.get("uniformity", []):  # a run trained without UniformityProbe has neither
+        out["residual_last"].append((r["step"], r["residual"][-1]))
+        g = r.get("grads", {})
+        if "q" in g:  # {"skipped": why} where the mixer has no queries and keys
+            out["qk_grad"].append((r["step"], math.sqrt(sum(x * x for x in g["q"] + g["k"]))))
     return {k: sorted(v) for k, v in out.items() if all(math.isfinite(x) for _, x in v)}
 
 

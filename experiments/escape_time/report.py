@@ -307,6 +307,7 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
     )
     out.append(mechanism_figure(results, ("knock_out_self", "self_only", "uniform_pattern")))
     out.append(mechanism_figure(results, ("grad_block0", "growth")))
+    out.append(mechanism_figure(results, ("residual_last", "qk_grad")))  # token uniformity (issue 44)
     rows = [
         [
             name,

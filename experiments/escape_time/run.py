@@ -20,9 +20,12 @@ along the way.
                    at the last step are printed, then it is trained (planned only once the grid has
                    finished) and the observed values are printed beside the prediction
     mechanism      for runs that escape, aligned on their escape step: alpha_tt by layer, block-0 gradient
-                   norm, current-token decodability, norm growth, and the loss cost of three routing
-                   interventions (experiments.escape_time.mechanism: which moves first, by how many steps,
-                   on how many runs), and whether attention builds a self path as the loss leaves the floor
+                   norm, current-token decodability, norm growth, the loss cost of three routing
+                   interventions, and token uniformity: the residual at the last resid_post and the
+                   query/key gradient norm over all layers (probes.uniformity.UniformityProbe, on the
+                   activation probes' steps) (experiments.escape_time.mechanism: which moves first, by how
+                   many steps, on how many runs), and whether attention builds a self path as the loss
+                   leaves the floor; a run trained before the uniformity probe was added has neither series
     early          which measurement at the early step (--early-step, default the last evaluation <= 100;
                    block-0 gradient norm at the preset's warmup_steps where that is earlier, a reference step)
                    predicts escape by the last step: a one-feature threshold, held out by seed (fitted on
@@ -65,7 +68,10 @@ results.json schema ("escape-time/1"):
                survival_at_last, survival_interval, step, interval ("bootstrap" | "covariance")} or
                {predicted: false, reason}, observed {median, survival_at_last, n_escaped}
     mechanism  aligned(...): n_escaped, offsets, measures {name -> label, n_runs, mean_curve, lead
-               {n, median, interval}, change {n, mean, interval}}; order; answer
+               {n, median, interval}, change {n, mean, interval}} for the names alpha_tt_layer0,
+               alpha_tt_mean, grad_block0, growth, identity, knock_out_self, self_only, uniform_pattern,
+               residual_last, qk_grad (n_runs 0 and no lead where no escaped run logged the measure); order
+               [name, median lead, n] earliest first; answer
     predictor  feature (the five above and depth) -> {n, n_escaped, n_seeds, accuracy, interval,
                majority_accuracy, auc, auc_interval, predicts} or {n, n_escaped, n_seeds, untestable}
     command, software, train_wall_time_s, wall_time_s, created
@@ -97,6 +103,7 @@ from experiments.escape_time.survival import (
 )
 from experiments.shared.frame import Context, Experiment, Group, Job, run_summary
 from interp.errors import ToolkitError
+from probes.uniformity import UniformityProbe
 
 SCHEMA = "escape-time/1"
 MIN_RUNS = 8  # a statement about escapes rests on at least this many runs
@@ -125,6 +132,13 @@ def probe_every(ctx: Context) -> int:
     return every
 
 
+def activation_every(ctx: Context) -> int:
+    """The step interval of the default activation probes (alpha_tt, norms), which UniformityProbe shares."""
+    from probes import ActivationProbe, default_callbacks
+
+    return next(cb.interval for cb in default_callbacks(ctx.spec.train) if isinstance(cb, ActivationProbe))
+
+
 def early_step(ctx: Context) -> int:
     train = ctx.spec.train
     limit = min(train.max_steps, 10 * train.eval_interval + 101)  # early: at most 10 evaluations past step 100
@@ -149,8 +163,11 @@ def plan(ctx: Context) -> list[Group]:
     every = probe_every(ctx)
     early_step(ctx)
 
+    uniform_every = activation_every(ctx)
+
     def callbacks(variant, seed):
-        return [EscapeProbe(every)]
+        # uniformity on the activation probes' steps (2 evaluations by default): aligned on escape beside alpha_tt
+        return [EscapeProbe(every), UniformityProbe(uniform_every)]
 
     groups = [Group(ctx.spec, grid.grid(), callbacks=callbacks)]
     if grid.references:
