@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from majors import TL4
 
 from interp.config import ModelConfig
 from interp.errors import ShapeError
@@ -117,13 +118,12 @@ def test_qk_grads_skip_a_mixer_without_queries():
     assert "skipped" in qk_grads(model, tokens[:, :-1], tokens[:, 1:])
 
 
+# On TL 4 to_hooked_transformer raises NeedsTransformerLens3 (the old in-body skip came after that import); the
+# bridge reads the same token_uniformity, but qk_grads reads all zeros there (its W_Q... are not forward's weights).
+@pytest.mark.skipif(TL4, reason="HookedTransformer only (TL 3.x); qk_grads reads zeros on the TL 4 bridge")
 def test_the_export_reads_the_same():
-    pytest.importorskip("transformer_lens")
     from interp import to_hooked_transformer
-    from interp.tl.major import TL_MAJOR
 
-    if TL_MAJOR != 3:
-        pytest.skip("HookedTransformer only (TL 3.x)")
     model = _model("ffn_only")
     ht = to_hooked_transformer(model)
     tokens = torch.randint(0, 20, (4, 17), generator=torch.Generator().manual_seed(4))
