@@ -96,6 +96,21 @@ def check_run(run_dir: Path) -> str:
     return "logs"
 
 
+def check_entry(run_dir: Path, entry: dict[str, Any]) -> None:
+    """The results' entry is the run in its run_dir: the same seed and final loss (a run directory holding
+    another run's files would otherwise ship under this entry's name, and be found only on re-analysis)."""
+    from interp.io import read_json
+
+    config, final = read_json(run_dir / "config.json"), read_json(run_dir / "final.json")
+    have = {"seed": (config.get("train") or {}).get("seed"), "final_val_loss": final.get("final_val_loss")}
+    for key, value in have.items():
+        if key in entry and entry[key] != value:
+            raise ShipError(
+                f"{run_dir} is not the run the results list there: its {key} is {value}, the results say "
+                f"{entry[key]}; ship the folder the results were written from"
+            )
+
+
 def collect(results_path: Path) -> tuple[dict[str, Any], bytes, dict[str, bytes], dict[str, str]]:
     """(results, the results file's bytes as shipped, archive members, how each run was checked)."""
     from interp.io import dumps, read_json
@@ -122,6 +137,7 @@ def collect(results_path: Path) -> tuple[dict[str, Any], bytes, dict[str, bytes]
         if str(rel) in checked:
             continue
         checked[str(rel)] = check_run(path)
+        check_entry(path, r)
         for name in RUN_FILES:
             file = path / name
             if file.is_file():

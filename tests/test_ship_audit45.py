@@ -1,0 +1,48 @@
+"""Regression tests from the audit of issue 45 (/tmp/audit45): shipping refuses a run directory that holds
+another run's files, and the survival statistics' edge cases read as their rules say."""
+
+from pathlib import Path
+
+import pytest
+
+from experiments.escape_time import survival
+from experiments.shared.ship import ShipError, read_shipped, ship
+
+SHIPPED = Path(__file__).resolve().parents[1] / "docs/results/data/routing_test-smoke"
+
+
+def _unpack(out: Path) -> Path:
+    """The shipped routing test as an experiment's --out (logs only): <out>/smoke/<variant>/seed<k>/..."""
+    shipped = read_shipped(SHIPPED)
+    for name, data in shipped.members.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_bytes(data)
+    (out / "smoke" / shipped.results_path.name).write_bytes(shipped.results_path.read_bytes())
+    return out
+
+
+def test_ship_refuses_a_run_dir_holding_another_runs_files(tmp_path: Path) -> None:
+    out = _unpack(tmp_path / "out")
+    ship(out, tmp_path / "ok")  # as unpacked, it ships
+    runs = sorted(p for p in (out / "smoke").glob("*/seed*") if p.is_dir())
+    first, other = runs[0], next(p for p in runs if p.parent != runs[0].parent)
+    for f in other.iterdir():  # another variant's run, copied over the first one's files
+        (first / f.name).write_bytes(f.read_bytes())
+    with pytest.raises(ShipError, match="is not the run the results list there"):
+        ship(out, tmp_path / "bad")
+
+
+@pytest.mark.parametrize("n", [4, 16])
+@pytest.mark.parametrize("spread", [False, True])
+def test_every_run_escaped_upper_bound_is_exact(n: int, spread: bool) -> None:
+    times = [100 + 25 * i * spread for i in range(n)]
+    km = survival.kaplan_meier(times, [True] * n)
+    assert km["survival"][-1] == 0.0
+    assert km["upper"][-1] == pytest.approx({4: 0.6024, 16: 0.2059}[n], abs=1e-4)
+
+
+def test_median_lands_on_a_step_where_survival_is_exactly_half_after_censoring() -> None:
+    # 9 runs: 3 escape at 100 (S = 2/3), 2 censored at 150, 1 of the 4 left escapes at 200 (S = 2/3 * 3/4 = 1/2)
+    times = [100] * 3 + [150] * 2 + [200, 300, 400, 500]
+    escaped = [True] * 3 + [False] * 2 + [True] * 4
+    assert survival.median_escape(survival.kaplan_meier(times, escaped))["median"] == 200
