@@ -12,8 +12,16 @@ import torch
 from experiments.floor.init_measure import init_model, init_uniformity
 from experiments.floor.knob import scale_qk
 from experiments.floor.plateau import cell_plateau, plateau
-from experiments.floor.predictions import PREDICTIONS
+from experiments.floor.predictions import (
+    PREDICTIONS,
+    edited,
+    entry_digest,
+    find_prediction,
+    load_predictions,
+    stored_predictions,
+)
 from experiments.floor.relation import fit_relation, held, observe, predict
+from experiments.floor.report import knob_line
 from experiments.floor.run import EXPERIMENT
 from interp.config import ModelConfig
 from interp.errors import ToolkitError
@@ -156,14 +164,17 @@ def test_smoke_predicts_the_knob_before_it_trains_and_never_rewrites_the_predict
     dose = {c["scale"]: c["residual"]["mean"] for c in results["init"]["cells"] if c["sweep"] == "qk_scale"}
     assert dose[8.0] > dose[1.0]  # the knob slows collapse at init, as the command measured it
     assert (folder / "report-floor.html").stat().st_size > 10_000
-    # Again: every run reused, the predictions file byte for byte the same
+    # Again with the seeds in another order: every run reused, the stored predictions found (not a new slot
+    # predicted after the runs), the predictions file byte for byte the same
     before = (folder / PREDICTIONS).read_bytes()
-    assert EXPERIMENT.main(argv) == 0
+    assert EXPERIMENT.main([*argv[:-1], "4,3,2,1"]) == 0
     assert (folder / PREDICTIONS).read_bytes() == before
     assert json.loads((folder / "results-floor.json").read_text())["knob"] == results["knob"]
     # Other seeds: the first predictions stay as written, the new ones go beside them, and runs that existed
     # before their prediction are never called predicted in advance
+    capsys.readouterr()
     assert EXPERIMENT.main([*argv[:-1], "1,2,3"]) == 0
+    assert "before these arms train" not in capsys.readouterr().out  # made after their runs: said so
     now = json.loads((folder / PREDICTIONS).read_text())["arms"]
     assert {k: now[k] for k in stored["arms"]} == stored["arms"] and len(now) == 4
     later = json.loads((folder / "results-floor.json").read_text())["knob"]
@@ -182,3 +193,54 @@ def test_a_run_without_its_step_zero_probe_is_refused_by_name(tmp_path, capsys, 
     assert EXPERIMENT.main(argv) == 2
     err = capsys.readouterr().err
     assert "step-0 uniformity" in err or "probes.jsonl" in err
+
+
+def test_a_stored_prediction_is_found_whatever_the_order_of_the_seeds():
+    stored = {"a": {"seeds": [1, 2, 3], "margin": "0.05"}}
+    assert find_prediction(stored, "a", [3, 1, 2], "0.05") == ("a", stored["a"])
+    assert find_prediction(stored, "a", [1, 2], "0.05")[1] is None
+    assert find_prediction(stored, "a", [1, 2, 3], "0.1")[1] is None
+
+
+def test_a_prediction_edited_after_it_was_written_is_not_trusted():
+    entry = {"created": "2026-01-01T00:00:00+00:00", "prediction": {"floor_interval": [0.0, 0.75]}}
+    entry["digest"] = entry_digest(entry)
+    assert not edited(json.loads(json.dumps(entry)))  # a JSON round trip is not an edit
+    entry["prediction"]["floor_interval"] = [0.5, 1.0]
+    assert edited(entry)
+    entry["prediction"]["floor_interval"] = [0.0, 0.75]
+    entry["created"] = "2099-01-01T00:00:00+00:00"
+    assert edited(entry)
+    assert not edited({"created": "x", "prediction": {}})  # written before digests: unchecked
+    k = {
+        "prediction": {"predicted": True, "median": {"lower": 10.0, "upper": 70.0}, "floor_interval": [0.0, 0.0]},
+        "observed": {"median": 30.0, "floor_at_last": 0.0, "n": 4},
+        "held": {"held": True},
+        "written_before_training": False,
+        "edited": True,
+        "logrank_p": None,
+        "control": "c",
+    }
+    assert "EDITED" in knob_line("a", k)
+
+
+@pytest.mark.parametrize("text", ['{"arms": {', "{}", '{"arms": []}', "[]"])
+def test_a_predictions_file_that_is_not_one_is_refused_by_name(tmp_path, text):
+    path = tmp_path / PREDICTIONS
+    path.write_text(text)
+    with pytest.raises(ToolkitError, match=PREDICTIONS):
+        load_predictions(path)
+    assert load_predictions(tmp_path / "absent.json") == {}
+
+
+def test_analyse_only_reads_the_predictions_of_the_folder_it_analyses(tmp_path):
+    from types import SimpleNamespace
+
+    source, out = tmp_path / "source", tmp_path / "out"
+    (source / "smoke").mkdir(parents=True)
+    (source / "smoke" / PREDICTIONS).write_text(json.dumps({"arms": {"a": {"seeds": [1]}}}))
+    ctx = SimpleNamespace(args=SimpleNamespace(analyse_only=str(source)), spec=SimpleNamespace(preset="smoke"))
+    assert stored_predictions(ctx) == {"a": {"seeds": [1]}}
+    ctx.args.analyse_only = str(out)
+    out.mkdir()
+    assert stored_predictions(ctx) == {}  # none there: every knob prediction reads as made after training

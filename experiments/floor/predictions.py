@@ -13,6 +13,7 @@ from experiments.floor.arms import Arms, arm_groups, arm_jobs
 from experiments.floor.per_run import summarise_floor_run
 from experiments.floor.relation import fit_relation, predict
 from experiments.shared.frame import Context, Job
+from interp.errors import ToolkitError
 
 PREDICTIONS = "predictions-floor.json"
 
@@ -51,11 +52,54 @@ def find_prediction(
     for slot, entry in stored.items():
         if (
             (slot == name or slot.startswith(f"{name} ["))
-            and entry.get("seeds") == seeds
+            and sorted(entry.get("seeds") or []) == sorted(seeds)  # --seeds 4,3,2,1 names the runs of 1,2,3,4
             and entry.get("margin") == margin
         ):
             return slot, entry
     return prediction_slot(name, seeds, margin, stored), None
+
+
+def load_predictions(path: Path) -> dict[str, Any]:
+    """predictions-floor.json's arms ({} when there is none yet); a file that is not one is refused by name."""
+    if not path.exists():
+        return {}
+    try:
+        stored = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ToolkitError(f"{path} is not JSON ({e}): the predictions are kept, never rewritten; restore it") from e
+    if not isinstance(stored, dict) or not isinstance(stored.get("arms"), dict):
+        raise ToolkitError(f"{path} holds no 'arms' object: the predictions are kept, never rewritten; restore it")
+    return stored["arms"]
+
+
+def stored_predictions(ctx: Context) -> dict[str, Any]:
+    """The predictions the analysed runs were trained after: --out's file, or under --analyse-only the analysed
+    folder's (an --out's <preset>/predictions-floor.json, or a shipped results file's copies, sha256-checked)."""
+    source = getattr(ctx.args, "analyse_only", None)
+    if source is None:
+        return load_predictions(ctx.result_dir / PREDICTIONS)
+    for path in (Path(source) / ctx.spec.preset / PREDICTIONS, Path(source) / PREDICTIONS):
+        if path.is_file():
+            return load_predictions(path)
+    from experiments.shared.ship import is_shipped, read_shipped
+
+    if is_shipped(Path(source)):
+        shipped = json.loads(read_shipped(Path(source)).results_path.read_text()).get("predictions")
+        return shipped if isinstance(shipped, dict) else {}
+    return {}
+
+
+def entry_digest(entry: dict[str, Any]) -> str:
+    """sha256 of a stored prediction without its digest: an entry edited by hand afterwards no longer matches."""
+    import hashlib
+
+    body = {k: v for k, v in entry.items() if k != "digest"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def edited(entry: dict[str, Any]) -> bool:
+    """True when a stored prediction no longer matches its digest (entries written before digests: unchecked)."""
+    return "digest" in entry and entry["digest"] != entry_digest(entry)
 
 
 def public_relation(relation: dict[str, Any]) -> dict[str, Any]:
@@ -75,11 +119,11 @@ def write_predictions(ctx: Context, jobs: list[Job]) -> list[str]:
     if not knob:
         return []
     path = ctx.result_dir / PREDICTIONS
-    stored = json.loads(path.read_text()) if path.exists() else {"arms": {}}
+    stored = {"arms": load_predictions(path)}
     key = f"{ctx.args.margin:g}"
     relation = None
     batches = probe_batches(ctx.corpus.val, ctx.spec.model.n_ctx, ctx.spec.train.batch_size)
-    lines = []
+    lines, late = [], False
     for name in dict.fromkeys(j.variant.name for j in knob):
         members = [j for j in knob if j.variant.name == name]
         seeds = [j.seed for j in members]
@@ -99,11 +143,15 @@ def write_predictions(ctx: Context, jobs: list[Job]) -> list[str]:
                 "prediction": predict(relation, us, steps, ctx.spec.train.eval_interval),
                 "trained_after": [not j.run_dir(ctx.out).path.exists() for j in members],
             }
+            entry["digest"] = entry_digest(entry)
             stored["arms"][slot] = entry
+        late = late or not all(entry["trained_after"])
         lines.append(prediction_text(name, entry))
     ctx.result_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(stored, indent=1)))
-    lines.append(f"predictions written to {path} before these arms train")
+    # a prediction made when an arm's runs already existed (file deleted, new margin) is not one made before them
+    when = "some made after their arms' runs existed (not a test)" if late else "before these arms train"
+    lines.append(f"predictions written to {path}, {when}")
     return lines
 
 

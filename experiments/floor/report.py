@@ -141,6 +141,8 @@ def knob_line(name: str, k: dict[str, Any]) -> str:
     if not p.get("predicted"):
         return f"{name}: no prediction ({p.get('why')})"
     when = "written before training" if k["written_before_training"] else "NOT written before training"
+    if k.get("edited"):
+        when = "EDITED in predictions-floor.json after it was written: not the prediction made before training"
     verdict = "held" if h["held"] else "failed"
     obs = f"observed median {step_text(o['median'])}, {o['floor_at_last']:.2f} on the floor"
     pm = f"predicted median [{step_text(p['median']['lower'])}, {step_text(p['median']['upper'])}]"

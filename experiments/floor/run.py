@@ -43,7 +43,8 @@ results.json schema ("floor/1"):
                 cell_plateau}
     relation    fit_relation(controls): fitted, a, b, sigma {value, lower, upper}, n_runs, n_escaped, params
     predictions {arm -> {created, seeds, us, prediction (relation.predict), trained_after}} from
-                predictions-floor.json (written before the arm trained); written_before_training
+                predictions-floor.json (written before the arm trained, with a sha256 digest); written_before_training
+                (False for one edited since: its digest no longer matches), edited
     knob        per knob arm: prediction, observed {n, median, floor_at_last}, held {median, floor, held},
                 control (the arm it is compared with), logrank_p (scipy.stats.logrank against it), u_match
     transfer    per non-control constant-lr arm: what the controls' relation predicts and whether it held
@@ -56,7 +57,6 @@ results.json schema ("floor/1"):
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from experiments.escape_time.escape_predictor import evaluate_by_seed
@@ -64,10 +64,11 @@ from experiments.escape_time.mechanism import aligned, order
 from experiments.floor.arms import Arms, add_arguments, arm_groups, arm_jobs, check, uniformity_interval
 from experiments.floor.per_run import MEASURES, arm_cell, floor_margins, summarise_floor_run
 from experiments.floor.predictions import (
-    PREDICTIONS,
+    edited,
     find_prediction,
     public_relation,
     relation_runs,
+    stored_predictions,
     write_predictions,
 )
 from experiments.floor.relation import fit_relation, held, observe, predict
@@ -130,8 +131,7 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     cells = [arm_cell(rs, key, keys) for rs in by_arm.values()]
     relation = fit_relation(relation_runs(runs, key))
 
-    path = ctx.result_dir / PREDICTIONS
-    stored = json.loads(path.read_text())["arms"] if path.exists() else {}
+    stored = stored_predictions(ctx)
     batches = probe_batches(ctx.corpus.val, ctx.spec.model.n_ctx, ctx.spec.train.batch_size)
     knob, predictions = {}, {}
     for name, rs in by_arm.items():
@@ -149,10 +149,12 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
         control = arms.name(arms.control_for(arm))
         knob[name] = {
             "prediction": entry["prediction"],
-            "written_before_training": entry["created"] is not None and all(entry["trained_after"]),
+            # a prediction edited after it was written is not the one written before training
+            "edited": edited(entry),
+            "written_before_training": bool(entry["created"]) and all(entry["trained_after"]) and not edited(entry),
             "observed": observed,
             "held": held(entry["prediction"], observed),
-            "u_match": max(abs(a - r["u"]) for a, r in zip(entry["us"], rs, strict=True)),
+            "u_match": max(abs(dict(zip(entry["seeds"], entry["us"], strict=True))[r["seed"]] - r["u"]) for r in rs),
             "control": control,
             "logrank_p": _logrank(rs, by_arm.get(control, []), key),
         }
