@@ -28,7 +28,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from interp.checks.api import as_batch_pairs
-from interp.errors import ShapeError
+from interp.errors import ShapeError, ToolkitError
 from interp.stream_layout import resid_sites
 
 MEASURES = ("residual", "cosine", "erank")
@@ -125,6 +125,14 @@ def qk_grads(model, x: Tensor, y: Tensor) -> dict:
         for p in frozen:
             p.requires_grad_(False)
         model.train(was_training)
+    # W_V and W_O always reach the loss: no gradient there means these are not the weights the forward used
+    # (a TransformerLens 4 bridge rebuilds attn.W_Q... on each access): zeros would be silently wrong
+    if any(grads[i] is None for i in _vo_indices(weights)):
+        raise ToolkitError(
+            f"qk_grads: the loss does not depend on the attention weights read from {type(model).__name__} "
+            "(a TransformerLens 4 bridge rebuilds W_Q/W_K/W_V/W_O on each access); measure the ResidualGPT "
+            "it wraps, or a TransformerLens 3 export (interp.to_hooked_transformer)"
+        )
     out: dict = {k: [] for k in ("q", "k", "v", "o")}
     it = iter(grads)
     d = model.cfg.d_model
@@ -138,6 +146,15 @@ def qk_grads(model, x: Tensor, y: Tensor) -> dict:
     out["loss"] = loss.item()
     if not all(math.isfinite(v) for name in ("q", "k", "v", "o") for v in out[name]):
         out["nonfinite"] = True
+    return out
+
+
+def _vo_indices(weights: list[dict[str, Tensor]]) -> list[int]:
+    """Positions in the flat weight list of each layer's W_V (or the fused in_proj) and W_O."""
+    out, i = [], 0
+    for w in weights:
+        out += [i + k for k, name in enumerate(w) if name in ("v", "o", "in")]
+        i += len(w)
     return out
 
 

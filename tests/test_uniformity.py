@@ -169,3 +169,23 @@ def test_the_live_probe_writes_strict_json_when_the_stream_diverges(tmp_path):
     assert clean["residual"] == [0.5, None] and clean["grads"]["q"] == [None]
     assert clean["nonfinite"] == ["residual[1]", "grads.q[0]"]
     assert finite_record({"step": 1, "residual": [0.5]}) == {"step": 1, "residual": [0.5]}
+
+
+def test_queries_and_keys_that_cannot_reach_the_loss_read_zero_not_an_error():
+    model = _model("ffn_only", self_bias=float("inf"))  # attention reads only itself: W_Q, W_K do nothing
+    tokens = torch.randint(0, 20, (2, 17), generator=torch.Generator().manual_seed(5))
+    out = qk_grads(model, tokens[:, :-1], tokens[:, 1:])
+    assert max(out["q"] + out["k"]) < 1e-6 * min(out["v"] + out["o"])  # rounding of the masked softmax only
+
+
+@pytest.mark.skipif(not TL4, reason="the TransformerLens 4 bridge only")
+def test_qk_grads_refuse_a_bridge_whose_weights_the_forward_does_not_use():
+    from interp.errors import ToolkitError
+    from interp.tl.bridge import to_transformer_bridge
+
+    model = _model("ffn_only")
+    bridge = to_transformer_bridge(model, vocab=[chr(ord("a") + k) for k in range(20)])
+    tokens = torch.randint(0, 20, (2, 17), generator=torch.Generator().manual_seed(6))
+    assert token_uniformity(bridge, tokens)["residual"] == pytest.approx(token_uniformity(model, tokens)["residual"])
+    with pytest.raises(ToolkitError, match="ResidualGPT it wraps"):
+        qk_grads(bridge, tokens[:, :-1], tokens[:, 1:])

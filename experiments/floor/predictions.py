@@ -146,7 +146,7 @@ def write_predictions(ctx: Context, jobs: list[Job]) -> list[str]:
             entry["digest"] = entry_digest(entry)
             stored["arms"][slot] = entry
         late = late or not all(entry["trained_after"])
-        lines.append(prediction_text(name, entry))
+        lines.append(knob_prediction_text(name, entry))
     ctx.result_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(stored, indent=1)))
     # a prediction made when an arm's runs already existed (file deleted, new margin) is not one made before them
@@ -155,7 +155,7 @@ def write_predictions(ctx: Context, jobs: list[Job]) -> list[str]:
     return lines
 
 
-def prediction_text(name: str, entry: dict[str, Any]) -> str:
+def knob_prediction_text(name: str, entry: dict[str, Any]) -> str:
     p = entry["prediction"]
     if not p.get("predicted"):
         return f"{name}: no prediction ({p.get('why')})"

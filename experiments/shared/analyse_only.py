@@ -57,6 +57,26 @@ class Source:
         return {n: (self.path / rel / n).read_bytes() for n in RUN_FILES if (self.path / rel / n).is_file()}
 
 
+def copy_records(source: Source, ctx: Context, experiment: str) -> None:
+    """The experiment's record files (ship.RECORD_FILES) from SOURCE into its results folder under --out; one
+    there already that differs is refused, as a run's files are."""
+    from experiments.shared.ship import RECORD_FILES
+
+    for name in RECORD_FILES.get(experiment, ()):
+        found = [p for p in (source.path / name, source.path / ctx.spec.preset / name) if p.is_file()]
+        if not found:
+            continue
+        data, target = found[0].read_bytes(), ctx.result_dir / name
+        if target.exists() and target.read_bytes() != data:
+            raise ToolkitError(
+                f"{target} is there and is not the copy from {source.path}; --analyse-only never overwrites it - "
+                "give another --out"
+            )
+        ctx.result_dir.mkdir(parents=True, exist_ok=True)
+        if not target.exists():
+            target.write_bytes(data)
+
+
 def rel_dir(job: Job) -> str:
     """A job's run directory relative to --out, as a shipped archive names it."""
     return job.run_dir(Path("")).path.as_posix()

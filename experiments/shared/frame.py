@@ -244,6 +244,7 @@ class Experiment:
 
             source = analyse_only.Source.open(ctx.args.analyse_only, ctx.out)
             analyse_only.check_results_file(self.results_path(ctx))
+            analyse_only.copy_records(source, ctx, self.name)
             runs += f" from {source.path}, analysed without training or checkpoints"
         ctx.levels = validation_levels(ctx.spec, ctx.corpus)
         print(f"{self.name.replace('_', ' ')}: preset {ctx.spec.preset}, seeds {ctx.seeds}, {runs} -> {ctx.result_dir}")

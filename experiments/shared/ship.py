@@ -9,6 +9,8 @@ folder to write, one per published command (docs/results/data/<experiment>-<labe
     DEST/runs.tar.xz                every run the results list: config.json, metrics.jsonl, probes.jsonl and
                                     final.json under <preset>/<variant>/seed<k>/ (paths relative to --out);
                                     never ckpt.pt, locks, snapshots or reports
+    DEST/<record files>             what the experiment's analysis reads beside its runs, from its results folder
+                                    (RECORD_FILES: predictions written before the runs trained)
     DEST/MANIFEST.json              the command, sha256 and bytes of each file and of each archived run file,
                                     and how each run was checked before shipping: "checkpoint" (its logs and
                                     final.json are the ones its ckpt.pt records) or "logs" (no ckpt.pt: whole
@@ -37,6 +39,9 @@ ARCHIVE = "runs.tar.xz"
 MANIFEST = "MANIFEST.json"
 RUN_FILES = ("config.json", "metrics.jsonl", "probes.jsonl", "final.json")  # probes.jsonl: absent without probes
 REQUIRED = ("config.json", "metrics.jsonl", "final.json")
+# experiment -> files of its results folder its analysis reads beside the runs (experiments.floor: the knob's
+# predictions, written before its arms trained; --analyse-only copies them back)
+RECORD_FILES = {"floor": ("predictions-floor.json",)}
 
 
 class ShipError(ToolkitError):
@@ -164,6 +169,9 @@ def ship(source: Path, dest: Path, experiment: str | None = None, command: str |
     archive = tar_xz(members)
     name = results_path.name
     files = {name: text, ARCHIVE: archive}
+    for record in RECORD_FILES.get(str(results.get("experiment")), ()):
+        if (results_path.parent / record).is_file():
+            files[record] = (results_path.parent / record).read_bytes()
     manifest = {
         "schema": SCHEMA,
         "experiment": results.get("experiment"),
