@@ -67,7 +67,14 @@ def differences(shipped, recomputed, path="") -> list[str]:
 
 
 @pytest.mark.skipif(not has_shared_data(), reason="the shipped runs were trained on TinyShakespeare (../shared/data)")
-@pytest.mark.parametrize("folder", SHIPPED, ids=[p.name for p in SHIPPED])
+def _param(folder: Path):
+    """A smoke folder re-analyses in seconds; a full one (floor-default recomputes its initialisation table:
+    minutes on 2 cores) runs with the slow tests (`make test-slow`)."""
+    smoke = json.loads((folder / MANIFEST).read_text()).get("preset") == "smoke"
+    return pytest.param(folder, id=folder.name, marks=() if smoke else pytest.mark.slow)
+
+
+@pytest.mark.parametrize("folder", [_param(p) for p in SHIPPED])
 def test_shipped_folder_reanalyses_to_its_published_numbers(folder, data, tmp_path, capsys):
     manifest = json.loads((folder / MANIFEST).read_text())
     words = shlex.split(manifest["command"])
