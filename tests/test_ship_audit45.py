@@ -46,3 +46,31 @@ def test_median_lands_on_a_step_where_survival_is_exactly_half_after_censoring()
     times = [100] * 3 + [150] * 2 + [200, 300, 400, 500]
     escaped = [True] * 3 + [False] * 2 + [True] * 4
     assert survival.median_escape(survival.kaplan_meier(times, escaped))["median"] == 200
+
+
+def _damaged(tmp_path: Path, damage: str) -> Path:
+    """A copy of the shipped routing test whose MANIFEST.json or archive is damaged as `damage` says."""
+    import json
+    import shutil
+
+    from experiments.shared.ship import sha256
+
+    folder = tmp_path / damage
+    shutil.copytree(SHIPPED, folder)
+    manifest = json.loads((folder / "MANIFEST.json").read_text())
+    if damage == "files_a_list":
+        manifest["files"] = list(manifest["files"])
+    elif damage == "member_a_string":
+        manifest["members"][sorted(manifest["members"])[0]] = "0" * 64
+    elif damage == "archive_not_xz":  # listed with its own sha256: only reading it finds it out
+        (folder / "runs.tar.xz").write_bytes(b"not an xz archive")
+        manifest["files"]["runs.tar.xz"] = {"sha256": sha256(b"not an xz archive"), "bytes": 17}
+    (folder / "MANIFEST.json").write_text(json.dumps(manifest))
+    return folder
+
+
+@pytest.mark.parametrize("damage", ["files_a_list", "member_a_string", "archive_not_xz"])
+def test_a_damaged_manifest_or_archive_is_refused_by_name_not_a_traceback(tmp_path: Path, damage: str) -> None:
+    folder = _damaged(tmp_path, damage)
+    with pytest.raises(ShipError, match="MANIFEST.json is damaged|runs.tar.xz is not a readable"):
+        read_shipped(folder)

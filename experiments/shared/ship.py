@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import lzma
 import os
 import sys
 import tarfile
@@ -213,7 +214,9 @@ def read_shipped(folder: Path) -> Shipped:
     manifest = read_json(folder / MANIFEST)
     if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
         raise ShipError(f"{folder / MANIFEST} is not a shipped folder's manifest (schema {SCHEMA!r})")
-    files = manifest.get("files") or {}
+    files, listed = manifest.get("files") or {}, manifest.get("members") or {}
+    if not all(isinstance(m, dict) and all(isinstance(v, dict) for v in m.values()) for m in (files, listed)):
+        raise ShipError(f"{folder / MANIFEST} is damaged: its files and members are not name -> {{sha256, bytes}}")
     for name, want in files.items():
         data = (folder / name).read_bytes() if (folder / name).is_file() else None
         if data is None or sha256(data) != want.get("sha256"):
@@ -222,14 +225,16 @@ def read_shipped(folder: Path) -> Shipped:
     if len(results) != 1 or ARCHIVE not in files:
         raise ShipError(f"{folder / MANIFEST} names no results file and {ARCHIVE}")
     members = {}
-    with tarfile.open(folder / ARCHIVE, mode="r:xz") as tar:
-        for info in tar.getmembers():
-            name = PurePosixPath(info.name)
-            if not info.isfile() or name.is_absolute() or ".." in name.parts:
-                raise ShipError(f"{folder / ARCHIVE} holds {info.name!r}, not a run file")
-            handle = tar.extractfile(info)
-            members[str(name)] = handle.read() if handle else b""
-    listed = manifest.get("members") or {}
+    try:
+        with tarfile.open(folder / ARCHIVE, mode="r:xz") as tar:
+            for info in tar.getmembers():
+                name = PurePosixPath(info.name)
+                if not info.isfile() or name.is_absolute() or ".." in name.parts:
+                    raise ShipError(f"{folder / ARCHIVE} holds {info.name!r}, not a run file")
+                handle = tar.extractfile(info)
+                members[str(name)] = handle.read() if handle else b""
+    except (tarfile.TarError, lzma.LZMAError, EOFError) as e:  # its sha256 matched: the MANIFEST lists a bad archive
+        raise ShipError(f"{folder / ARCHIVE} is not a readable .tar.xz ({e}); ship the folder again") from None
     wrong = sorted(
         n for n in set(listed) | set(members) if sha256(members.get(n, b"")) != listed.get(n, {}).get("sha256")
     )
