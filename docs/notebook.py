@@ -149,9 +149,10 @@ print(f"val loss {clean.mean():.3f}; without the self path in layer 0 {knocked.m
 # %% [markdown]
 # ## A survival curve from shipped results
 #
-# `python -m experiments.escape_time --preset smoke --out docs/results/data/escape_time-smoke` wrote this
-# folder: how long `ffn_only` runs wait on the unigram floor. The results file holds every run's escape step,
-# so the Kaplan-Meier curves recompute from it without training anything.
+# docs/results/data/escape_time-smoke holds a smoke run of the escape-time experiment (how long `ffn_only` runs
+# wait on the unigram floor), shipped there by `python -m experiments.shared.ship`; its MANIFEST.json records the
+# command that trained the runs (printed below). The results file holds every run's escape step, so the
+# Kaplan-Meier curves recompute from it without training anything.
 
 # %%
 import json
@@ -163,6 +164,7 @@ shipped = ROOT / "docs/results/data/escape_time-smoke/results-escape_time.json"
 if not shipped.is_file():
     raise FileNotFoundError(f"{shipped} is not in this checkout: the shipped results folder is missing")
 results = json.loads(shipped.read_text())
+print("trained by:", json.loads((shipped.parent / "MANIFEST.json").read_text())["command"])
 margin = str(results["margin"])
 for cell in results["cells"]:
     runs = [r for r in results["runs"] if r["variant"] == cell["name"]]

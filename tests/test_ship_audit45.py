@@ -74,3 +74,10 @@ def test_a_damaged_manifest_or_archive_is_refused_by_name_not_a_traceback(tmp_pa
     folder = _damaged(tmp_path, damage)
     with pytest.raises(ShipError, match="MANIFEST.json is damaged|runs.tar.xz is not a readable"):
         read_shipped(folder)
+
+
+def test_the_notebook_names_no_command_that_writes_into_a_shipped_folder() -> None:
+    # it said `--out docs/results/data/escape_time-smoke` wrote that folder; ship did (MANIFEST.json's command)
+    notebook = (Path(__file__).resolve().parents[1] / "docs/notebook.py").read_text()
+    assert "--out docs/results/data" not in notebook
+    assert 'MANIFEST.json").read_text())["command"]' in notebook
