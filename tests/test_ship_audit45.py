@@ -81,3 +81,21 @@ def test_the_notebook_names_no_command_that_writes_into_a_shipped_folder() -> No
     notebook = (Path(__file__).resolve().parents[1] / "docs/notebook.py").read_text()
     assert "--out docs/results/data" not in notebook
     assert 'MANIFEST.json").read_text())["command"]' in notebook
+
+
+def test_a_probed_run_without_its_probes_is_neither_shipped_nor_analysed(tmp_path: Path, monkeypatch, capsys) -> None:
+    # shipped without probes.jsonl, a probed run dropped out of the probe-reading analyses unsaid (the
+    # escape-time mechanism read 6 escaped runs instead of 7: 270 numbers moved)
+    from conftest import data_root
+
+    from experiments.routing_test.run import EXPERIMENT
+
+    out = _unpack(tmp_path / "out")
+    probed = next(p for p in sorted((out / "smoke").glob("*/seed*")) if (p / "probes.jsonl").is_file())
+    (probed / "probes.jsonl").unlink()
+    with pytest.raises(ShipError, match="lacks probes.jsonl"):
+        ship(out, tmp_path / "bad")
+    monkeypatch.setenv("RESIDUAL_DATA_DIR", str(data_root()))
+    argv = ["--preset", "smoke", "--no-progress", "--out", str(tmp_path / "again"), "--analyse-only", str(out)]
+    assert EXPERIMENT.main(argv) == 2
+    assert "probes.jsonl where probed" in capsys.readouterr().err

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.shared.plan import Context, Job
-from experiments.shared.ship import RUN_FILES, Shipped, is_shipped, read_shipped
+from experiments.shared.ship import RUN_FILES, Shipped, is_shipped, missing_files, read_shipped
 from interp.errors import CheckpointError, ToolkitError, one_line
 
 NOT_RECOMPUTABLE = "not recomputable without checkpoints"
@@ -86,15 +86,15 @@ def copy_runs(source: Source, ctx: Context, jobs: list[Job]) -> None:
     """Every job's logged files from SOURCE into its run directory under --out; a run SOURCE lacks (or holds
     unfinished) is refused by name, and so is a run directory under --out that holds other files or a checkpoint."""
     found = {rel_dir(j): source.files(rel_dir(j)) for j in jobs}
-    missing = [j for j in jobs if not {"config.json", "final.json"} <= set(found[rel_dir(j)])]
+    missing = [j for j in jobs if missing_files(found[rel_dir(j)])]  # probes.jsonl too, where it was probed
     if missing:
         names = "; ".join(f"{j.variant.name} seed {j.seed} ({rel_dir(j)})" for j in missing[:5])
         more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
         trained = f"`{source.shipped.manifest.get('command')}`" if source.shipped else "the command that trained them"
         raise ToolkitError(
-            f"{len(missing)} of the {len(jobs)} runs this command plans are not finished runs in {source.path}: "
-            f"{names}{more}; --analyse-only trains nothing - give the options of {trained}, or train the runs "
-            "with the command without --analyse-only"
+            f"{len(missing)} of the {len(jobs)} runs this command plans are not whole finished runs in {source.path} "
+            f"(config.json, metrics.jsonl, final.json, probes.jsonl where probed): {names}{more}; --analyse-only "
+            f"trains nothing - give the options of {trained}, or train the runs with the command without --analyse-only"
         )
     for job in jobs:
         run = job.run_dir(ctx.out)

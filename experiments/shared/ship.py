@@ -102,6 +102,19 @@ def check_run(run_dir: Path) -> str:
     return "logs"
 
 
+def missing_files(files: dict[str, bytes]) -> list[str]:
+    """The logged files a run must have that `files` {name: bytes} lacks: REQUIRED, and probes.jsonl where its
+    config.json says it was probed (shipped without it, the probe-reading analyses would drop it unsaid)."""
+    import json
+
+    want = list(REQUIRED)
+    try:
+        probed = bool((json.loads(files["config.json"]).get("train") or {}).get("probes"))
+    except (KeyError, ValueError, AttributeError):
+        probed = False  # no readable config.json: REQUIRED names it
+    return [n for n in want + ["probes.jsonl"] * probed if n not in files]
+
+
 def check_entry(run_dir: Path, entry: dict[str, Any]) -> None:
     """The results' entry is the run in its run_dir: the same seed and final loss (a run directory holding
     another run's files would otherwise ship under this entry's name, and be found only on re-analysis)."""
@@ -143,6 +156,9 @@ def collect(results_path: Path) -> tuple[dict[str, Any], bytes, dict[str, bytes]
         if str(rel) in checked:
             continue
         checked[str(rel)] = check_run(path)
+        lacks = missing_files({n: (path / n).read_bytes() for n in RUN_FILES if (path / n).is_file()})
+        if lacks:
+            raise ShipError(f"{path} lacks {', '.join(lacks)}, which its config.json says it wrote; never shipped")
         check_entry(path, r)
         for name in RUN_FILES:
             file = path / name
