@@ -104,3 +104,9 @@ def arm_cell(runs: list[dict[str, Any]], key: str, keys: list[str]) -> dict[str,
         "survival_at_last": list(survival_at(km, last)),
         "plateau": {k: cell_plateau(runs, k) for k in keys},
     }
+
+
+if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
+    from experiments.shared.options import not_a_command
+
+    raise SystemExit(not_a_command(__spec__.name))

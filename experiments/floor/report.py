@@ -232,3 +232,9 @@ def init_svg(results: dict[str, Any], width: int = 680, height: int = 300) -> st
         )
     out.append("</svg>")
     return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
+    from experiments.shared.options import not_a_command
+
+    raise SystemExit(not_a_command(__spec__.name))
