@@ -166,15 +166,18 @@ def test_smoke_predicts_the_knob_before_it_trains_and_never_rewrites_the_predict
     assert (folder / "report-floor.html").stat().st_size > 10_000
     # Again with the seeds in another order: every run reused, the stored predictions found (not a new slot
     # predicted after the runs), the predictions file byte for byte the same
-    before = (folder / PREDICTIONS).read_bytes()
+    before, mtime = (folder / PREDICTIONS).read_bytes(), (folder / PREDICTIONS).stat().st_mtime_ns
+    capsys.readouterr()
     assert EXPERIMENT.main([*argv[:-1], "4,3,2,1"]) == 0
-    assert (folder / PREDICTIONS).read_bytes() == before
+    assert (folder / PREDICTIONS).read_bytes() == before and (folder / PREDICTIONS).stat().st_mtime_ns == mtime
+    assert "predictions read from" in capsys.readouterr().out  # found, not written again
     assert json.loads((folder / "results-floor.json").read_text())["knob"] == results["knob"]
     # Other seeds: the first predictions stay as written, the new ones go beside them, and runs that existed
     # before their prediction are never called predicted in advance
     capsys.readouterr()
     assert EXPERIMENT.main([*argv[:-1], "1,2,3"]) == 0
-    assert "before these arms train" not in capsys.readouterr().out  # made after their runs: said so
+    said = capsys.readouterr().out
+    assert "predictions written to" in said and "made after their arms' runs existed (not a test)" in said
     now = json.loads((folder / PREDICTIONS).read_text())["arms"]
     assert {k: now[k] for k in stored["arms"]} == stored["arms"] and len(now) == 4
     later = json.loads((folder / "results-floor.json").read_text())["knob"]

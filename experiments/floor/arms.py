@@ -8,7 +8,8 @@ warm-up and cosine decay). Parts (--parts):
     knob       the same depths with the query/key scale raised: predicted from the controls before training
     confirm    each knob arm again at 3x its length with the lowest 3 seeds (does its escape last?)
     schedule   attn_only at depth 6, constant against warm-up + cosine, and ffn_only depth 3 with warm-up
-    attn       attn_only at depths 4 and 8 with a constant lr (its own floor; not in the default)
+    attn       attn_only at depths 4 and 8 with a constant lr, and depth 6's constant arm with every seed
+               (its own floor; not in the default)
 """
 
 from __future__ import annotations
@@ -147,8 +148,17 @@ class Arms:
         if "schedule" in self.parts:
             short = min(n for _, n in controls)
             attn_depth = 2 * deepest
+            # with the attn part, depth 6's constant arm is one of attn_only's depths: all seeds, as the others
+            whole = "attn" in self.parts
             arms += [
-                Arm("schedule", "attn_only", attn_depth, short, schedule=s, seeds=schedule_seeds)
+                Arm(
+                    "schedule",
+                    "attn_only",
+                    attn_depth,
+                    short,
+                    schedule=s,
+                    seeds=None if whole and s == "constant" else schedule_seeds,
+                )
                 for s in ("constant", "cosine")
             ]
             longest = max(n for _, n in controls)

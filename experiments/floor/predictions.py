@@ -123,7 +123,7 @@ def write_predictions(ctx: Context, jobs: list[Job]) -> list[str]:
     key = f"{ctx.args.margin:g}"
     relation = None
     batches = probe_batches(ctx.corpus.val, ctx.spec.model.n_ctx, ctx.spec.train.batch_size)
-    lines, late = [], False
+    lines, late, new = [], False, False
     for name in dict.fromkeys(j.variant.name for j in knob):
         members = [j for j in knob if j.variant.name == name]
         seeds = [j.seed for j in members]
@@ -145,13 +145,15 @@ def write_predictions(ctx: Context, jobs: list[Job]) -> list[str]:
             }
             entry["digest"] = entry_digest(entry)
             stored["arms"][slot] = entry
+            new = True
         late = late or not all(entry["trained_after"])
         lines.append(knob_prediction_text(name, entry))
-    ctx.result_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(stored, indent=1)))
+    if new:
+        ctx.result_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(stored, indent=1)))
     # a prediction made when an arm's runs already existed (file deleted, new margin) is not one made before them
-    when = "some made after their arms' runs existed (not a test)" if late else "before these arms train"
-    lines.append(f"predictions written to {path}, {when}")
+    when = "some made after their arms' runs existed (not a test)" if late else "all made before their arms trained"
+    lines.append(f"predictions {'written to' if new else 'read from'} {path}, {when}")
     return lines
 
 
