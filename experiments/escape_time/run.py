@@ -96,9 +96,9 @@ from experiments.escape_time.report import sections, summary, table
 from experiments.escape_time.survival import (
     escape_step,
     fit_law,
-    kaplan_meier,
     law_prediction,
     median_escape,
+    runs_survival,
     survival_at,
 )
 from experiments.shared.frame import Context, Experiment, Group, Job, run_summary
@@ -228,9 +228,7 @@ def summarise_escape_run(record: dict[str, Any], ctx: Context, roles: dict[str, 
 
 def cell_summary(runs: list[dict[str, Any]], key: str, all_margins: list[str]) -> dict[str, Any]:
     first = runs[0]
-    times = [r["escape"][key] if r["escape"][key] is not None else r["last_step"] for r in runs]
-    escaped = [r["escape"][key] is not None for r in runs]
-    km = kaplan_meier(times, escaped)
+    km = runs_survival(runs, key)
     last = max(r["last_step"] for r in runs)
     return {
         "name": first["variant"],
@@ -239,21 +237,13 @@ def cell_summary(runs: list[dict[str, Any]], key: str, all_margins: list[str]) -
         "n_layers": first["n_layers"],
         "lr": first["lr"],
         "n": len(runs),
-        "n_escaped": sum(escaped),
+        "n_escaped": sum(r["escape"][key] is not None for r in runs),
         "seeds": [r["seed"] for r in runs],
         "last_step": last,
         "km": km,
         "median": median_escape(km),
         "survival_at_last": list(survival_at(km, last)),
-        "medians_by_margin": {
-            m: median_escape(
-                kaplan_meier(
-                    [r["escape"][m] if r["escape"][m] is not None else r["last_step"] for r in runs],
-                    [r["escape"][m] is not None for r in runs],
-                )
-            )["median"]
-            for m in all_margins
-        },
+        "medians_by_margin": {m: median_escape(runs_survival(runs, m))["median"] for m in all_margins},
     }
 
 

@@ -130,6 +130,13 @@ def kaplan_meier(times: Sequence[int], escaped: Sequence[bool]) -> dict[str, lis
     return out
 
 
+def runs_survival(runs: Sequence[dict[str, Any]], margin: str) -> dict[str, list[float]]:
+    """kaplan_meier of runs' escape steps at one margin (run["escape"][margin]; None: censored at its last step)."""
+    escape = [r["escape"][margin] for r in runs]
+    times = [r["last_step"] if e is None else e for r, e in zip(runs, escape, strict=True)]
+    return kaplan_meier(times, [e is not None for e in escape])
+
+
 def survival_at(km: dict[str, list[float]], step: float) -> tuple[float, float, float]:
     """(survival, lower, upper) of a Kaplan-Meier curve at a step: the curve and its band are steps, constant
     from one escape to the next. Before the first escape the survival is 1 and its band the exact one of "all n
