@@ -120,8 +120,18 @@ def copy_runs(source: Source, ctx: Context, jobs: list[Job]) -> None:
 def load_logged(job: Job, ctx: Context) -> dict[str, Any]:
     """A run from its logged files (RunDir.load_logs), labelled as frame.load_record labels a run."""
     from experiments.shared.launch import run_config
+    from training.run_config import differing_fields
 
-    record = job.run_dir(ctx.out).load_logs(run_config(job, ctx.corpus))
+    run, asked = job.run_dir(ctx.out), run_config(job, ctx.corpus)
+    logged = run.read_config()
+    fields = differing_fields(logged, asked) if logged is not None else []
+    if fields:  # RunDir's own message blames --out, which copy_runs just filled from SOURCE: another --out fails alike
+        raise ToolkitError(
+            f"the logged run {rel_dir(job)} was trained with other options than this command asks for "
+            f"({'; '.join(fields)[:300]}); --analyse-only trains nothing - give the options of the command that "
+            "trained it (a shipped folder's MANIFEST.json records it)"
+        )
+    record = run.load_logs(asked)
     record.update(preset=job.group.spec.preset, variant=job.variant.name, seed=job.seed)
     return record
 
