@@ -201,6 +201,20 @@ def test_analyse_only_recomputes_the_results_from_the_logs(trained, shipped, tmp
     assert files == {p: p.read_bytes() for p in shipped.iterdir()}
 
 
+def test_an_analysed_folder_ships_only_with_the_command_that_trained_it(shipped, tmp_path, monkeypatch, data, capsys):
+    # the analysed results' "command" names the analysing --out, a command that never trained these runs
+    no_training(monkeypatch)
+    out = tmp_path / "analysed"
+    assert TOY.main(["--out", str(out), "--seeds", "0", "--no-progress", "--analyse-only", str(shipped)]) == 0
+    capsys.readouterr()
+    assert main([str(out), str(tmp_path / "again")]) == 2
+    assert "was analysed with --analyse-only" in capsys.readouterr().err and not (tmp_path / "again").exists()
+    command = json.loads((shipped / MANIFEST).read_text())["command"]
+    assert main([str(out), str(tmp_path / "again"), "--command", command]) == 0
+    assert (tmp_path / "again" / ARCHIVE).read_bytes() == (shipped / ARCHIVE).read_bytes()  # the same runs
+    assert json.loads((tmp_path / "again" / MANIFEST).read_text())["command"] == command
+
+
 def test_analyse_only_reads_a_runs_folder_whose_checkpoints_are_gone(trained, tmp_path, monkeypatch, data):
     import shutil
 

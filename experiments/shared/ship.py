@@ -176,6 +176,11 @@ def ship(source: Path, dest: Path, experiment: str | None = None, command: str |
 
     results_path = find_results(source, experiment)
     results, text, members, checked = collect(results_path)
+    if not command and results.get("analysed_from"):  # its "command" names the analysing --out: never trained
+        raise ShipError(
+            f"{results_path} was analysed with --analyse-only from {results['analysed_from']}: its runs were trained "
+            "by another command; give that one with --command (a shipped folder's MANIFEST.json records it)"
+        )
     command = command or results.get("command")
     if not command:
         raise ShipError(
