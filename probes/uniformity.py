@@ -27,7 +27,7 @@ from einops import reduce
 from jaxtyping import Float
 from torch import Tensor
 
-from interp.checks.api import as_batch_pairs
+from interp.checks.api import as_batch_pairs, check_ids
 from interp.errors import ShapeError, ToolkitError
 from interp.stream_layout import resid_sites
 
@@ -105,6 +105,7 @@ def qk_grads(model, x: Tensor, y: Tensor) -> dict:
     A mixer without queries and keys (the position-blind mixer, a fixed pattern) returns {"skipped": why}.
     """
     ((x, y),) = as_batch_pairs([(x, y)])
+    check_ids(y, model.cfg.d_vocab, "qk_grads: y")  # cross_entropy's IndexError otherwise
     mixer = getattr(model.cfg, "mixer", "attention")
     weights = [_attention_weights(model, l) for l in range(model.cfg.n_layers)] if mixer == "attention" else []
     if not weights or any(w is None for w in weights):
@@ -166,6 +167,9 @@ class UniformityProbe:
     """
 
     def __init__(self, interval: int, n_batches: int = 2):
+        for name, v in (("interval", interval), ("n_batches", n_batches)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:  # 0: a modulo by zero at the first evaluation
+                raise ToolkitError(f"UniformityProbe: {name} must be a positive integer, got {v!r}")
         self.interval = interval
         self.n_batches = n_batches
 

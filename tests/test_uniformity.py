@@ -8,9 +8,9 @@ import torch
 from majors import TL4
 
 from interp.config import ModelConfig
-from interp.errors import ShapeError
+from interp.errors import ShapeError, TokenIdError, ToolkitError
 from interp.model import ResidualGPT
-from probes.uniformity import qk_grads, stream_uniformity, token_uniformity
+from probes.uniformity import UniformityProbe, qk_grads, stream_uniformity, token_uniformity
 
 
 def test_a_rank_one_stream_is_uniform():
@@ -189,3 +189,17 @@ def test_qk_grads_refuse_a_bridge_whose_weights_the_forward_does_not_use():
     assert token_uniformity(bridge, tokens)["residual"] == pytest.approx(token_uniformity(model, tokens)["residual"])
     with pytest.raises(ToolkitError, match="ResidualGPT it wraps"):
         qk_grads(bridge, tokens[:, :-1], tokens[:, 1:])
+
+
+def test_refusals_are_toolkit_errors_not_index_or_modulo_errors():
+    # audit /tmp/audit_final C80, C81: y outside the vocabulary was cross_entropy's IndexError; interval 0 a
+    # ZeroDivisionError at the first evaluation of the training the probe rides on
+    model = ResidualGPT(ModelConfig(n_layers=1, d_model=16, n_heads=2, n_ctx=8, d_vocab=11))
+    x = torch.randint(0, 11, (2, 8))
+    with pytest.raises(TokenIdError, match="qk_grads: y: token id 11 is outside the vocabulary"):
+        qk_grads(model, x, torch.cat([x[:, 1:], torch.full((2, 1), 11)], dim=1))
+    for bad in (0, -25, 2.5, True):
+        with pytest.raises(ToolkitError, match="interval must be a positive integer"):
+            UniformityProbe(bad)
+    with pytest.raises(ToolkitError, match="n_batches must be a positive integer"):
+        UniformityProbe(50, n_batches=0)
