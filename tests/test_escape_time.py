@@ -405,6 +405,7 @@ def test_the_law_carries_its_covariance_and_predicts_any_cell_from_a_results_fil
     from scipy.stats import norm
 
     from experiments.escape_time.survival import predict_escape
+    from interp.errors import ConfigError
 
     rng = np.random.default_rng(4)
     runs = [
@@ -438,6 +439,13 @@ def test_the_law_carries_its_covariance_and_predicts_any_cell_from_a_results_fil
     assert p["survival_at_last"] == pytest.approx(norm.sf((math.log(2000) - mu) / math.exp(law["params"][3])))
     assert p["survival_interval"][0] < p["survival_at_last"] < p["survival_interval"][1]
     assert law_prediction(shipped, 5, 1e-3, 2000) == p and law_prediction(law, 5, 1e-3, 2000)["interval"] == "bootstrap"
+    # a cell the law cannot be read at is one ConfigError, not math's "math domain error" (audit /tmp/audit_final C76)
+    for bad in ((5, 1e-3, 0), (5, 1e-3, -5), (5, 0.0, 2000), (float("nan"), 1e-3, 2000)):
+        for read in (predict_escape, law_prediction):
+            for one in (shipped, law):
+                with pytest.raises(ConfigError, match="escape-time law: "):
+                    read(one, *bad)
+    assert predict_escape(shipped, np.int64(5), np.float64(1e-3), np.int64(2000)) == p  # numpy numbers read alike
 
 
 def test_help_says_the_seeds_the_default_run_trains():

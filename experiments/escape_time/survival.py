@@ -35,6 +35,7 @@ from the covariance (predict_escape: the delta method).
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -359,6 +360,7 @@ def predict_escape(law: dict[str, Any], depth: float, lr: float, step: float) ->
         return {"predicted": False, "reason": law.get("reason")}
     if law.get("covariance") is None:
         return {"predicted": False, "reason": "the law has no covariance (its information matrix is singular)"}
+    _check_cell(depth, lr, step)
     params, cov = np.array(law["params"]), np.array(law["covariance"])
     x = _design([depth], [lr], law["with_lr"])[0]
     mu, sigma = float(x @ params[:-1]), math.exp(params[-1])
@@ -377,6 +379,22 @@ def predict_escape(law: dict[str, Any], depth: float, lr: float, step: float) ->
     }
 
 
+def _check_cell(depth: float, lr: float, step: float) -> None:
+    """A cell the law can be read at: a finite depth, an lr and a step > 0 (their logs; else math's ValueError)."""
+    from interp.errors import ConfigError
+
+    for name, v in (("depth", depth), ("lr", lr), ("step", step)):
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, numbers.Real)  # numpy's ints and floats too
+            or not math.isfinite(v)
+            or (name != "depth" and v <= 0)
+        ):
+            raise ConfigError(
+                f"escape-time law: {name} must be a finite number{'' if name == 'depth' else ' > 0'}, got {v!r}"
+            )
+
+
 def law_prediction(law: dict[str, Any], depth: float, lr: float, step: float) -> dict[str, Any]:
     """The law's median escape step and survival at `step` for a cell, with bootstrap intervals (the command's
     reading, printed before a held-out depth trains). A law without its bootstrap refits (results files leave
@@ -385,6 +403,7 @@ def law_prediction(law: dict[str, Any], depth: float, lr: float, step: float) ->
         return {"predicted": False, "reason": law.get("reason")}
     if not law.get("bootstrap"):
         return predict_escape(law, depth, lr, step)
+    _check_cell(depth, lr, step)
     with_lr = law["with_lr"]
     params = np.array(law["params"])
     boots = np.array(law["bootstrap"])
