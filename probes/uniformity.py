@@ -61,13 +61,17 @@ def stream_uniformity(x: Float[Tensor, "batch pos d"]) -> dict[str, Float[Tensor
 
 @torch.no_grad()
 def token_uniformity(model, batches: Iterable[tuple[Tensor, Tensor]]) -> dict:
-    """{"sites", and each of MEASURES: the mean over sequences at each site}, in eval mode."""
+    """{"sites", and each of MEASURES: the mean over sequences at each site}, in eval mode.
+
+    "sites" lists the residual sites the model's forward passes through: a TransformerLens attn_only model has no
+    resid_mid, and a site never seen is left out (it read 0.0, "every position the same", before)."""
     batches = as_batch_pairs(batches, min_pos=2)
-    sites = resid_sites(model.cfg.n_layers)
-    sums = {s: dict.fromkeys(MEASURES, 0.0) for s in sites}
+    sums = {s: dict.fromkeys(MEASURES, 0.0) for s in resid_sites(model.cfg.n_layers)}
+    seen: set[str] = set()
     count = 0
 
     def record(resid, hook):
+        seen.add(hook.name)
         for k, v in stream_uniformity(resid).items():
             sums[hook.name][k] += v.sum().item()
 
@@ -80,6 +84,9 @@ def token_uniformity(model, batches: Iterable[tuple[Tensor, Tensor]]) -> dict:
                 count += x.shape[0]
     finally:
         model.train(was_training)
+    sites = [s for s in sums if s in seen]
+    if not sites:
+        raise ToolkitError(f"token_uniformity: no residual site ({', '.join(sums)}) ran in {type(model).__name__}")
     out: dict = {"sites": sites}
     for k in MEASURES:
         out[k] = [sums[s][k] / count for s in sites]

@@ -203,3 +203,21 @@ def test_refusals_are_toolkit_errors_not_index_or_modulo_errors():
             UniformityProbe(bad)
     with pytest.raises(ToolkitError, match="n_batches must be a positive integer"):
         UniformityProbe(50, n_batches=0)
+
+
+@pytest.mark.skipif(TL4, reason="a native HookedTransformer (TL 3.x)")
+def test_a_site_the_model_does_not_have_is_left_out_not_read_as_collapsed():
+    # audit /tmp/audit_final C93: TransformerLens's attn_only models have no hook_resid_mid; those sites read 0.0
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    torch.manual_seed(0)
+    cfg = HookedTransformerConfig(
+        n_layers=2, d_model=16, n_ctx=8, d_head=4, n_heads=4, d_vocab=11, attn_only=True, normalization_type="LN"
+    )
+    model = HookedTransformer(cfg)
+    x = torch.randint(0, 11, (2, 8))
+    out = token_uniformity(model, [(x, x)])
+    assert out["sites"] == ["blocks.0.hook_resid_pre", "blocks.0.hook_resid_post", "blocks.1.hook_resid_post"]
+    _, cache = model.run_with_cache(x)
+    for site, value in zip(out["sites"], out["residual"], strict=True):
+        assert value == pytest.approx(stream_uniformity(cache[site])["residual"].mean().item())
