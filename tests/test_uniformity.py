@@ -203,6 +203,8 @@ def test_refusals_are_toolkit_errors_not_index_or_modulo_errors():
             UniformityProbe(bad)
     with pytest.raises(ToolkitError, match="n_batches must be a positive integer"):
         UniformityProbe(50, n_batches=0)
+    with pytest.raises(ShapeError, match=r"\[batch, pos >= 2\] expected"):  # one position: nothing to compare
+        token_uniformity(model, [(x[:, :1], x[:, :1])])
 
 
 @pytest.mark.skipif(TL4, reason="a native HookedTransformer (TL 3.x)")

@@ -350,7 +350,8 @@ def check_pair(x: Any, y: Any, where: str = "", min_pos: int = 1) -> tuple[Any, 
 
     for name, t in (("x", x), ("y", y)):
         if not isinstance(t, torch.Tensor) or t.is_floating_point() or t.dim() != 2 or t.shape[1] < min_pos:
-            raise ShapeError(f"{where}{name}: integer token ids [batch, pos] expected, got {_describe(t)}")
+            pos = "pos" if min_pos <= 1 else f"pos >= {min_pos}"  # a shape that is 2-D but too short says why
+            raise ShapeError(f"{where}{name}: integer token ids [batch, {pos}] expected, got {_describe(t)}")
     if x.shape != y.shape:
         raise ShapeError(f"{where}x, y: shapes {tuple(x.shape)} and {tuple(y.shape)} differ; one target per input")
     return x, y
