@@ -479,3 +479,11 @@ def test_the_docstring_schema_names_every_key_the_results_file_holds():
     parts += [d["mechanism"], *d["mechanism"]["measures"].values(), *d["predictor"].values(), d["predictor"]]
     missing = {k for part in parts for k in part if k not in words}
     assert not missing, f"keys of the results file that run.py's schema does not name: {sorted(missing)}"
+
+
+def test_kaplan_meier_refuses_times_and_escaped_of_different_lengths():
+    from experiments.escape_time.survival import kaplan_meier
+    from interp.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="one entry per run"):
+        kaplan_meier([100, 200, 300], [True, False])

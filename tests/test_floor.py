@@ -155,8 +155,10 @@ def test_smoke_predicts_the_knob_before_it_trains_and_never_rewrites_the_predict
         assert k["u_match"] < 1e-6  # the runs started from the models the prediction measured
         assert k["held"]["held"] in (True, False)
     assert results["init_check_max_diff"] < 1e-6
-    assert len(results["runs"]) == 28 and results["relation"]["fitted"]  # 16 control + knob, 6 at 3x, 6 schedule
-    assert {c["name"] for c in results["cells"]} >= {"attn_only L4 240 steps warmup-cosine"}
+    # 16 control + knob, 6 knob at 3x, 3 attn_only at 3x, 6 schedule
+    assert len(results["runs"]) == 31 and results["relation"]["fitted"]
+    assert {c["name"] for c in results["cells"]} >= {"attn_only L4 240 steps warmup-cosine", "attn_only L4 720 steps"}
+    assert "attn_only L4 720 steps (at 3x, 3 seeds): " in out and "ffn_only L1 720 steps qk8 (the knob at 3x" in out
     for r in results["runs"]:
         assert set(r["plateau"]) == set(results["margins_text"]) and math.isfinite(r["u"])
     cells = {c["sweep"] for c in results["init"]["cells"]}

@@ -101,6 +101,10 @@ def kaplan_meier(times: Sequence[int], escaped: Sequence[bool]) -> dict[str, lis
 
     t = np.asarray(times, dtype=float)
     e = np.asarray(escaped, dtype=bool)
+    if t.shape != e.shape or t.ndim != 1:
+        from interp.errors import ConfigError
+
+        raise ConfigError(f"kaplan_meier: times {t.shape} and escaped {e.shape} must be one entry per run, alike")
     out: dict[str, list[float]] = {"steps": [], "survival": [], "lower": [], "upper": [], "at_risk": []}
     if e.any():
         sf = stats.ecdf(stats.CensoredData(uncensored=t[e], right=t[~e])).sf

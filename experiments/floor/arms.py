@@ -6,7 +6,8 @@ warm-up and cosine decay). Parts (--parts):
 
     control    ffn_only at the two depths whose escapes fall inside the run (the fit of the relation)
     knob       the same depths with the query/key scale raised: predicted from the controls before training
-    confirm    each knob arm again at 3x its length with the lowest 3 seeds (does its escape last?)
+    confirm    each knob arm again at 3x its length with the lowest 3 seeds (does its escape last?); with
+               schedule (and attn), attn_only's constant-lr arms at depth 6 (and 8) at 3x (does the floor last?)
     schedule   attn_only at depth 6, constant against warm-up + cosine, and ffn_only depth 3 with warm-up
     attn       attn_only at depths 4 and 8 with a constant lr, and depth 6's constant arm with every seed
                (its own floor; not in the default)
@@ -145,6 +146,10 @@ class Arms:
                 for d, _ in controls
                 for s in self.scales[d]
             ]
+        if "confirm" in self.parts and "schedule" in self.parts:  # attn_only's constant-lr floor at 3x: does it last?
+            short = min(n for _, n in controls)
+            depths = (2 * deepest, 2 * deepest + 2) if "attn" in self.parts else (2 * deepest,)
+            arms += [Arm("confirm", "attn_only", d, 3 * short, seeds=CONFIRM_SEEDS) for d in depths]
         if "schedule" in self.parts:
             short = min(n for _, n in controls)
             attn_depth = 2 * deepest

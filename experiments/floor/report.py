@@ -111,7 +111,8 @@ def summary(results: dict[str, Any]) -> str:
         if c["part"] == "confirm":
             med = c["median"]["median"]
             lines.append(
-                f"{c['name']} (the knob at 3x, {c['n']} seeds): {c['n_escaped']} of {c['n']} escaped by step "
+                f"{c['name']} ({'the knob ' if c['scale'] != 1.0 else ''}at 3x, {c['n']} seeds): "
+                f"{c['n_escaped']} of {c['n']} escaped by step "
                 f"{c['last_step']}" + ("" if med is None else f", median {med:.0f}")
             )
     for name, t in results["transfer"].items():

@@ -26,7 +26,10 @@ amount predicted before training. Each may fail; the command says which held.
                  at the early step (the last evaluation <= 100) as held-out one-feature predictors of escape
     schedule     attn_only at depth 6 with a constant lr against the preset's warm-up + cosine (8 seeds each), and
                  ffn_only depth 3 with warm-up: escape times and plateau as above
-    attn         (--parts ...,attn) attn_only at depths 4 and 8, constant lr
+    attn         (--parts ...,attn) attn_only at depths 4 and 8, constant lr; depth 6's constant arm then takes
+                 every seed
+    confirm      the knob arms at 3x their length, 3 seeds; with schedule, attn_only's constant-lr depth 6 (and,
+                 with attn, 8) at 3x the schedule arms' length, 3 seeds: does the escape, or the floor, last?
 
 Escape: the first evaluation from which the validation loss stays below unigram - margin (the rule of
 experiments.escape_time.survival). Default: preset phase-cell, 16 seeds (1337-1352); --preset smoke runs a
@@ -284,7 +287,7 @@ EXPERIMENT = Experiment(
     owned={
         "residual": "the arms",
         "n_layers": "the arms",
-        "lr": "the arms (the preset's lr x 0.5)",
+        "lr": "the arms (the preset's lr x 0.5; for smoke x 2)",
         "min_lr": "the arms",
     },
     defaults=defaults,
