@@ -97,6 +97,13 @@ def test_the_law_recovers_a_known_per_layer_factor_through_censoring():
     assert 0.0 <= p["survival_interval"][0] <= p["survival_at_last"] <= p["survival_interval"][1] <= 1.0
 
 
+def test_the_law_says_a_step_zero_escape_has_no_log_time():
+    runs = _synthetic_runs(per_layer=2.0, sigma=0.3, last=400, n=10)
+    runs[0] = {**runs[0], "escape": 0}
+    law = fit_law(runs)
+    assert not law["fitted"] and "step 0" in law["reason"] and "log(step)" in law["reason"]
+
+
 def test_the_law_refuses_when_only_one_depth_escapes():
     runs = [
         {"n_layers": d, "lr": 1e-3, "escape": (100 if d == 1 else None), "last_step": 600}

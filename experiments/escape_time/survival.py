@@ -293,6 +293,13 @@ def fit_law(runs: Sequence[dict[str, Any]], key: str = "escape") -> dict[str, An
         }
     if events < 3:
         return {**base, "fitted": False, "reason": f"{events} escape(s) in {n} runs: fewer than the 3 a law needs"}
+    if (times <= 0).any():  # the law is in log(step): a run escaped or stopped at step 0 has no log-time
+        return {
+            **base,
+            "fitted": False,
+            "reason": f"{int((times <= 0).sum())} run(s) escaped or stopped at step "
+            "0, where the law's log(step) is undefined",
+        }
     x = _design(depths, lrs, with_lr)
     params = fit_lognormal(x, times, escaped)
     if params is None:
