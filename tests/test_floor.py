@@ -159,6 +159,9 @@ def test_smoke_predicts_the_knob_before_it_trains_and_never_rewrites_the_predict
     assert len(results["runs"]) == 31 and results["relation"]["fitted"]
     assert {c["name"] for c in results["cells"]} >= {"attn_only L4 240 steps warmup-cosine", "attn_only L4 720 steps"}
     assert "attn_only L4 720 steps (at 3x, 3 seeds): " in out and "ffn_only L1 720 steps qk8 (the knob at 3x" in out
+    # the early predictor against two outcomes: escaped by the end, and by the shallowest control's length
+    assert results["early_horizon"] == 240 and set(results["early_by_horizon"]) == set(results["early"])
+    assert "of escape by the end (" in out and "of escape by step 240 (" in out
     for r in results["runs"]:
         assert set(r["plateau"]) == set(results["margins_text"]) and math.isfinite(r["u"])
     cells = {c["sweep"] for c in results["init"]["cells"]}

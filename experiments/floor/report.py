@@ -128,6 +128,12 @@ def summary(results: dict[str, Any]) -> str:
         lines.append(
             f"controls: the median wait grows x{f['factor']:.1f} a layer (depth {f['depths'][0]} to {f['depths'][1]})"
         )
+    for outcome, feats in (
+        ("by the end", results.get("early")),
+        (f"by step {results.get('early_horizon')}", results.get("early_by_horizon")),
+    ):
+        if feats:
+            lines.append(early_line(results.get("early_step"), outcome, feats))
     al = results["alignment"]
     if al["order"]:
         lines.append(
@@ -150,6 +156,22 @@ def knob_line(name: str, k: dict[str, Any]) -> str:
     pf = f"on the floor [{p['floor_interval'][0]:.2f}, {p['floor_interval'][1]:.2f}]"
     lr = "" if k["logrank_p"] is None else f"; log-rank against {k['control']} p = {k['logrank_p']:.2g}"
     return f"{name}: prediction {verdict} ({when}): {pm}, {pf}; {obs} ({o['n']} runs){lr}"
+
+
+def early_line(step: int | None, outcome: str, feats: dict[str, Any]) -> str:
+    """One line: each feature at the early step as a held-out predictor of escape (deepest control depth)."""
+    first = next(iter(feats.values()))
+    head = f"early predictor at step {step} of escape {outcome} ({first['n_escaped']} of {first['n']} runs): "
+    tested = [f for f in feats.values() if "accuracy" in f]
+    if not tested:
+        return head + str(first.get("untestable"))
+    parts = [
+        f"{name} {f['accuracy']:.2f} [{f['interval'][0]:.2f}, {f['interval'][1]:.2f}] AUC {f['auc']:.2f}"
+        if "accuracy" in f
+        else f"{name} untestable ({f.get('untestable')})"
+        for name, f in feats.items()
+    ]
+    return head + "; ".join(parts) + f" (held-out accuracy; majority {tested[0]['majority_accuracy']:.2f})"
 
 
 def transfer_line(name: str, t: dict[str, Any]) -> str:

@@ -24,6 +24,7 @@ amount predicted before training. Each may fail; the command says which held.
                  probes' measures aligned on each escape (experiments.escape_time.mechanism): which moves first
     early        within the deepest control depth: the step-0 collapse, the residual and the query/key gradient
                  at the early step (the last evaluation <= 100) as held-out one-feature predictors of escape
+                 by the end of the run, and of escape by the shallowest control's length (1200 steps)
     schedule     attn_only at depth 6 with a constant lr against the preset's warm-up + cosine (8 seeds each), and
                  ffn_only depth 3 with warm-up: escape times and plateau as above
     attn         (--parts ...,attn) attn_only at depths 4 and 8, constant lr; depth 6's constant arm then takes
@@ -53,7 +54,9 @@ results.json schema ("floor/1"):
     transfer    per non-control constant-lr arm: what the controls' relation predicts and whether it held
     factor      the controls' median escape ratio per layer (deeper / shallower)
     alignment   mechanism.aligned over every escaped ffn_only constant-lr run, order
-    early       feature -> escape_predictor.evaluate_by_seed over the deepest control depth
+    early       feature -> escape_predictor.evaluate_by_seed over the deepest control depth (escaped by the end)
+    early_horizon, early_by_horizon   the same with "escaped by step early_horizon" (the shallowest control's
+                length) as the outcome
     init        signal_table(...): seeds, depths, widths, n_ctxs, cells, rates
     software, train_wall_time_s, wall_time_s, created
 """
@@ -208,6 +211,8 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
         "factor": factor,
         "alignment": alignment,
         "early": early["features"],
+        "early_horizon": early["horizon"],
+        "early_by_horizon": early["by_horizon"],
         "init_check_max_diff": max(init_diffs) if init_diffs else None,
         "init": table,
     }
@@ -257,7 +262,19 @@ def _early(ctx: Context, runs: list[dict[str, Any]], arms: Arms, key: str) -> di
         }
         for r in pool
     ]
-    return {"step": step, "features": evaluate_by_seed(samples, EARLY_FEATURES)}
+    # A second outcome where the first has too few non-escapes to test: escaped by the shallowest control's
+    # length (the knob arms' length, where depth 3's knob prediction is read)
+    horizon = min(n for _, n in arms.controls) * arms.base_steps
+    by = [
+        {**s, "escaped": r["escape"][key] is not None and r["escape"][key] <= horizon}
+        for s, r in zip(samples, pool, strict=True)
+    ]
+    return {
+        "step": step,
+        "features": evaluate_by_seed(samples, EARLY_FEATURES),
+        "horizon": horizon,
+        "by_horizon": evaluate_by_seed(by, EARLY_FEATURES),
+    }
 
 
 def _factor(cells: list[dict[str, Any]], arms: Arms) -> dict[str, Any] | None:
