@@ -13,7 +13,7 @@ from transformer_lens import ActivationCache  # the top-level name on TL 3.9+ an
 
 from interp.checks.api import missing_cache_key
 from interp.config import ModelConfig
-from interp.errors import LogitAttrsWarning, ToolkitError, warn
+from interp.errors import LogitAttrsWarning, ToolkitError, refuse_if_not_additive, warn
 
 
 class ResidualActivationCache(ActivationCache):
@@ -31,12 +31,7 @@ class ResidualActivationCache(ActivationCache):
 
     def _refuse_if_not_additive(self, method: str) -> None:
         residual = cast(ModelConfig, self.model.cfg).residual  # a ResidualGPT's cfg, typed as TL's config
-        if residual != "full":
-            raise ToolkitError(
-                f"ActivationCache.{method} assumes the residual stream is the sum of the embeddings and every "
-                f"sublayer output, which is false for residual={residual!r}; use interp.decompose, which follows "
-                "this model's wiring"
-            )
+        refuse_if_not_additive(method, residual, "interp.decompose, which follows this model's wiring")
 
     def _refuse_tl_layout(self, method: str) -> None:
         raise ToolkitError(

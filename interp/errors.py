@@ -161,3 +161,13 @@ class HookNames(dict):
             f"this model has no hook point or module named {name!r}{closest_names(name, self)} "
             f"(layers 0..{self.n_layers - 1}; model.hook_dict lists every hook point)"
         )
+
+
+def refuse_if_not_additive(method: str, residual: str, use: str) -> None:
+    """TransformerLens's additive cache methods (decompose_resid, ...) on a wiring whose stream is not the sum of
+    the embeddings and every sublayer output: refused by name, pointing to `use`."""
+    if residual != "full":
+        raise ToolkitError(
+            f"ActivationCache.{method} assumes the residual stream is the sum of the embeddings and every "
+            f"sublayer output, which is false for residual={residual!r}; use {use}"
+        )

@@ -231,13 +231,10 @@ def mechanism_figure(results: dict[str, Any], names: tuple[str, ...]):
     return fig
 
 
-PALETTE = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666")
-
-
 def survival_svg(results: dict[str, Any], width: int = 640, height: int = 300) -> str:
     """The ffn_only survival curves as a small self-contained SVG (no plotting package needed): a figure
     for a README or a paper draft, beside the interactive report."""
-    from xml.sax.saxutils import escape
+    from experiments.shared.svg import PALETTE, axis_titles, close, frame, legend_entry
 
     cells = sorted((c for c in results["cells"] if c["residual"] == "ffn_only"), key=lambda c: (c["lr"], c["n_layers"]))
     last = max((c["last_step"] for c in cells), default=1)
@@ -247,22 +244,12 @@ def survival_svg(results: dict[str, Any], width: int = 640, height: int = 300) -
     def xy(step: float, s: float) -> str:
         return f"{left + w * step / last:.1f},{top + h * (1 - s):.1f}"
 
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
-        f'font-size="11">',
-        f'<rect width="{width}" height="{height}" fill="white"/>',
-        f'<line x1="{left}" y1="{top + h}" x2="{left + w}" y2="{top + h}" stroke="black"/>',
-        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + h}" stroke="black"/>',
-    ]
+    out = frame(width, height, left, top, w, h)
     for k in range(0, 5):
         step = last * k / 4
         out.append(f'<text x="{left + w * k / 4:.1f}" y="{top + h + 14}" text-anchor="middle">{step:.0f}</text>')
         out.append(f'<text x="{left - 6}" y="{top + h * (1 - k / 4) + 4:.1f}" text-anchor="end">{k / 4:.2f}</text>')
-    out.append(f'<text x="{left + w / 2}" y="{height - 6}" text-anchor="middle">training step</text>')
-    out.append(
-        f'<text x="12" y="{top + h / 2}" transform="rotate(-90 12 {top + h / 2})" text-anchor="middle">'
-        "still on the floor</text>"
-    )
+    out += axis_titles(height, left, top, w, h, "training step", "still on the floor")
     for i, c in enumerate(cells):
         colour = PALETTE[i % len(PALETTE)]
         dash = "" if c["lr"] == max(results["lrs"]) else ' stroke-dasharray="5,3"'
@@ -272,14 +259,9 @@ def survival_svg(results: dict[str, Any], width: int = 640, height: int = 300) -
             s = value
         points.append(xy(c["last_step"], s))
         out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2"{dash} points="{" ".join(points)}"/>')
-        label = escape(f"L{c['n_layers']} lr {c['lr']:g} ({c['n_escaped']}/{c['n']})")
-        y = top + 14 * i + 10
-        out.append(
-            f'<line x1="{left + w + 10}" y1="{y - 4}" x2="{left + w + 30}" y2="{y - 4}" stroke="{colour}" '
-            f'stroke-width="2"{dash}/><text x="{left + w + 34}" y="{y}">{label}</text>'
-        )
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
+        label = f"L{c['n_layers']} lr {c['lr']:g} ({c['n_escaped']}/{c['n']})"
+        out.append(legend_entry(left + w + 10, top + 14 * i + 10, colour, label, dash))
+    return close(out)
 
 
 def sections(results: dict[str, Any], ctx: Context) -> list:

@@ -206,9 +206,7 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
 def init_svg(results: dict[str, Any], width: int = 680, height: int = 300) -> str:
     """The depth sweep at initialisation as a small self-contained SVG (log residual against depth): the
     figure for a README, beside the interactive report."""
-    from xml.sax.saxutils import escape
-
-    from experiments.escape_time.report import PALETTE
+    from experiments.shared.svg import PALETTE, axis_titles, close, frame, legend_entry
 
     init = results["init"]
     cells = [c for c in init["cells"] if c["sweep"] == "depth"]
@@ -223,38 +221,23 @@ def init_svg(results: dict[str, Any], width: int = 680, height: int = 300) -> st
         y = top + h * (0 - math.log10(max(r, 10.0**lo))) / -lo if lo < 0 else top
         return f"{x:.1f},{y:.1f}"
 
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
-        f'font-size="11">',
-        f'<rect width="{width}" height="{height}" fill="white"/>',
-        f'<line x1="{left}" y1="{top + h}" x2="{left + w}" y2="{top + h}" stroke="black"/>',
-        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + h}" stroke="black"/>',
-    ]
+    out = frame(width, height, left, top, w, h)
     for d in depths:
         x = xy(d, 1.0).split(",")[0]
         out.append(f'<text x="{x}" y="{top + h + 14}" text-anchor="middle">{d}</text>')
     for k in range(lo, 1):
         y = xy(depths[0], 10.0**k).split(",")[1]
         out.append(f'<text x="{left - 6}" y="{float(y) + 4:.1f}" text-anchor="end">{10.0**k:g}</text>')
-    out.append(f'<text x="{left + w / 2}" y="{height - 6}" text-anchor="middle">depth (layers)</text>')
-    out.append(
-        f'<text x="12" y="{top + h / 2}" transform="rotate(-90 12 {top + h / 2})" text-anchor="middle">'
-        "token diversity at init (residual)</text>"
-    )
+    out += axis_titles(height, left, top, w, h, "depth (layers)", "token diversity at init (residual)")
     for i, config in enumerate(configs):
         colour = PALETTE[i % len(PALETTE)]
         row = sorted((c for c in cells if c["config"] == config), key=lambda c: c["depth"])
         points = " ".join(xy(c["depth"], c["residual"]["mean"]) for c in row)
         out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{points}"/>')
         rate = init["rates"].get(config)
-        label = escape(config + (f" (x{rate['rate']:.2f}/layer)" if rate else ""))
-        y = top + 14 * i + 10
-        out.append(
-            f'<line x1="{left + w + 10}" y1="{y - 4}" x2="{left + w + 30}" y2="{y - 4}" stroke="{colour}" '
-            f'stroke-width="2"/><text x="{left + w + 34}" y="{y}">{label}</text>'
-        )
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
+        label = config + (f" (x{rate['rate']:.2f}/layer)" if rate else "")
+        out.append(legend_entry(left + w + 10, top + 14 * i + 10, colour, label))
+    return close(out)
 
 
 if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing

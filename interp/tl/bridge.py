@@ -51,7 +51,15 @@ from transformer_lens.model_bridge.sources import build_bridge_from_module
 from interp.checkpoint import SCHEMA, Checkpoint, load_checkpoint, refuse_non_finite_forward
 from interp.checks.api import check_config_unedited
 from interp.config import ModelConfig
-from interp.errors import CheckpointError, ConfigError, LogitAttrsWarning, ToolkitError, state_dict_detail, warn
+from interp.errors import (
+    CheckpointError,
+    ConfigError,
+    LogitAttrsWarning,
+    ToolkitError,
+    refuse_if_not_additive,
+    state_dict_detail,
+    warn,
+)
 from interp.model import LOGIT_ATTRS_MESSAGE, ResidualGPT
 from interp.registry import mixer_spec
 from interp.tl.bridge_adapter import (  # registers the adapter
@@ -100,12 +108,8 @@ class BridgeActivationCache(ActivationCache):
 
     def _refuse_if_not_additive(self, method: str) -> None:
         residual = cast("ResidualBridge", self.model).residual_gpt.cfg.residual
-        if residual != "full":
-            raise ToolkitError(
-                f"ActivationCache.{method} assumes the residual stream is the sum of the embeddings and every "
-                f"sublayer output, which is false for residual={residual!r}; use interp.decompose (decompose, "
-                "direct_logit_attribution, logit_lens), which follows this model's wiring and reads this cache"
-            )
+        use = "interp.decompose (decompose, direct_logit_attribution, logit_lens), which follows this model's wiring"
+        refuse_if_not_additive(method, residual, use + " and reads this cache")
 
     def __getitem__(self, key: Any) -> Tensor:
         cfg = cast("ResidualBridge", self.model).residual_gpt.cfg

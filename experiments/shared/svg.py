@@ -1,0 +1,47 @@
+"""Small self-contained SVG line charts for the static figures beside the interactive reports.
+
+Hand-written because the libraries that draw static SVG pull in a browser (plotly's kaleido) or a plotting stack
+the project does not otherwise install (matplotlib); these figures need axes, polylines and a legend only."""
+
+from __future__ import annotations
+
+from xml.sax.saxutils import escape
+
+PALETTE = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666")
+
+
+def frame(width: int, height: int, left: float, top: float, w: float, h: float) -> list[str]:
+    """The opening tag, a white page and the two axis lines of a plot area w x h at (left, top)."""
+    return [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+        f'font-size="11">',
+        f'<rect width="{width}" height="{height}" fill="white"/>',
+        f'<line x1="{left}" y1="{top + h}" x2="{left + w}" y2="{top + h}" stroke="black"/>',
+        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + h}" stroke="black"/>',
+    ]
+
+
+def axis_titles(height: int, left: float, top: float, w: float, h: float, x_title: str, y_title: str) -> list[str]:
+    return [
+        f'<text x="{left + w / 2}" y="{height - 6}" text-anchor="middle">{escape(x_title)}</text>',
+        f'<text x="12" y="{top + h / 2}" transform="rotate(-90 12 {top + h / 2})" text-anchor="middle">'
+        f"{escape(y_title)}</text>",
+    ]
+
+
+def legend_entry(x: float, y: float, colour: str, label: str, dash: str = "") -> str:
+    """A legend line at (x, y - 4) and its (escaped) label; dash is an SVG attribute string or ''."""
+    return (
+        f'<line x1="{x}" y1="{y - 4}" x2="{x + 20}" y2="{y - 4}" stroke="{colour}" stroke-width="2"{dash}/>'
+        f'<text x="{x + 24}" y="{y}">{escape(label)}</text>'
+    )
+
+
+def close(out: list[str]) -> str:
+    return "\n".join([*out, "</svg>"]) + "\n"
+
+
+if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
+    from experiments.shared.options import not_a_command
+
+    raise SystemExit(not_a_command(__spec__.name))
