@@ -111,7 +111,7 @@ def write_predictions(ctx: Context, jobs: list[Job]) -> list[str]:
     print them. A stored prediction is never rewritten: one for the same seeds and margin is kept as it was; one
     for other seeds or another margin stays where it is and the new one goes beside it."""
     from experiments.floor.init_measure import init_uniformity, probe_batches
-    from interp.io import atomic_write
+    from interp.io import atomic_write, dumps
 
     arms = Arms(ctx)
     by_name = arms.by_name()
@@ -150,7 +150,8 @@ def write_predictions(ctx: Context, jobs: list[Job]) -> list[str]:
         lines.append(knob_prediction_text(name, entry))
     if new:
         ctx.result_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(stored, indent=1)))
+        text = dumps(stored, path, indent=1)  # strict JSON: a non-finite u or interval is refused, never written
+        atomic_write(path, lambda tmp: Path(tmp).write_text(text))
     # a prediction made when an arm's runs already existed (file deleted, new margin) is not one made before them
     when = "some made after their arms' runs existed (not a test)" if late else "all made before their arms trained"
     lines.append(f"predictions {'written to' if new else 'read from'} {path}, {when}")
