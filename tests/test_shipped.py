@@ -66,7 +66,6 @@ def differences(shipped, recomputed, path="") -> list[str]:
     return [] if shipped == recomputed else [f"{path}: shipped {shipped!r:.80}, recomputed {recomputed!r:.80}"]
 
 
-@pytest.mark.skipif(not has_shared_data(), reason="the shipped runs were trained on TinyShakespeare (../shared/data)")
 def _param(folder: Path):
     """A smoke folder re-analyses in seconds; a full one (floor-default recomputes its initialisation table:
     minutes on 2 cores) runs with the slow tests (`make test-slow`)."""
@@ -74,6 +73,7 @@ def _param(folder: Path):
     return pytest.param(folder, id=folder.name, marks=() if smoke else pytest.mark.slow)
 
 
+@pytest.mark.skipif(not has_shared_data(), reason="the shipped runs were trained on TinyShakespeare (../shared/data)")
 @pytest.mark.parametrize("folder", [_param(p) for p in SHIPPED])
 def test_shipped_folder_reanalyses_to_its_published_numbers(folder, data, tmp_path, capsys):
     manifest = json.loads((folder / MANIFEST).read_text())
