@@ -42,6 +42,7 @@ from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
 from interp.config import ModelConfig
+from interp.dropout import StreamDropout
 from interp.errors import ConfigError
 from interp.model import MLP, _hooked
 from interp.registry import register_mixer
@@ -160,7 +161,7 @@ class PatternMixer(Mixer, nn.Module):
         self.causal_kernel = True
         self.in_proj = nn.Linear(cfg.d_model, n_proj * cfg.d_model, bias=cfg.bias)
         self.out_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
-        self.attn_dropout = nn.Dropout(cfg.dropout)
+        self.attn_dropout = StreamDropout(cfg.dropout)
         self.hook_q = HookPoint()  # [batch, pos, head, d_head]
         self.hook_k = HookPoint()
         self.hook_v = HookPoint()
@@ -204,6 +205,10 @@ class PatternMixer(Mixer, nn.Module):
     def _wants_pattern(self) -> bool:
         return self.explicit or _hooked(self.hook_attn_scores) or _hooked(self.hook_pattern)
 
+    def _stream_dropout(self) -> bool:
+        """Attention dropout from the run's stream (interp.dropout): SDPA draws its own masks, so the explicit path."""
+        return self.training and self.cfg.dropout > 0 and self.attn_dropout.stream() is not None
+
     def _heads(self, x: Float[Tensor, "b p d"]) -> Float[Tensor, "b p h dh"]:
         return rearrange(x, "b p (h dh) -> b p h dh", h=self.cfg.n_heads)
 
@@ -214,7 +219,7 @@ class PatternMixer(Mixer, nn.Module):
         v: Float[Tensor, "b p h dh"],
         scores_fn,
     ) -> Float[Tensor, "b p d"]:
-        if self._wants_pattern():
+        if self._wants_pattern() or self._stream_dropout():
             z = self._explicit(q, k, v, scores_fn)
         elif self.causal_kernel and self.plain_causal():
             z = self._sdpa(q, k, v, is_causal=True)

@@ -32,6 +32,7 @@ from interp.activation_cache import LOGIT_ATTRS_MESSAGE as LOGIT_ATTRS_MESSAGE
 from interp.activation_cache import ResidualActivationCache as ResidualActivationCache
 from interp.checks.api import BoundaryHooks, check_config_unedited, check_forward_inputs, check_ids, check_targets
 from interp.config import ModelConfig
+from interp.dropout import DropoutStream, StreamDropout, number_sites
 from interp.errors import ArgumentError, ConfigError, HookNames, ToolkitError, TrainModeWarning, warn
 from interp.registry import mixer_spec
 
@@ -100,7 +101,7 @@ class Block(nn.Module):
         self.attn = mixer_spec(cfg.mixer)(cfg)  # the registered mixer class (interp.registry)
         self.ln2 = LayerNorm(cfg)
         self.mlp = MLP(cfg)
-        self.resid_dropout = nn.Dropout(cfg.dropout)
+        self.resid_dropout = StreamDropout(cfg.dropout, slots=2)  # slot 0 after attention, 1 after the MLP
         for name in ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post"):
             setattr(self, f"hook_{name}", HookPoint())
 
@@ -110,7 +111,7 @@ class Block(nn.Module):
         attn_out = self.resid_dropout(self.attn(self.ln1(resid_pre)))
         attn_out = self.hook_attn_out(attn_out * gain if gain != 1.0 else attn_out)
         resid_mid = self.hook_resid_mid(resid_pre + attn_out if self.cfg.attn_residual else attn_out)
-        mlp_out = self.resid_dropout(self.mlp(self.ln2(resid_mid)))
+        mlp_out = self.resid_dropout(self.mlp(self.ln2(resid_mid)), 1)
         mlp_out = self.hook_mlp_out(mlp_out * gain if gain != 1.0 else mlp_out)
         return self.hook_resid_post(resid_mid + mlp_out if self.cfg.ffn_residual else mlp_out)
 
@@ -202,7 +203,7 @@ class ResidualGPT(BoundaryHooks, HookedRootModule):
         self._cfg_built = (self.cfg, cfg.to_dict())  # what the blocks compute: an edited model.cfg is refused
         self.embed = nn.Embedding(cfg.d_vocab, cfg.d_model)
         self.pos_embed = nn.Embedding(cfg.n_ctx, cfg.d_model)
-        self.embed_dropout = nn.Dropout(cfg.dropout)
+        self.embed_dropout = StreamDropout(cfg.dropout)
         self.hook_embed = HookPoint()
         self.hook_pos_embed = HookPoint()
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
@@ -214,7 +215,17 @@ class ResidualGPT(BoundaryHooks, HookedRootModule):
         # (from_checkpoint sets it); generate() then takes and returns text.
         self.vocab_state: dict[str, Any] = {}
         self._init_weights()
+        self._dropout_slot, self.n_dropout_sites = number_sites(self)  # interp.dropout: mask sites, one stream
         self.setup()
+
+    def set_dropout_stream(self, stream: DropoutStream | None) -> None:
+        """Draw every dropout mask from `stream` (the Trainer sets the run's; interp.dropout), or with None from
+        torch's global generator, as nn.Dropout does."""
+        self._dropout_slot.stream = stream
+
+    @property
+    def dropout_stream(self) -> DropoutStream | None:
+        return self._dropout_slot.stream
 
     def setup(self) -> None:
         super().setup()

@@ -128,8 +128,10 @@ def test_grouping_by_shape_and_what_must_train_alone(tmp_path, data):
     assert [len(g) for g in group([member(tmp_path, dict(seed=s)) for s in range(5)], 2)] == [2, 2, 1]
     with pytest.raises(ConfigError, match="must share"):
         EnsembleTrainer([a, wide])
-    with pytest.raises(ConfigError, match="dropout"):
+    with pytest.raises(ConfigError, match="must share"):  # dropout is a shape field: members share its rate
         EnsembleTrainer([a, dropout])
+    with pytest.raises(ConfigError, match="mixer 'uniform' has no stacked forward"):
+        EnsembleTrainer([uniform])
 
 
 def test_a_k_that_cannot_fit_is_refused_with_the_largest_that_does(tmp_path, data):
@@ -182,6 +184,8 @@ def _cli(out: Path, *extra: str, kill_at: str | None = None) -> subprocess.Popen
         "--no-progress",
         "--set",
         "max_steps=30",
+        "--set",
+        "dropout=0.2",  # each member's dropout stream resumes bitwise too (interp.dropout)
         *extra,
     ]
     return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

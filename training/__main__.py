@@ -68,8 +68,8 @@ def training_parser() -> argparse.ArgumentParser:
         "train every combination; runs of the same shape (depth, width, n_ctx, mixer, every training "
         "field but seed, lr, min_lr, weight_decay) train together as ensembles: one batched step "
         "advances up to --ensemble-size models, and each member writes the same run directory, "
-        "checkpoint and logs its solo run would (training/ensemble.py). Runs with dropout, another "
-        "mixer, compile or DDP train alone.",
+        "checkpoint and logs its solo run would (training/ensemble.py), dropout masks included. Runs of "
+        "another mixer, DDP or random validation batches train alone.",
         epilog=_fields_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -29,9 +29,11 @@ from interp.io import write_json
 from interp.signals import exit_code
 from probes import GradientProbe
 from probes.gradients import grouped_norms, resid_grad_sites
+from training.compile import mark_step, maybe_compile
 from training.flops import flops_per_token, peak_matmul_flops
 from training.grouping import PER_MEMBER_TRAIN, check_ensemble_fits, group_key, why_alone
 from training.optimizer import lr_at
+from training.presets import concrete_dtype
 from training.stacked import StackedAdamW, StackedGPT
 from training.trainer import Trainer, TrainingError, TrainingInterrupted
 
@@ -91,14 +93,12 @@ class EnsembleTrainer:
                     finals[i] = t.run_dir.verify_finished(t.config_record)
                 else:
                     todo.append(i)
-            previous = torch.are_deterministic_algorithms_enabled()
             try:
-                failed = self._train_all([self.members[i] for i in todo], finals, todo)
+                with trainer_module.process_settings():
+                    failed = self._train_all([self.members[i] for i in todo], finals, todo)
             except KeyboardInterrupt as e:  # setting members up or writing their final records: each resumes
                 step = min((getattr(self.members[i], "step", 0) for i in todo), default=0)
                 raise TrainingInterrupted(step, self.members[todo[0]].run_dir.ckpt, exit_code(e)) from None
-            finally:
-                torch.use_deterministic_algorithms(previous)
         if failed:
             raise MembersStopped(failed, len(self.members))
         return [finals[i] for i in range(len(self.members))]
@@ -132,6 +132,10 @@ class _Loop:
         self.cfg = members[0].train_cfg
         self.device = members[0].device
         self.stacked = StackedGPT([t.model for t in members]).to(self.device)
+        self.autocast = members[0].autocast  # bfloat16 autocast where the members' dtype says so
+        self.compile_mode = self.cfg.compile_mode if self.cfg.compile else "default"
+        # the stacked step compiled as the members' solo models would be (a gradient-probe step runs eager)
+        maybe_compile(self.stacked, self.cfg.compile, self.cfg.compile_mode, self.device)
         self.param_of = [dict(t.model.named_parameters()) for t in members]
         names = self.stacked.names
         self.opt = StackedAdamW(
@@ -218,10 +222,15 @@ class _Loop:
         loss_sum = torch.zeros(self.k, device=self.device)
         alive = torch.tensor(self.alive, device=self.device)
         try:
-            for _ in range(cfg.grad_accum):
+            for micro in range(cfg.grad_accum):
+                for t in self.members:  # each member's dropout masks: its solo run's at this micro-step
+                    t.model.dropout_stream.at(step * cfg.grad_accum + micro)
+                mark_step(self.compile_mode, self.device)
                 xs, ys = zip(*(t.sampler.next_batch() for t in self.members), strict=True)
                 x, y = torch.stack(xs).to(self.device), torch.stack(ys).to(self.device)
-                losses = self.stacked(x, y)
+                with self.autocast:
+                    # a gradient probe's tensor hooks run on the eager forward (forward() skips the compiled call)
+                    losses = self.stacked.forward(x, y) if probe else self.stacked(x, y)
                 (torch.where(alive, losses, 0.0).sum() / cfg.grad_accum).backward()
                 loss_sum += losses.detach()
         finally:
@@ -408,7 +417,8 @@ class _Loop:
             else f"{t.run_dir.path.parent.name}/{t.run_dir.path.name}"
             for t in self.members
         ]
-        peak = peak_matmul_flops(self.device, torch.float32)
+        bf16 = concrete_dtype(cfg.dtype, self.device.type) == "bfloat16"
+        peak = peak_matmul_flops(self.device, torch.bfloat16 if bf16 else torch.float32)
         for k, t in enumerate(self.members):
             if not self.alive[k]:
                 continue

@@ -164,7 +164,7 @@ def estimate_parts(trainers: Sequence[Trainer], ensemble_size: int) -> dict[str,
     rng = torch.get_rng_state()
     timed: dict[tuple, dict[str, float]] = {}
     try:
-        for members in group(trainers, ensemble_size):
+        for members in group(trainers, ensemble_size, report=False):  # the launcher prints the sizes
             stacked = trains_stacked(members, ensemble_size)
             first = members[0]
             callbacks = tuple(type(cb).__name__ for cb in _on_eval(first))

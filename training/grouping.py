@@ -1,12 +1,16 @@
-"""Which runs train together and how many: the ensemble key, the CPU cache rule, the memory check.
+"""Which runs train together and how many: the ensemble key, the sizing rule per device, the memory check.
 
 Runs group when they share every shape field, the mixer, the data and every TrainConfig field but those
-in PER_MEMBER_TRAIN; a run whose mixer, dtype, callbacks or device rule it out trains alone (why_alone).
+in PER_MEMBER_TRAIN (dropout, dtype and compile included: members draw their own dropout masks, run under
+the same autocast and the same compiled step); a run whose mixer, DDP, validation mode or callbacks rule it
+out trains alone (why_alone). How many members one ensemble takes is sizing(): a GPU's free memory, a CPU's
+last-level cache; group() prints each shape's size and the reason once.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -33,12 +37,8 @@ def why_alone(trainer: Trainer) -> str | None:
     if why:
         return why
     cfg = trainer.train_cfg
-    if cfg.compile:
-        return "compile=true"
     if trainer.world_size > 1:
         return "DDP"
-    if cfg.dtype != "float32":
-        return f"dtype {cfg.dtype}"
     if cfg.val_mode != "fixed":
         return f"val_mode {cfg.val_mode} (each member would draw its own validation batches)"
     for cb in trainer.callbacks:
@@ -75,36 +75,98 @@ def last_level_cache() -> int:
     return max(sizes, default=DEFAULT_CACHE)
 
 
-def size_for(trainer: Trainer, cap: int) -> int:
-    """How many members of this shape one ensemble takes: `cap` on an accelerator; on a CPU, as many as keep
-    the largest activation (batch x n_ctx x d_mlp floats per member) within 1/CACHE_SHARE of the last-level
-    cache, and none (1: solo) below MIN_CPU_ENSEMBLE. Measured on 2 cores with a 32 MiB cache
-    (docs/results/ensembles.md): at phase-cell (1 MiB per member) 8 members ran 1.40x the member-steps of
-    solo steps, 16 only 1.31x; at cpu-quick (4 MiB) no size beat solo steps (0.94x at 2, 0.86x at 8): a
-    stacked tensor that leaves the cache costs more memory traffic than the per-operation overhead saved."""
-    if trainer.train_cfg.device.startswith("cuda") or (
-        trainer.train_cfg.device == "auto" and torch.cuda.is_available()
-    ):
-        return cap
+def on_cuda(trainer: Trainer) -> bool:
+    device = trainer.train_cfg.device
+    return device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+
+
+GPU_SHARE = 0.8  # of a GPU's free memory an ensemble may plan for (the allocator's cache and fragmentation)
+
+
+def member_bytes(trainer: Trainer) -> int:
+    """One member's memory in an ensemble (training.budget's estimate: stacked weights, grads and moments, its
+    solo copy, activations), with the explicit attention a dropout step takes: scores, pattern, its dropped
+    copy and the mask, per layer and token."""
+    cfg, parts = trainer.model_cfg, estimate_bytes(trainer.model_cfg, trainer.train_cfg)
+    extra = 0
+    if cfg.dropout > 0:
+        tokens = trainer.train_cfg.batch_size * cfg.n_ctx
+        extra = tokens * cfg.n_layers * cfg.n_heads * cfg.n_ctx * (4 + 4 + 4 + 1)
+    return parts["parameters"] + parts["parameters"] * 3 // 4 + parts["activations"] + extra
+
+
+def gpu_free_memory(trainer: Trainer) -> int:
+    device = torch.device(trainer.train_cfg.device if trainer.train_cfg.device != "auto" else "cuda")
+    free, _ = torch.cuda.mem_get_info(device)
+    return int(free)
+
+
+def sizing(trainer: Trainer, cap: int) -> tuple[int, str]:
+    """How many members of this shape one ensemble takes, and why.
+
+    On CUDA: as many as fit in GPU_SHARE of the GPU's free memory (member_bytes each), at most `cap`
+    (--ensemble-size). On a GPU the per-kernel launch and Python overhead a small model's step pays is paid
+    once for all members, and the stacked matmuls fill the chip better the more members they carry, so
+    memory is the limit (on one H200, 16 phase-cell members trained 4.3x faster than one at a time).
+    On a CPU: as many as keep the largest activation (batch x n_ctx x d_mlp floats per member) within
+    1/CACHE_SHARE of the last-level cache, and none (1: solo) below MIN_CPU_ENSEMBLE. Measured on 2 cores
+    with a 32 MiB cache (docs/results/ensembles.md): at phase-cell (1 MiB per member) 8 members ran 1.40x
+    the member-steps of solo steps, 16 only 1.31x; at cpu-quick (4 MiB) no size beat solo steps (0.94x at 2,
+    0.86x at 8): a stacked tensor that leaves the cache costs more memory traffic than the overhead saved."""
+    if on_cuda(trainer):
+        each = member_bytes(trainer)
+        free = gpu_free_memory(trainer)
+        fits = max(1, int(GPU_SHARE * free) // max(each, 1))
+        k = min(cap, fits)
+        why = f"GPU: {gib(free)} free, about {gib(each)} a member: {fits} fit in {GPU_SHARE:.0%} of it" + (
+            f", --ensemble-size caps at {cap}" if cap < fits else ""
+        )
+        return k, why
     cfg = trainer.model_cfg
     activation = 4 * trainer.train_cfg.batch_size * cfg.n_ctx * max(cfg.d_mlp, cfg.d_model)
-    fits = min(cap, last_level_cache() // (CACHE_SHARE * activation))
-    return fits if fits >= min(MIN_CPU_ENSEMBLE, cap) else 1
+    cache = last_level_cache()
+    fits = min(cap, cache // (CACHE_SHARE * activation))
+    if fits >= min(MIN_CPU_ENSEMBLE, cap):
+        return fits, (
+            f"CPU: a member's largest activation is {activation / 2**20:.1f} MiB; {fits} keep it within "
+            f"1/{CACHE_SHARE} of the {cache // 2**20} MiB last-level cache (at most --ensemble-size {cap})"
+        )
+    return 1, (
+        f"CPU: a member's largest activation is {activation / 2**20:.1f} MiB; fewer than {MIN_CPU_ENSEMBLE} fit "
+        f"within 1/{CACHE_SHARE} of the {cache // 2**20} MiB last-level cache, where stacking was measured "
+        "slower than solo steps: each trains alone"
+    )
 
 
-def group(trainers: Sequence[Trainer], size: int) -> list[list[Trainer]]:
+def size_for(trainer: Trainer, cap: int) -> int:
+    """sizing()'s number of members (1: solo)."""
+    return sizing(trainer, cap)[0]
+
+
+def group(trainers: Sequence[Trainer], size: int, report: bool = True) -> list[list[Trainer]]:
     """Runs in the order given, as ensembles of at most `size` same-key members (size 1: all solo), fewer
-    where size_for says a shape runs faster so."""
+    where sizing() says a shape fits or runs faster so; with report, one stderr line per shape of several runs
+    says how many members its ensembles take and why."""
     if size < 1:
         raise ConfigError(f"ensemble size must be >= 1, got {size}")
     groups: dict[tuple, list[list[Trainer]]] = {}
+    sizes: dict[tuple, int] = {}
     order: list[list[Trainer]] = []
     for t in trainers:
-        if size == 1 or why_alone(t) or size_for(t, size) == 1:
+        if size == 1 or why_alone(t):
             order.append([t])
             continue
-        chunks = groups.setdefault(group_key(t), [])
-        if not chunks or len(chunks[-1]) >= size_for(t, size):
+        key = group_key(t)
+        if key not in sizes:
+            sizes[key], why = sizing(t, size)
+            if report and sum(1 for u in trainers if not why_alone(u) and group_key(u) == key) > 1:
+                shape = f"{t.model_cfg.n_layers} layers, d_model {t.model_cfg.d_model}, n_ctx {t.model_cfg.n_ctx}"
+                print(f"ensembles of {shape}: up to {sizes[key]} members ({why})", file=sys.stderr)
+        if sizes[key] == 1:
+            order.append([t])
+            continue
+        chunks = groups.setdefault(key, [])
+        if not chunks or len(chunks[-1]) >= sizes[key]:
             chunks.append([])
             order.append(chunks[-1])
         chunks[-1].append(t)
@@ -112,9 +174,8 @@ def group(trainers: Sequence[Trainer], size: int) -> list[list[Trainer]]:
 
 
 def ensemble_bytes(trainer: Trainer, k: int) -> int:
-    """Memory of k members: stacked weights, grads and moments, each member's solo copy, activations."""
-    parts = estimate_bytes(trainer.model_cfg, trainer.train_cfg)
-    return k * (parts["parameters"] + parts["parameters"] * 3 // 4 + parts["activations"]) + parts["validation"]
+    """Memory of k members (member_bytes each) and the validation batches they share."""
+    return k * member_bytes(trainer) + estimate_bytes(trainer.model_cfg, trainer.train_cfg)["validation"]
 
 
 def check_ensemble_fits(trainer: Trainer, k: int) -> None:

@@ -20,6 +20,17 @@ from interp.errors import ConfigError
 from interp.gpt2 import GPT2_VOCAB_SIZE
 from training.corpus import CORPORA
 
+DTYPES = ("float32", "bfloat16", "auto")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def concrete_dtype(dtype: str, device_type: str) -> str:
+    """What dtype="auto" trains in on a device type: bfloat16 autocast on CUDA, float32 elsewhere (a CPU's
+    bfloat16 matmuls are no faster than float32 and round more). A concrete dtype is itself."""
+    if dtype != "auto":
+        return dtype
+    return "bfloat16" if device_type == "cuda" else "float32"
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -44,11 +55,13 @@ class TrainConfig:
     ckpt_interval: int = 200
     seed: int = 1337
     device: str = "auto"  # auto: cuda, then mps, then cpu
-    dtype: str = "float32"  # "bfloat16": autocast on CUDA
-    deterministic: bool = True
+    dtype: str = "float32"  # "bfloat16": autocast; "auto": bfloat16 on CUDA, float32 elsewhere (concrete_dtype)
+    deterministic: bool = True  # torch.use_deterministic_algorithms: contract 5 (same seed, same bits) rests on it
+    tf32: bool = True  # float32 matmuls on CUDA in TF32 (torch.backends.cuda.matmul.allow_tf32); no-op elsewhere
     probes: bool = True  # attach the default probes (alpha_tt, gradient flow, norms)
     probe_interval: int = 0  # 0: about 10 probe points per run
     compile: bool = False  # torch.compile the model (training.compile.maybe_compile)
+    compile_mode: str = "default"  # torch.compile's mode; "reduce-overhead" captures CUDA graphs (needs compile)
 
     def __post_init__(self) -> None:
         positive = (
@@ -79,7 +92,8 @@ class TrainConfig:
             "corpus": CORPORA,
             "lr_schedule": ("cosine", "constant"),
             "val_mode": ("fixed", "random"),
-            "dtype": ("float32", "bfloat16"),
+            "dtype": DTYPES,
+            "compile_mode": COMPILE_MODES,
             "device": None,
         }
         for name, allowed in choices.items():
@@ -87,6 +101,8 @@ class TrainConfig:
                 raise ConfigError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if not isinstance(self.device, str) or not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", self.device):
             raise ConfigError(f"device must be auto, cpu, cuda[:N] or mps, got {self.device!r}")
+        if self.compile_mode != "default" and not self.compile:
+            raise ConfigError(f"compile_mode={self.compile_mode} needs compile=true (--set compile=true)")
         if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1 and self.grad_clip >= 0 and self.weight_decay >= 0):
             raise ConfigError("need 0 <= beta1, beta2 < 1, grad_clip >= 0 and weight_decay >= 0")
 
@@ -104,8 +120,10 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
-        if not d["compile"]:
-            del d["compile"]  # run directories written before the field existed still resume
+        # run directories written before these fields existed still resume: a default is left out
+        for name, default in (("compile", False), ("compile_mode", "default"), ("tf32", True)):
+            if d[name] == default:
+                del d[name]
         return d
 
 
@@ -206,6 +224,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         eval_batches=50,
         log_interval=10,
         ckpt_interval=500,
+        dtype="auto",  # bfloat16 autocast on CUDA (the paper's GPU runs), float32 on a CPU
     ),
     # The paper's 124M runs (OpenWebText, GPT-2 BPE), bf16 autocast on CUDA.
     "paper-124m": _preset(
@@ -221,7 +240,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         eval_batches=50,
         log_interval=10,
         ckpt_interval=1000,
-        dtype="bfloat16",
+        dtype="auto",
     ),
     # The setting of the paper's first (joint-collapse) observation: untied, random val batches, constant lr.
     "nanogpt-10m": _preset(
@@ -236,6 +255,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         eval_batches=50,
         val_mode="random",
         ckpt_interval=500,
+        dtype="auto",
     ),
 }
 

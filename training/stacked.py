@@ -9,6 +9,10 @@ Members may differ in residual wiring (a per-member gate on each identity path),
 The stacked tensors carry ResidualGPT's own state-dict names, so member k's weights are
 `{name: p[k]}` and load into a ResidualGPT unchanged (training.ensemble copies them back). Summing the K losses
 gives each member exactly the gradient its solo run would get: no tensor mixes members.
+
+Dropout: member k's masks are the ones its solo run draws (interp.dropout: its own stream, seeded by its
+run, keyed by micro-step and site), drawn at each site in the solo shape and stacked; with dropout the
+attention takes the explicit softmax path, as the solo one does, since SDPA draws its own masks.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 
 from interp.config import ModelConfig
+from interp.dropout import apply_keep
 from interp.errors import ConfigError
 from interp.model import ResidualGPT
 
@@ -40,8 +45,6 @@ def why_not_stackable(cfg: ModelConfig) -> str | None:
     """None when cfg can be a member, else why it trains alone."""
     if cfg.mixer not in STACKABLE_MIXERS:
         return f"mixer {cfg.mixer!r} has no stacked forward"
-    if cfg.dropout > 0:
-        return f"dropout {cfg.dropout:g} (a stacked forward cannot draw each member's own dropout masks)"
     return None
 
 
@@ -102,12 +105,34 @@ class StackedGPT(nn.Module):
         self.self_biases = [c.self_bias for c in cfgs]
         self.plain_causal = all(b == 0.0 for b in self.self_biases)
         self._masks: dict[tuple[int, str], tuple[Tensor, Tensor | None]] = {}
+        # dropout: each member's stream slot (read at every forward: its Trainer sets the stream) and the sites
+        # its solo model numbers (interp.dropout.number_sites), so the masks are the solo ones
+        self.drop_p = self.cfg.dropout
+        self._slots = [m._dropout_slot for m in members]
+        first = members[0]
+        self._embed_site = first.embed_dropout.site
+        self._attn_sites = [b.attn.attn_dropout.site for b in first.blocks]
+        self._resid_sites = [b.resid_dropout.site for b in first.blocks]
         self.resid_hook = None  # fn(site, tensor) at each resid_pre and the final resid (gradient probes)
 
     def p(self, name: str) -> Tensor:
         return self.params[name.replace(".", "__")]
 
     # ----- the forward ---------------------------------------------------------------------------------
+    def _dropping(self) -> bool:
+        return self.training and self.drop_p > 0
+
+    def _drop(self, x: Float[Tensor, "k ..."], site: int) -> Float[Tensor, "k ..."]:
+        """Dropout with each member's own mask from its stream (the solo mask, solo shape); with no stream set
+        (a StackedGPT used by hand), torch's global generator over the stacked tensor, as nn.Dropout."""
+        if not self._dropping():
+            return x
+        streams = [slot.stream for slot in self._slots]
+        if any(s is None for s in streams):
+            return F.dropout(x, self.drop_p, True)
+        keep = torch.stack([s.keep(site, x.shape[1:], self.drop_p, x.device) for s in streams])  # type: ignore[union-attr]
+        return apply_keep(x, keep, self.drop_p)
+
     def _linear(self, x: Float[Tensor, "k b t i"], prefix: str) -> Float[Tensor, "k b t o"]:
         w = self.p(f"{prefix}.weight")  # [k, o, i]
         k, b, t, i = x.shape
@@ -145,7 +170,9 @@ class StackedGPT(nn.Module):
             rearrange(t, "m b p (h dh) -> (m b) h p dh", h=self.cfg.n_heads)
             for t in qkv.split(self.cfg.d_model, dim=-1)
         )
-        if self.plain_causal:
+        if self._dropping():  # the solo path's explicit softmax, each member's pattern dropped by its own mask
+            z = self._explicit(q, k, v, m, b, n, layer)
+        elif self.plain_causal:
             z = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
             mask, zero_first = self._mask(n, x.device)
@@ -154,6 +181,17 @@ class StackedGPT(nn.Module):
             if zero_first is not None:
                 z = z * zero_first.expand(m, b, 1, n, 1).reshape(m * b, 1, n, 1)
         return self._linear(rearrange(z, "(m b) h p dh -> m b p (h dh)", m=m), f"blocks.{layer}.attn.out_proj")
+
+    def _explicit(self, q: Tensor, k: Tensor, v: Tensor, m: int, b: int, n: int, layer: int) -> Tensor:
+        mask, zero_first = self._mask(n, q.device)
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
+        scores = scores.view(m, b, -1, n, n) + mask.to(scores.dtype)
+        pattern = torch.softmax(scores, dim=-1)
+        pattern = self._drop(pattern, self._attn_sites[layer]).reshape(m * b, -1, n, n)
+        z = pattern.to(v.dtype) @ v
+        if zero_first is not None:
+            z = z * zero_first.expand(m, b, 1, n, 1).reshape(m * b, 1, n, 1)
+        return z
 
     def _mlp(self, x: Float[Tensor, "k b t d"], layer: int) -> Float[Tensor, "k b t d"]:
         return self._linear(F.gelu(self._linear(x, f"blocks.{layer}.mlp.in_proj")), f"blocks.{layer}.mlp.out_proj")
@@ -177,14 +215,16 @@ class StackedGPT(nn.Module):
         # one lookup per member: an embedding's backward sums repeated tokens in an order that depends on
         # how many indices it sees, and a member's gradient must not depend on the other members
         embed = torch.stack([F.embedding(tokens[m], w_e[m]) for m in range(k)])
-        resid = embed + self.p("pos_embed.weight")[:, None, :n]
+        resid = self._drop(embed + self.p("pos_embed.weight")[:, None, :n], self._embed_site)
         first = self.member_cfgs[0]
         for layer in range(self.cfg.n_layers):
             if self.resid_hook is not None:
                 self.resid_hook(f"blocks.{layer}.hook_resid_pre", resid)
-            attn_out = self._gained(self._attention(self._ln(resid, f"blocks.{layer}.ln1"), layer))
+            site = self._resid_sites[layer]
+            attn_out = self._drop(self._attention(self._ln(resid, f"blocks.{layer}.ln1"), layer), site)
+            attn_out = self._gained(attn_out)
             resid = self._residual(resid, attn_out, self.same_attn, self.attn_gate, first.attn_residual)
-            mlp_out = self._gained(self._mlp(self._ln(resid, f"blocks.{layer}.ln2"), layer))
+            mlp_out = self._gained(self._drop(self._mlp(self._ln(resid, f"blocks.{layer}.ln2"), layer), site + 1))
             resid = self._residual(resid, mlp_out, self.same_ffn, self.ffn_gate, first.ffn_residual)
         if self.resid_hook is not None:
             self.resid_hook(f"blocks.{self.cfg.n_layers - 1}.hook_resid_post", resid)

@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 
 from interp.checkpoint import load_checkpoint, save_checkpoint
 from interp.config import ModelConfig
+from interp.dropout import DropoutStream
 from interp.errors import CheckpointError, ConfigError, ToolkitError, one_line
 from interp.io import append_jsonl, kill_point, read_jsonl, write_json, write_jsonl
 from interp.model import ResidualGPT, train_mode_hooks_expected
@@ -35,12 +36,20 @@ from interp.signals import EXIT_INTERRUPT, exit_code, signal_name
 from training.batches import BatchSampler, fixed_batches, random_batches
 from training.budget import check_runnable
 from training.checkstate import check_logs_before, check_training_state, logs_before
-from training.compile import maybe_compile
+from training.compile import mark_step, maybe_compile
 from training.corpus import Corpus, data_provenance
 from training.data import load_corpus
 from training.flops import flops_per_token, peak_matmul_flops
+from training.numerics import (  # pick_device and autocast_context: imported from here by older code too
+    apply_settings,
+    autocast_context,
+    pick_device,
+    process_settings,
+    resolve_dtype,
+    what_ran,
+)
 from training.optimizer import lr_at, make_optimizer
-from training.presets import TrainConfig
+from training.presets import TrainConfig, concrete_dtype
 from training.run_config import config_record, describe
 from training.rundir import RunDir, RunDirError
 
@@ -62,25 +71,6 @@ class TrainingError(ToolkitError):
 
 
 # ----- the pieces every loop (and every evaluation) shares --------------------------------------------
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    from interp.memory import device_here
-
-    return device_here(name)
-
-
-def autocast_context(dtype: str, device: torch.device) -> contextlib.AbstractContextManager:
-    """bf16 autocast on CUDA when asked for; fp32 everywhere else."""
-    if dtype == "bfloat16" and device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
 
 
 @torch.no_grad()
@@ -121,6 +111,7 @@ class Trainer:
         progress: bool = True,
         model_init=None,
     ):
+        train_cfg = resolve_dtype(train_cfg)  # config.json records the dtype that runs here
         self.train_cfg = train_cfg
         self.run_dir = run_dir if isinstance(run_dir, RunDir) else RunDir(Path(run_dir))
         self.callbacks = list(callbacks)
@@ -175,22 +166,17 @@ class Trainer:
             if self.run_dir.finished:
                 return self.run_dir.verify_finished(self.config_record)
             self._dir_inode = self.run_dir.inode()
-            previous = torch.are_deterministic_algorithms_enabled()
             try:
-                return self._train()
+                with process_settings():  # leave a notebook's process as it was
+                    return self._train()
             except KeyboardInterrupt as e:  # wherever it lands: files are whole (atomic writes), the run resumes
                 raise TrainingInterrupted(getattr(self, "step", 0), self.run_dir.ckpt, exit_code(e)) from None
-            finally:
-                torch.use_deterministic_algorithms(previous)  # leave a notebook's process as it was
 
     def _setup(self) -> None:
         """Device, determinism, DDP, model, optimizer, samplers: everything a step needs."""
         cfg = self.train_cfg
         device = pick_device(cfg.device)
-        if cfg.deterministic:
-            if device.type == "cuda":
-                os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-            torch.use_deterministic_algorithms(True)
+        apply_settings(cfg, device)
         self.ddp = self.world_size > 1
         if self.ddp and not dist.is_initialized():
             dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
@@ -202,7 +188,10 @@ class Trainer:
         model = ResidualGPT(self.model_cfg)
         if self.model_init is not None:
             self.model_init(model)
-        self.model = maybe_compile(model.to(device), cfg.compile)  # opt-in; state_dict keys unchanged
+        # every dropout mask from the run's own stream (interp.dropout): an ensemble member draws the same ones
+        model.set_dropout_stream(DropoutStream(cfg.seed, self.rank))
+        # opt-in; state_dict keys unchanged
+        self.model = maybe_compile(model.to(device), cfg.compile, cfg.compile_mode, device)
         self.optimizer = make_optimizer(self.model, cfg, device)
         self.sampler = BatchSampler(self.corpus.train, self.model_cfg.n_ctx, cfg.batch_size, seed=cfg.seed)
         self.val_generator = torch.Generator().manual_seed(cfg.seed + 1)  # only for val_mode="random"
@@ -316,7 +305,11 @@ class Trainer:
         self.model.train()
         self._call("on_step_begin", step)
         loss_sum = torch.zeros((), device=self.device)
+        stream = self.model.dropout_stream
         for micro in range(cfg.grad_accum):
+            if stream is not None:
+                stream.at(step * cfg.grad_accum + micro)
+            mark_step(cfg.compile_mode if cfg.compile else "default", self.device)
             x, y = self.sampler.next_batch(self.rank, self.world_size)
             x, y = x.to(self.device), y.to(self.device)
             last = not self.ddp or micro == cfg.grad_accum - 1
@@ -466,7 +459,7 @@ class Trainer:
         cfg = self.train_cfg
         wall_time = self.totals["wall_time"] + time.perf_counter() - self._wall_start  # before the peak measurement
         tokens_per_s = self.totals["train_tokens"] / max(self.totals["train_time"], 1e-9)
-        bf16 = cfg.dtype == "bfloat16" and self.device.type == "cuda"
+        bf16 = concrete_dtype(cfg.dtype, self.device.type) == "bfloat16"
         peak = peak_matmul_flops(self.device, torch.bfloat16 if bf16 else torch.float32)
         n_params = self.model.num_params()
         return {
@@ -484,6 +477,7 @@ class Trainer:
             # float sums reorder with the thread count: at a collapse boundary that alone can move a run
             "threads": torch.get_num_threads(),
             "n_params": n_params,
+            **what_ran(cfg, self.device),
         }
 
 
