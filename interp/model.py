@@ -34,6 +34,7 @@ from interp.checks.api import BoundaryHooks, check_config_unedited, check_forwar
 from interp.config import ModelConfig
 from interp.dropout import DropoutStream, StreamDropout, number_sites
 from interp.errors import ArgumentError, ConfigError, HookNames, ToolkitError, TrainModeWarning, warn
+from interp.next_token import check_temperature, next_token
 from interp.registry import mixer_spec
 
 
@@ -357,7 +358,8 @@ class ResidualGPT(BoundaryHooks, HookedRootModule):
         (from_checkpoint: the checkpoint's); a string comes back as the prompt and its
         continuation, decoded. Past n_ctx the prompt is cropped to its last n_ctx tokens
         at every step, as nanoGPT does (the export's generate does the same).
-        temperature 0 takes the argmax (greedy, as TransformerLens's sampler);
+        temperature 0 takes the argmax (greedy, as TransformerLens's sampler), any other finite
+        positive one draws (one so small that dividing overflows draws the argmax; interp.next_token);
         top_k keeps the k most likely tokens. Runs in eval mode (dropout off)
         and restores the training flag afterwards.
         """
@@ -376,8 +378,7 @@ class ResidualGPT(BoundaryHooks, HookedRootModule):
             raise ConfigError(f"generate takes integer tokens [batch, pos] with pos >= 1, got {tuple(tokens.shape)}")
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
             raise ConfigError(f"max_new_tokens must be a non-negative integer, got {max_new_tokens!r}")
-        if not (temperature >= 0 and math.isfinite(temperature)):
-            raise ConfigError(f"temperature must be >= 0 (0 is greedy), got {temperature!r}")
+        temperature = check_temperature(temperature)
         if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
             raise ConfigError(f"top_k must be a positive integer or None, got {top_k!r}")
         check_ids(tokens, self.cfg.d_vocab, "tokens (the prompt)")
@@ -388,15 +389,8 @@ class ResidualGPT(BoundaryHooks, HookedRootModule):
                 logits = self(tokens[:, -self.cfg.n_ctx :])[:, -1, :].float()
                 if not bool(torch.isfinite(logits).all()):  # an argmax or a draw over NaN is no text
                     raise ToolkitError(f"the logits at position {tokens.shape[1]} are not finite: the weights overflow")
-                if temperature == 0:
-                    next_token = logits.argmax(-1, keepdim=True)
-                else:
-                    logits = logits / temperature
-                    if top_k is not None:
-                        kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
-                        logits = logits.masked_fill(logits < kth, -math.inf)
-                    next_token = torch.multinomial(logits.softmax(-1), 1, generator=generator)
-                tokens = torch.cat([tokens, next_token.to(tokens.dtype)], dim=1)
+                drawn = next_token(logits, temperature, top_k, generator)  # any temperature: interp.next_token
+                tokens = torch.cat([tokens, drawn.to(tokens.dtype)], dim=1)
         finally:
             self.train(was_training)
         return tokens

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from interp.cli import Parser, guarded_output, one_line_errors, seed_option
 from interp.errors import CheckpointError, ConfigError, DataError, ToolkitError, escape_controls
+from interp.next_token import temperature_option
 from interp.vocab import codec
 
 # torch and transformer_lens are imported in run(): --help and usage errors answer at once.
@@ -38,7 +39,12 @@ def parser() -> argparse.ArgumentParser:
         help="text to continue, in the checkpoint's vocabulary (default: a newline, as nanoGPT's sample.py)",
     )
     p.add_argument("--max-new-tokens", type=int, default=200, help="tokens to append (default 200)")
-    p.add_argument("--temperature", type=float, default=1.0, help="softmax temperature; 0 is greedy (default 1.0)")
+    p.add_argument(
+        "--temperature",
+        type=temperature_option,
+        default=1.0,
+        help="softmax temperature, a finite number >= 0; 0 is greedy (default 1.0)",
+    )
     p.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens (default: all)")
     p.add_argument("--seed", type=seed_option, default=1337, help="sampling seed in [0, 2**63) (default 1337)")
     p.add_argument("--num-samples", type=int, default=1, help="independent samples to print (default 1)")

@@ -144,3 +144,64 @@ def test_sample_shows_a_vocabularys_control_characters_escaped(tmp_path, capsys)
     raw = "".join(forged[i] for i in model.generate(prompt_ids, 40, temperature=0.0)[0])
     assert not any(c in out for c in "\x1b\r\x07") and "\t" in out
     assert out == raw.replace("\x1b", "\\x1b").replace("\r", "\\r").replace("\x07", "\\x07") + "\n"
+
+
+# ---------------------------------------------------------------- temperatures (issue 50, item 2)
+# Dividing float32 logits by a temperature under about 1e-37 overflows them to inf, and a softmax over
+# inf is NaN: any positive finite temperature must still give text, the tiny ones greedy text.
+TINY = [1e-30, 1e-39, 1e-300, 5e-324]  # the last is the smallest positive double
+BAD = [math.inf, -math.inf, math.nan, -1.0, -1e-300, True, "0.5", None]
+
+
+@pytest.mark.parametrize("temperature", TINY)
+def test_a_temperature_whose_division_overflows_samples_greedily(temperature):
+    model = make_model("trained", residual="full")
+    prompt = tokens(batch=3, n=4)
+    greedy = model.generate(prompt, 12, temperature=0.0)
+    drawn = model.generate(prompt, 12, temperature=temperature, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(drawn, greedy)
+    assert torch.equal(model.generate(prompt, 12, temperature=temperature, top_k=4), greedy)
+
+
+@pytest.mark.parametrize("temperature", [1e300, 1.7976931348623157e308])
+def test_a_huge_temperature_draws_among_the_top_k(temperature):
+    model = make_model("trained", residual="none")
+    prompt = tokens(batch=4, n=4)
+    out = model.generate(prompt, 12, temperature=temperature, top_k=3, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        top3 = model(out[:, :-1])[:, 3:].topk(3, dim=-1).indices
+    assert (top3 == out[:, 4:, None]).any(-1).all()
+    wide = model.generate(prompt, 12, temperature=temperature, generator=torch.Generator().manual_seed(1))
+    assert wide.shape == (4, 16) and int(wide.max()) < len(CHARS)
+
+
+@pytest.mark.parametrize("temperature", BAD, ids=repr)
+def test_a_temperature_that_is_no_finite_number_at_least_0_is_refused_in_one_line(temperature):
+    model = make_model("random")
+    with pytest.raises(ConfigError, match="temperature") as refused:
+        model.generate(tokens(batch=1, n=3), 2, temperature=temperature)
+    assert "\n" not in str(refused.value) and "0 is greedy" in str(refused.value)
+
+
+@pytest.mark.parametrize("temperature", ["1e-300", "5e-324", "1e-40"])
+def test_sample_command_with_a_tiny_temperature_prints_the_greedy_text(tmp_path, capsys, temperature):
+    from interp import sample
+
+    model = make_model("trained", residual="full")
+    save_checkpoint(tmp_path / "ckpt.pt", model, vocab=CHARS)
+    args = ["--ckpt", str(tmp_path / "ckpt.pt"), "--prompt", "RO", "--max-new-tokens", "12"]
+    assert sample.main([*args, "--temperature", "0"]) == 0
+    greedy = capsys.readouterr().out
+    assert sample.main([*args, "--temperature", temperature]) == 0
+    assert capsys.readouterr().out == greedy
+
+
+@pytest.mark.parametrize("temperature", ["nan", "inf", "-inf", "-1", "-1e-300", "warm", ""])
+def test_sample_command_refuses_a_bad_temperature_before_reading_the_checkpoint(tmp_path, capsys, temperature):
+    from interp import sample
+
+    missing = tmp_path / "no-such-ckpt.pt"  # never opened: the option is refused first
+    assert sample.main(["--ckpt", str(missing), f"--temperature={temperature}"]) == 2  # = : argparse takes "-inf"
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "--temperature" in err and "0 is greedy" in err
+    assert str(missing) not in err
