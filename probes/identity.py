@@ -33,8 +33,9 @@ previous solution), on one CPU thread, deterministic for a given machine.
 
 from __future__ import annotations
 
-import math
+import contextlib
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,8 @@ from interp.checks.api import as_batch_pairs
 from interp.errors import ToolkitError
 from interp.levels import add_one_levels
 from interp.stream_layout import resid_sites
+from probes.softmax_fit import _fit as _fit  # re-exported: the decoders lived here
+from probes.softmax_fit import fit_site as fit_site
 
 OFFSETS = (0, -1, -2)
 WEIGHT_DECAYS = (1e-2, 1e-3, 1e-4)  # per-sample L2 on the standardised weights, strong to weak
@@ -129,77 +132,7 @@ def _activations(model, x: Int[Tensor, "batch pos"], sites: Sequence[str]) -> di
     return {s: acts[s].cpu() for s in sites}
 
 
-# --------------------------------------------------------------------------- the decoders
-
-
-def _fit(
-    x_fit: Float[Tensor, "n d"],
-    y_fit: Int[Tensor, "n offset"],
-    x_held: Float[Tensor, "m d"],
-    y_held: Int[Tensor, "m offset"],
-    n_classes: int,
-    weight_decays: Sequence[float],
-    max_iter: int,
-) -> tuple[Tensor, Tensor, list[float]]:
-    """One softmax decoder per offset, decay chosen per offset on the held-out rows.
-
-    The offsets are fitted jointly (one matmul; the problems are independent, so
-    the joint optimum is each one's optimum); the loss is the mean cross-entropy
-    per offset plus decay/2 |W|^2, its gradient written out (no autograd: a
-    third of the time). Returns W [offset, d, class], b [offset, class], decays.
-    """
-    n_off, d = y_fit.shape[1], x_fit.shape[1]
-    x1 = torch.cat([x_fit, torch.ones(len(x_fit), 1)], 1)
-    x1_t = x1.T.contiguous()
-    valid = y_fit >= 0
-    index = y_fit.clamp_min(0)[..., None]
-    row_weight = (valid.float() / valid.sum(0).clamp_min(1))[..., None]  # mean per offset; 0 where invalid
-    theta = torch.zeros(d + 1, n_off * n_classes)  # last row: the biases
-    best: list[tuple[float, Tensor | None, float]] = [(math.inf, None, 0.0)] * n_off
-    for decay in weight_decays:  # strong to weak, each fit starting from the last
-
-        def closure(decay=decay):
-            log_p = torch.log_softmax((x1 @ theta).view(len(x1), n_off, n_classes), -1)
-            loss = -(log_p.gather(-1, index) * row_weight).sum() + 0.5 * decay * theta[:-1].pow(2).sum()
-            g = log_p.exp_().scatter_add_(-1, index, torch.full_like(row_weight, -1.0)).mul_(row_weight)
-            grad = x1_t @ g.view(len(x1), -1)
-            grad[:-1] += decay * theta[:-1]
-            theta.grad = grad
-            return loss
-
-        opt = torch.optim.LBFGS(
-            [theta],
-            lr=1.0,
-            max_iter=max_iter,
-            history_size=10,
-            line_search_fn="strong_wolfe",
-            tolerance_grad=1e-6,
-            tolerance_change=1e-9,
-        )
-        opt.step(closure)
-        logits = (x_held @ theta[:-1] + theta[-1]).view(len(x_held), n_off, n_classes)
-        for k in range(n_off):
-            held = float(F.cross_entropy(logits[:, k], y_held[:, k], ignore_index=-100))
-            if best[k][1] is None or held < best[k][0]:  # a NaN held-out loss keeps the first fit, not None
-                best[k] = (held, theta.view(d + 1, n_off, n_classes)[:, k].clone(), decay)
-    w = torch.stack([t[:-1] for _, t, _ in best])
-    b = torch.stack([t[-1] for _, t, _ in best])
-    return w, b, [decay for *_, decay in best]
-
-
 # --------------------------------------------------------------------------- reference levels
-
-
-def fit_site(
-    fit_acts: Tensor, held_acts: Tensor, y_fit: Tensor, y_held: Tensor, n_classes: int, weight_decays, max_iter: int
-) -> tuple[Tensor, Tensor, Tensor, Tensor, float]:
-    """One site's decoder on standardised activations: (mean, std, W, b, the weight decay chosen on held)."""
-    mean, std = fit_acts.mean(0), fit_acts.std(0)
-    std = torch.where(std > 1e-6 * max(float(std.max()), 1e-30), std, torch.ones_like(std))  # constant features
-    w, b, decay = _fit(
-        (fit_acts - mean) / std, y_fit, (held_acts - mean) / std, y_held, n_classes, weight_decays, max_iter
-    )
-    return mean, std, w, b, decay
 
 
 def _pairs(tokens: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -297,79 +230,19 @@ def measure_identity(
     """
     model = _as_model(checkpoint_or_model)
     cfg = model.cfg
-    n_classes, n_ctx = cfg.d_vocab, cfg.n_ctx
     offsets = list(offsets)
-    if n_ctx <= max(-k for k in offsets):
-        raise IdentityProbeError(f"offsets {offsets} need n_ctx > {max(-k for k in offsets)}, the model has {n_ctx}")
-    every = identity_sites(cfg.n_layers)
-    sites = every if sites is None else list(sites)
-    unknown = [s for s in sites if s not in every]
-    if unknown or not sites:
-        raise IdentityProbeError(
-            f"sites {unknown or sites} are not residual sites of this model; choose from {', '.join(every)}"
-        )
+    sites = _checked_sites(cfg, offsets, sites)
     val = [x for x, _ in as_batch_pairs(val_batches, "val_batches")]
     train_tokens = np.asarray(train_tokens)
     n_held = max(1, round(n_train_windows * HELDOUT_FRACTION))
     if n_train_windows - n_held < 1:
         raise IdentityProbeError(f"n_train_windows must be at least 2, got {n_train_windows}")
-    windows = train_windows(train_tokens, n_ctx, n_train_windows, seed)
-    fit_x, held_x = windows[n_held:], windows[:n_held]
-
-    was_training = model.training
-    threads = torch.get_num_threads()
-    # One intra-op thread: these matmuls are small, and on a shared CPU the threads' synchronisation cost more
-    # than they saved (cpu-quick: 91 s with 2 threads, 22 s with 1, at load 8 on 2 cores; same numbers).
-    torch.set_num_threads(1)
-    model.eval()
-    try:
-        fit_acts = _features(model, fit_x, sites, n_classes)
-        held_acts = _features(model, held_x, sites, n_classes)
-        y_fit = _targets(fit_x, offsets).reshape(-1, len(offsets))
-        y_held = _targets(held_x, offsets).reshape(-1, len(offsets))
-        decoders = {}
-        for site in [*sites, CONTROL]:
-            decoders[site] = fit_site(
-                fit_acts[site], held_acts[site], y_fit, y_held, n_classes, weight_decays, max_iter
-            )
-            if progress is not None:  # progress(label): one call per fitted site
-                progress(site_label(site) if site != CONTROL else "control")
-        # score on the validation batches, one batch at a time
-        correct = np.zeros((len(sites) + 1, len(offsets)))  # the last row: the one-hot control
-        nll = np.zeros((len(sites) + 1, len(offsets)))
-        counts = np.zeros(len(offsets))
-        current_all, target_all = [[] for _ in offsets], [[] for _ in offsets]
-        for x in val:
-            x = x.cpu()
-            acts = _features(model, x, sites, n_classes)
-            y = _targets(x, offsets).reshape(-1, len(offsets))
-            for j in range(len(offsets)):
-                valid = y[:, j] >= 0
-                counts[j] += int(valid.sum())
-                current_all[j].append(x.reshape(-1)[valid].numpy())
-                target_all[j].append(y[valid, j].numpy())
-            for i, site in enumerate([*sites, CONTROL]):
-                mean, std, w, b, _ = decoders[site]
-                z = (acts[site] - mean) / std
-                for j in range(len(offsets)):
-                    valid = y[:, j] >= 0
-                    logits = z[valid] @ w[j] + b[j]
-                    correct[i, j] += int((logits.argmax(-1) == y[valid, j]).sum())
-                    nll[i, j] += float(F.cross_entropy(logits, y[valid, j], reduction="sum"))
-    finally:
-        model.train(was_training)
-        torch.set_num_threads(threads)
-
-    levels: dict[str, dict[str, list[float]]] = {
-        "unigram": {"accuracy": [], "ce": []},
-        "current_token": {"accuracy": [], "ce": []},
-    }
-    for j, k in enumerate(offsets):
-        lv = _levels(train_tokens, np.concatenate(current_all[j]), np.concatenate(target_all[j]), k, n_classes)
-        for name in levels:
-            for stat in ("accuracy", "ce"):
-                levels[name][stat].append(lv[name][stat])
-    accuracy, ce = (correct / counts).tolist(), (nll / counts).tolist()
+    windows = train_windows(train_tokens, cfg.n_ctx, n_train_windows, seed)
+    probe = _Probe(sites, offsets, cfg.d_vocab)
+    with _eval_on_one_thread(model):
+        decoders, y_fit, y_held = _fit_decoders(model, probe, windows, n_held, weight_decays, max_iter, progress)
+        tally = _score(model, probe, decoders, val)
+    accuracy, ce = (tally.correct / tally.counts).tolist(), (tally.nll / tally.counts).tolist()
     return {
         "sites": sites,
         "labels": [site_label(s) for s in sites],
@@ -378,11 +251,138 @@ def measure_identity(
         "ce": ce[:-1],
         "weight_decay": [decoders[s][4] for s in sites],
         "control": {"accuracy": accuracy[-1], "ce": ce[-1], "weight_decay": decoders[CONTROL][4]},
-        "levels": levels,
+        "levels": _counted_levels(train_tokens, probe, tally),
         "n_fit": int((y_fit >= 0).sum(0).min()),
         "n_heldout": int((y_held >= 0).sum(0).min()),
-        "n_val": counts.astype(int).tolist(),
+        "n_val": tally.counts.astype(int).tolist(),
     }
+
+
+def _checked_sites(cfg, offsets: list[int], sites: Sequence[str] | None) -> list[str]:
+    """The sites to probe (default: every identity site), once the offsets are known to fit in the context."""
+    if cfg.n_ctx <= max(-k for k in offsets):
+        raise IdentityProbeError(
+            f"offsets {offsets} need n_ctx > {max(-k for k in offsets)}, the model has {cfg.n_ctx}"
+        )
+    every = identity_sites(cfg.n_layers)
+    chosen = every if sites is None else list(sites)
+    unknown = [s for s in chosen if s not in every]
+    if unknown or not chosen:
+        raise IdentityProbeError(
+            f"sites {unknown or chosen} are not residual sites of this model; choose from {', '.join(every)}"
+        )
+    return chosen
+
+
+@dataclass(frozen=True)
+class _Probe:
+    """What is decoded where: the residual sites (the control is decoded after them), offsets, vocabulary size."""
+
+    sites: list[str]
+    offsets: list[int]
+    n_classes: int
+
+    @property
+    def decoded(self) -> list[str]:
+        return [*self.sites, CONTROL]
+
+
+@contextlib.contextmanager
+def _eval_on_one_thread(model):
+    """The model in eval mode on one intra-op thread; its training flag and the thread count restored after."""
+    was_training = model.training
+    threads = torch.get_num_threads()
+    # One intra-op thread: these matmuls are small, and on a shared CPU the threads' synchronisation cost more
+    # than they saved (cpu-quick: 91 s with 2 threads, 22 s with 1, at load 8 on 2 cores; same numbers).
+    torch.set_num_threads(1)
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+        torch.set_num_threads(threads)
+
+
+def _fit_decoders(
+    model, probe: _Probe, windows: Tensor, n_held: int, weight_decays, max_iter: int, progress: Any
+) -> tuple[dict[str, tuple], Tensor, Tensor]:
+    """Every decoder (fit_site's tuple per site and the control), fitted on windows[n_held:] with the weight decay
+    chosen on windows[:n_held]; and the fitted and held-out targets [rows, offset]."""
+    fit_x, held_x = windows[n_held:], windows[:n_held]
+    fit_acts = _features(model, fit_x, probe.sites, probe.n_classes)
+    held_acts = _features(model, held_x, probe.sites, probe.n_classes)
+    y_fit = _targets(fit_x, probe.offsets).reshape(-1, len(probe.offsets))
+    y_held = _targets(held_x, probe.offsets).reshape(-1, len(probe.offsets))
+    decoders = {}
+    for site in probe.decoded:
+        decoders[site] = fit_site(
+            fit_acts[site], held_acts[site], y_fit, y_held, probe.n_classes, weight_decays, max_iter
+        )
+        if progress is not None:  # progress(label): one call per fitted site
+            progress(site_label(site) if site != CONTROL else "control")
+    return decoders, y_fit, y_held
+
+
+@dataclass
+class _Tally:
+    """The validation tokens scored: per decoder (the control last) and offset, correct argmaxes and summed
+    cross-entropy; per offset, tokens scored and the (current, target) pairs the counted levels are read on."""
+
+    correct: np.ndarray
+    nll: np.ndarray
+    counts: np.ndarray
+    current: list[list[np.ndarray]]
+    target: list[list[np.ndarray]]
+
+    @classmethod
+    def empty(cls, n_decoders: int, n_offsets: int) -> _Tally:
+        return cls(
+            np.zeros((n_decoders, n_offsets)),
+            np.zeros((n_decoders, n_offsets)),
+            np.zeros(n_offsets),
+            [[] for _ in range(n_offsets)],
+            [[] for _ in range(n_offsets)],
+        )
+
+
+def _score(model, probe: _Probe, decoders: dict[str, tuple], val: list[Tensor]) -> _Tally:
+    """Every decoder on the validation batches, one batch at a time."""
+    n_off = len(probe.offsets)
+    tally = _Tally.empty(len(probe.decoded), n_off)
+    for x in val:
+        x = x.cpu()
+        acts = _features(model, x, probe.sites, probe.n_classes)
+        y = _targets(x, probe.offsets).reshape(-1, n_off)
+        for j in range(n_off):
+            valid = y[:, j] >= 0
+            tally.counts[j] += int(valid.sum())
+            tally.current[j].append(x.reshape(-1)[valid].numpy())
+            tally.target[j].append(y[valid, j].numpy())
+        for i, site in enumerate(probe.decoded):
+            mean, std, w, b, _ = decoders[site]
+            z = (acts[site] - mean) / std
+            for j in range(n_off):
+                valid = y[:, j] >= 0
+                logits = z[valid] @ w[j] + b[j]
+                tally.correct[i, j] += int((logits.argmax(-1) == y[valid, j]).sum())
+                tally.nll[i, j] += float(F.cross_entropy(logits, y[valid, j], reduction="sum"))
+    return tally
+
+
+def _counted_levels(train_tokens: np.ndarray, probe: _Probe, tally: _Tally) -> dict[str, dict[str, list[float]]]:
+    """The unigram and current-token levels per offset, counted on train and scored on the tokens the decoders
+    were."""
+    levels: dict[str, dict[str, list[float]]] = {
+        "unigram": {"accuracy": [], "ce": []},
+        "current_token": {"accuracy": [], "ce": []},
+    }
+    for j, k in enumerate(probe.offsets):
+        current, target = np.concatenate(tally.current[j]), np.concatenate(tally.target[j])
+        lv = _levels(train_tokens, current, target, k, probe.n_classes)
+        for name in levels:
+            for stat in ("accuracy", "ce"):
+                levels[name][stat].append(lv[name][stat])
+    return levels
 
 
 def identity_summary(checkpoint_or_model: Any, train_tokens: np.ndarray, val_batches, **kwargs) -> dict[str, Any]:

@@ -147,3 +147,35 @@ def test_summary_and_figures(one_thread):
     assert len(fig.data) == 1 and len(fig.layout.shapes) == 2
     with pytest.raises(PlotInputError, match="no offset -2"):
         identity_accuracy({"a": {**summary["identity"], "offsets": [0, -1], "accuracy": [[1, 0]] * 4}}, (0, -2))
+
+
+def test_measure_identity_gives_the_numbers_it_gave_before_it_was_split(one_thread):
+    """Issue 50 split measure_identity (117 lines) into pieces; on this fixed model its numbers are those it gave
+    before (byte-identical JSON on this machine; here to 1e-3 relative, as L-BFGS may move last bits elsewhere)."""
+    model = distinct_embedding_model()
+    tokens = markov_tokens(6000, 20, seed=1)
+    seen: list[str] = []
+    r = measure_identity(
+        model, tokens[:5000], val_batches(tokens[5000:], 16, 32), n_train_windows=32, progress=seen.append
+    )
+    assert seen == ["embed", "0.mid", "0.post", "ln_final", "control"]
+    assert (r["n_fit"], r["n_heldout"], r["n_val"]) == (336, 112, [512, 480, 448])
+    correct = [[round(a * n) for a, n in zip(row, r["n_val"], strict=True)] for row in r["accuracy"]]
+    assert correct == [[512, 205, 95], [512, 203, 97], [512, 207, 96], [512, 207, 97]]
+    ce = [
+        [0.000481202, 1.92973576, 2.92440108],
+        [0.000233537, 1.93050763, 2.93636390],
+        [0.000292223, 1.93068126, 2.92374025],
+        [0.000344939, 1.92660761, 2.91989088],
+    ]
+    assert [row == pytest.approx(want, rel=1e-3) for row, want in zip(r["ce"], ce, strict=True)] == [True] * 4
+    assert r["weight_decay"] == [[1e-4, 1e-2, 1e-2]] + [[1e-3, 1e-2, 1e-2]] * 3
+    control = r["control"]
+    assert [round(a * n) for a, n in zip(control["accuracy"], r["n_val"], strict=True)] == [512, 208, 92]
+    assert control["ce"] == pytest.approx([0.000590260, 1.94652837, 2.86353752], rel=1e-3)
+    assert control["weight_decay"] == [1e-4, 1e-2, 1e-2]
+    levels = r["levels"]
+    assert levels["current_token"]["accuracy"] == pytest.approx([1.0, 0.45, 0.236607143])
+    assert levels["current_token"]["ce"] == pytest.approx([0.0, 1.68303208, 2.53142629])
+    assert levels["unigram"]["accuracy"] == pytest.approx([0.1328125, 0.135416667, 0.131696429])
+    assert levels["unigram"]["ce"] == pytest.approx([2.81235849, 2.81177053, 2.81555103])
