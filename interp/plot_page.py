@@ -1,7 +1,8 @@
 """save_html: figures, tables and paragraphs in ONE self-contained HTML page (plotly.js embedded once).
 
 Table is an HTML table for the page; PlotInputError is what the page and every figure in interp.plots refuse
-bad input with. interp.plots re-exports all three, where users import them from.
+bad input with; offline_notebook_renderer is the page's rule in a notebook (nothing fetched from the network).
+interp.plots re-exports all four, where users import them from.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 import plotly.graph_objects as go
+from plotly.io.base_renderers import NotebookRenderer
 
 from interp.errors import ToolkitError
 from interp.io import atomic_write
@@ -91,6 +93,7 @@ def save_html(figures: Any, path: str | Path, title: str = "Figures") -> Path:
             div = fig.to_html(
                 full_html=False,
                 include_plotlyjs=False,  # loaded once in <head>
+                include_mathjax=False,  # MathJax would come from a CDN
                 div_id=f"figure-{i}",
                 default_height=height,
                 config={"displaylogo": False},
@@ -124,3 +127,39 @@ def save_html(figures: Any, path: str | Path, title: str = "Figures") -> Path:
     path = Path(path)
     atomic_write(path, write)
     return path
+
+
+OFFLINE_NOTEBOOK = "residual_notebook"
+
+
+class OfflineNotebookRenderer(NotebookRenderer):
+    """plotly's "notebook" renderer (plotly.js embedded in the notebook once) less the MathJax <script src> from a
+    CDN that it adds to every figure: a figure asks nothing of the network. LaTeX in figure text shows as typed."""
+
+    def to_mimebundle(self, fig_dict: dict[str, Any]) -> dict[str, str]:
+        from plotly.io import to_html
+
+        page = to_html(
+            fig_dict,
+            config=self.config,
+            auto_play=self.auto_play,
+            include_plotlyjs=False,  # the notebook has it: NotebookRenderer.activate embeds it once
+            include_mathjax=False,
+            post_script=self.post_script,
+            full_html=False,
+            animation_opts=self.animation_opts,
+            default_width="100%",
+            default_height=525,
+            validate=False,
+        )
+        return {"text/html": page}
+
+
+def offline_notebook_renderer() -> str:
+    """The name of OfflineNotebookRenderer among plotly's renderers (registered on the first call), for a notebook:
+    pio.renderers.default = "plotly_mimetype+" + offline_notebook_renderer()."""
+    import plotly.io as pio
+
+    if OFFLINE_NOTEBOOK not in pio.renderers:
+        pio.renderers[OFFLINE_NOTEBOOK] = OfflineNotebookRenderer(config=pio.renderers["notebook"].config)
+    return OFFLINE_NOTEBOOK

@@ -20,6 +20,7 @@ from plotly.subplots import make_subplots
 # Re-exported: the page's names were first interp.plots's, and users import them from here.
 from interp.plot_page import PlotInputError as PlotInputError
 from interp.plot_page import Table as Table
+from interp.plot_page import offline_notebook_renderer as offline_notebook_renderer
 from interp.plot_page import save_html as save_html
 
 PALETTE = (

@@ -4,12 +4,12 @@ experiment end to end on the smoke preset."""
 
 import json
 import math
-import re
 import warnings
 
 import numpy as np
 import pytest
 import torch
+from offline import external_references
 
 from experiments.interventions import effects as fx
 from experiments.interventions import rules
@@ -333,7 +333,7 @@ def test_smoke_end_to_end(tmp_path, data, capsys):
     # the runs are the routing test's: same directories
     assert (out / "smoke" / "ffn_only_self_only" / "seed1337" / "final.json").exists()
     page = (out / "smoke" / "report-interventions.html").read_text()
-    assert not re.search(r"<script[^>]+src=[\"']?https?:", page)
+    assert external_references(page) == []  # nothing fetched from the network (tests/offline.py)
     for heading in ("Verdicts", "Sanity checks", "full: effects", "full: patching", "Identity flow"):
         assert heading in page
     # a second look reuses every run

@@ -1,5 +1,5 @@
 """Issue 45: docs/notebook.py (the notebook, jupytext percent format) runs top to bottom in a Jupyter kernel, and
-its plotly figures carry plotly.js with them (offline), not a link to a CDN.
+its plotly figures carry plotly.js with them (offline), not a link to a CDN; issue 50: nor MathJax's.
 
 The notebook trains a smoke model, so one module-scoped execution serves both tests (about 15 s of it is the
 kernel's imports and the training).
@@ -11,16 +11,10 @@ import jupytext
 import nbclient
 import pytest
 from conftest import REPO, data_root
+from offline import external_references
 
 NOTEBOOK = REPO / "docs" / "notebook.py"
 CELL_TIMEOUT_S = 120  # per cell; the whole notebook takes seconds on 2 CPU cores
-# An http(s) script plotly could load: a <script src=...> or a module's `import "https://..."`.
-EXTERNAL_SCRIPT = re.compile(
-    r"""<script\b[^>]*\bsrc\s*=\s*["']?(https?://[^"'\s>]+)|\bimport\s*["'](https?://[^"']+)"""
-)
-# plotly's notebook renderer adds MathJax (typesetting LaTeX in figure text, which none here has) from a CDN to each
-# figure; offline it fails to load and the figure draws without it. It is the one external script allowed.
-MATHJAX = re.compile(r"^https://cdnjs\.cloudflare\.com/ajax/libs/mathjax/")
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +56,8 @@ def test_figures_embed_plotly_js(executed):
     figures = [p for p in pages if "plotly-graph-div" in p]
     assert len(figures) >= 2  # the attention patterns and the survival curve
     assert any(get_plotlyjs() in p for p in pages)  # the library itself, in the notebook
-    external = [a or b for p in pages for a, b in EXTERNAL_SCRIPT.findall(p)]
-    assert not [url for url in external if not MATHJAX.match(url)], external
+    # plotly's own "notebook" renderer adds MathJax from a CDN to every figure: nothing may be fetched, that included
+    assert not [url for p in pages for url in external_references(p)]
 
 
 def test_source_is_what_jupytext_writes():

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import run_module
+from offline import external_references
 
 from experiments.eval_noise import run as eval_noise
 from experiments.gain_confound import run as gain_confound
@@ -36,6 +37,7 @@ def check_report(path: Path) -> None:
     assert "Plotly" in text and len(text) > 1_000_000  # plotly.js itself, embedded
     scripts = re.findall(r"<script[^>]*>", text)
     assert not [s for s in scripts if "src=" in s], scripts
+    assert external_references(text) == []  # nor a style sheet, image or module import (tests/offline.py)
     assert len(re.findall(r"/\*! For license information please see plotly", text)) <= 1
 
 

@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 import pytest
 import torch
 from majors import export
+from offline import external_references
 
 from interp import ModelConfig, ResidualGPT, save_checkpoint
 from interp.gpt2 import gpt2_files
@@ -172,7 +173,7 @@ def test_save_html_one_self_contained_file(tmp_path):
     page = path.read_text(encoding="utf-8")
     assert page.startswith("<!DOCTYPE html>") and "<title>A &amp; B</title>" in page
     assert page.count(get_plotlyjs()[:5000]) == 1  # plotly.js embedded exactly once
-    assert "<script src" not in page and 'src="http' not in page  # nothing to fetch
+    assert "<script src" not in page and external_references(page) == []  # nothing to fetch
     assert page.count("Plotly.newPlot(") == 3
     assert "<h2>Attention</h2>" in page and "<p>One line per config.</p>" in page and "&lt;with&gt;" in page
     assert sorted(os.listdir(tmp_path)) == ["report.html"]  # no temporary left behind

@@ -3,11 +3,11 @@ self-contained report, resume, option checks, and run directories shared with th
 
 import json
 import math
-import re
 import shutil
 
 import pytest
 from conftest import data_root, run_module
+from offline import external_references
 
 from experiments.routing_test import report as routing_report
 from experiments.routing_test import rules as routing_rules
@@ -85,7 +85,7 @@ def test_report_is_self_contained(smoke_run):
     # smoke: full does not learn, so each status says that guard, not "not run"
     assert verdicts_table.count("not decided: the reference model did not learn") == 7
     assert "not run" not in verdicts_table
-    assert not re.search(r"<script[^>]+src=[\"']?https?:", page)
+    assert external_references(page) == []  # nothing fetched from the network (tests/offline.py)
     assert page.count("Plotly.newPlot") >= 10 and len(page) > 3_000_000  # plotly.js is inline
     for heading in (
         "Results",
