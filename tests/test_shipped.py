@@ -24,10 +24,11 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, data_root, has_shared_data
+from offline import external_references
 
 from experiments.shared.frame import Context, Experiment, Group, Variant, run_summary
 from experiments.shared.launch import _without
-from experiments.shared.ship import ARCHIVE, MANIFEST, RUN_FILES, main, run_path, ship
+from experiments.shared.ship import ARCHIVE, MANIFEST, RUN_FILES, ShipError, main, read_shipped, run_path, ship
 
 DATA = REPO / "docs" / "results" / "data"
 LIMIT = 40 * 2**20
@@ -81,8 +82,10 @@ def test_shipped_folder_reanalyses_to_its_published_numbers(folder, data, tmp_pa
     assert words[:2] == ["python", "-m"] and words[2].startswith("experiments."), manifest["command"]
     name = words[2].split(".", 1)[1]
     experiment = importlib.import_module(f"experiments.{name}.run").EXPERIMENT
-    argv = [*_without(words[3:], "--out"), "--out", str(tmp_path), "--analyse-only", str(folder), "--no-report"]
+    argv = [*_without(words[3:], "--out"), "--out", str(tmp_path), "--analyse-only", str(folder)]
     assert experiment.main(argv) == 0, capsys.readouterr().err
+    for report in tmp_path.glob(f"*/report-{name}.html"):  # where one is written without the weights: offline
+        assert external_references(report.read_text(encoding="utf-8")) == []  # (issue 50; tests/offline.py)
 
     shipped = json.loads((folder / f"results-{name}.json").read_text())
     [written] = tmp_path.glob(f"*/results-{name}.json")
@@ -98,6 +101,14 @@ def test_shipped_folder_reanalyses_to_its_published_numbers(folder, data, tmp_pa
     assert not diff, f"{len(diff)} differ, first: {diff[:3]}"
     # every run_dir names the copy of its logs beside the recomputed results
     assert all((run_path(written.parent, r["run_dir"]) / "final.json").is_file() for r in recomputed["runs"])
+
+
+@pytest.mark.parametrize("folder", SHIPPED, ids=lambda p: p.name)
+def test_a_shipped_folder_holds_one_command(folder):
+    """Issue 50: escape_time-smoke's results recorded one --out and its MANIFEST.json named another."""
+    [results] = folder.glob("results-*.json")
+    assert json.loads(results.read_text())["command"] == json.loads((folder / MANIFEST).read_text())["command"]
+    assert read_shipped(folder).manifest["command"]  # the reader checks the same
 
 
 def test_the_routing_tests_identity_probes_are_named_as_not_recomputed():
@@ -210,9 +221,39 @@ def test_an_analysed_folder_ships_only_with_the_command_that_trained_it(shipped,
     assert main([str(out), str(tmp_path / "again")]) == 2
     assert "was analysed with --analyse-only" in capsys.readouterr().err and not (tmp_path / "again").exists()
     command = json.loads((shipped / MANIFEST).read_text())["command"]
+    # a command with other options than the analysis ran is not the one that trained these runs (issue 50)
+    assert main([str(out), str(tmp_path / "again"), "--command", f"{command} --set lr=0.5"]) == 2
+    assert "not the options" in capsys.readouterr().err and not (tmp_path / "again").exists()
     assert main([str(out), str(tmp_path / "again"), "--command", command]) == 0
     assert (tmp_path / "again" / ARCHIVE).read_bytes() == (shipped / ARCHIVE).read_bytes()  # the same runs
     assert json.loads((tmp_path / "again" / MANIFEST).read_text())["command"] == command
+    # one command in the folder: the shipped results name it too, and still say they were analysed
+    again = json.loads((tmp_path / "again" / "results-toy_shipped.json").read_text())
+    assert again["command"] == command and again["analysed_from"] == str(shipped)
+    read_shipped(tmp_path / "again")
+
+
+def test_ship_refuses_a_command_other_than_the_one_its_results_record(trained, tmp_path, capsys):
+    """Issue 50: a shipped folder holds one command; --command may not rename the --out the results record."""
+    recorded = json.loads((trained / "smoke" / "results-toy_shipped.json").read_text())["command"]
+    other = recorded.replace(str(trained), "runs/elsewhere")
+    assert other != recorded
+    assert main([str(trained), str(tmp_path / "a"), "--command", other]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "one command" in err and recorded in err and not (tmp_path / "a").exists()
+    assert main([str(trained), str(tmp_path / "a"), "--command", recorded]) == 0  # the same one is no change
+
+
+def test_a_shipped_folder_naming_two_commands_is_refused(shipped, tmp_path, monkeypatch, data, capsys):
+    no_training(monkeypatch)
+    manifest = json.loads((shipped / MANIFEST).read_text())
+    manifest["command"] = manifest["command"].replace("--out ", "--out runs/elsewhere/", 1)
+    (shipped / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(ShipError, match="two commands"):
+        read_shipped(shipped)
+    argv = ["--out", str(tmp_path / "o"), "--seeds", "0", "--no-progress", "--analyse-only", str(shipped)]
+    assert TOY.main(argv) == 2
+    assert "two commands" in capsys.readouterr().err
 
 
 def test_analyse_only_reads_a_runs_folder_whose_checkpoints_are_gone(trained, tmp_path, monkeypatch, data):

@@ -19,6 +19,13 @@ folder to write, one per published command (docs/results/data/<experiment>-<labe
 The archive is deterministic (members sorted, mtime 0, owner root, mode 0644, xz without a timestamp), so
 shipping the same runs again writes the same bytes. `python -m experiments.<name> <the command's options>
 --analyse-only DEST --out <elsewhere>` re-analyses it without training (experiments.shared.analyse_only).
+
+A shipped folder holds one command, the one whose options re-derive it: MANIFEST.json's and its results file's
+are the same (read_shipped refuses a folder where they differ). It is the command the results record; --command
+may not rename it (issue 50: escape_time-smoke's MANIFEST named another --out than its results). --command gives
+it only where the results record none (files written before results did) or were written by --analyse-only
+(their "command" names the analysing --out): then it must be the command that trained the runs, the same
+options but for --out, --no-progress, --no-report and the launcher's, and the shipped results name it too.
 """
 
 from __future__ import annotations
@@ -170,22 +177,67 @@ def collect(results_path: Path) -> tuple[dict[str, Any], bytes, dict[str, bytes]
     return results, text, members, checked
 
 
+def the_command(results_path: Path, results: dict[str, Any], given: str | None) -> str:
+    """The one command a shipped folder holds, the one whose options re-derive it: the command its results record
+    (--command may repeat it, never rename it); for results written before results recorded one, --command; for
+    results an --analyse-only wrote, --command, the command that trained the runs - the recorded one but for --out."""
+    recorded = results.get("command")
+    if results.get("analysed_from"):  # its "command" names the analysing --out, which never trained these runs
+        if not given:
+            raise ShipError(
+                f"{results_path} was analysed with --analyse-only from {results['analysed_from']}: its runs were "
+                "trained by another command; give that one with --command (a shipped folder's MANIFEST.json records it)"
+            )
+        if isinstance(recorded, str) and _options(given) != _options(recorded):
+            raise ShipError(
+                f"--command `{given}` is not the options {results_path} was analysed with (`{recorded}`); give the "
+                "command that trained its runs, which differs from that one in --out alone"
+            )
+        return given
+    if not isinstance(recorded, str) or not recorded:
+        if not given:
+            raise ShipError(
+                f"{results_path} does not record its command (written before results did); give it with --command"
+            )
+        return given
+    if given and given != recorded:
+        raise ShipError(
+            f"--command `{given}` is not the command {results_path} records (`{recorded}`): a shipped folder holds one "
+            "command, the one that wrote its results; leave --command out"
+        )
+    return recorded
+
+
+def _options(command: str) -> list[str]:
+    """A command's words less those that say where its runs lie (--out), how they launch, or what it shows and
+    writes beside its results (--no-progress, --no-report): what is left says which runs and analysis it asks."""
+    import argparse
+    import shlex
+
+    from experiments.shared.launch import add_launcher_arguments
+
+    words = shlex.split(command)
+    p = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    p.add_argument("--out")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-report", action="store_true")
+    add_launcher_arguments(p)
+    try:
+        return p.parse_known_args(words)[1]
+    except (argparse.ArgumentError, SystemExit):  # an option it cannot read: the words as they are
+        return words
+
+
 def ship(source: Path, dest: Path, experiment: str | None = None, command: str | None = None) -> dict[str, Any]:
     """Write DEST (module docstring) from the results in SOURCE; returns the manifest."""
-    from interp.io import atomic_write, write_json
+    from interp.io import atomic_write, dumps, write_json
 
     results_path = find_results(source, experiment)
     results, text, members, checked = collect(results_path)
-    if not command and results.get("analysed_from"):  # its "command" names the analysing --out: never trained
-        raise ShipError(
-            f"{results_path} was analysed with --analyse-only from {results['analysed_from']}: its runs were trained "
-            "by another command; give that one with --command (a shipped folder's MANIFEST.json records it)"
-        )
-    command = command or results.get("command")
-    if not command:
-        raise ShipError(
-            f"{results_path} does not record its command (written before results did); give it with --command"
-        )
+    command = the_command(results_path, results, command)
+    if results.get("command") != command:  # the folder holds one command: its results file names it too
+        results["command"] = command
+        text = (dumps(results, results_path, indent=2) + "\n").encode()
     if dest.resolve() == results_path.parent.resolve() or dest.resolve() in results_path.parent.resolve().parents:
         raise ShipError(f"{dest} holds the experiment's own folder; ship into another folder")
     archive = tar_xz(members)
@@ -245,6 +297,13 @@ def read_shipped(folder: Path) -> Shipped:
     results = [n for n in files if n.startswith("results-") and n.endswith(".json")]
     if len(results) != 1 or ARCHIVE not in files:
         raise ShipError(f"{folder / MANIFEST} names no results file and {ARCHIVE}")
+    recorded = read_json(folder / results[0])
+    recorded = recorded.get("command") if isinstance(recorded, dict) else None
+    if recorded != manifest.get("command"):
+        raise ShipError(
+            f"{folder} holds two commands: {MANIFEST}'s `{manifest.get('command')}` and {results[0]}'s `{recorded}`; "
+            "a shipped folder holds one, the one that re-derives it: ship it again (python -m experiments.shared.ship)"
+        )
     members = {}
     try:
         with tarfile.open(folder / ARCHIVE, mode="r:xz") as tar:
