@@ -107,6 +107,24 @@ def test_unknown_characters_and_long_prompts_are_clear_errors():
         model(tokens(batch=1, n=17))
 
 
+LONG_PROMPTS = ["ROMEO: what is it now, my lord?", "KING:\nO, let me\nspeak!\n\nQUEEN:\n"]  # 31, 29 > n_ctx 16
+
+
+@pytest.mark.parametrize("residual", ["attn_only", "none"])
+def test_the_exports_generate_continues_a_long_text_prompt_as_model_generate_does(residual):
+    """Issue 50: on a text prompt past n_ctx, the installed major's export (TL 3: the HookedTransformer, TL 4: the
+    bridge; make test-tl4 runs this file) crops to the last n_ctx tokens at every step, as ResidualGPT.generate."""
+    model = make_model("trained", residual=residual)
+    model.vocab_state = {"vocab": CHARS}
+    tl = convert(model)
+    for prompt in LONG_PROMPTS:
+        want = model.generate(prompt, 20, temperature=0)
+        assert want.startswith(prompt) and len(want) == len(prompt) + 20
+        assert tl.generate(prompt, max_new_tokens=20, do_sample=False, verbose=False) == want, prompt
+        got = tl.generate(ids(prompt), max_new_tokens=20, do_sample=False, verbose=False)
+        assert "".join(CHARS[i] for i in got[0]) == want, prompt
+
+
 def test_sample_command(tmp_path, capsys):
     from interp import sample
 
