@@ -12,7 +12,7 @@ export RESIDUAL_DATA_DIR ?= $(SHARED_DATA)
 endif
 ARGS ?=
 
-.PHONY: test test-slow routing-test lint typecheck setup bench setup-tl4 test-tl4 notebook
+.PHONY: test test-slow test-slurm routing-test lint typecheck setup bench setup-tl4 test-tl4 notebook
 
 setup: $(STAMP)
 
@@ -56,6 +56,12 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
+
+# The Slurm launcher against a real one-node Slurm (tests/test_slurm.py): the session installs it if missing
+# (apt, root), starts munged, slurmctld and slurmd (scripts/slurm-cluster.sh) and stops exactly those at its end.
+# Required here: a cluster that cannot start fails the target instead of skipping.
+test-slurm: $(STAMP)
+	RESIDUAL_SLURM_REQUIRED=1 $(PY) -m pytest -q -rs -m slurm --durations=10 tests/test_slurm.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -41,6 +41,7 @@ from experiments.shared.options import check_number as check_number  # re-export
 from experiments.shared.options import parse_seeds
 from experiments.shared.plan import Context, Group, Job, Variant, select_variants
 from experiments.shared.text import format_table, levels_line, software_versions, table_figure
+from experiments.shared.wait_jobs import SweepIncomplete
 from interp.cli import Parser, directory_option
 from interp.errors import CheckpointError, ToolkitError, io_error_line, one_line
 from interp.io import remove_stale_temps
@@ -163,6 +164,9 @@ class Experiment:
         try:
             with interrupts():  # SIGTERM is handled like Ctrl-C (interp.signals)
                 return self._main(argv, start)
+        except SweepIncomplete as e:  # no run finished: nothing to aggregate (else _main aggregated them)
+            print(f"error: {one_line(e)}", file=sys.stderr)
+            return e.exit_code
         except ToolkitError as e:
             code = getattr(e, "exit_code", 2)
             if code == 2:
@@ -258,9 +262,11 @@ class Experiment:
             analyse_only.copy_runs(source, ctx, todo)
             return True
 
-        if not ready(jobs):
+        first = _ready_or_finished_part(ready, jobs)
+        if first is None:
             return 0  # submitted without waiting: the launcher printed how to collect
-        while self.replan:
+        jobs, incomplete = first
+        while self.replan and incomplete is None:
             known = {_key(j) for j in jobs}
             more = [j for j in self.jobs(ctx) if _key(j) not in known]
             if not more:
@@ -278,7 +284,7 @@ class Experiment:
             results.update(analysed_from=str(source.path), not_recomputed=ctx.args.not_recomputed)
         else:
             records = [load_record(job, ctx.out) for job in jobs]
-            results = self.results(ctx, jobs, records)
+            results = self._aggregate(ctx, jobs, records, incomplete)
         # The command that trains and analyses these runs (an --analyse-only one reads them from elsewhere).
         results["command"] = shlex.join(["python", "-m", f"experiments.{self.name}", *_without(argv, "--analyse-only")])
         results["wall_time_s"] = time.perf_counter() - start
@@ -309,7 +315,18 @@ class Experiment:
         peaks = [r["final"].get("peak_matmul_flops") for r in records if r["final"].get("peak_matmul_flops")]
         peak = f"; matmul peak {max(peaks) / 1e9:.0f} GFLOP/s as the runs measured it" if peaks else ""
         print(f"results: {results_path}  (wall time {time.perf_counter() - start:.0f}s{peak})")
-        return 0
+        return _exit_status(incomplete)
+
+    def _aggregate(self, ctx: Context, jobs: list[Job], records: list, incomplete: SweepIncomplete | None) -> dict:
+        """self.results; of the finished runs of an incomplete sweep, saying in the file which are missing."""
+        if incomplete is None:
+            return self.results(ctx, jobs, records)
+        try:
+            results = self.results(ctx, jobs, records)
+        except Exception as err:  # an analysis that needs every run: the sweep's own error says what to do
+            raise SweepIncomplete(f"{incomplete}; the finished runs not aggregated alone: {one_line(err)}", []) from err
+        results["incomplete"] = {"unfinished": sorted(f"{j.variant.name} seed {j.seed}" for j in incomplete.unfinished)}
+        return results
 
     def results(self, ctx: Context, jobs: list[Job], records: list[dict[str, Any]]) -> dict[str, Any]:
         own = self.analyse(ctx, records)
@@ -388,6 +405,27 @@ def check_distinct_dirs(jobs: list[Job]) -> None:
                 f"variant {job.variant.name!r} names two different configurations (seed "
                 f"{job.seed}); its name must say what differs"
             )
+
+
+def _ready_or_finished_part(ready, jobs: list[Job]) -> tuple[list[Job], SweepIncomplete | None] | None:
+    """ready(jobs); None when submitted without waiting. Where some jobs died (SweepIncomplete): the finished
+    runs, to aggregate before the command exits 3 naming the rest; none finished is the error itself."""
+    try:
+        return (jobs, None) if ready(jobs) else None
+    except SweepIncomplete as e:
+        lost = {_key(j) for j in e.unfinished}
+        done = [j for j in jobs if _key(j) not in lost]
+        if not done:
+            raise
+        print(f"\n{len(done)} finished run(s) aggregated below; {len(lost)} not finished (said above)")
+        return done, e
+
+
+def _exit_status(incomplete: SweepIncomplete | None) -> int:
+    if incomplete is None:
+        return 0
+    print(f"error: {one_line(incomplete)}", file=sys.stderr)
+    return incomplete.exit_code
 
 
 def _key(job: Job) -> tuple[str, str, int]:

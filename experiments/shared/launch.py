@@ -1,8 +1,9 @@
 """Where an experiment's runs train: here, one after another, or as cluster jobs through submitit.
 
     --launcher local        (default) train every unfinished run in this process
-    --launcher slurm        submit every unfinished run as one Slurm job (submitit), wait with a
-                            progress bar over finished jobs, then aggregate as the local launcher does
+    --launcher slurm        submit every unfinished run as one Slurm job (submitit), wait with one
+                            progress line (jobs done, running, pending and why), then aggregate as the
+                            local launcher does
     --launcher slurm-local  the same submission path through submitit's local executor (real
                             subprocesses on this machine): for trying a sweep without a cluster
 
@@ -10,6 +11,13 @@ A job trains exactly what the local launcher would: it re-plans the experiment f
 command line and trains its one (preset, variant, seed) run directory, so the results are the
 same bit for bit and a rerun submits only what is still unfinished. With --gpus-per-run > 1 a
 job runs its run under torchrun (DDP), as `python -m training` does on one machine.
+
+A job that dies (cancelled, killed, out of memory, its node lost, past its time limit) is said within
+two polls of leaving the queue: its run, what Slurm said (squeue, then sacct, else scontrol:
+experiments.shared.slurm_watch, so it works with accounting off) and its log. The other jobs are
+waited for, the finished runs are aggregated (the results file names the missing ones under
+"incomplete"), and the command exits 3 with the command that resumes the rest from their checkpoints.
+Tested against a real one-node Slurm: tests/test_slurm.py (`make test-slurm`).
 """
 
 from __future__ import annotations
@@ -20,12 +28,12 @@ import os
 import shlex
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from experiments.shared.options import check_number
 from experiments.shared.plan import Context, Job
+from experiments.shared.wait_jobs import wait
 from interp.errors import ToolkitError
 
 LAUNCHERS = ("local", "slurm", "slurm-local")
@@ -253,6 +261,8 @@ def train_local(ctx: Context, todo: list[Job]) -> None:
 
 def job_main(module: str, argv: list[str], preset: str, variant: str, seed: int, gpus: int = 0) -> str:
     """What a cluster job runs: re-plan the experiment from its command line, train one run."""
+    if os.environ.get("SUBMITIT_EXECUTOR") == "slurm":
+        ignore_time_limit_warning()
     if gpus > 1 and "RANK" not in os.environ:
         payload = json.dumps([module, argv, preset, variant, seed])
         subprocess.run(
@@ -278,6 +288,18 @@ def job_main(module: str, argv: list[str], preset: str, variant: str, seed: int,
         raise ToolkitError(f"the plan of {module} has no run {preset}/{variant}/seed{seed}")
     train_job(matches[0], ctx.out, ctx.corpus, ensemble_size=getattr(ctx.args, "ensemble_size", DEFAULT_ENSEMBLE_SIZE))
     return str(matches[0].run_dir(ctx.out).path)
+
+
+def ignore_time_limit_warning() -> None:
+    """submitit's warning signal (USR2, sent up to a minute earlier than asked before the time limit) ends a
+    job that cannot requeue itself at once, "timed-out": a job of a few minutes was ended near its start, on
+    every rerun. Ignored, the job trains to its limit (its checkpoints are atomic) and ends TIMEOUT, which
+    the launcher's watch reports."""
+    import signal
+
+    from submitit import JobEnvironment
+
+    signal.signal(JobEnvironment._usr_sig(), signal.SIG_IGN)
 
 
 def importable(name: str) -> bool:
@@ -347,42 +369,10 @@ def submit(name: str, ctx: Context, todo: list[Job], argv: list[str]) -> bool:
         )
         print(f"once they are done, aggregate with:\n  {command}")
         return False
-    wait(submitted + [(job, None) for job in busy], ctx.out, ctx.progress)
+    resume = shlex.join([sys.executable, "-m", f"experiments.{name}", *argv])
+    waited = submitted + [(job, None) for job in busy]
+    wait(waited, ctx.out, ctx.progress, cluster=cluster, resume=resume)
     return True
-
-
-def wait(submitted: list, out: Path, progress: bool, poll_s: float = 2.0) -> None:
-    """Block until every job ends; a failed one is an error naming its run and its log.
-
-    A (job, None) pair is a run some other process trains: done when its lock is free.
-    """
-    from tqdm.auto import tqdm
-
-    bar = tqdm(total=len(submitted), desc="jobs", unit="job", disable=not progress, dynamic_ncols=True)
-    pending = list(submitted)
-    failed = []
-    while pending:
-        still = []
-        for job, sub in pending:
-            run = job.run_dir(out)
-            if sub is None and not run.busy():
-                bar.update(1)
-                if not run.finished:
-                    failed.append(f"{job.variant.name} seed {job.seed}: its trainer stopped before finishing")
-            elif sub is not None and sub.done():
-                bar.update(1)
-                if sub.exception() is not None:
-                    failed.append(f"{job.variant.name} seed {job.seed} (job {sub.job_id}): log {sub.paths.stderr}")
-            else:
-                still.append((job, sub))
-        pending = still
-        if pending:
-            time.sleep(poll_s)
-    bar.close()
-    if failed:
-        raise ToolkitError(
-            f"{len(failed)} job(s) failed; rerun the same command to resubmit them: " + "; ".join(failed)
-        )
 
 
 def job_command(argv: list[str], out: Path) -> list[str]:
