@@ -67,11 +67,17 @@ def differences(shipped, recomputed, path="") -> list[str]:
     return [] if shipped == recomputed else [f"{path}: shipped {shipped!r:.80}, recomputed {recomputed!r:.80}"]
 
 
+# Experiments whose analysis reads the logged losses and probes only: seconds at any preset.
+FAST_ANALYSES = {"residual_sweep"}
+
+
 def _param(folder: Path):
-    """A smoke folder re-analyses in seconds; a full one (floor-default recomputes its initialisation table:
-    minutes on 2 cores) runs with the slow tests (`make test-slow`)."""
-    smoke = json.loads((folder / MANIFEST).read_text()).get("preset") == "smoke"
-    return pytest.param(folder, id=folder.name, marks=() if smoke else pytest.mark.slow)
+    """A smoke folder, or a residual sweep at any preset (the paper-10m H200 logs: its 8 runs' final losses and
+    curves), re-analyses in seconds; a full one of another experiment (floor-default recomputes its
+    initialisation table: minutes on 2 cores) runs with the slow tests (`make test-slow`)."""
+    manifest = json.loads((folder / MANIFEST).read_text())
+    fast = manifest.get("preset") == "smoke" or manifest.get("experiment") in FAST_ANALYSES
+    return pytest.param(folder, id=folder.name, marks=() if fast else pytest.mark.slow)
 
 
 @pytest.mark.skipif(not has_shared_data(), reason="the shipped runs were trained on TinyShakespeare (../shared/data)")
@@ -82,7 +88,9 @@ def test_shipped_folder_reanalyses_to_its_published_numbers(folder, data, tmp_pa
     assert words[:2] == ["python", "-m"] and words[2].startswith("experiments."), manifest["command"]
     name = words[2].split(".", 1)[1]
     experiment = importlib.import_module(f"experiments.{name}.run").EXPERIMENT
-    argv = [*_without(words[3:], "--out"), "--out", str(tmp_path), "--analyse-only", str(folder)]
+    # --collect (the H200 sweep's: its runs were trained by `python -m training`, then collected) trains nothing
+    # either; --analyse-only takes its place
+    argv = [*_without(words[3:], "--out", "--collect"), "--out", str(tmp_path), "--analyse-only", str(folder)]
     assert experiment.main(argv) == 0, capsys.readouterr().err
     for report in tmp_path.glob(f"*/report-{name}.html"):  # where one is written without the weights: offline
         assert external_references(report.read_text(encoding="utf-8")) == []  # (issue 50; tests/offline.py)
@@ -334,3 +342,55 @@ def test_interventions_are_refused_without_checkpoints(tmp_path, capsys):
     argv = ["--preset", "smoke", "--out", str(tmp_path / "o"), "--analyse-only", str(tmp_path)]
     assert EXPERIMENT.main(argv) == 2
     assert "not recomputable without checkpoints" in capsys.readouterr().err
+
+
+# ----- docs/results/paper_10m.md: the page of the shipped H200 logs (issue 49 part 5) ------------------------------
+
+H200 = DATA / "residual_sweep-paper_10m-h200"
+PAPER_10M_PAGE = REPO / "docs" / "results" / "paper_10m.md"
+
+
+def test_the_paper_10m_page_is_the_shipped_h200_logs():
+    """The page's Table 1 rows are the shipped results file's (which the re-analysis above recomputes from the
+    logs), and its alpha_tt rows each run's last attention probe in the shipped probes.jsonl: re-derived, never
+    copied by hand."""
+    from benchmarks.gpu_rows import h200_finals, h200_results, shipped_alpha_tt
+
+    page = PAPER_10M_PAGE.read_text()
+    results = h200_results(H200)
+    assert results["preset"] == "paper-10m" and results["seeds"] == [1337, 1338]
+    finals = h200_finals(results)
+    for name, c in results["configs"].items():
+        f, b = c["final_val_loss"], c["best_val_loss"]
+        cells = [
+            f"`{name}`",
+            f"{f['mean']:.3f} +/- {f['std']:.3f}",
+            *(f"{finals[name][s]:.4f}" for s in (1337, 1338)),
+            f"{b['mean']:.3f} +/- {b['std']:.3f}",
+            c["classification"],
+            c["paper"]["text"],
+            f"{c['delta_vs_paper']:+.3f}",
+        ]
+        row = "| " + " | ".join(cells) + " |"
+        assert row in page, row
+    for variant in ("attn_only", "full"):
+        alpha = shipped_alpha_tt(H200, variant)
+        assert sorted(alpha) == [1337, 1338]
+        for seed, a in alpha.items():
+            assert a["step"] == 3000 and len(a["alpha_tt_layer_mean"]) == 6
+            row = f"| {variant} seed {seed} | " + " | ".join(f"{x:.2f}" for x in a["alpha_tt_layer_mean"]) + " |"
+            assert row in page, row
+
+
+def test_a_run_the_trainer_cli_labelled_is_read_as_the_experiments_and_nothing_else():
+    """The H200 runs' config.json says meta {preset, variant} (`python -m training` writes no seed label; an
+    experiment's runs do): --analyse-only reads them with their own labels, and refuses any other difference."""
+    from experiments.shared.analyse_only import labels_as_logged
+
+    asked = {"train": {"seed": 7}, "meta": {"preset": "smoke", "variant": "full", "seed": 7}}
+    cli = {"train": {"seed": 7}, "meta": {"preset": "smoke", "variant": "full"}}
+    assert labels_as_logged(cli, asked) == {**asked, "meta": cli["meta"]}
+    for meta in ({"preset": "smoke", "variant": "attn_only"}, {"preset": "cpu-quick", "variant": "full"}, {}):
+        assert labels_as_logged({**cli, "meta": meta}, asked) is asked  # another run's labels: still refused
+    assert labels_as_logged({**cli, "train": {"seed": 8}}, asked) is asked  # another seed's run
+    assert labels_as_logged(asked, asked) is asked

@@ -131,9 +131,22 @@ def load_logged(job: Job, ctx: Context) -> dict[str, Any]:
             f"({'; '.join(fields)[:300]}); --analyse-only trains nothing - give the options of the command that "
             "trained it (a shipped folder's MANIFEST.json records it)"
         )
-    record = run.load_logs(asked)
+    record = run.load_logs(labels_as_logged(logged, asked))
     record.update(preset=job.group.spec.preset, variant=job.variant.name, seed=job.seed)
     return record
+
+
+def labels_as_logged(logged: dict[str, Any] | None, asked: dict[str, Any]) -> dict[str, Any]:
+    """The asked record, with the logged run's meta labels where `python -m training` wrote them: {preset,
+    variant}, without the seed an experiment's runs add (the trainer CLI's run directories name it, and
+    train.seed, compared with the rest of the config, records it). Reuse reads such a run as the experiment's
+    (`--collect` collected the H200 runs so); --analyse-only does too. Any other difference is refused."""
+    meta, want = (logged or {}).get("meta"), asked.get("meta") or {}
+    seed = ((logged or {}).get("train") or {}).get("seed")
+    if isinstance(meta, dict) and "seed" not in meta and "seed" in want and seed == want["seed"]:
+        if meta == {k: v for k, v in want.items() if k != "seed"}:
+            return {**asked, "meta": meta}
+    return asked
 
 
 @contextlib.contextmanager
