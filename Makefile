@@ -87,3 +87,12 @@ routing-test: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m benchmarks.step $(ARGS)
 	$(PY) -m benchmarks.ensemble_speed
+
+# One prepared command for a GPU at hand for minutes (python -m benchmarks.gpu_check --help): pytest -m cuda, the
+# step benchmark, Table 1 with 8 seeds and the routing test at paper-10m, at most 9 minutes on one H200, one table.
+# No .venv needed: a bare GPU machine's python3 with torch, the wheels it lacks in .gpu-wheels/ and the corpus in
+# .gpu-data/ (both git-ignored, carried along; the --help says how to fill them). ARGS=--dry-run tries it here.
+GPU_PY := $(if $(wildcard $(PY)),$(PY),$(PYTHON))
+.PHONY: gpu-check
+gpu-check:
+	$(GPU_PY) -m benchmarks.gpu_check $(ARGS)

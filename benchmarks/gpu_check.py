@@ -1,0 +1,344 @@
+"""python -m benchmarks.gpu_check (`make gpu-check`): the paper's scale on one GPU that is at hand for minutes.
+
+    make gpu-check                               # on a machine with CUDA: at most 9 minutes on one H200
+    python -m benchmarks.gpu_check --dry-run     # the same stages on tiny shapes on this CPU (make test runs it)
+
+Stages, each a child process with its own time budget, then one table (and OUT/gpu_check.txt, .json):
+
+    setup  the wheels the machine lacks, installed from --wheels (pip --no-index --no-deps --target OUT/site)
+    a      pytest -m cuda on the test files that mark tests cuda (they skip without CUDA): tests/test_cuda.py
+           (an ensemble member against its solo run, a bitwise resume, a CUDA checkpoint loaded on a CPU and
+           exported to HookedTransformer, bf16 evaluation against fp32) and the others (the CUDA-graph step, ...)
+    b      python -m benchmarks.gpu_step: the step beside the reference (eager, compiled, CUDA graphs,
+           deterministic on and off, an ensemble), MFU against the measured bf16 peak
+    c      python -m experiments.residual_sweep --preset paper-10m --seeds 1337,...,1344 --set dtype=bfloat16
+           --out OUT: Table 1 with 8 seeds (same-shape runs train as ensembles where training.grouping lets
+           them) against the paper and against the shipped H200 logs (docs/results/data/residual_sweep-paper_10m-h200)
+    d      python -m experiments.routing_test --preset paper-10m --seeds 1337 --set dtype=bfloat16 --out OUT
+           --no-identity, with what time is left (its four residual configs are stage c's seed-1337 runs)
+
+A stage past its budget is stopped with SIGTERM: a training command keeps its checkpoints, and the same
+command resumes it (finished runs are reused). OUT (default runs/gpu_check) is an experiment --out that
+`python -m experiments.shared.ship OUT docs/results/data/residual_sweep-gpu_check --experiment residual_sweep`
+publishes (and `--experiment routing_test` the routing test), beside gpu_check.json and logs/.
+
+A bare GPU machine (torch and most dependencies, no package index) needs two ignored folders carried along:
+
+    .gpu-wheels/  the wheels (15 MB), fetched on a machine with internet by the line `--wheels-command`
+                  prints: pip download --no-deps --only-binary=:all: --python-version 3.12
+                    --platform manylinux_2_28_x86_64 -d .gpu-wheels transformer-lens==3.9.0 ... (WHEELS)
+    .gpu-data/    the corpus: cp -r ../shared/data/tinyshakespeare .gpu-data/ (or set RESIDUAL_DATA_DIR)
+
+Only the wheels of distributions the machine lacks are installed, into OUT/site, put first on the children's
+PYTHONPATH. Without CUDA (and without --dry-run) the command says so in one line and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import importlib.util
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from interp.cli import Parser
+from interp.errors import ToolkitError, one_line
+
+REPO = Path(__file__).resolve().parents[1]
+# What the H200 machine lacked (../shared/h200/README.md), the versions .venv holds, plus pytest for stage a.
+WHEELS = (
+    "transformer-lens==3.9.0 better-abc==0.0.3 fancy-einsum==0.0.3 beartype==0.23.1 typeguard==4.6.1 "
+    "datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 plotly==7.1.0 narwhals==2.29.0 "
+    "pytest==9.2.0 pluggy==1.7.0 iniconfig==2.3.1"
+).split()
+NEEDED = ("torch", "transformer_lens", "plotly", "pytest", "einops", "jaxtyping", "tiktoken", "scipy", "filelock")
+PAPER_SEEDS = ",".join(str(s) for s in range(1337, 1345))
+DEFAULT_BUDGET_S = 540.0  # 9 minutes of one H200, start to table
+CAPS = {"a": 100.0, "b": 110.0}  # c takes what is left (issue 49's target for it: 360 s), d what c leaves
+ROUTING_MIN_S = 60.0  # d starts only with this much left
+RESERVE_S = 15.0  # kept for the table
+GRACE_S = 30.0  # after SIGTERM, before SIGKILL: a trainer writes its interrupt line and exits
+STOP_S = 15.0  # what a stopped training stage usually takes to exit, kept from its budget
+
+
+class GpuCheckError(ToolkitError):
+    """The GPU check cannot start (no CUDA, no corpus, a dependency neither installed nor among the wheels)."""
+
+
+@dataclass
+class StageRun:
+    """One stage as it ran: its command, budget, exit status, seconds, and whether its budget stopped it."""
+
+    key: str
+    title: str
+    argv: list[str]
+    budget_s: float
+    rc: int | None = None
+    seconds: float = 0.0
+    stopped: bool = False
+    skipped: str = ""
+    log: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def gpu_check_parser() -> argparse.ArgumentParser:
+    p = Parser(
+        prog="python -m benchmarks.gpu_check",
+        description=__doc__.split("\n\n", 2)[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--dry-run", action="store_true", help="tiny shapes on this CPU, a few steps: the same stages")
+    p.add_argument("--out", default="runs/gpu_check", help="the folder it writes (default runs/gpu_check)")
+    p.add_argument("--budget-s", type=float, default=None, help=f"seconds in all (default {DEFAULT_BUDGET_S:.0f})")
+    p.add_argument("--stages", default="abcd", help="which of the stages a, b, c, d run (default abcd)")
+    p.add_argument("--seeds", default=None, help=f"stage c's seeds (default {PAPER_SEEDS})")
+    p.add_argument("--wheels", default=".gpu-wheels", help="the folder of wheels (default .gpu-wheels)")
+    p.add_argument("--data-dir", help="the corpus folder (default $RESIDUAL_DATA_DIR, .gpu-data, ../shared/data)")
+    p.add_argument("--wheels-command", action="store_true", help="print the pip download line for --wheels, exit")
+    return p
+
+
+def wheels_command(folder: str) -> str:
+    return shlex.join(
+        ["pip", "download", "--no-deps", "--only-binary=:all:", "--python-version", "3.12", "--platform"]
+        + ["manylinux_2_28_x86_64", "-d", folder, *WHEELS]
+    )
+
+
+def find_data_dir(option: str | None) -> Path:
+    """Where TinyShakespeare is: --data-dir, $RESIDUAL_DATA_DIR, .gpu-data, ../shared/data (no download here)."""
+    env = os.environ.get("RESIDUAL_DATA_DIR")
+    candidates = [Path(option)] if option else [Path(p) for p in (env,) if p]
+    candidates += [] if option else [REPO / ".gpu-data", REPO.parent / "shared" / "data"]
+    for path in candidates:
+        if (path / "tinyshakespeare" / "input.txt").is_file():
+            return path.resolve()
+    tried = ", ".join(str(p) for p in candidates)
+    raise GpuCheckError(
+        f"no TinyShakespeare in {tried} (a GPU machine here has no internet): copy ../shared/data/tinyshakespeare "
+        "into .gpu-data/, set RESIDUAL_DATA_DIR, or give --data-dir"
+    )
+
+
+def _missing() -> list[str]:
+    return [m for m in NEEDED if importlib.util.find_spec(m) is None]
+
+
+def _distribution(wheel: Path) -> str:
+    return wheel.name.split("-")[0]
+
+
+def _installed(name: str) -> bool:
+    try:
+        importlib.metadata.version(name)
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        return False
+
+
+def install_wheels(wheels: Path, site: Path) -> str:
+    """Install the wheels of distributions this Python lacks into site; what it did, in words."""
+    missing = _missing()
+    if not missing:
+        return "every dependency installed; no wheel needed"
+    files = sorted(wheels.glob("*.whl")) if wheels.is_dir() else []
+    todo = [w for w in files if not _installed(_distribution(w))]
+    if not todo:
+        raise GpuCheckError(
+            f"this Python lacks {', '.join(missing)} and {wheels} holds no wheel for them: on a machine with "
+            f"internet run `{wheels_command(str(wheels))}` and carry {wheels}/ here"
+        )
+    argv = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--upgrade"]
+    done = subprocess.run([*argv, "--target", str(site), *map(str, todo)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise GpuCheckError(f"pip could not install the wheels in {wheels}: {one_line(done.stderr.strip())[-300:]}")
+    sys.path.insert(0, str(site))
+    importlib.invalidate_caches()
+    still = _missing()
+    if still:
+        raise GpuCheckError(f"after installing {len(todo)} wheels from {wheels}, still missing: {', '.join(still)}")
+    return f"installed {len(todo)} wheels for {', '.join(missing)}"
+
+
+def cuda_test_files() -> list[str]:
+    """The test files that mark tests `cuda` (collecting the whole suite costs a 2-core GPU machine 20 s)."""
+    tests = sorted((REPO / "tests").glob("test_*.py"))
+    return [str(p.relative_to(REPO)) for p in tests if "pytest.mark.cuda" in p.read_text()]
+
+
+def plan_stages(args, out: Path) -> list[StageRun]:
+    """The four stages' commands, at the paper's shapes or (--dry-run) tiny ones on a CPU."""
+    py = [sys.executable, "-m"]
+    junit = str(out / "logs" / "pytest-cuda.xml")
+    pytest = [*py, "pytest", "-q", "-m", "cuda", "-p", "no:cacheprovider", f"--junitxml={junit}", *cuda_test_files()]
+    step = [*py, "benchmarks.gpu_step", "--json-out", str(out / "gpu_step.json")]
+    sets = ["--set", "dtype=bfloat16"]
+    sweep = [*py, "experiments.residual_sweep", "--out", str(out), "--no-progress"]
+    routing = [*py, "experiments.routing_test", "--out", str(out), "--no-progress", "--no-identity"]
+    if args.dry_run:
+        step += ["--device", "cpu", "--shape", "smoke", "--modes", "fp32-det,fp32", "--ensemble", "2"]
+        step += ["--steps", "2", "--rounds", "2", "--warmup", "1"]
+        sets = [f"--set={s}" for s in ("max_steps=6", "eval_interval=3", "eval_batches=2", "log_interval=2")]
+        sets += ["--set=ckpt_interval=3", "--no-report"]
+        sweep += ["--preset", "smoke", "--seeds", args.seeds or "1,2", *sets]
+        routing += ["--preset", "smoke", "--seeds", "1", *sets]
+    else:
+        sweep += ["--preset", "paper-10m", "--seeds", args.seeds or PAPER_SEEDS, *sets]
+        routing += ["--preset", "paper-10m", "--seeds", "1337", *sets]
+    return [
+        StageRun("a", "pytest -m cuda", pytest, CAPS["a"]),
+        StageRun("b", "step benchmark", step, CAPS["b"]),
+        StageRun("c", "Table 1", sweep, 0.0),
+        StageRun("d", "routing test", routing, 0.0),
+    ]
+
+
+def run_stage(stage: StageRun, env: dict[str, str], log: Path) -> None:
+    """The stage's command in its own session, stopped with SIGTERM at its budget (SIGKILL after GRACE_S)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    stage.log = str(log)
+    start = time.perf_counter()
+    with log.open("w") as handle:
+        handle.write(f"$ {shlex.join(stage.argv)}\n")
+        handle.flush()
+        proc = subprocess.Popen(
+            stage.argv, cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            stage.rc = proc.wait(timeout=max(stage.budget_s, 1.0))
+        except subprocess.TimeoutExpired:
+            stage.stopped = True
+            stage.rc = _stop(proc)
+        except BaseException:  # Ctrl-C or SIGTERM of this command: its child stops too, then the interrupt
+            _stop(proc)
+            raise
+    stage.seconds = time.perf_counter() - start
+
+
+def _stop(proc: subprocess.Popen) -> int:
+    for sig, wait in ((signal.SIGTERM, GRACE_S), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)  # the child's own session: it and anything it started, nothing else
+        except ProcessLookupError:
+            break
+        try:
+            return proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+    return proc.wait()
+
+
+def _budgets(stage: StageRun, left: float) -> str:
+    """Set the stage's budget from the seconds left; a reason to skip it, or ''."""
+    usable = left - RESERVE_S
+    if stage.key in CAPS:
+        stage.budget_s = min(stage.budget_s, usable)
+    else:  # a stopped trainer takes seconds to exit: kept from the budget too
+        stage.budget_s = usable - STOP_S
+    if stage.key == "d" and usable < ROUTING_MIN_S:
+        return f"{usable:.0f} s left, it needs {ROUTING_MIN_S:.0f} s to start"
+    return "" if stage.budget_s >= 10 else f"{usable:.0f} s left"
+
+
+def check_cuda(dry_run: bool) -> str:
+    """The device in words; without CUDA and without --dry-run, one GpuCheckError line."""
+    import torch
+
+    if dry_run:
+        return f"dry run on this CPU ({os.cpu_count()} cores), torch {torch.__version__}"
+    if not torch.cuda.is_available():
+        raise GpuCheckError(
+            f"no CUDA device here (torch {torch.__version__} sees none): make gpu-check needs a GPU; "
+            "`python -m benchmarks.gpu_check --dry-run` runs its stages on tiny shapes on this CPU"
+        )
+    name = torch.cuda.get_device_name(0)
+    return f"{name}, torch {torch.__version__}, CUDA {torch.version.cuda}, {os.cpu_count()} CPU cores"
+
+
+def _check_options(args) -> None:
+    if not args.stages or set(args.stages) - set("abcd") or len(set(args.stages)) != len(args.stages):
+        raise GpuCheckError(f"--stages {args.stages!r}: give some of a, b, c, d, each once (e.g. abcd)")
+    if args.budget_s is not None and args.budget_s <= RESERVE_S:
+        raise GpuCheckError(f"--budget-s must be more than {RESERVE_S:.0f} (seconds kept for the table)")
+    if args.seeds is not None:
+        from experiments.shared.options import parse_seeds
+
+        parse_seeds(args.seeds, [])
+
+
+def gpu_check(args) -> int:
+    """Every stage in turn, within the budget; the table printed and written. 0 when every stage that ran
+    finished with status 0 (a stage its budget stopped is not a failure: it resumes), else 1."""
+    from benchmarks.gpu_rows import gpu_check_table, stage_rows, write_summary
+
+    start = time.perf_counter()
+    _check_options(args)
+    device = check_cuda(args.dry_run)
+    budget = args.budget_s or (120.0 if args.dry_run else DEFAULT_BUDGET_S)
+    data = find_data_dir(args.data_dir)
+    out = Path(args.out).resolve()
+    site = out / "site"
+    setup = install_wheels(Path(args.wheels).resolve(), site)
+    env = {**os.environ, "RESIDUAL_DATA_DIR": str(data), "PYTHONUNBUFFERED": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), str(REPO), env.get("PYTHONPATH")) if p)
+    print(f"gpu check: {device}; data {data}; {setup}; budget {budget:.0f} s -> {out}", flush=True)
+    stages = plan_stages(args, out)
+    for stale in (out / "logs" / "pytest-cuda.xml", out / "gpu_step.json"):  # never read as this run's
+        stale.unlink(missing_ok=True)
+    for stage in stages:
+        if stage.key not in args.stages:
+            stage.skipped = "not asked (--stages)"
+            continue
+        stage.skipped = _budgets(stage, budget - (time.perf_counter() - start))
+        if stage.skipped:
+            continue
+        if stage.key == "b":  # the benchmark skips what its own budget cannot fit, and reports the rest
+            stage.argv += ["--budget-s", f"{max(stage.budget_s - 25, 10):.0f}"]
+        print(f"stage {stage.key} ({stage.title}, at most {stage.budget_s:.0f} s): {shlex.join(stage.argv[2:])}")
+        run_stage(stage, env, out / "logs" / f"stage-{stage.key}.log")
+    rows = stage_rows(stages, out, dry_run=args.dry_run)
+    table = gpu_check_table(rows)
+    header = f"gpu check: {device}; {time.perf_counter() - start:.0f} s of a {budget:.0f} s budget"
+    print("\n" + header + "\n" + table)
+    write_summary(out, header, table, stages, rows, {"device": device, "setup": setup, "data": str(data)})
+    print(f"\nwritten: {out / 'gpu_check.txt'}, {out / 'gpu_check.json'}; logs in {out / 'logs'}")
+    failed = [s for s in stages if s.rc not in (0, None) and not s.stopped]
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from interp.signals import interrupt_code, interrupt_line, interrupts, signal_name
+
+    try:
+        with interrupts():
+            return _main(argv)
+    except (KeyboardInterrupt, Exception) as e:  # Ctrl-C or SIGTERM: the running stage was stopped first
+        code = interrupt_code(e)
+        if code is None:
+            raise
+        print(interrupt_line(f"interrupted ({signal_name(code)}); rerun it to resume the training"), file=sys.stderr)
+        return code
+
+
+def _main(argv: list[str] | None) -> int:
+    try:
+        args = gpu_check_parser().parse_args(argv)
+        if args.wheels_command:
+            print(wheels_command(args.wheels))
+            return 0
+        return gpu_check(args)
+    except ToolkitError as e:
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    from interp.cli import guarded_output
+
+    raise SystemExit(guarded_output(main))

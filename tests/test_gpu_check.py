@@ -1,0 +1,123 @@
+"""`make gpu-check` (benchmarks.gpu_check) on this CPU: its dry run end to end, and the parts a GPU machine leans on.
+
+The dry run is the same command on tiny shapes: every stage runs as it would on a GPU (pytest -m cuda skips
+its tests here, the step benchmark times the smoke shape on the CPU, the sweep and the routing test train a few
+steps) and the one table comes out, with a folder `experiments.shared.ship` publishes. Without CUDA the real
+command refuses in one line; the wheels a bare machine lacks install from a folder with no package index; a
+stage past its budget is stopped, not waited for.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import run_module
+
+from benchmarks import gpu_check
+from experiments.shared.ship import ship
+
+
+def test_the_dry_run_runs_every_stage_and_writes_a_folder_ship_publishes(tmp_path, data):
+    out = tmp_path / "check"
+    start = time.perf_counter()
+    done = run_module("benchmarks.gpu_check", "--dry-run", "--out", str(out), timeout=170)
+    seconds = time.perf_counter() - start
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = json.loads((out / "gpu_check.json").read_text())
+    assert [(s["key"], s["rc"], s["stopped"], s["skipped"]) for s in summary["stages"]] == [
+        (k, 0, False, "") for k in "abcd"
+    ]
+    rows = {(r["stage"], r["check"]): r for r in summary["rows"]}
+    a = rows[("a", "pytest -m cuda")]["result"]
+    assert a.startswith("0 passed, 0 failed, ") and "skipped" in a  # no CUDA here: every test skips
+    tests = [r["result"] for (stage, check), r in rows.items() if stage == "a" and check != "pytest -m cuda"]
+    assert tests and all(t.startswith("skipped") for t in tests)
+    assert "full " in rows[("b", "step fp32-det")]["result"] and "MFU" in rows[("b", "step fp32-det")]["result"]
+    assert "a member), MFU" in rows[("b", "ensemble of 2 (fp32)")]["result"]
+    for config in ("full", "attn_only", "ffn_only", "none"):
+        assert "(2 seeds)" in rows[("c", config)]["result"], rows[("c", config)]
+        assert "not compared at smoke" in rows[("c", config)]["against"]
+    assert rows[("d", "verdicts")]["result"].startswith("P1 ")
+    table = (out / "gpu_check.txt").read_text()
+    assert table.splitlines()[0].startswith("gpu check: dry run on this CPU") and table in done.stdout
+    manifest = ship(out, tmp_path / "shipped", experiment="residual_sweep")
+    assert manifest["experiment"] == "residual_sweep" and len(manifest["runs"]) == 8
+    print(f"dry run: {seconds:.1f} s")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_without_cuda_it_says_so_in_one_line(tmp_path, capsys):
+    assert gpu_check.main(["--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: no CUDA device here") and err.count("\n") == 1, err
+    assert "--dry-run" in err and not (tmp_path / "o").exists()
+
+
+def test_the_wheels_command_names_every_wheel(capsys):
+    assert gpu_check.main(["--wheels-command", "--wheels", "W"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("pip download --no-deps --only-binary=:all: --python-version 3.12") and " -d W " in line
+    assert all(w in line.split() for w in gpu_check.WHEELS) and "transformer-lens==3.9.0" in line
+
+
+def _wheel(folder: Path, name: str) -> Path:
+    """A minimal pure-Python wheel holding the module `name`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}-0.1-py3-none-any.whl"
+    info = f"{name}-0.1.dist-info"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(f"{name}/__init__.py", "VALUE = 42\n")
+        z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+        z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(f"{info}/RECORD", "")
+    return path
+
+
+def test_only_what_is_missing_installs_from_the_wheels_folder(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "path", list(sys.path))  # install_wheels puts the target first
+    wheels = tmp_path / "wheels"
+    _wheel(wheels, "gpucheckprobe")
+    _wheel(wheels, "filelock")  # a distribution this Python has: never installed over it
+    monkeypatch.setattr(gpu_check, "NEEDED", ("torch",))
+    assert gpu_check.install_wheels(wheels, tmp_path / "site") == "every dependency installed; no wheel needed"
+    assert not (tmp_path / "site").exists()
+    monkeypatch.setattr(gpu_check, "NEEDED", ("torch", "gpucheckprobe"))
+    said = gpu_check.install_wheels(wheels, tmp_path / "site")
+    assert said == "installed 1 wheels for gpucheckprobe" and (tmp_path / "site" / "gpucheckprobe").is_dir()
+    assert not (tmp_path / "site" / "filelock").exists()
+    import gpucheckprobe
+
+    assert gpucheckprobe.VALUE == 42
+
+
+def test_a_missing_dependency_without_its_wheel_is_one_error_naming_the_download(tmp_path, monkeypatch):
+    monkeypatch.setattr(gpu_check, "NEEDED", ("torch", "no_such_module_gpu_check"))
+    with pytest.raises(gpu_check.GpuCheckError, match="lacks no_such_module_gpu_check .* pip download"):
+        gpu_check.install_wheels(tmp_path / "none", tmp_path / "site")
+
+
+def test_a_stage_past_its_budget_is_stopped(tmp_path):
+    stage = gpu_check.StageRun("x", "sleeps", [sys.executable, "-c", "import time; time.sleep(60)"], budget_s=1.0)
+    start = time.perf_counter()
+    gpu_check.run_stage(stage, {}, tmp_path / "x.log")
+    assert stage.stopped and stage.rc == -15 and time.perf_counter() - start < 15
+
+
+@pytest.mark.parametrize("argv,match", [(["--stages", "abx"], "--stages"), (["--budget-s", "5"], "--budget-s")])
+def test_bad_options_are_one_line(argv, match, capsys):
+    assert gpu_check.main(["--dry-run", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and match in err and err.count("\n") == 1, err
+
+
+def test_the_data_folder_is_looked_for_before_anything_runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("RESIDUAL_DATA_DIR", str(tmp_path / "empty"))
+    monkeypatch.setattr(gpu_check, "REPO", tmp_path)  # no .gpu-data, no ../shared/data there
+    with pytest.raises(gpu_check.GpuCheckError, match="no TinyShakespeare .*copy ../shared/data/tinyshakespeare"):
+        gpu_check.find_data_dir(None)
