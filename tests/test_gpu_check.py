@@ -98,7 +98,7 @@ def test_only_what_is_missing_installs_from_the_wheels_folder(tmp_path, monkeypa
 
 def test_a_missing_dependency_without_its_wheel_is_one_error_naming_the_download(tmp_path, monkeypatch):
     monkeypatch.setattr(gpu_check, "NEEDED", ("torch", "no_such_module_gpu_check"))
-    with pytest.raises(gpu_check.GpuCheckError, match="lacks no_such_module_gpu_check .* pip download"):
+    with pytest.raises(gpu_check.GpuCheckError, match="lacks no_such_module_gpu_check .*`pip download"):
         gpu_check.install_wheels(tmp_path / "none", tmp_path / "site")
 
 
