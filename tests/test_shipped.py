@@ -68,7 +68,7 @@ def differences(shipped, recomputed, path="") -> list[str]:
 
 
 # Experiments whose analysis reads the logged losses and probes only: seconds at any preset.
-FAST_ANALYSES = {"residual_sweep"}
+FAST_ANALYSES = {"residual_sweep", "routing_test"}  # routing_test-default: 5 s
 
 
 def _param(folder: Path):
