@@ -31,6 +31,9 @@ CONFIGS = [
 ]
 
 
+RAW_EXPORT = {"fold_ln": False, "center_writing_weights": False, "center_unembed": False}
+
+
 def max_diffs(model, tl_model, tokens):
     import torch
 
@@ -69,7 +72,7 @@ def main(argv=None) -> int:
 
     from interp import ModelConfig, ResidualGPT
     from interp.tl.load import load_tl
-    from interp.tl.major import TL_VERSION
+    from interp.tl.major import TL_MAJOR, TL_VERSION
 
     warnings.simplefilter("ignore")
     models = []
@@ -89,9 +92,11 @@ def main(argv=None) -> int:
         models.append(("full+attention (GPT-2 BPE vocab)", model, model))
     print(f"transformer-lens {TL_VERSION}")
     print(f"{'model':44s} {'max|logits|':>12s} {'max|cache|':>12s}  shared/ResidualGPT hooks  worst hook")
+    # 3.x: processing off (its defaults centre the stream and fold LayerNorms: exact, but other hook values)
+    raw = RAW_EXPORT if TL_MAJOR < 4 else {}
     for label, model, source in models:
         try:
-            tl_model = load_tl(source)
+            tl_model = load_tl(source, **raw)
         except Exception as e:  # position_blind has no HookedTransformer on 3.x
             print(f"{label:44s} {'-':>12s} {'-':>12s}  {type(e).__name__}: {str(e)[:60]}")
             continue

@@ -82,12 +82,14 @@ print(repr(text))
 # %% [markdown]
 # ## The TransformerLens export
 #
-# `to_hooked_transformer` gives a HookedTransformer with the same logits, in eval mode; TransformerLens's own
-# methods run on it. `save_hooked` / `load_hooked` round-trip it exactly, wiring included.
+# `to_hooked_transformer` gives a HookedTransformer computing the same function, in eval mode, with
+# `from_pretrained`'s weight processing (LayerNorms folded, writing weights and the unembedding centred: each
+# position's logits shift by one constant, the log-probabilities are the model's; docs/notebook.md says why).
+# TransformerLens's own methods run on it. `save_hooked` / `load_hooked` round-trip it exactly, wiring included.
 
 # %%
 tl = to_hooked_transformer(ckpt)
-assert torch.allclose(tl(tokens), logits, atol=1e-5)  # the same model
+assert torch.allclose(tl(tokens).log_softmax(-1), logits.log_softmax(-1), atol=1e-5)  # the same model
 print(tl.to_str_tokens(prompt)[:8])  # the char tokenizer attached to the export
 greedy = tl.generate(prompt, max_new_tokens=40, do_sample=False, verbose=False)  # newlines kept
 assert greedy == model.generate(prompt, max_new_tokens=40, temperature=0)  # equals model.generate's greedy output
@@ -193,9 +195,9 @@ survival_figure(results)
 #   wrong there: the export warns at every such call (ResidualGPT's own cache refuses them) and
 #   `interp.decompose` gives the exact decomposition, direct logit attribution with the final
 #   LayerNorm scale frozen, and the logit lens. `accumulated_resid` and the logit lens on a given site
-#   are right for every wiring. `logit_attrs` needs `fold_ln=True` even for `full`: without it TL
-#   leaves out the final LayerNorm's weight, and it always leaves out `b_U`; the call warns
-#   (`LogitAttrsWarning`) whenever its sum cannot be the logit.
+#   are right for every wiring. `logit_attrs` and `apply_ln_to_stack` need `fold_ln=True` (the
+#   export's default) even for `full`: without it TL leaves out the final LayerNorm's weight, and
+#   `logit_attrs` always leaves out `b_U`; the calls warn whenever their sums cannot be the logit.
 # - Every loader returns eval mode; `run_with_cache` on a ResidualGPT in train mode with dropout warns
 #   (`TrainModeWarning`). TransformerLens has no dropout, so the export is the same in either mode.
 # - A self-biased model adds `self_bias` to each query's own score inside `hook_attn_scores`, which

@@ -171,3 +171,34 @@ def refuse_if_not_additive(method: str, residual: str, use: str) -> None:
             f"ActivationCache.{method} assumes the residual stream is the sum of the embeddings and every "
             f"sublayer output, which is false for residual={residual!r}; use {use}"
         )
+
+
+class UnfoldedLayerNormWarning(ToolkitWarning):
+    """A TransformerLens method that reads a LayerNorm as its scale alone (apply_ln_to_stack and what calls it,
+    tokens_to_residual_directions) on a model whose LayerNorm weights are not folded into the next weights."""
+
+
+_FRAMEWORK = ("interp", "transformer_lens", "functools", "contextlib")
+
+
+def warn_each_call(message: str, category: type[Warning]) -> None:
+    """Warn at the first calling line outside the toolkit and TransformerLens, at every call.
+
+    warnings.warn shows a warning once per calling line under Python's default filter, so a loop over
+    layers would show it once; warn_explicit with no registry shows it each time while the user's own
+    filters (ignore, error, once) still decide. Python's filters are never touched here.
+    """
+    import warnings
+
+    frame = sys._getframe(1)
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").split(".")[0] in _FRAMEWORK:
+        frame = frame.f_back
+    warnings.warn_explicit(
+        message,
+        category,
+        frame.f_code.co_filename,
+        frame.f_lineno,
+        module=frame.f_globals.get("__name__", "<string>"),
+        registry=None,  # no per-line record: shown at every call
+        module_globals=frame.f_globals,
+    )

@@ -43,6 +43,20 @@ def _hooked(hook: HookPoint) -> bool:
     return bool(hook.fwd_hooks or hook.bwd_hooks or hook._forward_hooks) or "forward" in hook.__dict__
 
 
+class EditableHookPoint(HookPoint):
+    """A HookPoint whose hooks may edit the value in place with gradients on (the Main Demo's v[:, :, h] = 0).
+
+    Autograd refuses an in-place edit of a view of a multi-output op (q, k, v split from one projection); TL's
+    own values are not such views, so there the edit works. While a forward hook is attached and autograd
+    records the value, a view is handed on as a copy; with no hook, or no gradient, it passes as it is.
+    """
+
+    def forward(self, x: Any) -> Any:
+        if self._forward_hooks and isinstance(x, Tensor) and x.requires_grad and x._is_view():
+            return x.clone()
+        return x
+
+
 class LayerNorm(nn.Module):
     """LayerNorm (eps 1e-5), weight `w` and, when cfg.bias, bias `b`.
 
@@ -217,6 +231,9 @@ class ResidualGPT(BoundaryHooks, HookedRootModule):
         self.vocab_state: dict[str, Any] = {}
         self._init_weights()
         self._dropout_slot, self.n_dropout_sites = number_sites(self)  # interp.dropout: mask sites, one stream
+        for module in self.modules():  # the mixers' too (a registered mixer makes plain HookPoints)
+            if type(module) is HookPoint:
+                module.__class__ = EditableHookPoint
         self.setup()
 
     def set_dropout_stream(self, stream: DropoutStream | None) -> None:

@@ -1028,7 +1028,8 @@ def test_a_bias_in_a_hooked_save_of_a_model_without_biases_is_refused(tmp_path, 
     save_checkpoint(tmp_path / "c.pt", ResidualGPT(dataclasses.replace(CFG, bias=False)), vocab=VOCAB)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        save_hooked(to_hooked_transformer(tmp_path / "c.pt"), tmp_path / "h.pt")
+        raw = {"fold_ln": False, "center_writing_weights": False, "center_unembed": False}  # ln1.b kept
+        save_hooked(to_hooked_transformer(tmp_path / "c.pt", **raw), tmp_path / "h.pt")
     record = torch.load(tmp_path / "h.pt", weights_only=True)
     assert load_hooked(tmp_path / "h.pt") is not None  # as written: loads
     forged = {**record, name: record[name] + 0.5}

@@ -14,6 +14,7 @@ from majors import export, tl3_only
 
 import interp
 from interp import CheckpointError, ConfigError, ModelConfig, ResidualGPT, save_checkpoint
+from interp.errors import TokenIdError
 from interp.gpt2 import gpt2_files
 
 TOL = 1e-5
@@ -209,9 +210,9 @@ def test_processing_keeps_log_probs(residual):
 
 
 @tl3_only
-def test_default_processing_is_off_and_config_matches():
+def test_unprocessed_export_config_matches():
     model = make_model("random", residual="attn_only", tie_embeddings=False)
-    tl = convert(model)
+    tl = convert(model)  # majors.RAW: processing off
     cfg = tl.cfg
     assert (cfg.act_fn, cfg.normalization_type, cfg.positional_embedding_type) == ("gelu", "LN", "standard")
     assert cfg.default_prepend_bos is False
@@ -220,9 +221,80 @@ def test_default_processing_is_off_and_config_matches():
     assert torch.equal(tl.blocks[0].ln1.b, torch.zeros(32))  # bias=False -> zeros
     assert torch.equal(tl.W_U, model.unembed.weight.T)
     assert tl.W_Q.shape == (2, 4, 32, 8) and tl.W_O.shape == (2, 4, 8, 32)
-    # one more embedding row, zero, for the tokenizer's <|endoftext|>; never a logit
-    assert (cfg.d_vocab, cfg.d_vocab_out) == (len(CHARS) + 1, len(CHARS))
-    assert torch.equal(tl.W_E[: len(CHARS)], model.embed.weight) and not tl.W_E[len(CHARS)].any()
+    # W_E square with W_U (the trained rows); the tokenizer's <|endoftext|> embeds as zeros, never a logit
+    assert (cfg.d_vocab, cfg.d_vocab_out) == (len(CHARS), len(CHARS)) and torch.equal(tl.W_E, model.embed.weight)
+    eot = torch.tensor([[0, 1, len(CHARS)]])
+    _, cache = tl.run_with_cache(eot)
+    assert not cache["hook_embed"][0, 2].any()
+    with pytest.raises(TokenIdError, match="special tokens"):
+        tl(torch.tensor([[0, len(CHARS) + 1]]))
+
+
+@tl3_only
+@pytest.mark.parametrize("routing", ROUTINGS)
+@pytest.mark.parametrize("residual", RESIDUALS)
+def test_default_processing_is_from_pretrained_and_exact(residual, routing):
+    """fold_ln, center_writing_weights, center_unembed by default, on every wiring and routing: log-probs and
+    losses are ResidualGPT's, logits up to one constant per position, and TL's LayerNorm recipes exact."""
+    mixer, bias = ROUTINGS[routing]
+    model = make_model("trained", residual=residual, mixer=mixer, self_bias=bias, bias=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tl = interp.to_hooked_transformer(model, vocab=CHARS)
+    assert tl.cfg.normalization_type == "LNPre"  # folded
+    toks = tokens()
+    with torch.no_grad():
+        ours, theirs = model(toks), tl(toks)
+        _, cache = tl.run_with_cache(toks)
+    assert max_diff(ours.log_softmax(-1), theirs.log_softmax(-1)) < TOL
+    shift = ours - theirs
+    assert max_diff(shift, shift[..., :1].expand_as(shift)) < TOL  # center_unembed: one constant per position
+    # TL's recipe (apply_ln_to_stack . W_U + b_U) gives the logit differences
+    final = cache["resid_post", -1]
+    scaled = cache.apply_ln_to_stack(final, layer=-1)
+    rebuilt = scaled @ tl.W_U + tl.b_U
+    assert max_diff(rebuilt - rebuilt[..., :1], theirs - theirs[..., :1]) < 1e-4
+    # every stream read is a LayerNorm: the centred stream differs from ResidualGPT's by its mean only
+    with torch.no_grad():
+        _, raw = model.run_with_cache(toks)
+    for name in ("blocks.0.hook_resid_mid", "blocks.1.hook_resid_post"):
+        centred = raw[name] - raw[name].mean(-1, keepdim=True)
+        assert max_diff(cache[name], centred) < 1e-4
+
+
+@tl3_only
+def test_fold_ln_off_warns_at_every_call_of_what_needs_it():
+    from interp.errors import UnfoldedLayerNormWarning
+
+    model = make_model("trained", residual="full")
+    tl = convert(model)  # fold_ln=False
+    toks = tokens()
+    with torch.no_grad():
+        _, cache = tl.run_with_cache(toks)
+    calls = {
+        "apply_ln_to_stack": lambda: cache.apply_ln_to_stack(cache["resid_post", -1], layer=-1),
+        "tokens_to_residual_directions": lambda: tl.tokens_to_residual_directions(toks[:, -1]),
+        "decompose_resid": lambda: cache.decompose_resid(apply_ln=True),
+        "stack_head_results": lambda: cache.stack_head_results(apply_ln=True),
+        "get_full_resid_decomposition": lambda: cache.get_full_resid_decomposition(apply_ln=True, expand_neurons=False),
+        "accumulated_resid mid-layer": lambda: cache.accumulated_resid(layer=1, apply_ln=True),
+    }
+    tl.set_use_attn_result(True)
+    with torch.no_grad():
+        _, cache = tl.run_with_cache(toks)
+    for what, call in calls.items():
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("default")
+            for _ in range(2):
+                call()
+        assert sum(issubclass(w.category, UnfoldedLayerNormWarning) for w in seen) == 2, what
+        assert all(w.filename == __file__ for w in seen if issubclass(w.category, UnfoldedLayerNormWarning))
+    # the logit lens up to the unembedding applies ln_final itself (recompute_ln): right, and quiet
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnfoldedLayerNormWarning)
+        lens = cache.accumulated_resid(layer=-1, apply_ln=True)
+    with torch.no_grad():
+        assert max_diff(lens[-1] @ tl.W_U, model(toks)) < 1e-4
 
 
 def test_uniform_mixer_has_zero_qk():

@@ -589,7 +589,8 @@ def test_nanogpt_checkpoint_comes_in_exactly(tmp_path, case):
     with torch.no_grad():
         assert (model(toks) - expected).abs().max().item() < TOL
         tl = quiet(hooked.to_hooked_transformer, tmp_path / "ckpt.pt")
-        assert (tl(toks) - expected).abs().max().item() < TOL
+        # center_unembed (the export's default, from_pretrained's) shifts each position's logits by a constant
+        assert (tl(toks).log_softmax(-1) - expected.log_softmax(-1)).abs().max().item() < TOL
     assert tl.tokenizer is not None and model.generate("ROMEO:", 3, temperature=0.0).startswith("ROMEO:")
 
 

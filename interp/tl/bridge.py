@@ -29,8 +29,10 @@ pattern (position_blind) is bridged without them, and asking for one is a
 ToolkitError that names the hooks it has.
 
 With a residual path removed, ActivationCache's additive methods refuse (they
-assume the stream is the sum of every sublayer output); interp.decompose reads
-bridge caches and is exact.
+assume the stream is the sum of every sublayer output); nothing is folded, so
+apply_ln_to_stack, every apply_ln=True, tokens_to_residual_directions and
+logit_attrs warn at each call (a cache built by hand included: interp.tl.stream_reads);
+interp.decompose reads bridge caches and is exact.
 """
 
 from __future__ import annotations
@@ -58,10 +60,11 @@ from interp.errors import (
     ToolkitError,
     refuse_if_not_additive,
     state_dict_detail,
-    warn,
+    warn_each_call,
 )
 from interp.model import LOGIT_ATTRS_MESSAGE, ResidualGPT
 from interp.registry import mixer_spec
+from interp.tl import stream_reads
 from interp.tl.bridge_adapter import (  # registers the adapter
     _ATTN_NAMES,
     ARCHITECTURE,
@@ -70,9 +73,11 @@ from interp.tl.bridge_adapter import (  # registers the adapter
     _Host,
     _MixerBridge,
 )
-from interp.tl.major import tl_config_fields
+from interp.tl.major import refuse_past_context, tl_config_fields
 from interp.tl.saved import BRIDGE_SCHEMA, load_weights, read_saved, tokenizer_fields, write_saved
 from interp.tokenizers import tokenizer_for
+
+stream_reads.install()  # TL's cache methods ask the bridge (_check_stream_read) at every call
 
 # --------------------------------------------------------------------------- the bridge and its cache
 
@@ -102,14 +107,12 @@ class BridgeActivationCache(ActivationCache):
     With a residual path removed the stream is not the sum of the embeddings and
     every sublayer output, so decompose_resid, get_full_resid_decomposition,
     stack_head_results and logit_attrs refuse at every call (use interp.decompose,
-    which follows the wiring and reads this cache). A head hook of a
+    which follows the wiring and reads this cache); the bridge's LayerNorms are not
+    folded, so apply_ln_to_stack and every apply_ln=True warn (UnfoldedLayerNormWarning).
+    Both are the bridge's _check_stream_read, so a cache built by hand
+    (ActivationCache(store, bridge)) answers the same. A head hook of a
     position-blind model is a ToolkitError rather than a KeyError.
     """
-
-    def _refuse_if_not_additive(self, method: str) -> None:
-        residual = cast("ResidualBridge", self.model).residual_gpt.cfg.residual
-        use = "interp.decompose (decompose, direct_logit_attribution, logit_lens), which follows this model's wiring"
-        refuse_if_not_additive(method, residual, use + " and reads this cache")
 
     def __getitem__(self, key: Any) -> Tensor:
         cfg = cast("ResidualBridge", self.model).residual_gpt.cfg
@@ -122,27 +125,16 @@ class BridgeActivationCache(ActivationCache):
                 raise _lacks_error(cfg, f"{key[0]} ({name})")
         return super().__getitem__(key)
 
-    def decompose_resid(self, *args: Any, **kwargs: Any) -> Any:
-        self._refuse_if_not_additive("decompose_resid")
-        return super().decompose_resid(*args, **kwargs)
-
-    def get_full_resid_decomposition(self, *args: Any, **kwargs: Any) -> Any:
-        self._refuse_if_not_additive("get_full_resid_decomposition")
-        return super().get_full_resid_decomposition(*args, **kwargs)
-
-    def stack_head_results(self, *args: Any, **kwargs: Any) -> Any:
-        self._refuse_if_not_additive("stack_head_results")
-        return super().stack_head_results(*args, **kwargs)
-
-    def logit_attrs(self, *args: Any, **kwargs: Any) -> Any:
-        self._refuse_if_not_additive("logit_attrs")
-        # the bridge never folds ln_final, so TL's attributions leave out its weight (as on an unfolded 3.x export)
-        warn(LOGIT_ATTRS_MESSAGE, LogitAttrsWarning, stacklevel=2)
-        return super().logit_attrs(*args, **kwargs)
-
     def apply_slice_to_batch_dim(self, batch_slice: Any) -> ActivationCache:
         sliced = super().apply_slice_to_batch_dim(batch_slice)
         return BridgeActivationCache(sliced.cache_dict, self.model, has_batch_dim=sliced.has_batch_dim)
+
+
+_UNFOLDED_FIX = (
+    "the bridge runs ResidualGPT's own weights and cannot fold them: use interp.decompose (decompose, "
+    "direct_logit_attribution, logit_lens), exact without folding (on TransformerLens 3, "
+    "interp.to_hooked_transformer folds by default)"
+)
 
 
 def _no_processing(call: str) -> ToolkitError:
@@ -261,23 +253,43 @@ class ResidualBridge(TransformerBridge):
     def process_weights(self, *args: Any, **kwargs: Any) -> None:
         raise _no_processing("process_weights()")
 
+    def to_tokens(
+        self,
+        input: Any,
+        prepend_bos: bool | None = None,
+        padding_side: str | None = None,
+        move_to_device: bool = True,
+        truncate: bool = True,
+    ) -> Tensor:
+        """TL 4's to_tokens; past n_ctx with truncate=True (TL's default) one ConfigError naming truncate=False,
+        where TL would keep the first n_ctx tokens without a word (as the 3.x export)."""
+        tokens = super().to_tokens(input, prepend_bos, padding_side, move_to_device, truncate=False)
+        if truncate:
+            refuse_past_context(tokens.shape[-1], self.residual_gpt.cfg.n_ctx, self.tokenizer)
+        return tokens
+
     def generate(self, input: Any = "", *args: Any, **kwargs: Any) -> Any:
-        """TL 4's generate; a list of prompts of unequal token lengths runs one prompt at a time.
+        """TL 4's generate; a list of prompts of unequal token lengths, or past n_ctx, runs one prompt at a time.
 
         TL 4 left-pads such a batch, and ResidualGPT has no position offsets for
-        padding: each prompt alone gives what ResidualGPT.generate gives it.
+        padding: each prompt alone gives what ResidualGPT.generate gives it, past
+        n_ctx cropped to its last n_ctx tokens at each step.
         """
         if isinstance(input, (list, tuple)) and len(input) > 1 and all(isinstance(p, str) for p in input):
             prepend_bos = kwargs.get("prepend_bos")
-            if len({self.to_tokens(p, prepend_bos=prepend_bos).shape[-1] for p in input}) > 1:
+            lengths = [self.to_tokens(p, prepend_bos=prepend_bos, truncate=False).shape[-1] for p in input]
+            n_new = args[0] if args else kwargs.get("max_new_tokens", 10)
+            past = max(lengths) + n_new > self.residual_gpt.cfg.n_ctx
+            if len(set(lengths)) > 1 or past:
                 batched = [k for k in ("output_logits", "return_cache", "return_input_tokens") if kwargs.get(k)]
                 if kwargs.get("return_type", "input") not in ("input", "str") or batched:
+                    why = "past n_ctx" if past else "of unequal lengths"
                     raise ConfigError(
-                        "generate on prompts of unequal lengths runs them one at a time and returns a list of "
+                        f"generate on prompts {why} runs them one at a time and returns a list of "
                         f"strings; it cannot give return_type={kwargs.get('return_type')!r} "
                         f"{' / '.join(batched)}: call generate on each prompt instead"
                     )
-                return [super(ResidualBridge, self).generate(p, *args, **kwargs) for p in input]
+                return [self._generate_cropping(p, *args, **kwargs) for p in input]
         return self._generate_cropping(input, *args, **kwargs)
 
     def _generate_cropping(self, input: Any, max_new_tokens: int = 10, *args: Any, **kwargs: Any) -> Any:
@@ -286,7 +298,7 @@ class ResidualBridge(TransformerBridge):
         n_ctx = self.residual_gpt.cfg.n_ctx
         return_type = kwargs.get("return_type", "input")
         if isinstance(input, str):
-            tokens = self.to_tokens(input, prepend_bos=kwargs.get("prepend_bos"))
+            tokens = self.to_tokens(input, prepend_bos=kwargs.get("prepend_bos"), truncate=False)  # cropped below
         elif isinstance(input, torch.Tensor) and input.ndim in (1, 2):
             tokens = input if input.ndim == 2 else input[None]
         else:
@@ -314,6 +326,23 @@ class ResidualBridge(TransformerBridge):
         as_text = return_type == "str" or (return_type == "input" and isinstance(input, str))
         return self.tokenizer.decode(out[0], skip_special_tokens=True) if as_text else out
 
+    def _check_stream_read(self, method: str, args: dict[str, Any]) -> None:
+        """Called by TL's ActivationCache methods on this bridge's caches (interp.tl.stream_reads), each call."""
+        if method in stream_reads.ADDITIVE_METHODS:
+            use = "interp.decompose (decompose, direct_logit_attribution, logit_lens), which follows this model's "
+            refuse_if_not_additive(method, self.residual_gpt.cfg.residual, use + "wiring and reads this cache")
+        if method == "logit_attrs":  # the bridge never folds ln_final (as an unfolded 3.x export)
+            warn_each_call(LOGIT_ATTRS_MESSAGE, LogitAttrsWarning)
+            return
+        stream_reads.warn_unfolded(self, method, args, _UNFOLDED_FIX)
+
+    def tokens_to_residual_directions(self, *args: Any, **kwargs: Any) -> Any:
+        """TL 4's (W_U's columns); warns at each call: ln_final.w is not folded into W_U on the bridge."""
+        with stream_reads.outermost() as first:
+            if first:
+                stream_reads.warn_unfolded_directions(self, _UNFOLDED_FIX)
+            return super().tokens_to_residual_directions(*args, **kwargs)
+
     def run_with_cache(self, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
         out, cache = super().run_with_cache(*args, **kwargs)
         if isinstance(cache, ActivationCache):
@@ -322,7 +351,9 @@ class ResidualBridge(TransformerBridge):
 
 
 def bridge_config(cfg: ModelConfig, n_special: int = 0) -> TransformerBridgeConfig:
-    """The TransformerBridgeConfig of a ModelConfig; n_special tokenizer specials get ids after the model's."""
+    """The TransformerBridgeConfig of a ModelConfig. d_vocab is the model's (W_E @ W_U square, as SVDInterpreter
+    needs); a tokenizer's special ids after it embed as zeros (bridge_adapter._EmbedBridge). n_special adds them
+    to d_vocab, as the bridge did before."""
     return TransformerBridgeConfig(**tl_config_fields(cfg, n_special), architecture=ARCHITECTURE)
 
 
@@ -355,7 +386,6 @@ def _resolve(source: Any, device: str | torch.device | None) -> tuple[ResidualGP
 
 
 def _bridge(model: ResidualGPT, tokenizer: Any) -> ResidualBridge:
-    n_special = len(tokenizer) - model.cfg.d_vocab if tokenizer is not None else 0
     weights = model.state_dict(keep_vars=True)  # references, by ResidualGPT's names, before TL renames the tree
     probe = getattr(tokenizer, "chars", None) is not None
     if probe:  # TL encodes "a" to see whether BOS / EOS get added (ours add neither); "a" may not be a character
@@ -364,7 +394,7 @@ def _bridge(model: ResidualGPT, tokenizer: Any) -> ResidualBridge:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # TL's notices about adapters it does not know, processing, ...
             bridge = build_bridge_from_module(
-                _Host(model), ARCHITECTURE, tl_config=bridge_config(model.cfg, n_special), tokenizer=tokenizer
+                _Host(model), ARCHITECTURE, tl_config=bridge_config(model.cfg), tokenizer=tokenizer
             )
     finally:
         if probe:

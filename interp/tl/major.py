@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from importlib.metadata import version
 
-from interp.errors import ToolkitError
+from interp.errors import ConfigError, ToolkitError
 
 TL_VERSION = version("transformer-lens")
 TL_MAJOR = int(TL_VERSION.split(".")[0])
@@ -45,6 +45,18 @@ def tl_config_fields(cfg, n_special: int = 0) -> dict:
     )
 
 
+def refuse_past_context(n: int, n_ctx: int, tokenizer: object) -> None:
+    """to_tokens with truncate=True (TransformerLens's default) of a prompt past n_ctx, on either major: TL would
+    keep its first n_ctx tokens without a word; here one line that names the option."""
+    if n > n_ctx:
+        unit = "characters" if getattr(tokenizer, "chars", None) is not None else "tokens"
+        raise ConfigError(
+            f"prompt of {n} {unit} exceeds the context of {n_ctx} tokens (TransformerLens's to_tokens, "
+            f"truncate=True, would cut it to its first {n_ctx} silently); shorten it, or pass truncate=False to "
+            "keep it whole (generate crops to the last n_ctx tokens at each step; a forward pass refuses it)"
+        )
+
+
 def require_tl3() -> None:
     """Raise NeedsTransformerLens3 unless TransformerLens 3.x (which has HookedTransformer) is installed."""
     if TL_MAJOR >= 4:
@@ -56,4 +68,4 @@ def require_tl3() -> None:
         )
 
 
-__all__ = ["TL_MAJOR", "TL_VERSION", "NeedsTransformerLens3", "require_tl3"]
+__all__ = ["TL_MAJOR", "TL_VERSION", "NeedsTransformerLens3", "refuse_past_context", "require_tl3"]

@@ -4,9 +4,10 @@ TransformerLens's decompose_resid, get_full_resid_decomposition,
 stack_head_results and logit_attrs assume resid = embeddings + every sublayer
 output. With a residual path removed that is false, so an export with
 residual != 'full' is built as a NonAdditiveHookedTransformer, whose caches
-warn (NonAdditiveResidualWarning) when those methods are called (Python's warning
-filters decide how often it shows: by default once per calling line); the export
-itself warns once when made. interp.decompose follows the wiring and is exact.
+warn (NonAdditiveResidualWarning) at every call of those methods, on a cache built by
+hand from the export's activations too (interp.tl.stream_reads; the user's filters
+still decide: "ignore" silences it); the export itself warns once when made.
+interp.decompose follows the wiring and is exact.
 """
 
 from __future__ import annotations
@@ -14,22 +15,19 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from transformer_lens import ActivationCache, HookedTransformer, HookedTransformerConfig
+from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from interp.config import ModelConfig
+from interp.errors import warn_each_call
 from interp.tl.hooked.exported import ExportCache, ExportedHookedTransformer
+from interp.tl.stream_reads import ADDITIVE_METHODS
 
 
 class NonAdditiveResidualWarning(UserWarning):
     """A TransformerLens method that assumes resid = embeddings + every sublayer output, on a model where it is not."""
 
 
-_ADDITIVE_METHODS = ("decompose_resid", "get_full_resid_decomposition", "stack_head_results", "logit_attrs")
-
-
-def _warn(message: str, stacklevel: int) -> None:
-    """Warn, attributed to the caller's line; Python's filters (the user's) decide how often (never touched here)."""
-    warnings.warn(message, NonAdditiveResidualWarning, stacklevel=stacklevel + 1)
+_ADDITIVE_METHODS = ADDITIVE_METHODS
 
 
 def _non_additive_message(residual: str, method: str) -> str:
@@ -43,41 +41,24 @@ def _non_additive_message(residual: str, method: str) -> str:
 
 
 class NonAdditiveCache(ExportCache):
-    """The ActivationCache of an export with a removed residual path: the additive methods warn when called."""
-
-    _depth = 0  # nested calls (get_full_resid_decomposition -> stack_head_results) warn once
-
-    def _warn_then(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        if self._depth == 0:
-            residual = getattr(self.model, "residual_config", "ablated")
-            _warn(_non_additive_message(residual, method), stacklevel=3)
-        self._depth += 1
-        try:
-            return getattr(ActivationCache, method)(self, *args, **kwargs)  # TL's, without a second word
-        finally:
-            self._depth -= 1
-
-    def decompose_resid(self, *args: Any, **kwargs: Any) -> Any:
-        return self._warn_then("decompose_resid", *args, **kwargs)
-
-    def get_full_resid_decomposition(self, *args: Any, **kwargs: Any) -> Any:
-        return self._warn_then("get_full_resid_decomposition", *args, **kwargs)
-
-    def stack_head_results(self, *args: Any, **kwargs: Any) -> Any:
-        return self._warn_then("stack_head_results", *args, **kwargs)
-
-    def logit_attrs(self, *args: Any, **kwargs: Any) -> Any:
-        return self._warn_then("logit_attrs", *args, **kwargs)
+    """The ActivationCache class of an export with a removed residual path. The additive methods warn at every
+    call, as on any cache of such an export (a hand-built ActivationCache(store, export) too): the export's
+    _check_stream_read does it (interp.tl.stream_reads)."""
 
 
 class NonAdditiveHookedTransformer(ExportedHookedTransformer):
-    """An export with a removed residual path: run_with_cache returns a NonAdditiveCache."""
+    """An export with a removed residual path: TL's additive cache methods warn at every call."""
 
     cache_class = NonAdditiveCache
 
     @property
     def residual_config(self) -> str:
         return getattr(self.cfg, "residual_gpt_config", {}).get("residual", "ablated")
+
+    def _check_stream_read(self, method: str, args: dict[str, Any]) -> None:
+        if method in ADDITIVE_METHODS:
+            warn_each_call(_non_additive_message(self.residual_config, method), NonAdditiveResidualWarning)
+        super()._check_stream_read(method, args)
 
 
 def new_hooked_transformer(tl_cfg: HookedTransformerConfig, cfg: ModelConfig) -> HookedTransformer:
@@ -92,9 +73,10 @@ def warn_non_additive(cfg: ModelConfig) -> None:
     """Warn, when the export is made, that its caches' additive methods will warn (residual != 'full')."""
     if cfg.residual == "full":
         return
-    _warn(
+    warnings.warn(
         f"residual={cfg.residual!r}: the residual stream is not the sum of the embeddings and every sublayer output; "
         f"TransformerLens's {', '.join(_ADDITIVE_METHODS)} warn on this model's caches. "
         "interp.decompose gives the exact decomposition and direct logit attribution for this wiring",
+        NonAdditiveResidualWarning,
         stacklevel=3,
     )

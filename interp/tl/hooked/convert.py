@@ -34,8 +34,8 @@ def hooked_config(
 ) -> HookedTransformerConfig:
     """The HookedTransformerConfig of a ModelConfig (refuses what TL cannot express).
 
-    n_special extra token ids (a tokenizer's special tokens, after the model's
-    own) get embedding rows (zero, from the caller) and no logits.
+    n_special extra embedding rows (zero) and no logits: what save_hooked files written before W_E was made
+    square hold for a tokenizer's special tokens; the export itself passes 0 (its embedding zeroes them).
     """
     mixer = mixer_spec(cfg.mixer)
     if not mixer.exports_to_tl():
@@ -165,34 +165,42 @@ def to_hooked_transformer(
     source: ResidualGPT | Checkpoint | str | os.PathLike,
     *,
     vocab: list[str] | None = None,
-    fold_ln: bool = False,
-    center_writing_weights: bool = False,
-    center_unembed: bool = False,
+    fold_ln: bool = True,
+    center_writing_weights: bool = True,
+    center_unembed: bool = True,
     fold_value_biases: bool = False,
     refactor_factored_attn_matrices: bool = False,
     device: str | torch.device | None = None,
 ) -> HookedTransformer:
-    """A ResidualGPT, Checkpoint or checkpoint path as a HookedTransformer with the same logits and caches.
+    """A ResidualGPT, Checkpoint or checkpoint path as a HookedTransformer computing the same function.
 
-    Processing is off by default so hook values equal ResidualGPT's; the TL
-    processing flags keep log-probabilities (center_unembed shifts logits).
+    The weight processing defaults are HookedTransformer.from_pretrained's (fold_ln, center_writing_weights,
+    center_unembed), so TransformerLens's recipes give the right numbers: apply_ln_to_stack and
+    accumulated_resid(apply_ln=True) divide by the cached LayerNorm scale but never multiply by its weight,
+    which is right only once fold_ln has moved the weight into W_U (and W_Q / W_K / W_V / W_in). Each is exact
+    for every residual config and every routing: fold_ln rewrites a LayerNorm and the weights that read its
+    output only; every read of the stream is a LayerNorm (ln1, ln2, ln_final), which removes the mean that
+    center_writing_weights takes out of what writes into it, whichever paths the wiring keeps; center_unembed
+    shifts each position's logits by one constant, so log-probabilities, losses, samples and logit
+    differences are ResidualGPT's (the logits themselves are not: pass center_unembed=False for those).
+    With them, hook values differ from ResidualGPT's where processing changes them (resid_* and
+    attn_out / mlp_out centred, ln*.hook_normalized without the LayerNorm's weight); fold_ln=False,
+    center_writing_weights=False, center_unembed=False gives ResidualGPT's values at every hook.
+    fold_value_biases (from_pretrained's too) stays off: it moves b_V into b_O, so ablating a head's
+    hook_v / hook_z (the Main Demo's v[:, :, h] = 0) would keep its value bias here and not on ResidualGPT.
 
-    TL's cache.logit_attrs needs fold_ln=True even for residual='full': it
-    centres the stack and divides by the cached ln_final scale, then dots with
-    W_U's columns, but never multiplies by ln_final.w (nor adds ln_final.b).
-    Only when fold_ln has moved w into W_U (and b into b_U) do the
-    attributions sum to the logit; without it they are off by w, and a trained
-    w is far from 1. interp.decompose.direct_logit_attribution applies w and b
-    itself and is exact with or without fold_ln, for every residual config.
+    With fold_ln=False, apply_ln_to_stack, tokens_to_residual_directions, every apply_ln=True and logit_attrs
+    warn at each call (UnfoldedLayerNormWarning / LogitAttrsWarning); interp.decompose applies the weights
+    itself and is exact either way. logit_attrs also leaves out b_U (where fold_ln puts ln_final.b) and says so.
 
-    For residual != 'full' the model is a NonAdditiveHookedTransformer (interp.tl.hooked.caches): its
-    caches warn (NonAdditiveResidualWarning; Python's filters decide how often) on decompose_resid,
-    get_full_resid_decomposition, stack_head_results and logit_attrs, whose
-    sums assume every sublayer output reaches the final stream; use
-    interp.decompose there. accumulated_resid and the logit lens read the
-    stream itself and stay right.
-    vocab (a list of characters) or the checkpoint's state["vocab"] /
-    state["encoding"] == "gpt2" gives the attached tokenizer.
+    For residual != 'full' the model is a NonAdditiveHookedTransformer (interp.tl.hooked.caches): TL's
+    decompose_resid, get_full_resid_decomposition, stack_head_results and logit_attrs warn at every call
+    (NonAdditiveResidualWarning), on a cache built by hand from its activations too: their sums assume every
+    sublayer output reaches the final stream; use interp.decompose there. accumulated_resid and the logit
+    lens read the stream itself and stay right.
+    vocab (a list of characters) or the checkpoint's state["vocab"] / state["encoding"] == "gpt2" gives the
+    attached tokenizer. W_E holds the trained rows only (W_E @ OV @ W_U is square, as SVDInterpreter and
+    FactoredMatrix.eigenvalues need); the tokenizer's special tokens after them embed as zeros.
     """
     model, state = _resolve(source, device)
     check_config_unedited(model)  # an edited model.cfg would export another model than the weights compute
@@ -204,15 +212,11 @@ def to_hooked_transformer(
             "nowhere; leave fold_value_biases off for this model"
         )
     tokenizer, why_not = tokenizer_for(cfg.d_vocab, vocab, state)
-    # special tokens past the model's rows get zero rows; a vocabulary padded past the tokenizer (nanoGPT's 50304) none
-    n_special = max(0, len(tokenizer) - cfg.d_vocab) if tokenizer is not None else 0
     weight = model.embed.weight
-    tl_cfg = hooked_config(cfg, device=device or weight.device, dtype=weight.dtype, n_special=n_special)
+    # W_E square with W_U: the tokenizer's special ids (past d_vocab) embed as zeros (rewire.VocabCheckedEmbed)
+    tl_cfg = hooked_config(cfg, device=device or weight.device, dtype=weight.dtype)
     hooked = new_hooked_transformer(tl_cfg, cfg)
     state_dict = tl_state_dict(model)
-    if n_special:  # rows for the tokenizer's special token(s): zero, never trained, never predicted
-        w_e = state_dict["embed.W_E"]
-        state_dict["embed.W_E"] = torch.cat([w_e, w_e.new_zeros(n_special, w_e.shape[1])])
     state_dict.update(hooked.named_buffers())  # TL's constants (mask cache, IGNORE = -inf), not weights
     try:
         hooked.load_state_dict(state_dict, strict=True)

@@ -1,13 +1,20 @@
 """The HookedTransformer class every export is: TL's, plus a word (or the right answer) where a TL habit misleads.
 
-    logit_attrs     TL's leaves out ln_final.w (no fold_ln) and b_U: the cache warns
+    logit_attrs     TL's leaves out ln_final.w (no fold_ln) and b_U: it warns at each call
                     (LogitAttrsWarning) unless both are trivial, naming fold_ln=True
                     and interp.decompose.direct_logit_attribution.
+    apply_ln_to_stack, tokens_to_residual_directions and every apply_ln=True
+                    right only with the LayerNorm weights folded (fold_ln=True, the default): with
+                    fold_ln=False they warn at each call (UnfoldedLayerNormWarning), on a cache built
+                    by hand too (interp.tl.stream_reads).
     prepend_bos     the model was trained without BOS and the char tokenizer's
                     <|endoftext|> row is zero, never trained: to_tokens (and so
                     generate, forward and run_with_cache on text) warns (UntrainedTokenWarning).
     generate        past n_ctx the prompt is cropped to its last n_ctx tokens at every
-                    step, as ResidualGPT.generate and nanoGPT do (TL would index past W_pos).
+                    step, as ResidualGPT.generate and nanoGPT do (TL would index past W_pos);
+                    a list of prompts past it runs one prompt at a time, each cropped so.
+    to_tokens       past n_ctx with truncate=True (TL's default, which would keep the first n_ctx
+                    tokens silently): one ConfigError naming truncate=False, which keeps it whole.
     state_dict      of a rewired export (a residual removed, a routing in hook_attn_scores) asked for by
                     user code: a WeightsOnlyStateDict, which warns WeightsOnlyWarning when anything but an
                     export of the same ModelConfig reads it. The wiring lives in hook points; a plain
@@ -34,9 +41,25 @@ from transformer_lens.FactoredMatrix import FactoredMatrix
 
 from interp.checks.api import BoundaryHooks, missing_cache_key
 from interp.config import ModelConfig
-from interp.errors import ConfigError, LogitAttrsWarning, UntrainedTokenWarning, WeightsOnlyWarning, warn
+from interp.errors import (
+    ConfigError,
+    LogitAttrsWarning,
+    UntrainedTokenWarning,
+    WeightsOnlyWarning,
+    warn,
+    warn_each_call,
+)
 from interp.registry import mixer_spec
+from interp.tl import stream_reads
 from interp.tl.hooked.rewire import hidden_routing_warning, routing_quiet
+from interp.tl.major import refuse_past_context
+
+stream_reads.install()  # TL's cache methods ask the export (_check_stream_read) at every call
+
+_FOLD_FIX = (
+    "export with interp.to_hooked_transformer(..., fold_ln=True) (the default), or use interp.decompose "
+    "(decompose, direct_logit_attribution, logit_lens), which applies the LayerNorm weights itself"
+)
 
 
 def _nonzero(t: Any) -> bool:
@@ -58,18 +81,11 @@ def logit_attrs_gap(model: Any) -> str | None:
 
 
 class ExportCache(ActivationCache):
-    """An export's ActivationCache: logit_attrs warns where its attributions cannot sum to the logit."""
+    """An export's ActivationCache: a missing name is named with the closest ones, and slicing keeps the class.
 
-    def logit_attrs(self, *args: Any, **kwargs: Any) -> Any:
-        gap = logit_attrs_gap(self.model)
-        if gap:
-            warn(
-                f"ActivationCache.logit_attrs leaves out {gap}, so its attributions do not sum to the logit "
-                "(difference); interp.decompose.direct_logit_attribution(cache, tokens) applies them and is exact",
-                LogitAttrsWarning,
-                stacklevel=2,
-            )
-        return super().logit_attrs(*args, **kwargs)
+    What its methods would answer wrongly (logit_attrs without fold_ln, a LayerNorm's scale without its weight,
+    a sum on a removed residual) the export checks at every call, for a cache built by hand too
+    (ExportedHookedTransformer._check_stream_read, interp.tl.stream_reads)."""
 
     def __getitem__(self, key: Any) -> Any:
         try:
@@ -212,11 +228,47 @@ class ExportedHookedTransformer(BoundaryHooks, HookedTransformer):
         cfg = self.model_config
         return cfg.residual != "full" or mixer_spec(cfg.mixer).tl_routes_scores(cfg)
 
+    # ------------------------------------------------------------------ TL's reads of the stream
+
+    def _check_stream_read(self, method: str, args: dict[str, Any]) -> None:
+        """Called by TL's ActivationCache methods on this export's caches (interp.tl.stream_reads), each call."""
+        if method == "logit_attrs":
+            gap = logit_attrs_gap(self)
+            if gap:
+                warn_each_call(
+                    f"ActivationCache.logit_attrs leaves out {gap}, so its attributions do not sum to the logit "
+                    "(difference); interp.decompose.direct_logit_attribution(cache, tokens) applies them and is exact",
+                    LogitAttrsWarning,
+                )
+            return
+        stream_reads.warn_unfolded(self, method, args, _FOLD_FIX)
+
+    def tokens_to_residual_directions(self, *args: Any, **kwargs: Any) -> Any:
+        """TL's (W_U's columns); warns at each call where ln_final is not folded into W_U (fold_ln=False)."""
+        with stream_reads.outermost() as first:
+            if first:
+                stream_reads.warn_unfolded_directions(self, _FOLD_FIX)
+            return super().tokens_to_residual_directions(*args, **kwargs)
+
+    def set_tokenizer(self, tokenizer: Any, *args: Any, **kwargs: Any) -> None:
+        super().set_tokenizer(tokenizer, *args, **kwargs)
+        # its special ids past W_E's rows (the char tokenizer's <|endoftext|>) embed as zeros (rewire.VocabCheckedEmbed)
+        embed = cast(Any, self.embed)
+        embed.n_special = max(0, len(cast(Any, self.tokenizer)) - embed.W_E.shape[0])
+
     # ------------------------------------------------------------------ BOS
 
     def to_tokens(self, *args: Any, **kwargs: Any) -> Any:
-        self._warn_bos(_TO_TOKENS.bind(self, *args, **kwargs).arguments.get("prepend_bos"))
-        tokens = super().to_tokens(*args, **kwargs)
+        """TL's to_tokens; past n_ctx with truncate=True (TL's default) one ConfigError naming truncate=False,
+        where TL would keep the first n_ctx tokens without a word (interp.tl.major.refuse_past_context)."""
+        bound = _TO_TOKENS.bind(self, *args, **kwargs)
+        self._warn_bos(bound.arguments.get("prepend_bos"))
+        bound.apply_defaults()
+        a = bound.arguments
+        options = {k: a[k] for k in ("prepend_bos", "padding_side", "move_to_device")}
+        tokens = super().to_tokens(a["input"], **options, truncate=False)
+        if a["truncate"] and isinstance(tokens, torch.Tensor):
+            refuse_past_context(tokens.shape[-1], self.cfg.n_ctx, self.tokenizer)
         if isinstance(tokens, torch.Tensor):  # its special ids are BOS (warned above) or padding (TL masks it)
             tokens.from_to_tokens = True  # type: ignore[attr-defined]  # read by rewire.VocabCheckedEmbed
         return tokens
@@ -254,18 +306,40 @@ class ExportedHookedTransformer(BoundaryHooks, HookedTransformer):
         if isinstance(text, list) and len(text) == 1:
             text = text[0]
         if isinstance(text, list):
-            tokens = None
-        elif isinstance(text, str):
+            whole = [
+                HookedTransformer.to_tokens(self, p, prepend_bos=a["prepend_bos"], truncate=False).shape[-1]
+                for p in text
+            ]
+            if max(whole) + n_new <= self.cfg.n_ctx:
+                return super().generate(*args, **kwargs)  # TL's, as it is
+            extra = a.get("generation_kwargs") or {}
+            options = {k: v for k, v in a.items() if k not in ("self", "input", "generation_kwargs")}
+            return self._generate_each(text, {**options, **extra})
+        if isinstance(text, str):
             tokens = HookedTransformer.to_tokens(  # whole: a prompt past n_ctx is cropped below, as model.generate's
                 self, text, prepend_bos=a["prepend_bos"], padding_side=a["padding_side"], truncate=False
             )
         else:
             tokens = text
-        if tokens is None or tokens.shape[-1] + n_new <= self.cfg.n_ctx:
-            return super().generate(*args, **kwargs)  # (a batch of prompts: TL's, whose n_ctx check names n_ctx)
+        if tokens.shape[-1] + n_new <= self.cfg.n_ctx:
+            return super().generate(*args, **kwargs)
         if isinstance(text, str):
             self._warn_bos(a["prepend_bos"])
         return self._generate_cropped(tokens, n_new, a, as_text=isinstance(text, str))
+
+    def _generate_each(self, prompts: list[str], options: dict[str, Any]) -> Any:
+        """A list of prompts past n_ctx: each cropped as one prompt is; strings, or tokens where lengths agree."""
+        return_type = options["return_type"]
+        outs = [self.generate(p, **{**options, "verbose": False}) for p in prompts]
+        if return_type in ("input", "str"):
+            return outs
+        if return_type == "tokens" and len({o.shape[-1] for o in outs}) == 1:
+            return torch.cat(outs)
+        raise ConfigError(
+            f"generate on a list of prompts past n_ctx ({self.cfg.n_ctx}) runs them one at a time (each cropped to "
+            f"its last n_ctx tokens) and returns strings, or tokens of equal lengths; return_type={return_type!r} "
+            "of prompts of unequal lengths: call generate on each prompt"
+        )
 
     def _generate_cropped(self, tokens: torch.Tensor, n_new: int, a: dict[str, Any], as_text: bool) -> Any:
         return_type = a["return_type"]

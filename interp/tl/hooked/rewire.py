@@ -232,27 +232,37 @@ def _special_before_trained(tokens: Tensor, trained: int) -> bool:
 class VocabCheckedEmbed(Embed):
     """TL's Embed at the export's token boundary (forward, run_with_cache, generate, patching all embed here).
 
-    An id outside the embedding is a TokenIdError: TL would take W_E[-1] (the tokenizer's special row) for -1
-    without a word, or fail with an IndexError past it. An id of a tokenizer's special row (past the model's
-    d_vocab: zero, never trained) before the text warns UntrainedTokenWarning; ids that to_tokens made are
-    its BOS (to_tokens warns for prepend_bos) or padding (trailing, or left padding TL masks): no word."""
+    W_E holds the model's trained rows only (W_E @ W_U square, as TL's weight analyses need); the tokenizer's
+    n_special special ids after them (the char tokenizer's <|endoftext|>: BOS and padding) embed as zeros, never
+    trained. An id outside both is a TokenIdError: TL would take W_E[-1] for -1 without a word, or fail with an
+    IndexError past it. A special id before the text warns UntrainedTokenWarning; ids that to_tokens made are
+    its BOS (to_tokens warns for prepend_bos) or padding (trailing, or left padding TL masks): no word.
+    (A save_hooked file written before W_E was square keeps its zero special rows in W_E; read the same.)"""
+
+    n_special = 0  # set from the tokenizer (ExportedHookedTransformer.set_tokenizer)
 
     def forward(self, tokens: Any) -> Any:
         rows, trained = self.W_E.shape[0], self.cfg.d_vocab_out
+        limit = max(rows, trained + self.n_special)
         try:
-            check_ids(tokens, rows, "tokens")
+            check_ids(tokens, limit, "tokens")
         except TokenIdError as e:
-            special = f"; ids {trained}..{rows - 1} are the tokenizer's special tokens" if rows > trained else ""
+            special = f"; ids {trained}..{limit - 1} are the tokenizer's special tokens" if limit > trained else ""
             raise TokenIdError(f"{e} (the model was trained on ids 0..{trained - 1}{special})") from None
-        if rows > trained and not getattr(tokens, "from_to_tokens", False) and _special_before_trained(tokens, trained):
+        made = getattr(tokens, "from_to_tokens", False)
+        if limit > trained and not made and _special_before_trained(tokens, trained):
             warn(
                 f"tokens hold id(s) >= {trained} before other tokens: the tokenizer's special token(s), whose "
-                f"embedding rows are zero and were never trained (the model was trained on ids 0..{trained - 1}); "
+                f"embeddings are zero and were never trained (the model was trained on ids 0..{trained - 1}); "
                 "every later position's logits shift (padding after the text, as to_tokens pads, does not)",
                 UntrainedTokenWarning,
                 stacklevel=4,
             )
-        return super().forward(tokens)
+        beyond = tokens >= rows
+        if not bool(beyond.any()):
+            return super().forward(tokens)
+        embedded = super().forward(tokens.masked_fill(beyond, 0))  # TL's hooks and dtype; rows past W_E are zero
+        return embedded.masked_fill(beyond[..., None].to(embedded.device), 0.0)
 
 
 def rewire_hooked(model: HookedTransformer, cfg: ModelConfig) -> None:
