@@ -163,7 +163,7 @@ def test_gpu_groups_are_sized_by_free_memory_and_say_why(tmp_path, data, monkeyp
     assert k == 4 and "caps at 4" in why
     runs = [member(tmp_path, dict(seed=s), preset="phase-cell") for s in range(12)]
     assert [len(g) for g in group(runs, 16)] == [10, 2]
-    assert "ensembles of 2 layers, d_model 64, n_ctx 64: up to 10 members (GPU: " in capsys.readouterr().err
+    assert "ensembles of 2 layers, d_model 64, n_ctx 64: up to 10 members (GPU: " in capsys.readouterr().out
     big = member(tmp_path, dict(seed=1), preset="paper-10m")
     assert grouping.member_bytes(big) > grouping.member_bytes(
         member(tmp_path, dict(seed=1, dropout=0.0), preset="paper-10m")

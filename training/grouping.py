@@ -10,7 +10,6 @@ last-level cache; group() prints each shape's size and the reason once.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 import torch
 
 from interp.errors import ConfigError
+from interp.memory import device_here
 from probes import GradientProbe
 from training.budget import device_memory, estimate_bytes, gib
 from training.presets import TrainConfig
@@ -96,7 +96,9 @@ def member_bytes(trainer: Trainer) -> int:
 
 
 def gpu_free_memory(trainer: Trainer) -> int:
-    device = torch.device(trainer.train_cfg.device if trainer.train_cfg.device != "auto" else "cuda")
+    # device_here: --set device=cuda on a machine without one is the one-line ConfigError training gives, not
+    # torch's "Torch not compiled with CUDA enabled" from mem_get_info (sizing runs before the trainer checks)
+    device = device_here(trainer.train_cfg.device if trainer.train_cfg.device != "auto" else "cuda")
     free, _ = torch.cuda.mem_get_info(device)
     return int(free)
 
@@ -145,7 +147,8 @@ def size_for(trainer: Trainer, cap: int) -> int:
 
 def group(trainers: Sequence[Trainer], size: int, report: bool = True) -> list[list[Trainer]]:
     """Runs in the order given, as ensembles of at most `size` same-key members (size 1: all solo), fewer
-    where sizing() says a shape fits or runs faster so; with report, one stderr line per shape of several runs
+    where sizing() says a shape fits or runs faster so; with report, one stdout line per shape of several runs
+    (stdout: the console's account of the run; stderr stays for errors, one line each)
     says how many members its ensembles take and why."""
     if size < 1:
         raise ConfigError(f"ensemble size must be >= 1, got {size}")
@@ -161,7 +164,7 @@ def group(trainers: Sequence[Trainer], size: int, report: bool = True) -> list[l
             sizes[key], why = sizing(t, size)
             if report and sum(1 for u in trainers if not why_alone(u) and group_key(u) == key) > 1:
                 shape = f"{t.model_cfg.n_layers} layers, d_model {t.model_cfg.d_model}, n_ctx {t.model_cfg.n_ctx}"
-                print(f"ensembles of {shape}: up to {sizes[key]} members ({why})", file=sys.stderr)
+                print(f"ensembles of {shape}: up to {sizes[key]} members ({why})")
         if sizes[key] == 1:
             order.append([t])
             continue
