@@ -26,10 +26,27 @@ RULE = "a finite number >= 0 (0 is greedy)"
 
 def check_temperature(temperature: Any, name: str = "temperature") -> float:
     """temperature as a float, or a ConfigError naming `name` and the rule: NaN, inf, negatives, non-numbers."""
+    if type(temperature).__name__ == "Tensor" and getattr(temperature, "ndim", None) == 0:
+        temperature = temperature.item()  # a 0-d tensor, as torch code passes numbers around
     real = isinstance(temperature, numbers.Real) and not isinstance(temperature, bool)
-    if not (real and math.isfinite(temperature) and temperature >= 0):
-        raise ConfigError(f"{name} must be {RULE}, got {temperature!r}")
-    return float(temperature)
+    try:
+        value = float(temperature) if real else math.nan
+    except OverflowError:  # an int past float's range (2**2000): too large to be finite
+        value = math.inf
+    if not (math.isfinite(value) and value >= 0):
+        raise ConfigError(f"{name} must be {RULE}, got {temperature!r:.80}")
+    return value
+
+
+# Below this, TransformerLens's sampler (logits / temperature in float32, then softmax) can overflow to inf and
+# NaN: the exports pass 0 instead, TL's greedy, which is what the limit T -> 0 draws (ties aside).
+TL_GREEDY_BELOW = 1e-30
+
+
+def tl_temperature(temperature: Any) -> float:
+    """temperature for TransformerLens's generate on an export: checked as check_temperature does, tiny ones 0."""
+    value = check_temperature(temperature)
+    return 0.0 if value < TL_GREEDY_BELOW else value
 
 
 def temperature_option(text: str) -> float:

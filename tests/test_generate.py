@@ -201,6 +201,41 @@ def test_a_temperature_that_is_no_finite_number_at_least_0_is_refused_in_one_lin
     assert "\n" not in str(refused.value) and "0 is greedy" in str(refused.value)
 
 
+@pytest.mark.parametrize("temperature", [torch.tensor(0.5), torch.tensor(0.0)], ids=repr)
+def test_a_0d_tensor_temperature_samples_as_its_number(temperature):
+    model = make_model("trained", residual="full")
+    prompt = tokens(batch=2, n=4)
+    number = model.generate(prompt, 8, temperature=temperature.item(), generator=torch.Generator().manual_seed(3))
+    tensor = model.generate(prompt, 8, temperature=temperature, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(number, tensor)
+
+
+def test_an_int_past_floats_range_is_refused_in_one_line():
+    with pytest.raises(ConfigError, match="0 is greedy"):
+        make_model("random").generate(tokens(batch=1, n=3), 2, temperature=2**2000)
+
+
+@pytest.mark.parametrize("temperature", TINY)
+def test_the_exports_generate_at_a_tiny_temperature_is_greedy(temperature):
+    """The installed major's export samples with TransformerLens's own sampler (float32 logits / temperature):
+    a tiny temperature gives the greedy text there too, not TL's NaN traceback."""
+    model = make_model("trained", residual="full")
+    model.vocab_state = {"vocab": CHARS}
+    tl = convert(model)
+    greedy = tl.generate(ids("ROMEO"), max_new_tokens=8, do_sample=False, verbose=False)
+    drawn = tl.generate(ids("ROMEO"), max_new_tokens=8, temperature=temperature, verbose=False)
+    assert torch.equal(drawn, greedy)
+
+
+@pytest.mark.parametrize("temperature", BAD, ids=repr)
+def test_the_exports_generate_refuses_what_model_generate_refuses(temperature):
+    model = make_model("trained", residual="attn_only")
+    model.vocab_state = {"vocab": CHARS}
+    tl = convert(model)
+    with pytest.raises(ConfigError, match="0 is greedy"):
+        tl.generate(ids("ROMEO"), max_new_tokens=4, temperature=temperature, verbose=False)
+
+
 @pytest.mark.parametrize("temperature", ["1e-300", "5e-324", "1e-40"])
 def test_sample_command_with_a_tiny_temperature_prints_the_greedy_text(tmp_path, capsys, temperature):
     from interp import sample

@@ -394,3 +394,37 @@ def test_a_run_the_trainer_cli_labelled_is_read_as_the_experiments_and_nothing_e
         assert labels_as_logged({**cli, "meta": meta}, asked) is asked  # another run's labels: still refused
     assert labels_as_logged({**cli, "train": {"seed": 8}}, asked) is asked  # another seed's run
     assert labels_as_logged(asked, asked) is asked
+
+
+def test_shipping_again_replaces_its_own_folder_and_nothing_else(trained, shipped, tmp_path):
+    """A folder holds one command: shipping into an earlier shipment of the same experiment replaces it (a file
+    the new one does not write goes); another experiment's shipment, or files no MANIFEST lists, are refused
+    and left as they were."""
+    (shipped / "predictions-old.json").write_text("{}")
+    manifest = json.loads((shipped / MANIFEST).read_text())
+    manifest["files"]["predictions-old.json"] = {"sha256": "0" * 64, "bytes": 2}
+    (shipped / MANIFEST).write_text(json.dumps(manifest))
+    ship(trained, shipped)
+    assert {p.name for p in shipped.iterdir()} == {"results-toy_shipped.json", ARCHIVE, MANIFEST}
+    read_shipped(shipped)
+
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / MANIFEST).write_text(json.dumps({**manifest, "experiment": "floor"}))
+    (other / "results-floor.json").write_text("{}")
+    with pytest.raises(ShipError, match="a shipment of 'floor', not 'toy_shipped'"):
+        ship(trained, other)
+    assert {p.name for p in other.iterdir()} == {MANIFEST, "results-floor.json"}
+
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    (loose / "notes.txt").write_text("mine")
+    with pytest.raises(ShipError, match="notes.txt, not an earlier shipment's"):
+        ship(trained, loose)
+    assert (loose / "notes.txt").read_text() == "mine"
+
+
+def test_a_shipped_folder_holding_a_file_its_manifest_does_not_list_is_refused(shipped):
+    (shipped / "results-floor.json").write_text("{}")  # a second command's results beside the listed one
+    with pytest.raises(ShipError, match="results-floor.json, which MANIFEST.json does not list"):
+        read_shipped(shipped)

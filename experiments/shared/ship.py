@@ -255,11 +255,44 @@ def ship(source: Path, dest: Path, experiment: str | None = None, command: str |
         "runs": dict(sorted(checked.items())),
         "members": {k: {"sha256": sha256(v), "bytes": len(v)} for k, v in sorted(members.items())},
     }
+    stale = clear_for(dest, set(files), str(results.get("experiment")))
     dest.mkdir(parents=True, exist_ok=True)
     for file, data in files.items():
         atomic_write(dest / file, lambda tmp, data=data: Path(tmp).write_bytes(data))
     write_json(dest / MANIFEST, manifest)
+    for path in stale:  # an earlier shipment's files this one does not write (another results file, a record)
+        path.unlink()
     return manifest
+
+
+def clear_for(dest: Path, writing: set[str], experiment: str) -> list[Path]:
+    """The files of DEST a new shipment replaces (DEST absent or empty: none). DEST may hold only an earlier
+    shipment of the same experiment, every file named by its MANIFEST.json: anything else is refused, never
+    mixed into the new folder (a folder holds one command), nor deleted."""
+    if not dest.exists():
+        return []
+    if not dest.is_dir():
+        raise ShipError(f"{dest} is a file; ship into a folder")
+    present = {p.name for p in dest.iterdir()}
+    if not present:
+        return []
+    from interp.io import read_json
+
+    try:
+        earlier = read_json(dest / MANIFEST) if MANIFEST in present else {}
+        listed, before = set(earlier.get("files") or {}), earlier.get("experiment")
+    except (OSError, ValueError, AttributeError, ToolkitError):
+        listed, before = set(), None
+    if MANIFEST in present and before != experiment:
+        raise ShipError(f"{dest} holds a shipment of {before!r}, not {experiment!r}: ship into another folder")
+    strays = sorted(present - listed - {MANIFEST})
+    if MANIFEST not in present or strays:
+        what = ", ".join(strays[:3]) if strays else "files but no MANIFEST.json"
+        raise ShipError(
+            f"{dest} holds {what}, not an earlier shipment's: ship into an empty or new folder "
+            "(a shipped folder holds one command's files only)"
+        )
+    return [dest / name for name in sorted(listed - writing)]
 
 
 # ----- reading a shipped folder back -------------------------------------------------------------------------
@@ -294,6 +327,9 @@ def read_shipped(folder: Path) -> Shipped:
         data = (folder / name).read_bytes() if (folder / name).is_file() else None
         if data is None or sha256(data) != want.get("sha256"):
             raise ShipError(f"{folder / name} is {'missing' if data is None else 'not the file shipped'} (sha256)")
+    extra = sorted(p.name for p in folder.iterdir() if p.name not in files and p.name != MANIFEST)
+    if extra:  # a second results file beside the listed one would be a second command
+        raise ShipError(f"{folder} holds {', '.join(extra[:3])}, which {MANIFEST} does not list; ship the folder again")
     results = [n for n in files if n.startswith("results-") and n.endswith(".json")]
     if len(results) != 1 or ARCHIVE not in files:
         raise ShipError(f"{folder / MANIFEST} names no results file and {ARCHIVE}")

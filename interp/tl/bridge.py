@@ -37,6 +37,7 @@ interp.decompose reads bridge caches and is exact.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import warnings
@@ -63,6 +64,7 @@ from interp.errors import (
     warn_each_call,
 )
 from interp.model import LOGIT_ATTRS_MESSAGE, ResidualGPT
+from interp.next_token import tl_temperature
 from interp.registry import mixer_spec
 from interp.tl import stream_reads
 from interp.tl.bridge_adapter import (  # registers the adapter
@@ -273,8 +275,10 @@ class ResidualBridge(TransformerBridge):
 
         TL 4 left-pads such a batch, and ResidualGPT has no position offsets for
         padding: each prompt alone gives what ResidualGPT.generate gives it, past
-        n_ctx cropped to its last n_ctx tokens at each step.
+        n_ctx cropped to its last n_ctx tokens at each step. A temperature is checked as ResidualGPT.generate's
+        (NaN, inf, < 0 refused) and a tiny one samples greedily instead of ending in TL's NaN traceback.
         """
+        input, args, kwargs = self._checked_temperature(input, args, kwargs)
         if isinstance(input, (list, tuple)) and len(input) > 1 and all(isinstance(p, str) for p in input):
             prepend_bos = kwargs.get("prepend_bos")
             lengths = [self.to_tokens(p, prepend_bos=prepend_bos, truncate=False).shape[-1] for p in input]
@@ -291,6 +295,16 @@ class ResidualBridge(TransformerBridge):
                     )
                 return [self._generate_cropping(p, *args, **kwargs) for p in input]
         return self._generate_cropping(input, *args, **kwargs)
+
+    def _checked_temperature(self, input: Any, args: tuple, kwargs: dict) -> tuple[Any, tuple, dict]:
+        try:
+            bound = inspect.signature(super().generate).bind(input, *args, **kwargs)
+        except TypeError:  # TL's own call error says it
+            return input, args, kwargs
+        if "temperature" not in bound.arguments:
+            return input, args, kwargs
+        bound.arguments["temperature"] = tl_temperature(bound.arguments["temperature"])
+        return bound.args[0], bound.args[1:], bound.kwargs
 
     def _generate_cropping(self, input: Any, max_new_tokens: int = 10, *args: Any, **kwargs: Any) -> Any:
         """TL 4's generate; past n_ctx, each new token from the last n_ctx tokens (nanoGPT's crop, as

@@ -49,6 +49,7 @@ from interp.errors import (
     warn,
     warn_each_call,
 )
+from interp.next_token import tl_temperature
 from interp.registry import mixer_spec
 from interp.tl import stream_reads
 from interp.tl.hooked.rewire import hidden_routing_warning, routing_quiet
@@ -298,6 +299,9 @@ class ExportedHookedTransformer(BoundaryHooks, HookedTransformer):
         ResidualGPT.generate; freq_penalty then counts those tokens only.
         """
         bound = _GENERATE.bind(self, *args, **kwargs)
+        if "temperature" in bound.arguments:  # NaN, inf, < 0 refused; a tiny one greedy, not TL's NaN traceback
+            bound.arguments["temperature"] = tl_temperature(bound.arguments["temperature"])
+            args, kwargs = bound.args[1:], bound.kwargs
         bound.apply_defaults()
         a = dict(bound.arguments)
         text, n_new = a["input"], a["max_new_tokens"]
