@@ -1,9 +1,9 @@
 """docs/results/bench.md is `make bench`'s latest run on the timing code the repository holds (issue 50, part 7).
 
-The page records the sha256 of the timing loop it ran (benchmarks/timing.py, benchmarks/ensemble_speed.py): a change
-to either fails here until `make bench` is re-run and the page rewritten. Its console record must be exactly what
-benchmarks.report prints from the shipped JSON, so no number on the page is typed by hand, and the summary table's
-ratios must be the JSON's.
+The page records the sha256 of the benchmark code it ran (the timing loop, shapes.py's steps and rounds, the
+variants, the reference, the report): a change to any fails here until `make bench` is re-run and the page
+rewritten. Its console record must be exactly what benchmarks.report prints from the shipped JSON, so no number on
+the page is typed by hand, and the summary table's ratios must be the JSON's.
 """
 
 from __future__ import annotations
@@ -30,7 +30,10 @@ def section(text: str, heading: str) -> list[str]:
 
 def test_the_page_was_measured_on_the_timing_code_of_this_checkout():
     recorded = dict(re.findall(r"^    (benchmarks/\S+\.py)\s+sha256 ([0-9a-f]{64})$", PAGE.read_text(), re.M))
-    assert set(recorded) == {"benchmarks/timing.py", "benchmarks/ensemble_speed.py"}
+    # the timing loop and everything that sets what it times: steps, rounds and warm-up (shapes.py), the variants,
+    # the reference, the child processes, the report that prints it
+    shaping = {f"benchmarks/{n}.py" for n in ("timing", "ensemble_speed", "shapes", "step", "variants", "children")}
+    assert set(recorded) == shaping | {"benchmarks/reference.py", "benchmarks/report.py"}
     for path, digest in recorded.items():
         now = hashlib.sha256((REPO / path).read_bytes()).hexdigest()
         assert now == digest, f"{path} changed since docs/results/bench.md was measured: re-run make bench"
