@@ -173,12 +173,16 @@ def refuse_if_not_additive(method: str, residual: str, use: str) -> None:
         )
 
 
+class ProcessedWeightsWarning(ToolkitWarning):
+    """A probe read a TransformerLens model whose weight processing changed what it measures."""
+
+
 class UnfoldedLayerNormWarning(ToolkitWarning):
     """A TransformerLens method that reads a LayerNorm as its scale alone (apply_ln_to_stack and what calls it,
     tokens_to_residual_directions) on a model whose LayerNorm weights are not folded into the next weights."""
 
 
-_FRAMEWORK = ("interp", "transformer_lens", "functools", "contextlib")
+_FRAMEWORK = ("interp", "probes", "transformer_lens", "functools", "contextlib")
 
 
 def warn_each_call(message: str, category: type[Warning]) -> None:

@@ -28,7 +28,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from interp.checks.api import as_batch_pairs, check_ids
-from interp.errors import ShapeError, ToolkitError
+from interp.errors import ProcessedWeightsWarning, ShapeError, ToolkitError, warn_each_call
 from interp.stream_layout import resid_sites
 
 MEASURES = ("residual", "cosine", "erank")
@@ -66,6 +66,7 @@ def token_uniformity(model, batches: Iterable[tuple[Tensor, Tensor]]) -> dict:
     "sites" lists the residual sites the model's forward passes through: a TransformerLens attn_only model has no
     resid_mid, and a site never seen is left out (it read 0.0, "every position the same", before)."""
     batches = as_batch_pairs(batches, min_pos=2)
+    warn_if_processed(model, "token_uniformity", "the centred stream")
     sums = {s: dict.fromkeys(MEASURES, 0.0) for s in resid_sites(model.cfg.n_layers)}
     seen: set[str] = set()
     count = 0
@@ -93,6 +94,24 @@ def token_uniformity(model, batches: Iterable[tuple[Tensor, Tensor]]) -> dict:
     return out
 
 
+PROCESSED = (
+    "{what} on a HookedTransformer whose weights TransformerLens processed (fold_ln / center_writing_weights: the "
+    "export's defaults, as from_pretrained's) reads {reads}, not ResidualGPT's: its numbers differ from the same "
+    "model's. Export with fold_ln=False, center_writing_weights=False, center_unembed=False for ResidualGPT's"
+)
+
+
+def warn_if_processed(model, what: str, reads: str) -> None:
+    """Warn at each call where TL's weight processing changed what this probe reads (the stream centred, or the
+    LayerNorm weights folded into W_Q / W_K / W_V)."""
+    if not hasattr(model, "W_E") or type(model).__name__ == "ResidualGPT":
+        return
+    folded = getattr(model.cfg, "normalization_type", None) in ("LNPre", "RMSPre")
+    centred = bool(model.W_E.detach().float().mean(-1).abs().max() < 1e-6)  # a trained embedding's rows never are
+    if folded or centred:
+        warn_each_call(PROCESSED.format(what=what, reads=reads), ProcessedWeightsWarning)
+
+
 def _attention_weights(model, layer: int) -> dict[str, Tensor] | None:
     """W_Q, W_K, W_V, W_O of one layer as parameters (slices of a fused in_proj are views), or None."""
     attn = model.blocks[layer].attn
@@ -113,6 +132,7 @@ def qk_grads(model, x: Tensor, y: Tensor) -> dict:
     """
     ((x, y),) = as_batch_pairs([(x, y)])
     check_ids(y, model.cfg.d_vocab, "qk_grads: y")  # cross_entropy's IndexError otherwise
+    warn_if_processed(model, "qk_grads", "W_Q / W_K / W_V with the LayerNorm weights folded in")
     mixer = getattr(model.cfg, "mixer", "attention")
     weights = [_attention_weights(model, l) for l in range(model.cfg.n_layers)] if mixer == "attention" else []
     if not weights or any(w is None for w in weights):

@@ -136,6 +136,32 @@ def test_the_export_reads_the_same():
         assert ga[k] == pytest.approx(gb[k], rel=1e-3)
 
 
+@pytest.mark.skipif(TL4, reason="HookedTransformer only (TL 3.x)")
+def test_a_processed_export_warns_at_every_call_that_its_numbers_are_not_residualgpts():
+    """The export's defaults (fold_ln, center_writing_weights) centre the stream and fold the LayerNorm weights
+    into W_Q...: token_uniformity and qk_grads then measure another representation, and say so each call."""
+    import warnings
+
+    from interp import to_hooked_transformer
+    from interp.errors import ProcessedWeightsWarning
+
+    model = _model("ffn_only")
+    tokens = torch.randint(0, 20, (4, 17), generator=torch.Generator().manual_seed(4))
+    processed = to_hooked_transformer(model)
+    with pytest.warns(ProcessedWeightsWarning, match="fold_ln=False, center_writing_weights=False"):
+        for _ in range(2):  # once per call, not once per line
+            token_uniformity(processed, tokens)
+    with pytest.warns(ProcessedWeightsWarning) as seen:
+        for _ in range(2):
+            qk_grads(processed, tokens[:, :-1], tokens[:, 1:])
+    assert sum(issubclass(w.category, ProcessedWeightsWarning) for w in seen) == 2
+    assert seen[0].filename == __file__  # at the caller's line, not the probe's
+    raw = to_hooked_transformer(model, fold_ln=False, center_writing_weights=False, center_unembed=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ProcessedWeightsWarning)
+        token_uniformity(raw, tokens), token_uniformity(model, tokens)
+
+
 def test_a_non_finite_sequence_reads_nan_and_the_others_are_untouched():
     # a diverged stream used to stop svdvals (LinAlgError) and with it the training the probe rides on
     x = torch.randn(3, 8, 16, generator=torch.Generator().manual_seed(5))
