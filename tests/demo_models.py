@@ -77,6 +77,20 @@ def logit_diff(logits: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
     return last.gather(1, pairs[:, :1])[:, 0] - last.gather(1, pairs[:, 1:])[:, 0]
 
 
+def patching_setup(residual: str):
+    """The patching demos' start: model, export, clean and corrupted tokens, and the metric (the mean logit
+    difference between ResidualGPT's top answer and its runner-up on the clean prompts)."""
+    model, tl = model_of(residual), export_of(residual)
+    clean = tl.to_tokens(prompts(model, n=2, length=12, seed=0))
+    corrupted = tl.to_tokens(prompts(model, n=2, length=12, seed=1))
+    pairs = answers(model, clean)
+
+    def metric(logits):
+        return logit_diff(logits, pairs).mean()
+
+    return model, tl, clean, corrupted, metric
+
+
 def export_weights(model: ResidualGPT) -> dict[str, torch.Tensor]:
     """ResidualGPT's weights as its export shows them, folded and centred here by hand where the export does
     (TL 3: fold_ln, center_writing_weights, center_unembed), raw on TL 4 (the bridge folds nothing).

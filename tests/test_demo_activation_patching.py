@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from demo_models import WIRINGS, answers, export_of, logit_diff, model_of, prompts
+from demo_models import WIRINGS, patching_setup
 from transformer_lens import patching
 
 TOL = 1e-4
@@ -13,15 +13,7 @@ TOL = 1e-4
 
 @pytest.fixture(scope="module", params=WIRINGS)
 def setup(request):
-    model = model_of(request.param)
-    tl = export_of(request.param)
-    clean = tl.to_tokens(prompts(model, n=2, length=12, seed=0))
-    corrupted = tl.to_tokens(prompts(model, n=2, length=12, seed=1))
-    pairs = answers(model, clean)
-
-    def metric(logits):
-        return logit_diff(logits, pairs).mean()
-
+    model, tl, clean, corrupted, metric = patching_setup(request.param)
     with torch.no_grad():
         _, clean_cache = tl.run_with_cache(clean)
         _, ours = model.run_with_cache(clean)

@@ -13,7 +13,7 @@ import warnings
 
 import pytest
 import torch
-from demo_models import WIRINGS, answers, export_of, logit_diff, model_of, prompts
+from demo_models import WIRINGS, patching_setup
 from majors import TL4
 from transformer_lens import ActivationCache
 
@@ -50,15 +50,7 @@ def cache_fwd_and_bwd(model, tokens, metric):
 
 @pytest.fixture(scope="module", params=WIRINGS)
 def setup(request):
-    model = model_of(request.param)
-    tl = export_of(request.param)
-    clean = tl.to_tokens(prompts(model, n=2, length=12, seed=0))
-    corrupted = tl.to_tokens(prompts(model, n=2, length=12, seed=1))
-    pairs = answers(model, clean)
-
-    def metric(logits):
-        return logit_diff(logits, pairs).mean()
-
+    model, tl, clean, corrupted, metric = patching_setup(request.param)
     tl.set_use_attn_result(True)  # as the demo does: hook_result holds each head's output
     runs = {}
     for name, m in (("model", model), ("export", tl)):
