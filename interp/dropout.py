@@ -40,7 +40,8 @@ def site_seed(seed: int, rank: int, counter: int, site: int) -> int:
     z = _splitmix64(seed & _M64)
     for part in (rank, counter, site):
         z = _splitmix64(z ^ (part & _M64))
-    return z & (2**63 - 1)  # what torch.Generator.manual_seed takes on every version
+    # manual_seed takes 63 bits; a CPU generator (mt19937) keeps only the low 32 of them, a CUDA one all 64
+    return z & (2**63 - 1)
 
 
 class DropoutStream:
