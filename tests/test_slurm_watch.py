@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 
 from experiments.shared import slurm_watch
 from experiments.shared.wait_jobs import SweepIncomplete, wait
+from interp.errors import ToolkitError
 
 SQUEUE_ARRAY = "5_0|RUNNING|None\n5_2|PENDING|Resources\n"
 SCONTROL_5 = (
@@ -100,6 +102,9 @@ class FakeSub:
     def exception(self):
         return None
 
+    def done(self) -> bool:
+        return self.paths.result_pickle.exists()
+
 
 def test_a_job_gone_without_a_result_is_said_on_the_second_poll_and_the_rest_waited_for(slurm_bin, tmp_path, capsys):
     """5_0 finished (its result file is there), 5_1 left the queue without one, 5_2 still pends then finishes:
@@ -126,3 +131,174 @@ def test_a_job_gone_without_a_result_is_said_on_the_second_poll_and_the_rest_wai
     assert str(e.value).startswith("1 of 3 job(s) did not finish their runs: full seed 1 (job 5_1)")
     assert str(e.value).endswith("resume from their last checkpoints with: python -m experiments.x --seeds 0,1,2")
     assert len(polls.read_text().splitlines()) == 4  # said on the second poll after leaving; 5_2 waited for
+
+
+# ----- audit 51: Slurm not answering, an interrupted wait, the job record, sbatch's refusal, --collect ------------
+
+
+def test_results_are_read_while_squeue_fails_and_a_silent_slurm_ends_the_wait(slurm_bin, tmp_path):
+    """Audit 51 case 36: with squeue gone the command waited forever though every job had written its result.
+    The result files are read on every poll; a Slurm that stays silent ends the wait naming what is missing."""
+    fake(slurm_bin, "squeue", stderr="slurm_load_jobs error: Unable to contact slurm controller", code=1)
+    for s in range(2):
+        (tmp_path / f"5_{s}_0_result.pkl").write_bytes(b"")
+    jobs = [(FakeJob(FakeVariant("full"), s), FakeSub(tmp_path, f"5_{s}")) for s in range(2)]
+    start = time.monotonic()
+    wait(jobs, tmp_path, progress=False, poll_s=0.01, unreachable_limit_s=60)  # every result there: done
+    assert time.monotonic() - start < 5
+    (tmp_path / "5_1_0_result.pkl").unlink()
+    with pytest.raises(SweepIncomplete) as e:
+        wait(jobs, tmp_path, progress=False, poll_s=0.01, unreachable_limit_s=0.3, resume="python -m x")
+    assert [j.seed for j in e.value.unfinished] == [1] and e.value.exit_code == 3
+    assert str(e.value).startswith("Slurm did not answer for ")
+    assert "Unable to contact slurm controller" in str(e.value)
+    assert "1 of 2 job(s) did not finish their runs: full seed 1 (job 5_1)" in str(e.value)
+
+
+def test_an_interrupted_wait_names_the_jobs_it_leaves_running_and_how_to_stop_them(slurm_bin, tmp_path, monkeypatch):
+    """Audit 51 cases 6-7: Ctrl-C or SIGTERM left the jobs running, unnamed. They go on (not cancelled); the
+    interrupt carries which squeue still lists and the scancel line (the frame prints it)."""
+    from experiments.shared import wait_jobs
+
+    fake(slurm_bin, "squeue", "5_1|RUNNING|None\n5_2|PENDING|Priority\n")
+    (tmp_path / "5_0_0_result.pkl").write_bytes(b"")
+    jobs = [(FakeJob(FakeVariant("full"), s), FakeSub(tmp_path, f"5_{s}")) for s in range(4)]
+
+    real_sleep = time.sleep
+
+    def ctrl_c(seconds):  # the wait's own sleep between polls (2 s); subprocess's short ones go on
+        if seconds >= 1:
+            raise KeyboardInterrupt
+        real_sleep(seconds)
+
+    monkeypatch.setattr(wait_jobs.time, "sleep", ctrl_c)
+    with pytest.raises(KeyboardInterrupt) as e:
+        wait(jobs, tmp_path, progress=False)
+    left = e.value.jobs_left  # type: ignore[attr-defined]
+    assert left.startswith("2 Slurm job(s) are still queued or running, not cancelled: 5_1 5_2;")
+    assert "`scancel 5_1 5_2`" in left and "nothing is resubmitted" in left  # 5_0 done, 5_3 left the queue
+    with pytest.raises(KeyboardInterrupt) as e:  # submitit's local executor: nothing of Slurm's to say
+        wait(jobs, tmp_path, progress=False, cluster="local")
+    assert e.value.jobs_left == ""  # type: ignore[attr-defined]
+
+
+@dataclass
+class RecordedRun:
+    path: Path
+    finished: bool = False
+
+    def busy(self) -> bool:
+        return False
+
+
+@dataclass
+class RecordedJob:
+    variant: FakeVariant
+    seed: int
+    out: Path
+
+    def run_dir(self, out):
+        return RecordedRun(out / "smoke" / self.variant.name / f"seed{self.seed}")
+
+
+def recorded_sweep(tmp_path: Path, ids: dict[int, str]):
+    """A sweep's context and jobs, and a job record saying which job each seed got."""
+    from types import SimpleNamespace
+
+    from experiments.shared.job_record import JobRecord
+
+    out = tmp_path / "out"
+    ctx = SimpleNamespace(out=out, result_dir=out / "smoke")
+    jobs = [RecordedJob(FakeVariant("full"), s, out) for s in ids]
+    JobRecord(out / "smoke" / ".submitit").add(
+        {
+            f"smoke/full/seed{s}": {"job": j, "command": "python -m experiments.x --launcher slurm"}
+            for s, j in ids.items()
+        }
+    )
+    return ctx, jobs
+
+
+def test_a_rerun_waits_for_the_queued_jobs_of_an_earlier_submission(slurm_bin, tmp_path):
+    """Audit 51 cases 11 and 40: a run whose earlier job still pended was submitted again (two jobs, one run
+    folder). The record says which job each run got; one that squeue still lists is waited for."""
+    from experiments.shared.job_record import JobRecord
+    from experiments.shared.launch import queued_earlier
+
+    ctx, jobs = recorded_sweep(tmp_path, {1: "19_0", 2: "19_1"})
+    fake(slurm_bin, "squeue", "19_0|PENDING|PartitionDown\n")
+    folder = ctx.result_dir / ".submitit"
+    waited = queued_earlier(JobRecord(folder), [*jobs, RecordedJob(FakeVariant("full"), 3, ctx.out)], ctx.out, folder)
+    assert [(j.seed, sub.job_id) for j, sub in waited] == [(1, "19_0")]  # 19_1 left the queue: resubmitted
+    assert waited[0][1].paths.result_pickle == folder.resolve() / "19_0_0_result.pkl"
+    fake(slurm_bin, "squeue", stderr="Unable to contact slurm controller", code=1)
+    with pytest.raises(ToolkitError, match=r"cannot tell whether this sweep's earlier jobs \(19_0, 19_1\)"):
+        queued_earlier(JobRecord(folder), jobs, ctx.out, folder)
+
+
+def test_collect_tells_a_job_still_queued_from_one_gone_without_a_result(slurm_bin, tmp_path):
+    """Audit 51 case 38: --collect after --no-wait said 'wait for their jobs' of a job that had been cancelled.
+    It says what each job does (squeue, else scontrol); with every one gone it is the sweep's incomplete end
+    (exit 3, the finished runs aggregated) with the command that resumes them."""
+    from experiments.shared.launch import unfinished_refusal
+
+    ctx, jobs = recorded_sweep(tmp_path, {1: "5_0", 2: "5_1"})
+    fake(slurm_bin, "squeue", "5_0|PENDING|PartitionDown\n")
+    fake(slurm_bin, "sacct", stderr="Slurm accounting storage is disabled", code=1)
+    fake(slurm_bin, "scontrol", SCONTROL_5)
+    refusal = unfinished_refusal(ctx, jobs)
+    assert type(refusal) is ToolkitError
+    assert str(refusal) == (
+        "2 run(s) not finished yet: full seed 1 (job 5_0): pending (PartitionDown); full seed 2 (job 5_1): left the "
+        "queue without a result: CANCELLED (scontrol: JobState=CANCELLED Reason=None ExitCode=0:15 "
+        "RunTime=00:00:12 TimeLimit=00:10:00); wait for the queued or running ones; resume the gone ones with: "
+        "python -m experiments.x --launcher slurm (it waits for the queued ones)"
+    )
+    fake(slurm_bin, "squeue", stderr="slurm_load_jobs error: Invalid job id specified", code=1)
+    gone = unfinished_refusal(ctx, jobs)
+    assert isinstance(gone, SweepIncomplete) and gone.unfinished == jobs and gone.exit_code == 3
+    assert "full seed 2 (job 5_1): left the queue without a result: CANCELLED" in str(gone)
+    assert str(gone).endswith("resume from their last checkpoints with: python -m experiments.x --launcher slurm")
+    # a run no job of this sweep trains (the local launcher's, or never submitted): the old refusal
+    unknown = unfinished_refusal(ctx, [RecordedJob(FakeVariant("none"), 1, ctx.out)])
+    assert str(unknown) == "1 run(s) not finished yet: none seed 1; wait for their jobs or run without --collect"
+
+
+def test_sbatch_refusing_the_submission_is_one_line_naming_the_option(slurm_bin, tmp_path, shared_data, capsys):
+    """Audit 51 cases 19-21: a bad partition, --slurm-set value or --gpus-per-run on a node without GPUs was
+    submitit's traceback and exit 1. It is one `error:` line with Slurm's words and the option, exit 2."""
+    from experiments.routing_test import run as routing_test
+
+    fake(
+        slurm_bin,
+        "sbatch",
+        stderr="sbatch: error: invalid partition specified: nosuch\n"
+        "sbatch: error: Batch job submission failed: Invalid partition name specified",
+        code=1,
+    )
+    argv = ["--preset", "smoke", "--variants", "attn_only", "--no-report", "--no-progress", "--out", str(tmp_path)]
+    code = routing_test.EXPERIMENT.main([*argv, "--launcher", "slurm", "--slurm-partition", "nosuch"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert err == (
+        "error: Slurm refused the submission (check --slurm-partition nosuch): sbatch: error: invalid partition "
+        "specified: nosuch; sbatch: error: Batch job submission failed: Invalid partition name specified\n"
+    )
+    assert not (tmp_path / "smoke" / ".submitit" / "jobs.json").exists()  # nothing recorded as submitted
+
+
+def test_the_refusal_names_the_option_slurm_complained_of():
+    import argparse
+
+    from experiments.shared.launch import refused_line
+
+    args = argparse.Namespace(slurm_partition=None, gpus_per_run=1, slurm_time=60, slurm_set=["slurm_mem=lots"])
+    gres = RuntimeError("sbatch: error: Invalid generic resource (gres) specification")
+    assert refused_line(args, gres) == (
+        "Slurm refused the submission (check --gpus-per-run 1): sbatch: error: Invalid generic resource (gres) "
+        "specification"
+    )
+    mem = RuntimeError("sbatch: error: Invalid --mem specification")
+    assert refused_line(args, mem).startswith("Slurm refused the submission (check --slurm-set slurm_mem=lots): ")
+    other = RuntimeError("sbatch: error: something else")
+    assert "(check --slurm-set slurm_mem=lots)" in refused_line(args, other)  # nothing matched: what was given

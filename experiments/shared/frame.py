@@ -20,7 +20,9 @@ every experiment shares:
     console, report    the levels line, one results table, the experiment's own text;
                        report.html: a shared introduction, the table, the experiment's sections
     errors             a ToolkitError is one `error:` line and exit 2; Ctrl-C exits 130
-                       with the command that resumes
+                       with the command that resumes (and, waiting for Slurm jobs, their ids:
+                       they are not cancelled); a sweep some of whose jobs ended without
+                       finishing exits 3 after aggregating the finished runs (wait_jobs)
 """
 
 from __future__ import annotations
@@ -161,6 +163,7 @@ class Experiment:
     def _guarded_main(self, argv: list[str] | None) -> int:
         argv = list(sys.argv[1:] if argv is None else argv)
         start = time.perf_counter()
+        jobs_left = ""
         try:
             with interrupts():  # SIGTERM is handled like Ctrl-C (interp.signals)
                 return self._main(argv, start)
@@ -174,6 +177,7 @@ class Experiment:
                 return 2
         except KeyboardInterrupt as e:
             code = exit_code(e)
+            jobs_left = getattr(e, "jobs_left", "")  # Slurm jobs the interrupted wait leaves running (wait_jobs)
         except OSError as e:  # an I/O error no layer below turned into a ToolkitError
             print(io_error_line(e), file=sys.stderr)
             return 2
@@ -184,10 +188,11 @@ class Experiment:
         command = shlex.join([sys.executable, "-m", f"experiments.{self.name}", *argv])
         if not importable(self.name):  # declared in a notebook or a test file: no module to name
             command = f"run this experiment again with the same options ({shlex.join(argv)})"
+        then = jobs_left or "the interrupted one resumes from its checkpoint"
         print(
             interrupt_line(
                 f"interrupted ({signal_name(code)}) after {time.perf_counter() - start:.0f}s; finished runs are "
-                f"kept and the interrupted one resumes from its checkpoint: {command}"
+                f"kept and {then}: {command}"
             ),
             file=sys.stderr,
         )

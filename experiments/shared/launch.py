@@ -23,6 +23,8 @@ Tested against a real one-node Slurm: tests/test_slurm.py (`make test-slurm`).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import shlex
@@ -31,10 +33,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from experiments.shared import slurm_watch
+from experiments.shared.job_record import JobRecord, run_key
 from experiments.shared.options import check_number
 from experiments.shared.plan import Context, Job
-from experiments.shared.wait_jobs import wait
-from interp.errors import ToolkitError
+from experiments.shared.wait_jobs import SweepIncomplete, wait
+from interp.errors import ToolkitError, escape_controls, one_line
+from interp.signals import fired_code
 
 LAUNCHERS = ("local", "slurm", "slurm-local")
 DEFAULT_ENSEMBLE_SIZE = 16
@@ -156,10 +161,7 @@ def launch(name: str, ctx: Context, jobs: list[Job], argv: list[str]) -> bool:
             todo.append(job)
     if ctx.args.collect:
         if todo:
-            names = ", ".join(f"{j.variant.name} seed {j.seed}" for j in todo)
-            raise ToolkitError(
-                f"{len(todo)} run(s) not finished yet: {names}; wait for their jobs or run without --collect"
-            )
+            raise unfinished_refusal(ctx, todo)
         return True
     if ctx.args.launcher == "local":
         train_local(ctx, todo)
@@ -327,10 +329,6 @@ def submit(name: str, ctx: Context, todo: list[Job], argv: list[str]) -> bool:
         raise ToolkitError("--launcher slurm needs submitit: pip install 'residual-interp[cluster]'") from None
     if not todo:
         return True
-    busy = [job for job in todo if job.run_dir(ctx.out).busy()]  # a job of an earlier submission still runs
-    todo = [job for job in todo if job not in busy]
-    if busy:
-        print(f"{len(busy)} run(s) are being trained by another process; waiting for them, not resubmitting")
     # Jobs re-plan from the command line: make --out absolute so they find the same directories.
     job_argv = job_command(argv, ctx.out.resolve())
     folder = ctx.result_dir.resolve() / ".submitit"
@@ -340,10 +338,45 @@ def submit(name: str, ctx: Context, todo: list[Job], argv: list[str]) -> bool:
         executor.update_parameters(name=name, **slurm_parameters(ctx.args))
     except Exception as e:  # submitit raises plain exceptions for an unknown parameter or a missing sbatch
         raise ToolkitError(f"cannot set up the {cluster} executor: {e}") from None
-    submitted = []
-    if todo:
-        with executor.batch():
-            submitted = [
+    # What resumes the sweep (waiting for it): the record keeps it for --collect, which names it for a job that died.
+    command = shlex.join([sys.executable, "-m", f"experiments.{name}", *_without(argv, "--no-wait")])
+    record = JobRecord(folder)
+    with record.held() if cluster == "slurm" else contextlib.nullcontext():
+        queued = queued_earlier(record, todo, ctx.out, folder) if cluster == "slurm" else []
+        todo = [job for job in todo if all(job is not j for j, _ in queued)]
+        busy = [job for job in todo if job.run_dir(ctx.out).busy()]  # trained by another process right now
+        todo = [job for job in todo if job not in busy]
+        submitted = sbatch(executor, ctx, todo, name, job_argv) if todo else []
+        if cluster == "slurm" and submitted:
+            record.add(
+                {run_key(j.run_dir(ctx.out).path, ctx.out): {"job": s.job_id, "command": command} for j, s in submitted}
+            )
+    if queued:
+        ids = ", ".join(sub.job_id for _, sub in queued)
+        print(f"{len(queued)} run(s) already have a queued or running job ({ids}); waiting for them, not resubmitting")
+    if busy:
+        print(f"{len(busy)} run(s) are being trained by another process; waiting for them, not resubmitting")
+    if submitted:
+        print(f"submitted {len(submitted)} job(s) ({cluster}); logs in {folder}")
+    for job, sub in submitted:
+        print(f"  {sub.job_id}  {job.variant.name} seed {job.seed}")
+    if ctx.args.no_wait:
+        collect = shlex.join(
+            [sys.executable, "-m", f"experiments.{name}", *_without(argv, "--launcher", *SLURM_ONLY), "--collect"]
+        )
+        print(f"once they are done, aggregate with:\n  {collect}")
+        return False
+    waited = submitted + queued + [(job, None) for job in busy]
+    wait(waited, ctx.out, ctx.progress, cluster=cluster, resume=command)
+    return True
+
+
+def sbatch(executor, ctx: Context, todo: list[Job], name: str, job_argv: list[str]) -> list:
+    """Submit one job per run (one array); a submission Slurm refuses is one line naming the option it most
+    likely refused and Slurm's own words, not submitit's traceback."""
+    try:  # submitit prints sbatch's stderr too before raising it: said once, in the error line
+        with contextlib.redirect_stderr(io.StringIO()), executor.batch():
+            return [
                 (
                     job,
                     executor.submit(
@@ -358,21 +391,103 @@ def submit(name: str, ctx: Context, todo: list[Job], argv: list[str]) -> bool:
                 )
                 for job in todo
             ]
-        print(f"submitted {len(submitted)} job(s) ({cluster}); logs in {folder}")
-    for job, sub in submitted:
-        print(f"  {sub.job_id}  {job.variant.name} seed {job.seed}")
-    if ctx.args.no_wait:
-        if not submitted:
-            return False
-        command = shlex.join(
-            [sys.executable, "-m", f"experiments.{name}", *_without(argv, "--launcher", *SLURM_ONLY), "--collect"]
+    except Exception as e:  # submitit's FailedJobError (sbatch's exit status), or sbatch not there
+        if fired_code() is not None:  # an interrupt a library turned into another exception
+            raise
+        raise ToolkitError(refused_line(ctx.args, e)) from None
+
+
+def refused_line(args: argparse.Namespace, error: BaseException) -> str:
+    """sbatch's refusal on one line: the option to check first (matched on Slurm's words) and what it said."""
+    text = str(error)
+    said = [line.strip() for line in text.splitlines() if "error" in line.lower()] or [one_line(error)]
+    said = list(dict.fromkeys(said))  # sbatch repeats itself
+    low = text.lower()
+    suspects = []
+    if "partition" in low:
+        suspects.append(
+            f"--slurm-partition {args.slurm_partition}" if args.slurm_partition else "the default partition"
         )
-        print(f"once they are done, aggregate with:\n  {command}")
-        return False
-    resume = shlex.join([sys.executable, "-m", f"experiments.{name}", *argv])
-    waited = submitted + [(job, None) for job in busy]
-    wait(waited, ctx.out, ctx.progress, cluster=cluster, resume=resume)
-    return True
+    if args.gpus_per_run and ("gres" in low or "generic resource" in low or "gpu" in low):
+        suspects.append(f"--gpus-per-run {args.gpus_per_run}")
+    if "time limit" in low:
+        suspects.append(f"--slurm-time {args.slurm_time}")
+    for item in args.slurm_set:
+        key = item.split("=", 1)[0].strip().removeprefix("slurm_")
+        if key and (f"--{key}" in low or f" {key}" in low or key.replace("_", " ") in low):
+            suspects.append(f"--slurm-set {item}")
+    given = suspects or [f"--slurm-set {item}" for item in args.slurm_set]
+    check = f" (check {', '.join(given)})" if given else ""
+    return f"Slurm refused the submission{check}: {escape_controls('; '.join(said))}"
+
+
+def queued_earlier(record: JobRecord, todo: list[Job], out: Path, folder: Path) -> list:
+    """(job, submitit job) of each run whose job of an earlier submission squeue still lists (pending or
+    running): waited for, not submitted again. A job gone from the queue is not: its run is resubmitted."""
+    from submitit.slurm.slurm import SlurmJob
+
+    runs = record.load()
+    ids = {id(job): runs[k]["job"] for job in todo if (k := run_key(job.run_dir(out).path, out)) in runs}
+    if not ids:
+        return []
+    try:
+        live = slurm_watch.queued(sorted(set(ids.values())))
+    except slurm_watch.SlurmUnreachable as e:
+        shown = ", ".join(sorted(set(ids.values())))
+        raise ToolkitError(
+            f"cannot tell whether this sweep's earlier jobs ({shown}) are still queued: {e}; "
+            "run the command again once Slurm answers (it would otherwise submit their runs twice)"
+        ) from None
+    return [(job, SlurmJob(folder=folder, job_id=ids[id(job)])) for job in todo if ids.get(id(job)) in live]
+
+
+def unfinished_refusal(ctx: Context, todo: list[Job]) -> ToolkitError:
+    """--collect with runs unfinished: what each one's job is doing, as Slurm says (from the sweep's job record).
+    Every job gone without a result: SweepIncomplete (the finished runs are aggregated, exit 3, the command that
+    resumes the rest). One still queued or running, or a run no job of this sweep trains: refused (exit 2)."""
+    names = {id(j): f"{j.variant.name} seed {j.seed}" for j in todo}
+    runs = JobRecord(ctx.result_dir.resolve() / ".submitit").load()
+    ids = {id(j): runs[k] for j in todo if (k := run_key(j.run_dir(ctx.out).path, ctx.out)) in runs}
+    if not ids:
+        return ToolkitError(
+            f"{len(todo)} run(s) not finished yet: {', '.join(names.values())}; "
+            "wait for their jobs or run without --collect"
+        )
+    try:
+        live = slurm_watch.queued(sorted({r["job"] for r in ids.values()}))
+    except slurm_watch.SlurmUnreachable as e:
+        return ToolkitError(
+            f"{len(todo)} run(s) not finished yet: {', '.join(names.values())}; and Slurm does not say whether "
+            f"their jobs still run ({e})"
+        )
+    gone = sorted({r["job"] for r in ids.values()} - set(live))
+    ended = slurm_watch.ended(gone) if gone else {}
+    parts, commands = [], []
+    for job in todo:
+        entry = ids.get(id(job))
+        if entry is None:
+            parts.append(f"{names[id(job)]}: no job of this sweep trains it")
+        elif entry["job"] in live:
+            q = live[entry["job"]]
+            why = f" ({q.reason})" if q.state == "PENDING" and q.reason not in ("", "None") else ""
+            parts.append(f"{names[id(job)]} (job {entry['job']}): {q.state.lower()}{why}")
+        else:
+            end = ended[entry["job"]]
+            parts.append(
+                f"{names[id(job)]} (job {entry['job']}): left the queue without a result: {end.state} ({end.said})"
+            )
+            commands.append(entry["command"])
+    resume = " or ".join(dict.fromkeys(commands))
+    if len(commands) == len(todo):
+        return SweepIncomplete(
+            f"{len(todo)} run(s) have no result and their jobs are gone: {'; '.join(parts)}. The finished runs are "
+            f"kept; the others resume from their last checkpoints with: {resume}",
+            todo,
+        )
+    rest = f"; resume the gone ones with: {resume} (it waits for the queued ones)" if commands else ""
+    return ToolkitError(
+        f"{len(todo)} run(s) not finished yet: {'; '.join(parts)}; wait for the queued or running ones{rest}"
+    )
 
 
 def job_command(argv: list[str], out: Path) -> list[str]:

@@ -5,6 +5,12 @@ A job that failed or left the queue without a result is said within two polls: i
 (experiments.shared.slurm_watch: squeue, then sacct, else scontrol, so accounting may be off) and its log.
 The others are waited for; then SweepIncomplete names them all with the command that resumes them, and
 the frame aggregates the finished runs and exits 3.
+
+Result files are read on every poll, so the wait ends when every job has written its result even while
+squeue fails; a Slurm that does not answer for UNREACHABLE_LIMIT_S in a row ends the wait the same way (exit
+3, the runs without a result named). Ctrl-C or SIGTERM ends only the waiting: the jobs go on (an ssh session
+that drops must not cancel hours of cluster work); the interrupt carries the ids still queued and the
+scancel line that stops them (jobs_left, said by the frame), and the same command waits for them again.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from interp.errors import ToolkitError
 # A job gone from squeue and without a result is lost on this many polls in a row: its result file may
 # land a moment after the job leaves the queue (a shared filesystem's lag).
 LOST_AFTER_POLLS = 2
+# squeue failing this long in a row (a controller that does not come back, squeue missing) ends the wait.
+UNREACHABLE_LIMIT_S = 300.0
 
 
 class SweepIncomplete(ToolkitError):
@@ -36,11 +44,14 @@ class SweepIncomplete(ToolkitError):
 class _Sweep:
     """The jobs still waited for, and what became of the others."""
 
-    def __init__(self, submitted: list, out: Path, cluster: str, bar):
+    def __init__(self, submitted: list, out: Path, cluster: str, bar, unreachable_limit_s: float):
         self.pending, self.out, self.cluster, self.bar = list(submitted), out, cluster, bar
         self.failed: list[str] = []
         self.unfinished: list[Job] = []
         self.gone: dict[str, int] = {}
+        self.unreachable_limit_s = unreachable_limit_s
+        self.unreachable_since: float | None = None
+        self.gave_up = ""  # why the wait ended before every job did (Slurm stopped answering)
 
     def fail(self, job: Job, why: str) -> None:
         line = f"{job.variant.name} seed {job.seed}{why}"
@@ -51,12 +62,16 @@ class _Sweep:
     def poll(self) -> str:
         """One look at every pending job; returns the progress line's tail."""
         live: dict[str, slurm_watch.Queued] | None = None
+        unreachable = None
         ids = [sub.job_id for _, sub in self.pending if sub is not None]
         if self.cluster == "slurm" and ids:
             try:  # asked before the result files are looked at: a job gone here has written its result
                 live = slurm_watch.queued(ids)
-            except slurm_watch.SlurmUnreachable as e:
-                return f"{e} (asking again)"
+                self.unreachable_since = None
+            except slurm_watch.SlurmUnreachable as e:  # the result files still say which jobs are done
+                unreachable = e
+                if self.unreachable_since is None:
+                    self.unreachable_since = time.monotonic()
         still, lost = [], []
         for job, sub in self.pending:
             run = job.run_dir(self.out)
@@ -75,11 +90,40 @@ class _Sweep:
                 self.gone[sub.job_id] = self.gone.get(sub.job_id, 0) + 1
                 (lost if self.gone[sub.job_id] >= LOST_AFTER_POLLS else still).append((job, sub))
             else:
-                self.gone.pop(sub.job_id, None)
+                if live is not None:
+                    self.gone.pop(sub.job_id, None)
                 still.append((job, sub))
         self.pending = still
         self.say_lost(lost)
-        return _counts(self.pending, live)
+        if unreachable is None or not self.pending:
+            return _counts(self.pending, live)
+        waited = time.monotonic() - (self.unreachable_since or 0.0)
+        if waited < self.unreachable_limit_s:
+            return f"{unreachable} (asking again; giving up in {self.unreachable_limit_s - waited:.0f}s)"
+        self.gave_up = f"Slurm did not answer for {waited:.0f}s ({unreachable}), so the wait ended"
+        for job, sub in self.pending:
+            self.failed.append(f"{job.variant.name} seed {job.seed}" + (f" (job {sub.job_id})" if sub else ""))
+            self.unfinished.append(job)
+        self.pending = []
+        return ""
+
+    def jobs_left(self) -> str:
+        """The interrupt's words on the jobs it leaves running: which are still queued (squeue) and how to stop
+        them; "" where none is (or the executor is submitit's local one, whose jobs are this machine's)."""
+        ids = [sub.job_id for _, sub in self.pending if sub is not None and not sub.paths.result_pickle.exists()]
+        if self.cluster != "slurm" or not ids:
+            return ""
+        try:
+            listed = slurm_watch.queued(ids)
+            ids, maybe = [j for j in ids if j in listed], ""
+        except (slurm_watch.SlurmUnreachable, KeyboardInterrupt):  # cannot tell (or a second Ctrl-C): all
+            maybe = " (Slurm did not answer: they may be)"
+        if not ids:
+            return ""
+        return (
+            f"{len(ids)} Slurm job(s) are still queued or running{maybe}, not cancelled: {' '.join(ids)}; "
+            f"stop them with `scancel {' '.join(ids)}`, or wait for them again (nothing is resubmitted) with"
+        )
 
     def say_lost(self, lost: list) -> None:
         said = slurm_watch.ended([sub.job_id for _, sub in lost]) if lost else {}
@@ -95,7 +139,13 @@ class _Sweep:
 
 
 def wait(
-    submitted: list, out: Path, progress: bool, poll_s: float = 2.0, cluster: str = "slurm", resume: str = ""
+    submitted: list,
+    out: Path,
+    progress: bool,
+    poll_s: float = 2.0,
+    cluster: str = "slurm",
+    resume: str = "",
+    unreachable_limit_s: float = UNREACHABLE_LIMIT_S,
 ) -> None:
     """Block until every job ends, with one progress line; raise SweepIncomplete if any did not finish its run.
 
@@ -107,17 +157,23 @@ def wait(
     from tqdm.auto import tqdm
 
     bar = tqdm(total=len(submitted), desc="jobs", unit="job", disable=not progress, dynamic_ncols=True)
-    sweep = _Sweep(submitted, out, cluster, bar)
-    with _quiet_submitit():
-        while sweep.pending:
-            bar.set_postfix_str(sweep.poll(), refresh=True)
-            if sweep.pending:
-                time.sleep(poll_s)
+    sweep = _Sweep(submitted, out, cluster, bar, unreachable_limit_s)
+    try:
+        with _quiet_submitit():
+            while sweep.pending:
+                bar.set_postfix_str(sweep.poll(), refresh=True)
+                if sweep.pending:
+                    time.sleep(poll_s)
+    except KeyboardInterrupt as e:  # the frame's interrupt line names the jobs this leaves running
+        bar.close()
+        e.jobs_left = sweep.jobs_left()  # type: ignore[attr-defined]
+        raise
     bar.close()
     if sweep.failed:
         done = len(submitted) - len(sweep.failed)
         raise SweepIncomplete(
-            f"{len(sweep.failed)} of {len(submitted)} job(s) did not finish their runs: "
+            (f"{sweep.gave_up}: " if sweep.gave_up else "")
+            + f"{len(sweep.failed)} of {len(submitted)} job(s) did not finish their runs: "
             + "; ".join(sweep.failed)
             + f". The {done} finished run(s) are kept; the others resume from their last checkpoints with: "
             + (resume or "the same command again"),

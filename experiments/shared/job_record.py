@@ -1,0 +1,70 @@
+"""Which Slurm job trains which run of a sweep: <result dir>/.submitit/jobs.json (experiments.shared.launch).
+
+A run's lock says only that a trainer holds it, and a job still PENDING holds nothing: a rerun (or a second
+submitter started at the same time) resubmitted queued runs, and two jobs then trained into one run folder.
+Every submission writes here which job each run got and the command it came from, under a lock that the
+whole check-and-submit holds; the next one asks squeue which of those jobs are still queued and waits for
+them instead of submitting again. --collect reads it to tell a run whose job still runs from one whose job
+left the queue without a result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+from interp.errors import ToolkitError
+from interp.io import atomic_write
+
+SUBMIT_LOCK_WAIT_S = 600  # another submission into this folder holds the lock for its sbatch: seconds
+
+
+class JobRecord:
+    def __init__(self, folder: Path):
+        self.path = folder / "jobs.json"
+        self.lock = folder / "jobs.lock"
+
+    def load(self) -> dict[str, dict[str, str]]:
+        """{run key: {"job": Slurm job id, "command": the submitting command}}; {} where nothing was recorded."""
+        try:
+            data = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as e:
+            raise ToolkitError(f"cannot read {self.path}: {e}; remove it if no job of this sweep is queued") from None
+        runs = data.get("runs") if isinstance(data, dict) else None
+        if not isinstance(runs, dict):
+            raise ToolkitError(f"{self.path} is not a job record; remove it if no job of this sweep is queued")
+        return runs
+
+    def add(self, entries: dict[str, dict[str, str]]) -> None:
+        runs = {**self.load(), **entries}
+        text = json.dumps({"runs": runs}, indent=1, sort_keys=True)
+        atomic_write(self.path, lambda tmp: Path(tmp).write_text(text + "\n"))
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Held from reading the record to writing the new jobs into it: a second submitter waits here, then
+        sees the first one's jobs in the queue."""
+        from filelock import FileLock, Timeout
+
+        self.lock.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(self.lock, timeout=SUBMIT_LOCK_WAIT_S)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise ToolkitError(
+                f"another submission into {self.lock.parent} has held {self.lock.name} for "
+                f"{SUBMIT_LOCK_WAIT_S}s; is a submitting command stuck?"
+            ) from None
+        try:
+            yield
+        finally:
+            lock.release()
+
+
+def run_key(run_path: Path, out: Path) -> str:
+    """A run's key in the record: its folder under --out ("smoke/attn_only/seed1")."""
+    return run_path.resolve().relative_to(out.resolve()).as_posix()
