@@ -355,3 +355,132 @@ def test_a_job_past_its_time_limit_is_said_and_the_rerun_resumes_it(cluster, tmp
     kept = [r for r in after if r["step"] <= 10]
     assert kept == [r for r in before if r["step"] <= 10]  # the first job's records: resumed, not restarted
     assert after[-1]["step"] > last
+
+
+# ----- audit 51: refusals, an interrupted wait, queued jobs of an earlier submission, --collect -----------------
+
+
+def test_sbatch_refusing_the_submission_is_one_error_line(cluster, tmp_path, shared_data, capsys):
+    """A partition Slurm does not have, a --slurm-set value sbatch rejects, GPUs on a node without any: one
+    `error:` line with the option and Slurm's words, exit 2 (was submitit's traceback, exit 1)."""
+    cases = [
+        (["--slurm-partition", "nosuch"], "--slurm-partition nosuch", "invalid partition"),
+        (["--slurm-set", "slurm_mem=lots"], "--slurm-set slurm_mem=lots", "Invalid --mem specification"),
+        (["--gpus-per-run", "1"], "--gpus-per-run 1", "Invalid generic resource"),
+    ]
+    for extra, option, said in cases:
+        argv = [*BASE, "--seeds", "1", "--launcher", "slurm", "--out", str(tmp_path), *extra]
+        assert main(argv) == 2, extra
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+        assert err.startswith(f"error: Slurm refused the submission (check {option}): ") and said in err, err
+    assert not (tmp_path / "smoke" / ".submitit" / "jobs.json").exists()
+
+
+def squeue_ids(state: str = "all") -> list[str]:
+    listed = subprocess.run(["squeue", "--array", "-h", "-t", state, "-o", "%i"], capture_output=True, text=True)
+    return listed.stdout.split()
+
+
+def submitted_seeds(out: Path) -> list[int]:
+    """The seed of every job ever submitted into out (one per submission of a run)."""
+    seeds = []
+    for path in (out / "smoke" / ".submitit").glob("*_submitted.pkl"):
+        with path.open("rb") as f:
+            seeds.append(pickle.load(f).args[4])
+    return sorted(seeds)
+
+
+def test_an_interrupted_wait_names_the_running_jobs_and_the_rerun_waits_for_them(
+    cluster, tmp_path, shared_data, capsys
+):
+    """Ctrl-C while the jobs run ends the waiting only: the jobs go on, and the line says which they are, how to
+    stop them and the command that waits for them again, which resubmits nothing."""
+    args = [*BASE, "--seeds", "1,2", "--set", "max_steps=600", *SLURM, "--out", str(tmp_path)]
+
+    def ctrl_c_once_running():
+        jobs = sorted([job_of(tmp_path, 1), job_of(tmp_path, 2)])
+        deadline = time.time() + 120
+        while sorted(squeue_ids("R")) != jobs:
+            assert time.time() < deadline, "the jobs never ran"
+            time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    thread = in_background(ctrl_c_once_running)
+    assert main(args) == 130
+    join_ok(thread)
+    err = capsys.readouterr().err
+    ids = [job_of(tmp_path, 1), job_of(tmp_path, 2)]
+    assert f"2 Slurm job(s) are still queued or running, not cancelled: {' '.join(ids)}; " in err, err
+    assert f"stop them with `scancel {' '.join(ids)}`" in err
+    assert err.rstrip().endswith(shlex.join([sys.executable, "-m", "experiments.routing_test", *args]))
+    assert set(ids) <= set(squeue_ids())  # not cancelled
+    from interp.signals import restore
+
+    restore()  # the interrupted command left its signals ignored, as a process that ends does
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert f"2 run(s) already have a queued or running job ({', '.join(ids)}); waiting for them" in printed
+    assert "submitted" not in printed and submitted_seeds(tmp_path) == [1, 2]
+    assert [r["seed"] for r in results_of(tmp_path)["runs"]] == [1, 2]
+
+
+def partition(state: str) -> None:
+    subprocess.run(["scontrol", "update", "PartitionName=debug", f"State={state}"], check=True)
+
+
+def test_collect_and_a_rerun_while_earlier_jobs_pend(cluster, tmp_path, shared_data, capsys):
+    """--no-wait with the partition down: --collect says each job pends and why; one cancelled is said gone
+    without a result, with the command that resumes it. The rerun waits for the one still queued and submits
+    only the cancelled run (was: both resubmitted, two jobs training into one run folder)."""
+    args = [*BASE, "--seeds", "1,2", "--set", "max_steps=100", "--out", str(tmp_path)]
+    partition("DOWN")
+    try:
+        assert main([*args, *SLURM, "--no-wait"]) == 0
+        first, cancel = job_of(tmp_path, 1), job_of(tmp_path, 2)
+        capsys.readouterr()
+        assert main([*args, "--collect"]) == 2
+        err = capsys.readouterr().err
+        assert (
+            f"attn_only seed 1 (job {first}): pending (PartitionDown); attn_only seed 2 (job {cancel}): pending" in err
+        )
+        subprocess.run(["scancel", cancel], check=True)
+        left_queue(cancel)
+        assert main([*args, "--collect"]) == 2
+        err = capsys.readouterr().err
+        assert f"attn_only seed 2 (job {cancel}): left the queue without a result: " in err, err
+        resume = shlex.join([sys.executable, "-m", "experiments.routing_test", *args, *SLURM])
+        assert f"wait for the queued or running ones; resume the gone ones with: {resume}" in err, err
+
+        def up_once_resubmitted():
+            job_of(tmp_path, 2, exclude=1)
+            partition("UP")
+
+        thread = in_background(up_once_resubmitted)
+        assert main([*args, *SLURM]) == 0
+        join_ok(thread)
+    finally:
+        partition("UP")
+    printed = capsys.readouterr().out
+    assert f"1 run(s) already have a queued or running job ({first}); waiting for them, not resubmitting" in printed
+    assert "submitted 1 job(s)" in printed and submitted_seeds(tmp_path) == [1, 2, 2]
+    assert [r["seed"] for r in results_of(tmp_path)["runs"]] == [1, 2]
+
+
+def test_two_submitters_at_once_submit_each_run_once(cluster, tmp_path, shared_data):
+    """Two commands started together into one --out: the second waits for the first's submission and finds its
+    jobs queued (was: both submitted every run, and each reported the other's lock as its runs failing)."""
+    command = [sys.executable, "-m", "experiments.routing_test", *BASE, "--seeds", "1,2", *SLURM]
+    command += ["--out", str(tmp_path), "--no-wait"]
+    env = {**os.environ, "RESIDUAL_DATA_DIR": str(shared_data)}
+    partition("DOWN")
+    try:
+        procs = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+        outs = [p.communicate(timeout=180)[0] for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], outs
+        assert submitted_seeds(tmp_path) == [1, 2]
+        assert sum("submitted 2 job(s)" in o for o in outs) == 1, outs
+        assert sum("2 run(s) already have a queued or running job" in o for o in outs) == 1, outs
+    finally:
+        subprocess.run(["scancel", "--name", "routing_test"], capture_output=True)
+        partition("UP")
