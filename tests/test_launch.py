@@ -98,3 +98,16 @@ def test_a_cluster_jobs_command_line_replans_under_the_local_rules(tmp_path, sha
     short = [*ARGS, "--launch", "slurm", "--no-w", "--slurm-t", "5", "--gpus=2", "--slurm-p", "gpu", "--ou", "x"]
     assert job_command(short, tmp_path) == [*ARGS, "--out", str(tmp_path), "--no-progress"]
     assert job_command([*ARGS, "--no-report"], tmp_path)[: len(ARGS) + 1] == [*ARGS, "--no-report"]  # not --no-wait
+
+
+def test_help_and_docs_say_the_exit_status_incomplete_and_how_to_test_on_slurm():
+    """Audit 51 case 50: neither --help nor the docs said exit status 3, the 'incomplete' record, what Ctrl-C does
+    to the jobs, or make test-slurm."""
+    text = " ".join(routing_test.EXPERIMENT.parser().format_help().split())
+    for said in ("3 incomplete", "'incomplete'", "130/143 interrupted", "leaves the Slurm jobs running", "scancel"):
+        assert said in text, said
+    assert "make test-slurm (scripts/slurm-cluster.sh)" in text
+    docs = " ".join((Path(__file__).parents[1] / "docs" / "experiments.md").read_text().split())
+    for said in ("**3** the sweep is **incomplete**", '"incomplete": {"unfinished"', "stops the waiting, not the jobs"):
+        assert said in docs, said
+    assert "`make test-slurm`" in docs and "scripts/slurm-cluster.sh" in docs and ".submitit/jobs.json" in docs

@@ -17,7 +17,12 @@ two polls of leaving the queue: its run, what Slurm said (squeue, then sacct, el
 experiments.shared.slurm_watch, so it works with accounting off) and its log. The other jobs are
 waited for, the finished runs are aggregated (the results file names the missing ones under
 "incomplete"), and the command exits 3 with the command that resumes the rest from their checkpoints.
-Tested against a real one-node Slurm: tests/test_slurm.py (`make test-slurm`).
+Ctrl-C while waiting ends the waiting only: the jobs go on, named with the scancel that stops them. Each
+submission records which job trains which run (experiments.shared.job_record), so a rerun, or a second
+command at the same time, waits for jobs still queued instead of submitting their runs twice; --collect
+says of each missing run whether its job still runs or left the queue without a result. A submission
+sbatch refuses is one error line naming the option. Tested against a real one-node Slurm:
+tests/test_slurm.py (`make test-slurm`); docs/experiments.md says all of it for the user.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import os
 import shlex
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +48,24 @@ from interp.errors import ToolkitError, escape_controls, one_line
 from interp.signals import fired_code
 
 LAUNCHERS = ("local", "slurm", "slurm-local")
+# The launcher group's text in --help (the outcomes a user meets: docs/experiments.md says them at length).
+LAUNCH_HELP = (
+    "exit status: 0 every run finished; 2 a refusal (one error: line; sbatch refusing the submission too); "
+    "3 incomplete: some jobs ended without finishing their runs (said as they leave the queue), the finished "
+    "runs are aggregated, the results file lists the rest under 'incomplete', and the error line gives the "
+    "command that resumes them; 130/143 interrupted. Ctrl-C while waiting leaves the Slurm jobs running, "
+    "not cancelled: it names them and the scancel that stops them, and the same command waits for them "
+    "again (a rerun never submits a run whose job is still queued). Tested on a real one-node Slurm: "
+    "make test-slurm (scripts/slurm-cluster.sh)."
+)
 DEFAULT_ENSEMBLE_SIZE = 16
 
 
 def add_launcher_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("launching (see experiments.shared.launch)")
+    g = p.add_argument_group(
+        "launching (see experiments.shared.launch; docs/experiments.md, Sweeps on a Slurm cluster)",
+        textwrap.fill(LAUNCH_HELP, 96),
+    )
     g.add_argument(
         "--launcher",
         choices=LAUNCHERS,
@@ -75,10 +94,14 @@ def add_launcher_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--no-wait",
         action="store_true",
-        help="submit and exit: print the job ids and the command that aggregates once they are done",
+        help="submit and exit: print the job ids and the --collect command that aggregates once they are done",
     )
     g.add_argument(
-        "--collect", action="store_true", help="train nothing: aggregate finished runs (an unfinished one is an error)"
+        "--collect",
+        action="store_true",
+        help="train nothing: aggregate finished runs. An unfinished one is said with its Slurm job's state: "
+        "queued or running (exit 2: wait), or gone without a result (with the command that resumes it; when "
+        "every missing run's job is gone, the finished runs are aggregated and the exit status is 3)",
     )
     g.add_argument(
         "--ensemble-size",
