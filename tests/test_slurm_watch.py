@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from experiments.shared import slurm_watch
-from experiments.shared.wait_jobs import SweepIncomplete, wait
+from experiments.shared.wait_jobs import SweepIncomplete, _counts, wait
 from interp.errors import ToolkitError
 
 SQUEUE_ARRAY = "5_0|RUNNING|None\n5_2|PENDING|Resources\n"
@@ -40,6 +40,10 @@ def slurm_bin(tmp_path, monkeypatch):
 def test_squeue_says_what_is_queued_and_a_task_gone_is_absent(slurm_bin):
     fake(slurm_bin, "squeue", SQUEUE_ARRAY)
     live = slurm_watch.queued(["5_0", "5_1", "5_2"])
+    pairs = [(None, FakeSub(Path("."), j)) for j in ("5_0", "5_2", "5_3")]
+    assert _counts(pairs, {**live, "5_3": slurm_watch.Queued("SUSPENDED", "None")}) == (
+        "1 running, 1 suspended, 1 pending (Resources)"  # suspended is not running (audit 51 case 35)
+    )
     assert live == {"5_0": slurm_watch.Queued("RUNNING", "None"), "5_2": slurm_watch.Queued("PENDING", "Resources")}
     fake(slurm_bin, "squeue", stderr="slurm_load_jobs error: Invalid job id specified", code=1)
     assert slurm_watch.queued(["5_1"]) == {}  # every one gone (and past MinJobAge): not an error
@@ -236,7 +240,7 @@ def test_a_rerun_waits_for_the_queued_jobs_of_an_earlier_submission(slurm_bin, t
         queued_earlier(JobRecord(folder), jobs, ctx.out, folder)
 
 
-def test_collect_tells_a_job_still_queued_from_one_gone_without_a_result(slurm_bin, tmp_path):
+def test_collect_tells_a_job_still_queued_from_one_gone_without_a_result(slurm_bin, tmp_path, capsys):
     """Audit 51 case 38: --collect after --no-wait said 'wait for their jobs' of a job that had been cancelled.
     It says what each job does (squeue, else scontrol); with every one gone it is the sweep's incomplete end
     (exit 3, the finished runs aggregated) with the command that resumes them."""
@@ -255,7 +259,14 @@ def test_collect_tells_a_job_still_queued_from_one_gone_without_a_result(slurm_b
         "python -m experiments.x --launcher slurm (it waits for the queued ones)"
     )
     fake(slurm_bin, "squeue", stderr="slurm_load_jobs error: Invalid job id specified", code=1)
+    capsys.readouterr()
     gone = unfinished_refusal(ctx, jobs)
+    said = capsys.readouterr().out.splitlines()
+    assert said[0] == "not finished: full seed 1 (job 5_0): left the queue without a result: unknown (neither " + (
+        "sacct (accounting off?) nor scontrol (past MinJobAge?) knows this job any more; an array task cancelled "
+        "before it started leaves no record)"
+    )
+    assert said[1].startswith("not finished: full seed 2 (job 5_1): left the queue without a result: CANCELLED")
     assert isinstance(gone, SweepIncomplete) and gone.unfinished == jobs and gone.exit_code == 3
     assert "full seed 2 (job 5_1): left the queue without a result: CANCELLED" in str(gone)
     assert str(gone).endswith("resume from their last checkpoints with: python -m experiments.x --launcher slurm")

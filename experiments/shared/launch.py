@@ -502,6 +502,8 @@ def unfinished_refusal(ctx: Context, todo: list[Job]) -> ToolkitError:
             commands.append(entry["command"])
     resume = " or ".join(dict.fromkeys(commands))
     if len(commands) == len(todo):
+        for part in parts:  # said as the waiting command says them: the frame aggregates the rest below
+            print(f"not finished: {part}")
         return SweepIncomplete(
             f"{len(todo)} run(s) have no result and their jobs are gone: {'; '.join(parts)}. The finished runs are "
             f"kept; the others resume from their last checkpoints with: {resume}",

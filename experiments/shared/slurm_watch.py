@@ -111,7 +111,11 @@ def ended(job_ids: list[str]) -> dict[str, Ended]:
     for j in job_ids:
         found.setdefault(
             j,
-            Ended("unknown", "neither sacct (accounting off?) nor scontrol (past MinJobAge?) knows this job any more"),
+            Ended(
+                "unknown",
+                "neither sacct (accounting off?) nor scontrol (past MinJobAge?) knows this job any more; "
+                "an array task cancelled before it started leaves no record",
+            ),
         )
     return found
 

@@ -175,7 +175,8 @@ def wait(
             (f"{sweep.gave_up}: " if sweep.gave_up else "")
             + f"{len(sweep.failed)} of {len(submitted)} job(s) did not finish their runs: "
             + "; ".join(sweep.failed)
-            + f". The {done} finished run(s) are kept; the others resume from their last checkpoints with: "
+            + (f". The {done} finished run(s) are kept; the others" if done else ". No run finished; they")
+            + " resume from their last checkpoints with: "
             + (resume or "the same command again"),
             sweep.unfinished,
         )
@@ -187,12 +188,14 @@ def _counts(pending: list, live: dict | None) -> str:
         return f"{len(pending)} waiting"
     ids = [sub.job_id for _, sub in pending if sub is not None]
     states = [live[j] for j in ids if j in live]
-    running = sum(1 for q in states if q.state != "PENDING")
+    running = sum(1 for q in states if q.state not in ("PENDING", "SUSPENDED"))
+    suspended = sum(1 for q in states if q.state == "SUSPENDED")
     why: dict[str, int] = {}
     for q in states:
         if q.state == "PENDING":
             why[q.reason] = why.get(q.reason, 0) + 1
     parts = [f"{running} running"] if running else []
+    parts += [f"{suspended} suspended"] if suspended else []
     parts += [f"{n} pending" + (f" ({r})" if r not in ("", "None") else "") for r, n in sorted(why.items())]
     if len(ids) > len(states):
         parts.append(f"{len(ids) - len(states)} leaving the queue")
