@@ -15,6 +15,7 @@ import pytest
 from experiments.shared import slurm_watch
 from experiments.shared.wait_jobs import SweepIncomplete, _counts, wait
 from interp.errors import ToolkitError
+from interp.signals import Terminated
 
 SQUEUE_ARRAY = "5_0|RUNNING|None\n5_2|PENDING|Resources\n"
 SCONTROL_5 = (
@@ -159,7 +160,10 @@ def test_results_are_read_while_squeue_fails_and_a_silent_slurm_ends_the_wait(sl
     assert "1 of 2 job(s) did not finish their runs: full seed 1 (job 5_1)" in str(e.value)
 
 
-def test_an_interrupted_wait_names_the_jobs_it_leaves_running_and_how_to_stop_them(slurm_bin, tmp_path, monkeypatch):
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, Terminated], ids=["ctrl-c", "sigterm"])
+def test_an_interrupted_wait_names_the_jobs_it_leaves_running_and_how_to_stop_them(
+    slurm_bin, tmp_path, monkeypatch, interrupt
+):
     """Audit 51 cases 6-7: Ctrl-C or SIGTERM left the jobs running, unnamed. They go on (not cancelled); the
     interrupt carries which squeue still lists and the scancel line (the frame prints it)."""
     from experiments.shared import wait_jobs
@@ -172,11 +176,11 @@ def test_an_interrupted_wait_names_the_jobs_it_leaves_running_and_how_to_stop_th
 
     def ctrl_c(seconds):  # the wait's own sleep between polls (2 s); subprocess's short ones go on
         if seconds >= 1:
-            raise KeyboardInterrupt
+            raise interrupt()
         real_sleep(seconds)
 
     monkeypatch.setattr(wait_jobs.time, "sleep", ctrl_c)
-    with pytest.raises(KeyboardInterrupt) as e:
+    with pytest.raises(interrupt) as e:
         wait(jobs, tmp_path, progress=False)
     left = e.value.jobs_left  # type: ignore[attr-defined]
     assert left.startswith("2 Slurm job(s) are still queued or running, not cancelled: 5_1 5_2;")
