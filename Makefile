@@ -43,7 +43,7 @@ TL4_TESTS ?= tests/test_bridge.py tests/test_uniformity.py tests/test_hooked.py 
 	tests/test_decompose.py tests/test_interop.py tests/test_plots.py tests/test_mixer_registry.py \
 	tests/test_model.py tests/test_probes.py \
 	tests/test_demo_main.py tests/test_demo_exploratory.py tests/test_demo_activation_patching.py \
-	tests/test_demo_attribution_patching.py tests/test_demo_head_detector.py
+	tests/test_demo_attribution_patching.py tests/test_demo_head_detector.py tests/test_demo_edges.py
 # The bridge modules type-checked against TL 4 too (pyproject.toml [tool.mypy]); a cache apart from .venv's.
 # Errors only in the two named files: the HookedTransformer modules they import are TL 3 code, checked by `make test`.
 test-tl4: $(STAMP4)

@@ -177,6 +177,16 @@ class ProcessedWeightsWarning(ToolkitWarning):
     """A probe read a TransformerLens model whose weight processing changed what it measures."""
 
 
+class UnembedBiasWarning(ToolkitWarning):
+    """A stack or residual direction dotted with W_U on a model whose logits also add b_U (fold_ln moved ln_final.b
+    there): apply_ln_to_stack, the logit lens, tokens_to_residual_directions leave b_U[token] out."""
+
+
+class ValueBiasWarning(ToolkitWarning):
+    """Weight processing moved b_V into b_O (fold_value_biases, refactor_factored_attn_matrices): hook_v / hook_z
+    lack it from then on, so reading them or zero-ablating a head there is not ResidualGPT's."""
+
+
 class UnfoldedLayerNormWarning(ToolkitWarning):
     """A TransformerLens method that reads a LayerNorm as its scale alone (apply_ln_to_stack and what calls it,
     tokens_to_residual_directions) on a model whose LayerNorm weights are not folded into the next weights."""

@@ -52,13 +52,14 @@ from transformer_lens.model_bridge import TransformerBridge
 from transformer_lens.model_bridge.sources import build_bridge_from_module
 
 from interp.checkpoint import SCHEMA, Checkpoint, load_checkpoint, refuse_non_finite_forward
-from interp.checks.api import check_config_unedited
+from interp.checks.api import check_config_unedited, missing_cache_key
 from interp.config import ModelConfig
 from interp.errors import (
     CheckpointError,
     ConfigError,
     LogitAttrsWarning,
     ToolkitError,
+    UntrainedTokenWarning,
     refuse_if_not_additive,
     state_dict_detail,
     warn_each_call,
@@ -77,6 +78,7 @@ from interp.tl.bridge_adapter import (  # registers the adapter
 )
 from interp.tl.major import refuse_past_context, tl_config_fields
 from interp.tl.saved import BRIDGE_SCHEMA, load_weights, read_saved, tokenizer_fields, write_saved
+from interp.tl.tokens import bos_warning, loss_targets, warn_at_user
 from interp.tokenizers import tokenizer_for
 
 stream_reads.install()  # TL's cache methods ask the bridge (_check_stream_read) at every call
@@ -103,6 +105,19 @@ def _lacks_error(cfg: ModelConfig, name: str) -> ToolkitError:
     )
 
 
+def _full_name(key: Any, n_layers: int) -> str | None:
+    """The hook name a cache key means, by TL's own rule (utilities.get_act_name; a negative layer counts from
+    the end, as ActivationCache does), or None where TL's rule does not apply to it."""
+    from transformer_lens.utilities import get_act_name
+
+    if isinstance(key, tuple) and len(key) > 1 and isinstance(key[1], int) and key[1] < 0:
+        key = (key[0], n_layers + key[1], *key[2:])
+    try:
+        return get_act_name(*key) if isinstance(key, tuple) else get_act_name(key)
+    except Exception:  # TL's own error for a malformed key comes from its __getitem__
+        return None
+
+
 class BridgeActivationCache(ActivationCache):
     """The ActivationCache of a ResidualBridge.
 
@@ -117,15 +132,16 @@ class BridgeActivationCache(ActivationCache):
     """
 
     def __getitem__(self, key: Any) -> Tensor:
+        if isinstance(key, str) and key in self.cache_dict:
+            return self.cache_dict[key]
+        name = _full_name(key, self.model.cfg.n_layers)  # TL's shorthand: cache["post", 0], cache["pattern", 1]
         cfg = cast("ResidualBridge", self.model).residual_gpt.cfg
-        if isinstance(key, str) and key not in self.cache_dict and _lacks(cfg, key):
-            raise _lacks_error(cfg, key)
-        if isinstance(key, tuple) and key and isinstance(key[0], str):
-            short = {"attn": "pattern", "scores": "attn_scores"}.get(key[0], key[0])
-            name = f"blocks.{{l}}.attn.hook_{short}"
-            if _lacks(cfg, name):
-                raise _lacks_error(cfg, f"{key[0]} ({name})")
-        return super().__getitem__(key)
+        if name is not None and name not in self.cache_dict and _lacks(cfg, name):
+            raise _lacks_error(cfg, name)
+        try:
+            return super().__getitem__(key)
+        except KeyError as e:  # a typo or a layer the model lacks: the closest names it holds (as the 3.x export)
+            raise missing_cache_key(e, self) from None
 
     def apply_slice_to_batch_dim(self, batch_slice: Any) -> ActivationCache:
         sliced = super().apply_slice_to_batch_dim(batch_slice)
@@ -265,10 +281,23 @@ class ResidualBridge(TransformerBridge):
     ) -> Tensor:
         """TL 4's to_tokens; past n_ctx with truncate=True (TL's default) one ConfigError naming truncate=False,
         where TL would keep the first n_ctx tokens without a word (as the 3.x export)."""
+        if (self.cfg.default_prepend_bos if prepend_bos is None else prepend_bos) and self.tokenizer is not None:
+            warn_at_user(bos_warning(self.tokenizer, self.residual_gpt.cfg.d_vocab), UntrainedTokenWarning)
         tokens = super().to_tokens(input, prepend_bos, padding_side, move_to_device, truncate=False)
         if truncate:
             refuse_past_context(tokens.shape[-1], self.residual_gpt.cfg.n_ctx, self.tokenizer)
+        if isinstance(tokens, torch.Tensor):  # its special ids are BOS (warned above) or padding: the embedding
+            tokens.from_to_tokens = True  # type: ignore[attr-defined]  # says nothing (bridge_adapter._EmbedBridge)
         return tokens
+
+    def loss_fn(
+        self, logits: Tensor, tokens: Tensor, attention_mask: Tensor | None = None, per_token: bool = False
+    ) -> Tensor:
+        """TL 4's loss; a right-padded batch's padding (the pad id has no logit) masked out as attention_mask
+        masks it in TL, so the loss is the mean over real targets (interp.tl.tokens.loss_targets)."""
+        pad = getattr(self.tokenizer, "pad_token_id", None)
+        tokens, attention_mask = loss_targets(tokens, attention_mask, logits.shape[-1], pad)
+        return super().loss_fn(logits, tokens, attention_mask, per_token=per_token)
 
     def generate(self, input: Any = "", *args: Any, **kwargs: Any) -> Any:
         """TL 4's generate; a list of prompts of unequal token lengths, or past n_ctx, runs one prompt at a time.
@@ -349,12 +378,14 @@ class ResidualBridge(TransformerBridge):
             warn_each_call(LOGIT_ATTRS_MESSAGE, LogitAttrsWarning)
             return
         stream_reads.warn_unfolded(self, method, args, _UNFOLDED_FIX)
+        stream_reads.warn_unembed_bias(self, method, args)
 
     def tokens_to_residual_directions(self, *args: Any, **kwargs: Any) -> Any:
         """TL 4's (W_U's columns); warns at each call: ln_final.w is not folded into W_U on the bridge."""
         with stream_reads.outermost() as first:
             if first:
                 stream_reads.warn_unfolded_directions(self, _UNFOLDED_FIX)
+                stream_reads.warn_unembed_bias_directions(self)
             return super().tokens_to_residual_directions(*args, **kwargs)
 
     def run_with_cache(self, *args: Any, **kwargs: Any) -> tuple[Any, Any]:

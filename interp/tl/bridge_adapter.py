@@ -24,9 +24,10 @@ from transformer_lens.model_bridge.generalized_components import (
 from transformer_lens.model_bridge.generalized_components.base import GeneralizedComponent
 
 from interp.config import ModelConfig
-from interp.errors import ConfigError, ToolkitError
+from interp.errors import ConfigError, ToolkitError, UntrainedTokenWarning
 from interp.model import ResidualGPT
 from interp.registry import mixer_spec
+from interp.tl.tokens import special_before_text, special_warning, warn_at_user
 
 ARCHITECTURE = "ResidualGPT"
 
@@ -59,7 +60,9 @@ def _adopt(component: GeneralizedComponent, module: nn.Module, names: tuple[str,
 class _EmbedBridge(EmbeddingBridge):
     """The token embedding; a tokenizer special (id >= d_vocab: <|endoftext|> as PAD / BOS) embeds as zeros.
 
-    As on the 3.x export, whose embedding has a zero row for it. ResidualGPT itself has no such row.
+    As on the 3.x export, whose embedding has a zero row for it. ResidualGPT itself has no such row. A special
+    id before the text warns UntrainedTokenWarning, as on the 3.x export; ids that to_tokens made are its BOS
+    (to_tokens warns for prepend_bos) or padding (trailing): no word.
     """
 
     def forward(self, input_ids: Tensor, *args: Any, **kwargs: Any) -> Tensor:
@@ -67,6 +70,9 @@ class _EmbedBridge(EmbeddingBridge):
         special = input_ids >= weight.shape[0]
         if not special.any():
             return super().forward(input_ids, *args, **kwargs)
+        made = getattr(input_ids, "from_to_tokens", False)
+        if not made and special_before_text(input_ids, weight.shape[0]):
+            warn_at_user(special_warning(weight.shape[0]), UntrainedTokenWarning)
         input_ids = self.hook_in(input_ids)
         out = F.embedding(input_ids.masked_fill(special, 0), weight).masked_fill(special[..., None], 0.0)
         return self.hook_out(out)

@@ -14,6 +14,9 @@ once, at the outermost call, which names the method the user called.
                 the next weights (the 3.x export's default; the TL 4 bridge cannot fold). Not so
                 accumulated_resid(apply_ln=True) up to the unembedding (TL 3.9 and 4 apply ln_final itself
                 there: recompute_ln) nor apply_ln_to_stack(recompute_ln=True)
+    b_U         a stack that reaches the unembedding, and tokens_to_residual_directions, leave out b_U: the logit
+                is the stack . W_U[:, t] + b_U[t]. fold_ln puts ln_final.b there (a bias=True model), so each
+                warns at every call where b_U is not zero (UnembedBiasWarning); logit_attrs says so itself
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import Any
 
 import torch
 
-from interp.errors import UnfoldedLayerNormWarning, warn_each_call
+from interp.errors import UnembedBiasWarning, UnfoldedLayerNormWarning, warn_each_call
 
 ADDITIVE_METHODS = ("decompose_resid", "get_full_resid_decomposition", "stack_head_results", "logit_attrs")
 LN_METHODS = (
@@ -147,4 +150,51 @@ def warn_unfolded_directions(model: Any, fix: str) -> None:
             "folded into W_U, so a stack from apply_ln_to_stack / accumulated_resid(apply_ln=True) dotted with "
             f"them is not the logit (difference); {fix}",
             UnfoldedLayerNormWarning,
+        )
+
+
+# --------------------------------------------------------------------------- b_U, which no stack holds
+
+_BIAS_FIX = (
+    "add tl.b_U[answer] - tl.b_U[wrong] to a logit difference (tl.b_U[tokens] to a logit), or use interp.decompose "
+    "(direct_logit_attribution, logit_lens), which includes it"
+)
+
+
+def unembed_bias(model: Any) -> torch.Tensor | None:
+    """The model's b_U where it is not zero (fold_ln moved ln_final.b there), else None."""
+    try:
+        b = model.b_U
+    except AttributeError:
+        return None
+    return b if isinstance(b, torch.Tensor) and bool(b.detach().ne(0).any()) else None
+
+
+def reaches_unembed(model: Any, method: str, args: dict[str, Any]) -> bool:
+    """Whether `method` with these arguments gives a stack scaled as the unembedding reads it."""
+    if method not in LN_METHODS or (method != "apply_ln_to_stack" and not args.get("apply_ln")):
+        return False
+    layer = args.get("layer")
+    return layer is None or layer == -1 or layer >= model.cfg.n_layers
+
+
+def warn_unembed_bias(model: Any, method: str, args: dict[str, Any]) -> None:
+    """UnembedBiasWarning at the user's call where a stack read at the unembedding will miss a nonzero b_U."""
+    if reaches_unembed(model, method, args) and unembed_bias(model) is not None:
+        warn_each_call(
+            f"ActivationCache.{method} gives the stream as the unembedding reads it, but this model's logits also "
+            "add b_U (not zero: fold_ln moved ln_final.b there), which no stack holds, so its dot product with W_U "
+            f"(tokens_to_residual_directions) misses b_U[token]; {_BIAS_FIX}",
+            UnembedBiasWarning,
+        )
+
+
+def warn_unembed_bias_directions(model: Any) -> None:
+    """UnembedBiasWarning for tokens_to_residual_directions where b_U is not zero."""
+    if unembed_bias(model) is not None:
+        warn_each_call(
+            "tokens_to_residual_directions gives W_U's columns, but this model's logits also add b_U (not zero: "
+            "fold_ln moved ln_final.b there), so a stack dotted with them is the logit (difference) less b_U[token] "
+            f"(less b_U[answer] - b_U[wrong]); {_BIAS_FIX}",
+            UnembedBiasWarning,
         )

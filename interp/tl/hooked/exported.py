@@ -6,7 +6,16 @@
     apply_ln_to_stack, tokens_to_residual_directions and every apply_ln=True
                     right only with the LayerNorm weights folded (fold_ln=True, the default): with
                     fold_ln=False they warn at each call (UnfoldedLayerNormWarning), on a cache built
-                    by hand too (interp.tl.stream_reads).
+                    by hand too (interp.tl.stream_reads). Where b_U is not zero (fold_ln puts a bias=True
+                    model's ln_final.b there) a stack dotted with W_U misses it: they warn at each call
+                    (UnembedBiasWarning) at the unembedding.
+    load_and_process_state_dict, process_weights_
+                    TL's defaults fold value biases (b_V into b_O), which the export leaves off: where a
+                    b_V is not zero, hook_v / hook_z then lack it and a zero-ablation there is not
+                    ResidualGPT's: ValueBiasWarning at each such call (to_hooked_transformer's opt-in too).
+    loss            on a right-padded batch (to_tokens of a list) the pad id has no logit: the padding is
+                    masked out of the loss as TL's attention_mask masks it (the mean over real targets).
+    tokens on the meta device: one ShapeError (TL's copy to the model's device would fail obscurely).
     prepend_bos     the model was trained without BOS and the char tokenizer's
                     <|endoftext|> row is zero, never trained: to_tokens (and so
                     generate, forward and run_with_cache on text) warns (UntrainedTokenWarning).
@@ -45,6 +54,7 @@ from interp.errors import (
     ConfigError,
     LogitAttrsWarning,
     UntrainedTokenWarning,
+    ValueBiasWarning,
     WeightsOnlyWarning,
     warn,
     warn_each_call,
@@ -54,6 +64,7 @@ from interp.registry import mixer_spec
 from interp.tl import stream_reads
 from interp.tl.hooked.rewire import hidden_routing_warning, routing_quiet
 from interp.tl.major import refuse_past_context
+from interp.tl.tokens import bos_warning, loss_targets, refuse_meta, warn_at_user
 
 stream_reads.install()  # TL's cache methods ask the export (_check_stream_read) at every call
 
@@ -176,6 +187,12 @@ class WeightsOnlyStateDict(OrderedDict):
 _QUIET_CALLERS = ("transformer_lens", "torch", "interp", "nnsight", "accelerate", "transformers", "copy")
 _GENERATE = inspect.signature(HookedTransformer.generate)
 _TO_TOKENS = inspect.signature(HookedTransformer.to_tokens)
+_PROCESS = inspect.signature(HookedTransformer.load_and_process_state_dict)
+
+
+def _moved_value_biases(state_dict: Any, n_layers: int) -> list[int]:
+    """The layers whose b_V in `state_dict` is not zero (read past a WeightsOnlyStateDict's word: dict.get)."""
+    return [layer for layer in range(n_layers) if _nonzero(dict.get(state_dict, f"blocks.{layer}.attn.b_V"))]
 
 
 class ExportedHookedTransformer(BoundaryHooks, HookedTransformer):
@@ -243,13 +260,54 @@ class ExportedHookedTransformer(BoundaryHooks, HookedTransformer):
                 )
             return
         stream_reads.warn_unfolded(self, method, args, _FOLD_FIX)
+        stream_reads.warn_unembed_bias(self, method, args)
 
     def tokens_to_residual_directions(self, *args: Any, **kwargs: Any) -> Any:
-        """TL's (W_U's columns); warns at each call where ln_final is not folded into W_U (fold_ln=False)."""
+        """TL's (W_U's columns); warns at each call where ln_final is not folded into W_U (fold_ln=False) or
+        where b_U is not zero (a bias=True model's ln_final.b, folded there)."""
         with stream_reads.outermost() as first:
             if first:
                 stream_reads.warn_unfolded_directions(self, _FOLD_FIX)
+                stream_reads.warn_unembed_bias_directions(self)
             return super().tokens_to_residual_directions(*args, **kwargs)
+
+    # ------------------------------------------------------------------ weight processing after the export
+
+    def load_and_process_state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        """TL's; where it moves a nonzero b_V into b_O (fold_value_biases, TL's default here and inside
+        process_weights_, or refactor_factored_attn_matrices) a ValueBiasWarning at each call."""
+        bound = _PROCESS.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        a = bound.arguments
+        moved = []
+        if a["fold_value_biases"] or a["refactor_factored_attn_matrices"]:
+            moved = _moved_value_biases(a["state_dict"], self.cfg.n_layers)
+        out = super().load_and_process_state_dict(*args, **kwargs)
+        if moved:
+            how = "fold_value_biases=True" if a["fold_value_biases"] else "refactor_factored_attn_matrices=True"
+            warn_each_call(
+                f"{how} (TransformerLens's default in load_and_process_state_dict and process_weights_) moved the "
+                f"value biases b_V of layer(s) {moved} into b_O, which the export leaves off: hook_v and hook_z "
+                "(cache['v', l], cache['z', l]) now lack b_V, so reading them or zero-ablating a head there "
+                "(v[:, :, h] = 0) is not ResidualGPT's (patching one run's values into another is unaffected); "
+                "pass fold_value_biases=False (process_weights_: load_and_process_state_dict(tl.state_dict(), "
+                "fold_value_biases=False)) to keep them",
+                ValueBiasWarning,
+            )
+        return out
+
+    # ------------------------------------------------------------------ the token boundary
+
+    def input_to_embed(self, input: Any, *args: Any, **kwargs: Any) -> Any:
+        refuse_meta(input)  # before TL's copy to the model's device, which cannot read a meta tensor
+        return super().input_to_embed(input, *args, **kwargs)
+
+    def loss_fn(self, logits: Any, tokens: Any, attention_mask: Any = None, per_token: bool = False) -> Any:
+        """TL's loss; a right-padded batch's padding (the pad id has no logit) masked out as attention_mask
+        masks it in TL, so the loss is the mean over real targets (interp.tl.tokens.loss_targets)."""
+        pad = getattr(self.tokenizer, "pad_token_id", None)
+        tokens, attention_mask = loss_targets(tokens, attention_mask, logits.shape[-1], pad)
+        return super().loss_fn(logits, tokens, attention_mask, per_token=per_token)
 
     def set_tokenizer(self, tokenizer: Any, *args: Any, **kwargs: Any) -> None:
         super().set_tokenizer(tokenizer, *args, **kwargs)
@@ -276,18 +334,7 @@ class ExportedHookedTransformer(BoundaryHooks, HookedTransformer):
 
     def _warn_bos(self, prepend_bos: bool | None) -> None:
         if (self.cfg.default_prepend_bos if prepend_bos is None else prepend_bos) and self.tokenizer is not None:
-            bos = self.tokenizer.bos_token_id
-            row = (
-                f"its embedding row (id {bos}) was never trained (zero)"
-                if bos is not None and bos >= self.cfg.d_vocab_out
-                else f"id {bos} never started a training sequence"
-            )
-            warn(
-                f"prepend_bos=True puts {self.tokenizer.bos_token!r} before the prompt, but this model was trained "
-                f"without BOS and {row}: every later position's logits shift. Leave prepend_bos off (the default)",
-                UntrainedTokenWarning,
-                stacklevel=3,
-            )
+            warn_at_user(bos_warning(self.tokenizer, self.cfg.d_vocab_out), UntrainedTokenWarning)
 
     # ------------------------------------------------------------------ generate past n_ctx
 

@@ -43,6 +43,7 @@ from interp.checks.api import check_ids
 from interp.config import ModelConfig
 from interp.errors import ConfigError, HiddenRoutingWarning, TokenIdError, UntrainedTokenWarning, warn
 from interp.registry import mixer_spec
+from interp.tl.tokens import special_before_text, special_warning, warn_at_user
 
 
 class _Slot:
@@ -217,18 +218,6 @@ class ContextCheckedPosEmbed(PosEmbed):
         return super().forward(tokens, past_kv_pos_offset, attention_mask)
 
 
-def _special_before_trained(tokens: Tensor, trained: int) -> bool:
-    """Whether a row holds an id >= trained (a special token) anywhere but in a run after its text: trailing
-    padding is harmless under a causal mask, a special token first or before the text is not."""
-    special = tokens >= trained
-    if not bool(special.any()):
-        return False
-    if bool(special[..., 0].any()):
-        return True
-    text_at_or_after = (~special).flip(-1).long().cummax(-1).values.flip(-1).bool()
-    return bool((special[..., :-1] & text_at_or_after[..., 1:]).any())
-
-
 class VocabCheckedEmbed(Embed):
     """TL's Embed at the export's token boundary (forward, run_with_cache, generate, patching all embed here).
 
@@ -250,14 +239,8 @@ class VocabCheckedEmbed(Embed):
             special = f"; ids {trained}..{limit - 1} are the tokenizer's special tokens" if limit > trained else ""
             raise TokenIdError(f"{e} (the model was trained on ids 0..{trained - 1}{special})") from None
         made = getattr(tokens, "from_to_tokens", False)
-        if limit > trained and not made and _special_before_trained(tokens, trained):
-            warn(
-                f"tokens hold id(s) >= {trained} before other tokens: the tokenizer's special token(s), whose "
-                f"embeddings are zero and were never trained (the model was trained on ids 0..{trained - 1}); "
-                "every later position's logits shift (padding after the text, as to_tokens pads, does not)",
-                UntrainedTokenWarning,
-                stacklevel=4,
-            )
+        if limit > trained and not made and special_before_text(tokens, trained):
+            warn_at_user(special_warning(trained), UntrainedTokenWarning)
         beyond = tokens >= rows
         if not bool(beyond.any()):
             return super().forward(tokens)

@@ -1,0 +1,110 @@
+"""The exports' token boundary, shared by both majors (the 3.x HookedTransformer and the TL 4 bridge).
+
+The char tokenizer's <|endoftext|> (BOS, EOS and PAD alike) has the id after the model's trained ones
+(d_vocab_out = 65 on TinyShakespeare): it embeds as zeros and has no logit. So
+
+    BOS         put before the text (prepend_bos=True, or by hand) shifts every later position's logits:
+                UntrainedTokenWarning (bos_warning, special_before_text)
+    padding     after the text is harmless under the causal mask, but TransformerLens's loss gathers a
+                log-prob at every target before it masks padding, and the pad id has no logit: loss_targets
+                masks trailing padding as lm_cross_entropy_loss's attention_mask does and gives the mean over
+                real targets (a special id left as a real target is one TokenIdError)
+    meta        tokens on the meta device hold no data: one ShapeError (refuse_meta) before TL's copy fails
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from typing import Any
+
+import torch
+from jaxtyping import Int
+from torch import Tensor
+
+from interp.errors import ShapeError, TokenIdError
+
+
+def special_before_text(tokens: Tensor, trained: int) -> bool:
+    """Whether a row holds an id >= trained (a special token) anywhere but in a run after its text: trailing
+    padding is harmless under a causal mask, a special token first or before the text is not."""
+    special = tokens >= trained
+    if not bool(special.any()):
+        return False
+    if bool(special[..., 0].any()):
+        return True
+    text_at_or_after = (~special).flip(-1).long().cummax(-1).values.flip(-1).bool()
+    return bool((special[..., :-1] & text_at_or_after[..., 1:]).any())
+
+
+def bos_warning(tokenizer: Any, trained: int) -> str:
+    """UntrainedTokenWarning's text for to_tokens(prepend_bos=True) on a model trained without BOS."""
+    bos = tokenizer.bos_token_id
+    row = (
+        f"its embedding row (id {bos}) was never trained (zero)"
+        if bos is not None and bos >= trained
+        else f"id {bos} never started a training sequence"
+    )
+    return (
+        f"prepend_bos=True puts {tokenizer.bos_token!r} before the prompt, but this model was trained without BOS "
+        f"and {row}: every later position's logits shift. Leave prepend_bos off (the default)"
+    )
+
+
+def special_warning(trained: int) -> str:
+    """UntrainedTokenWarning's text for tokens holding a special id before (or at the start of) the text."""
+    return (
+        f"tokens hold id(s) >= {trained} before other tokens: the tokenizer's special token(s), whose embeddings "
+        f"are zero and were never trained (the model was trained on ids 0..{trained - 1}); every later position's "
+        "logits shift (padding after the text, as to_tokens pads, does not)"
+    )
+
+
+def loss_targets(
+    tokens: Int[Tensor, "batch pos"], attention_mask: Tensor | None, n_logits: int, pad_id: int | None
+) -> tuple[Tensor, Tensor | None]:
+    """(tokens, attention_mask) for TransformerLens's lm_cross_entropy_loss where a target has no logit.
+
+    Trailing pad ids (right padding, to_tokens' default here) are masked out of the loss, as TL masks padding
+    through attention_mask, and replaced by id 0 only so that TL's gather stays in range (masked, they count
+    for nothing): the loss is the mean over real targets, loss_per_token 0 at padding. A special id that would
+    still be a target (inside the text) has no logit to score: one TokenIdError."""
+    special = tokens >= n_logits
+    if tokens.dim() != 2 or not bool(special[:, 1:].any()):
+        return tokens, attention_mask
+    if attention_mask is not None and attention_mask.dim() != 2:
+        attention_mask = None  # a 4-d mask: only the targets' own 2-d mask is ours to build
+    keep = torch.ones_like(tokens, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+    if pad_id is not None:
+        trailing = tokens.eq(pad_id).flip(-1).long().cumprod(-1).flip(-1).bool()
+        keep = keep & ~trailing.to(keep.device)
+    scored = special[:, 1:] & keep[:, 1:] & keep[:, :-1]
+    if bool(scored.any()):
+        row, pos = (int(i) for i in scored.nonzero()[0])
+        raise TokenIdError(
+            f"tokens: id {int(tokens[row, pos + 1])} at position {pos + 1} of row {row} is a loss target but a "
+            f"special token with no logit (the model predicts ids 0..{n_logits - 1}); only padding after the text "
+            "is left out of the loss: pass return_type='logits' and score the positions you mean"
+        )
+    return tokens.masked_fill(special, 0), keep.long()
+
+
+def refuse_meta(tokens: Any) -> None:
+    """Tokens on the meta device (shapes only, no data): one line where TL's copy to the model fails obscurely."""
+    if isinstance(tokens, Tensor) and tokens.device.type == "meta":
+        raise ShapeError(
+            f"tokens: on the meta device, which holds shapes but no data (shape {tuple(tokens.shape)}); build the "
+            "token ids on a real device (torch.tensor(ids), or model.to_tokens(text))"
+        )
+
+
+_LIBRARIES = ("interp", "transformer_lens", "torch", "functools", "contextlib", "transformers")
+
+
+def warn_at_user(message: str, category: type[Warning]) -> None:
+    """warnings.warn attributed to the first calling line outside the toolkit, TransformerLens and torch (a
+    bridge component warns from deep in TL 4's forward); Python's filters decide how often it shows."""
+    frame, level = sys._getframe(1), 2  # stacklevel 2: the caller of this function
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").split(".")[0] in _LIBRARIES:
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)
