@@ -94,6 +94,14 @@ def restore() -> None:
     _fired.clear()
 
 
+def _importing(frame) -> bool:
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _startup(signum, frame):
     code = 128 + int(signum)
     os.write(2, f"interrupted ({signal_name(code)}) while starting up; nothing was run\n".encode())
@@ -104,7 +112,12 @@ def guard_startup() -> None:
     """Under `python -m <a module of ours>`, a signal while modules still import (torch: most of a second,
     before a command's interrupts() is in place) ends the process with one line and its exit status
     instead of a traceback. Each package's __init__ calls it; elsewhere (a notebook, pytest, another
-    program's -m) it does nothing. interrupts() replaces it and hands back the handlers from before."""
+    program's -m) it does nothing. interrupts() replaces it and hands back the handlers from before; a package
+    first imported inside interrupts() (a command's lazy import) leaves its handler in place: left there, the
+    guard would end the process at once long after the import, past the command's cleanup (a child process
+    left running). interrupts()'s handler looks after imports itself."""
+    if _depth:
+        return
     argv = getattr(sys, "orig_argv", [])
     try:
         module = argv[argv.index("-m") + 1]
@@ -140,6 +153,10 @@ def interrupts():
             return
         _fired.append(signum)  # from here every signal lands above; setting SIG_IGN instead would make
         # CPython print "Signal 15 ignored due to race condition" for one already on its way
+        if _importing(frame):  # a C extension's initialisation (torch._C, numpy's) can swallow the exception
+            code = 128 + int(signum)  # raised there, and the command would go on as if no signal came
+            os.write(2, f"interrupted ({signal_name(code)}) while modules were importing\n".encode())
+            os._exit(code)
         raise KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
 
     try:
