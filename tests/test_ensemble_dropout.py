@@ -170,6 +170,37 @@ def test_gpu_groups_are_sized_by_free_memory_and_say_why(tmp_path, data, monkeyp
     )
 
 
+def test_a_lower_second_reading_of_free_memory_does_not_change_groups_already_made(tmp_path, data, monkeypatch):
+    """On a GPU the caching allocator keeps what one ensemble reserved, or another process takes memory: a later
+    reading comes out lower. Groups are sized once; every run of every group trains as grouped."""
+    from training.__main__ import main
+
+    reads = []
+
+    def free(trainer):
+        reads.append(1)
+        return 100 * 2**30 if len(reads) == 1 else 2**20  # plenty, then 1 MiB: fewer than one member fits
+
+    monkeypatch.setattr(grouping, "on_cuda", lambda trainer: True)
+    monkeypatch.setattr(grouping, "gpu_free_memory", free)
+    out = tmp_path / "drift"
+    argv = ["--preset", "smoke", "--seeds", "1,2,3,4", "--ensemble-size", "2", "--out", str(out), "--no-progress"]
+    assert main([*argv, "--set", "max_steps=4", "--set", "probes=false"]) == 0
+    finals = [json.loads((out / "smoke" / "full" / f"seed{s}" / "final.json").read_text()) for s in (1, 2, 3, 4)]
+    assert [f["ensemble"]["size"] for f in finals] == [2, 2, 2, 2] and len(reads) == 1
+
+
+def test_the_cuda_graphs_notice_is_said_once_however_many_models_compile(capsys, monkeypatch):
+    # an ensemble compiles each member's model and the stacked one: one line, not K + 1
+    from training import compile as compiling
+
+    monkeypatch.setattr(compiling, "_said", set())
+    models = _models(3)
+    for m in models:  # nn.Module.compile() compiles at the first forward: nothing is compiled here
+        compiling.maybe_compile(m, True, "reduce-overhead", torch.device("cpu"))
+    assert capsys.readouterr().err.count("CUDA graphs need a CUDA device") == 1
+
+
 def test_dtype_auto_is_recorded_as_what_runs_and_a_cpu_run_is_not_a_gpu_run(tmp_path, data):
     """paper-10m's dtype "auto" is bfloat16 on CUDA and float32 on a CPU; config.json holds the concrete one, so a
     CPU run is never reused as (or silently resumed by) a GPU run of the same command: the refusal names dtype."""
@@ -228,9 +259,12 @@ def _compiled_vs_eager(tmp_path: Path, mode: str) -> tuple[list[float], list[flo
 
 
 @pytest.mark.slow
-def test_compiled_step_matches_the_eager_step(tmp_path, data, capsys):
+def test_compiled_step_matches_the_eager_step(tmp_path, data, capsys, monkeypatch):
     """torch.compile's step on a CPU against the eager one, dropout on (each site's mask drawn eagerly, the
     same masks): within 1e-4 relative over 6 steps. Asking for CUDA graphs on a CPU says so in one line."""
+    from training import compile as compiling
+
+    monkeypatch.setattr(compiling, "_said", set())  # the notice is said once a process
     la, lb, final = _compiled_vs_eager(tmp_path, "reduce-overhead")
     assert "CUDA graphs need a CUDA device" in capsys.readouterr().err
     assert final["compile"] == "reduce-overhead"

@@ -28,6 +28,9 @@ def describe_compile(enabled: bool, mode: str, device: torch.device) -> str | bo
     return f"{mode} (CUDA graphs)" if uses_cuda_graphs(mode, device) else mode
 
 
+_said: set[str] = set()
+
+
 def maybe_compile(model: nn.Module, enabled: bool, mode: str = "default", device: torch.device | None = None):
     """Compile `model` in place when enabled; returns the same object either way.
 
@@ -38,10 +41,10 @@ def maybe_compile(model: nn.Module, enabled: bool, mode: str = "default", device
     if not enabled:
         return model
     if mode in GRAPH_MODES and device is not None and device.type != "cuda":
-        print(
-            f"compile_mode={mode}: CUDA graphs need a CUDA device; on {device.type} torch.compile runs without them",
-            file=sys.stderr,
-        )
+        notice = f"compile_mode={mode}: CUDA graphs need a CUDA device; on {device.type} torch.compile runs without"
+        if notice not in _said:  # an ensemble compiles K members and the stacked model: said once
+            _said.add(notice)
+            print(notice, file=sys.stderr)
     model.compile(mode=None if mode == "default" else mode)
     return model
 
