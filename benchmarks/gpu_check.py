@@ -17,8 +17,9 @@ Stages, each a child process with its own time budget, then one table (and OUT/g
     d      python -m experiments.routing_test --preset paper-10m --seeds 1337 --set dtype=bfloat16 --out OUT
            --no-identity, with what time is left (its four residual configs are stage c's seed-1337 runs)
 
-A stage past its budget is stopped with SIGTERM: a training command keeps its checkpoints, and the same
-command resumes it (finished runs are reused). OUT (default runs/gpu_check) is an experiment --out that
+A stage past its budget is stopped with SIGINT, as Ctrl-C stops it: pytest still reports the tests that ran, a
+training command keeps its checkpoints, and the same command resumes it (finished runs are reused). OUT (default
+runs/gpu_check) is an experiment --out that
 `python -m experiments.shared.ship OUT docs/results/data/residual_sweep-gpu_check --experiment residual_sweep`
 publishes (and `--experiment routing_test` the routing test), beside gpu_check.json and logs/.
 
@@ -38,6 +39,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import importlib.util
+import math
 import os
 import shlex
 import signal
@@ -60,7 +62,8 @@ WHEELS = (
 NEEDED = ("torch", "transformer_lens", "plotly", "pytest", "einops", "jaxtyping", "tiktoken", "scipy", "filelock")
 PAPER_SEEDS = ",".join(str(s) for s in range(1337, 1345))
 DEFAULT_BUDGET_S = 540.0  # 9 minutes of one H200, start to table
-CAPS = {"a": 100.0, "b": 110.0}  # c takes what is left (issue 49's target for it: 360 s), d what c leaves
+CAPS = {"a": 60.0, "b": 90.0}  # c takes what is left, d what c leaves
+# with a and b at their caps c still gets issue 49's 360 s target for Table 1: 540 - 60 - 90 - RESERVE_S - STOP_S
 ROUTING_MIN_S = 60.0  # d starts only with this much left
 RESERVE_S = 15.0  # kept for the table
 GRACE_S = 30.0  # after SIGTERM, before SIGKILL: a trainer writes its interrupt line and exits
@@ -199,8 +202,8 @@ def plan_stages(args, out: Path) -> list[StageRun]:
     ]
 
 
-def run_stage(stage: StageRun, env: dict[str, str], log: Path) -> None:
-    """The stage's command in its own session, stopped with SIGTERM at its budget (SIGKILL after GRACE_S)."""
+def run_stage(stage: StageRun, env: dict[str, str], log: Path, cwd: Path = REPO) -> None:
+    """The stage's command in its own session, stopped with SIGINT at its budget (SIGKILL after GRACE_S)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     stage.log = str(log)
     start = time.perf_counter()
@@ -208,7 +211,7 @@ def run_stage(stage: StageRun, env: dict[str, str], log: Path) -> None:
         handle.write(f"$ {shlex.join(stage.argv)}\n")
         handle.flush()
         proc = subprocess.Popen(
-            stage.argv, cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
+            stage.argv, cwd=cwd, env=env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
         )
         try:
             stage.rc = proc.wait(timeout=max(stage.budget_s, 1.0))
@@ -222,7 +225,9 @@ def run_stage(stage: StageRun, env: dict[str, str], log: Path) -> None:
 
 
 def _stop(proc: subprocess.Popen) -> int:
-    for sig, wait in ((signal.SIGTERM, GRACE_S), (signal.SIGKILL, 10.0)):
+    # SIGINT first: the trainers take it as they take SIGTERM (checkpoint, one line), and pytest ends its session
+    # on it, so the junit file of the tests that ran is still written (SIGTERM would lose every result)
+    for sig, wait in ((signal.SIGINT, GRACE_S), (signal.SIGKILL, 10.0)):
         try:
             os.killpg(proc.pid, sig)  # the child's own session: it and anything it started, nothing else
         except ProcessLookupError:
@@ -243,12 +248,18 @@ def _budgets(stage: StageRun, left: float) -> str:
         stage.budget_s = usable - STOP_S
     if stage.key == "d" and usable < ROUTING_MIN_S:
         return f"{usable:.0f} s left, it needs {ROUTING_MIN_S:.0f} s to start"
-    return "" if stage.budget_s >= 10 else f"{usable:.0f} s left"
+    return "" if stage.budget_s >= 10 else f"a budget of {max(stage.budget_s, 0):.0f} s left, under 10 s"
 
 
 def check_cuda(dry_run: bool) -> str:
     """The device in words; without CUDA and without --dry-run, one GpuCheckError line."""
-    import torch
+    try:
+        import torch
+    except ModuleNotFoundError:
+        raise GpuCheckError(
+            f"torch is not installed for {sys.executable}: the GPU machine has it; here `make setup` makes .venv, "
+            "which make gpu-check then uses"
+        ) from None
 
     if dry_run:
         return f"dry run on this CPU ({os.cpu_count()} cores), torch {torch.__version__}"
@@ -264,8 +275,8 @@ def check_cuda(dry_run: bool) -> str:
 def _check_options(args) -> None:
     if not args.stages or set(args.stages) - set("abcd") or len(set(args.stages)) != len(args.stages):
         raise GpuCheckError(f"--stages {args.stages!r}: give some of a, b, c, d, each once (e.g. abcd)")
-    if args.budget_s is not None and args.budget_s <= RESERVE_S:
-        raise GpuCheckError(f"--budget-s must be more than {RESERVE_S:.0f} (seconds kept for the table)")
+    if args.budget_s is not None and not (math.isfinite(args.budget_s) and args.budget_s > RESERVE_S):
+        raise GpuCheckError(f"--budget-s must be a number of seconds above {RESERVE_S:.0f} (kept for the table)")
     if args.seeds is not None:
         from experiments.shared.options import parse_seeds
 
@@ -275,7 +286,7 @@ def _check_options(args) -> None:
 def gpu_check(args) -> int:
     """Every stage in turn, within the budget; the table printed and written. 0 when every stage that ran
     finished with status 0 (a stage its budget stopped is not a failure: it resumes), else 1."""
-    from benchmarks.gpu_rows import gpu_check_table, stage_rows, write_summary
+    from benchmarks.gpu_rows import gpu_check_table, run_dirs, stage_rows, write_summary
 
     start = time.perf_counter()
     _check_options(args)
@@ -300,6 +311,8 @@ def gpu_check(args) -> int:
             continue
         if stage.key == "b":  # the benchmark skips what its own budget cannot fit, and reports the rest
             stage.argv += ["--budget-s", f"{max(stage.budget_s - 25, 10):.0f}"]
+        if stage.key == "c":  # Table 1's wall-time target is judged only when this command trained every run
+            stage.extra["runs_before"] = len(run_dirs(out))
         print(f"stage {stage.key} ({stage.title}, at most {stage.budget_s:.0f} s): {shlex.join(stage.argv[2:])}")
         run_stage(stage, env, out / "logs" / f"stage-{stage.key}.log")
     rows = stage_rows(stages, out, dry_run=args.dry_run)

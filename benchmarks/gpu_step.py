@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import statistics
 import sys
@@ -315,12 +316,11 @@ def _mode_names(text: str | None, device_type: str) -> list[StepMode]:
 
 def _timing(args, device_type: str) -> dict[str, int]:
     cuda = device_type == "cuda"
-    timing = {
-        "steps": args.steps or (20 if cuda else 2),
-        "rounds": args.rounds or (5 if cuda else 2),
-        "warmup": args.warmup or (5 if cuda else 1),
-    }
-    if min(timing.values()) < 1 or (args.ensemble is not None and args.ensemble < 0) or args.budget_s <= 0:
+    given = {"steps": args.steps, "rounds": args.rounds, "warmup": args.warmup}
+    defaults = {"steps": 20 if cuda else 2, "rounds": 5 if cuda else 2, "warmup": 5 if cuda else 1}
+    timing = {k: defaults[k] if v is None else v for k, v in given.items()}  # a given 0 is refused, not defaulted
+    budget_ok = math.isfinite(args.budget_s) and args.budget_s > 0
+    if min(timing.values()) < 1 or (args.ensemble is not None and args.ensemble < 0) or not budget_ok:
         raise GpuStepError("--steps, --rounds, --warmup and --budget-s must be positive, --ensemble >= 0")
     return timing
 
