@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 import zipfile
@@ -179,3 +180,23 @@ def test_the_data_folder_is_looked_for_before_anything_runs(tmp_path, monkeypatc
     monkeypatch.setattr(gpu_check, "REPO", tmp_path)  # no .gpu-data, no ../shared/data there
     with pytest.raises(gpu_check.GpuCheckError, match="no TinyShakespeare .*copy ../shared/data/tinyshakespeare"):
         gpu_check.find_data_dir(None)
+
+
+def test_a_sigterm_during_a_stage_stops_the_stage_then_ends(tmp_path, data):
+    # --seeds makes the command import experiments lazily, inside its signal handling: the stage's child (its
+    # own session) must still be stopped, not left training after the command has ended (audit 49b case 8)
+    out = tmp_path / "term"
+    seeds = ",".join(str(s) for s in range(1, 41))
+    argv = [sys.executable, "-m", "benchmarks.gpu_check", "--dry-run", "--stages", "c", "--seeds", seeds]
+    proc = subprocess.Popen([*argv, "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = out / "logs" / "stage-c.log"
+    start = time.perf_counter()
+    while "ensembles of" not in (log.read_text() if log.exists() else ""):  # the sweep is training
+        assert proc.poll() is None and time.perf_counter() - start < 120, proc.communicate()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=90)
+    assert proc.returncode == 143 and err.strip().splitlines()[-1].startswith("interrupted (SIGTERM)"), err
+    time.sleep(1)
+    alive = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout.split()
+    assert not alive and "results:" not in log.read_text()  # the stage ended with the command
