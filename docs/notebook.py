@@ -188,7 +188,8 @@ survival_figure(results)
 #   writes an attention figure that opens offline.
 # - `transformer_lens.patching` helpers run on ResidualGPT itself; nnsight traces it (read and edit
 #   `blocks.0.attn.hook_pattern`, `hook_z`, `hook_resid_*`; `pip install -e '.[interop]'`).
-#   circuitsvis views (`interp.interop.circuitsvis_patterns`) load their JavaScript from the web; the
+#   circuitsvis views open offline through `interp.interop.circuitsvis_patterns` (or `offline_html(view)`
+#   around circuitsvis's own functions), which inline circuitsvis's script (about 1.3 MB a view); the
 #   toolkit's own figures embed plotly and stay offline.
 # - With a removed residual path the stream is not the sum of its parts, so TransformerLens's
 #   `decompose_resid`, `get_full_resid_decomposition`, `stack_head_results` and `logit_attrs` are

@@ -14,7 +14,8 @@ from html.parser import HTMLParser
 REMOTE = r"""(?:https?:)?//[^\s"'()<>]+"""
 URL_ATTRIBUTES = {"src", "href", "data", "srcset", "poster", "action", "formaction", "background", "xlink:href"}
 CSS_URL = re.compile(rf"""url\(\s*["']?({REMOTE})|@import\s+["']({REMOTE})""", re.IGNORECASE)
-JS_IMPORT = re.compile(rf"""\bimport\s*\(?\s*["']({REMOTE})["']""")
+# import "url", import("url"), and a static import's `from "url"` (import { render } from "https://...")
+JS_IMPORT = re.compile(rf"""(?:\bimport\s*\(?|\bfrom)\s*["']({REMOTE})["']""")
 IS_REMOTE = re.compile(rf"^\s*{REMOTE}", re.IGNORECASE)
 
 

@@ -203,12 +203,20 @@ def test_nnsight_reads_and_edits_hook_points(residual):
 def test_circuitsvis_on_a_cached_pattern():
     pytest.importorskip("circuitsvis")
     from interp.interop import circuitsvis_patterns as attention_patterns
+    from interp.interop import offline_html
 
     model = make_model("random")
     text = "ROMEO:\nO me"
     _, cache = model.run_with_cache(torch.tensor([[CHARS.index(c) for c in text]]))
     html = attention_patterns(cache, 1, list(text))
-    assert "AttentionPatterns" in html.local_src and "unpkg.com" not in html.local_src  # inline: offline
-    assert "unpkg.com" in str(html)  # the default HTML loads its script from the web, as documented
+    from offline import external_references
+
+    for form in (html.local_src, str(html), html.show_code(), html._repr_html_()):  # every form: offline
+        assert "AttentionPatterns" in form and not external_references(form)
+    from circuitsvis.attention import attention_patterns as raw
+
+    plain = raw(tokens=list(text), attention=cache["pattern", 1][0])
+    assert external_references(str(plain))  # circuitsvis's own str() fetches its script: what offline_html fixes
+    assert not external_references(str(offline_html(plain)))
     with pytest.raises(interp.ConfigError, match="positions"):
         attention_patterns(cache, 1, list(text[:-1]))
