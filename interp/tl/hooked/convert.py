@@ -187,11 +187,15 @@ def to_hooked_transformer(
     attn_out / mlp_out centred, ln*.hook_normalized without the LayerNorm's weight); fold_ln=False,
     center_writing_weights=False, center_unembed=False gives ResidualGPT's values at every hook.
     fold_value_biases (from_pretrained's too) stays off: it moves b_V into b_O, so ablating a head's
-    hook_v / hook_z (the Main Demo's v[:, :, h] = 0) would keep its value bias here and not on ResidualGPT.
+    hook_v / hook_z (the Main Demo's v[:, :, h] = 0) would keep its value bias here and not on ResidualGPT;
+    where a b_V is not zero, turning it on (here, or TL's process_weights_ / load_and_process_state_dict,
+    whose default it is) warns at each call (ValueBiasWarning).
 
     With fold_ln=False, apply_ln_to_stack, tokens_to_residual_directions, every apply_ln=True and logit_attrs
     warn at each call (UnfoldedLayerNormWarning / LogitAttrsWarning); interp.decompose applies the weights
-    itself and is exact either way. logit_attrs also leaves out b_U (where fold_ln puts ln_final.b) and says so.
+    itself and is exact either way. logit_attrs also leaves out b_U (where fold_ln puts ln_final.b) and says so;
+    so does every stack dotted with W_U, and where b_U is not zero (a bias=True model) apply_ln_to_stack and
+    apply_ln=True at the unembedding and tokens_to_residual_directions warn at each call (UnembedBiasWarning).
 
     For residual != 'full' the model is a NonAdditiveHookedTransformer (interp.tl.hooked.caches): TL's
     decompose_resid, get_full_resid_decomposition, stack_head_results and logit_attrs warn at every call
