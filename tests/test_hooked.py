@@ -14,7 +14,7 @@ from majors import export, tl3_only
 
 import interp
 from interp import CheckpointError, ConfigError, ModelConfig, ResidualGPT, save_checkpoint
-from interp.errors import TokenIdError
+from interp.errors import TokenIdError, UnembedBiasWarning
 from interp.gpt2 import gpt2_files
 
 TOL = 1e-5
@@ -249,9 +249,11 @@ def test_default_processing_is_from_pretrained_and_exact(residual, routing):
     assert max_diff(ours.log_softmax(-1), theirs.log_softmax(-1)) < TOL
     shift = ours - theirs
     assert max_diff(shift, shift[..., :1].expand_as(shift)) < TOL  # center_unembed: one constant per position
-    # TL's recipe (apply_ln_to_stack . W_U + b_U) gives the logit differences
+    # TL's recipe (apply_ln_to_stack . W_U + b_U) gives the logit differences; without b_U (nonzero: fold_ln
+    # moved ln_final.b there) it would not, which the call says
     final = cache["resid_post", -1]
-    scaled = cache.apply_ln_to_stack(final, layer=-1)
+    with pytest.warns(UnembedBiasWarning, match="b_U"):
+        scaled = cache.apply_ln_to_stack(final, layer=-1)
     rebuilt = scaled @ tl.W_U + tl.b_U
     assert max_diff(rebuilt - rebuilt[..., :1], theirs - theirs[..., :1]) < 1e-4
     # every stream read is a LayerNorm: the centred stream differs from ResidualGPT's by its mean only
