@@ -37,6 +37,7 @@ PYTHONPATH. Without CUDA (and without --dry-run) the command says so in one line
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.metadata
 import importlib.util
 import math
@@ -98,7 +99,13 @@ def gpu_check_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dry-run", action="store_true", help="tiny shapes on this CPU, a few steps: the same stages")
     p.add_argument("--out", default="runs/gpu_check", help="the folder it writes (default runs/gpu_check)")
-    p.add_argument("--budget-s", type=float, default=None, help=f"seconds in all (default {DEFAULT_BUDGET_S:.0f})")
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help=f"seconds in all (default {DEFAULT_BUDGET_S:.0f}, with --dry-run 120): stage a at most "
+        f"{CAPS['a']:.0f} s, b {CAPS['b']:.0f} s, c what is left, d only with {ROUTING_MIN_S:.0f} s left after c",
+    )
     p.add_argument("--stages", default="abcd", help="which of the stages a, b, c, d run (default abcd)")
     p.add_argument("--seeds", default=None, help=f"stage c's seeds (default {PAPER_SEEDS})")
     p.add_argument("--wheels", default=".gpu-wheels", help="the folder of wheels (default .gpu-wheels)")
@@ -211,7 +218,13 @@ def run_stage(stage: StageRun, env: dict[str, str], log: Path, cwd: Path = REPO)
         handle.write(f"$ {shlex.join(stage.argv)}\n")
         handle.flush()
         proc = subprocess.Popen(
-            stage.argv, cwd=cwd, env=env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
+            stage.argv,
+            cwd=cwd,
+            env=env,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_stop_with_parent,
         )
         try:
             stage.rc = proc.wait(timeout=max(stage.budget_s, 1.0))
@@ -222,6 +235,15 @@ def run_stage(stage: StageRun, env: dict[str, str], log: Path, cwd: Path = REPO)
             _stop(proc)
             raise
     stage.seconds = time.perf_counter() - start
+
+
+def _stop_with_parent() -> None:
+    """In the stage's child: SIGINT when this command dies, even by SIGKILL (Linux), so no stage trains on
+    unseen, holding its runs' locks against the rerun."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGINT)  # PR_SET_PDEATHSIG
 
 
 def _stop(proc: subprocess.Popen) -> int:
@@ -286,14 +308,45 @@ def _check_options(args) -> None:
 def gpu_check(args) -> int:
     """Every stage in turn, within the budget; the table printed and written. 0 when every stage that ran
     finished with status 0 (a stage its budget stopped is not a failure: it resumes), else 1."""
-    from benchmarks.gpu_rows import gpu_check_table, run_dirs, stage_rows, write_summary
-
     start = time.perf_counter()
     _check_options(args)
     device = check_cuda(args.dry_run)
     budget = args.budget_s or (120.0 if args.dry_run else DEFAULT_BUDGET_S)
     data = find_data_dir(args.data_dir)
     out = Path(args.out).resolve()
+    with _holding(out):
+        return _gpu_check(args, start, device, budget, data, out)
+
+
+@contextlib.contextmanager
+def _holding(out: Path):
+    """OUT for this command alone: a second check into it would time beside the first and read its files."""
+    from filelock import FileLock, Timeout
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise GpuCheckError(f"--out {out}: cannot make the folder ({e.strerror or e})") from None
+    holder = out / ".gpu_check.holder"
+    lock = FileLock(out / ".gpu_check.lock", timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        who = holder.read_text().strip() if holder.is_file() else "another process"
+        raise GpuCheckError(
+            f"--out {out} is in use by another gpu check ({who}); wait for it or give another --out"
+        ) from None
+    try:
+        holder.write_text(f"pid {os.getpid()}\n")
+        yield
+    finally:
+        holder.unlink(missing_ok=True)
+        lock.release()
+
+
+def _gpu_check(args, start: float, device: str, budget: float, data: Path, out: Path) -> int:
+    from benchmarks.gpu_rows import gpu_check_table, run_dirs, stage_rows, write_summary
+
     site = out / "site"
     setup = install_wheels(Path(args.wheels).resolve(), site)
     env = {**os.environ, "RESIDUAL_DATA_DIR": str(data), "PYTHONUNBUFFERED": "1"}

@@ -163,9 +163,10 @@ def _finished_runs(out: Path) -> tuple[int, int]:
 
 def table1_rows(stage, out: Path, dry_run: bool) -> list[dict[str, str]]:
     results, why = _sweep_results(stage, out, "residual_sweep")
-    done, stacked = _finished_runs(out)
+    done, _ = _finished_runs(out)
     if results is None:
-        return [_row("c", "Table 1", f"no results ({why}); {done} runs finished, the same command resumes the rest")]
+        resumes = f"{done} runs finished, the same command resumes the rest; see {stage.log}"
+        return [_row("c", "Table 1", f"no results ({why}); {resumes}")]
     h200 = h200_results()
     shipped = h200_finals(h200) if h200 and h200["preset"] == results["preset"] else None
     here = h200_finals(results)
@@ -183,7 +184,8 @@ def table1_rows(stage, out: Path, dry_run: bool) -> list[dict[str, str]]:
         elif not shipped:
             against.append(f"H200 logs are paper-10m; not compared at {results['preset']}")
         f = c["final_val_loss"]
-        result = f"{f['mean']:.3f} +/- {f['std']:.3f} ({f['n']} seeds), {c['classification']}"
+        spread = f" +/- {f['std']:.3f} ({f['n']} seeds)" if f["n"] > 1 else " (1 seed: no spread)"
+        result = f"{f['mean']:.3f}{spread}, {c['classification']}"
         rows.append(_row("c", name, result, "; ".join(against)))
     n, before = len(results["runs"]), stage.extra.get("runs_before")
     if dry_run or n != 32:
@@ -192,6 +194,8 @@ def table1_rows(stage, out: Path, dry_run: bool) -> list[dict[str, str]]:
         target = f"not judged: {before if before is not None else 'an unknown number'} of the runs were there before"
     else:
         target = f"32 runs <= {TABLE1_TARGET_S:.0f} s: " + ("met" if stage.seconds <= TABLE1_TARGET_S else "not met")
+    finals = [out / results["preset"] / r["run_dir"] / "final.json" for r in results["runs"]]
+    stacked = sum(1 for p in finals if p.is_file() and json.loads(p.read_text()).get("ensemble"))  # these runs only
     wall = f"{n} runs ({stacked} trained in ensembles) in {stage.seconds:.0f} s, the command start to end"
     return [*rows, _row("c", "wall time", wall, target)]
 

@@ -17,8 +17,10 @@ and each model's figure is the median round. Modes (--modes):
     fp32 / fp32-compiled   float32 with deterministic off, eager or compiled (the CPU's modes)
 
 and first, with --ensemble K, K members of the shape as one stacked step (training.stacked: StackedGPT and
-StackedAdamW, per-member clipping vectorised, dropout masks from torch's generator as a StackedGPT used by hand
-draws them, not each member's stream as the trainer does), bf16 on CUDA. MFU is the estimated training FLOPs
+StackedAdamW, per-member clipping vectorised), bf16 on CUDA. ResidualGPT and each member draw their dropout masks
+from a run's own stream (interp.dropout), moved on every step, as the trainer's step does: the step timed is the
+one training runs (with torch.compile each dropout site is a graph break), not a faster one it never runs; the
+reference draws from torch's generator, as nanoGPT does. MFU is the estimated training FLOPs
 (training.flops.flops_per_token) over the large-matmul peak of the mode's precision measured in this run, and,
 on CUDA, over the measured bf16 peak for every row: issue 49's yardstick (targets: a paper-10m solo step <= 5
 ms; an 8-member ensemble >= 40% of the bf16 peak). A mode past --budget-s is skipped and named, never guessed.
@@ -152,12 +154,15 @@ def _build(kind: str, spec, device, mode: StepMode, backend: str):
     import torch
 
     from benchmarks.reference import RefGPT
+    from interp.dropout import DropoutStream
     from interp.model import ResidualGPT
     from training.optimizer import make_optimizer
 
     torch.manual_seed(0)
     model = RefGPT(spec.model) if kind == "reference" else ResidualGPT(spec.model.replace(residual=kind))
     model = model.to(device).train()
+    if kind != "reference":
+        model.set_dropout_stream(DropoutStream(0))
     opt = make_optimizer(model, spec.train, device)
     call = model
     if mode.compile_mode:
@@ -170,12 +175,20 @@ def _solo_step(entry, batch, autocast, clip: float) -> None:
     import torch
 
     model, call, opt = entry
+    _advance([getattr(model, "dropout_stream", None)])
     with autocast:
         _, loss = call(*batch)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
     opt.step()
     opt.zero_grad(set_to_none=True)
+
+
+def _advance(streams) -> None:
+    """Each dropout stream to its next micro-step, as the trainer moves it (the reference has none)."""
+    for stream in streams:
+        if stream is not None:
+            stream.at(stream.counter + 1)
 
 
 def _rounds(steppers: dict[str, Any], batches, device, steps: int, rounds: int, warmup: int) -> dict[str, Any]:
@@ -237,6 +250,7 @@ def time_mode(mode: StepMode, spec, device, batches, timing: dict[str, int], bac
 def _stacked_step(stacked, opt, lr, wd, batch, autocast, clip: float) -> None:
     import torch
 
+    _advance(slot.stream for slot in stacked._slots)
     with autocast:
         losses = stacked(*batch)
     losses.sum().backward()
@@ -255,12 +269,16 @@ def _stacked(cfg, k: int, device):
     """A StackedGPT of k members of cfg, or the reason today's stacked step refuses it."""
     import torch
 
+    from interp.dropout import DropoutStream
     from interp.model import ResidualGPT
     from training.stacked import StackedGPT
 
     torch.manual_seed(0)
+    members = [ResidualGPT(cfg) for _ in range(k)]
+    for seed, m in enumerate(members):
+        m.set_dropout_stream(DropoutStream(seed))
     try:
-        return StackedGPT([ResidualGPT(cfg) for _ in range(k)]).to(device).train(), None
+        return StackedGPT(members).to(device).train(), None
     except ToolkitError as e:
         return None, one_line(e)
 

@@ -294,3 +294,32 @@ def test_trainer_draws_dropout_from_the_run_stream(tmp_path, data):
     assert isinstance(t, Trainer)
     t.run()
     assert t.model.dropout_stream is not None and t.model.dropout_stream.seed == 5
+
+
+def test_a_gpu_where_no_member_fits_says_so_and_trains_alone(tmp_path, data, monkeypatch):
+    t = member(tmp_path, dict(seed=1), preset="paper-10m")
+    monkeypatch.setattr(grouping, "on_cuda", lambda trainer: True)
+    monkeypatch.setattr(grouping, "gpu_free_memory", lambda trainer: grouping.member_bytes(t) // 2)
+    k, why = sizing(t, 8)
+    assert k == 1 and "none fits" in why and "may run out of GPU memory" in why
+
+
+def test_deterministic_false_runs_as_recorded_in_a_process_that_had_it_on(tmp_path, data):
+    # a notebook (or an earlier run) with deterministic algorithms on: a deterministic=false run must run so
+    seen = []
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        t = member(tmp_path, dict(seed=1, max_steps=2, deterministic=False))
+        t.callbacks.append(
+            type(
+                "Seen",
+                (),
+                {"on_step_begin": lambda self, tr, step: seen.append(torch.are_deterministic_algorithms_enabled())},
+            )()
+        )
+        final = t.run()
+        assert final["deterministic"] is False and seen and not any(seen)
+        assert torch.are_deterministic_algorithms_enabled()  # the process's own setting comes back
+    finally:
+        torch.use_deterministic_algorithms(before)

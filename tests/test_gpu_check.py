@@ -200,3 +200,75 @@ def test_a_sigterm_during_a_stage_stops_the_stage_then_ends(tmp_path, data):
     time.sleep(1)
     alive = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout.split()
     assert not alive and "results:" not in log.read_text()  # the stage ended with the command
+
+
+def test_the_step_benchmark_times_the_step_training_runs_with_each_runs_dropout_stream(monkeypatch, capsys):
+    # the trainer's forward draws every dropout mask from the run's stream (a graph break per site when
+    # compiled); a benchmark without it would time a faster step than any run takes (audit 49c case 50)
+    from benchmarks import gpu_step
+    from interp.dropout import DropoutStream
+
+    drawn: list[tuple[int, int, int]] = []
+    keep = DropoutStream.keep
+
+    def recording(self, site, shape, p, device):
+        drawn.append((self.seed, self.counter, site))
+        return keep(self, site, shape, p, device)
+
+    monkeypatch.setattr(DropoutStream, "keep", recording)
+    argv = ["--device", "cpu", "--shape", "smoke", "--set", "dropout=0.2", "--modes", "fp32", "--ensemble", "2"]
+    assert gpu_step.main([*argv, "--steps", "2", "--rounds", "1", "--warmup", "1"]) == 0
+    assert "ensemble of 2" in capsys.readouterr().out
+    seeds = {s for s, _, _ in drawn}
+    counters = {c for _, c, _ in drawn}
+    assert seeds == {0, 1} and len(counters) >= 3  # both members' streams, moved on at every step
+
+
+def test_an_out_that_cannot_be_a_folder_or_is_in_use_is_one_line(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert gpu_check.main(["--dry-run", "--out", str(afile)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --out ") and "cannot make the folder" in err and err.count("\n") == 1, err
+    from filelock import FileLock
+
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / ".gpu_check.holder").write_text("pid 4242\n")
+    with FileLock(busy / ".gpu_check.lock"):  # another gpu check into the same folder
+        assert gpu_check.main(["--dry-run", "--out", str(busy)]) == 2
+    err = capsys.readouterr().err
+    assert "in use by another gpu check (pid 4242)" in err and err.count("\n") == 1, err
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_stage_ends_when_the_command_is_killed_outright(tmp_path):
+    # SIGKILL of gpu_check (an OOM killer, a lost ssh with kill -9): its stage must not train on unseen
+    child_pid = tmp_path / "child.pid"
+    (tmp_path / "child.py").write_text(
+        f"import os, time\nopen({str(child_pid)!r}, 'w').write(str(os.getpid()))\ntime.sleep(120)\n"
+    )
+    code = (
+        "import sys; from pathlib import Path; from benchmarks import gpu_check as g\n"
+        f"s = g.StageRun('x', 'sleeps', [sys.executable, {str(tmp_path / 'child.py')!r}], 100.0)\n"
+        f"g.run_stage(s, {{}}, Path({str(tmp_path / 'x.log')!r}))\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code])
+    start = time.perf_counter()
+    while not child_pid.exists() or not child_pid.read_text():
+        assert time.perf_counter() - start < 60
+        time.sleep(0.1)
+    parent.kill()
+    parent.wait()
+    pid = int(child_pid.read_text())
+    while time.perf_counter() - start < 60:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        with open(f"/proc/{pid}/status") as status:  # a zombie has ended too
+            if "State:\tZ" in status.read():
+                break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the stage's child outlived the killed command")

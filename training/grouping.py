@@ -118,7 +118,12 @@ def sizing(trainer: Trainer, cap: int) -> tuple[int, str]:
     if on_cuda(trainer):
         each = member_bytes(trainer)
         free = gpu_free_memory(trainer)
-        fits = max(1, int(GPU_SHARE * free) // max(each, 1))
+        fits = int(GPU_SHARE * free) // max(each, 1)
+        if fits < 1:  # each trains alone, and even that may not fit: said, not hidden behind "1 fit"
+            return 1, (
+                f"GPU: {gib(free)} free, about {gib(each)} a member: none fits in {GPU_SHARE:.0%} of it; each "
+                "trains alone, and may run out of GPU memory"
+            )
         k = min(cap, fits)
         why = f"GPU: {gib(free)} free, about {gib(each)} a member: {fits} fit in {GPU_SHARE:.0%} of it" + (
             f", --ensemble-size caps at {cap}" if cap < fits else ""

@@ -83,7 +83,9 @@ def apply_settings(cfg: TrainConfig, device: torch.device) -> None:
     if cfg.deterministic:
         if device.type == "cuda":
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True)
+    # both ways: a process that already has them on (a notebook, an earlier run) must not run a
+    # deterministic=false run deterministically while final.json says otherwise
+    torch.use_deterministic_algorithms(cfg.deterministic)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = cfg.tf32
 
