@@ -88,11 +88,15 @@ start() {
   install
   if alive "$DIR"/slurmctld.pid; then say "already running (stop it first)"; exit 1; fi
   configure
-  munged --force --key-file="$DIR"/munge/munge.key --socket="$DIR"/munge/munge.socket \
-    --pid-file="$DIR"/munged.pid --log-file="$DIR"/log/munged.log --seed-file="$DIR"/munge/munged.seed
   export SLURM_CONF=$CONF
-  slurmctld -f "$CONF"
-  slurmd -f "$CONF" -N "$NODE"
+  (  # the daemons get no descriptor of ours: munged keeps what it inherits, and under `flock LOCK make
+     # test-slurm` it held the lock for as long as it ran
+    for fd in /proc/$BASHPID/fd/*; do fd=${fd##*/}; [ "$fd" -gt 2 ] && eval "exec $fd>&-"; done
+    munged --force --key-file="$DIR"/munge/munge.key --socket="$DIR"/munge/munge.socket \
+      --pid-file="$DIR"/munged.pid --log-file="$DIR"/log/munged.log --seed-file="$DIR"/munge/munged.seed
+    slurmctld -f "$CONF"
+    slurmd -f "$CONF" -N "$NODE"
+  )
   for _ in $(seq 60); do  # the node registers within a few seconds
     if sinfo -h -N -o %t 2>/dev/null | grep -qx idle; then say "up: node $NODE, partition debug ($CONF)"; return 0; fi
     sleep 0.5

@@ -4,6 +4,7 @@ neither sacct nor scontrol knows a job any more, and a controller that does not 
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import time
@@ -317,3 +318,25 @@ def test_the_refusal_names_the_option_slurm_complained_of():
     assert refused_line(args, mem).startswith("Slurm refused the submission (check --slurm-set slurm_mem=lots): ")
     other = RuntimeError("sbatch: error: something else")
     assert "(check --slurm-set slurm_mem=lots)" in refused_line(args, other)  # nothing matched: what was given
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "19_0",
+        {"job": "abc", "command": "x"},
+        {"job": 19, "command": "x"},
+        {"job": "19_0"},
+        {"job": "19; rm", "command": "x"},
+    ],
+)
+def test_a_hand_edited_job_record_is_one_refusal_not_a_traceback(tmp_path, entry):
+    """Audit 51b cases 35-41: an entry that is not what a submission writes (a job id squeue takes, the command)
+    ended in TypeError, ValueError, AttributeError or KeyError; it is the record's one-line refusal."""
+    from experiments.shared.job_record import JobRecord
+
+    folder = tmp_path / ".submitit"
+    folder.mkdir()
+    (folder / "jobs.json").write_text(json.dumps({"runs": {"smoke/full/seed1": entry}}))
+    with pytest.raises(ToolkitError, match=r"is not a job record; remove it if no job of this sweep is queued"):
+        JobRecord(folder).load()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +20,19 @@ from interp.errors import ToolkitError
 from interp.io import atomic_write
 
 SUBMIT_LOCK_WAIT_S = 600  # another submission into this folder holds the lock for its sbatch: seconds
+
+
+JOB_ID = re.compile(r"\d+(_\d+)?")  # a job, or an array task: what squeue and scancel take
+
+
+def _entry_ok(entry) -> bool:
+    """One run's entry as add() writes it: a Slurm job id and the submitting command, both strings."""
+    return (
+        isinstance(entry, dict)
+        and isinstance(entry.get("job"), str)
+        and JOB_ID.fullmatch(entry["job"]) is not None
+        and isinstance(entry.get("command"), str)
+    )
 
 
 class JobRecord:
@@ -35,7 +49,7 @@ class JobRecord:
         except (OSError, ValueError) as e:
             raise ToolkitError(f"cannot read {self.path}: {e}; remove it if no job of this sweep is queued") from None
         runs = data.get("runs") if isinstance(data, dict) else None
-        if not isinstance(runs, dict):
+        if not isinstance(runs, dict) or not all(_entry_ok(e) for e in runs.values()):
             raise ToolkitError(f"{self.path} is not a job record; remove it if no job of this sweep is queued")
         return runs
 

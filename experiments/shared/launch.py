@@ -374,11 +374,12 @@ def submit(name: str, ctx: Context, todo: list[Job], argv: list[str]) -> bool:
             record.add(
                 {run_key(j.run_dir(ctx.out).path, ctx.out): {"job": s.job_id, "command": command} for j, s in submitted}
             )
+    then = "not resubmitting" if ctx.args.no_wait else "waiting for them, not resubmitting"
     if queued:
         ids = ", ".join(sub.job_id for _, sub in queued)
-        print(f"{len(queued)} run(s) already have a queued or running job ({ids}); waiting for them, not resubmitting")
+        print(f"{len(queued)} run(s) already have a queued or running job ({ids}); {then}")
     if busy:
-        print(f"{len(busy)} run(s) are being trained by another process; waiting for them, not resubmitting")
+        print(f"{len(busy)} run(s) are being trained by another process; {then}")
     if submitted:
         print(f"submitted {len(submitted)} job(s) ({cluster}); logs in {folder}")
     for job, sub in submitted:
