@@ -192,7 +192,7 @@ class UnfoldedLayerNormWarning(ToolkitWarning):
     tokens_to_residual_directions) on a model whose LayerNorm weights are not folded into the next weights."""
 
 
-_FRAMEWORK = ("interp", "probes", "transformer_lens", "functools", "contextlib")
+_FRAMEWORK = ("interp", "probes", "transformer_lens", "torch", "functools", "contextlib")  # skipped to the user
 
 
 def warn_each_call(message: str, category: type[Warning]) -> None:

@@ -238,3 +238,41 @@ def test_meta_tokens_are_one_line():
     tl = exported(model_with(bias=False))
     with pytest.raises(ShapeError, match="meta"):
         tl(torch.zeros(1, 4, dtype=torch.long, device="meta"))
+
+
+# --------------------------------------------------------------------------- left padding, weights alone
+
+
+@tl3_only
+def test_left_padding_unmasked_warns_at_every_call_and_masked_is_exact():
+    """Audit 52b A: to_tokens(padding_side="left") then a call without padding_side="left" attended to the pads
+    with no word (0.906 in log-probs). It warns at every call; with the option the call is exact."""
+    model = model_with(bias=False)
+    tl = exported(model)
+    tokens = tl.to_tokens(TEXTS, padding_side="left")
+    assert counted(UntrainedTokenWarning, lambda: tl(tokens)) == 2
+    assert counted(UntrainedTokenWarning, lambda: tl.run_with_cache(tokens)) == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UntrainedTokenWarning)  # masked: nothing to say
+        masked = tl(tokens, padding_side="left").log_softmax(-1)
+        right = tl(tl.to_tokens(TEXTS)).log_softmax(-1)  # right padding (the default) needs no mask
+    with torch.no_grad():
+        short = model(ids(TEXTS[1])).log_softmax(-1)[0, -1]
+    torch.testing.assert_close(masked[1, -1], short, rtol=0, atol=1e-4)
+    torch.testing.assert_close(right[1, len(TEXTS[1]) - 1], short, rtol=0, atol=1e-4)
+
+
+@tl3_only
+def test_a_rewired_exports_weights_alone_warn_at_every_load_at_the_users_line():
+    """Audit 52b B: the WeightsOnlyWarning was attributed to torch's line, so Python showed it once a session."""
+    from transformer_lens import HookedTransformer
+
+    from interp.errors import WeightsOnlyWarning
+
+    tl = exported(model_with(bias=False, residual="attn_only"))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("default")
+        for _ in range(2):
+            HookedTransformer(tl.cfg).load_state_dict(tl.state_dict(), strict=False)
+    said = [w for w in seen if issubclass(w.category, WeightsOnlyWarning)]
+    assert len(said) == 2 and all(w.filename == __file__ for w in said), [(w.filename, w.lineno) for w in said]

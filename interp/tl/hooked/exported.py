@@ -56,7 +56,6 @@ from interp.errors import (
     UntrainedTokenWarning,
     ValueBiasWarning,
     WeightsOnlyWarning,
-    warn,
     warn_each_call,
 )
 from interp.next_token import tl_temperature
@@ -64,7 +63,7 @@ from interp.registry import mixer_spec
 from interp.tl import stream_reads
 from interp.tl.hooked.rewire import hidden_routing_warning, routing_quiet
 from interp.tl.major import refuse_past_context
-from interp.tl.tokens import bos_warning, loss_targets, refuse_meta, warn_at_user
+from interp.tl.tokens import bos_warning, loss_targets, refuse_meta, special_before_text, warn_at_user
 
 stream_reads.install()  # TL's cache methods ask the export (_check_stream_read) at every call
 
@@ -129,7 +128,7 @@ class WeightsOnlyStateDict(OrderedDict):
     def _read(self) -> None:
         if not self.quiet and self.message:
             message, self.message = self.message, ""
-            warn(message, WeightsOnlyWarning, stacklevel=3)
+            warn_each_call(message, WeightsOnlyWarning)  # at the load's own line, every load (not torch's, once)
 
     def __getitem__(self, key: Any) -> Any:
         self._read()
@@ -187,6 +186,7 @@ class WeightsOnlyStateDict(OrderedDict):
 _QUIET_CALLERS = ("transformer_lens", "torch", "interp", "nnsight", "accelerate", "transformers", "copy")
 _GENERATE = inspect.signature(HookedTransformer.generate)
 _TO_TOKENS = inspect.signature(HookedTransformer.to_tokens)
+_FORWARD = inspect.signature(HookedTransformer.forward)
 _PROCESS = inspect.signature(HookedTransformer.load_and_process_state_dict)
 
 
@@ -207,6 +207,27 @@ class ExportedHookedTransformer(BoundaryHooks, HookedTransformer):
     def model_config(self) -> ModelConfig:
         """The ResidualGPT ModelConfig this export computes."""
         return ModelConfig.from_dict(self.cfg.residual_gpt_config)  # type: ignore[attr-defined]  # set by rewire.rewire_hooked
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        self._warn_unmasked_left_padding(args, kwargs)
+        return super().forward(*args, **kwargs)
+
+    def _warn_unmasked_left_padding(self, args: tuple, kwargs: dict) -> None:
+        """to_tokens(padding_side="left") puts the padding before the text; TL masks it only in a call that is
+        given padding_side="left" (or an attention_mask) too: without, every row attends to its zero pads."""
+        tokens = args[0] if args else kwargs.get("input")
+        if getattr(tokens, "from_to_tokens", None) != "left":
+            return
+        a = _FORWARD.bind(self, *args, **kwargs).arguments
+        side = a.get("padding_side")
+        side = side if side in ("left", "right") else getattr(self.tokenizer, "padding_side", None)
+        if side != "left" and a.get("attention_mask") is None:
+            warn_each_call(
+                "these tokens were left-padded by to_tokens(padding_side='left'), but this call does not mask the "
+                "padding (TransformerLens masks left padding only when the call is given padding_side='left' too): "
+                "every row attends to its pad tokens; pass padding_side='left' here",
+                UntrainedTokenWarning,
+            )
 
     def run_with_cache(self, *model_args: Any, **kwargs: Any) -> Any:
         out, cache = super().run_with_cache(*model_args, **kwargs)
@@ -284,9 +305,13 @@ class ExportedHookedTransformer(BoundaryHooks, HookedTransformer):
             moved = _moved_value_biases(a["state_dict"], self.cfg.n_layers)
         out = super().load_and_process_state_dict(*args, **kwargs)
         if moved:
-            how = "fold_value_biases=True" if a["fold_value_biases"] else "refactor_factored_attn_matrices=True"
+            how = (
+                "fold_value_biases=True (TransformerLens's default in load_and_process_state_dict and process_weights_)"
+                if a["fold_value_biases"]
+                else "refactor_factored_attn_matrices=True"
+            )
             warn_each_call(
-                f"{how} (TransformerLens's default in load_and_process_state_dict and process_weights_) moved the "
+                f"{how} moved the "
                 f"value biases b_V of layer(s) {moved} into b_O, which the export leaves off: hook_v and hook_z "
                 "(cache['v', l], cache['z', l]) now lack b_V, so reading them or zero-ablating a head there "
                 "(v[:, :, h] = 0) is not ResidualGPT's (patching one run's values into another is unaffected); "
@@ -329,7 +354,11 @@ class ExportedHookedTransformer(BoundaryHooks, HookedTransformer):
         if a["truncate"] and isinstance(tokens, torch.Tensor):
             refuse_past_context(tokens.shape[-1], self.cfg.n_ctx, self.tokenizer)
         if isinstance(tokens, torch.Tensor):  # its special ids are BOS (warned above) or padding (TL masks it)
-            tokens.from_to_tokens = True  # type: ignore[attr-defined]  # read by rewire.VocabCheckedEmbed
+            side = a["padding_side"]
+            side = side if side in ("left", "right") else getattr(self.tokenizer, "padding_side", None)
+            left = side == "left" and special_before_text(tokens, self.cfg.d_vocab_out)
+            # read by rewire.VocabCheckedEmbed, and for left padding by forward (masked only when the call says so)
+            tokens.from_to_tokens = "left" if left else True  # type: ignore[attr-defined]
         return tokens
 
     def _warn_bos(self, prepend_bos: bool | None) -> None:
