@@ -150,7 +150,7 @@ def size_for(trainer: Trainer, cap: int) -> int:
     return sizing(trainer, cap)[0]
 
 
-class Group(list):
+class TrainGroup(list):
     """Runs that train together, and whether through the stacked step: decided once, when group() read the device
     (a second reading of a GPU's free memory can come out lower and must not change a group already made)."""
 
@@ -159,19 +159,19 @@ class Group(list):
         self.stacked = stacked
 
 
-def group(trainers: Sequence[Trainer], size: int, report: bool = True) -> list[Group]:
+def group(trainers: Sequence[Trainer], size: int, report: bool = True) -> list[TrainGroup]:
     """Runs in the order given, as ensembles of at most `size` same-key members (size 1: all solo), fewer
     where sizing() says a shape fits or runs faster so; with report, one stdout line per shape of several runs
     (stdout: the console's account of the run; stderr stays for errors, one line each)
     says how many members its ensembles take and why."""
     if size < 1:
         raise ConfigError(f"ensemble size must be >= 1, got {size}")
-    groups: dict[tuple, list[Group]] = {}
+    groups: dict[tuple, list[TrainGroup]] = {}
     sizes: dict[tuple, int] = {}
-    order: list[Group] = []
+    order: list[TrainGroup] = []
     for t in trainers:
         if size == 1 or why_alone(t):
-            order.append(Group([t]))
+            order.append(TrainGroup([t]))
             continue
         key = group_key(t)
         if key not in sizes:
@@ -180,11 +180,11 @@ def group(trainers: Sequence[Trainer], size: int, report: bool = True) -> list[G
                 shape = f"{t.model_cfg.n_layers} layers, d_model {t.model_cfg.d_model}, n_ctx {t.model_cfg.n_ctx}"
                 print(f"ensembles of {shape}: up to {sizes[key]} members ({why})")
         if sizes[key] == 1:
-            order.append(Group([t]))
+            order.append(TrainGroup([t]))
             continue
         chunks = groups.setdefault(key, [])
         if not chunks or len(chunks[-1]) >= sizes[key]:
-            chunks.append(Group(stacked=True))
+            chunks.append(TrainGroup(stacked=True))
             order.append(chunks[-1])
         chunks[-1].append(t)
     return order
@@ -212,8 +212,8 @@ def check_ensemble_fits(trainer: Trainer, k: int) -> None:
 def trains_stacked(trainers: Sequence[Trainer], size: int) -> bool:
     """Whether a group from group() trains through the stacked step. A stackable run trains there even alone
     (K=1): a member's numbers do not depend on the other members, so a run retrained on its own after its
-    ensemble finished ends bitwise equal to the one it replaces. size 1 keeps the solo Trainer. A Group keeps the
+    ensemble finished ends bitwise equal to the one it replaces. size 1 keeps the solo Trainer. A TrainGroup keeps the
     decision group() made; other runs (a cluster job's one run) read the device now."""
-    if isinstance(trainers, Group):
+    if isinstance(trainers, TrainGroup):
         return trainers.stacked
     return size > 1 and not why_alone(trainers[0]) and size_for(trainers[0], size) > 1

@@ -41,7 +41,7 @@ from experiments.shared.analyse_only import NOT_RECOMPUTABLE
 from experiments.shared.launch import _without, add_launcher_arguments, check_launcher_arguments, importable, launch
 from experiments.shared.options import check_number as check_number  # re-exported: the experiments import it here
 from experiments.shared.options import parse_seeds
-from experiments.shared.plan import Context, Group, Job, Variant, select_variants
+from experiments.shared.plan import Context, Group, Job, Variant, check_distinct_dirs, select_variants
 from experiments.shared.text import format_table, levels_line, software_versions, table_figure
 from experiments.shared.wait_jobs import SweepIncomplete
 from interp.cli import Parser, directory_option
@@ -385,31 +385,6 @@ def validation_levels(spec: RunSpec, corpus) -> dict[str, Any]:
 
     batches = fixed_batches(corpus.val, spec.model.n_ctx, spec.train.batch_size, spec.train.eval_batches)
     return levels(corpus.train, batches, corpus.vocab_size)
-
-
-def check_distinct_dirs(jobs: list[Job]) -> None:
-    """Two different variants of one preset whose names give one run directory would take turns at it
-    (the second refused as "a run of a different configuration" forever): refused before any work."""
-    from training.run_config import slug
-
-    seen: dict[tuple[str, str], str] = {}
-    specs: dict[tuple[str, str, int], Any] = {}
-    for job in jobs:
-        key = (job.group.spec.preset, slug(job.variant.name))
-        other = seen.setdefault(key, job.variant.name)
-        if other != job.variant.name:
-            raise ToolkitError(
-                f"variants {other!r} and {job.variant.name!r} would share the run directory "
-                f"{key[1]}; give values that differ in their names"
-            )
-        # one name, two configurations (a name that leaves out what differs): the second would be refused as
-        # "a run of a different configuration", or read as the first
-        first = specs.setdefault((*key, job.seed), job.spec)
-        if first != job.spec:
-            raise ToolkitError(
-                f"variant {job.variant.name!r} names two different configurations (seed "
-                f"{job.seed}); its name must say what differs"
-            )
 
 
 def _ready_or_finished_part(ready, jobs: list[Job]) -> tuple[list[Job], SweepIncomplete | None] | None:

@@ -102,6 +102,31 @@ def select_variants(groups: list[Group], text: str) -> list[Group]:
     return picked
 
 
+def check_distinct_dirs(jobs: list[Job]) -> None:
+    """Two different variants of one preset whose names give one run directory would take turns at it
+    (the second refused as "a run of a different configuration" forever): refused before any work."""
+    from training.run_config import slug
+
+    seen: dict[tuple[str, str], str] = {}
+    specs: dict[tuple[str, str, int], Any] = {}
+    for job in jobs:
+        key = (job.group.spec.preset, slug(job.variant.name))
+        other = seen.setdefault(key, job.variant.name)
+        if other != job.variant.name:
+            raise ToolkitError(
+                f"variants {other!r} and {job.variant.name!r} would share the run directory "
+                f"{key[1]}; give values that differ in their names"
+            )
+        # one name, two configurations (a name that leaves out what differs): the second would be refused as
+        # "a run of a different configuration", or read as the first
+        first = specs.setdefault((*key, job.seed), job.spec)
+        if first != job.spec:
+            raise ToolkitError(
+                f"variant {job.variant.name!r} names two different configurations (seed "
+                f"{job.seed}); its name must say what differs"
+            )
+
+
 if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
     from experiments.shared.options import not_a_command
 

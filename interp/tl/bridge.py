@@ -52,7 +52,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from transformer_lens.model_bridge.sources import build_bridge_from_module
 
 from interp.checkpoint import SCHEMA, Checkpoint, load_checkpoint, refuse_non_finite_forward
-from interp.checks.api import check_config_unedited, missing_cache_key
+from interp.checks.api import check_config_unedited
 from interp.config import ModelConfig
 from interp.errors import (
     CheckpointError,
@@ -69,13 +69,12 @@ from interp.next_token import tl_temperature
 from interp.registry import mixer_spec
 from interp.tl import stream_reads
 from interp.tl.bridge_adapter import (  # registers the adapter
-    _ATTN_NAMES,
     ARCHITECTURE,
-    _attn_sites,
     _HeadResults,
     _Host,
     _MixerBridge,
 )
+from interp.tl.bridge_cache import BridgeActivationCache, _lacks, _lacks_error
 from interp.tl.major import refuse_past_context, tl_config_fields
 from interp.tl.saved import BRIDGE_SCHEMA, load_weights, read_saved, tokenizer_fields, write_saved
 from interp.tl.tokens import bos_warning, loss_targets, warn_at_user
@@ -84,68 +83,6 @@ from interp.tokenizers import tokenizer_for
 stream_reads.install()  # TL's cache methods ask the bridge (_check_stream_read) at every call
 
 # --------------------------------------------------------------------------- the bridge and its cache
-
-
-def _lacks(cfg: ModelConfig, name: str) -> bool:
-    """Whether `name` is a TL 3 attention hook name that this model's mixer does not have."""
-    site = name.rsplit(".", 1)[-1]
-    return ".attn." in name and site in _ATTN_NAMES and site not in _attn_sites(cfg)
-
-
-def _lacks_error(cfg: ModelConfig, name: str) -> ToolkitError:
-    spec = mixer_spec(cfg.mixer)
-    what = (
-        ", ".join(w for w, has in (("no heads", spec.has_heads), ("no attention pattern", spec.has_pattern)) if not has)
-        or "not this hook"
-    )
-    sites = " / ".join(_attn_sites(cfg)) or "none of TL 3's"
-    return ToolkitError(
-        f"{name!r}: this model's token mixer, mixer={cfg.mixer!r}, has {what}, so it has no such hook; its hooks "
-        f"under blocks.{{l}}.attn are {sites} (and hook_in / hook_out)"
-    )
-
-
-def _full_name(key: Any, n_layers: int) -> str | None:
-    """The hook name a cache key means, by TL's own rule (utilities.get_act_name; a negative layer counts from
-    the end, as ActivationCache does), or None where TL's rule does not apply to it."""
-    from transformer_lens.utilities import get_act_name
-
-    if isinstance(key, tuple) and len(key) > 1 and isinstance(key[1], int) and key[1] < 0:
-        key = (key[0], n_layers + key[1], *key[2:])
-    try:
-        return get_act_name(*key) if isinstance(key, tuple) else get_act_name(key)
-    except Exception:  # TL's own error for a malformed key comes from its __getitem__
-        return None
-
-
-class BridgeActivationCache(ActivationCache):
-    """The ActivationCache of a ResidualBridge.
-
-    With a residual path removed the stream is not the sum of the embeddings and
-    every sublayer output, so decompose_resid, get_full_resid_decomposition,
-    stack_head_results and logit_attrs refuse at every call (use interp.decompose,
-    which follows the wiring and reads this cache); the bridge's LayerNorms are not
-    folded, so apply_ln_to_stack and every apply_ln=True warn (UnfoldedLayerNormWarning).
-    Both are the bridge's _check_stream_read, so a cache built by hand
-    (ActivationCache(store, bridge)) answers the same. A head hook of a
-    position-blind model is a ToolkitError rather than a KeyError.
-    """
-
-    def __getitem__(self, key: Any) -> Tensor:
-        if isinstance(key, str) and key in self.cache_dict:
-            return self.cache_dict[key]
-        name = _full_name(key, self.model.cfg.n_layers)  # TL's shorthand: cache["post", 0], cache["pattern", 1]
-        cfg = cast("ResidualBridge", self.model).residual_gpt.cfg
-        if name is not None and name not in self.cache_dict and _lacks(cfg, name):
-            raise _lacks_error(cfg, name)
-        try:
-            return super().__getitem__(key)
-        except KeyError as e:  # a typo or a layer the model lacks: the closest names it holds (as the 3.x export)
-            raise missing_cache_key(e, self) from None
-
-    def apply_slice_to_batch_dim(self, batch_slice: Any) -> ActivationCache:
-        sliced = super().apply_slice_to_batch_dim(batch_slice)
-        return BridgeActivationCache(sliced.cache_dict, self.model, has_batch_dim=sliced.has_batch_dim)
 
 
 _UNFOLDED_FIX = (

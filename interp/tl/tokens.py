@@ -22,7 +22,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from interp.errors import ShapeError, TokenIdError
+from interp.errors import ShapeError, TokenIdError, UntrainedTokenWarning, warn_each_call
 
 
 def special_before_text(tokens: Tensor, trained: int) -> bool:
@@ -87,6 +87,21 @@ def loss_targets(
             "is left out of the loss: pass return_type='logits' and score the positions you mean"
         )
     return tokens.masked_fill(special, 0), keep.long()
+
+
+def warn_unmasked_left_padding(arguments: dict[str, Any], tokenizer: Any) -> None:
+    """A forward's bound arguments, its tokens left-padded by to_tokens(padding_side="left"): TL masks that padding
+    only when the call is given padding_side="left" too (or an attention_mask); without, every row attends to its
+    zero pads. UntrainedTokenWarning at every such call."""
+    side = arguments.get("padding_side")
+    side = side if side in ("left", "right") else getattr(tokenizer, "padding_side", None)
+    if side != "left" and arguments.get("attention_mask") is None:
+        warn_each_call(
+            "these tokens were left-padded by to_tokens(padding_side='left'), but this call does not mask the "
+            "padding (TransformerLens masks left padding only when the call is given padding_side='left' too): "
+            "every row attends to its pad tokens; pass padding_side='left' here",
+            UntrainedTokenWarning,
+        )
 
 
 def refuse_meta(tokens: Any) -> None:

@@ -186,10 +186,9 @@ def to_hooked_transformer(
     With them, hook values differ from ResidualGPT's where processing changes them (resid_* and
     attn_out / mlp_out centred, ln*.hook_normalized without the LayerNorm's weight); fold_ln=False,
     center_writing_weights=False, center_unembed=False gives ResidualGPT's values at every hook.
-    fold_value_biases (from_pretrained's too) stays off: it moves b_V into b_O, so ablating a head's
-    hook_v / hook_z (the Main Demo's v[:, :, h] = 0) would keep its value bias here and not on ResidualGPT;
-    where a b_V is not zero, turning it on (here, or TL's process_weights_ / load_and_process_state_dict,
-    whose default it is) warns at each call (ValueBiasWarning).
+    fold_value_biases (from_pretrained's too) stays off: it moves b_V into b_O, so a head ablated at hook_v /
+    hook_z would keep its value bias here and not on ResidualGPT; turned on where b_V != 0 (here, or by TL's
+    process_weights_, whose default it is) it warns at each call (ValueBiasWarning).
 
     With fold_ln=False, apply_ln_to_stack, tokens_to_residual_directions, every apply_ln=True and logit_attrs
     warn at each call (UnfoldedLayerNormWarning / LogitAttrsWarning); interp.decompose applies the weights
@@ -202,9 +201,8 @@ def to_hooked_transformer(
     (NonAdditiveResidualWarning), on a cache built by hand from its activations too: their sums assume every
     sublayer output reaches the final stream; use interp.decompose there. accumulated_resid and the logit
     lens read the stream itself and stay right.
-    vocab (a list of characters) or the checkpoint's state["vocab"] / state["encoding"] == "gpt2" gives the
-    attached tokenizer. W_E holds the trained rows only (W_E @ OV @ W_U is square, as SVDInterpreter and
-    FactoredMatrix.eigenvalues need); the tokenizer's special tokens after them embed as zeros.
+    vocab (characters) or the checkpoint's state["vocab"] / state["encoding"] == "gpt2" gives the tokenizer. W_E
+    holds the trained rows only (W_E @ OV @ W_U square, as SVDInterpreter and FactoredMatrix.eigenvalues need).
     """
     model, state = _resolve(source, device)
     check_config_unedited(model)  # an edited model.cfg would export another model than the weights compute
@@ -216,8 +214,7 @@ def to_hooked_transformer(
             "nowhere; leave fold_value_biases off for this model"
         )
     tokenizer, why_not = tokenizer_for(cfg.d_vocab, vocab, state)
-    weight = model.embed.weight
-    # W_E square with W_U: the tokenizer's special ids (past d_vocab) embed as zeros (rewire.VocabCheckedEmbed)
+    weight = model.embed.weight  # W_E square with W_U: special ids embed as zeros (rewire.VocabCheckedEmbed)
     tl_cfg = hooked_config(cfg, device=device or weight.device, dtype=weight.dtype)
     hooked = new_hooked_transformer(tl_cfg, cfg)
     state_dict = tl_state_dict(model)

@@ -63,7 +63,14 @@ from interp.registry import mixer_spec
 from interp.tl import stream_reads
 from interp.tl.hooked.rewire import hidden_routing_warning, routing_quiet
 from interp.tl.major import refuse_past_context
-from interp.tl.tokens import bos_warning, loss_targets, refuse_meta, special_before_text, warn_at_user
+from interp.tl.tokens import (
+    bos_warning,
+    loss_targets,
+    refuse_meta,
+    special_before_text,
+    warn_at_user,
+    warn_unmasked_left_padding,
+)
 
 stream_reads.install()  # TL's cache methods ask the export (_check_stream_read) at every call
 
@@ -209,25 +216,9 @@ class ExportedHookedTransformer(BoundaryHooks, HookedTransformer):
         return ModelConfig.from_dict(self.cfg.residual_gpt_config)  # type: ignore[attr-defined]  # set by rewire.rewire_hooked
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        self._warn_unmasked_left_padding(args, kwargs)
+        if getattr(args[0] if args else kwargs.get("input"), "from_to_tokens", None) == "left":
+            warn_unmasked_left_padding(_FORWARD.bind(self, *args, **kwargs).arguments, self.tokenizer)
         return super().forward(*args, **kwargs)
-
-    def _warn_unmasked_left_padding(self, args: tuple, kwargs: dict) -> None:
-        """to_tokens(padding_side="left") puts the padding before the text; TL masks it only in a call that is
-        given padding_side="left" (or an attention_mask) too: without, every row attends to its zero pads."""
-        tokens = args[0] if args else kwargs.get("input")
-        if getattr(tokens, "from_to_tokens", None) != "left":
-            return
-        a = _FORWARD.bind(self, *args, **kwargs).arguments
-        side = a.get("padding_side")
-        side = side if side in ("left", "right") else getattr(self.tokenizer, "padding_side", None)
-        if side != "left" and a.get("attention_mask") is None:
-            warn_each_call(
-                "these tokens were left-padded by to_tokens(padding_side='left'), but this call does not mask the "
-                "padding (TransformerLens masks left padding only when the call is given padding_side='left' too): "
-                "every row attends to its pad tokens; pass padding_side='left' here",
-                UntrainedTokenWarning,
-            )
 
     def run_with_cache(self, *model_args: Any, **kwargs: Any) -> Any:
         out, cache = super().run_with_cache(*model_args, **kwargs)
