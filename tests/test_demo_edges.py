@@ -276,3 +276,27 @@ def test_a_rewired_exports_weights_alone_warn_at_every_load_at_the_users_line():
             HookedTransformer(tl.cfg).load_state_dict(tl.state_dict(), strict=False)
     said = [w for w in seen if issubclass(w.category, WeightsOnlyWarning)]
     assert len(said) == 2 and all(w.filename == __file__ for w in said), [(w.filename, w.lineno) for w in said]
+
+
+def test_left_padding_is_refused_by_the_bridge_and_a_mask_that_keeps_the_pads_warns_on_the_export():
+    """Audit 52c: on the bridge a left-padded to_tokens batch ran 0.31 off with no word (ResidualGPT has no
+    position offsets); on the 3.x export an all-ones attention_mask and generate(tokens) without
+    padding_side='left' turned the warning off."""
+    model = model_with(bias=False, residual="attn_only")
+    tl = exported(model)
+    if TL4:
+        with pytest.raises(ToolkitError, match="padded on the left"):
+            tl.to_tokens(TEXTS, padding_side="left")
+        return
+    tokens = tl.to_tokens(TEXTS, padding_side="left")
+    ones = torch.ones_like(tokens)
+    assert counted(UntrainedTokenWarning, lambda: tl(tokens, attention_mask=ones)) == 2
+    right = (tokens < len(CHARS)).long()  # the mask TL would build for left padding
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UntrainedTokenWarning)
+        masked = tl(tokens, attention_mask=right).log_softmax(-1)
+    with torch.no_grad():
+        short = model(ids(TEXTS[1])).log_softmax(-1)[0, -1]
+    torch.testing.assert_close(masked[1, -1], short, rtol=0, atol=1e-4)
+    generate = lambda: tl.generate(tokens, max_new_tokens=2, do_sample=False, verbose=False)  # noqa: E731
+    assert counted(UntrainedTokenWarning, generate, times=1) >= 1

@@ -77,7 +77,7 @@ from interp.tl.bridge_adapter import (  # registers the adapter
 from interp.tl.bridge_cache import BridgeActivationCache, _lacks, _lacks_error
 from interp.tl.major import refuse_past_context, tl_config_fields
 from interp.tl.saved import BRIDGE_SCHEMA, load_weights, read_saved, tokenizer_fields, write_saved
-from interp.tl.tokens import bos_warning, loss_targets, warn_at_user
+from interp.tl.tokens import bos_warning, leading_special, loss_targets, warn_at_user
 from interp.tokenizers import tokenizer_for
 
 stream_reads.install()  # TL's cache methods ask the bridge (_check_stream_read) at every call
@@ -223,6 +223,13 @@ class ResidualBridge(TransformerBridge):
         tokens = super().to_tokens(input, prepend_bos, padding_side, move_to_device, truncate=False)
         if truncate:
             refuse_past_context(tokens.shape[-1], self.residual_gpt.cfg.n_ctx, self.tokenizer)
+        lead = leading_special(tokens, self.residual_gpt.cfg.d_vocab)
+        if lead is not None and lead.shape[0] > 1 and len(set(lead.sum(-1).tolist())) > 1:  # rows padded apart
+            raise ConfigError(
+                "to_tokens: this batch is padded on the left (padding_side='left'), but the bridge runs ResidualGPT, "
+                "which has no position offsets: every real token would sit at another position; pad on the right "
+                "(padding_side='right', the default) or give prompts of equal length"
+            )
         if isinstance(tokens, torch.Tensor):  # its special ids are BOS (warned above) or padding: the embedding
             tokens.from_to_tokens = True  # type: ignore[attr-defined]  # says nothing (bridge_adapter._EmbedBridge)
         return tokens

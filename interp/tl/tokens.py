@@ -89,19 +89,32 @@ def loss_targets(
     return tokens.masked_fill(special, 0), keep.long()
 
 
-def warn_unmasked_left_padding(arguments: dict[str, Any], tokenizer: Any) -> None:
+def warn_unmasked_left_padding(arguments: dict[str, Any], tokenizer: Any, trained: int) -> None:
     """A forward's bound arguments, its tokens left-padded by to_tokens(padding_side="left"): TL masks that padding
     only when the call is given padding_side="left" too (or an attention_mask); without, every row attends to its
     zero pads. UntrainedTokenWarning at every such call."""
     side = arguments.get("padding_side")
     side = side if side in ("left", "right") else getattr(tokenizer, "padding_side", None)
-    if side != "left" and arguments.get("attention_mask") is None:
+    mask, tokens = arguments.get("attention_mask"), arguments.get("input")
+    if mask is None:
+        unmasked = side != "left"
+    else:  # a mask given is TL's to use: it must leave out the leading pads (an all-ones one does not)
+        pads = leading_special(tokens, trained)
+        unmasked = pads is not None and mask.shape == pads.shape and bool((mask.bool() & pads.to(mask.device)).any())
+    if unmasked:
         warn_each_call(
             "these tokens were left-padded by to_tokens(padding_side='left'), but this call does not mask the "
             "padding (TransformerLens masks left padding only when the call is given padding_side='left' too): "
             "every row attends to its pad tokens; pass padding_side='left' here",
             UntrainedTokenWarning,
         )
+
+
+def leading_special(tokens: Any, trained: int) -> Tensor | None:
+    """Where each row's leading run of special ids (>= trained: left padding, a BOS) stands; None for no 2-d ids."""
+    if not isinstance(tokens, Tensor) or tokens.dim() != 2:
+        return None
+    return (tokens >= trained).long().cumprod(-1).bool()
 
 
 def refuse_meta(tokens: Any) -> None:

@@ -217,7 +217,8 @@ class ExportedHookedTransformer(BoundaryHooks, HookedTransformer):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if getattr(args[0] if args else kwargs.get("input"), "from_to_tokens", None) == "left":
-            warn_unmasked_left_padding(_FORWARD.bind(self, *args, **kwargs).arguments, self.tokenizer)
+            arguments = _FORWARD.bind(self, *args, **kwargs).arguments
+            warn_unmasked_left_padding(arguments, self.tokenizer, self.cfg.d_vocab_out)
         return super().forward(*args, **kwargs)
 
     def run_with_cache(self, *model_args: Any, **kwargs: Any) -> Any:
@@ -372,6 +373,8 @@ class ExportedHookedTransformer(BoundaryHooks, HookedTransformer):
         bound.apply_defaults()
         a = dict(bound.arguments)
         text, n_new = a["input"], a["max_new_tokens"]
+        if getattr(text, "from_to_tokens", None) == "left":  # TL's generate hands forward a copy: checked here
+            warn_unmasked_left_padding(a, self.tokenizer, self.cfg.d_vocab_out)
         if isinstance(text, torch.Tensor) and text.ndim == 3 or a.get("generation_kwargs"):
             return super().generate(*args, **kwargs)  # embeddings, HF extras: TL's own n_ctx check applies
         if isinstance(text, list) and len(text) == 1:
