@@ -155,15 +155,14 @@ def run_dirs(out: Path) -> list[Path]:
     return [p for c in CONFIGS for p in out.glob(f"*/{c}/seed*") if p.is_dir()]
 
 
-def _finished_runs(out: Path) -> tuple[int, int]:
-    """(runs with final.json, of which trained in an ensemble) under out/<preset>/<config>/seed<k>."""
-    finals = [json.loads(p.read_text()) for c in CONFIGS for p in out.glob(f"*/{c}/seed*/final.json")]
-    return len(finals), sum(1 for f in finals if f.get("ensemble"))
+def _finished_runs(out: Path) -> int:
+    """Runs with final.json under out/<preset>/<config>/seed<k>."""
+    return sum(1 for c in CONFIGS for _ in out.glob(f"*/{c}/seed*/final.json"))
 
 
 def table1_rows(stage, out: Path, dry_run: bool) -> list[dict[str, str]]:
     results, why = _sweep_results(stage, out, "residual_sweep")
-    done, _ = _finished_runs(out)
+    done = _finished_runs(out)
     if results is None:
         resumes = f"{done} runs finished, the same command resumes the rest; see {stage.log}"
         return [_row("c", "Table 1", f"no results ({why}); {resumes}")]

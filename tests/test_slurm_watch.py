@@ -80,6 +80,7 @@ class FakeVariant:
 
 @dataclass
 class FakeRun:
+    path: Path | None = None
     finished: bool = False
 
     def busy(self) -> bool:
@@ -192,22 +193,13 @@ def test_an_interrupted_wait_names_the_jobs_it_leaves_running_and_how_to_stop_th
 
 
 @dataclass
-class RecordedRun:
-    path: Path
-    finished: bool = False
-
-    def busy(self) -> bool:
-        return False
-
-
-@dataclass
 class RecordedJob:
     variant: FakeVariant
     seed: int
     out: Path
 
     def run_dir(self, out):
-        return RecordedRun(out / "smoke" / self.variant.name / f"seed{self.seed}")
+        return FakeRun(out / "smoke" / self.variant.name / f"seed{self.seed}")
 
 
 def recorded_sweep(tmp_path: Path, ids: dict[int, str]):
