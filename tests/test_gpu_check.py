@@ -224,7 +224,7 @@ def test_the_step_benchmark_times_the_step_training_runs_with_each_runs_dropout_
     assert seeds == {0, 1} and len(counters) >= 3  # both members' streams, moved on at every step
 
 
-def test_an_out_that_cannot_be_a_folder_or_is_in_use_is_one_line(tmp_path, capsys):
+def test_an_out_that_cannot_be_a_folder_or_is_in_use_is_one_line(tmp_path, data, capsys):
     afile = tmp_path / "afile"
     afile.write_text("x")
     assert gpu_check.main(["--dry-run", "--out", str(afile)]) == 2
