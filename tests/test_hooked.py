@@ -425,3 +425,36 @@ def test_a_model_loaded_with_its_vocabulary_exports_with_its_tokenizer(tmp_path)
     ids = from_model.to_tokens("ROMEO:", prepend_bos=False)
     assert torch.equal(ids, from_path.to_tokens("ROMEO:", prepend_bos=False))
     assert ids[0].tolist() == model.codec.encode("ROMEO:")
+
+
+@tl3_only
+@pytest.mark.parametrize("residual", ["full", "attn_only"])
+@pytest.mark.parametrize("square", ["vocab", "mlp", "ctx", "all"])
+def test_processing_exact_when_shapes_are_square(residual, square):
+    """TL 3.9's fold_layer_norm guesses layouts from shapes: at d_vocab == d_model (a 32-character corpus at
+    d_model=32) it scaled W_U along the vocabulary and moved log-probs by 0.02, silently. Every square shape
+    is exact, by the export and by TL's own process_weights_ on an unprocessed export."""
+    d = 32
+    sizes = {"d_vocab": 30, "d_mlp": 64, "n_ctx": 16}
+    sizes.update({"vocab": {"d_vocab": d}, "mlp": {"d_mlp": d}, "ctx": {"n_ctx": d}}.get(square, {}))
+    if square == "all":
+        sizes = {"d_vocab": d, "d_mlp": d, "n_ctx": d}
+    torch.manual_seed(0)
+    config = ModelConfig(n_layers=2, d_model=d, n_heads=4, residual=residual, bias=True, **sizes)
+    model = ResidualGPT(config).eval()
+    with torch.no_grad():  # LayerNorms far from identity, so a fold along the wrong axis shows
+        for name, p in model.named_parameters():
+            if p.dim() == 1:
+                p.normal_(1.0 if name.endswith(".w") else 0.0, 0.5)
+    toks = torch.randint(0, sizes["d_vocab"], (3, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = model(toks).log_softmax(-1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        processed = interp.to_hooked_transformer(model)
+        by_hand = interp.to_hooked_transformer(model, fold_ln=False, center_writing_weights=False, center_unembed=False)
+        by_hand.process_weights_()  # TL folds b_V too: log-probs unchanged
+    for tl in (processed, by_hand):
+        assert tl.cfg.normalization_type == "LNPre"
+        with torch.no_grad():
+            assert max_diff(tl(toks).log_softmax(-1), expected) < TOL

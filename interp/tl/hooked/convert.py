@@ -101,14 +101,17 @@ def tl_state_dict(model: ResidualGPT) -> dict[str, Tensor]:
     return {k: v.contiguous() for k, v in sd.items()}
 
 
-def check_same_logits(model: ResidualGPT, hooked: HookedTransformer, rel_tol: float | None = None) -> None:
+def check_same_logits(
+    model: ResidualGPT, hooked: HookedTransformer, rel_tol: float | None = None, processed: str = ""
+) -> None:
     """Refuse an export whose logits differ from ResidualGPT's on a small fixed probe batch.
 
     The declarations (tl_weights, tl_scores) cannot prove a mixer's forward is what
     TL computes - a subclass may change forward and keep an inherited export - so
     one small forward of each model is the check. The tolerance is relative to
     the logit scale: 1e-4 in float32 (the fused and explicit attention kernels
-    differ by ~1e-6), looser in half precision.
+    differ by ~1e-6), looser in half precision. `processed` names TL's weight processing when it has run:
+    then log-probabilities are compared (center_unembed shifts each position's logits by a constant).
     """
     cfg = model.cfg
     weight = model.embed.weight
@@ -121,6 +124,8 @@ def check_same_logits(model: ResidualGPT, hooked: HookedTransformer, rel_tol: fl
     try:
         with torch.no_grad():
             ours, theirs = model(tokens).float(), hooked(tokens).float()
+            if processed:
+                ours, theirs = ours.log_softmax(-1), theirs.log_softmax(-1)
     finally:
         model.train(was_training), hooked.train(hooked_training)
     diff = (ours - theirs).abs().max().item()
@@ -130,6 +135,12 @@ def check_same_logits(model: ResidualGPT, hooked: HookedTransformer, rel_tol: fl
             f"the HookedTransformer's logits differ from ResidualGPT's by up to {diff:.3g} in {weight.dtype} "
             f"(logit scale {scale:.3g}), where rounding alone can do that, so exactness cannot be checked: export "
             "the float32 model (to_hooked_transformer(model.float())) and cast the export afterwards (.to(dtype))"
+        )
+    if not diff <= rel_tol * scale and processed:
+        raise ToolkitError(
+            f"TransformerLens's weight processing ({processed}) changed the export's log-probabilities by up to "
+            f"{diff:.3g} (scale {scale:.3g}), so it would be silently wrong; export with these options off "
+            "and report the model's shapes (n_layers, d_model, d_vocab, d_mlp, n_ctx) as a bug"
         )
     if not diff <= rel_tol * scale:  # NaN fails too
         raise ToolkitError(
@@ -225,15 +236,16 @@ def to_hooked_transformer(
         raise ToolkitError(f"TransformerLens rejected the converted weights: {e}") from None
     rewire_hooked(hooked, cfg)
     check_same_logits(model, hooked)  # before TL's processing, which may shift logits (center_unembed)
-    if fold_ln or center_writing_weights or center_unembed or fold_value_biases or refactor_factored_attn_matrices:
-        hooked.load_and_process_state_dict(
-            hooked.state_dict(),
-            fold_ln=fold_ln,
-            center_writing_weights=center_writing_weights,
-            center_unembed=center_unembed,
-            fold_value_biases=fold_value_biases,
-            refactor_factored_attn_matrices=refactor_factored_attn_matrices,
-        )
+    processing = {
+        "fold_ln": fold_ln,
+        "center_writing_weights": center_writing_weights,
+        "center_unembed": center_unembed,
+        "fold_value_biases": fold_value_biases,
+        "refactor_factored_attn_matrices": refactor_factored_attn_matrices,
+    }
+    if any(processing.values()):  # checked again: TL's processing guesses layouts from shapes (hooked.fold)
+        hooked.load_and_process_state_dict(hooked.state_dict(), **processing)
+        check_same_logits(model, hooked, processed=", ".join(name for name, on in processing.items() if on))
     if tokenizer is not None:
         hooked.set_tokenizer(tokenizer, default_padding_side="right")
     else:

@@ -61,6 +61,7 @@ from interp.errors import (
 from interp.next_token import tl_temperature
 from interp.registry import mixer_spec
 from interp.tl import stream_reads
+from interp.tl.hooked.fold import fold_layer_norms
 from interp.tl.hooked.rewire import hidden_routing_warning, routing_quiet
 from interp.tl.major import refuse_past_context
 from interp.tl.tokens import (
@@ -287,7 +288,8 @@ class ExportedHookedTransformer(BoundaryHooks, HookedTransformer):
     # ------------------------------------------------------------------ weight processing after the export
 
     def load_and_process_state_dict(self, *args: Any, **kwargs: Any) -> Any:
-        """TL's; where it moves a nonzero b_V into b_O (fold_value_biases, TL's default here and inside
+        """TL's, with the LayerNorms folded first where the layout is known (interp.tl.hooked.fold); where it
+        moves a nonzero b_V into b_O (fold_value_biases, TL's default here and inside
         process_weights_, or refactor_factored_attn_matrices) a ValueBiasWarning at each call."""
         bound = _PROCESS.bind(self, *args, **kwargs)
         bound.apply_defaults()
@@ -295,6 +297,8 @@ class ExportedHookedTransformer(BoundaryHooks, HookedTransformer):
         moved = []
         if a["fold_value_biases"] or a["refactor_factored_attn_matrices"]:
             moved = _moved_value_biases(a["state_dict"], self.cfg.n_layers)
+        if a["fold_ln"] and self.cfg.normalization_type == "LN" and isinstance(a["state_dict"], dict):
+            fold_layer_norms(a["state_dict"], self.cfg.n_layers)  # TL's own fold guesses square layouts wrong
         out = super().load_and_process_state_dict(*args, **kwargs)
         if moved:
             how = (
