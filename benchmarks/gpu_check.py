@@ -40,7 +40,6 @@ import argparse
 import contextlib
 import importlib.metadata
 import importlib.util
-import math
 import os
 import shlex
 import signal
@@ -67,6 +66,7 @@ CAPS = {"a": 60.0, "b": 90.0}  # c takes what is left, d what c leaves
 # with a and b at their caps c still gets issue 49's 360 s target for Table 1: 540 - 60 - 90 - RESERVE_S - STOP_S
 ROUTING_MIN_S = 60.0  # d starts only with this much left
 RESERVE_S = 15.0  # kept for the table
+MAX_BUDGET_S = 86400.0  # --budget-s above a day is a typo (1e308 printed 309 digits)
 GRACE_S = 30.0  # after SIGTERM, before SIGKILL: a trainer writes its interrupt line and exits
 STOP_S = 15.0  # what a stopped training stage usually takes to exit, kept from its budget
 
@@ -297,8 +297,11 @@ def check_cuda(dry_run: bool) -> str:
 def _check_options(args) -> None:
     if not args.stages or set(args.stages) - set("abcd") or len(set(args.stages)) != len(args.stages):
         raise GpuCheckError(f"--stages {args.stages!r}: give some of a, b, c, d, each once (e.g. abcd)")
-    if args.budget_s is not None and not (math.isfinite(args.budget_s) and args.budget_s > RESERVE_S):
-        raise GpuCheckError(f"--budget-s must be a number of seconds above {RESERVE_S:.0f} (kept for the table)")
+    if args.budget_s is not None and not (RESERVE_S < args.budget_s <= MAX_BUDGET_S):  # NaN fails too
+        raise GpuCheckError(
+            f"--budget-s must be a number of seconds above {RESERVE_S:.0f} (kept for the table) and at most "
+            f"{MAX_BUDGET_S:.0f} (a day)"
+        )
     if args.seeds is not None:
         from experiments.shared.options import parse_seeds
 

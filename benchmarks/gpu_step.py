@@ -362,6 +362,8 @@ def run_gpu_step(args, save=lambda report: None) -> dict[str, Any]:
         raise GpuStepError(f"no CUDA device (torch {torch.__version__} sees none); --device cpu times the CPU")
     device = torch.device(args.device)
     modes, timing = _mode_names(args.modes, device.type), _timing(args, device.type)
+    if any(m.compile_mode for m in modes):
+        _check_backend(args.compile_backend)
     shape = make_shape(args.shape, None, None, args.set)
     batches = [(x.to(device), y.to(device)) for x, y in fixed_token_batches(shape)]
     spec = _spec(args.shape, args.set)
@@ -398,6 +400,15 @@ def run_gpu_step(args, save=lambda report: None) -> dict[str, Any]:
     out["wall_s"] = time.perf_counter() - start
     save(out)
     return out
+
+
+def _check_backend(name: str) -> None:
+    """An unknown --compile-backend is one line here, not a compiled mode skipped as 'failed' with exit 0."""
+    import torch._dynamo
+
+    known = torch._dynamo.list_backends(exclude_tags=())
+    if name not in known:
+        raise GpuStepError(f"--compile-backend {name!r}: torch.compile knows {', '.join(known)}")
 
 
 def _ensemble_row(k, spec, device, batches, timing, peaks, left: float) -> dict[str, Any]:

@@ -300,3 +300,27 @@ def test_left_padding_is_refused_by_the_bridge_and_a_mask_that_keeps_the_pads_wa
     torch.testing.assert_close(masked[1, -1], short, rtol=0, atol=1e-4)
     generate = lambda: tl.generate(tokens, max_new_tokens=2, do_sample=False, verbose=False)  # noqa: E731
     assert counted(UntrainedTokenWarning, generate, times=1) >= 1
+
+
+def test_generate_on_right_padded_tokens_warns_at_every_call_and_strings_are_exact():
+    """to_tokens pads a list on the right; generate on those tokens appended after the pads, so the shorter
+    prompt went on from its padding at shifted positions, silently. Now it warns at every call, on both majors;
+    a list of strings (each prompt alone, or left-padded and masked) is ResidualGPT's greedy continuation."""
+    model = model_with(bias=False, residual="attn_only")
+    tl = exported(model)
+    tokens = tl.to_tokens(TEXTS)
+    assert bool((tokens[1] >= len(CHARS)).any())  # the shorter prompt is padded after its text
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("default")
+        for _ in range(2):
+            tl.generate(tokens, max_new_tokens=2, do_sample=False, verbose=False)
+    said = [w for w in seen if issubclass(w.category, UntrainedTokenWarning) and "row(s) 1 " in str(w.message)]
+    assert len(said) == 2 and all(w.filename == __file__ for w in said)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UntrainedTokenWarning)  # rows that end in text say nothing
+        tl.generate(tokens[:1], max_new_tokens=2, do_sample=False, verbose=False)
+        texts = tl.generate(TEXTS, max_new_tokens=3, do_sample=False, verbose=False)
+    for prompt, got in zip(TEXTS, texts, strict=True):
+        with torch.no_grad():
+            greedy = model.generate(ids(prompt), 3, temperature=0.0)[0]
+        assert got == "".join(CHARS[i] for i in greedy)

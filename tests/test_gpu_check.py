@@ -167,6 +167,7 @@ def test_table1s_budget_at_the_caps_still_holds_its_time_target():
         (["--budget-s", "5"], "--budget-s"),
         (["--budget-s", "nan"], "--budget-s"),
         (["--budget-s", "inf"], "--budget-s"),
+        (["--budget-s", "1e308"], "at most 86400"),
     ],
 )
 def test_bad_options_are_one_line(argv, match, capsys):
@@ -272,3 +273,13 @@ def test_a_stage_ends_when_the_command_is_killed_outright(tmp_path):
         time.sleep(0.1)
     else:
         pytest.fail("the stage's child outlived the killed command")
+
+
+def test_an_unknown_compile_backend_is_one_line_not_a_skipped_mode(capsys):
+    # it was: the compiled mode 'failed' into the skipped list and the command exited 0
+    from benchmarks import gpu_step
+
+    argv = ["--device", "cpu", "--shape", "smoke", "--modes", "fp32,fp32-compiled", "--compile-backend", "nosuch"]
+    assert gpu_step.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --compile-backend 'nosuch'") and "inductor" in err and err.count("\n") == 1, err

@@ -77,7 +77,7 @@ from interp.tl.bridge_adapter import (  # registers the adapter
 from interp.tl.bridge_cache import BridgeActivationCache, _lacks, _lacks_error
 from interp.tl.major import refuse_past_context, tl_config_fields
 from interp.tl.saved import BRIDGE_SCHEMA, load_weights, read_saved, tokenizer_fields, write_saved
-from interp.tl.tokens import bos_warning, leading_special, loss_targets, warn_at_user
+from interp.tl.tokens import bos_warning, leading_special, loss_targets, warn_at_user, warn_generate_after_padding
 from interp.tokenizers import tokenizer_for
 
 stream_reads.install()  # TL's cache methods ask the bridge (_check_stream_read) at every call
@@ -252,6 +252,7 @@ class ResidualBridge(TransformerBridge):
         (NaN, inf, < 0 refused) and a tiny one samples greedily instead of ending in TL's NaN traceback.
         """
         input, args, kwargs = self._checked_temperature(input, args, kwargs)
+        warn_generate_after_padding(input, self.residual_gpt.cfg.d_vocab)
         if isinstance(input, (list, tuple)) and len(input) > 1 and all(isinstance(p, str) for p in input):
             prepend_bos = kwargs.get("prepend_bos")
             lengths = [self.to_tokens(p, prepend_bos=prepend_bos, truncate=False).shape[-1] for p in input]

@@ -9,6 +9,7 @@ The char tokenizer's <|endoftext|> (BOS, EOS and PAD alike) has the id after the
                 log-prob at every target before it masks padding, and the pad id has no logit: loss_targets
                 masks trailing padding as lm_cross_entropy_loss's attention_mask does and gives the mean over
                 real targets (a special id left as a real target is one TokenIdError)
+    generate    on rows ending in padding appends after it: UntrainedTokenWarning (warn_generate_after_padding)
     meta        tokens on the meta device hold no data: one ShapeError (refuse_meta) before TL's copy fails
 """
 
@@ -106,6 +107,24 @@ def warn_unmasked_left_padding(arguments: dict[str, Any], tokenizer: Any, traine
             "these tokens were left-padded by to_tokens(padding_side='left'), but this call does not mask the "
             "padding (TransformerLens masks left padding only when the call is given padding_side='left' too): "
             "every row attends to its pad tokens; pass padding_side='left' here",
+            UntrainedTokenWarning,
+        )
+
+
+def warn_generate_after_padding(tokens: Any, trained: int) -> None:
+    """generate on token rows that end in special ids (>= trained: the padding to_tokens puts after a shorter
+    text, or an <|endoftext|>): TransformerLens appends each new token after them, so such a row continues from
+    its padding, at positions past it, not from its text. UntrainedTokenWarning at every such call."""
+    if not isinstance(tokens, Tensor) or tokens.dim() != 2 or tokens.shape[-1] == 0:
+        return
+    ends = (tokens[:, -1] >= trained).nonzero()[:, 0].tolist()
+    if ends:
+        rows = ", ".join(map(str, ends[:5])) + (", ..." if len(ends) > 5 else "")
+        warn_each_call(
+            f"generate: row(s) {rows} of these tokens end in special id(s) (>= {trained}: the padding to_tokens "
+            "puts after a shorter text, or an <|endoftext|>); each new token goes after them, so those rows "
+            "continue from their padding, at positions past it, not from their text: pass the prompts as a list "
+            "of strings, or generate each row alone without its padding",
             UntrainedTokenWarning,
         )
 

@@ -70,6 +70,7 @@ from interp.tl.tokens import (
     refuse_meta,
     special_before_text,
     warn_at_user,
+    warn_generate_after_padding,
     warn_unmasked_left_padding,
 )
 
@@ -379,6 +380,7 @@ class ExportedHookedTransformer(BoundaryHooks, HookedTransformer):
         text, n_new = a["input"], a["max_new_tokens"]
         if getattr(text, "from_to_tokens", None) == "left":  # TL's generate hands forward a copy: checked here
             warn_unmasked_left_padding(a, self.tokenizer, self.cfg.d_vocab_out)
+        warn_generate_after_padding(text, self.cfg.d_vocab_out)
         if isinstance(text, torch.Tensor) and text.ndim == 3 or a.get("generation_kwargs"):
             return super().generate(*args, **kwargs)  # embeddings, HF extras: TL's own n_ctx check applies
         if isinstance(text, list) and len(text) == 1:
