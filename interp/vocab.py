@@ -58,7 +58,7 @@ def codec(state: dict[str, Any], what: str = "the text") -> Codec:
     if state.get("encoding") == "gpt2":
         from interp.tokenizers import gpt2_tokenizer
 
-        tokenizer = gpt2_tokenizer()
+        tokenizer = gpt2_tokenizer(pad=False)  # ResidualGPT's codec: no padding
 
         def encode_bpe(text: str) -> list[int]:
             if not isinstance(text, str):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from majors import export, tl3_only
+from majors import TL4, export, tl3_only
 
 import interp
 from interp import CheckpointError, ConfigError, ModelConfig, ResidualGPT, save_checkpoint
@@ -390,6 +390,48 @@ def test_gpt2_tokenizer_from_local_files(monkeypatch):
     assert tl.to_tokens("Hello world")[0].tolist() == [15496, 995]
     assert tl.to_tokens(" the")[0].tolist() == [262]
     assert tl.to_str_tokens("Hello world") == ["Hello", " world"]
+
+
+def test_gpt2_padding_is_an_untrained_id_so_padded_batches_are_exact_or_warn(monkeypatch, tmp_path):
+    """GPT-2 pads with <|endoftext|> (50256), a trained id: the export's padded loss scored the pads (10.745
+    against 10.687 on a random model, 8.06 against 5.49 on a trained smoke one) and generate went on after them,
+    silently. The export pads with <|pad|> (50257), past the trained ids, on both majors."""
+    import torch.nn.functional as F
+
+    from interp.errors import UntrainedTokenWarning
+
+    data = os.environ.get("RESIDUAL_DATA_DIR") or str(SHARED_DATA)
+    if gpt2_files(data) is None:
+        pytest.skip(f"GPT-2 BPE files not found under {data}/gpt2 (set RESIDUAL_DATA_DIR)")
+    monkeypatch.setenv("RESIDUAL_DATA_DIR", data)
+    torch.manual_seed(21)
+    model = ResidualGPT(ModelConfig(n_layers=2, d_model=32, n_heads=4, n_ctx=32, d_vocab=50257)).eval()
+    with torch.no_grad():
+        model.embed.weight.mul_(5.0)  # log-probs far from uniform, so a scored pad shows
+    model.vocab_state = {"encoding": "gpt2"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tl = export(model)
+    prompts = ["Hello world, this is", "The cat", "Hi"]
+    alone = [tl.to_tokens(p)[0] for p in prompts]
+    padded = tl.to_tokens(prompts)
+    assert padded[1, -1].item() == 50257 == tl.tokenizer.pad_token_id
+    with torch.no_grad():
+        want = torch.cat([F.cross_entropy(model(t[None])[0, :-1], t[1:], reduction="none") for t in alone]).mean()
+        assert abs(tl(prompts, return_type="loss").item() - want.item()) < 1e-5
+    with pytest.warns(UntrainedTokenWarning, match="end in special"):
+        tl.generate(padded, max_new_tokens=2, do_sample=False, verbose=False)
+    if TL4:
+        from interp.tl.bridge import load_bridge as load
+        from interp.tl.bridge import save_bridge as save
+    else:
+        from interp.tl.hooked import load_hooked as load
+        from interp.tl.hooked import save_hooked as save
+    save(tl, tmp_path / "gpt2.pt")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        again = load(tmp_path / "gpt2.pt")
+    assert again.tokenizer.pad_token_id == 50257 and again.to_tokens(prompts)[1, -1].item() == 50257
 
 
 @tl3_only

@@ -26,8 +26,16 @@ def tokenizer_fields(tokenizer: Any) -> dict[str, Any]:
     chars = getattr(tokenizer, "chars", None)
     return {
         "vocab": list(chars) if chars else None,
-        "encoding": "gpt2" if tokenizer is not None and not chars and len(tokenizer) == GPT2_VOCAB_SIZE else None,
+        "encoding": "gpt2" if tokenizer is not None and not chars and _is_gpt2(tokenizer) else None,
     }
+
+
+def _is_gpt2(tokenizer: Any) -> bool:
+    """GPT-2's BPE: its 50257 ids, and the export's <|pad|> after them where it has one (tokenizers.PAD)."""
+    from interp.tokenizers import PAD
+
+    extra = len(tokenizer) - GPT2_VOCAB_SIZE
+    return extra == 0 or (extra == 1 and tokenizer.convert_ids_to_tokens(GPT2_VOCAB_SIZE) == PAD)
 
 
 def write_saved(path: str | os.PathLike, payload: dict[str, Any]) -> None:
