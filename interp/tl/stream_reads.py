@@ -7,8 +7,12 @@ call: interp.errors.warn_each_call) or refuses. A model without it (any other TL
 Nested calls (decompose_resid -> apply_ln_to_stack, logit_attrs -> tokens_to_residual_directions) are checked
 once, at the outermost call, which names the method the user called.
 
-    additive    decompose_resid, get_full_resid_decomposition, stack_head_results, logit_attrs: the stack sums to
-                the stream only where every sublayer output reaches it (residual='full')
+    additive    decompose_resid, get_full_resid_decomposition, stack_head_results, stack_neuron_results,
+                logit_attrs: the stack sums to the stream only where every sublayer output reaches it
+                (residual='full'). The model's own accumulated_bias sums every b_O and b_out alike; it is not a
+                cache method, so the export and the bridge check it in their override (ADDITIVE_MODEL_METHODS).
+                Not so accumulated_resid (the stream itself), get_neuron_results, compute_head_results and
+                stack_activation (what each neuron / head / layer writes or holds, whatever reaches the stream)
     LayerNorm   apply_ln_to_stack and every method with apply_ln=True divide by the cached scale but never
                 multiply by the LayerNorm's weight (nor add its bias): right only where fold_ln moved them into
                 the next weights (the 3.x export's default; the TL 4 bridge cannot fold). Not so
@@ -32,7 +36,14 @@ import torch
 
 from interp.errors import UnembedBiasWarning, UnfoldedLayerNormWarning, warn_each_call
 
-ADDITIVE_METHODS = ("decompose_resid", "get_full_resid_decomposition", "stack_head_results", "logit_attrs")
+ADDITIVE_METHODS = (
+    "decompose_resid",
+    "get_full_resid_decomposition",
+    "stack_head_results",
+    "stack_neuron_results",
+    "logit_attrs",
+)
+ADDITIVE_MODEL_METHODS = ("accumulated_bias",)
 LN_METHODS = (
     "apply_ln_to_stack",
     "accumulated_resid",

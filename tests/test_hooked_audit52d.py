@@ -1,0 +1,118 @@
+"""Audit 52d on the 3.x export (and, where the fix is shared, the TL 4 bridge): TransformerLens habits that answered
+another model's question without a word. Ground truth is ResidualGPT itself."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from majors import TL4, tl3_only
+
+from interp import ModelConfig, ResidualGPT
+from interp.errors import ToolkitError
+from interp.tl.load import load_tl
+
+CHARS = list("\n !$&',-.3:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")  # TinyShakespeare's 65
+
+
+def model_with(bias: bool, seed: int = 0, **changes) -> ResidualGPT:
+    """A random ResidualGPT whose biases and LayerNorm weights are far from their init (0 and 1)."""
+    torch.manual_seed(seed)
+    cfg = ModelConfig(n_layers=3, d_model=32, n_heads=4, n_ctx=16, d_vocab=len(CHARS), bias=bias, **changes)
+    model = ResidualGPT(cfg)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(".w"):
+                p.copy_(1 + 0.3 * torch.randn_like(p))
+            elif name.endswith((".b", ".bias")):
+                p.copy_(0.3 * torch.randn_like(p))
+            else:
+                p.normal_(0, 0.2)
+    return model.eval()
+
+
+def exported(model: ResidualGPT, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return load_tl(model, vocab=CHARS, **kwargs)
+
+
+def ids(text: str) -> torch.Tensor:
+    return torch.tensor([[CHARS.index(c) for c in text]])
+
+
+def counted(category: type[Warning], call, times: int = 2) -> int:
+    """How many `category` warnings `times` calls of `call` show under the default filter."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("default")
+        for _ in range(times):
+            call()
+    return sum(issubclass(w.category, category) for w in seen)
+
+
+# --------------------------------------------------------------------------- 1, 2: sums on a removed residual
+
+
+def _neurons_reach_nothing(model: ResidualGPT) -> torch.Tensor:
+    """attn_only: no FFN skip, so the final stream is the last block's mlp_out; an earlier neuron's direct share
+    is 0. Returns what stack_neuron_results gives layer 0's neurons (|.| summed), to show it is not."""
+    tl = exported(model)
+    _, cache = tl.run_with_cache(ids("First Citizen"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        stack = cache.stack_neuron_results(layer=model.cfg.n_layers, pos_slice=-1, apply_ln=False)
+    return stack[: model.cfg.d_mlp].abs().sum()
+
+
+def test_stack_neuron_results_on_a_removed_residual_warns_at_every_call_or_is_refused():
+    """Audit 52d B07: per-neuron DLA gave layer-0 neurons +1.14 on attn_only, with no word."""
+    model = model_with(bias=False, residual="attn_only")
+    assert _neurons_reach_nothing(model) > 0.1  # what the warning is about
+    tl = exported(model)
+    _, cache = tl.run_with_cache(ids("First Citizen"))
+    from transformer_lens import ActivationCache
+
+    by_hand = ActivationCache(dict(cache.cache_dict), tl)
+    for c in (cache, by_hand):
+        call = lambda: c.stack_neuron_results(layer=2, pos_slice=-1, apply_ln=False)  # noqa: E731
+        if TL4:
+            with pytest.raises(ToolkitError, match="stack_neuron_results"):
+                call()
+        else:
+            from interp.tl.hooked import NonAdditiveResidualWarning
+
+            assert counted(NonAdditiveResidualWarning, call) == 2
+
+
+@tl3_only
+def test_stack_neuron_results_on_a_full_residual_says_nothing():
+    from interp.tl.hooked import NonAdditiveResidualWarning
+
+    tl = exported(model_with(bias=False))
+    _, cache = tl.run_with_cache(ids("First Citizen"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NonAdditiveResidualWarning)
+        cache.stack_neuron_results(layer=2, pos_slice=-1, apply_ln=False)
+        tl.accumulated_bias(2)
+
+
+@tl3_only
+def test_accumulated_bias_on_a_removed_residual_warns_at_every_call():
+    """Audit 52d B12: accumulated_bias(2) summed b_O and b_out of layers 0-1; only block 1's b_out reaches block 2."""
+    from interp.tl.hooked import NonAdditiveResidualWarning
+
+    model = model_with(bias=True, residual="attn_only")
+    tl = exported(model, fold_ln=False, center_writing_weights=False, center_unembed=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gap = (tl.accumulated_bias(2) - tl.blocks[1].mlp.b_out).abs().max().item()
+    assert gap > 0.1  # what the warning is about
+    assert counted(NonAdditiveResidualWarning, lambda: tl.accumulated_bias(2)) == 2
+    assert counted(NonAdditiveResidualWarning, lambda: tl.accumulated_bias(1, mlp_input=True)) == 2
+    _, cache = tl.run_with_cache(ids("First"))
+    with warnings.catch_warnings(record=True) as seen:  # get_full_resid_decomposition reads it: one word, not two
+        warnings.simplefilter("always")
+        cache.get_full_resid_decomposition(layer=2, expand_neurons=False)
+    said = [str(w.message) for w in seen if issubclass(w.category, NonAdditiveResidualWarning)]
+    assert len(said) == 1 and "get_full_resid_decomposition" in said[0], said
