@@ -116,3 +116,45 @@ def test_accumulated_bias_on_a_removed_residual_warns_at_every_call():
         cache.get_full_resid_decomposition(layer=2, expand_neurons=False)
     said = [str(w.message) for w in seen if issubclass(w.category, NonAdditiveResidualWarning)]
     assert len(said) == 1 and "get_full_resid_decomposition" in said[0], said
+
+
+# --------------------------------------------------------------------------- 3: ids outside the vocabulary
+
+
+@tl3_only
+@pytest.mark.parametrize("tokens", [-1, [3, -1], torch.tensor([3, -1]), torch.tensor(-1), 65, "<|endoftext|>"])
+def test_residual_directions_of_an_id_outside_the_vocabulary_is_a_token_id_error_as_on_residual_gpt(tokens):
+    """Audit 52d J09: tokens_to_residual_directions(-1) was W_U[:, 64] ('z'), without a word."""
+    from interp.errors import TokenIdError
+
+    model = model_with(bias=False)
+    tl = exported(model)
+    with pytest.raises(TokenIdError, match="outside the vocabulary"):
+        tl.tokens_to_residual_directions(tokens)
+    if not isinstance(tokens, str):
+        with pytest.raises(TokenIdError, match="outside the vocabulary"):
+            model.tokens_to_residual_directions(tokens)
+
+
+@tl3_only
+def test_residual_directions_of_valid_ids_are_w_u_columns_and_a_list_is_one_row_per_id():
+    tl = exported(model_with(bias=False))
+    torch.testing.assert_close(tl.tokens_to_residual_directions(5), tl.W_U[:, 5], rtol=0, atol=0)
+    torch.testing.assert_close(tl.tokens_to_residual_directions("a"), tl.W_U[:, CHARS.index("a")], rtol=0, atol=0)
+    torch.testing.assert_close(tl.tokens_to_residual_directions([5, 64]), tl.W_U[:, [5, 64]].T, rtol=0, atol=0)
+    torch.testing.assert_close(
+        tl.tokens_to_residual_directions(torch.tensor([[5, 64]])), tl.W_U[:, [[5, 64]]].movedim(0, -1), rtol=0, atol=0
+    )
+
+
+@tl3_only
+@pytest.mark.parametrize("tokens", [[5, -1], [5, 70], torch.tensor([[5, 6], [7, -2]])])
+def test_to_string_of_an_id_outside_the_tokenizer_is_a_token_id_error(tokens):
+    """Audit 52d J09: to_string([5, -1]) was an OverflowError, to_string([5, 70]) dropped the 70."""
+    from interp.errors import TokenIdError
+
+    tl = exported(model_with(bias=False))
+    with pytest.raises(TokenIdError, match="outside the vocabulary"):
+        tl.to_string(tokens)
+    assert tl.to_string([CHARS.index(c) for c in "Hi"]) == "Hi"
+    assert tl.to_string(tl.to_tokens(["Hi", "you"])) == ["Hi<|endoftext|>", "you"]  # padding is the tokenizer's

@@ -48,7 +48,7 @@ import torch
 from transformer_lens import ActivationCache, HookedTransformer
 from transformer_lens.FactoredMatrix import FactoredMatrix
 
-from interp.checks.api import BoundaryHooks, missing_cache_key
+from interp.checks.api import BoundaryHooks, check_ids, missing_cache_key
 from interp.config import ModelConfig
 from interp.errors import (
     ConfigError,
@@ -197,6 +197,7 @@ _GENERATE = inspect.signature(HookedTransformer.generate)
 _TO_TOKENS = inspect.signature(HookedTransformer.to_tokens)
 _FORWARD = inspect.signature(HookedTransformer.forward)
 _PROCESS = inspect.signature(HookedTransformer.load_and_process_state_dict)
+_RESIDUAL_DIRECTIONS = inspect.signature(HookedTransformer.tokens_to_residual_directions)
 
 
 def _moved_value_biases(state_dict: Any, n_layers: int) -> list[int]:
@@ -279,12 +280,26 @@ class ExportedHookedTransformer(BoundaryHooks, HookedTransformer):
 
     def tokens_to_residual_directions(self, *args: Any, **kwargs: Any) -> Any:
         """TL's (W_U's columns); warns at each call where ln_final is not folded into W_U (fold_ln=False) or
-        where b_U is not zero (a bias=True model's ln_final.b, folded there)."""
+        where b_U is not zero (a bias=True model's ln_final.b, folded there). An id outside the trained ones
+        (-1, which TL would read from the end) is a TokenIdError, as on ResidualGPT; a list of ids is taken too."""
         with stream_reads.outermost() as first:
             if first:
                 stream_reads.warn_unfolded_directions(self, _FOLD_FIX)
                 stream_reads.warn_unembed_bias_directions(self)
-            return super().tokens_to_residual_directions(*args, **kwargs)
+            tokens = _RESIDUAL_DIRECTIONS.bind(self, *args, **kwargs).arguments["tokens"]
+            if isinstance(tokens, str):
+                tokens = self.to_single_token(tokens)
+            ids = check_ids(tokens, self.W_U.shape[-1], "tokens")  # TL's W_U[:, -1] would be the last token's
+            if isinstance(tokens, (list, tuple)):  # TL takes no list; ResidualGPT does: one row per id
+                return self.W_U[:, ids].movedim(0, -1)
+            return super().tokens_to_residual_directions(tokens if isinstance(tokens, torch.Tensor) else int(ids))
+
+    def to_string(self, tokens: Any) -> Any:
+        """TL's decode; an id outside the tokenizer's vocabulary is a TokenIdError (TL's decode drops it, or
+        fails with an OverflowError for a negative one)."""
+        if self.tokenizer is not None and not isinstance(tokens, str):
+            check_ids(tokens, len(self.tokenizer), "tokens")
+        return super().to_string(tokens)
 
     # ------------------------------------------------------------------ weight processing after the export
 
