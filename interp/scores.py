@@ -30,13 +30,20 @@ from interp.registry import mixer_spec
 
 
 def model_config(model: Any) -> ModelConfig:
-    """The ModelConfig of a ResidualGPT or of its export (to_hooked_transformer / load_hooked)."""
+    """The ModelConfig of a ResidualGPT or of its export (to_hooked_transformer / load_hooked on TransformerLens
+    3, the bridge of to_transformer_bridge / load_bridge on TransformerLens 4)."""
     cfg = model if isinstance(model, ModelConfig) else getattr(model, "cfg", None)
     if isinstance(cfg, ModelConfig):
         return cfg
+    inner_cfg = getattr(getattr(model, "residual_gpt", None), "cfg", None)  # a ResidualBridge's ResidualGPT
+    if isinstance(inner_cfg, ModelConfig):
+        return inner_cfg
     record = getattr(cfg, "residual_gpt_config", None)
     if record is None:
-        raise ConfigError("attention_scores takes a ResidualGPT or its export (interp.to_hooked_transformer)")
+        raise ConfigError(
+            "attention_scores takes a ResidualGPT or its export (interp.to_hooked_transformer, "
+            "interp.to_transformer_bridge, interp.load_tl)"
+        )
     return ModelConfig.from_dict(record)
 
 

@@ -37,6 +37,7 @@ interp.decompose reads bridge caches and is exact.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import os
@@ -52,7 +53,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from transformer_lens.model_bridge.sources import build_bridge_from_module
 
 from interp.checkpoint import SCHEMA, Checkpoint, load_checkpoint, refuse_non_finite_forward
-from interp.checks.api import check_config_unedited
+from interp.checks.api import CheckedHook, check_config_unedited, check_ids
 from interp.config import ModelConfig
 from interp.errors import (
     CheckpointError,
@@ -70,9 +71,13 @@ from interp.registry import mixer_spec
 from interp.tl import stream_reads
 from interp.tl.bridge_adapter import (  # registers the adapter
     ARCHITECTURE,
+    _EmbedBridge,
     _HeadResults,
     _Host,
     _MixerBridge,
+    hidden_routing,
+    routing_quiet,
+    warn_hidden_routing,
 )
 from interp.tl.bridge_cache import BridgeActivationCache, _lacks, _lacks_error
 from interp.tl.major import refuse_past_context, tl_config_fields
@@ -81,6 +86,25 @@ from interp.tl.tokens import bos_warning, leading_special, loss_targets, warn_at
 from interp.tokenizers import tokenizer_for
 
 stream_reads.install()  # TL's cache methods ask the bridge (_check_stream_read) at every call
+
+# Cache methods that sum per-component outputs into the stream: stream_reads.ADDITIVE_METHODS, and
+# stack_neuron_results (each neuron's share of the stream: no neuron of an earlier layer reaches it where a
+# residual path is removed).
+_ADDITIVE = (*stream_reads.ADDITIVE_METHODS, "stack_neuron_results")
+_ADDITIVE_USE = "interp.decompose (decompose, direct_logit_attribution, logit_lens), which follows this model's "
+
+
+def _checked_pairs(hooks: Any) -> Any:
+    """(name, fn) forward-hook pairs with each fn's return checked (interp.checks.api.CheckedHook)."""
+    if not isinstance(hooks, (list, tuple)):
+        return hooks  # TL's own error for anything else
+    return [
+        (pair[0], CheckedHook(pair[1]))
+        if isinstance(pair, (tuple, list)) and len(pair) == 2 and callable(pair[1])
+        else pair
+        for pair in hooks
+    ]
+
 
 # --------------------------------------------------------------------------- the bridge and its cache
 
@@ -253,6 +277,8 @@ class ResidualBridge(TransformerBridge):
         """
         input, args, kwargs = self._checked_temperature(input, args, kwargs)
         warn_generate_after_padding(input, self.residual_gpt.cfg.d_vocab)
+        if (args[0] if args else kwargs.get("max_new_tokens", 10)) == 0:
+            return self._prompt_only(input, args[1:], kwargs)
         if isinstance(input, (list, tuple)) and len(input) > 1 and all(isinstance(p, str) for p in input):
             prepend_bos = kwargs.get("prepend_bos")
             lengths = [self.to_tokens(p, prepend_bos=prepend_bos, truncate=False).shape[-1] for p in input]
@@ -269,6 +295,26 @@ class ResidualBridge(TransformerBridge):
                     )
                 return [self._generate_cropping(p, *args, **kwargs) for p in input]
         return self._generate_cropping(input, *args, **kwargs)
+
+    def _prompt_only(self, input: Any, args: tuple, kwargs: dict) -> Any:
+        """generate with max_new_tokens=0: the prompt, as ResidualGPT.generate returns it (TL's generate ends in
+        torch.cat's ValueError), in the form TL's return_type asks for."""
+        extras = [k for k in ("output_logits", "return_cache", "return_input_tokens") if kwargs.get(k)]
+        return_type = kwargs.get("return_type", "input")
+        if args or extras or return_type not in ("input", "str", "tokens"):
+            raise ConfigError(
+                "generate with max_new_tokens=0 returns the prompt alone (as text or tokens, by return_type); "
+                f"it has no {' / '.join(extras) or 'such option'} to give: run the model on the prompt instead"
+            )
+        if isinstance(input, torch.Tensor):
+            tokens = input if input.ndim == 2 else input[None]
+        else:  # text, or a list of texts: TL's tokenization, as generate's
+            kw = {k: kwargs[k] for k in ("prepend_bos", "padding_side") if k in kwargs}
+            tokens = self.to_tokens(input, truncate=False, **kw)
+        if return_type == "tokens" or (return_type == "input" and isinstance(input, torch.Tensor)):
+            return tokens
+        texts = [self.tokenizer.decode(row, skip_special_tokens=True) for row in tokens]
+        return texts[0] if isinstance(input, str) or len(texts) == 1 else texts
 
     def _checked_temperature(self, input: Any, args: tuple, kwargs: dict) -> tuple[Any, tuple, dict]:
         try:
@@ -316,22 +362,84 @@ class ResidualBridge(TransformerBridge):
 
     def _check_stream_read(self, method: str, args: dict[str, Any]) -> None:
         """Called by TL's ActivationCache methods on this bridge's caches (interp.tl.stream_reads), each call."""
-        if method in stream_reads.ADDITIVE_METHODS:
-            use = "interp.decompose (decompose, direct_logit_attribution, logit_lens), which follows this model's "
-            refuse_if_not_additive(method, self.residual_gpt.cfg.residual, use + "wiring and reads this cache")
+        if method in _ADDITIVE:
+            use = _ADDITIVE_USE + "wiring and reads this cache"
+            refuse_if_not_additive(method, self.residual_gpt.cfg.residual, use)
         if method == "logit_attrs":  # the bridge never folds ln_final (as an unfolded 3.x export)
             warn_each_call(LOGIT_ATTRS_MESSAGE, LogitAttrsWarning)
             return
         stream_reads.warn_unfolded(self, method, args, _UNFOLDED_FIX)
         stream_reads.warn_unembed_bias(self, method, args)
 
-    def tokens_to_residual_directions(self, *args: Any, **kwargs: Any) -> Any:
-        """TL 4's (W_U's columns); warns at each call: ln_final.w is not folded into W_U on the bridge."""
+    def tokens_to_residual_directions(self, tokens: Any) -> Any:
+        """TL 4's (W_U's columns); warns at each call: ln_final.w is not folded into W_U on the bridge. An id
+        outside 0..d_vocab-1 (-1 included: TL would index from the end) is a TokenIdError, as on ResidualGPT;
+        a list of ids is taken as a tensor."""
+        if not isinstance(tokens, str):
+            ids = check_ids(tokens, self.residual_gpt.cfg.d_vocab, "tokens", self.W_U.device)
+            tokens = tokens if isinstance(tokens, (int, torch.Tensor)) else ids
         with stream_reads.outermost() as first:
             if first:
                 stream_reads.warn_unfolded_directions(self, _UNFOLDED_FIX)
                 stream_reads.warn_unembed_bias_directions(self)
-            return super().tokens_to_residual_directions(*args, **kwargs)
+            return super().tokens_to_residual_directions(tokens)
+
+    def accumulated_bias(self, layer: int, mlp_input: bool = False, include_mlp_biases: bool = True) -> Tensor:
+        """TL 4's sum of every earlier b_O and b_out; refused where a residual path is removed (not every one
+        of them reaches block `layer`), as the cache's additive methods are."""
+        cfg = self.residual_gpt.cfg
+        if cfg.residual != "full":
+            raise ToolkitError(
+                f"accumulated_bias assumes the residual stream is the sum of the embeddings and every sublayer "
+                f"output (each b_O and b_out reaches every later block), which is false for "
+                f"residual={cfg.residual!r}; use {_ADDITIVE_USE}wiring, or read the biases that reach block "
+                f"{layer} by hand (blocks[l].attn.b_O, blocks[l].mlp.b_out)"
+            )
+        return super().accumulated_bias(layer, mlp_input, include_mlp_biases)
+
+    # ------------------------------------------------------------------ weights: the routing W_Q @ W_K lacks
+
+    def _warn_hidden_routing(self, what: str) -> None:
+        cfg = self.residual_gpt.cfg
+        if any(hidden_routing(cfg, functools.partial(getattr, b.attn, "W_Q")) for b in self.blocks):
+            warn_hidden_routing(what, cfg)
+
+    @property
+    def W_Q(self) -> Tensor:
+        self._warn_hidden_routing("W_Q")
+        with routing_quiet():  # warned once here, not again per block
+            return super().W_Q
+
+    @property
+    def W_K(self) -> Tensor:
+        self._warn_hidden_routing("W_K")
+        with routing_quiet():
+            return super().W_K
+
+    @property
+    def QK(self) -> Any:
+        self._warn_hidden_routing("QK")
+        with routing_quiet():
+            return super().QK
+
+    def QK_for_attn_layers(self) -> Any:
+        self._warn_hidden_routing("QK_for_attn_layers()")
+        with routing_quiet():
+            return super().QK_for_attn_layers()
+
+    # ------------------------------------------------------------------ hooks: every forward hook's return checked
+
+    def add_hook(self, name: Any, hook_fn: Any, dir: Any = "fwd", is_permanent: bool = False) -> None:
+        """TL 4's add_hook (add_perma_hook too); a forward hook returning another shape, dtype or device than
+        it got is a HookReturnError (as on ResidualGPT and the 3.x export)."""
+        fn = CheckedHook(hook_fn) if dir == "fwd" and callable(hook_fn) else hook_fn
+        return super().add_hook(name, fn, dir=dir, is_permanent=is_permanent)
+
+    def hooks(self, fwd_hooks: Any = (), bwd_hooks: Any = (), *args: Any, **kwargs: Any) -> Any:
+        return super().hooks(_checked_pairs(list(fwd_hooks)), list(bwd_hooks), *args, **kwargs)
+
+    def run_with_hooks(self, input: Any, fwd_hooks: Any = (), bwd_hooks: Any = (), *args: Any, **kwargs: Any) -> Any:
+        return super().run_with_hooks(input, _checked_pairs(list(fwd_hooks)), list(bwd_hooks), *args, **kwargs)
 
     def run_with_cache(self, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
         out, cache = super().run_with_cache(*args, **kwargs)
@@ -393,8 +501,11 @@ def _bridge(model: ResidualGPT, tokenizer: Any) -> ResidualBridge:
     object.__setattr__(bridge, "_residual_weights", weights)  # not a submodule: no second copy in the tree
     bridge.hook_embed = model.hook_embed  # ResidualGPT's [batch, pos, d_model] values, not TL's aliases
     bridge.hook_pos_embed = model.hook_pos_embed
-    for block in bridge.blocks:
+    for layer, block in enumerate(bridge.blocks):
         block.mlp.gain = model.cfg.runtime_gain
+        block.mlp.layer = block.attn.layer = layer
+    if tokenizer is not None:  # its special ids after the model's embed as zeros; any other id is refused
+        cast(_EmbedBridge, bridge.embed).n_special = max(0, len(tokenizer) - model.cfg.d_vocab)
     if tokenizer is not None:
         bridge.tokenizer.padding_side = "right"
     return cast(ResidualBridge, bridge.eval())  # its class set to ResidualBridge above

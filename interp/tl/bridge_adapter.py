@@ -6,12 +6,16 @@ TL 3 hook points) and the module that hosts the ResidualGPT. interp.tl.bridge bu
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
 from einops import einsum, rearrange
 from torch import Tensor, nn
+from transformer_lens.FactoredMatrix import FactoredMatrix
 from transformer_lens.factories.architecture_adapter_factory import ArchitectureAdapterFactory
 from transformer_lens.hook_points import HookPoint
 from transformer_lens.model_bridge import ArchitectureAdapter
@@ -23,8 +27,9 @@ from transformer_lens.model_bridge.generalized_components import (
 )
 from transformer_lens.model_bridge.generalized_components.base import GeneralizedComponent
 
+from interp.checks.api import check_ids
 from interp.config import ModelConfig
-from interp.errors import ConfigError, ToolkitError, UntrainedTokenWarning
+from interp.errors import ConfigError, HiddenRoutingWarning, TokenIdError, ToolkitError, UntrainedTokenWarning
 from interp.model import ResidualGPT
 from interp.registry import mixer_spec
 from interp.tl.tokens import special_before_text, special_warning, warn_at_user
@@ -60,13 +65,27 @@ def _adopt(component: GeneralizedComponent, module: nn.Module, names: tuple[str,
 class _EmbedBridge(EmbeddingBridge):
     """The token embedding; a tokenizer special (id >= d_vocab: <|endoftext|> as PAD / BOS) embeds as zeros.
 
-    As on the 3.x export, whose embedding has a zero row for it. ResidualGPT itself has no such row. A special
-    id before the text warns UntrainedTokenWarning, as on the 3.x export; ids that to_tokens made are its BOS
-    (to_tokens warns for prepend_bos) or padding (trailing): no word.
+    As on the 3.x export, whose embedding has a zero row for it. ResidualGPT itself has no such row. An id
+    outside both (negative, or past the tokenizer's specials) is a TokenIdError, as on ResidualGPT and the 3.x
+    export (rewire.VocabCheckedEmbed). A special id before the text warns UntrainedTokenWarning, as on the 3.x
+    export; ids that to_tokens made are its BOS (to_tokens warns for prepend_bos) or padding (trailing): no word.
     """
+
+    n_special = 0  # the tokenizer's special ids after the model's: set by interp.tl.bridge._bridge
+
+    def check(self, input_ids: Tensor) -> None:
+        """TokenIdError for an id outside the model's and the tokenizer's special ids."""
+        trained = cast(nn.Embedding, self.original_component).weight.shape[0]
+        limit = trained + self.n_special
+        try:
+            check_ids(input_ids, limit, "tokens")
+        except TokenIdError as e:
+            special = f"; ids {trained}..{limit - 1} are the tokenizer's special tokens" if limit > trained else ""
+            raise TokenIdError(f"{e} (the model was trained on ids 0..{trained - 1}{special})") from None
 
     def forward(self, input_ids: Tensor, *args: Any, **kwargs: Any) -> Tensor:
         weight = cast(nn.Embedding, self.original_component).weight  # ResidualGPT's embed
+        self.check(input_ids)
         special = input_ids >= weight.shape[0]
         if not special.any():
             return super().forward(input_ids, *args, **kwargs)
@@ -106,27 +125,186 @@ def _weights_of(module: object) -> Any:
     return take
 
 
+# --------------------------------------------------------------------------- TL's weights, edits included
+
+# torch's in-place methods end in "_"; these few change metadata, not values.
+_NOT_VALUE_EDITS = frozenset({"requires_grad_", "share_memory_", "retain_grad", "record_stream"})
+_AUGMENTED = frozenset(
+    f"__i{op}__" for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor", "matmul")
+)
+
+
+def _edits_values(func: Any) -> bool:
+    name = getattr(func, "__name__", "")
+    if name == "__setitem__" or name in _AUGMENTED:
+        return True
+    return name.endswith("_") and not name.endswith("__") and name not in _NOT_VALUE_EDITS
+
+
+class _Home:
+    """Where an in-place edit of a computed TL weight goes: `model` (a view of ResidualGPT's weight in TL's
+    layout) times `gain` is the weight as returned, so an edited entry v is written back as v / gain. None for
+    a weight the model lacks (a bias of a bias=False model, the uniform mixer's zero W_Q): then refused."""
+
+    def __init__(self, label: str, model: Tensor | None, gain: float, why: str):
+        self.label, self.model, self.gain, self.why = label, model, gain, why
+        self.root: Tensor | None = None  # the tensor returned (set by _derived)
+        self.seen: Tensor | None = None  # its values as last written back: only what the user changed goes back
+
+    def refuse(self) -> ToolkitError:
+        return ToolkitError(
+            f"{self.label} is computed by the bridge ({self.why}), so an in-place edit of it would change "
+            "nothing in the model; edit ResidualGPT's own weight (bridge.residual_gpt, its parameters by name), "
+            "or ablate with a hook (run_with_hooks on hook_z / hook_attn_out / hook_post / hook_mlp_out)"
+        )
+
+    def write_back(self) -> None:
+        root, seen, model = self.root, self.seen, self.model
+        assert root is not None and seen is not None and model is not None
+        with torch.no_grad(), torch._C.DisableTorchFunctionSubclass():
+            changed = (root != seen) & ~(root.isnan() & seen.isnan())
+            if bool(changed.any()):
+                model[changed] = (root[changed] / self.gain).to(model.dtype)
+                seen.copy_(root)
+
+
+class _DerivedWeight(torch.Tensor):
+    """A TL weight the bridge computes from ResidualGPT's rather than a view of it (W_O and W_out times
+    runtime_gain, a zero bias the model lacks). An in-place edit of it - or of a view of it: W_O[h] = 0,
+    .data[...] = 0, W_out[:k].zero_() - is written back into ResidualGPT's weight where the model has one, as
+    an edit of the 3.x export's parameters reaches its forward; else it is a ToolkitError saying what works.
+    Anything computed from it is a plain tensor."""
+
+    _home: _Home
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        home = next((a._home for a in args if isinstance(a, _DerivedWeight)), None)
+        edits = home is not None and _edits_values(func) and isinstance(args[0], _DerivedWeight)
+        if edits and home is not None and home.model is None:
+            raise home.refuse()
+        with torch._C.DisableTorchFunctionSubclass():
+            out = func(*args, **kwargs)
+            first = args[0] if args and isinstance(args[0], Tensor) else None
+            view = (
+                isinstance(out, Tensor)
+                and first is not None
+                and out is not first
+                and out.numel() > 0
+                and out.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
+            )
+        if edits and home is not None:
+            home.write_back()
+        if view and home is not None:  # a view of it (W_O[h], .data, .T): its edits are the weight's
+            out = out.as_subclass(cls)
+            out._home = home
+        return out
+
+
+def _derived(value: Tensor, label: str, model: Tensor | None, gain: float, why: str) -> Tensor:
+    home = _Home(label, model, gain, why)
+    out = value.as_subclass(_DerivedWeight)
+    out._home = home
+    home.root = out
+    if model is not None:
+        with torch.no_grad(), torch._C.DisableTorchFunctionSubclass():
+            home.seen = value.detach().clone()
+    return out
+
+
+def _params_of(module: nn.Module) -> list[Tensor]:
+    return [p for p in module.parameters()]
+
+
+def _exposed(module: nn.Module, label: str, value: Tensor, gain: float = 1.0) -> Tensor:
+    """What a TL weight property returns: a view of the module's own parameter as it is (edits reach the model),
+    that view times gain as a _DerivedWeight that writes edits back, or a refusing one where it is no view."""
+    storages = {p.untyped_storage().data_ptr() for p in _params_of(module) if p.numel()}
+    is_view = value.numel() > 0 and value.untyped_storage().data_ptr() in storages
+    if is_view and gain == 1.0:
+        return value
+    if is_view:
+        return _derived(value * gain, label, value, gain, f"the model's weight times runtime_gain={gain:g}")
+    why = "a zero tensor: the model has no such weight" if not bool(value.detach().ne(0).any()) else "not a view"
+    return _derived(value * gain if gain != 1.0 else value, label, None, gain, why)
+
+
 class _MLPBridge(_Component):
     """The MLP, with TL's weight properties (W_in [d_model, d_mlp], ...; runtime_gain folded into W_out / b_out,
-    as on the 3.x export), read from ResidualGPT's own weights at each access."""
+    as on the 3.x export), read from ResidualGPT's own weights at each access: views of them where no gain is
+    folded in (edits reach the model), else tensors whose in-place edits are written back (_DerivedWeight).
+    hook_out holds what the MLP adds to the stream (runtime_gain applied), as hook_mlp_out."""
 
     adopted = _MLP_HOOKS
     gain = 1.0  # the model's runtime_gain (an MLP has no cfg): set by _bridge
+    layer: int | None = None  # set by _bridge, for messages
 
-    def _tl(self) -> dict[str, Tensor]:
-        take, gain = _weights_of(self.original_component), self.gain
+    def _tl(self, name: str) -> Tensor:
+        module = cast(nn.Module, self.original_component)
+        take = _weights_of(module)
         w_in, w_out = take("in_proj.weight"), take("out_proj.weight")
-        return {
-            "W_in": w_in.T,
-            "b_in": take("in_proj.bias", w_in[:, 0]),
-            "W_out": w_out.T * gain,
-            "b_out": take("out_proj.bias", w_out[:, 0]) * gain,
+        values = {
+            "W_in": (w_in.T, 1.0),
+            "b_in": (take("in_proj.bias", w_in[:, 0]), 1.0),
+            "W_out": (w_out.T, self.gain),
+            "b_out": (take("out_proj.bias", w_out[:, 0]), self.gain),
         }
+        value, gain = values[name]
+        return _exposed(module, f"blocks[{self.layer}].mlp.{name}", value, gain)
 
-    W_in = property(lambda self: self._tl()["W_in"])
-    b_in = property(lambda self: self._tl()["b_in"])
-    W_out = property(lambda self: self._tl()["W_out"])
-    b_out = property(lambda self: self._tl()["b_out"])
+    W_in = property(lambda self: self._tl("W_in"))
+    b_in = property(lambda self: self._tl("b_in"))
+    W_out = property(lambda self: self._tl("W_out"))
+    b_out = property(lambda self: self._tl("b_out"))
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return _gained_forward(self, self.gain, args, kwargs)
+
+
+def _gained_forward(component: GeneralizedComponent, gain: float, args: tuple, kwargs: dict) -> Any:
+    """The component's forward with hook_out seeing output * gain - what the block adds to the stream - as
+    hook_attn_out / hook_mlp_out do (TL's own _hook_scaled_output: exact where the hook edits nothing)."""
+    if gain == 1.0:
+        return GeneralizedComponent.forward(component, *args, **kwargs)
+    if args and isinstance(args[0], Tensor):
+        args = (component.hook_in(args[0]), *args[1:])
+    out = cast(nn.Module, component.original_component)(*args, **kwargs)
+    return component._hook_scaled_output(out, component.hook_out, gain)
+
+
+# --------------------------------------------------------------------------- routing W_Q @ W_K does not show
+
+_ROUTING_QUIET: ContextVar[bool] = ContextVar("bridge_routing_quiet", default=False)
+
+
+@contextmanager
+def routing_quiet() -> Iterator[None]:
+    """No HiddenRoutingWarning inside (a model-level read that warned once already)."""
+    token = _ROUTING_QUIET.set(True)
+    try:
+        yield
+    finally:
+        _ROUTING_QUIET.reset(token)
+
+
+def hidden_routing(cfg: ModelConfig, w_q: Callable[[], Tensor]) -> bool:
+    """Whether the model's scores apply a routing that W_Q @ W_K does not show (a zero W_Q - the uniform mixer -
+    shows its routing itself: every score 0)."""
+    if _ROUTING_QUIET.get() or not mixer_spec(cfg.mixer).tl_routes_scores(cfg):
+        return False
+    with routing_quiet():
+        return bool(w_q().detach().ne(0).any())
+
+
+def warn_hidden_routing(what: str, cfg: ModelConfig) -> None:
+    """HiddenRoutingWarning at the user's line: `what` (W_Q, W_K, QK) leaves out the routing the scores apply."""
+    warn_at_user(
+        f"{what}: this model's attention scores also apply mixer={cfg.mixer!r}, self_bias={cfg.self_bias:g} "
+        "(interp.mixers), which W_Q @ W_K does not show; scores rebuilt from hook_q / hook_k miss it too. "
+        "interp.scores.attention_scores(model, q, k) rebuilds the scores the model uses, routing included",
+        HiddenRoutingWarning,
+    )
 
 
 class _HeadResults(nn.Module):
@@ -173,13 +351,18 @@ def _attn_sites(cfg: ModelConfig) -> tuple[str, ...]:
 class _MixerBridge(GeneralizedComponent):
     """The attention slot: the hook points the mixer declares, and hook_result where it has heads.
 
-    TL's weight properties (W_Q [n_heads, d_model, d_head], ..., W_O, b_O) are what the
+    TL's weight properties (W_Q [n_heads, d_model, d_head], ..., W_O, b_O, QK, OV) are what the
     mixer declares for TL (Mixer.tl_weights; runtime_gain folded into W_O / b_O, as on
-    the 3.x export), read from ResidualGPT's weights at each access; a mixer that
-    declares none (position_blind) makes them a ToolkitError.
+    the 3.x export), read from ResidualGPT's weights at each access: an in-place edit reaches
+    the model (a view, or written back: _DerivedWeight) or is refused where the model has no
+    such weight; a mixer that declares none (position_blind) makes them a ToolkitError. W_Q, W_K
+    and QK warn (HiddenRoutingWarning) where the scores apply a routing they lack (self_bias).
+    hook_out holds what the mixer adds to the stream (runtime_gain applied), as hook_attn_out.
     """
 
-    def _tl(self) -> dict[str, Tensor]:
+    layer: int | None = None  # set by _bridge, for messages
+
+    def _tl(self, name: str) -> Tensor:
         # A registered mixer class (interp.mixers.Mixer in an nn.Module), typed Any as interp.registry.mixer_spec is
         mixer: Any = self.original_component
         spec = type(mixer)  # a registered mixer class is its own spec (interp.registry)
@@ -189,18 +372,42 @@ class _MixerBridge(GeneralizedComponent):
                 f"QK, OV): {spec.no_tl_equivalent}; read ResidualGPT's own weights instead, "
                 "bridge.residual_gpt.blocks[l].attn (its parameters by name)"
             )
-        sd = mixer.tl_weights(_weights_of(mixer))
-        gain = mixer.cfg.runtime_gain
-        return {**sd, "W_O": sd["W_O"] * gain, "b_O": sd["b_O"] * gain}
+        if name in ("W_Q", "W_K"):
+            self._warn_routing(name)
+        value = mixer.tl_weights(_weights_of(mixer))[name]
+        gain = mixer.cfg.runtime_gain if name in ("W_O", "b_O") else 1.0
+        return _exposed(mixer, f"blocks[{self.layer}].attn.{name}", value, gain)
 
-    W_Q = property(lambda self: self._tl()["W_Q"])
-    W_K = property(lambda self: self._tl()["W_K"])
-    W_V = property(lambda self: self._tl()["W_V"])
-    W_O = property(lambda self: self._tl()["W_O"])
-    b_Q = property(lambda self: self._tl()["b_Q"])
-    b_K = property(lambda self: self._tl()["b_K"])
-    b_V = property(lambda self: self._tl()["b_V"])
-    b_O = property(lambda self: self._tl()["b_O"])
+    def _warn_routing(self, what: str) -> None:
+        mixer: Any = self.original_component
+        if hidden_routing(mixer.cfg, lambda: mixer.tl_weights(_weights_of(mixer))["W_Q"]):
+            warn_hidden_routing(f"blocks[{self.layer}].attn.{what}", mixer.cfg)
+
+    W_Q = property(lambda self: self._tl("W_Q"))
+    W_K = property(lambda self: self._tl("W_K"))
+    W_V = property(lambda self: self._tl("W_V"))
+    W_O = property(lambda self: self._tl("W_O"))
+    b_Q = property(lambda self: self._tl("b_Q"))
+    b_K = property(lambda self: self._tl("b_K"))
+    b_V = property(lambda self: self._tl("b_V"))
+    b_O = property(lambda self: self._tl("b_O"))
+
+    @property
+    def QK(self) -> FactoredMatrix:
+        """W_Q @ W_K^T per head (as TL 3's Attention.QK); warns where the scores apply a routing it lacks."""
+        self._tl("W_V")  # a mixer without TL weights: its ToolkitError
+        self._warn_routing("QK")
+        with routing_quiet():
+            return FactoredMatrix(self._tl("W_Q"), self._tl("W_K").transpose(-2, -1))
+
+    @property
+    def OV(self) -> FactoredMatrix:
+        """W_V @ W_O per head (as TL 3's Attention.OV), runtime_gain included."""
+        return FactoredMatrix(self._tl("W_V"), self._tl("W_O"))
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        cfg = getattr(self.original_component, "cfg", None)
+        return _gained_forward(self, getattr(cfg, "runtime_gain", 1.0), args, kwargs)
 
     def set_original_component(self, original_component: nn.Module) -> None:
         super().set_original_component(original_component)
@@ -212,6 +419,16 @@ class _MixerBridge(GeneralizedComponent):
             results = _HeadResults(out_proj, cfg)
             original_component.out_proj = results
             self.hook_result = results.hook_result
+
+
+class _UnembedBridge(UnembeddingBridge):
+    """The unembedding; b_U, which ResidualGPT lacks (its unembed has no bias), is zeros that refuse an in-place
+    edit (it would change no logit), as every computed weight does (_DerivedWeight)."""
+
+    @property
+    def b_U(self) -> Tensor:
+        module = cast(nn.Module, self.original_component)
+        return _exposed(module, "b_U", cast(Tensor, UnembeddingBridge.b_U.fget(self)))  # type: ignore[attr-defined]
 
 
 class _ResidualBlockBridge(BlockBridge):
@@ -254,7 +471,7 @@ class ResidualGPTAdapter(ArchitectureAdapter):
             "pos_embed": PosEmbedBridge(name="gpt.pos_embed"),
             "blocks": block,
             "ln_final": _LayerNormBridge(name="gpt.ln_final"),
-            "unembed": UnembeddingBridge(name="gpt.unembed"),
+            "unembed": _UnembedBridge(name="gpt.unembed"),
         }
 
 
@@ -268,7 +485,15 @@ class _Host(nn.Module):
         super().__init__()
         self.gpt = gpt
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, **kwargs: Any) -> Tensor:
+    def forward(
+        self,
+        input_ids: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        inputs_embeds: Tensor | None = None,
+        **kwargs: Any,
+    ) -> Tensor:
+        if input_ids is None:
+            return self._from_layer(inputs_embeds)
         n, n_ctx = input_ids.shape[-1], self.gpt.cfg.n_ctx
         if n > n_ctx:
             raise ConfigError(
@@ -280,4 +505,26 @@ class _Host(nn.Module):
                 "a padded batch must be padded on the right (ResidualGPT has no position offsets): "
                 "pass padding_side='right', or prompts of equal length"
             )
+        embed = self.gpt.embed
+        if isinstance(embed, _EmbedBridge):  # before ResidualGPT's forward, which would restate it without specials
+            embed.check(input_ids)
         return self.gpt(input_ids)
+
+    def _from_layer(self, resid: Tensor | None) -> Tensor:
+        """TL 4's start_at_layer=k: `resid` enters block k (TL swaps it in there) and ResidualGPT's blocks k..,
+        ln_final and unembed run on it, as HookedTransformer's forward(start_at_layer=k)."""
+        start = getattr(self.gpt.blocks[0], "_start_at_layer_idx", None) if len(self.gpt.blocks) else None
+        if resid is None or start is None:
+            raise ConfigError(
+                "the bridge takes token ids [batch, pos], or a residual stream [batch, pos, d_model] with "
+                "start_at_layer=k (the stream entering block k); it takes no input embeddings"
+            )
+        n, n_ctx = resid.shape[-2], self.gpt.cfg.n_ctx
+        if resid.shape[-1] != self.gpt.cfg.d_model or n > n_ctx:
+            raise ConfigError(
+                f"start_at_layer takes the residual stream [batch, pos <= n_ctx={n_ctx}, d_model="
+                f"{self.gpt.cfg.d_model}], got {tuple(resid.shape)}"
+            )
+        for block in self.gpt.blocks[start:]:
+            resid = block(resid)
+        return self.gpt.unembed(self.gpt.ln_final(resid))
