@@ -158,3 +158,54 @@ def test_to_string_of_an_id_outside_the_tokenizer_is_a_token_id_error(tokens):
         tl.to_string(tokens)
     assert tl.to_string([CHARS.index(c) for c in "Hi"]) == "Hi"
     assert tl.to_string(tl.to_tokens(["Hi", "you"])) == ["Hi<|endoftext|>", "you"]  # padding is the tokenizer's
+
+
+# --------------------------------------------------------------------------- 6, 7: empty prompts, no new tokens
+
+_EMPTY = torch.zeros(1, 0, dtype=torch.long)
+EMPTY_CALLS = {
+    "forward ''": lambda tl: tl(""),
+    "loss ''": lambda tl: tl("", return_type="loss"),
+    "run_with_cache ''": lambda tl: tl.run_with_cache(""),
+    "generate() (TL's default input '')": lambda tl: tl.generate(max_new_tokens=3, verbose=False),
+    "generate(no positions)": lambda tl: tl.generate(_EMPTY, 3, verbose=False),
+    "generate('', 0)": lambda tl: tl.generate("", 0, verbose=False),
+    "forward(no positions)": lambda tl: tl(_EMPTY),
+    "loss(no positions)": lambda tl: tl(_EMPTY, return_type="loss"),
+}
+
+
+@tl3_only
+@pytest.mark.parametrize("call", EMPTY_CALLS.values(), ids=EMPTY_CALLS.keys())
+def test_an_empty_prompt_is_refused_in_one_line_as_residual_gpt_refuses_it(call):
+    """Audit 52d A17: tl('') gave (1, 0, 65) logits and a NaN loss; tl.generate() ended in an IndexError."""
+    from interp.errors import ConfigError, ShapeError
+
+    model = model_with(bias=False)
+    with pytest.raises(ConfigError):
+        model(_EMPTY)
+    with pytest.raises(ConfigError, match="pos >= 1"):
+        model.generate(_EMPTY, 3)
+    with pytest.raises(ShapeError, match="no tokens|no positions"):
+        call(exported(model))
+
+
+@tl3_only
+def test_generate_with_no_new_tokens_returns_the_prompt_as_residual_gpt_does():
+    """Audit 52d E18: generate(tokens, max_new_tokens=0) ended in torch.cat's ValueError."""
+    from interp.errors import ConfigError
+
+    model = model_with(bias=False)
+    tl = exported(model)
+    toks = ids("ROMEO:")
+    assert torch.equal(tl.generate(toks, 0, verbose=False), model.generate(toks, 0))
+    assert tl.generate(toks, 0, return_type="str", verbose=False) == "ROMEO:"
+    assert tl.generate("ROMEO:", 0, verbose=False) == "ROMEO:"
+    assert torch.equal(tl.generate("ROMEO:", 0, return_type="tokens", verbose=False), toks)
+    assert tl.generate(["ROMEO:", "Hi"], 0, verbose=False) == ["ROMEO:", "Hi"]
+    same = tl.generate(["ROMEO:", "Hi"], 1, return_type="tokens", verbose=False)[:, :-1]  # TL's left padding
+    assert torch.equal(tl.generate(["ROMEO:", "Hi"], 0, return_type="tokens", verbose=False), same)
+    long = ids("First Citizen:\nBefore")  # past n_ctx: returned whole, as ResidualGPT's
+    assert torch.equal(tl.generate(long, 0, verbose=False), model.generate(long, 0))
+    with pytest.raises(ConfigError, match="max_new_tokens"):
+        tl.generate(toks, -1, verbose=False)

@@ -53,6 +53,7 @@ from interp.config import ModelConfig
 from interp.errors import (
     ConfigError,
     LogitAttrsWarning,
+    ShapeError,
     UntrainedTokenWarning,
     ValueBiasWarning,
     WeightsOnlyWarning,
@@ -200,6 +201,14 @@ _PROCESS = inspect.signature(HookedTransformer.load_and_process_state_dict)
 _RESIDUAL_DIRECTIONS = inspect.signature(HookedTransformer.tokens_to_residual_directions)
 
 
+def _refuse_empty(input: Any) -> None:
+    """One ShapeError for an input with no positions, as ResidualGPT's (TL's answers are empty or an IndexError)."""
+    if isinstance(input, (str, list)):
+        raise ShapeError(f"input {input!r:.40} has no tokens; give at least one character (ResidualGPT refuses it too)")
+    shape = tuple(input.shape) if isinstance(input, torch.Tensor) else None
+    raise ShapeError(f"tokens: no positions (shape {shape}); give at least one token per row")
+
+
 def _moved_value_biases(state_dict: Any, n_layers: int) -> list[int]:
     """The layers whose b_V in `state_dict` is not zero (read past a WeightsOnlyStateDict's word: dict.get)."""
     return [layer for layer in range(n_layers) if _nonzero(dict.get(state_dict, f"blocks.{layer}.attn.b_V"))]
@@ -337,7 +346,10 @@ class ExportedHookedTransformer(BoundaryHooks, HookedTransformer):
 
     def input_to_embed(self, input: Any, *args: Any, **kwargs: Any) -> Any:
         refuse_meta(input)  # before TL's copy to the model's device, which cannot read a meta tensor
-        return super().input_to_embed(input, *args, **kwargs)
+        out = super().input_to_embed(input, *args, **kwargs)
+        if out[0].shape[1] == 0:  # TL would return (batch, 0, d_vocab) logits and a NaN loss
+            _refuse_empty(input)
+        return out
 
     def loss_fn(self, logits: Any, tokens: Any, attention_mask: Any = None, per_token: bool = False) -> Any:
         """TL's loss; a right-padded batch's padding (the pad id has no logit) masked out as attention_mask
@@ -396,6 +408,15 @@ class ExportedHookedTransformer(BoundaryHooks, HookedTransformer):
         if getattr(text, "from_to_tokens", None) == "left":  # TL's generate hands forward a copy: checked here
             warn_unmasked_left_padding(a, self.tokenizer, self.cfg.d_vocab_out)
         warn_generate_after_padding(text, self.cfg.d_vocab_out)
+        if isinstance(n_new, bool) or not isinstance(n_new, int) or n_new < 0:
+            raise ConfigError(f"max_new_tokens must be a non-negative integer, got {n_new!r}")
+        empty = isinstance(text, torch.Tensor) and text.ndim == 2 and text.shape[-1] == 0
+        if isinstance(text, str) and not text:  # "" is TL's default input; with a BOS it is one token
+            empty = HookedTransformer.to_tokens(self, text, prepend_bos=a["prepend_bos"]).shape[-1] == 0
+        if empty:
+            _refuse_empty(text)  # TL's generate would end in an IndexError
+        if n_new == 0 and not a.get("generation_kwargs"):  # TL's would end in torch.cat's ValueError
+            return self._prompt_only(text, a)
         if isinstance(text, torch.Tensor) and text.ndim == 3 or a.get("generation_kwargs"):
             return super().generate(*args, **kwargs)  # embeddings, HF extras: TL's own n_ctx check applies
         if isinstance(text, list) and len(text) == 1:
@@ -421,6 +442,32 @@ class ExportedHookedTransformer(BoundaryHooks, HookedTransformer):
         if isinstance(text, str):
             self._warn_bos(a["prepend_bos"])
         return self._generate_cropped(tokens, n_new, a, as_text=isinstance(text, str))
+
+    def _prompt_only(self, text: Any, a: dict[str, Any]) -> Any:
+        """generate with max_new_tokens=0: the prompt, as TL's generate returns its output (ResidualGPT's does)."""
+        return_type = a["return_type"]
+        if isinstance(text, torch.Tensor) and text.ndim == 3:  # embeddings: TL returns the new tokens only
+            if return_type in ("input", "embeds"):
+                return text
+            tokens = torch.zeros(text.shape[0], 0, dtype=torch.long, device=text.device)
+        else:
+            if isinstance(text, (str, list)):
+                self._warn_bos(a["prepend_bos"])
+            many = isinstance(text, list) and len(text) > 1  # TL's generate pads a list on the left
+            if isinstance(text, torch.Tensor):
+                tokens = text
+            else:
+                side: Any = "left" if many else a["padding_side"]
+                tokens = HookedTransformer.to_tokens(self, text, prepend_bos=a["prepend_bos"], padding_side=side)
+            if return_type == "input":
+                return_type = "str" if isinstance(text, (str, list)) else "tokens"
+        if return_type == "embeds":
+            return self.embed(tokens)
+        if return_type == "str":
+            # No tokenizer only when return_type="str" is asked of tokens: an AttributeError, as TL's
+            texts = [self.tokenizer.decode(row, skip_special_tokens=True) for row in tokens]  # type: ignore[union-attr]
+            return texts[0] if len(texts) == 1 else texts
+        return tokens
 
     def _generate_each(self, prompts: list[str], options: dict[str, Any]) -> Any:
         """A list of prompts past n_ctx: each cropped as one prompt is; strings, or tokens where lengths agree."""
