@@ -87,10 +87,6 @@ from interp.tokenizers import tokenizer_for
 
 stream_reads.install()  # TL's cache methods ask the bridge (_check_stream_read) at every call
 
-# Cache methods that sum per-component outputs into the stream: stream_reads.ADDITIVE_METHODS, and
-# stack_neuron_results (each neuron's share of the stream: no neuron of an earlier layer reaches it where a
-# residual path is removed).
-_ADDITIVE = (*stream_reads.ADDITIVE_METHODS, "stack_neuron_results")
 _ADDITIVE_USE = "interp.decompose (decompose, direct_logit_attribution, logit_lens), which follows this model's "
 
 
@@ -362,7 +358,7 @@ class ResidualBridge(TransformerBridge):
 
     def _check_stream_read(self, method: str, args: dict[str, Any]) -> None:
         """Called by TL's ActivationCache methods on this bridge's caches (interp.tl.stream_reads), each call."""
-        if method in _ADDITIVE:
+        if method in stream_reads.ADDITIVE_METHODS:  # stack_neuron_results included
             use = _ADDITIVE_USE + "wiring and reads this cache"
             refuse_if_not_additive(method, self.residual_gpt.cfg.residual, use)
         if method == "logit_attrs":  # the bridge never folds ln_final (as an unfolded 3.x export)
