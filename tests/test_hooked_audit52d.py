@@ -209,3 +209,30 @@ def test_generate_with_no_new_tokens_returns_the_prompt_as_residual_gpt_does():
     assert torch.equal(tl.generate(long, 0, verbose=False), model.generate(long, 0))
     with pytest.raises(ConfigError, match="max_new_tokens"):
         tl.generate(toks, -1, verbose=False)
+
+
+# --------------------------------------------------------------------------- 5: an export's own weights
+
+
+@tl3_only
+def test_an_exports_own_weights_processed_back_into_it_are_exact_and_quiet():
+    """Audit 52d D02: load_and_process_state_dict(tl.state_dict(), ...), the call the ValueBiasWarning names,
+    showed WeightsOnlyWarning although the result is exact."""
+    from transformer_lens import HookedTransformer
+
+    from interp.errors import WeightsOnlyWarning
+
+    model = model_with(bias=True, residual="attn_only")
+    toks = ids("First Citizen")
+    tl, other = exported(model), exported(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", WeightsOnlyWarning)
+        tl.load_and_process_state_dict(tl.state_dict(), fold_value_biases=False)
+        other.load_and_process_state_dict(tl.state_dict(), fold_value_biases=False)  # an export of the same config
+        tl.load_state_dict(tl.state_dict())
+    with torch.no_grad():
+        want = model(toks).log_softmax(-1)
+        for mod in (tl, other):
+            torch.testing.assert_close(mod(toks).log_softmax(-1), want, rtol=0, atol=1e-4)
+    plain = HookedTransformer(tl.cfg)
+    assert counted(WeightsOnlyWarning, lambda: plain.load_and_process_state_dict(tl.state_dict()), 1) == 1

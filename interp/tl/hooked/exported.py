@@ -42,6 +42,8 @@ from __future__ import annotations
 import inspect
 import sys
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, cast
 
 import torch
@@ -255,16 +257,22 @@ class ExportedHookedTransformer(BoundaryHooks, HookedTransformer):
             "the wiring; an export of the same ModelConfig takes it back exactly and without this word",
         )
 
-    def load_state_dict(self, state_dict: Any, *args: Any, **kwargs: Any) -> Any:
-        # Its own kind of weights (an export of the same ModelConfig): exact, so the dict stays quiet while read.
+    @contextmanager
+    def _own_weights(self, state_dict: Any) -> Iterator[None]:
+        """Its own kind of weights (an export of the same ModelConfig) are exact here: the dict stays quiet while
+        read (load_state_dict, load_and_process_state_dict: the call the ValueBiasWarning names)."""
         same = isinstance(state_dict, WeightsOnlyStateDict) and state_dict.config == _computes(self.model_config)
         if same:
             state_dict.quiet += 1
         try:
-            return super().load_state_dict(state_dict, *args, **kwargs)
+            yield
         finally:
             if same:
                 state_dict.quiet -= 1
+
+    def load_state_dict(self, state_dict: Any, *args: Any, **kwargs: Any) -> Any:
+        with self._own_weights(state_dict):
+            return super().load_state_dict(state_dict, *args, **kwargs)
 
     def rewired(self) -> bool:
         """Whether this export computes something a plain HookedTransformer with its weights would not."""
@@ -324,7 +332,8 @@ class ExportedHookedTransformer(BoundaryHooks, HookedTransformer):
             moved = _moved_value_biases(a["state_dict"], self.cfg.n_layers)
         if a["fold_ln"] and self.cfg.normalization_type == "LN" and isinstance(a["state_dict"], dict):
             fold_layer_norms(a["state_dict"], self.cfg.n_layers)  # TL's own fold guesses square layouts wrong
-        out = super().load_and_process_state_dict(*args, **kwargs)
+        with self._own_weights(a["state_dict"]):
+            out = super().load_and_process_state_dict(*args, **kwargs)
         if moved:
             how = (
                 "fold_value_biases=True (TransformerLens's default in load_and_process_state_dict and process_weights_)"
