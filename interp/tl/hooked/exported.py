@@ -203,6 +203,12 @@ _PROCESS = inspect.signature(HookedTransformer.load_and_process_state_dict)
 _RESIDUAL_DIRECTIONS = inspect.signature(HookedTransformer.tokens_to_residual_directions)
 
 
+VALUE_BIAS_EFFECT = (
+    "hook_v and hook_z (cache['v', l], cache['z', l]) now lack b_V, so reading them or zero-ablating a head there "
+    "(v[:, :, h] = 0) is not ResidualGPT's (patching one run's values into another is unaffected)"
+)
+
+
 def _refuse_empty(input: Any) -> None:
     """One ShapeError for an input with no positions, as ResidualGPT's (TL's answers are empty or an IndexError)."""
     if isinstance(input, (str, list)):
@@ -340,16 +346,21 @@ class ExportedHookedTransformer(BoundaryHooks, HookedTransformer):
                 if a["fold_value_biases"]
                 else "refactor_factored_attn_matrices=True"
             )
+            # remembered (save_hooked writes it, load_hooked warns): b_V = 0 afterwards looks like bias=False
+            self.cfg.residual_gpt_value_biases_moved = sorted({*self.value_biases_moved, *moved})  # type: ignore[attr-defined]
             warn_each_call(
-                f"{how} moved the "
-                f"value biases b_V of layer(s) {moved} into b_O, which the export leaves off: hook_v and hook_z "
-                "(cache['v', l], cache['z', l]) now lack b_V, so reading them or zero-ablating a head there "
-                "(v[:, :, h] = 0) is not ResidualGPT's (patching one run's values into another is unaffected); "
-                "pass fold_value_biases=False (process_weights_: load_and_process_state_dict(tl.state_dict(), "
-                "fold_value_biases=False)) to keep them",
+                f"{how} moved the value biases b_V of layer(s) {moved} into b_O, which the export leaves off: "
+                f"{VALUE_BIAS_EFFECT}; pass fold_value_biases=False (process_weights_: "
+                "load_and_process_state_dict(tl.state_dict(), fold_value_biases=False)) to keep them",
                 ValueBiasWarning,
             )
         return out
+
+    @property
+    def value_biases_moved(self) -> list[int]:
+        """The layers whose b_V weight processing moved into b_O (fold_value_biases) and that still lack it."""
+        layers = getattr(self.cfg, "residual_gpt_value_biases_moved", [])
+        return [layer for layer in layers if not _nonzero(self.blocks[layer].attn.b_V)]  # a reload puts it back
 
     # ------------------------------------------------------------------ the token boundary
 

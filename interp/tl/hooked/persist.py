@@ -10,7 +10,9 @@ load_and_process_state_dict raise "size mismatch" at the first tensor, whatever
 route the file takes (the whole dict, or its tensors picked out by hand), where
 matching shapes would let strict=False drop the rewiring silently (an ablated
 model read as a full one, logits off by several nats). load_hooked strips the
-dimension and rebuilds the export with its wiring.
+dimension and rebuilds the export with its wiring. The record also lists the layers whose b_V
+weight processing moved into b_O (fold_value_biases): load_hooked warns ValueBiasWarning for them,
+as the processing did (zeros alone would read as a model without value biases).
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ import torch
 from transformer_lens import HookedTransformer
 
 from interp.checkpoint import SCHEMA, refuse_non_finite_forward
-from interp.errors import CheckpointError, ToolkitError
+from interp.errors import CheckpointError, ToolkitError, ValueBiasWarning, warn_each_call
 from interp.gpt2 import gpt2_files
 from interp.tl.hooked.caches import new_hooked_transformer, warn_non_additive
 from interp.tl.hooked.convert import tl_config_dict
+from interp.tl.hooked.exported import VALUE_BIAS_EFFECT
 from interp.tl.hooked.rewire import rewire_hooked
 from interp.tl.saved import HOOKED_SCHEMA, load_weights, read_saved, tokenizer_fields, write_saved
 from interp.tokenizers import char_tokenizer, gpt2_tokenizer
@@ -49,6 +52,8 @@ def save_hooked(model: HookedTransformer, path: str | os.PathLike) -> None:
         "model_config": dict(record),
         "tl_config": tl_config_dict(model.cfg),
         **tokenizer_fields(model.tokenizer),
+        # b_V folded into b_O (fold_value_biases): zeros that look like bias=False, so said at load
+        "value_biases_moved": list(getattr(model, "value_biases_moved", [])),
     }
     write_saved(path, payload)
 
@@ -109,5 +114,22 @@ def load_hooked(path: str | os.PathLike, device: str | torch.device | None = Non
         hooked.set_tokenizer(char_tokenizer(payload["vocab"]), default_padding_side="right")
     elif payload.get("encoding") == "gpt2" and gpt2_files() is not None:
         hooked.set_tokenizer(gpt2_tokenizer(), default_padding_side="right")
+    _value_biases_moved(hooked, payload.get("value_biases_moved", []), path)
     warn_non_additive(cfg)
     return hooked.eval()
+
+
+def _value_biases_moved(hooked: HookedTransformer, layers: Any, path: str | os.PathLike) -> None:
+    """Remember (and say, as the processing that moved them did) which layers' b_V the saved export lacks."""
+    n_layers = hooked.cfg.n_layers
+    if not (isinstance(layers, list) and all(type(x) is int and 0 <= x < n_layers for x in layers)):
+        raise CheckpointError(f"{path}: value_biases_moved is {layers!r:.60}, not a list of layers 0..{n_layers - 1}")
+    if not layers:
+        return
+    hooked.cfg.residual_gpt_value_biases_moved = sorted(set(layers))  # type: ignore[attr-defined]
+    warn_each_call(
+        f"{path} was saved after weight processing (fold_value_biases) moved the value biases b_V of layer(s) "
+        f"{sorted(set(layers))} into b_O, which the export leaves off: {VALUE_BIAS_EFFECT}; "
+        "interp.to_hooked_transformer(model) (fold_value_biases=False, its default) keeps them",
+        ValueBiasWarning,
+    )
