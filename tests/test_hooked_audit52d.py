@@ -290,3 +290,34 @@ def test_a_value_bias_fold_is_kept_in_the_saved_file_and_said_at_every_load(tmp_
     torch.save(payload, tmp_path / "bad.pt")
     with pytest.raises(CheckpointError, match="value_biases_moved"):
         interp.load_hooked(tmp_path / "bad.pt")
+
+
+# --------------------------------------------------------------------------- 8: float64 through processing
+
+
+@tl3_only
+@pytest.mark.parametrize(
+    "processing",
+    [
+        {},
+        {"fold_ln": True, "center_writing_weights": False, "center_unembed": False},
+        {"fold_ln": False, "center_writing_weights": True, "center_unembed": True},
+    ],
+    ids=["defaults", "fold_ln", "centring"],
+)
+def test_a_float64_export_with_processing_is_float64_exact(processing):
+    """Audit 52d D13: TL 3.9's process_weights rounds every non-float32 tensor through float32, so a processed
+    float64 export agreed with its model to ~4e-7 only (1e-14 unprocessed)."""
+    import interp
+
+    model = model_with(bias=True).double()
+    toks = ids("First Citizen:\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tl = interp.to_hooked_transformer(model, vocab=CHARS, **processing)
+        assert tl.W_U.dtype == torch.float64
+        with torch.no_grad():
+            gap = (tl(toks).log_softmax(-1) - model(toks).log_softmax(-1)).abs().max().item()
+            tl.load_and_process_state_dict(tl.state_dict(), fold_value_biases=False)  # again, after the export
+            again = (tl(toks).log_softmax(-1) - model(toks).log_softmax(-1)).abs().max().item()
+    assert gap < 1e-10 and again < 1e-10, (gap, again)

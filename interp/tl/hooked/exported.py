@@ -12,7 +12,9 @@
     load_and_process_state_dict, process_weights_
                     TL's defaults fold value biases (b_V into b_O), which the export leaves off: where a
                     b_V is not zero, hook_v / hook_z then lack it and a zero-ablation there is not
-                    ResidualGPT's: ValueBiasWarning at each such call (to_hooked_transformer's opt-in too).
+                    ResidualGPT's: ValueBiasWarning at each such call (to_hooked_transformer's opt-in too);
+                    the layers are remembered (value_biases_moved; save_hooked keeps them, load_hooked warns).
+                    A float64 state dict is processed in float64 (TL 3.9 rounds it through float32).
     loss            on a right-padded batch (to_tokens of a list) the pad id has no logit: the padding is
                     masked out of the loss as TL's attention_mask masks it (the mean over real targets).
     tokens on the meta device: one ShapeError (TL's copy to the model's device would fail obscurely).
@@ -209,6 +211,28 @@ VALUE_BIAS_EFFECT = (
 )
 
 
+def _holds_float64(state_dict: dict[str, Any]) -> bool:
+    return any(isinstance(v, torch.Tensor) and v.dtype == torch.float64 for v in dict.values(state_dict))
+
+
+class _KeepFloat64(dict):
+    """A float64 state dict for TL 3.9's process_weights, which first casts every tensor that is not float32 to
+    float32 (meant for half precision) and back afterwards: that rounded a float64 export to ~4e-7 of its model.
+    The cast's copy (the same tensor rounded to float32) is not stored, so the processing runs in float64."""
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        old = dict.get(self, key)
+        if (
+            isinstance(old, torch.Tensor)
+            and isinstance(value, torch.Tensor)
+            and old.dtype == torch.float64
+            and value.dtype == torch.float32
+            and torch.equal(value, old.float())
+        ):
+            return
+        super().__setitem__(key, value)
+
+
 def _refuse_empty(input: Any) -> None:
     """One ShapeError for an input with no positions, as ResidualGPT's (TL's answers are empty or an IndexError)."""
     if isinstance(input, (str, list)):
@@ -333,6 +357,10 @@ class ExportedHookedTransformer(BoundaryHooks, HookedTransformer):
         bound = _PROCESS.bind(self, *args, **kwargs)
         bound.apply_defaults()
         a = bound.arguments
+        if isinstance(a["state_dict"], dict) and _holds_float64(a["state_dict"]):
+            with self._own_weights(a["state_dict"]):  # read once here (a rewired export's word, where due)
+                a["state_dict"] = _KeepFloat64(a["state_dict"].items())
+            args, kwargs = bound.args[1:], bound.kwargs
         moved = []
         if a["fold_value_biases"] or a["refactor_factored_attn_matrices"]:
             moved = _moved_value_biases(a["state_dict"], self.cfg.n_layers)
