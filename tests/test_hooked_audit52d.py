@@ -68,7 +68,8 @@ def _neurons_reach_nothing(model: ResidualGPT) -> torch.Tensor:
 def test_stack_neuron_results_on_a_removed_residual_warns_at_every_call_or_is_refused():
     """Audit 52d B07: per-neuron DLA gave layer-0 neurons +1.14 on attn_only, with no word."""
     model = model_with(bias=False, residual="attn_only")
-    assert _neurons_reach_nothing(model) > 0.1  # what the warning is about
+    if not TL4:  # the bridge refuses the call
+        assert _neurons_reach_nothing(model) > 0.1  # what the warning is about
     tl = exported(model)
     _, cache = tl.run_with_cache(ids("First Citizen"))
     from transformer_lens import ActivationCache

@@ -18,10 +18,15 @@
     loss            on a right-padded batch (to_tokens of a list) the pad id has no logit: the padding is
                     masked out of the loss as TL's attention_mask masks it (the mean over real targets).
     tokens on the meta device: one ShapeError (TL's copy to the model's device would fail obscurely).
+    an empty prompt ('', TL's default input of generate, or tokens with no positions): one ShapeError, as on
+                    ResidualGPT (TL returns (batch, 0, d_vocab) logits and a NaN loss, or an IndexError).
+    tokens_to_residual_directions, to_string
+                    an id outside the vocabulary (-1, which TL reads from the end) is a TokenIdError.
     prepend_bos     the model was trained without BOS and the char tokenizer's
                     <|endoftext|> row is zero, never trained: to_tokens (and so
                     generate, forward and run_with_cache on text) warns (UntrainedTokenWarning).
-    generate        past n_ctx the prompt is cropped to its last n_ctx tokens at every
+    generate        max_new_tokens=0 returns the prompt (TL's ends in torch.cat's ValueError);
+                    past n_ctx the prompt is cropped to its last n_ctx tokens at every
                     step, as ResidualGPT.generate and nanoGPT do (TL would index past W_pos);
                     a list of prompts past it runs one prompt at a time, each cropped so.
     to_tokens       past n_ctx with truncate=True (TL's default, which would keep the first n_ctx
