@@ -39,7 +39,7 @@ setup-tl4: $(STAMP4)
 
 # Every test that touches TransformerLens, on 4.x: the export tests run against the bridge there
 # (tests/majors.py), HookedTransformer-only checks skip themselves.
-TL4_TESTS ?= tests/test_bridge.py tests/test_bridge_audit52d.py tests/test_uniformity.py tests/test_hooked.py tests/test_generate.py tests/test_causality.py \
+TL4_TESTS ?= tests/test_bridge.py tests/test_bridge_audit52d.py tests/test_hooked_audit52d.py tests/test_uniformity.py tests/test_hooked.py tests/test_generate.py tests/test_causality.py \
 	tests/test_decompose.py tests/test_interop.py tests/test_plots.py tests/test_mixer_registry.py \
 	tests/test_model.py tests/test_probes.py \
 	tests/test_demo_main.py tests/test_demo_exploratory.py tests/test_demo_activation_patching.py \
