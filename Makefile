@@ -45,9 +45,10 @@ TL4_TESTS ?= tests/test_bridge.py tests/test_bridge_audit52d.py tests/test_hooke
 	tests/test_demo_main.py tests/test_demo_exploratory.py tests/test_demo_activation_patching.py \
 	tests/test_demo_attribution_patching.py tests/test_demo_head_detector.py tests/test_demo_edges.py
 # The bridge modules type-checked against TL 4 too (pyproject.toml [tool.mypy]); a cache apart from .venv's.
-# Errors only in the two named files: the HookedTransformer modules they import are TL 3 code, checked by `make test`.
+# Errors only in the named files: the HookedTransformer modules they import are TL 3 code, checked by `make test`.
 test-tl4: $(STAMP4)
-	$(VENV4)/bin/mypy --cache-dir .mypy_cache/tl4 --follow-imports=silent interp/tl/bridge.py interp/tl/bridge_adapter.py
+	$(VENV4)/bin/mypy --cache-dir .mypy_cache/tl4 --follow-imports=silent interp/tl/bridge.py interp/tl/bridge_adapter.py \
+		interp/tl/bridge_generate.py interp/tl/bridge_weights.py
 	$(PY4) -m pytest -q -rs $(TL4_TESTS)
 
 test: $(STAMP)

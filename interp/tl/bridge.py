@@ -38,7 +38,6 @@ interp.decompose reads bridge caches and is exact.
 from __future__ import annotations
 
 import functools
-import inspect
 import json
 import os
 import warnings
@@ -49,7 +48,6 @@ from torch import Tensor, nn
 from transformer_lens import ActivationCache
 from transformer_lens.config import TransformerBridgeConfig
 from transformer_lens.hook_points import HookPoint
-from transformer_lens.model_bridge import TransformerBridge
 from transformer_lens.model_bridge.sources import build_bridge_from_module
 
 from interp.checkpoint import SCHEMA, Checkpoint, load_checkpoint, refuse_non_finite_forward
@@ -66,7 +64,6 @@ from interp.errors import (
     warn_each_call,
 )
 from interp.model import LOGIT_ATTRS_MESSAGE, ResidualGPT
-from interp.next_token import tl_temperature
 from interp.registry import mixer_spec
 from interp.tl import stream_reads
 from interp.tl.bridge_adapter import (  # registers the adapter
@@ -80,9 +77,10 @@ from interp.tl.bridge_adapter import (  # registers the adapter
     warn_hidden_routing,
 )
 from interp.tl.bridge_cache import BridgeActivationCache, _lacks, _lacks_error
+from interp.tl.bridge_generate import BridgeGenerate
 from interp.tl.major import refuse_past_context, tl_config_fields
 from interp.tl.saved import BRIDGE_SCHEMA, load_weights, read_saved, tokenizer_fields, write_saved
-from interp.tl.tokens import bos_warning, leading_special, loss_targets, warn_at_user, warn_generate_after_padding
+from interp.tl.tokens import bos_warning, leading_special, loss_targets, warn_at_user
 from interp.tokenizers import tokenizer_for
 
 stream_reads.install()  # TL's cache methods ask the bridge (_check_stream_read) at every call
@@ -133,7 +131,7 @@ def _show(wiring: Tensor | None) -> str:
     return repr(bytes(wiring.tolist()).decode(errors="replace"))  # wiring.mixer: the name
 
 
-class ResidualBridge(TransformerBridge):
+class ResidualBridge(BridgeGenerate):
     """The TransformerBridge of a ResidualGPT (what to_transformer_bridge returns).
 
     residual_gpt is the bridged model (its modules now wrapped by TL 4's
@@ -142,10 +140,6 @@ class ResidualBridge(TransformerBridge):
     """
 
     hook_aliases = {"hook_unembed": "unembed.hook_out"}
-
-    @property
-    def residual_gpt(self) -> ResidualGPT:
-        return cast(ResidualGPT, self.original_model.gpt)  # _Host.gpt
 
     @property
     def has_heads(self) -> bool:
@@ -262,99 +256,6 @@ class ResidualBridge(TransformerBridge):
         pad = getattr(self.tokenizer, "pad_token_id", None)
         tokens, attention_mask = loss_targets(tokens, attention_mask, logits.shape[-1], pad)
         return super().loss_fn(logits, tokens, attention_mask, per_token=per_token)
-
-    def generate(self, input: Any = "", *args: Any, **kwargs: Any) -> Any:
-        """TL 4's generate; a list of prompts of unequal token lengths, or past n_ctx, runs one prompt at a time.
-
-        TL 4 left-pads such a batch, and ResidualGPT has no position offsets for
-        padding: each prompt alone gives what ResidualGPT.generate gives it, past
-        n_ctx cropped to its last n_ctx tokens at each step. A temperature is checked as ResidualGPT.generate's
-        (NaN, inf, < 0 refused) and a tiny one samples greedily instead of ending in TL's NaN traceback.
-        """
-        input, args, kwargs = self._checked_temperature(input, args, kwargs)
-        warn_generate_after_padding(input, self.residual_gpt.cfg.d_vocab)
-        if (args[0] if args else kwargs.get("max_new_tokens", 10)) == 0:
-            return self._prompt_only(input, args[1:], kwargs)
-        if isinstance(input, (list, tuple)) and len(input) > 1 and all(isinstance(p, str) for p in input):
-            prepend_bos = kwargs.get("prepend_bos")
-            lengths = [self.to_tokens(p, prepend_bos=prepend_bos, truncate=False).shape[-1] for p in input]
-            n_new = args[0] if args else kwargs.get("max_new_tokens", 10)
-            past = max(lengths) + n_new > self.residual_gpt.cfg.n_ctx
-            if len(set(lengths)) > 1 or past:
-                batched = [k for k in ("output_logits", "return_cache", "return_input_tokens") if kwargs.get(k)]
-                if kwargs.get("return_type", "input") not in ("input", "str") or batched:
-                    why = "past n_ctx" if past else "of unequal lengths"
-                    raise ConfigError(
-                        f"generate on prompts {why} runs them one at a time and returns a list of "
-                        f"strings; it cannot give return_type={kwargs.get('return_type')!r} "
-                        f"{' / '.join(batched)}: call generate on each prompt instead"
-                    )
-                return [self._generate_cropping(p, *args, **kwargs) for p in input]
-        return self._generate_cropping(input, *args, **kwargs)
-
-    def _prompt_only(self, input: Any, args: tuple, kwargs: dict) -> Any:
-        """generate with max_new_tokens=0: the prompt, as ResidualGPT.generate returns it (TL's generate ends in
-        torch.cat's ValueError), in the form TL's return_type asks for."""
-        extras = [k for k in ("output_logits", "return_cache", "return_input_tokens") if kwargs.get(k)]
-        return_type = kwargs.get("return_type", "input")
-        if args or extras or return_type not in ("input", "str", "tokens"):
-            raise ConfigError(
-                "generate with max_new_tokens=0 returns the prompt alone (as text or tokens, by return_type); "
-                f"it has no {' / '.join(extras) or 'such option'} to give: run the model on the prompt instead"
-            )
-        if isinstance(input, torch.Tensor):
-            tokens = input if input.ndim == 2 else input[None]
-        else:  # text, or a list of texts: TL's tokenization, as generate's
-            kw = {k: kwargs[k] for k in ("prepend_bos", "padding_side") if k in kwargs}
-            tokens = self.to_tokens(input, truncate=False, **kw)
-        if return_type == "tokens" or (return_type == "input" and isinstance(input, torch.Tensor)):
-            return tokens
-        texts = [self.tokenizer.decode(row, skip_special_tokens=True) for row in tokens]
-        return texts[0] if isinstance(input, str) or len(texts) == 1 else texts
-
-    def _checked_temperature(self, input: Any, args: tuple, kwargs: dict) -> tuple[Any, tuple, dict]:
-        try:
-            bound = inspect.signature(super().generate).bind(input, *args, **kwargs)
-        except TypeError:  # TL's own call error says it
-            return input, args, kwargs
-        if "temperature" not in bound.arguments:
-            return input, args, kwargs
-        bound.arguments["temperature"] = tl_temperature(bound.arguments["temperature"])
-        return bound.args[0], bound.args[1:], bound.kwargs
-
-    def _generate_cropping(self, input: Any, max_new_tokens: int = 10, *args: Any, **kwargs: Any) -> Any:
-        """TL 4's generate; past n_ctx, each new token from the last n_ctx tokens (nanoGPT's crop, as
-        ResidualGPT.generate and the 3.x export). Only one prompt (text or tokens) returning text or tokens."""
-        n_ctx = self.residual_gpt.cfg.n_ctx
-        return_type = kwargs.get("return_type", "input")
-        if isinstance(input, str):
-            tokens = self.to_tokens(input, prepend_bos=kwargs.get("prepend_bos"), truncate=False)  # cropped below
-        elif isinstance(input, torch.Tensor) and input.ndim in (1, 2):
-            tokens = input if input.ndim == 2 else input[None]
-        else:
-            tokens = None
-        extras = [k for k in ("output_logits", "return_cache", "return_input_tokens") if kwargs.get(k)]
-        if (
-            tokens is None
-            or args
-            or tokens.shape[0] != 1
-            or tokens.shape[-1] + max_new_tokens <= n_ctx
-            or extras
-            or return_type not in ("input", "str", "tokens")
-            or kwargs.get("stop_at_eos")
-        ):
-            return super().generate(input, max_new_tokens, *args, **kwargs)
-        step_kwargs = {k: v for k, v in kwargs.items() if k not in ("return_type", "prepend_bos")}
-        step_kwargs["verbose"] = False
-        out = tokens
-        first = max(0, n_ctx - out.shape[-1])
-        if first:
-            out = cast(Tensor, super().generate(out, first, return_type="tokens", **step_kwargs))
-        while out.shape[-1] < tokens.shape[-1] + max_new_tokens:
-            step = cast(Tensor, super().generate(out[:, -n_ctx:], 1, return_type="tokens", **step_kwargs))
-            out = torch.cat([out, step[:, -1:]], dim=1)
-        as_text = return_type == "str" or (return_type == "input" and isinstance(input, str))
-        return self.tokenizer.decode(out[0], skip_special_tokens=True) if as_text else out
 
     def _check_stream_read(self, method: str, args: dict[str, Any]) -> None:
         """Called by TL's ActivationCache methods on this bridge's caches (interp.tl.stream_reads), each call."""

@@ -6,9 +6,7 @@ TL 3 hook points) and the module that hosts the ResidualGPT. interp.tl.bridge bu
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable
 from typing import Any, cast
 
 import torch
@@ -32,6 +30,8 @@ from interp.config import ModelConfig
 from interp.errors import ConfigError, HiddenRoutingWarning, TokenIdError, ToolkitError, UntrainedTokenWarning
 from interp.model import ResidualGPT
 from interp.registry import mixer_spec
+from interp.tl.bridge_weights import exposed_weight
+from interp.tl.routing_words import hidden_routing_message, routing_is_quiet, routing_quiet
 from interp.tl.tokens import special_before_text, special_warning, warn_at_user
 
 ARCHITECTURE = "ResidualGPT"
@@ -125,111 +125,6 @@ def _weights_of(module: object) -> Any:
     return take
 
 
-# --------------------------------------------------------------------------- TL's weights, edits included
-
-# torch's in-place methods end in "_"; these few change metadata, not values.
-_NOT_VALUE_EDITS = frozenset({"requires_grad_", "share_memory_", "retain_grad", "record_stream"})
-_AUGMENTED = frozenset(
-    f"__i{op}__" for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor", "matmul")
-)
-
-
-def _edits_values(func: Any) -> bool:
-    name = getattr(func, "__name__", "")
-    if name == "__setitem__" or name in _AUGMENTED:
-        return True
-    return name.endswith("_") and not name.endswith("__") and name not in _NOT_VALUE_EDITS
-
-
-class _Home:
-    """Where an in-place edit of a computed TL weight goes: `model` (a view of ResidualGPT's weight in TL's
-    layout) times `gain` is the weight as returned, so an edited entry v is written back as v / gain. None for
-    a weight the model lacks (a bias of a bias=False model, the uniform mixer's zero W_Q): then refused."""
-
-    def __init__(self, label: str, model: Tensor | None, gain: float, why: str):
-        self.label, self.model, self.gain, self.why = label, model, gain, why
-        self.root: Tensor | None = None  # the tensor returned (set by _derived)
-        self.seen: Tensor | None = None  # its values as last written back: only what the user changed goes back
-
-    def refuse(self) -> ToolkitError:
-        return ToolkitError(
-            f"{self.label} is computed by the bridge ({self.why}), so an in-place edit of it would change "
-            "nothing in the model; edit ResidualGPT's own weight (bridge.residual_gpt, its parameters by name), "
-            "or ablate with a hook (run_with_hooks on hook_z / hook_attn_out / hook_post / hook_mlp_out)"
-        )
-
-    def write_back(self) -> None:
-        root, seen, model = self.root, self.seen, self.model
-        assert root is not None and seen is not None and model is not None
-        with torch.no_grad(), torch._C.DisableTorchFunctionSubclass():
-            changed = (root != seen) & ~(root.isnan() & seen.isnan())
-            if bool(changed.any()):
-                model[changed] = (root[changed] / self.gain).to(model.dtype)
-                seen.copy_(root)
-
-
-class _DerivedWeight(torch.Tensor):
-    """A TL weight the bridge computes from ResidualGPT's rather than a view of it (W_O and W_out times
-    runtime_gain, a zero bias the model lacks). An in-place edit of it - or of a view of it: W_O[h] = 0,
-    .data[...] = 0, W_out[:k].zero_() - is written back into ResidualGPT's weight where the model has one, as
-    an edit of the 3.x export's parameters reaches its forward; else it is a ToolkitError saying what works.
-    Anything computed from it is a plain tensor."""
-
-    _home: _Home
-
-    @classmethod
-    def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        home = next((a._home for a in args if isinstance(a, _DerivedWeight)), None)
-        edits = home is not None and _edits_values(func) and isinstance(args[0], _DerivedWeight)
-        if edits and home is not None and home.model is None:
-            raise home.refuse()
-        with torch._C.DisableTorchFunctionSubclass():
-            out = func(*args, **kwargs)
-            first = args[0] if args and isinstance(args[0], Tensor) else None
-            view = (
-                isinstance(out, Tensor)
-                and first is not None
-                and out is not first
-                and out.numel() > 0
-                and out.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
-            )
-        if edits and home is not None:
-            home.write_back()
-        if view and home is not None:  # a view of it (W_O[h], .data, .T): its edits are the weight's
-            out = out.as_subclass(cls)
-            out._home = home
-        return out
-
-
-def _derived(value: Tensor, label: str, model: Tensor | None, gain: float, why: str) -> Tensor:
-    home = _Home(label, model, gain, why)
-    out = value.as_subclass(_DerivedWeight)
-    out._home = home
-    home.root = out
-    if model is not None:
-        with torch.no_grad(), torch._C.DisableTorchFunctionSubclass():
-            home.seen = value.detach().clone()
-    return out
-
-
-def _params_of(module: nn.Module) -> list[Tensor]:
-    return [p for p in module.parameters()]
-
-
-def _exposed(module: nn.Module, label: str, value: Tensor, gain: float = 1.0) -> Tensor:
-    """What a TL weight property returns: a view of the module's own parameter as it is (edits reach the model),
-    that view times gain as a _DerivedWeight that writes edits back, or a refusing one where it is no view."""
-    storages = {p.untyped_storage().data_ptr() for p in _params_of(module) if p.numel()}
-    is_view = value.numel() > 0 and value.untyped_storage().data_ptr() in storages
-    if is_view and gain == 1.0:
-        return value
-    if is_view:
-        return _derived(value * gain, label, value, gain, f"the model's weight times runtime_gain={gain:g}")
-    why = "a zero tensor: the model has no such weight" if not bool(value.detach().ne(0).any()) else "not a view"
-    return _derived(value * gain if gain != 1.0 else value, label, None, gain, why)
-
-
 class _MLPBridge(_Component):
     """The MLP, with TL's weight properties (W_in [d_model, d_mlp], ...; runtime_gain folded into W_out / b_out,
     as on the 3.x export), read from ResidualGPT's own weights at each access: views of them where no gain is
@@ -251,7 +146,7 @@ class _MLPBridge(_Component):
             "b_out": (take("out_proj.bias", w_out[:, 0]), self.gain),
         }
         value, gain = values[name]
-        return _exposed(module, f"blocks[{self.layer}].mlp.{name}", value, gain)
+        return exposed_weight(module, f"blocks[{self.layer}].mlp.{name}", value, gain)
 
     W_in = property(lambda self: self._tl("W_in"))
     b_in = property(lambda self: self._tl("b_in"))
@@ -275,23 +170,11 @@ def _gained_forward(component: GeneralizedComponent, gain: float, args: tuple, k
 
 # --------------------------------------------------------------------------- routing W_Q @ W_K does not show
 
-_ROUTING_QUIET: ContextVar[bool] = ContextVar("bridge_routing_quiet", default=False)
-
-
-@contextmanager
-def routing_quiet() -> Iterator[None]:
-    """No HiddenRoutingWarning inside (a model-level read that warned once already)."""
-    token = _ROUTING_QUIET.set(True)
-    try:
-        yield
-    finally:
-        _ROUTING_QUIET.reset(token)
-
 
 def hidden_routing(cfg: ModelConfig, w_q: Callable[[], Tensor]) -> bool:
     """Whether the model's scores apply a routing that W_Q @ W_K does not show (a zero W_Q - the uniform mixer -
     shows its routing itself: every score 0)."""
-    if _ROUTING_QUIET.get() or not mixer_spec(cfg.mixer).tl_routes_scores(cfg):
+    if routing_is_quiet() or not mixer_spec(cfg.mixer).tl_routes_scores(cfg):
         return False
     with routing_quiet():
         return bool(w_q().detach().ne(0).any())
@@ -299,12 +182,7 @@ def hidden_routing(cfg: ModelConfig, w_q: Callable[[], Tensor]) -> bool:
 
 def warn_hidden_routing(what: str, cfg: ModelConfig) -> None:
     """HiddenRoutingWarning at the user's line: `what` (W_Q, W_K, QK) leaves out the routing the scores apply."""
-    warn_at_user(
-        f"{what}: this model's attention scores also apply mixer={cfg.mixer!r}, self_bias={cfg.self_bias:g} "
-        "(interp.mixers), which W_Q @ W_K does not show; scores rebuilt from hook_q / hook_k miss it too. "
-        "interp.scores.attention_scores(model, q, k) rebuilds the scores the model uses, routing included",
-        HiddenRoutingWarning,
-    )
+    warn_at_user(hidden_routing_message(what, cfg, "this model's attention"), HiddenRoutingWarning)
 
 
 class _HeadResults(nn.Module):
@@ -376,7 +254,7 @@ class _MixerBridge(GeneralizedComponent):
             self._warn_routing(name)
         value = mixer.tl_weights(_weights_of(mixer))[name]
         gain = mixer.cfg.runtime_gain if name in ("W_O", "b_O") else 1.0
-        return _exposed(mixer, f"blocks[{self.layer}].attn.{name}", value, gain)
+        return exposed_weight(mixer, f"blocks[{self.layer}].attn.{name}", value, gain)
 
     def _warn_routing(self, what: str) -> None:
         mixer: Any = self.original_component
@@ -428,7 +306,7 @@ class _UnembedBridge(UnembeddingBridge):
     @property
     def b_U(self) -> Tensor:
         module = cast(nn.Module, self.original_component)
-        return _exposed(module, "b_U", cast(Tensor, UnembeddingBridge.b_U.fget(self)))  # type: ignore[attr-defined]
+        return exposed_weight(module, "b_U", cast(Tensor, UnembeddingBridge.b_U.fget(self)))  # type: ignore[attr-defined]
 
 
 class _ResidualBlockBridge(BlockBridge):

@@ -25,10 +25,8 @@
     prepend_bos     the model was trained without BOS and the char tokenizer's
                     <|endoftext|> row is zero, never trained: to_tokens (and so
                     generate, forward and run_with_cache on text) warns (UntrainedTokenWarning).
-    generate        max_new_tokens=0 returns the prompt (TL's ends in torch.cat's ValueError);
-                    past n_ctx the prompt is cropped to its last n_ctx tokens at every
-                    step, as ResidualGPT.generate and nanoGPT do (TL would index past W_pos);
-                    a list of prompts past it runs one prompt at a time, each cropped so.
+    generate        interp.tl.hooked.generation (its base class): past n_ctx cropped as nanoGPT's,
+                    max_new_tokens=0 the prompt, an empty prompt refused, padding warned.
     to_tokens       past n_ctx with truncate=True (TL's default, which would keep the first n_ctx
                     tokens silently): one ConfigError naming truncate=False, which keeps it whole.
     state_dict      of a rewired export (a residual removed, a routing in hook_attn_scores) asked for by
@@ -60,27 +58,21 @@ from transformer_lens.FactoredMatrix import FactoredMatrix
 from interp.checks.api import BoundaryHooks, check_ids, missing_cache_key
 from interp.config import ModelConfig
 from interp.errors import (
-    ConfigError,
     LogitAttrsWarning,
-    ShapeError,
-    UntrainedTokenWarning,
     ValueBiasWarning,
     WeightsOnlyWarning,
     warn_each_call,
 )
-from interp.next_token import tl_temperature
 from interp.registry import mixer_spec
 from interp.tl import stream_reads
 from interp.tl.hooked.fold import fold_layer_norms
+from interp.tl.hooked.generation import ExportGenerate, refuse_empty
 from interp.tl.hooked.rewire import hidden_routing_warning, routing_quiet
 from interp.tl.major import refuse_past_context
 from interp.tl.tokens import (
-    bos_warning,
     loss_targets,
     refuse_meta,
     special_before_text,
-    warn_at_user,
-    warn_generate_after_padding,
     warn_unmasked_left_padding,
 )
 
@@ -203,7 +195,6 @@ class WeightsOnlyStateDict(OrderedDict):
 
 # Libraries that call state_dict() for their own bookkeeping (TL's weight processing, torch, nnsight): no word
 _QUIET_CALLERS = ("transformer_lens", "torch", "interp", "nnsight", "accelerate", "transformers", "copy")
-_GENERATE = inspect.signature(HookedTransformer.generate)
 _TO_TOKENS = inspect.signature(HookedTransformer.to_tokens)
 _FORWARD = inspect.signature(HookedTransformer.forward)
 _PROCESS = inspect.signature(HookedTransformer.load_and_process_state_dict)
@@ -238,20 +229,12 @@ class _KeepFloat64(dict):
         super().__setitem__(key, value)
 
 
-def _refuse_empty(input: Any) -> None:
-    """One ShapeError for an input with no positions, as ResidualGPT's (TL's answers are empty or an IndexError)."""
-    if isinstance(input, (str, list)):
-        raise ShapeError(f"input {input!r:.40} has no tokens; give at least one character (ResidualGPT refuses it too)")
-    shape = tuple(input.shape) if isinstance(input, torch.Tensor) else None
-    raise ShapeError(f"tokens: no positions (shape {shape}); give at least one token per row")
-
-
 def _moved_value_biases(state_dict: Any, n_layers: int) -> list[int]:
     """The layers whose b_V in `state_dict` is not zero (read past a WeightsOnlyStateDict's word: dict.get)."""
     return [layer for layer in range(n_layers) if _nonzero(dict.get(state_dict, f"blocks.{layer}.attn.b_V"))]
 
 
-class ExportedHookedTransformer(BoundaryHooks, HookedTransformer):
+class ExportedHookedTransformer(BoundaryHooks, ExportGenerate):
     """A ResidualGPT as a HookedTransformer (interp.to_hooked_transformer, load_hooked); see the module docstring.
 
     Hook names, names_filter, remove_batch_dim and hook returns are checked as on ResidualGPT
@@ -401,7 +384,7 @@ class ExportedHookedTransformer(BoundaryHooks, HookedTransformer):
         refuse_meta(input)  # before TL's copy to the model's device, which cannot read a meta tensor
         out = super().input_to_embed(input, *args, **kwargs)
         if out[0].shape[1] == 0:  # TL would return (batch, 0, d_vocab) logits and a NaN loss
-            _refuse_empty(input)
+            refuse_empty(input)
         return out
 
     def loss_fn(self, logits: Any, tokens: Any, attention_mask: Any = None, per_token: bool = False) -> Any:
@@ -437,155 +420,6 @@ class ExportedHookedTransformer(BoundaryHooks, HookedTransformer):
             # read by rewire.VocabCheckedEmbed, and for left padding by forward (masked only when the call says so)
             tokens.from_to_tokens = "left" if left else True  # type: ignore[attr-defined]
         return tokens
-
-    def _warn_bos(self, prepend_bos: bool | None) -> None:
-        if (self.cfg.default_prepend_bos if prepend_bos is None else prepend_bos) and self.tokenizer is not None:
-            warn_at_user(bos_warning(self.tokenizer, self.cfg.d_vocab_out), UntrainedTokenWarning)
-
-    # ------------------------------------------------------------------ generate past n_ctx
-
-    def generate(self, *args: Any, **kwargs: Any) -> Any:
-        """TransformerLens's generate; past n_ctx, nanoGPT's crop to the last n_ctx tokens at every step.
-
-        Within n_ctx this is TL's generate unchanged. Past it each new token is
-        sampled (with the same options) from the last n_ctx tokens, as in
-        ResidualGPT.generate; freq_penalty then counts those tokens only.
-        """
-        bound = _GENERATE.bind(self, *args, **kwargs)
-        if "temperature" in bound.arguments:  # NaN, inf, < 0 refused; a tiny one greedy, not TL's NaN traceback
-            bound.arguments["temperature"] = tl_temperature(bound.arguments["temperature"])
-            args, kwargs = bound.args[1:], bound.kwargs
-        bound.apply_defaults()
-        a = dict(bound.arguments)
-        text, n_new = a["input"], a["max_new_tokens"]
-        if getattr(text, "from_to_tokens", None) == "left":  # TL's generate hands forward a copy: checked here
-            warn_unmasked_left_padding(a, self.tokenizer, self.cfg.d_vocab_out)
-        warn_generate_after_padding(text, self.cfg.d_vocab_out)
-        if isinstance(n_new, bool) or not isinstance(n_new, int) or n_new < 0:
-            raise ConfigError(f"max_new_tokens must be a non-negative integer, got {n_new!r}")
-        empty = isinstance(text, torch.Tensor) and text.ndim == 2 and text.shape[-1] == 0
-        if isinstance(text, str) and not text:  # "" is TL's default input; with a BOS it is one token
-            empty = HookedTransformer.to_tokens(self, text, prepend_bos=a["prepend_bos"]).shape[-1] == 0
-        if empty:
-            _refuse_empty(text)  # TL's generate would end in an IndexError
-        if n_new == 0 and not a.get("generation_kwargs"):  # TL's would end in torch.cat's ValueError
-            return self._prompt_only(text, a)
-        if isinstance(text, torch.Tensor) and text.ndim == 3 or a.get("generation_kwargs"):
-            return super().generate(*args, **kwargs)  # embeddings, HF extras: TL's own n_ctx check applies
-        if isinstance(text, list) and len(text) == 1:
-            text = text[0]
-        if isinstance(text, list):
-            whole = [
-                HookedTransformer.to_tokens(self, p, prepend_bos=a["prepend_bos"], truncate=False).shape[-1]
-                for p in text
-            ]
-            if max(whole) + n_new <= self.cfg.n_ctx:
-                return super().generate(*args, **kwargs)  # TL's, as it is
-            extra = a.get("generation_kwargs") or {}
-            options = {k: v for k, v in a.items() if k not in ("self", "input", "generation_kwargs")}
-            return self._generate_each(text, {**options, **extra})
-        if isinstance(text, str):
-            tokens = HookedTransformer.to_tokens(  # whole: a prompt past n_ctx is cropped below, as model.generate's
-                self, text, prepend_bos=a["prepend_bos"], padding_side=a["padding_side"], truncate=False
-            )
-        else:
-            tokens = text
-        if tokens.shape[-1] + n_new <= self.cfg.n_ctx:
-            return super().generate(*args, **kwargs)
-        if isinstance(text, str):
-            self._warn_bos(a["prepend_bos"])
-        return self._generate_cropped(tokens, n_new, a, as_text=isinstance(text, str))
-
-    def _prompt_only(self, text: Any, a: dict[str, Any]) -> Any:
-        """generate with max_new_tokens=0: the prompt, as TL's generate returns its output (ResidualGPT's does)."""
-        return_type = a["return_type"]
-        if isinstance(text, torch.Tensor) and text.ndim == 3:  # embeddings: TL returns the new tokens only
-            if return_type in ("input", "embeds"):
-                return text
-            tokens = torch.zeros(text.shape[0], 0, dtype=torch.long, device=text.device)
-        else:
-            if isinstance(text, (str, list)):
-                self._warn_bos(a["prepend_bos"])
-            many = isinstance(text, list) and len(text) > 1  # TL's generate pads a list on the left
-            if isinstance(text, torch.Tensor):
-                tokens = text
-            else:
-                side: Any = "left" if many else a["padding_side"]
-                tokens = HookedTransformer.to_tokens(self, text, prepend_bos=a["prepend_bos"], padding_side=side)
-            if return_type == "input":
-                return_type = "str" if isinstance(text, (str, list)) else "tokens"
-        if return_type == "embeds":
-            return self.embed(tokens)
-        if return_type == "str":
-            # No tokenizer only when return_type="str" is asked of tokens: an AttributeError, as TL's
-            texts = [self.tokenizer.decode(row, skip_special_tokens=True) for row in tokens]  # type: ignore[union-attr]
-            return texts[0] if len(texts) == 1 else texts
-        return tokens
-
-    def _generate_each(self, prompts: list[str], options: dict[str, Any]) -> Any:
-        """A list of prompts past n_ctx: each cropped as one prompt is; strings, or tokens where lengths agree."""
-        return_type = options["return_type"]
-        outs = [self.generate(p, **{**options, "verbose": False}) for p in prompts]
-        if return_type in ("input", "str"):
-            return outs
-        if return_type == "tokens" and len({o.shape[-1] for o in outs}) == 1:
-            return torch.cat(outs)
-        raise ConfigError(
-            f"generate on a list of prompts past n_ctx ({self.cfg.n_ctx}) runs them one at a time (each cropped to "
-            f"its last n_ctx tokens) and returns strings, or tokens of equal lengths; return_type={return_type!r} "
-            "of prompts of unequal lengths: call generate on each prompt"
-        )
-
-    def _generate_cropped(self, tokens: torch.Tensor, n_new: int, a: dict[str, Any], as_text: bool) -> Any:
-        return_type = a["return_type"]
-        if return_type == "input":
-            return_type = "str" if as_text else "tokens"
-        if return_type not in ("str", "tokens"):
-            raise ConfigError(f"generate past n_ctx ({self.cfg.n_ctx}) returns tokens or text, not {return_type!r}")
-        options = {
-            k: a[k]
-            for k in (
-                "stop_at_eos",
-                "eos_token_id",
-                "do_sample",
-                "top_k",
-                "top_p",
-                "temperature",
-                "freq_penalty",
-                "use_past_kv_cache",
-            )
-        }
-        stops: list[int] = []
-        pad = 0
-        if a["stop_at_eos"]:
-            eos = a["eos_token_id"] if a["eos_token_id"] is not None else getattr(self.tokenizer, "eos_token_id", None)
-            if eos is None:
-                raise ConfigError("stop_at_eos needs an eos_token_id (the export has no tokenizer)")
-            stops = [eos] if isinstance(eos, int) else list(eos)
-            pad = stops[0]
-        out = tokens.to(self.cfg.device)
-        n_prompt = out.shape[1]
-        finished = torch.zeros(out.shape[0], dtype=torch.bool, device=out.device)
-        first = max(0, min(n_new, self.cfg.n_ctx - n_prompt))
-        if first:  # up to n_ctx: TL's generate (its kv cache) as it is
-            out = cast(torch.Tensor, super().generate(out, first, return_type="tokens", verbose=False, **options))
-            if stops:
-                finished |= torch.isin(out[:, n_prompt:], torch.tensor(stops, device=out.device)).any(-1)
-        while out.shape[1] - n_prompt < n_new and not (stops and bool(finished.all())):
-            step = cast(
-                torch.Tensor,
-                super().generate(out[:, -self.cfg.n_ctx :], 1, return_type="tokens", verbose=False, **options),
-            )
-            step = step[:, -1:].clone()
-            if stops:
-                step[finished] = pad
-                finished |= torch.isin(step[:, 0], torch.tensor(stops, device=out.device))
-            out = torch.cat([out, step], dim=1)
-        if return_type == "str":
-            # No tokenizer only when return_type="str" is asked of tokens: an AttributeError, as before
-            texts = [self.tokenizer.decode(row, skip_special_tokens=True) for row in out]  # type: ignore[union-attr]
-            return texts[0] if len(texts) == 1 else texts
-        return out
 
     # ------------------------------------------------------------------ the routing W_Q / W_K do not show
 

@@ -27,9 +27,6 @@ QK from outside the forward pass warns (HiddenRoutingWarning) as the model-level
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from typing import Any
 
 import torch
@@ -43,6 +40,7 @@ from interp.checks.api import check_ids
 from interp.config import ModelConfig
 from interp.errors import ConfigError, HiddenRoutingWarning, TokenIdError, UntrainedTokenWarning, warn
 from interp.registry import mixer_spec
+from interp.tl.routing_words import hidden_routing_message, routing_is_quiet, routing_quiet
 from interp.tl.tokens import special_before_text, special_warning, warn_at_user
 
 
@@ -126,28 +124,10 @@ class RoutedScoresHookPoint(HookPoint):
         return self.mixer.tl_scores(self.model_cfg, scores)
 
 
-_ROUTING_QUIET: ContextVar[bool] = ContextVar("routing_quiet", default=False)
-
-
-@contextmanager
-def routing_quiet() -> Iterator[None]:
-    """No HiddenRoutingWarning inside: the forward pass, and model-level reads that warned once already."""
-    token = _ROUTING_QUIET.set(True)
-    try:
-        yield
-    finally:
-        _ROUTING_QUIET.reset(token)
-
-
 def hidden_routing_warning(what: str, cfg: ModelConfig, stacklevel: int) -> None:
     """Warn that `what` (W_Q, W_K, QK) leaves out the routing cfg's hook_attn_scores applies."""
-    warn(
-        f"{what}: this export's hook_attn_scores also applies mixer={cfg.mixer!r}, self_bias={cfg.self_bias:g} "
-        "(interp.mixers), which W_Q @ W_K does not show; scores rebuilt from hook_q / hook_k miss it too. "
-        "interp.scores.attention_scores(model, q, k) rebuilds the scores the model uses, routing included",
-        HiddenRoutingWarning,
-        stacklevel=stacklevel + 1,
-    )
+    message = hidden_routing_message(what, cfg, "this export's hook_attn_scores")
+    warn(message, HiddenRoutingWarning, stacklevel=stacklevel + 1)
 
 
 class RoutedAttention(Attention):
@@ -164,7 +144,7 @@ class RoutedAttention(Attention):
     def _warn_hidden(self, what: str) -> None:
         w_q = self._parameters.get("W_Q")
         routing = self._modules.get("hook_attn_scores")
-        if _ROUTING_QUIET.get() or not isinstance(routing, RoutedScoresHookPoint) or w_q is None:
+        if routing_is_quiet() or not isinstance(routing, RoutedScoresHookPoint) or w_q is None:
             return
         if bool(w_q.detach().ne(0).any()):
             layer = getattr(self, "layer_id", None)

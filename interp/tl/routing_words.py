@@ -1,0 +1,36 @@
+"""HiddenRoutingWarning's shared parts for both majors' exports: W_Q @ W_K does not show a routing (self_bias,
+a mixer's score routing) that the attention scores apply; reads inside routing_quiet() say nothing (the
+forward pass, and a model-level read that warned once already)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+from interp.config import ModelConfig
+
+_ROUTING_QUIET: ContextVar[bool] = ContextVar("routing_quiet", default=False)
+
+
+@contextmanager
+def routing_quiet() -> Iterator[None]:
+    """No HiddenRoutingWarning inside."""
+    token = _ROUTING_QUIET.set(True)
+    try:
+        yield
+    finally:
+        _ROUTING_QUIET.reset(token)
+
+
+def routing_is_quiet() -> bool:
+    return _ROUTING_QUIET.get()
+
+
+def hidden_routing_message(what: str, cfg: ModelConfig, scores: str) -> str:
+    """The warning's text: `what` (W_Q, W_K, QK) leaves out the routing `scores` (what applies it) applies."""
+    return (
+        f"{what}: {scores} also applies mixer={cfg.mixer!r}, self_bias={cfg.self_bias:g} "
+        "(interp.mixers), which W_Q @ W_K does not show; scores rebuilt from hook_q / hook_k miss it too. "
+        "interp.scores.attention_scores(model, q, k) rebuilds the scores the model uses, routing included"
+    )
