@@ -48,7 +48,7 @@ TL4_TESTS ?= tests/test_bridge.py tests/test_bridge_audit52d.py tests/test_hooke
 # Errors only in the named files: the HookedTransformer modules they import are TL 3 code, checked by `make test`.
 test-tl4: $(STAMP4)
 	$(VENV4)/bin/mypy --cache-dir .mypy_cache/tl4 --follow-imports=silent interp/tl/bridge.py interp/tl/bridge_adapter.py \
-		interp/tl/bridge_generate.py interp/tl/bridge_weights.py
+		interp/tl/bridge_generate.py interp/tl/bridge_weights.py interp/tl/bridge_hooks.py
 	$(PY4) -m pytest -q -rs $(TL4_TESTS)
 
 test: $(STAMP)

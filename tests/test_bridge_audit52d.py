@@ -17,7 +17,14 @@ pytestmark = pytest.mark.skipif(not TL4, reason="TransformerLens 4 only (make te
 
 if TL4:
     from interp import ModelConfig, ResidualGPT, ToolkitError
-    from interp.errors import ConfigError, HiddenRoutingWarning, HookReturnError, TokenIdError
+    from interp.errors import (
+        ConfigError,
+        HiddenRoutingWarning,
+        HookNameError,
+        HookReturnError,
+        ShapeError,
+        TokenIdError,
+    )
     from interp.scores import attention_scores
     from interp.tl.bridge import to_transformer_bridge
 
@@ -361,3 +368,39 @@ def test_generate_zero_new_tokens_returns_the_prompt():
     assert b.generate(t, max_new_tokens=0, return_type="str", verbose=False) == "".join(CHARS[i] for i in t[0])
     with pytest.raises(ConfigError, match="max_new_tokens=0"):
         b.generate(t, max_new_tokens=0, return_cache=True, verbose=False)
+
+
+# --------------------------------------------------------------------------- audit 52e: names and batches
+
+
+@pytest.mark.parametrize(
+    "names", ["blocks.0.hook_resid_pree", ["blocks.0.hook_resid_pre", "blocks.9.hook_resid_pre"], lambda n: n == "x"]
+)
+def test_a_names_filter_naming_no_hook_point_is_a_hook_name_error(names):
+    """TL 4 raised a bare KeyError for one unknown name and cached less, silently, for a list holding one or a
+    filter matching nothing; ResidualGPT and the 3.x export raise HookNameError with the closest names."""
+    b = bridge(make_model())
+    with pytest.raises(HookNameError, match="names_filter"):
+        b.run_with_cache(tokens(), names_filter=names)
+
+
+def test_hooks_on_an_unknown_name_are_a_hook_name_error_naming_the_closest():
+    b = bridge(make_model())
+    keep = lambda x, hook: x  # noqa: E731
+    with pytest.raises(HookNameError, match="closest: blocks.0.hook_resid_pre"):
+        b.run_with_hooks(tokens(), fwd_hooks=[("blocks.0.hook_resid_pree", keep)])
+    with pytest.raises(HookNameError, match="closest"):
+        b.add_hook("blocks.0.hook_resid_pree", keep)
+    with pytest.raises(HookNameError):
+        with b.hooks(bwd_hooks=[("blocks.0.hook_resid_pree", keep)]):
+            pass
+    _, cache = b.run_with_cache(tokens(), names_filter=["blocks.0.hook_resid_pre", "hook_embed"])
+    assert sorted(cache.keys()) == ["blocks.0.hook_resid_pre", "hook_embed"]
+
+
+def test_remove_batch_dim_on_a_batch_of_two_is_a_shape_error():
+    b = bridge(make_model())
+    with pytest.raises(ShapeError, match="remove_batch_dim"):
+        b.run_with_cache(tokens(batch=2), remove_batch_dim=True)
+    _, cache = b.run_with_cache(tokens(batch=1), remove_batch_dim=True)
+    assert cache["hook_embed"].dim() == 2

@@ -45,13 +45,15 @@ from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
-from transformer_lens import ActivationCache
 from transformer_lens.config import TransformerBridgeConfig
 from transformer_lens.hook_points import HookPoint
 from transformer_lens.model_bridge.sources import build_bridge_from_module
 
 from interp.checkpoint import SCHEMA, Checkpoint, load_checkpoint, refuse_non_finite_forward
-from interp.checks.api import CheckedHook, check_config_unedited, check_ids
+from interp.checks.api import (
+    check_config_unedited,
+    check_ids,
+)
 from interp.config import ModelConfig
 from interp.errors import (
     CheckpointError,
@@ -76,8 +78,8 @@ from interp.tl.bridge_adapter import (  # registers the adapter
     routing_quiet,
     warn_hidden_routing,
 )
-from interp.tl.bridge_cache import BridgeActivationCache, _lacks, _lacks_error
-from interp.tl.bridge_generate import BridgeGenerate
+from interp.tl.bridge_cache import _lacks, _lacks_error
+from interp.tl.bridge_hooks import BridgeHooks
 from interp.tl.major import refuse_past_context, tl_config_fields
 from interp.tl.saved import BRIDGE_SCHEMA, load_weights, read_saved, tokenizer_fields, write_saved
 from interp.tl.tokens import bos_warning, leading_special, loss_targets, warn_at_user
@@ -86,18 +88,6 @@ from interp.tokenizers import tokenizer_for
 stream_reads.install()  # TL's cache methods ask the bridge (_check_stream_read) at every call
 
 _ADDITIVE_USE = "interp.decompose (decompose, direct_logit_attribution, logit_lens), which follows this model's "
-
-
-def _checked_pairs(hooks: Any) -> Any:
-    """(name, fn) forward-hook pairs with each fn's return checked (interp.checks.api.CheckedHook)."""
-    if not isinstance(hooks, (list, tuple)):
-        return hooks  # TL's own error for anything else
-    return [
-        (pair[0], CheckedHook(pair[1]))
-        if isinstance(pair, (tuple, list)) and len(pair) == 2 and callable(pair[1])
-        else pair
-        for pair in hooks
-    ]
 
 
 # --------------------------------------------------------------------------- the bridge and its cache
@@ -131,7 +121,7 @@ def _show(wiring: Tensor | None) -> str:
     return repr(bytes(wiring.tolist()).decode(errors="replace"))  # wiring.mixer: the name
 
 
-class ResidualBridge(BridgeGenerate):
+class ResidualBridge(BridgeHooks):
     """The TransformerBridge of a ResidualGPT (what to_transformer_bridge returns).
 
     residual_gpt is the bridged model (its modules now wrapped by TL 4's
@@ -325,24 +315,6 @@ class ResidualBridge(BridgeGenerate):
             return super().QK_for_attn_layers()
 
     # ------------------------------------------------------------------ hooks: every forward hook's return checked
-
-    def add_hook(self, name: Any, hook_fn: Any, dir: Any = "fwd", is_permanent: bool = False) -> None:
-        """TL 4's add_hook (add_perma_hook too); a forward hook returning another shape, dtype or device than
-        it got is a HookReturnError (as on ResidualGPT and the 3.x export)."""
-        fn = CheckedHook(hook_fn) if dir == "fwd" and callable(hook_fn) else hook_fn
-        return super().add_hook(name, fn, dir=dir, is_permanent=is_permanent)
-
-    def hooks(self, fwd_hooks: Any = (), bwd_hooks: Any = (), *args: Any, **kwargs: Any) -> Any:
-        return super().hooks(_checked_pairs(list(fwd_hooks)), list(bwd_hooks), *args, **kwargs)
-
-    def run_with_hooks(self, input: Any, fwd_hooks: Any = (), bwd_hooks: Any = (), *args: Any, **kwargs: Any) -> Any:
-        return super().run_with_hooks(input, _checked_pairs(list(fwd_hooks)), list(bwd_hooks), *args, **kwargs)
-
-    def run_with_cache(self, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
-        out, cache = super().run_with_cache(*args, **kwargs)
-        if isinstance(cache, ActivationCache):
-            cache = BridgeActivationCache(cache.cache_dict, self, has_batch_dim=cache.has_batch_dim)
-        return out, cache
 
 
 def bridge_config(cfg: ModelConfig, n_special: int = 0) -> TransformerBridgeConfig:
