@@ -404,3 +404,12 @@ def test_remove_batch_dim_on_a_batch_of_two_is_a_shape_error():
         b.run_with_cache(tokens(batch=2), remove_batch_dim=True)
     _, cache = b.run_with_cache(tokens(batch=1), remove_batch_dim=True)
     assert cache["hook_embed"].dim() == 2
+
+
+@pytest.mark.parametrize("ids", [[5, -1], [5, len(CHARS) + 1], torch.tensor([5, -1])])
+def test_to_string_of_an_id_outside_the_tokenizer_is_a_token_id_error(ids):
+    """Audit 52f: TL 4's decode ended in a bare OverflowError for -1 (the 3.x export says TokenIdError)."""
+    b = bridge(make_model())
+    with pytest.raises(TokenIdError):
+        b.to_string(ids)
+    assert b.to_string([5, len(CHARS)]) == CHARS[5] + "<|endoftext|>"  # the tokenizer's own special id decodes

@@ -10,9 +10,9 @@ import warnings
 
 import pytest
 import torch
+from edge_models import CHARS, counted, exported, ids, model_with
 from majors import TL4, tl3_only
 
-from interp import ModelConfig, ResidualGPT
 from interp.decompose import direct_logit_attribution
 from interp.errors import (
     HookNameError,
@@ -23,46 +23,8 @@ from interp.errors import (
     UntrainedTokenWarning,
     ValueBiasWarning,
 )
-from interp.tl.load import load_tl
 
-CHARS = list("\n !$&',-.3:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")  # TinyShakespeare's 65
 TEXTS = ["First Citizen", "Before we"]
-
-
-def model_with(bias: bool, seed: int = 0, **changes) -> ResidualGPT:
-    """A random ResidualGPT whose biases and LayerNorm weights are far from their init (0 and 1)."""
-    torch.manual_seed(seed)
-    cfg = ModelConfig(n_layers=2, d_model=32, n_heads=4, n_ctx=16, d_vocab=len(CHARS), bias=bias, **changes)
-    model = ResidualGPT(cfg)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith(".w"):
-                p.copy_(1 + 0.3 * torch.randn_like(p))
-            elif name.endswith((".b", ".bias")):
-                p.copy_(0.3 * torch.randn_like(p))
-            else:
-                p.normal_(0, 0.2)
-    return model.eval()
-
-
-def exported(model: ResidualGPT, **kwargs):
-    """The installed major's export with its defaults (folded on 3.x), quiet while it is made."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return load_tl(model, vocab=CHARS, **kwargs)
-
-
-def ids(text: str) -> torch.Tensor:
-    return torch.tensor([[CHARS.index(c) for c in text]])
-
-
-def counted(category: type[Warning], call, times: int = 2) -> int:
-    """How many `category` warnings `times` calls of `call` show under the default filter."""
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("default")
-        for _ in range(times):
-            call()
-    return sum(issubclass(w.category, category) for w in seen)
 
 
 # --------------------------------------------------------------------------- b_U (a bias=True model)

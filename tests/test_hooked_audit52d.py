@@ -7,49 +7,11 @@ import warnings
 
 import pytest
 import torch
+from edge_models import CHARS, counted, exported, ids, model_with
 from majors import TL4, tl3_only
 
-from interp import ModelConfig, ResidualGPT
+from interp import ResidualGPT
 from interp.errors import ToolkitError
-from interp.tl.load import load_tl
-
-CHARS = list("\n !$&',-.3:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")  # TinyShakespeare's 65
-
-
-def model_with(bias: bool, seed: int = 0, **changes) -> ResidualGPT:
-    """A random ResidualGPT whose biases and LayerNorm weights are far from their init (0 and 1)."""
-    torch.manual_seed(seed)
-    cfg = ModelConfig(n_layers=3, d_model=32, n_heads=4, n_ctx=16, d_vocab=len(CHARS), bias=bias, **changes)
-    model = ResidualGPT(cfg)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith(".w"):
-                p.copy_(1 + 0.3 * torch.randn_like(p))
-            elif name.endswith((".b", ".bias")):
-                p.copy_(0.3 * torch.randn_like(p))
-            else:
-                p.normal_(0, 0.2)
-    return model.eval()
-
-
-def exported(model: ResidualGPT, **kwargs):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return load_tl(model, vocab=CHARS, **kwargs)
-
-
-def ids(text: str) -> torch.Tensor:
-    return torch.tensor([[CHARS.index(c) for c in text]])
-
-
-def counted(category: type[Warning], call, times: int = 2) -> int:
-    """How many `category` warnings `times` calls of `call` show under the default filter."""
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("default")
-        for _ in range(times):
-            call()
-    return sum(issubclass(w.category, category) for w in seen)
-
 
 # --------------------------------------------------------------------------- 1, 2: sums on a removed residual
 
@@ -67,7 +29,7 @@ def _neurons_reach_nothing(model: ResidualGPT) -> torch.Tensor:
 
 def test_stack_neuron_results_on_a_removed_residual_warns_at_every_call_or_is_refused():
     """Audit 52d B07: per-neuron DLA gave layer-0 neurons +1.14 on attn_only, with no word."""
-    model = model_with(bias=False, residual="attn_only")
+    model = model_with(bias=False, residual="attn_only", n_layers=3)
     if not TL4:  # the bridge refuses the call
         assert _neurons_reach_nothing(model) > 0.1  # what the warning is about
     tl = exported(model)
@@ -90,7 +52,7 @@ def test_stack_neuron_results_on_a_removed_residual_warns_at_every_call_or_is_re
 def test_stack_neuron_results_on_a_full_residual_says_nothing():
     from interp.tl.hooked import NonAdditiveResidualWarning
 
-    tl = exported(model_with(bias=False))
+    tl = exported(model_with(bias=False, n_layers=3))
     _, cache = tl.run_with_cache(ids("First Citizen"))
     with warnings.catch_warnings():
         warnings.simplefilter("error", NonAdditiveResidualWarning)
@@ -103,7 +65,7 @@ def test_accumulated_bias_on_a_removed_residual_warns_at_every_call():
     """Audit 52d B12: accumulated_bias(2) summed b_O and b_out of layers 0-1; only block 1's b_out reaches block 2."""
     from interp.tl.hooked import NonAdditiveResidualWarning
 
-    model = model_with(bias=True, residual="attn_only")
+    model = model_with(bias=True, residual="attn_only", n_layers=3)
     tl = exported(model, fold_ln=False, center_writing_weights=False, center_unembed=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -128,7 +90,7 @@ def test_residual_directions_of_an_id_outside_the_vocabulary_is_a_token_id_error
     """Audit 52d J09: tokens_to_residual_directions(-1) was W_U[:, 64] ('z'), without a word."""
     from interp.errors import TokenIdError
 
-    model = model_with(bias=False)
+    model = model_with(bias=False, n_layers=3)
     tl = exported(model)
     with pytest.raises(TokenIdError, match="outside the vocabulary"):
         tl.tokens_to_residual_directions(tokens)
@@ -139,7 +101,7 @@ def test_residual_directions_of_an_id_outside_the_vocabulary_is_a_token_id_error
 
 @tl3_only
 def test_residual_directions_of_valid_ids_are_w_u_columns_and_a_list_is_one_row_per_id():
-    tl = exported(model_with(bias=False))
+    tl = exported(model_with(bias=False, n_layers=3))
     torch.testing.assert_close(tl.tokens_to_residual_directions(5), tl.W_U[:, 5], rtol=0, atol=0)
     torch.testing.assert_close(tl.tokens_to_residual_directions("a"), tl.W_U[:, CHARS.index("a")], rtol=0, atol=0)
     torch.testing.assert_close(tl.tokens_to_residual_directions([5, 64]), tl.W_U[:, [5, 64]].T, rtol=0, atol=0)
@@ -154,7 +116,7 @@ def test_to_string_of_an_id_outside_the_tokenizer_is_a_token_id_error(tokens):
     """Audit 52d J09: to_string([5, -1]) was an OverflowError, to_string([5, 70]) dropped the 70."""
     from interp.errors import TokenIdError
 
-    tl = exported(model_with(bias=False))
+    tl = exported(model_with(bias=False, n_layers=3))
     with pytest.raises(TokenIdError, match="outside the vocabulary"):
         tl.to_string(tokens)
     assert tl.to_string([CHARS.index(c) for c in "Hi"]) == "Hi"
@@ -182,7 +144,7 @@ def test_an_empty_prompt_is_refused_in_one_line_as_residual_gpt_refuses_it(call)
     """Audit 52d A17: tl('') gave (1, 0, 65) logits and a NaN loss; tl.generate() ended in an IndexError."""
     from interp.errors import ConfigError, ShapeError
 
-    model = model_with(bias=False)
+    model = model_with(bias=False, n_layers=3)
     with pytest.raises(ConfigError):
         model(_EMPTY)
     with pytest.raises(ConfigError, match="pos >= 1"):
@@ -196,7 +158,7 @@ def test_generate_with_no_new_tokens_returns_the_prompt_as_residual_gpt_does():
     """Audit 52d E18: generate(tokens, max_new_tokens=0) ended in torch.cat's ValueError."""
     from interp.errors import ConfigError
 
-    model = model_with(bias=False)
+    model = model_with(bias=False, n_layers=3)
     tl = exported(model)
     toks = ids("ROMEO:")
     assert torch.equal(tl.generate(toks, 0, verbose=False), model.generate(toks, 0))
@@ -223,7 +185,7 @@ def test_an_exports_own_weights_processed_back_into_it_are_exact_and_quiet():
 
     from interp.errors import WeightsOnlyWarning
 
-    model = model_with(bias=True, residual="attn_only")
+    model = model_with(bias=True, residual="attn_only", n_layers=3)
     toks = ids("First Citizen")
     tl, other = exported(model), exported(model)
     with warnings.catch_warnings():
@@ -258,7 +220,7 @@ def test_a_value_bias_fold_is_kept_in_the_saved_file_and_said_at_every_load(tmp_
     import interp
     from interp.errors import CheckpointError, ValueBiasWarning
 
-    model = model_with(bias=True)
+    model = model_with(bias=True, n_layers=3)
     toks = ids("First Citizen:\n")
     truth = _v_ablated_loss(model, toks)
     with warnings.catch_warnings():
@@ -311,7 +273,7 @@ def test_a_float64_export_with_processing_is_float64_exact(processing):
     float64 export agreed with its model to ~4e-7 only (1e-14 unprocessed)."""
     import interp
 
-    model = model_with(bias=True).double()
+    model = model_with(bias=True, n_layers=3).double()
     toks = ids("First Citizen:\n")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

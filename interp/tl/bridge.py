@@ -258,6 +258,13 @@ class ResidualBridge(BridgeHooks):
         stream_reads.warn_unfolded(self, method, args, _UNFOLDED_FIX)
         stream_reads.warn_unembed_bias(self, method, args)
 
+    def to_string(self, tokens: Any) -> Any:
+        """TL 4's decode; an id outside the tokenizer's vocabulary is a TokenIdError (TL's decode drops it, or
+        fails with an OverflowError for a negative one), as on the 3.x export."""
+        if self.tokenizer is not None and not isinstance(tokens, str):
+            check_ids(tokens, len(self.tokenizer), "tokens")
+        return super().to_string(tokens)
+
     def tokens_to_residual_directions(self, tokens: Any) -> Any:
         """TL 4's (W_U's columns); warns at each call: ln_final.w is not folded into W_U on the bridge. An id
         outside 0..d_vocab-1 (-1 included: TL would index from the end) is a TokenIdError, as on ResidualGPT;
