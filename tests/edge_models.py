@@ -47,3 +47,14 @@ def counted(category: type[Warning], call, times: int = 2) -> int:
         for _ in range(times):
             call()
     return sum(issubclass(w.category, category) for w in seen)
+
+
+def v_ablated_loss(mod, toks: torch.Tensor) -> float:
+    """Mean next-token loss with head 1 of layer 0 zeroed at hook_v (the Main Demo's ablation)."""
+
+    def ablate(v, hook):
+        v[:, :, 1] = 0.0
+
+    with torch.no_grad():
+        logits = mod.run_with_hooks(toks, fwd_hooks=[("blocks.0.attn.hook_v", ablate)])
+    return -logits.log_softmax(-1)[:, :-1].gather(-1, toks[:, 1:, None]).mean().item()

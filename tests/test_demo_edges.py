@@ -10,7 +10,7 @@ import warnings
 
 import pytest
 import torch
-from edge_models import CHARS, counted, exported, ids, model_with
+from edge_models import CHARS, counted, exported, ids, model_with, v_ablated_loss
 from majors import TL4, tl3_only
 
 from interp.decompose import direct_logit_attribution
@@ -83,30 +83,21 @@ def test_no_b_U_warning_where_b_U_is_zero():
 # --------------------------------------------------------------------------- value biases folded after the export
 
 
-def _ablated_loss(mod, toks: torch.Tensor) -> float:
-    def ablate(v, hook):
-        v[:, :, 1] = 0.0
-
-    with torch.no_grad():
-        logits = mod.run_with_hooks(toks, fwd_hooks=[("blocks.0.attn.hook_v", ablate)])
-    return -logits.log_softmax(-1)[:, :-1].gather(-1, toks[:, 1:, None]).mean().item()
-
-
 @tl3_only
 def test_processing_that_folds_value_biases_warns_at_every_call():
     model = model_with(bias=True)
     toks = ids("First Citizen:\n")
     tl = exported(model)
-    assert abs(_ablated_loss(tl, toks) - _ablated_loss(model, toks)) < 1e-5  # as exported: b_V where it was
+    assert abs(v_ablated_loss(tl, toks) - v_ablated_loss(model, toks)) < 1e-5  # as exported: b_V where it was
     assert counted(ValueBiasWarning, tl.process_weights_, 1) == 1  # TL's default inside: fold_value_biases=True
-    assert abs(_ablated_loss(tl, toks) - _ablated_loss(model, toks)) > 1e-4  # what the warning says
+    assert abs(v_ablated_loss(tl, toks) - v_ablated_loss(model, toks)) > 1e-4  # what the warning says
     again = exported(model)
     assert counted(ValueBiasWarning, lambda: again.load_and_process_state_dict(again.state_dict()), 1) == 1
     kept = exported(model)
     with warnings.catch_warnings():
         warnings.simplefilter("error", ValueBiasWarning)
         kept.load_and_process_state_dict(kept.state_dict(), fold_value_biases=False)  # the fix it names
-    assert abs(_ablated_loss(kept, toks) - _ablated_loss(model, toks)) < 1e-5
+    assert abs(v_ablated_loss(kept, toks) - v_ablated_loss(model, toks)) < 1e-5
     import interp
 
     opt_in = lambda: interp.to_hooked_transformer(model, vocab=CHARS, fold_value_biases=True)  # noqa: E731

@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 import torch
-from edge_models import CHARS, counted, exported, ids, model_with
+from edge_models import CHARS, counted, exported, ids, model_with, v_ablated_loss
 from majors import TL4, tl3_only
 
 from interp import ResidualGPT
@@ -204,15 +204,6 @@ def test_an_exports_own_weights_processed_back_into_it_are_exact_and_quiet():
 # --------------------------------------------------------------------------- 4: a value-bias fold, saved
 
 
-def _v_ablated_loss(mod, toks: torch.Tensor) -> float:
-    def ablate(v, hook):
-        v[:, :, 1] = 0.0
-
-    with torch.no_grad():
-        logits = mod.run_with_hooks(toks, fwd_hooks=[("blocks.0.attn.hook_v", ablate)])
-    return -logits.log_softmax(-1)[:, :-1].gather(-1, toks[:, 1:, None]).mean().item()
-
-
 @tl3_only
 def test_a_value_bias_fold_is_kept_in_the_saved_file_and_said_at_every_load(tmp_path):
     """Audit 52d H03: an export made with fold_value_biases=True warned once, at export; after save_hooked /
@@ -222,7 +213,7 @@ def test_a_value_bias_fold_is_kept_in_the_saved_file_and_said_at_every_load(tmp_
 
     model = model_with(bias=True, n_layers=3)
     toks = ids("First Citizen:\n")
-    truth = _v_ablated_loss(model, toks)
+    truth = v_ablated_loss(model, toks)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         folded = interp.to_hooked_transformer(model, vocab=CHARS, fold_value_biases=True)
@@ -234,7 +225,7 @@ def test_a_value_bias_fold_is_kept_in_the_saved_file_and_said_at_every_load(tmp_
             loaded = interp.load_hooked(tmp_path / "folded.pt")
     said = [str(w.message) for w in seen if issubclass(w.category, ValueBiasWarning)]
     assert len(said) == 2 and "[0, 1, 2]" in said[0] and "hook_v" in said[0], said
-    assert abs(_v_ablated_loss(loaded, toks) - truth) > 1e-4  # what the warning is about
+    assert abs(v_ablated_loss(loaded, toks) - truth) > 1e-4  # what the warning is about
     interp.save_hooked(loaded, tmp_path / "again.pt")  # a reload remembers it too
     assert counted(ValueBiasWarning, lambda: interp.load_hooked(tmp_path / "again.pt"), 1) == 1
 
@@ -246,7 +237,7 @@ def test_a_value_bias_fold_is_kept_in_the_saved_file_and_said_at_every_load(tmp_
         loaded.load_state_dict(kept.state_dict())  # b_V put back: nothing left to say
         interp.save_hooked(loaded, tmp_path / "restored.pt")
         interp.load_hooked(tmp_path / "restored.pt")
-    assert abs(_v_ablated_loss(back, toks) - truth) < 1e-4
+    assert abs(v_ablated_loss(back, toks) - truth) < 1e-4
 
     payload = torch.load(tmp_path / "folded.pt", weights_only=True)
     payload["residual_gpt_hooked"]["value_biases_moved"] = [7]
