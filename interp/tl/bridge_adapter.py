@@ -383,10 +383,7 @@ class _Host(nn.Module):
                 "a padded batch must be padded on the right (ResidualGPT has no position offsets): "
                 "pass padding_side='right', or prompts of equal length"
             )
-        embed = self.gpt.embed
-        if isinstance(embed, _EmbedBridge):  # before ResidualGPT's forward, which would restate it without specials
-            embed.check(input_ids)
-        return self.gpt(input_ids)
+        return self.gpt(input_ids)  # ids are checked once, by _EmbedBridge.forward
 
     def _from_layer(self, resid: Tensor | None) -> Tensor:
         """TL 4's start_at_layer=k: `resid` enters block k (TL swaps it in there) and ResidualGPT's blocks k..,
