@@ -200,19 +200,43 @@ def warn_each_call(message: str, category: type[Warning]) -> None:
 
     warnings.warn shows a warning once per calling line under Python's default filter, so a loop over
     layers would show it once; warn_explicit with no registry shows it each time while the user's own
-    filters (ignore, error, once) still decide. Python's filters are never touched here.
+    filters (ignore, error, once) still decide. Python's filters are never touched here. Only a filter the
+    user set to 'error' makes it raise: a frame whose module cannot give its source (python -c, standard
+    input, exec, a notebook cell) warns without the source line (_source_globals).
     """
     import warnings
 
     frame = sys._getframe(1)
-    while frame.f_back is not None and frame.f_globals.get("__name__", "").split(".")[0] in _FRAMEWORK:
+    while frame.f_back is not None and _name_of(frame.f_globals).split(".")[0] in _FRAMEWORK:
         frame = frame.f_back
     warnings.warn_explicit(
         message,
         category,
         frame.f_code.co_filename,
-        frame.f_lineno,
-        module=frame.f_globals.get("__name__", "<string>"),
+        frame.f_lineno or 0,  # None while a frame is between lines (Python 3.12's f_lineno may be)
+        module=_name_of(frame.f_globals) or "<string>",
         registry=None,  # no per-line record: shown at every call
-        module_globals=frame.f_globals,
+        module_globals=_source_globals(frame.f_globals),
     )
+
+
+def _name_of(frame_globals: dict) -> str:
+    """A frame's module name; '' where its globals have none, or not a string (exec with any dict)."""
+    name = frame_globals.get("__name__")
+    return name if isinstance(name, str) else ""
+
+
+def _source_globals(frame_globals: dict) -> dict | None:
+    """A frame's globals where their module's loader gives its source, else None (the line's source then comes
+    from its file, if any). warn_explicit asks module_globals' __loader__ for the source and lets whatever that
+    raises out: python -c's and standard input's __main__ has BuiltinImporter, whose get_source('__main__')
+    raises ImportError; a notebook's or exec's globals may hold any loader or none."""
+    get_source = getattr(frame_globals.get("__loader__"), "get_source", None)
+    name = _name_of(frame_globals)
+    if get_source is None or not name:
+        return None
+    try:
+        get_source(name)
+    except Exception:  # any loader's failure means: no source from it, and the warning goes on
+        return None
+    return frame_globals
