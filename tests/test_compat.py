@@ -11,15 +11,6 @@ import torch
 from interp.config import ModelConfig
 
 
-def test_trainer_keeps_its_old_names():
-    import training.trainer as trainer
-    from training.corpus import data_provenance
-    from training.run_config import describe
-
-    assert trainer.evaluate is trainer.mean_loss
-    assert trainer.describe is describe and trainer.data_provenance is data_provenance
-
-
 def test_run_dir_still_reads_as_a_path(tmp_path):
     from training.rundir import RunDir
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from interp import ModelConfig, ResidualGPT
+from interp.io import read_jsonl
 from probes.identity import (
     IdentityProbe,
     IdentityProbeError,
@@ -18,7 +19,7 @@ from probes.identity import (
     train_windows,
 )
 from training.presets import resolve
-from training.trainer import Trainer, read_jsonl
+from training.trainer import Trainer
 
 OFFSETS = (0, -1, -2)
 

@@ -244,9 +244,10 @@ class ForwardCounter:
 
 def probe_work(preset: str, tmp_path, **overrides) -> dict:
     """Train preset with and without the default probes; forward sequences and probe records of each."""
+    from interp.io import read_jsonl
     from probes import default_callbacks
     from training.presets import resolve
-    from training.trainer import Trainer, read_jsonl
+    from training.trainer import Trainer
 
     out = {}
     for probes in (False, True):

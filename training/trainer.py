@@ -37,10 +37,10 @@ from training.batches import BatchSampler, fixed_batches, random_batches
 from training.budget import check_runnable
 from training.checkstate import check_logs_before, check_training_state, logs_before
 from training.compile import mark_step, maybe_compile
-from training.corpus import Corpus, data_provenance
+from training.corpus import Corpus
 from training.data import load_corpus
 from training.flops import flops_per_token, peak_matmul_flops
-from training.numerics import (  # pick_device and autocast_context: imported from here by older code too
+from training.numerics import (
     apply_settings,
     autocast_context,
     pick_device,
@@ -50,20 +50,8 @@ from training.numerics import (  # pick_device and autocast_context: imported fr
 )
 from training.optimizer import lr_at, make_optimizer
 from training.presets import TrainConfig, concrete_dtype
-from training.run_config import config_record, describe
-from training.rundir import RunDir, RunDirError
-
-__all__ = [
-    "RunDirError",
-    "Trainer",
-    "TrainingError",
-    "TrainingInterrupted",
-    "mean_loss",
-    "read_jsonl",
-    "evaluate",
-    "describe",
-    "data_provenance",
-]  # the last three: old names, kept for researchers' scripts
+from training.run_config import config_record
+from training.rundir import RunDir
 
 
 class TrainingError(ToolkitError):
@@ -85,9 +73,6 @@ def mean_loss(model: torch.nn.Module, batches, device: torch.device, autocast=No
         total += loss.item()
     model.train(was_training)
     return total / len(batches)
-
-
-evaluate = mean_loss  # its name before the restructure; describe and data_provenance are re-exported above
 
 
 # ----- the trainer --------------------------------------------------------------------------------------

@@ -93,7 +93,8 @@ def analyse_run(run: RunDir, spec: RunSpec, corpus, steps: list[int], repeats: i
     from tqdm.auto import tqdm
 
     from training.batches import fixed_batches, random_batches
-    from training.trainer import autocast_context, mean_loss, pick_device
+    from training.numerics import autocast_context, pick_device
+    from training.trainer import mean_loss
 
     missing = [s for s in steps if not run.snapshot(s).is_file()]
     if missing:

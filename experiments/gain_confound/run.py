@@ -394,8 +394,8 @@ def plan(ctx: Context) -> list[Group]:
 
 def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     from training.batches import fixed_batches
+    from training.numerics import pick_device
     from training.presets import parse_overrides
-    from training.trainer import pick_device
 
     configs, gains, spec = parse_configs(ctx.args.configs), parse_gains(ctx.args.gains), ctx.spec
     tags = {v.name: t for v, t in gain_variants(configs, gains)}
