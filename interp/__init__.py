@@ -7,11 +7,9 @@ Names are imported lazily: `from interp.config import ModelConfig` stays light
 import importlib
 import importlib.util
 
-from interp import moved as _moved
 from interp.signals import guard_startup
 
 guard_startup()  # a Ctrl-C while modules import: one line, not a traceback
-_moved.install_old_paths()  # old module paths (interp.export, experiments.frame, ...) still import
 
 _LAZY = {
     "Checkpoint": "interp.checkpoint",

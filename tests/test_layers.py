@@ -87,28 +87,13 @@ def test_the_checker_sees_a_circle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-def test_old_paths_are_the_new_modules():
-    """Every module path the restructure moved (interp.moved.MOVED) imports as the very module at its new path, with a
-    DeprecationWarning naming it; `import interp; interp.interventions` works without importing the submodule."""
+def test_interp_hands_out_its_modules_without_importing_them_first():
     import importlib
-    import sys
-    import warnings
 
     import interp
-    from interp.moved import MOVED
 
     assert interp.interventions is importlib.import_module("interp.interventions")
-    for old, new in MOVED.items():
-        sys.modules.pop(old, None)
-        with warnings.catch_warnings(record=True) as said:
-            warnings.simplefilter("always")
-            module = importlib.import_module(old)
-        assert module is importlib.import_module(new), old
-        assert module.__spec__.name == new, old  # its own spec still: runpy and reload find the real module
-        assert any(new in str(w.message) for w in said if w.category is DeprecationWarning), old
-    from interp.tl.hooked import to_hooked_transformer
-
-    assert importlib.import_module("interp.hooked").to_hooked_transformer is to_hooked_transformer
+    assert interp.ResidualGPT is importlib.import_module("interp.model").ResidualGPT
 
 
 def test_no_module_is_over_500_lines():
