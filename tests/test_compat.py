@@ -22,18 +22,6 @@ def test_run_dir_still_reads_as_a_path(tmp_path):
     assert os.path.exists(os.path.join(run_dir, "note.txt"))
 
 
-def test_routing_test_reexports_what_moved():
-    import experiments.routing_test.report as report
-    import experiments.routing_test.rules as rules
-    import experiments.routing_test.run as routing_test
-    from experiments.routing_test import PREDICTIONS, decide_p7, slope  # the old import lines
-    from experiments.shared.stats import slope as stats_slope
-
-    assert PREDICTIONS is rules.PREDICTIONS and decide_p7 is rules.decide_p7 and slope is stats_slope
-    assert routing_test.needs_longer is report.needs_longer and routing_test.place is rules.place
-    assert all(hasattr(routing_test, f"decide_p{i}") for i in range(1, 8))
-
-
 def test_make_mixer_builds_the_registered_mixer():
     from interp.mixers import CausalAttention, UniformMixer, make_mixer
 

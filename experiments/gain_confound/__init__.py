@@ -3,10 +3,3 @@
 Rooms: run.py, adam_invariance.py (the derivation its report prints). `python -m experiments.gain_confound` runs it
 (__main__.py).
 """
-
-import importlib
-from typing import Any
-
-
-def __getattr__(name: str) -> Any:  # `from experiments.gain_confound import X`, the old one-module path (PEP 562)
-    return getattr(importlib.import_module(f"{__name__}.run"), name)

@@ -4,10 +4,3 @@ Rooms: run.py (options, plan, confirm rounds, analyse), grid.py (cells and slice
 sentences), collapse_predictor.py (early predictors), report.py. `python -m experiments.phase_diagram` runs it
 (__main__.py).
 """
-
-import importlib
-from typing import Any
-
-
-def __getattr__(name: str) -> Any:  # `from experiments.phase_diagram import X`, the old one-module path (PEP 562)
-    return getattr(importlib.import_module(f"{__name__}.run"), name)

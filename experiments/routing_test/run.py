@@ -49,7 +49,6 @@ results.json schema ("routing-test/3"):
 
 from __future__ import annotations
 
-import importlib
 import math
 from pathlib import Path
 from typing import Any
@@ -305,49 +304,6 @@ EXPERIMENT = Experiment(
     without_weights=without_weights,
     preface=preface,
 )
-
-# Names that lived here before the rules, the report and the statistics got modules of their own; researchers'
-# scripts still import them from here (resolved on first use, PEP 562).
-_MOVED = {
-    "experiments.routing_test.rules": (
-        "MARGIN_CHECK",
-        "PREDICTIONS",
-        "Outcome",
-        "Prediction",
-        "above",
-        "at_pace",
-        "below",
-        "decide_p1",
-        "decide_p2",
-        "decide_p3",
-        "decide_p4",
-        "decide_p5",
-        "decide_p6",
-        "decide_p7",
-        "moves",
-        "moving_text",
-        "reference_guard",
-        "separation",
-    ),
-    "experiments.routing_test.report": (
-        "PLACES",
-        "PROMPT",
-        "attention_figures",
-        "margin_sensitive",
-        "margin_text",
-        "needs_longer",
-        "verdict_label",
-    ),
-    "experiments.shared.stats": ("slope",),
-}
-
-
-def __getattr__(name: str) -> Any:
-    for module, names in _MOVED.items():
-        if name in names:
-            return getattr(importlib.import_module(module), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
 
 if __name__ == "__main__":
     raise SystemExit(EXPERIMENT.main())
