@@ -5,8 +5,9 @@
     python -m interp.sample --ckpt ckpt.pt --prompt $'ROMEO:\n' --max-new-tokens 100 --temperature 0   # greedy
 
 The prompt is encoded with the checkpoint's vocabulary (state["vocab"], or GPT-2
-BPE for encoding="gpt2"); ResidualGPT.generate feeds back at most n_ctx tokens.
-Prints the prompt and its continuation (control characters but newline and tab shown escaped: the
+BPE for encoding="gpt2"); ResidualGPT.generate feeds back at most n_ctx tokens, so of a prompt
+longer than n_ctx the model reads the last n_ctx tokens only (one `warning:` line on stderr says so).
+Prints the whole prompt and its continuation (control characters but newline and tab shown escaped: the
 vocabulary is a file's); errors print one `error:` line, exit 2.
 """
 
@@ -70,6 +71,8 @@ def run(args: argparse.Namespace) -> list[str]:
     from interp.model import ResidualGPT
 
     model = ResidualGPT.from_checkpoint(ckpt).eval()
+    if len(ids) > model.cfg.n_ctx:
+        print(cropped_line(len(ids), model.cfg.n_ctx), file=sys.stderr)
     generator = torch.Generator().manual_seed(args.seed)
     tokens = torch.tensor([ids])
     out = []
@@ -80,6 +83,14 @@ def run(args: argparse.Namespace) -> list[str]:
             raise CheckpointError(f"{args.ckpt}: {e}") from None
         out.append(decode(sample[0].tolist()))
     return out
+
+
+def cropped_line(n_prompt: int, n_ctx: int) -> str:
+    """The one line that says a prompt is longer than the context the model reads."""
+    return (
+        f"warning: the prompt is {n_prompt} tokens, longer than the model's context (n_ctx={n_ctx}): "
+        f"only its last {n_ctx} are read (the whole prompt is printed)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

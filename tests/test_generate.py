@@ -147,6 +147,23 @@ def test_sample_command(tmp_path, capsys):
     assert capsys.readouterr().out == "".join(CHARS[i] for i in expected) + "\n"
 
 
+def test_sample_command_says_in_one_line_when_it_reads_only_the_end_of_a_long_prompt(tmp_path, capsys):
+    """The model reads at most n_ctx tokens: a longer prompt is cropped to its end, and the command says so."""
+    from interp import sample
+
+    model = make_model("random", residual="attn_only")
+    save_checkpoint(tmp_path / "ckpt.pt", model, vocab=CHARS)
+    args = ["--ckpt", str(tmp_path / "ckpt.pt"), "--max-new-tokens", "3", "--temperature", "0"]
+    prompt = "ROMEO:\nWhat light is this?"  # 26 characters, n_ctx 16
+    assert sample.main([*args, "--prompt", prompt]) == 0
+    out, err = capsys.readouterr()
+    assert out == "".join(CHARS[i] for i in model.generate(ids(prompt), 3, temperature=0.0)[0]) + "\n"
+    assert err.startswith("warning: ") and err.count("\n") == 1
+    assert "26 tokens" in err and "n_ctx=16" in err and "last 16" in err
+    assert sample.main([*args, "--prompt", prompt[-16:]]) == 0  # one that fits: nothing said
+    assert capsys.readouterr().err == ""
+
+
 def test_sample_shows_a_vocabularys_control_characters_escaped(tmp_path, capsys):
     """A vocabulary is a file's: an escape code in it is printed as \\x1b, never sent to the terminal raw."""
     from interp import sample
