@@ -2,7 +2,6 @@
 
 A cache's methods that assume the stream is the sum of its terms refuse on a removed residual path; those that
 need TL's weight layout refuse by name; logit_attrs warns (LOGIT_ATTRS_MESSAGE, shared with the TL 4 bridge).
-interp.model re-exports both names.
 """
 
 from __future__ import annotations

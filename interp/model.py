@@ -27,9 +27,7 @@ from torch import Tensor, nn
 from transformer_lens import ActivationCache, HookedRootModule  # the top-level name on TL 3.9+ and 4.x
 from transformer_lens.hook_points import HookPoint
 
-# Re-exported: interp.model.ResidualActivationCache and LOGIT_ATTRS_MESSAGE were their first home.
-from interp.activation_cache import LOGIT_ATTRS_MESSAGE as LOGIT_ATTRS_MESSAGE
-from interp.activation_cache import ResidualActivationCache as ResidualActivationCache
+from interp.activation_cache import ResidualActivationCache
 from interp.checks.api import BoundaryHooks, check_config_unedited, check_forward_inputs, check_ids, check_targets
 from interp.config import ModelConfig
 from interp.dropout import DropoutStream, StreamDropout, number_sites

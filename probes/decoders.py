@@ -27,10 +27,10 @@ from probes.identity import (
     _activations,
     _as_model,
     _targets,
-    fit_site,
     identity_sites,
     train_windows,
 )
+from probes.softmax_fit import fit_site
 
 
 @dataclass(frozen=True)

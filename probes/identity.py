@@ -49,8 +49,7 @@ from interp.checks.api import as_batch_pairs
 from interp.errors import ToolkitError
 from interp.levels import add_one_levels
 from interp.stream_layout import resid_sites
-from probes.softmax_fit import _fit as _fit  # re-exported: the decoders lived here
-from probes.softmax_fit import fit_site as fit_site
+from probes.softmax_fit import fit_site
 
 OFFSETS = (0, -1, -2)
 WEIGHT_DECAYS = (1e-2, 1e-3, 1e-4)  # per-sample L2 on the standardised weights, strong to weak

@@ -735,7 +735,8 @@ def test_eval_steps_of_a_huge_run_are_computed_not_listed():
 
 def test_identity_probes_are_sized_for_the_vocabulary():
     from interp.config import ModelConfig
-    from probes.identity import _fit, too_costly
+    from probes.identity import too_costly
+    from probes.softmax_fit import _fit
 
     assert too_costly(ModelConfig(n_layers=4, d_model=128, n_heads=4, n_ctx=128, d_vocab=65)) is None
     assert "50257 tokens" in too_costly(ModelConfig(n_layers=2, d_model=32, n_heads=2, n_ctx=32, d_vocab=50257))

@@ -49,6 +49,7 @@ from transformer_lens.config import TransformerBridgeConfig
 from transformer_lens.hook_points import HookPoint
 from transformer_lens.model_bridge.sources import build_bridge_from_module
 
+from interp.activation_cache import LOGIT_ATTRS_MESSAGE
 from interp.checkpoint import SCHEMA, Checkpoint, load_checkpoint, refuse_non_finite_forward
 from interp.checks.api import (
     check_config_unedited,
@@ -65,7 +66,7 @@ from interp.errors import (
     state_dict_detail,
     warn_each_call,
 )
-from interp.model import LOGIT_ATTRS_MESSAGE, ResidualGPT
+from interp.model import ResidualGPT
 from interp.registry import mixer_spec
 from interp.tl import stream_reads
 from interp.tl.bridge_adapter import (  # registers the adapter
