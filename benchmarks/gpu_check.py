@@ -14,8 +14,16 @@ Stages, each a child process with its own time budget, then one table (and OUT/g
     c      python -m experiments.residual_sweep --preset paper-10m --seeds 1337,...,1344 --set dtype=bfloat16
            --out OUT: Table 1 with 8 seeds (same-shape runs train as ensembles where training.grouping lets
            them) against the paper and against the shipped H200 logs (docs/results/data/residual_sweep-paper_10m-h200)
+    e      stage c's sweep with a constant lr from step 0 (--set lr_schedule=constant --set warmup_steps=0,
+           seeds 1337-1340, --out OUT/constant-lr), with what time c leaves: the floor page's candidate (attn_only's
+           deep floor is the warm-up's) at the paper's scale
     d      python -m experiments.routing_test --preset paper-10m --seeds 1337 --set dtype=bfloat16 --out OUT
            --no-identity, with what time is left (its four residual configs are stage c's seed-1337 runs)
+
+Then the newest prediction file (docs/results/predictions/paper_scale-v*.json, experiments.floor.paper_scale) is
+printed beside what c, e and d measured: each arm's predicted probability of a seed on the floor and its count
+interval against the count the runs gave, each routing verdict against the one predicted. With --dry-run the same
+rows score tiny smoke runs: the plumbing, never a test of the predictions.
 
 A stage past its budget is stopped with SIGINT, as Ctrl-C stops it: pytest still reports the tests that ran, a
 training command keeps its checkpoints, and the same command resumes it (finished runs are reused). OUT (default
@@ -61,7 +69,10 @@ WHEELS = (
 ).split()
 NEEDED = ("torch", "transformer_lens", "plotly", "pytest", "einops", "jaxtyping", "tiktoken", "scipy", "filelock")
 PAPER_SEEDS = ",".join(str(s) for s in range(1337, 1345))
+CONSTANT_SEEDS = ",".join(str(s) for s in range(1337, 1341))
+CONSTANT_LR = ["--set", "lr_schedule=constant", "--set", "warmup_steps=0"]
 DEFAULT_BUDGET_S = 540.0  # 9 minutes of one H200, start to table
+DRY_RUN_BUDGET_S = 180.0  # every stage on tiny shapes on 2 CPU cores, with room to spare
 CAPS = {"a": 60.0, "b": 90.0}  # c takes what is left, d what c leaves
 # with a and b at their caps c still gets issue 49's 360 s target for Table 1: 540 - 60 - 90 - RESERVE_S - STOP_S
 ROUTING_MIN_S = 60.0  # d starts only with this much left
@@ -103,10 +114,10 @@ def gpu_check_parser() -> argparse.ArgumentParser:
         "--budget-s",
         type=float,
         default=None,
-        help=f"seconds in all (default {DEFAULT_BUDGET_S:.0f}, with --dry-run 120): stage a at most "
-        f"{CAPS['a']:.0f} s, b {CAPS['b']:.0f} s, c what is left, d only with {ROUTING_MIN_S:.0f} s left after c",
+        help=f"seconds in all (default {DEFAULT_BUDGET_S:.0f}, with --dry-run {DRY_RUN_BUDGET_S:.0f}): stage a at most "
+        f"{CAPS['a']:.0f} s, b {CAPS['b']:.0f} s, c what is left, e and then d only with {ROUTING_MIN_S:.0f} s left",
     )
-    p.add_argument("--stages", default="abcd", help="which of the stages a, b, c, d run (default abcd)")
+    p.add_argument("--stages", default="abcde", help="which of the stages a, b, c, d, e run (default abcde)")
     p.add_argument("--seeds", default=None, help=f"stage c's seeds (default {PAPER_SEEDS})")
     p.add_argument("--wheels", default=".gpu-wheels", help="the folder of wheels (default .gpu-wheels)")
     p.add_argument("--data-dir", help="the corpus folder (default $RESIDUAL_DATA_DIR, .gpu-data, ../shared/data)")
@@ -191,6 +202,7 @@ def plan_stages(args, out: Path) -> list[StageRun]:
     sets = ["--set", "dtype=bfloat16"]
     sweep = [*py, "experiments.residual_sweep", "--out", str(out), "--no-progress"]
     routing = [*py, "experiments.routing_test", "--out", str(out), "--no-progress", "--no-identity"]
+    constant = [*py, "experiments.residual_sweep", "--out", str(out / "constant-lr"), "--no-progress", *CONSTANT_LR]
     if args.dry_run:
         step += ["--device", "cpu", "--shape", "smoke", "--modes", "fp32-det,fp32", "--ensemble", "2"]
         step += ["--steps", "2", "--rounds", "2", "--warmup", "1"]
@@ -198,13 +210,16 @@ def plan_stages(args, out: Path) -> list[StageRun]:
         sets += ["--set=ckpt_interval=3", "--no-report"]
         sweep += ["--preset", "smoke", "--seeds", args.seeds or "1,2", *sets]
         routing += ["--preset", "smoke", "--seeds", "1", *sets]
+        constant += ["--preset", "smoke", "--seeds", "1", *sets]
     else:
         sweep += ["--preset", "paper-10m", "--seeds", args.seeds or PAPER_SEEDS, *sets]
         routing += ["--preset", "paper-10m", "--seeds", "1337", *sets]
+        constant += ["--preset", "paper-10m", "--seeds", CONSTANT_SEEDS, *sets]
     return [
         StageRun("a", "pytest -m cuda", pytest, CAPS["a"]),
         StageRun("b", "step benchmark", step, CAPS["b"]),
         StageRun("c", "Table 1", sweep, 0.0),
+        StageRun("e", "constant lr", constant, 0.0),
         StageRun("d", "routing test", routing, 0.0),
     ]
 
@@ -268,7 +283,7 @@ def _budgets(stage: StageRun, left: float) -> str:
         stage.budget_s = min(stage.budget_s, usable)
     else:  # a stopped trainer takes seconds to exit: kept from the budget too
         stage.budget_s = usable - STOP_S
-    if stage.key == "d" and usable < ROUTING_MIN_S:
+    if stage.key in "de" and usable < ROUTING_MIN_S:
         return f"{usable:.0f} s left, it needs {ROUTING_MIN_S:.0f} s to start"
     return "" if stage.budget_s >= 10 else f"a budget of {max(stage.budget_s, 0):.0f} s left, under 10 s"
 
@@ -295,8 +310,8 @@ def check_cuda(dry_run: bool) -> str:
 
 
 def _check_options(args) -> None:
-    if not args.stages or set(args.stages) - set("abcd") or len(set(args.stages)) != len(args.stages):
-        raise GpuCheckError(f"--stages {args.stages!r}: give some of a, b, c, d, each once (e.g. abcd)")
+    if not args.stages or set(args.stages) - set("abcde") or len(set(args.stages)) != len(args.stages):
+        raise GpuCheckError(f"--stages {args.stages!r}: give some of a, b, c, d, e, each once (e.g. abcde)")
     if args.budget_s is not None and not (RESERVE_S < args.budget_s <= MAX_BUDGET_S):  # NaN fails too
         raise GpuCheckError(
             f"--budget-s must be a number of seconds above {RESERVE_S:.0f} (kept for the table) and at most "
@@ -314,7 +329,7 @@ def gpu_check(args) -> int:
     start = time.perf_counter()
     _check_options(args)
     device = check_cuda(args.dry_run)
-    budget = args.budget_s or (120.0 if args.dry_run else DEFAULT_BUDGET_S)
+    budget = args.budget_s or (DRY_RUN_BUDGET_S if args.dry_run else DEFAULT_BUDGET_S)
     data = find_data_dir(args.data_dir)
     out = Path(args.out).resolve()
     with _holding(out):

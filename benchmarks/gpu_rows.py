@@ -144,6 +144,8 @@ def _ensemble_row(e: dict | None, target: float, targets: str) -> dict[str, str]
 
 def _sweep_results(stage, out: Path, experiment: str) -> tuple[dict | None, str]:
     """The results file the stage wrote (only when it finished: a stopped stage's folder may hold an older one)."""
+    if stage.key == "e":
+        out = out / "constant-lr"
     found = sorted(out.glob(f"*/results-{experiment}.json"))
     if stage.rc != 0 or stage.stopped or not found:
         return None, f"exit {stage.rc}" + (f", stopped at its budget ({stage.budget_s:.0f} s)" if stage.stopped else "")
@@ -218,12 +220,25 @@ def routing_rows(stage, out: Path) -> list[dict[str, str]]:
     return rows
 
 
+def constant_rows(stage, out: Path) -> list[dict[str, str]]:
+    results, why = _sweep_results(stage, out, "residual_sweep")
+    if results is None:
+        return [_row("e", "constant lr", f"no results ({why}); the same command resumes it")]
+    rows = []
+    for name, c in results["configs"].items():
+        f = c["final_val_loss"]
+        seeds = f"{f['n']} seeds" if f["n"] > 1 else "1 seed"
+        rows.append(_row("e", f"{name}, constant lr", f"{f['mean']:.3f} ({seeds}), {c['classification']}"))
+    return rows
+
+
 def stage_rows(stages, out: Path, dry_run: bool) -> list[dict[str, str]]:
     readers = {
         "a": lambda s: pytest_rows(s, out),
         "b": lambda s: step_rows(s, out, dry_run),
         "c": lambda s: table1_rows(s, out, dry_run),
         "d": lambda s: routing_rows(s, out),
+        "e": lambda s: constant_rows(s, out),
     }
     rows = []
     for s in stages:
@@ -234,7 +249,24 @@ def stage_rows(stages, out: Path, dry_run: bool) -> list[dict[str, str]]:
             rows += readers[s.key](s)
         except (OSError, ValueError, KeyError, TypeError, ET.ParseError) as e:  # a stage's output unreadable
             rows.append(_row(s.key, s.title, f"output not readable ({type(e).__name__}: {e}); see {s.log}"))
-    return rows
+    return rows + prediction_rows(stages, out, dry_run)
+
+
+def prediction_rows(stages, out: Path, dry_run: bool) -> list[dict[str, str]]:
+    """The newest paper-scale prediction file beside what stages c and d measured (experiments.floor.paper_scale)."""
+    from experiments.floor import paper_scale
+
+    try:
+        path, doc = paper_scale.newest()
+    except paper_scale.PredictionFileError as e:
+        return [_row("p", "predictions", f"not scored: {e}")]
+    by_key = {s.key: s for s in stages}
+    sweeps = [_sweep_results(by_key[k], out, "residual_sweep")[0] for k in "ce" if k in by_key]
+    routing = _sweep_results(by_key["d"], out, "routing_test")[0] if "d" in by_key else None
+    head = _row("p", "predictions", f"{path.relative_to(REPO)} (version {doc['version']}, written {doc['written']})")
+    scored = paper_scale.score_arms(doc, [s for s in sweeps if s], dry_run)
+    scored += paper_scale.score_routing(doc, routing, dry_run)
+    return [head, *(_row("p", r["check"], r["result"], r["against"]) for r in scored)]
 
 
 def gpu_check_table(rows: list[dict[str, str]]) -> str:
