@@ -1,5 +1,6 @@
 # Each target sets up .venv on first use: torch first (a bare `torch` requirement
-# would pull a multi-gigabyte CUDA build), then the project with its dev extra.
+# would pull a multi-gigabyte CUDA build), then the project with its dev extra and the sae extra (SAELens,
+# which needs TransformerLens 3: not in .venv-tl4, whose dev extra leaves it out).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -20,7 +21,7 @@ $(STAMP): pyproject.toml constraints/tl3.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -c constraints/tl3.txt -e '.[dev]'
+	$(PY) -m pip install -q -c constraints/tl3.txt -e '.[dev,sae]'
 	touch $(STAMP)
 
 # TransformerLens 4 (TransformerBridge) beside the default 3.x: its own environment, .venv-tl4.
