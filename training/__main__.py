@@ -24,7 +24,7 @@ from interp.config import MIXERS, RESIDUALS
 from interp.errors import ToolkitError, io_error_line, one_line
 from interp.signals import exit_code, fired_code, interrupt_line, interrupts, signal_name
 from training.presets import MODEL_FIELDS, PRESETS, TRAIN_FIELDS, check_asked_vocab, parse_overrides, resolve
-from training.run_config import variant_name
+from training.run_config import cli_labels, variant_name
 from training.rundir import RunDir
 
 
@@ -109,6 +109,14 @@ def training_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _logged(run_dir: RunDir) -> dict | None:
+    """The run directory's config.json as far as its labels go; a damaged one is the Trainer's to name (None)."""
+    try:
+        return run_dir.read_config()
+    except (ToolkitError, OSError):
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     with interrupts():  # SIGTERM is handled like Ctrl-C (interp.signals)
         return guarded_output(lambda: _main(argv))
@@ -155,7 +163,7 @@ def _main(argv: list[str] | None = None) -> int:
                     spec.train,
                     run_dir,
                     corpus=corpus,
-                    meta={"preset": args.preset, "variant": variant},
+                    meta=cli_labels(args.preset, variant, spec.train.seed, _logged(run_dir)),
                     progress=not args.no_progress,
                 )
                 if spec.train.probes:
@@ -166,7 +174,9 @@ def _main(argv: list[str] | None = None) -> int:
         if len(trainers) == 1:
             run_dir, final = trainers[0].run_dir, trainers[0].run()
         else:
-            finals = _train_product(trainers, args.ensemble_size, not args.no_progress)
+            from training.ensemble import train_groups
+
+            finals = train_groups(trainers, args.ensemble_size, not args.no_progress)
     except ToolkitError as e:
         code = getattr(e, "exit_code", 2)
         if code != 2:  # Ctrl-C (130) or SIGTERM (143) during training
@@ -207,30 +217,6 @@ def _main(argv: list[str] | None = None) -> int:
             how = f"ensemble of {final['ensemble']['size']}" if "ensemble" in final else "alone"
             print(f"run: {trainer.run_dir.path}  final val {final['final_val_loss']:.4f}  ({how})")
     return 0
-
-
-def _train_product(trainers: list, size: int, progress: bool) -> list[dict]:
-    """Every run of the product: same-shape runs as ensembles of up to `size`, in order; a member that stops
-    (a non-finite loss) is reported after the others finish."""
-    from training.ensemble import EnsembleTrainer
-    from training.grouping import group, trains_stacked
-    from training.trainer import TrainingError
-
-    finals: dict[int, dict] = {}
-    errors = []
-    for members in group(trainers, size):
-        try:
-            stacked = trains_stacked(members, size)
-            results = EnsembleTrainer(members, progress).run() if stacked else [members[0].run()]
-        except TrainingError as e:
-            errors.append(one_line(e) if stacked else f"{members[0].run_dir.path}: {one_line(e)}")
-            results = [m.run_dir.read_final() if m.run_dir.finished else None for m in members]
-        for m, r in zip(members, results, strict=True):
-            if r is not None:
-                finals[id(m)] = r
-    if errors:
-        raise TrainingError("; ".join(errors))
-    return [finals[id(t)] for t in trainers]
 
 
 if __name__ == "__main__":

@@ -107,6 +107,22 @@ def config_record(
     }
 
 
+def cli_labels(preset: str, variant: str, seed: int, logged: dict[str, Any] | None) -> dict[str, Any]:
+    """config.json's meta for a run of `python -m training`: {preset, variant, seed}, as an experiment labels its
+    runs (experiments.shared.launch.run_meta), so either reads the other's run as its own.
+
+    logged: the run directory's config.json, if any. One an older trainer wrote says {preset, variant} only (its
+    train.seed records the seed): resumed or reused, it keeps those labels, since its checkpoint seals them and
+    a resume that sealed others would be refused at the next reuse (training.rundir.RunDir.check_labels). The
+    meta labels are no identity key: config_diff never compares them.
+    """
+    labels = {"preset": preset, "variant": variant, "seed": seed}
+    old = (logged or {}).get("meta")
+    if old == {"preset": preset, "variant": variant} and ((logged or {}).get("train") or {}).get("seed") == seed:
+        return dict(old)
+    return labels
+
+
 def slug(name: str) -> str:
     """A variant name as one safe path component: "attn_only + uniform" -> "attn_only_uniform"."""
     text = re.sub(r"[^A-Za-z0-9_.=-]+", "_", name).strip("_.")
