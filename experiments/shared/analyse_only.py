@@ -1,9 +1,14 @@
 """--analyse-only: an experiment's analysis on logged runs, without their checkpoints and without training.
 
-    python -m experiments.<name> <the command's options> --analyse-only SOURCE --out OUT
+    python -m experiments.<name> --analyse-only SOURCE --out OUT [options that differ from the recorded ones]
 
-SOURCE is a shipped folder (experiments.shared.ship: its files checked against MANIFEST.json) or an
-experiment's --out whose runs are there with or without ckpt.pt. Every run the command plans is looked up in
+The options are the ones recorded with SOURCE's runs (with_recorded_options: a shipped folder's MANIFEST.json
+command, or the command an --out's results-<name>.json records), less those that say where runs lie and how
+they launch; an option given on the command line wins over the recorded one, and where its value differs
+the console says so, one line each.
+
+SOURCE is a shipped folder (experiments.shared.ship: its files checked against MANIFEST.json) or an experiment's
+--out whose runs are there with or without ckpt.pt. Every run the command plans is looked up in
 SOURCE; one that is not there is refused by name (nothing trains). Each run's logged files (config.json,
 metrics.jsonl, probes.jsonl, final.json) are copied into OUT's run directory, checked there as RunDir.load_logs
 checks them (config.json is the run the command asks for: the same configuration and data sha256, as a
@@ -18,7 +23,9 @@ is refused), and a checkpoint read that nothing declared is refused, never fille
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -173,6 +180,171 @@ def check_results_file(path: Path) -> None:
                 f"{path} holds the results of a command that trained its runs; --analyse-only never overwrites "
                 "them - give another --out"
             )
+
+
+# ----- the options recorded with the runs ---------------------------------------------------------------------
+
+# Options that say where runs and data lie, how runs launch and what the command shows or writes beside its
+# results, not which runs and analysis it asks for: never taken from the record (the launcher's are added below).
+PLACE_OPTIONS = ("out", "data", "no_progress", "no_report", "analyse_only", "help")
+
+
+def recorded_command(folder: Path, name: str, preset: str | None) -> tuple[str, str] | None:
+    """(the command recorded with the runs in FOLDER, the file that records it), or None where none is: a shipped
+    folder's MANIFEST.json (read_shipped refuses one whose results file names another), else the results file of
+    experiment `name` in FOLDER or a folder in it (the one of --preset where there are several)."""
+    from experiments.shared.ship import MANIFEST
+    from interp.io import read_json
+
+    if is_shipped(folder):
+        found = [folder / MANIFEST]
+    else:
+        found = sorted(folder.glob(f"results-{name}.json")) or sorted(folder.glob(f"*/results-{name}.json"))
+        if len(found) > 1 and preset is not None:
+            found = [p for p in found if p.parent.name == preset] or found
+        if len(found) > 1:
+            names = ", ".join(str(p.relative_to(folder)) for p in found)
+            raise ToolkitError(
+                f"--analyse-only {folder} holds the results of several commands ({names}); say which with --preset"
+            )
+    if not found:
+        return None
+    try:
+        record = read_json(found[0])
+    except (OSError, ValueError, ToolkitError):
+        return None  # a damaged file: reading the runs refuses it by name
+    command = record.get("command") if isinstance(record, dict) else None
+    return (command, str(found[0])) if isinstance(command, str) and command else None
+
+
+class UnknownOption(Exception):
+    """A recorded word that is no option of the experiment's parser."""
+
+
+def _option_chunks(parser: argparse.ArgumentParser, words: list[str]) -> list[tuple[argparse.Action, list[str]]]:
+    """words as (the option's action, its words): `--margin 0.1`, `--margin=0.1`, `--no-identity`; a unique prefix
+    is the option, as argparse takes it. A word that is no option of the parser raises UnknownOption."""
+    known = parser._option_string_actions
+    out, i = [], 0
+    while i < len(words):
+        flag, eq, _ = words[i].partition("=")
+        hits = {known[o] for o in known if o.startswith(flag)} if flag.startswith("--") and len(flag) > 2 else set()
+        action = known.get(flag) or (hits.pop() if len(hits) == 1 else None)
+        if action is None:
+            raise UnknownOption(words[i])
+        n = 0 if (eq or action.nargs == 0) else 1
+        out.append((action, words[i : i + 1 + n]))
+        i += 1 + n
+    return out
+
+
+def _set_key(chunk: list[str]) -> str:
+    """The KEY of a `--set KEY=VALUE` (or `--set=KEY=VALUE`)."""
+    return (chunk[0].partition("=")[2] if len(chunk) == 1 else chunk[1]).split("=", 1)[0].strip()
+
+
+def with_recorded_options(parser: argparse.ArgumentParser, argv: list[str], folder: Path, name: str) -> list[str]:
+    """The command line --analyse-only analyses with: the options recorded with FOLDER's runs (recorded_command),
+    each one given in argv in its place instead (a --set per key), then argv's others. Says in one line which
+    options it took, and one line per given option whose value is not the recorded one; an option the parser
+    does not know, or a value it refuses, is one refusal naming the record."""
+    if not folder.is_dir():
+        return argv  # Source.open refuses it
+    given = _option_chunks(parser, argv)
+    preset = next((parser.parse_args(c).preset for a, c in given if a.dest == "preset"), None)
+    found = recorded_command(folder, name, preset)
+    if found is None:
+        print(f"--analyse-only {folder}: no command recorded with its runs; analysing with the options given")
+        return argv
+    command, where = found
+    words = shlex.split(command)
+    if words[1:3] != ["-m", f"experiments.{name}"]:
+        print(f"--analyse-only {folder}: {where} records `{command}`, not experiments.{name}'s: its options not taken")
+        return argv
+    try:
+        recorded = _option_chunks(parser, words[3:])
+        parser.parse_args([w for _, c in recorded for w in c])
+    except UnknownOption as e:
+        raise ToolkitError(
+            f"{where} records `{command}`, whose {e} python -m experiments.{name} does not take; analyse it with "
+            "the version of the toolkit that wrote it"
+        ) from None
+    except ToolkitError as e:
+        raise ToolkitError(f"{where} records `{command}`, whose options this version refuses: {one_line(e)}") from None
+    places = set(PLACE_OPTIONS) | _launcher_dests()
+    recorded = [(a, c) for a, c in recorded if a.dest not in places]
+    merged, used = _merge(recorded, given)
+    effective = [w for c in merged for w in c] + [w for i, (_, c) in enumerate(given) if i not in used for w in c]
+    taken = [w for c in merged if all(c is not g for _, g in given) for w in c]
+    if taken:
+        print(f"--analyse-only {folder}: the options recorded with its runs ({where}): {shlex.join(taken)}")
+    for line in _differences(parser, recorded, effective, given, places):
+        print(f"--analyse-only {folder}: {line} ({where}); the given one is used")
+    return effective
+
+
+def _merge(recorded: list, given: list) -> tuple[list[list[str]], set[int]]:
+    """The recorded chunks, each in turn replaced by the given ones of its option (for --set, of its key) where
+    there are any; (the chunks, the indices of the given chunks placed)."""
+    merged: list[list[str]] = []
+    used: set[int] = set()
+    for action, chunk in recorded:
+        hits = [
+            i
+            for i, (a, c) in enumerate(given)
+            if a is action and (action.dest != "set" or _set_key(c) == _set_key(chunk))
+        ]
+        if not hits:
+            merged.append(chunk)
+        merged += [given[i][1] for i in hits if i not in used]  # a later recorded one of the same option: dropped
+        used.update(hits)
+    return merged, used
+
+
+def _differences(parser, recorded: list, effective: list[str], given: list, places: set[str]) -> list[str]:
+    """One line per option given whose value is not the recorded one (the parser's default where none is)."""
+    was, now = parser.parse_args([w for _, c in recorded for w in c]), parser.parse_args(effective)
+    there = {a.dest for a, _ in recorded}
+    lines = []
+    for action in dict.fromkeys(a for a, _ in given if a.dest not in places):
+        flag = max(action.option_strings, key=len)
+        if action.dest == "set":
+            old = dict(i.split("=", 1) for i in was.set if "=" in i)
+            new = dict(i.split("=", 1) for i in now.set if "=" in i)
+            keys = dict.fromkeys(_set_key(c) for a, c in given if a is action)
+            lines += [
+                f"--set {k}={new[k]} given, "
+                + (f"--set {k}={old[k]} recorded" if k in old else f"no --set {k} recorded")
+                for k in keys
+                if k in new and old.get(k) != new[k]
+            ]
+            continue
+        old, new = getattr(was, action.dest), getattr(now, action.dest)
+        if old == new:
+            continue
+        if action.nargs == 0:
+            lines.append(f"{flag} given, not in the recorded command")
+        elif action.dest in there:
+            lines.append(f"{flag} {_shown(new)} given, {_shown(old)} recorded")
+        else:
+            lines.append(f"{flag} {_shown(new)} given; the recorded command leaves it at its default, {_shown(old)}")
+    return lines
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, list):
+        return shlex.join(map(str, value)) or "none"
+    return shlex.quote(str(value))
+
+
+def _launcher_dests() -> set[str]:
+    from experiments.shared.launch import add_launcher_arguments
+
+    p = argparse.ArgumentParser(add_help=False)
+    add_launcher_arguments(p)
+    return {a.dest for a in p._actions}
 
 
 if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing

@@ -132,7 +132,8 @@ class Experiment:
             metavar="FOLDER",
             type=directory_option,
             help="train nothing: analyse the logged runs in FOLDER (a shipped folder, docs/results/data/..., or an "
-            "--out whose checkpoints are gone) with the options given; their logs and the results go to --out; "
+            "--out whose checkpoints are gone) with the options recorded with its runs (those given here win, and "
+            "where one differs it is said); their logs and the results go to --out; "
             "what needs the weights is refused or listed as not recomputed (experiments.shared.analyse_only)",
         )
         add_launcher_arguments(p)
@@ -200,7 +201,14 @@ class Experiment:
 
     def context(self, argv: list[str]) -> tuple[Context, list[Job]]:
         """Parse and check every option, load the corpus, then plan: (context, the jobs)."""
-        args = self.parser().parse_args(argv)
+        parser = self.parser()
+        args = parser.parse_args(argv)
+        if args.analyse_only is not None:  # the options recorded with its runs, less those given here
+            from experiments.shared.analyse_only import with_recorded_options
+
+            argv = with_recorded_options(parser, argv, Path(args.analyse_only), self.name)
+            args = parser.parse_args(argv)
+        args.argv = argv  # the command line the runs are planned from (results' "command")
         check_launcher_arguments(args)
         if self.check:
             self.check(args)
@@ -291,7 +299,8 @@ class Experiment:
             records = [load_record(job, ctx.out) for job in jobs]
             results = self._aggregate(ctx, jobs, records, incomplete)
         # The command that trains and analyses these runs (an --analyse-only one reads them from elsewhere).
-        results["command"] = shlex.join(["python", "-m", f"experiments.{self.name}", *_without(argv, "--analyse-only")])
+        command = _without(ctx.args.argv, "--analyse-only")  # --analyse-only's: with the options recorded with the runs
+        results["command"] = shlex.join(["python", "-m", f"experiments.{self.name}", *command])
         results["wall_time_s"] = time.perf_counter() - start
         results_path, report_path = self.results_path(ctx), self.report_path(ctx)
         # What a killed writer of these two left (or of results.json / report.html, which no writer names any

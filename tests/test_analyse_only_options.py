@@ -1,0 +1,111 @@
+"""--analyse-only takes the options recorded with the runs it reads (issue 58, item 4).
+
+It planned the default preset's runs and refused a smoke folder until `--preset smoke` was repeated, and a folder
+trained with `--margin 0.1` re-analysed without it was analysed at 0.05 without a word (a published verdict could
+change silently). The recorded command (a shipped folder's MANIFEST.json, an --out's results file) gives the
+options; one given on the command line wins, with a line saying so; a recorded option the parser does not know
+is refused in one line.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import REPO, has_shared_data
+
+from experiments.routing_test.run import EXPERIMENT
+from experiments.shared.analyse_only import with_recorded_options
+from experiments.shared.ship import MANIFEST, sha256
+
+SMOKE = REPO / "docs" / "results" / "data" / "routing_test-smoke"
+RECORDED = json.loads((SMOKE / MANIFEST).read_text())["command"]  # ... --preset smoke --out runs/ship_smoke ...
+
+
+def shipped_with(tmp_path: Path, command: str) -> Path:
+    """A copy of the routing test's smoke folder whose results and MANIFEST.json record `command`."""
+    folder = tmp_path / "shipped"
+    shutil.copytree(SMOKE, folder)
+    results = folder / "results-routing_test.json"
+    data = json.loads(results.read_text())
+    results.write_text(json.dumps({**data, "command": command}, indent=2) + "\n")
+    manifest = json.loads((folder / MANIFEST).read_text())
+    manifest["command"] = command
+    manifest["files"][results.name] = {"sha256": sha256(results.read_bytes()), "bytes": results.stat().st_size}
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=2))
+    return folder
+
+
+@pytest.mark.skipif(not has_shared_data(), reason="the shipped runs were trained on TinyShakespeare (../shared/data)")
+def test_a_smoke_folder_is_analysed_as_smoke_without_repeating_its_options(data, tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["--analyse-only", str(SMOKE), "--out", str(out), "--no-progress", "--no-report"]
+    assert EXPERIMENT.main(argv) == 0, capsys.readouterr().err
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == (
+        f"--analyse-only {SMOKE}: the options recorded with its runs ({SMOKE / MANIFEST}): --preset smoke"
+    )
+    results = json.loads((out / "smoke" / "results-routing_test.json").read_text())
+    assert results["preset"] == "smoke" and len(results["runs"]) == 9 and results["margin"] == 0.05
+    # the analysis's own record names the options it ran with (so the folder ships with them: ship.the_command)
+    assert results["command"].startswith("python -m experiments.routing_test --preset smoke --out ")
+
+
+def test_a_recorded_margin_is_kept_and_a_given_one_wins_with_a_line(data, tmp_path, capsys):
+    folder = shipped_with(tmp_path, RECORDED.replace("--preset smoke", "--preset smoke --margin 0.1"))
+    base = ["--analyse-only", str(folder), "--out", str(tmp_path / "out")]
+    ctx, jobs = EXPERIMENT.context(base)
+    assert ctx.args.margin == 0.1 and ctx.spec.preset == "smoke" and len(jobs) == 9
+    assert capsys.readouterr().out.splitlines()[0].endswith(f"({folder / MANIFEST}): --preset smoke --margin 0.1")
+    ctx, _ = EXPERIMENT.context([*base, "--margin", "0.05"])
+    assert ctx.args.margin == 0.05
+    said = [line for line in capsys.readouterr().out.splitlines() if "given" in line]
+    assert said == [
+        f"--analyse-only {folder}: --margin 0.05 given, 0.1 recorded ({folder / MANIFEST}); the given one is used"
+    ]
+    ctx, _ = EXPERIMENT.context([*base, "--margin", "0.1", "--preset", "smoke"])  # the same values: no line
+    assert ctx.args.margin == 0.1 and "given" not in capsys.readouterr().out
+
+
+def test_an_option_recorded_that_the_parser_does_not_know_is_refused_in_one_line(data, tmp_path, capsys):
+    folder = shipped_with(tmp_path, f"{RECORDED} --margins 0.1")
+    argv = ["--analyse-only", str(folder), "--out", str(tmp_path / "out"), "--no-progress", "--no-report"]
+    assert EXPERIMENT.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: {folder / MANIFEST} records `{RECORDED} --margins 0.1`")
+    assert "whose --margins python -m experiments.routing_test does not take" in err
+    assert not (tmp_path / "out").exists()  # nothing copied, nothing analysed
+
+
+def test_an_outs_results_file_records_the_options_too(data, tmp_path, capsys):
+    """An --out whose checkpoints are gone: its results-<name>.json records the command."""
+    source = tmp_path / "runs"
+    (source / "smoke").mkdir(parents=True)
+    command = "python -m experiments.routing_test --preset smoke --margin 0.2 --out runs/x --launcher slurm"
+    (source / "smoke" / "results-routing_test.json").write_text(json.dumps({"command": command}))
+    ctx, _ = EXPERIMENT.context(["--analyse-only", str(source), "--out", str(tmp_path / "out")])
+    # the launcher's options and --out say where and how the runs trained, not what is analysed: not taken
+    assert (ctx.args.margin, ctx.spec.preset, ctx.args.launcher, ctx.out) == (0.2, "smoke", "local", tmp_path / "out")
+    assert capsys.readouterr().out.splitlines()[0].endswith("): --preset smoke --margin 0.2")
+
+
+def test_a_given_set_replaces_the_recorded_one_of_its_key_only(monkeypatch, capsys):
+    from experiments.shared import analyse_only
+
+    recorded = "python -m experiments.routing_test --preset smoke --set lr=0.5 --set=max_steps=7 --out o --no-pro"
+    monkeypatch.setattr(analyse_only, "recorded_command", lambda *a: (recorded, "rec.json"))
+    argv = ["--out", "x", "--set", "lr=0.1", "--seeds", "3", "--analyse-only", str(REPO)]
+    effective = with_recorded_options(EXPERIMENT.parser(), argv, REPO, "routing_test")
+    assert effective == [
+        "--preset", "smoke", "--set", "lr=0.1", "--set=max_steps=7", "--out", "x", "--seeds", "3", "--analyse-only",
+        str(REPO),
+    ]  # fmt: skip
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [
+        f"--analyse-only {REPO}: the options recorded with its runs (rec.json): --preset smoke --set=max_steps=7",
+        f"--analyse-only {REPO}: --set lr=0.1 given, --set lr=0.5 recorded (rec.json); the given one is used",
+        f"--analyse-only {REPO}: --seeds 3 given; the recorded command leaves it at its default, none (rec.json); "
+        "the given one is used",
+    ]
