@@ -344,11 +344,25 @@ def lens_sites(n_layers: int) -> list[str]:
     return ["blocks.0.hook_resid_pre", *(f"blocks.{layer}.hook_resid_post" for layer in range(n_layers))]
 
 
+def lens_labels(n_layers: int) -> dict[str, str]:
+    """Each logit-lens site -> TransformerLens's label for the same tensor in cache.accumulated_resid(
+    return_labels=True): "0_pre", "1_pre", ..., "final_post" (blocks.L.hook_resid_post is the stream that enters
+    block L + 1, which TL labels f"{L + 1}_pre"; the last block's is "final_post").
+
+        sites, logits = logit_lens(cache, model)
+        labels = [lens_labels(model.cfg.n_layers)[s] for s in sites]  # TL's, in the same order
+    """
+    sites = lens_sites(n_layers)
+    return dict(zip(sites, [f"{layer}_pre" for layer in range(n_layers)] + ["final_post"], strict=True))
+
+
 def logit_lens(cache: Any, model: Any = None) -> tuple[list[str], Float[Tensor, "site ... d_vocab"]]:
     """(sites, logits): each site through ln_final (its own statistics) and the unembedding.
 
     This is the standard logit lens and needs no additivity, so it is right for
-    every wiring; the last site's logits are the model's own.
+    every wiring; the last site's logits are the model's own. sites are hook names, each a key of the cache
+    (blocks.0.hook_resid_pre, then every block's hook_resid_post); lens_labels maps them to TransformerLens's
+    accumulated_resid labels (0_pre, 1_pre, ..., final_post), which name the same tensors in the same order.
     """
     model = _checked_model(cache, model)
     sites = lens_sites(wiring(model)[0])
@@ -380,7 +394,8 @@ def logit_lens_ce(cache: Any, targets: Int[Tensor, "..."], model: Any = None) ->
 def logit_lens_over(model: Any, batches: Iterable[tuple[Tensor, Tensor]]) -> dict[str, list]:
     """{"sites", "layers", "ce"}: logit-lens cross-entropy per site, averaged over (x, y) batches, eval mode.
 
-    layers labels the sites "embed", "0", "1", ...: the residual after that many blocks.
+    layers labels the sites "embed", "0", "1", ...: the residual after that many blocks (lens_labels gives
+    TransformerLens's accumulated_resid labels for the sites).
     """
     n_layers = wiring(model)[0]
     sites = lens_sites(n_layers)
@@ -427,6 +442,7 @@ __all__ = [
     "decompose",
     "decomposition_error",
     "direct_logit_attribution",
+    "lens_labels",
     "lens_sites",
     "logit_lens",
     "logit_lens_ce",

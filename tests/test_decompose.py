@@ -17,6 +17,8 @@ from interp.decompose import (
     decompose,
     decomposition_error,
     direct_logit_attribution,
+    lens_labels,
+    logit_lens,
     logit_lens_ce,
     logit_lens_over,
     resid_sites,
@@ -148,6 +150,33 @@ def test_logit_lens_last_site_is_the_model_loss(residual):
     over = logit_lens_over(model, [(x, y), (x, y)])
     assert over["layers"] == ["embed", "0", "1", "2"]
     assert over["ce"] == pytest.approx(lens["ce"], abs=1e-5)
+
+
+@pytest.mark.parametrize("residual", RESIDUALS)
+def test_logit_lens_sites_carry_transformer_lens_accumulated_resid_labels(residual):
+    """lens_labels names each logit-lens site as TL's accumulated_resid does (0_pre, 1_pre, 2_pre, final_post),
+    and the tensors under the two names are the same, in the same order (issue 58: they were matched by position)."""
+    model = model_for(residual, "attention", bias=False)
+    _, cache = model.run_with_cache(tokens())
+    stack, tl_labels = cache.accumulated_resid(return_labels=True)
+    sites, _ = logit_lens(cache, model)
+    assert [lens_labels(3)[s] for s in sites] == tl_labels == ["0_pre", "1_pre", "2_pre", "final_post"]
+    assert all(torch.equal(cache[s], stack[i]) for i, s in enumerate(sites))
+
+
+@tl3_only
+def test_logit_lens_on_the_export_is_transformer_lens_logit_lens_under_its_labels():
+    """On the export with its defaults, TL's own logit lens (accumulated_resid(apply_ln=True) @ W_U + b_U) gives the
+    toolkit's log-probs under the label lens_labels names (log-probs: center_unembed shifts each logit row)."""
+    tl = export(
+        model_for("attn_only", "attention", bias=False), fold_ln=True, center_writing_weights=True, center_unembed=True
+    )
+    _, cache = tl.run_with_cache(tokens())
+    stack, tl_labels = cache.accumulated_resid(apply_ln=True, return_labels=True)
+    sites, logits = logit_lens(cache)
+    theirs = dict(zip(tl_labels, (stack @ tl.W_U + tl.b_U).log_softmax(-1), strict=True))
+    for site, ours in zip(sites, logits.log_softmax(-1), strict=True):
+        torch.testing.assert_close(ours, theirs[lens_labels(3)[site]], rtol=0, atol=1e-5)  # float32 log-probs
 
 
 @tl3_only
