@@ -7,9 +7,11 @@ Names are imported lazily: `from interp.config import ModelConfig` stays light
 import importlib
 import importlib.util
 
+from interp import registry as _registry
 from interp.signals import guard_startup
 
 guard_startup()  # a Ctrl-C while modules import: one line, not a traceback
+_registry.load_builtins_with(lambda: importlib.import_module("interp.mixers"))  # the built-in mixers, on first lookup
 
 _LAZY = {
     "Checkpoint": "interp.checkpoint",

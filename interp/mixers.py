@@ -2,7 +2,7 @@
 
 CausalAttention  softmax attention with an optional bias on the self score.
 UniformMixer     every causal score equal: position t takes the mean of values 0..t.
-PositionBlind    a per-position GELU MLP d -> 2d -> d (interp.model.MLP): mixes nothing across positions.
+PositionBlind    a per-position GELU MLP d -> 2d -> d (interp.sublayers.MLP): mixes nothing across positions.
 
 Every mixer is one class registered by name (interp.registry.register_mixer)
 whose class attributes and methods (the `Mixer` base below) say what the rest of
@@ -44,8 +44,8 @@ from transformer_lens.hook_points import HookPoint
 from interp.config import ModelConfig
 from interp.dropout import StreamDropout
 from interp.errors import ConfigError
-from interp.model import MLP, _hooked
-from interp.registry import register_mixer
+from interp.registry import mixer_spec, register_mixer
+from interp.sublayers import MLP, is_hooked
 
 TL_SLOTS = ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", "W_O", "b_O")  # TransformerLens's attention weights
 
@@ -203,7 +203,7 @@ class PatternMixer(Mixer, nn.Module):
         return self.cfg.self_bias == 0.0 and type(self).key_mask is PatternMixer.key_mask
 
     def _wants_pattern(self) -> bool:
-        return self.explicit or _hooked(self.hook_attn_scores) or _hooked(self.hook_pattern)
+        return self.explicit or is_hooked(self.hook_attn_scores) or is_hooked(self.hook_pattern)
 
     def _stream_dropout(self) -> bool:
         """Attention dropout from the run's stream (interp.dropout): SDPA draws its own masks, so the explicit path."""
@@ -369,6 +369,4 @@ class PositionBlind(MLP, Mixer):
 
 def make_mixer(cfg: ModelConfig) -> nn.Module:
     """The mixer cfg.mixer names, built for cfg (through the registry, as ResidualGPT's blocks do)."""
-    from interp.registry import mixer_spec  # the registry's lookup, which this module's import completes
-
     return mixer_spec(cfg.mixer)(cfg)

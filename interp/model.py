@@ -34,11 +34,7 @@ from interp.dropout import DropoutStream, StreamDropout, number_sites
 from interp.errors import ArgumentError, ConfigError, HookNames, ToolkitError, TrainModeWarning, warn
 from interp.next_token import check_temperature, next_token
 from interp.registry import mixer_spec
-
-
-def _hooked(hook: HookPoint) -> bool:
-    """Whether anything reads the hook point: a TL or torch hook, or a replaced forward (nnsight's tracing)."""
-    return bool(hook.fwd_hooks or hook.bwd_hooks or hook._forward_hooks) or "forward" in hook.__dict__
+from interp.sublayers import MLP, LayerNorm
 
 
 class EditableHookPoint(HookPoint):
@@ -53,50 +49,6 @@ class EditableHookPoint(HookPoint):
         if self._forward_hooks and isinstance(x, Tensor) and x.requires_grad and x._is_view():
             return x.clone()
         return x
-
-
-class LayerNorm(nn.Module):
-    """LayerNorm (eps 1e-5), weight `w` and, when cfg.bias, bias `b`.
-
-    As in TransformerLens, hook_scale holds sqrt(var + eps) [b, p, 1] and
-    hook_normalized the normalised vector before w and b. The scale is computed
-    explicitly (TL's formula) only when hook_scale is read (run_with_cache,
-    which ActivationCache.apply_ln_to_stack needs, or nnsight); while nothing
-    hooks either, one fused layer_norm applies w and b (no separate multiply).
-    """
-
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.w = nn.Parameter(torch.ones(cfg.d_model))
-        self.b = nn.Parameter(torch.zeros(cfg.d_model)) if cfg.bias else None
-        self.hook_scale = HookPoint()
-        self.hook_normalized = HookPoint()
-
-    def forward(self, x: Float[Tensor, "b p d"]) -> Float[Tensor, "b p d"]:
-        if _hooked(self.hook_scale):
-            x = x - x.mean(-1, keepdim=True)
-            x = x / self.hook_scale((x.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt())
-        elif not _hooked(self.hook_normalized):
-            return F.layer_norm(x, x.shape[-1:], self.w, self.b, eps=1e-5)
-        else:
-            x = F.layer_norm(x, x.shape[-1:], eps=1e-5)
-        x = self.hook_normalized(x)
-        return x * self.w + self.b if self.b is not None else x * self.w
-
-
-class MLP(nn.Module):
-    """GELU MLP d_model -> d_hidden (default cfg.d_mlp) -> d_model at each position."""
-
-    def __init__(self, cfg: ModelConfig, d_hidden: int | None = None):
-        super().__init__()
-        d_hidden = d_hidden or cfg.d_mlp
-        self.in_proj = nn.Linear(cfg.d_model, d_hidden, bias=cfg.bias)
-        self.out_proj = nn.Linear(d_hidden, cfg.d_model, bias=cfg.bias)
-        self.hook_pre = HookPoint()
-        self.hook_post = HookPoint()
-
-    def forward(self, x: Float[Tensor, "b p d"]) -> Float[Tensor, "b p d"]:
-        return self.out_proj(self.hook_post(F.gelu(self.hook_pre(self.in_proj(x)))))
 
 
 class Block(nn.Module):

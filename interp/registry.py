@@ -18,13 +18,13 @@ here, never the name itself. Adding a mixer (see interp.mixers):
 This module is light (no torch): validating a config or a command line must
 answer at once. So the built-in mixers' names are listed here; their classes
 load from interp.mixers on first lookup (tests/test_mixer_registry.py checks
-that the two agree).
+that the two agree), through the loader interp/__init__.py hands in: this module
+imports nothing above it, and interp.mixers imports it to register its classes.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from interp.errors import ConfigError
@@ -32,6 +32,21 @@ from interp.errors import ConfigError
 BUILTIN_MIXERS = ("attention", "uniform", "position_blind")  # defined, with their declarations, in interp.mixers
 _BUILTIN_MODULE = "interp.mixers"
 _REGISTRY: dict[str, type] = {}
+_load_builtins: Callable[[], Any] | None = None  # handed in by interp/__init__.py: imports interp.mixers
+
+
+def load_builtins_with(loader: Callable[[], Any]) -> None:
+    """How the built-in mixers load on first lookup: `loader` imports interp.mixers (their classes register as
+    it runs) and returns it. interp/__init__.py hands it in, so every import of the package has it."""
+    global _load_builtins
+    _load_builtins = loader
+
+
+def _builtins() -> Any:
+    """interp.mixers, imported: the built-ins registered, and its Mixer base."""
+    if _load_builtins is None:
+        raise RuntimeError("interp/__init__.py hands the registry the built-ins' loader (load_builtins_with)")
+    return _load_builtins()
 
 
 def register_mixer(cls: type) -> type:
@@ -47,7 +62,7 @@ def register_mixer(cls: type) -> type:
     where = f"{getattr(cls, '__module__', '?')}.{getattr(cls, '__qualname__', type(cls).__name__)}"
     if name in BUILTIN_MIXERS and cls.__module__ != _BUILTIN_MODULE:
         raise ConfigError(f"mixer name {name!r} is a built-in of {_BUILTIN_MODULE}; give {where} another name")
-    mixer_base = importlib.import_module(_BUILTIN_MODULE).Mixer  # lazily: this module stays light (no torch)
+    mixer_base = _builtins().Mixer  # on first use: this module stays light (no torch)
     if not (isinstance(cls, type) and issubclass(cls, mixer_base)):
         raise ConfigError(f"mixer {name!r}: {where} must subclass interp.mixers.Mixer (with an nn.Module)")
     for flag in ("has_pattern", "has_heads", "takes_self_bias"):
@@ -85,7 +100,7 @@ def mixer_names() -> tuple[str, ...]:
 def mixer_spec(name: str) -> Any:
     """The registered mixer class for `name`: its declarations (has_pattern, has_heads, ...) and its forward."""
     if name not in _REGISTRY and name in BUILTIN_MIXERS:
-        importlib.import_module(_BUILTIN_MODULE)  # registers the built-ins
+        _builtins()  # registers the built-ins
     if name not in _REGISTRY:
         raise ConfigError(
             f"unknown mixer {name!r}; registered: {mixer_names()} (register one with interp.registry.register_mixer)"
