@@ -548,10 +548,10 @@ def bridge_payload() -> dict:
 
 
 def test_forged_bridge_saves_are_checked_before_the_bridge_is_built():
-    """The checker load_bridge runs (interp.checks.saved_file.check_bridge), on either major (load_bridge checks
+    """The checker load_bridge runs (interp.tl.saved_file.check_bridge), on either major (load_bridge checks
     the schema itself, before)."""
     from interp.checks import Bad
-    from interp.checks.saved_file import check_bridge
+    from interp.tl.saved_file import check_bridge
 
     n = 0
     weight = "state_dict.embed.weight"
@@ -591,7 +591,7 @@ def test_load_bridge_refuses_a_forged_save(tmp_path):
 
 def test_bridge_save_with_non_finite_weights_is_refused_by_its_checker():
     from interp.checks import Bad
-    from interp.checks.saved_file import check_bridge
+    from interp.tl.saved_file import check_bridge
 
     for value in (math.nan, math.inf, -math.inf):
         payload = {**bridge_payload(), "state_dict": _with_non_finite(bridge_payload()["state_dict"], value)}
@@ -871,7 +871,7 @@ def test_hooked_save_with_weights_that_overflow_the_forward_is_refused(tmp_path,
 
 def test_bridge_save_with_a_weight_past_any_trained_models_is_refused_by_its_checker():
     from interp.checks import Bad
-    from interp.checks.saved_file import check_bridge
+    from interp.tl.saved_file import check_bridge
 
     payload = {**bridge_payload(), "state_dict": _with_non_finite(bridge_payload()["state_dict"], 3e38)}
     with pytest.raises(Bad, match="magnitude 3e"):
@@ -905,7 +905,7 @@ def test_hooked_save_with_a_forged_causal_mask_is_refused(tmp_path, hooked_recor
 def test_a_float8_weight_in_an_export_or_a_nanogpt_file_is_refused_by_its_checker():
     """float8 has no abs or max on CPU: the finite check itself was a NotImplementedError traceback."""
     from interp.checks import Bad
-    from interp.checks.saved_file import check_bridge
+    from interp.tl.saved_file import check_bridge
 
     weights = bridge_payload()["state_dict"]
     name = next(k for k, v in weights.items() if v.dim() == 2)

@@ -3,7 +3,7 @@ config against the device's memory, its weights against that config, its vocabul
 
 Called by interp.checkpoint.load_checkpoint on what torch.load returned, before the content hash is
 computed (a walk over the data) and before any model is built; nanoGPT's and the saved exports' checks
-(interp.checks.nanogpt_file, interp.checks.saved_file) reuse check_model_config, check_weights and check_vocab.
+(interp.checks.nanogpt_file, interp.tl.saved_file) reuse check_model_config, check_weights and check_vocab.
 """
 
 from __future__ import annotations

@@ -439,7 +439,7 @@ def load_bridge(path: str | os.PathLike, device: str | torch.device | None = Non
         hint = " (a ResidualGPT checkpoint: use to_transformer_bridge)" if schema == SCHEMA else ""
         raise CheckpointError(f"{path} has schema {schema!r}; load_bridge reads {BRIDGE_SCHEMA!r}{hint}")
     from interp.checks import checked
-    from interp.checks.saved_file import check_bridge
+    from interp.tl.saved_file import check_bridge
 
     with checked(path, CheckpointError, "it cannot be loaded"):
         cfg = check_bridge(payload, str(device or "cpu"))
