@@ -482,5 +482,11 @@ def test_two_submitters_at_once_submit_each_run_once(cluster, tmp_path, shared_d
         assert sum("submitted 2 job(s)" in o for o in outs) == 1, outs
         assert sum("2 run(s) already have a queued or running job" in o for o in outs) == 1, outs
     finally:
-        subprocess.run(["scancel", "--name", "routing_test"], capture_output=True)
+        # each submission's jobs are named routing_test-<6 hex> (launch.submit): every one of them
+        listed = subprocess.run(["squeue", "-h", "-o", "%A %j"], capture_output=True, text=True).stdout
+        ids = sorted(
+            {w[0] for line in listed.splitlines() if len(w := line.split()) == 2 and w[1].startswith("routing_test")}
+        )
+        if ids:
+            subprocess.run(["scancel", *ids], capture_output=True)
         partition("UP")

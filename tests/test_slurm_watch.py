@@ -277,6 +277,7 @@ def test_sbatch_refusing_the_submission_is_one_line_naming_the_option(slurm_bin,
     submitit's traceback and exit 1. It is one `error:` line with Slurm's words and the option, exit 2."""
     from experiments.routing_test import run as routing_test
 
+    fake(slurm_bin, "srun")  # submitit's test for a Slurm cluster: without one it refuses before sbatch runs
     fake(
         slurm_bin,
         "sbatch",
@@ -332,3 +333,92 @@ def test_a_hand_edited_job_record_is_one_refusal_not_a_traceback(tmp_path, entry
     (folder / "jobs.json").write_text(json.dumps({"runs": {"smoke/full/seed1": entry}}))
     with pytest.raises(ToolkitError, match=r"is not a job record; remove it if no job of this sweep is queued"):
         JobRecord(folder).load()
+
+
+# ----- issue 58: an interrupt inside sbatch ---------------------------------------------------------------------
+
+
+def interrupted_sbatch(bin_dir: Path, state: Path, signal: str) -> None:
+    """An sbatch that queues the array (the tasks go to state/queue, which the stand-in squeue lists) and then
+    interrupts the command (SIGTERM: a scheduler's kill; SIGINT: Ctrl-C) before it prints the id."""
+    (bin_dir / "sbatch").write_text(
+        "#!/bin/sh\n"
+        f"last=$(sed -n 's/^#SBATCH --array=0-\\([0-9]*\\).*/\\1/p' \"$1\")\n"
+        f'for i in $(seq 0 ${{last:-0}}); do echo "77_$i|PENDING|Priority"; done > {state}/queue\n'
+        f"sed -n 's/^#SBATCH --job-name=//p' \"$1\" > {state}/name\n"
+        f"kill -{signal} $PPID\nsleep 1\necho 'Submitted batch job 77'\n"
+    )
+    (bin_dir / "sbatch").chmod(0o755)
+    (bin_dir / "squeue").write_text(f"#!/bin/sh\ncat {state}/queue 2>/dev/null\nexit 0\n")
+    (bin_dir / "squeue").chmod(0o755)
+
+
+@pytest.mark.parametrize("signal,code", [("TERM", 143), ("INT", 130)], ids=["sigterm", "ctrl-c"])
+def test_jobs_an_interrupted_sbatch_queued_are_found_and_recorded_not_submitted_again(
+    slurm_bin, tmp_path, shared_data, capsys, signal, code
+):
+    """An interrupt (SIGTERM, Ctrl-C) inside sbatch left the jobs it queued out of the job record, and the next
+    run submitted their runs again (two jobs per run folder). The submission is recorded before sbatch runs, under
+    a job name of its own; the rerun finds its jobs by that name (squeue), gives each the job file submitit writes
+    after sbatch, records them and waits for them."""
+    import pickle
+
+    from experiments.routing_test import run as routing_test
+
+    pytest.importorskip("submitit")
+    state = tmp_path / "state"
+    state.mkdir()
+    interrupted_sbatch(slurm_bin, state, signal)
+    fake(slurm_bin, "srun")  # submitit's test for a Slurm cluster
+    out = tmp_path / "out"
+    argv = ["--preset", "smoke", "--variants", "attn_only", "--seeds", "1,2", "--no-report", "--no-progress"]
+    argv += ["--out", str(out), "--launcher", "slurm", "--no-wait"]
+    assert routing_test.EXPERIMENT.main(argv) == code
+    name = (state / "name").read_text().strip()
+    assert name.startswith("routing_test-") and name != "routing_test-"
+    err = capsys.readouterr().err
+    assert f"sbatch was interrupted: jobs it may have queued are named {name} (squeue --name={name})" in err
+    folder = out / "smoke" / ".submitit"
+    assert json.loads((folder / "jobs.json").read_text())["runs"] == {}  # the ids were never read
+    assert json.loads((folder / "jobs.json").read_text())["submitting"]["name"] == name  # the submission was
+
+    fake(slurm_bin, "sbatch", stderr="sbatch: error: submitted twice", code=1)  # the rerun must not submit
+    assert routing_test.EXPERIMENT.main(argv) == 0, capsys.readouterr().err
+    printed = capsys.readouterr().out
+    assert "2 job(s) of a submission interrupted inside sbatch were still queued (77_0, 77_1)" in printed
+    assert "2 run(s) already have a queued or running job (77_0, 77_1); not resubmitting" in printed
+    record = json.loads((folder / "jobs.json").read_text())
+    assert "submitting" not in record
+    assert {k: v["job"] for k, v in record["runs"].items()} == {
+        "smoke/attn_only/seed1": "77_0",
+        "smoke/attn_only/seed2": "77_1",
+    }
+    for task, seed in (("77_0", 1), ("77_1", 2)):  # what each job runs when it starts: its run, as submitted
+        with (folder / f"{task}_submitted.pkl").open("rb") as f:
+            args = pickle.load(f).args
+        assert args[0] == "routing_test" and args[2:5] == ("smoke", "attn_only", seed)
+
+
+def test_an_interrupted_submission_is_refused_in_one_line_where_its_jobs_cannot_be_told(slurm_bin, tmp_path):
+    """Slurm not answering, or a job under the submission's name that is none of its tasks: one refusal naming
+    them, never a second submission."""
+    from experiments.shared.job_record import JobRecord
+    from experiments.shared.slurm_jobs import found_after_interrupt
+
+    folder = tmp_path / ".submitit"
+    folder.mkdir()
+    record = JobRecord(folder)
+    run = {"key": "smoke/full/seed1", "preset": "smoke", "variant": "full", "seed": 1}
+    entry = {"name": "x-1a2b3c", "command": "c", "module": "routing_test", "argv": [], "gpus": 0}
+    record.begin({**entry, "timeout_min": 60, "max_num_timeout": 3, "runs": [run, {**run, "seed": 2}]})
+    fake(slurm_bin, "squeue", stderr="slurm_load_jobs error: Unable to contact slurm controller", code=1)
+    with pytest.raises(
+        ToolkitError, match=r"interrupted inside sbatch, and whether it queued jobs \(named x-1a2b3c\) "
+    ):
+        found_after_interrupt(record, folder)
+    fake(slurm_bin, "squeue", "9_0|PENDING|Priority\n9_5|PENDING|Priority\n")
+    with pytest.raises(ToolkitError, match=r"job\(s\) 9_5 named x-1a2b3c, .* \(`scancel 9_5`\)"):
+        found_after_interrupt(record, folder)
+    assert record.pending() is not None  # still there: the next run looks again
+    fake(slurm_bin, "squeue", "")  # sbatch never reached the controller: nothing to wait for
+    assert found_after_interrupt(record, folder) == [] and record.pending() is None and record.load() == {}

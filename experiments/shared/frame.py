@@ -182,10 +182,11 @@ class Experiment:
         except OSError as e:  # an I/O error no layer below turned into a ToolkitError
             print(io_error_line(e), file=sys.stderr)
             return 2
-        except Exception:  # a library turned the interrupt into another exception (interp.signals.fired_code)
+        except Exception as e:  # a library turned the interrupt into another exception (interp.signals.fired_code)
             code = fired_code()
             if code is None:
                 raise
+            jobs_left = getattr(e, "jobs_left", "")  # an interrupted sbatch's jobs (launch.sbatch)
         command = shlex.join([sys.executable, "-m", f"experiments.{self.name}", *argv])
         if not importable(self.name):  # declared in a notebook or a test file: no module to name
             command = f"run this experiment again with the same options ({shlex.join(argv)})"

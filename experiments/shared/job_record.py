@@ -6,6 +6,11 @@ Every submission writes here which job each run got and the command it came from
 whole check-and-submit holds; the next one asks squeue which of those jobs are still queued and waits for
 them instead of submitting again. --collect reads it to tell a run whose job still runs from one whose job
 left the queue without a result.
+
+A submission under way is written here before sbatch runs ("submitting": its job name, unique to it, and the
+runs in the order of its array's tasks): an interrupt inside sbatch can leave jobs queued whose ids were never
+read, and the next submission finds them by that name (experiments.shared.slurm_jobs.found_after_interrupt)
+instead of submitting their runs again.
 """
 
 from __future__ import annotations
@@ -35,6 +40,25 @@ def _entry_ok(entry) -> bool:
     )
 
 
+def _pending_ok(entry) -> bool:
+    """A submission under way as begin() writes it."""
+    runs = entry.get("runs") if isinstance(entry, dict) else None
+    return (
+        isinstance(entry, dict)
+        and all(isinstance(entry.get(k), str) for k in ("name", "command", "module"))
+        and isinstance(entry.get("argv"), list)
+        and all(isinstance(w, str) for w in entry["argv"])
+        and all(isinstance(entry.get(k), int) for k in ("gpus", "timeout_min", "max_num_timeout"))
+        and isinstance(runs, list)
+        and len(runs) > 0
+        and all(isinstance(r, dict) and _run_ok(r) for r in runs)
+    )
+
+
+def _run_ok(run: dict) -> bool:
+    return all(isinstance(run.get(k), str) for k in ("key", "preset", "variant")) and isinstance(run.get("seed"), int)
+
+
 class JobRecord:
     def __init__(self, folder: Path):
         self.path = folder / "jobs.json"
@@ -54,8 +78,34 @@ class JobRecord:
         return runs
 
     def add(self, entries: dict[str, dict[str, str]]) -> None:
-        runs = {**self.load(), **entries}
-        text = json.dumps({"runs": runs}, indent=1, sort_keys=True)
+        """Record which job each run got; the submission under way (begin) is over."""
+        self._write({**self.load(), **entries})
+
+    def pending(self) -> dict | None:
+        """The submission under way that never recorded its jobs (an interrupt inside sbatch), or None."""
+        if not self.path.is_file():
+            return None
+        self.load()  # a record that is not one: its refusal
+        entry = json.loads(self.path.read_text()).get("submitting")
+        if entry is not None and not _pending_ok(entry):
+            raise ToolkitError(f"{self.path} is not a job record; remove it if no job of this sweep is queued")
+        return entry
+
+    def begin(self, entry: dict) -> None:
+        """A submission is under way: its job name and runs (in the order of its array's tasks), written
+        before sbatch runs, until add() records its jobs or end() says it queued none."""
+        self._write(self.load(), entry)
+
+    def end(self) -> None:
+        """The submission under way queued no job (sbatch refused it; an earlier one's jobs were looked for)."""
+        self._write(self.load())
+
+    def _write(self, runs: dict[str, dict[str, str]], submitting: dict | None = None) -> None:
+        if not runs and submitting is None:  # nothing to keep: no record, as before any submission
+            self.path.unlink(missing_ok=True)
+            return
+        data = {"runs": runs, **({"submitting": submitting} if submitting is not None else {})}
+        text = json.dumps(data, indent=1, sort_keys=True)
         atomic_write(self.path, lambda tmp: Path(tmp).write_text(text + "\n"))
 
     @contextlib.contextmanager

@@ -20,7 +20,9 @@ waited for, the finished runs are aggregated (the results file names the missing
 Ctrl-C while waiting ends the waiting only: the jobs go on, named with the scancel that stops them. Each
 submission records which job trains which run (experiments.shared.job_record), so a rerun, or a second
 command at the same time, waits for jobs still queued instead of submitting their runs twice; --collect
-says of each missing run whether its job still runs or left the queue without a result. A submission
+says of each missing run whether its job still runs or left the queue without a result. A submission is
+recorded before sbatch runs, under a job name of its own: the jobs an interrupt inside sbatch leaves unrecorded
+are found by that name on the next run, recorded and waited for (slurm_jobs.found_after_interrupt). A submission
 sbatch refuses is one error line naming the option. Tested against a real one-node Slurm:
 tests/test_slurm.py (`make test-slurm`); docs/experiments.md says all of it for the user.
 """
@@ -32,6 +34,7 @@ import contextlib
 import io
 import json
 import os
+import secrets
 import shlex
 import subprocess
 import sys
@@ -42,7 +45,14 @@ from typing import Any
 from experiments.shared.job_record import JobRecord, run_key
 from experiments.shared.options import check_number
 from experiments.shared.plan import Context, Job
-from experiments.shared.slurm_jobs import queued_earlier, refused_line, unfinished_refusal
+from experiments.shared.slurm_jobs import (
+    found_after_interrupt,
+    interrupted_line,
+    queued_earlier,
+    refused_line,
+    submission_entry,
+    unfinished_refusal,
+)
 from experiments.shared.wait_jobs import wait
 from interp.errors import ToolkitError
 from interp.signals import fired_code
@@ -356,25 +366,39 @@ def submit(name: str, ctx: Context, todo: list[Job], argv: list[str]) -> bool:
     job_argv = job_command(argv, ctx.out.resolve())
     folder = ctx.result_dir.resolve() / ".submitit"
     cluster = "local" if ctx.args.launcher == "slurm-local" else "slurm"
+    # A name no other submission has: the jobs of one that an interrupt inside sbatch leaves unrecorded are
+    # found by it (squeue --name) on the next run (slurm_jobs.found_after_interrupt).
+    job_name = f"{name}-{secrets.token_hex(3)}"
     try:
         executor = submitit.AutoExecutor(folder=folder, cluster=cluster)
-        executor.update_parameters(name=name, **slurm_parameters(ctx.args))
+        executor.update_parameters(name=job_name, **slurm_parameters(ctx.args))
     except Exception as e:  # submitit raises plain exceptions for an unknown parameter or a missing sbatch
         raise ToolkitError(f"cannot set up the {cluster} executor: {e}") from None
     # What resumes the sweep (waiting for it): the record keeps it for --collect, which names it for a job that died.
     command = shlex.join([sys.executable, "-m", f"experiments.{name}", *_without(argv, "--no-wait")])
     record = JobRecord(folder)
-    with record.held() if cluster == "slurm" else contextlib.nullcontext():
-        queued = queued_earlier(record, todo, ctx.out, folder) if cluster == "slurm" else []
+    slurm = cluster == "slurm"
+    with record.held() if slurm else contextlib.nullcontext():
+        found = found_after_interrupt(record, folder) if slurm else []
+        queued = queued_earlier(record, todo, ctx.out, folder) if slurm else []
         todo = [job for job in todo if all(job is not j for j, _ in queued)]
         busy = [job for job in todo if job.run_dir(ctx.out).busy()]  # trained by another process right now
         todo = [job for job in todo if job not in busy]
-        submitted = sbatch(executor, ctx, todo, name, job_argv) if todo else []
-        if cluster == "slurm" and submitted:
+        if slurm and todo:  # recorded before sbatch runs: an interrupt inside it leaves its jobs findable
+            record.begin(submission_entry(job_name, name, command, job_argv, todo, ctx))
+        try:
+            submitted = sbatch(executor, ctx, todo, name, job_argv, job_name if slurm else None) if todo else []
+        except ToolkitError:  # refused: nothing queued
+            if slurm:
+                record.end()
+            raise
+        if slurm and submitted:
             record.add(
                 {run_key(j.run_dir(ctx.out).path, ctx.out): {"job": s.job_id, "command": command} for j, s in submitted}
             )
     then = "not resubmitting" if ctx.args.no_wait else "waiting for them, not resubmitting"
+    if found:
+        print(f"{len(found)} job(s) of a submission interrupted inside sbatch were still queued ({', '.join(found)})")
     if queued:
         ids = ", ".join(sub.job_id for _, sub in queued)
         print(f"{len(queued)} run(s) already have a queued or running job ({ids}); {then}")
@@ -395,9 +419,10 @@ def submit(name: str, ctx: Context, todo: list[Job], argv: list[str]) -> bool:
     return True
 
 
-def sbatch(executor, ctx: Context, todo: list[Job], name: str, job_argv: list[str]) -> list:
+def sbatch(executor, ctx: Context, todo: list[Job], name: str, job_argv: list[str], job_name: str | None) -> list:
     """Submit one job per run (one array); a submission Slurm refuses is one line naming the option it most
-    likely refused and Slurm's own words, not submitit's traceback."""
+    likely refused and Slurm's own words, not submitit's traceback. An interrupt inside it says how the jobs
+    it may have queued are found (job_name: Slurm's; the job record holds the submission)."""
     try:  # submitit prints sbatch's stderr too before raising it: said once, in the error line
         with contextlib.redirect_stderr(io.StringIO()), executor.batch():
             return [
@@ -415,8 +440,14 @@ def sbatch(executor, ctx: Context, todo: list[Job], name: str, job_argv: list[st
                 )
                 for job in todo
             ]
+    except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM: sbatch may have queued the jobs without us reading their ids
+        if job_name:
+            e.jobs_left = interrupted_line(job_name)  # type: ignore[attr-defined]
+        raise
     except Exception as e:  # submitit's FailedJobError (sbatch's exit status), or sbatch not there
         if fired_code() is not None:  # an interrupt a library turned into another exception
+            if job_name:
+                e.jobs_left = interrupted_line(job_name)  # type: ignore[attr-defined]
             raise
         raise ToolkitError(refused_line(ctx.args, e)) from None
 

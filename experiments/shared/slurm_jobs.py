@@ -1,6 +1,7 @@
 """What Slurm says of a sweep's jobs, on one line each: sbatch's refusal (the option it most likely refused),
-which recorded jobs are still queued (waited for, not submitted again), and --collect's account of each
-unfinished run's job (experiments.shared.launch submits; experiments.shared.job_record keeps the record)."""
+which recorded jobs are still queued (waited for, not submitted again), the jobs a submission interrupted inside
+sbatch queued without recording them (found by its job name, recorded and waited for), and --collect's account of
+each unfinished run's job (experiments.shared.launch submits; experiments.shared.job_record keeps the record)."""
 
 from __future__ import annotations
 
@@ -56,6 +57,100 @@ def queued_earlier(record: JobRecord, todo: list[Job], out: Path, folder: Path) 
             "run the command again once Slurm answers (it would otherwise submit their runs twice)"
         ) from None
     return [(job, SlurmJob(folder=folder, job_id=ids[id(job)])) for job in todo if ids.get(id(job)) in live]
+
+
+def submission_entry(job_name: str, module: str, command: str, job_argv: list[str], todo: list[Job], ctx) -> dict:
+    """What the job record keeps of a submission while sbatch runs (JobRecord.begin): its job name, and what each
+    task of its array runs (job_main's arguments), in order: enough to find its jobs and give each its job file."""
+    args = ctx.args
+    return {
+        "name": job_name,
+        "command": command,
+        "module": module,
+        "argv": job_argv,
+        "gpus": int(args.gpus_per_run),
+        "timeout_min": int(args.slurm_time),
+        "max_num_timeout": 3,  # submitit's executor default: the countdown job_main's time-limit signal ignores
+        "runs": [
+            {"key": run_key(j.run_dir(ctx.out).path, ctx.out), "preset": j.group.spec.preset,
+             "variant": j.variant.name, "seed": j.seed}
+            for j in todo
+        ],
+    }  # fmt: skip
+
+
+def interrupted_line(job_name: str) -> str:
+    """What the interrupt line says of a submission interrupted inside sbatch (the frame prints it)."""
+    return (
+        f"sbatch was interrupted: jobs it may have queued are named {job_name} (squeue --name={job_name}), and the "
+        "same command finds them, records them and waits for them instead of submitting their runs again"
+    )
+
+
+def found_after_interrupt(record: JobRecord, folder: Path) -> list[str]:
+    """The jobs an earlier submission interrupted inside sbatch queued without recording them (squeue by its job
+    name): each gets the job file submitit would have written after sbatch (the pickle it waits for), and is
+    recorded as its run's job, so the runs are waited for, not submitted twice. Their ids; none queued: []."""
+    pending = record.pending()
+    if pending is None:
+        return []
+    name, runs = pending["name"], pending["runs"]
+    try:
+        live = slurm_watch.named(name)
+    except slurm_watch.SlurmUnreachable as e:
+        raise ToolkitError(
+            f"a submission into {folder} was interrupted inside sbatch, and whether it queued jobs (named {name}) "
+            f"cannot be told: {e}; run the command again once Slurm answers (it would otherwise submit their runs "
+            "twice)"
+        ) from None
+    tasks = {job: _task(job, len(runs)) for job in sorted(live, key=_order)}
+    strays = [job for job, task in tasks.items() if task is None]
+    if strays:
+        raise ToolkitError(
+            f"job(s) {' '.join(strays)} named {name}, queued by a submission into {folder} interrupted inside "
+            f"sbatch, are not the {len(runs)} task(s) it recorded; cancel them (`scancel {' '.join(strays)}`) and "
+            "run the command again"
+        )
+    for job, task in tasks.items():
+        _job_file(pending, runs[task], folder, job)
+    record.add({runs[task]["key"]: {"job": job, "command": pending["command"]} for job, task in tasks.items()})
+    return list(tasks)
+
+
+def _order(job_id: str) -> list[int]:
+    return [int(x) for x in job_id.split("_") if x.isdigit()]
+
+
+def _task(job_id: str, n: int) -> int | None:
+    """Which run of the submission job_id trains: task i of its array ("123_4"), or the lone job of a one-run
+    submission ("123", which submitit submits without an array); None for anything else."""
+    head, _, task = job_id.partition("_")
+    if not head.isdigit():
+        return None
+    if not task:
+        return 0 if n == 1 else None
+    return int(task) if task.isdigit() and n > 1 and int(task) < n else None
+
+
+def _job_file(pending: dict, run: dict, folder: Path, job_id: str) -> None:
+    """The pickle submitit writes for a job once sbatch answers (and the job waits a minute for at its start):
+    job_main with the submission's arguments, as experiments.shared.launch.sbatch submits it."""
+    import os
+
+    from submitit.core.utils import DelayedSubmission
+    from submitit.slurm.slurm import SlurmJob
+
+    from experiments.shared.launch import job_main
+
+    target = SlurmJob(folder=folder, job_id=job_id).paths.submitted_pickle
+    if target.exists():  # the interrupt came after sbatch answered: submitit wrote it
+        return
+    args = (pending["module"], pending["argv"], run["preset"], run["variant"], run["seed"], pending["gpus"])
+    delayed = DelayedSubmission(job_main, *args)
+    delayed.set_timeout(pending["timeout_min"], pending["max_num_timeout"])
+    tmp = target.with_name(f".{target.name}.tmp")
+    delayed.dump(tmp)
+    os.replace(tmp, target)  # whole or absent: the job may be reading it already
 
 
 def unfinished_refusal(ctx: Context, todo: list[Job]) -> ToolkitError:

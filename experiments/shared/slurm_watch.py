@@ -45,7 +45,17 @@ def queued(job_ids: list[str]) -> dict[str, Queued]:
     """The jobs among job_ids that squeue still lists (one line per array task)."""
     if not job_ids:
         return {}
-    cmd = ["squeue", "--array", "--noheader", "--format=%i|%T|%r", "--jobs=" + ",".join(_parents(job_ids))]
+    found = _squeue(["--jobs=" + ",".join(_parents(job_ids))])
+    return {j: found[j] for j in job_ids if j in found}
+
+
+def named(name: str) -> dict[str, Queued]:
+    """Every job squeue lists under the job name `name` (one line per array task)."""
+    return _squeue([f"--name={name}"])
+
+
+def _squeue(which: list[str]) -> dict[str, Queued]:
+    cmd = ["squeue", "--array", "--noheader", "--format=%i|%T|%r", *which]
     try:
         done = _run(cmd)
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -59,7 +69,7 @@ def queued(job_ids: list[str]) -> dict[str, Queued]:
         parts = line.strip().split("|")
         if len(parts) == 3:
             found[parts[0]] = Queued(parts[1], parts[2])
-    return {j: found[j] for j in job_ids if j in found}
+    return found
 
 
 def _sacct(job_ids: list[str]) -> dict[str, Ended]:
