@@ -34,14 +34,14 @@ def wiring(model: Any) -> tuple[int, bool, bool]:
     cfg = model if isinstance(model, ModelConfig) else model.cfg
     if isinstance(cfg, ModelConfig):
         return cfg.n_layers, cfg.attn_residual, cfg.ffn_residual
-    from interp.tl.hooked.rewire import NoResidualHookPoint  # an exported HookedTransformer: its hook points say
+    block = model.blocks[0]  # an exported HookedTransformer: its hook points say
+    return cfg.n_layers, _path_kept(block, "hook_resid_mid"), _path_kept(block, "hook_resid_post")
 
-    block = model.blocks[0]
-    return (
-        cfg.n_layers,
-        not isinstance(getattr(block, "hook_resid_mid", None), NoResidualHookPoint),
-        not isinstance(getattr(block, "hook_resid_post", None), NoResidualHookPoint),
-    )
+
+def _path_kept(block: Any, site: str) -> bool:
+    """Whether the export keeps the identity path into `site`: where it removed one, the hook point there carries
+    the buffer residual_removed (interp.tl.hooked.rewire.NoResidualHookPoint)."""
+    return getattr(getattr(block, site, None), "residual_removed", None) is None
 
 
 # TransformerLens architectures whose block normalises a sublayer's output before hook_*_out (OLMo 2/3).
