@@ -150,9 +150,27 @@ def test_summary_and_figures(one_thread):
         identity_accuracy({"a": {**summary["identity"], "offsets": [0, -1], "accuracy": [[1, 0]] * 4}}, (0, -2))
 
 
+# How close a refit must come to the numbers pinned below, on any CPU. The probes stop after MAX_ITER (12) L-BFGS
+# iterations, so where rounding differs (SIMD paths: default, AVX2, AVX-512) they stop at another point. Measured
+# (issue 58): held-out cross-entropies near 2 nats move by at most 7e-5 (3.5e-5 relative), so rel 1e-3 is 25x that;
+# offset 0's are a saturated probe's (100% accurate, 2e-4..6e-4 nats, its weights still growing along a flat
+# valley when it stops) and moved by up to 2.0e-5 (9%: 0.000233537 on this CPU's AVX2, 0.000213 on default and
+# on an AVX-512 host), so they are held to 1e-4 absolute: "a saturated probe", not its last digits.
+CE_REL, CE_ABS = 1e-3, 1e-4
+# Argmax counts at offsets -1, -2 (~40% and ~20% right of 480 and 448): a sample whose top two logits lie within the
+# refit's drift may flip. None did on the three paths measured; two either way (0.4%) leaves room for it.
+COUNT_SLACK = 2
+
+
+def near_counts(got: list[int], want: list[int]) -> bool:
+    """Offset 0's count exactly (the current token is decoded without error), the others within COUNT_SLACK."""
+    return got[0] == want[0] and all(abs(g - w) <= COUNT_SLACK for g, w in zip(got[1:], want[1:], strict=True))
+
+
 def test_measure_identity_gives_the_numbers_it_gave_before_it_was_split(one_thread):
     """Issue 50 split measure_identity (117 lines) into pieces; on this fixed model its numbers are those it gave
-    before (byte-identical JSON on this machine; here to 1e-3 relative, as L-BFGS may move last bits elsewhere)."""
+    before (byte-identical JSON on the machine that split it; here within what a refit moves on another CPU:
+    CE_REL, CE_ABS, COUNT_SLACK above)."""
     model = distinct_embedding_model()
     tokens = markov_tokens(6000, 20, seed=1)
     seen: list[str] = []
@@ -162,18 +180,22 @@ def test_measure_identity_gives_the_numbers_it_gave_before_it_was_split(one_thre
     assert seen == ["embed", "0.mid", "0.post", "ln_final", "control"]
     assert (r["n_fit"], r["n_heldout"], r["n_val"]) == (336, 112, [512, 480, 448])
     correct = [[round(a * n) for a, n in zip(row, r["n_val"], strict=True)] for row in r["accuracy"]]
-    assert correct == [[512, 205, 95], [512, 203, 97], [512, 207, 96], [512, 207, 97]]
+    want = [[512, 205, 95], [512, 203, 97], [512, 207, 96], [512, 207, 97]]
+    assert all(near_counts(got, w) for got, w in zip(correct, want, strict=True)), correct
     ce = [
         [0.000481202, 1.92973576, 2.92440108],
         [0.000233537, 1.93050763, 2.93636390],
         [0.000292223, 1.93068126, 2.92374025],
         [0.000344939, 1.92660761, 2.91989088],
     ]
-    assert [row == pytest.approx(want, rel=1e-3) for row, want in zip(r["ce"], ce, strict=True)] == [True] * 4
+    assert all(row == pytest.approx(w, rel=CE_REL, abs=CE_ABS) for row, w in zip(r["ce"], ce, strict=True)), r["ce"]
+    assert all(row[0] < 1e-3 for row in r["ce"])  # every site decodes the current token with a saturated probe
+    # The decay each offset chose on its held-out rows: the chosen and the next best differ by 0.08 nats or more at
+    # offsets -1, -2 (1000x a refit's drift there) and by 49% or more at offset 0 (5x its 9-11%), measured.
     assert r["weight_decay"] == [[1e-4, 1e-2, 1e-2]] + [[1e-3, 1e-2, 1e-2]] * 3
     control = r["control"]
-    assert [round(a * n) for a, n in zip(control["accuracy"], r["n_val"], strict=True)] == [512, 208, 92]
-    assert control["ce"] == pytest.approx([0.000590260, 1.94652837, 2.86353752], rel=1e-3)
+    assert near_counts([round(a * n) for a, n in zip(control["accuracy"], r["n_val"], strict=True)], [512, 208, 92])
+    assert control["ce"] == pytest.approx([0.000590260, 1.94652837, 2.86353752], rel=CE_REL, abs=CE_ABS)
     assert control["weight_decay"] == [1e-4, 1e-2, 1e-2]
     levels = r["levels"]
     assert levels["current_token"]["accuracy"] == pytest.approx([1.0, 0.45, 0.236607143])
