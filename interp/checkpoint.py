@@ -140,7 +140,7 @@ def refuse_non_finite_forward(path: Any, model: Any, d_vocab: int, n_ctx: int) -
 def load_checkpoint(
     path: str | os.PathLike, map_location: str | torch.device = "cpu", meta: str | os.PathLike | None = None
 ) -> Checkpoint:
-    """A ResidualGPT checkpoint, or a nanoGPT train.py one (interp.nanogpt; meta: its meta.pkl, else looked for)."""
+    """A ResidualGPT checkpoint, or a nanoGPT train.py one (interp.nanogpt_format; meta: its meta.pkl, else found)."""
     from interp.checks import checked, regular_file
 
     path = regular_file(path, CheckpointError, "checkpoint")
@@ -157,7 +157,7 @@ def load_checkpoint(
     except Exception as e:  # noqa: BLE001 - a damaged file raises EOFError, RuntimeError, IndexError, ...
         detail = type(e).__name__ + (f": {str(e).strip().splitlines()[0]}" if str(e).strip() else "")
         raise CheckpointError(f"{path} is truncated or corrupt ({detail}); it cannot be loaded") from None
-    import interp.nanogpt.format as nanogpt
+    import interp.nanogpt_format as nanogpt
     from interp.checks.checkpoint_file import check_checkpoint_payload
 
     device = str(map_location) if isinstance(map_location, (str, torch.device)) else "cpu"

@@ -338,7 +338,7 @@ def test_forged_nanogpt_checkpoint(tmp_path, case, payload, required):
 
 @pytest.mark.parametrize("case,meta,required", META, ids=[c for c, _, _ in META])
 def test_forged_meta_pkl(tmp_path, case, meta, required):
-    from interp.nanogpt.format import read_meta
+    from interp.nanogpt_format import read_meta
 
     path = tmp_path / "meta.pkl"
     path.write_bytes(pickle.dumps(meta))
@@ -346,7 +346,7 @@ def test_forged_meta_pkl(tmp_path, case, meta, required):
 
 
 def test_meta_pkl_as_fifo_and_device_is_refused_by_name(tmp_path):
-    from interp.nanogpt.format import read_meta
+    from interp.nanogpt_format import read_meta
 
     fifo = tmp_path / "meta.pkl"
     os.mkfifo(fifo)
@@ -925,7 +925,7 @@ def test_a_runtime_gain_that_overflows_the_forward_is_refused(tmp_path):
 
 def test_a_meta_pkl_naming_a_global_is_refused_naming_the_file(tmp_path):
     """A meta.pkl that refers to os.system: never run, and the error names the file (it named only meta.pkl)."""
-    from interp.nanogpt.format import read_meta
+    from interp.nanogpt_format import read_meta
 
     class Evil:
         def __reduce__(self):

@@ -1,4 +1,4 @@
-"""A nanoGPT train.py checkpoint and its meta.pkl, checked before interp.nanogpt.format maps them.
+"""A nanoGPT train.py checkpoint and its meta.pkl, checked before interp.nanogpt_format maps them.
 
 check_nanogpt_payload: 'model' a state dict of floating tensors under string names, 'model_args' GPTConfig's
 fields with their types and ranges, the rest plain data of bounded depth. check_meta_pkl: meta.pkl's

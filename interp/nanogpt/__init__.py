@@ -2,7 +2,7 @@
 
 In: a checkpoint that nanoGPT's train.py wrote ({"model", "model_args", "iter_num",
 "best_val_loss", "config", "optimizer"}; weight names possibly prefixed
-"_orig_mod." by torch.compile) is read by interp.load_checkpoint, so
+"_orig_mod." by torch.compile) is read by interp.load_checkpoint (through interp.nanogpt_format), so
 ResidualGPT.from_checkpoint, to_hooked_transformer, `python -m interp.sample` and
 `python -m interp.plot_attention` take it as they take their own. nanoGPT's block is
 ResidualGPT's with residual='full' and mixer='attention' (Pre-LN, LayerNorm eps
@@ -20,30 +20,6 @@ Anything else is refused by name: nanoGPT would load it silently as another mode
     python -m interp.nanogpt --ckpt runs/.../ckpt.pt --out out-nanogpt/ckpt.pt [--meta-out data/x/meta.pkl]
 """
 
-from interp.nanogpt.format import (
-    GPT2_SIZES,
-    MODEL_ARGS,
-    config_of,
-    from_nanogpt,
-    is_nanogpt,
-    name_map,
-    read_meta,
-    write_meta,
-)
 from interp.nanogpt.writer import main, parser, refusal, run, to_nanogpt
 
-__all__ = [
-    "GPT2_SIZES",
-    "MODEL_ARGS",
-    "config_of",
-    "from_nanogpt",
-    "is_nanogpt",
-    "main",
-    "name_map",
-    "parser",
-    "read_meta",
-    "refusal",
-    "run",
-    "to_nanogpt",
-    "write_meta",
-]
+__all__ = ["main", "parser", "refusal", "run", "to_nanogpt"]

@@ -1,5 +1,5 @@
 """nanoGPT checkpoints out: to_nanogpt (refused by name where nanoGPT cannot express the model) and
-`python -m interp.nanogpt`. Reading nanoGPT checkpoints in is interp.nanogpt.format; the package says both.
+`python -m interp.nanogpt`. Reading nanoGPT checkpoints in is interp.nanogpt_format, below the checkpoint loader.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 from interp.cli import Parser, run_writing_command
 from interp.config import ModelConfig
 from interp.errors import ConfigError
-from interp.nanogpt.format import name_map, write_meta
+from interp.nanogpt_format import name_map, write_meta
 
 
 def refusal(cfg: ModelConfig) -> str | None:

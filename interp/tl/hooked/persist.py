@@ -75,7 +75,7 @@ def load_hooked(path: str | os.PathLike, device: str | torch.device | None = Non
             if isinstance(payload, dict)
             else None
         )
-        from interp.nanogpt.format import is_nanogpt
+        from interp.nanogpt_format import is_nanogpt
 
         checkpoint = schema == SCHEMA or is_nanogpt(payload)
         hint = (

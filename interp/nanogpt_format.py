@@ -1,7 +1,7 @@
 """nanoGPT's checkpoint format: its names, its model_args, its meta.pkl, and reading a train.py checkpoint.
 
-Light (config and errors only), so interp.checkpoint reads nanoGPT files without an import
-circle; interp.nanogpt.writer writes them and holds the command line.
+Light (config, errors and the file checks only) and below interp.checkpoint, which reads nanoGPT files through
+it; interp.nanogpt (above the model) writes them and holds the command line.
 """
 
 from __future__ import annotations
