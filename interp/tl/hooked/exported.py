@@ -68,6 +68,7 @@ from interp.tl import stream_reads
 from interp.tl.hooked.fold import fold_layer_norms
 from interp.tl.hooked.generation import ExportGenerate, refuse_empty
 from interp.tl.hooked.rewire import hidden_routing_warning, routing_quiet
+from interp.tl.hooked.sae_methods import SAEMethods
 from interp.tl.major import refuse_past_context
 from interp.tl.tokens import (
     loss_targets,
@@ -234,8 +235,11 @@ def _moved_value_biases(state_dict: Any, n_layers: int) -> list[int]:
     return [layer for layer in range(n_layers) if _nonzero(dict.get(state_dict, f"blocks.{layer}.attn.b_V"))]
 
 
-class ExportedHookedTransformer(BoundaryHooks, ExportGenerate):
+class ExportedHookedTransformer(SAEMethods, BoundaryHooks, ExportGenerate):
     """A ResidualGPT as a HookedTransformer (interp.to_hooked_transformer, load_hooked); see the module docstring.
+
+    SAELens's run_with_saes, add_sae and the rest make it a HookedSAETransformer at the first call
+    (interp.tl.hooked.sae_methods).
 
     Hook names, names_filter, remove_batch_dim and hook returns are checked as on ResidualGPT
     (interp.checks.api.BoundaryHooks); token ids at the embedding (rewire.VocabCheckedEmbed)."""

@@ -164,22 +164,53 @@ class RoutedAttention(Attention):
 
 
 def _rewire(model: HookedTransformer, cfg: ModelConfig) -> None:
-    """Swap in the hook points above where cfg departs from a plain Pre-LN GPT."""
+    """Swap in the hook points above where cfg departs from a plain Pre-LN GPT (each remembered: keep_rewiring)."""
     routed = mixer_spec(cfg.mixer).tl_routes_scores(cfg)
+    swapped: list[tuple[torch.nn.Module, str, HookPoint]] = []
     for block in model.blocks:
         if routed:
-            block.attn.hook_attn_scores = RoutedScoresHookPoint(cfg)
+            swapped.append((block.attn, "hook_attn_scores", RoutedScoresHookPoint(cfg)))
             if type(block.attn) is Attention:  # what every export builds (no GQA)
                 block.attn.__class__ = RoutedAttention
         if not cfg.attn_residual:
             slot = _Slot()
-            block.hook_attn_out = RecordedHookPoint(slot)
-            block.hook_resid_mid = NoResidualHookPoint(slot)
+            swapped += [
+                (block, "hook_attn_out", RecordedHookPoint(slot)),
+                (block, "hook_resid_mid", NoResidualHookPoint(slot)),
+            ]
         if not cfg.ffn_residual:
             slot = _Slot()
-            block.hook_mlp_out = RecordedHookPoint(slot)
-            block.hook_resid_post = NoResidualHookPoint(slot)
+            swapped += [
+                (block, "hook_mlp_out", RecordedHookPoint(slot)),
+                (block, "hook_resid_post", NoResidualHookPoint(slot)),
+            ]
+    for holder, name, point in swapped:
+        setattr(holder, name, point)
+    model.__dict__["rewired_points"] = swapped  # a plain list, not submodules: read by keep_rewiring
     model.setup()  # re-register hook names for the new modules
+
+
+def keep_rewiring(model: HookedTransformer) -> None:
+    """Where a module took the place of a swapped hook point, the rewiring goes on around it.
+
+    SAELens's add_sae sets its SAE wrapper in place of the hook point at the SAE's site, and its reset sets a
+    plain HookPoint there; either would drop the rewiring (a removed residual's hook_resid_* would add the
+    residual back, hook_*_out would record nothing). A plain HookPoint is swapped back for the rewiring one; any
+    other module gets the rewiring as torch hooks of its own: what the hook point's forward does, before it
+    (a removed residual, a routing), or the record of its output, after it (hook_*_out). The export's setup()
+    calls this, as SAELens calls setup() after each change."""
+    for holder, name, point in model.__dict__.get("rewired_points", []):
+        current = holder._modules.get(name)
+        if current is point or (current is not None and current.__dict__.get("rewired_by") is point):
+            continue
+        if current is None or type(current) is HookPoint:
+            setattr(holder, name, point)
+            continue
+        if isinstance(point, RecordedHookPoint):
+            current.register_forward_hook(lambda module, args, out, slot=point.slot: setattr(slot, "value", out))
+        else:
+            current.register_forward_pre_hook(lambda module, args, point=point: (point.forward(args[0]), *args[1:]))
+        current.__dict__["rewired_by"] = point  # not a submodule: no hook names under the module
 
 
 class ContextCheckedPosEmbed(PosEmbed):
