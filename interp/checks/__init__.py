@@ -3,7 +3,7 @@
     file kind                                         checked by
     ckpt.pt (residual-gpt/1)                          interp.checks.checkpoint_file.check_checkpoint_payload
     nanoGPT ckpt.pt, meta.pkl                         interp.checks.nanogpt_file.check_nanogpt_payload, check_meta_pkl
-    save_hooked / save_bridge files                   interp.tl.saved_file.check_hooked, check_bridge
+    save_hooked / save_bridge files                   interp.tl.hooked.hooked_file, interp.tl.saved_file
     weights against their config (every schema)       interp.checks.checkpoint_file.check_weights
     a checkpoint's vocabulary (vocab / encoding)      interp.checks.checkpoint_file.check_vocab
     config.json, final.json, a run dir's file kinds  training.checks.rundir_files

@@ -1,28 +1,21 @@
-"""A saved export (interp.tl.saved's format): save_bridge's file and save_hooked's record, checked before
-the export is built.
+"""A saved export (interp.tl.saved's format): save_bridge's file checked before the export is built, and the
+model_config every saved export records (save_hooked's record: interp.tl.hooked.hooked_file).
 
 check_bridge: schema, model_config (a valid ModelConfig that fits the device), state_dict (ResidualGPT's
-weights of that config, by name and shape), the tokenizer fields. check_hooked: the record's model_config
-and tokenizer fields likewise, tl_config with a known dtype and the shape fields the model_config gives
-(TransformerLens builds its model from them), every tensor with save_hooked's extra leading dimension.
+weights of that config, by name and shape), the tokenizer fields.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from interp.checks import Bad, walk_limits, want_dict, want_str_keys
-from interp.checks.checkpoint_file import check_finite, check_model_config, check_tensor, check_vocab, check_weights
+from interp.checks.checkpoint_file import check_finite, check_model_config, check_vocab, check_weights
 from interp.config import ModelConfig
 
-DTYPES = ("float32", "float16", "bfloat16", "float64")
-_SHAPE_FIELDS = ("n_layers", "d_model", "n_ctx", "d_head", "n_heads", "d_mlp", "d_vocab_out")
-MAX_SPECIAL = 8  # tokenizer specials (BOS, padding) a tokenizer may add to d_vocab
 
-
-def _model_config(record: dict[str, Any], device: str) -> ModelConfig:
+def model_config_of(record: dict[str, Any], device: str) -> ModelConfig:
+    """The record's model_config (the ResidualGPT configuration it was exported from), checked for device."""
     if "model_config" not in record:
         raise Bad("", "has no model_config (the ResidualGPT configuration it was exported from)")
     return check_model_config(record["model_config"], device=device)
@@ -31,7 +24,7 @@ def _model_config(record: dict[str, Any], device: str) -> ModelConfig:
 def check_bridge(payload: Any, device: str = "cpu") -> ModelConfig:
     want_str_keys(want_dict(payload, "the file"), "the file")
     walk_limits({k: v for k, v in payload.items() if k != "state_dict"})
-    cfg = _model_config(payload, device)
+    cfg = model_config_of(payload, device)
     if not isinstance(payload.get("state_dict"), dict):
         raise Bad("", "has no state_dict (the weights, a dict of tensors)")
     check_weights(payload["state_dict"], cfg, "state_dict")
@@ -40,128 +33,4 @@ def check_bridge(payload: Any, device: str = "cpu") -> ModelConfig:
     return cfg
 
 
-def _check_constants(state_dict: dict[str, Any], cfg: ModelConfig, leading: bool) -> set[str]:
-    """The export's tensors that are not weights, checked against what they must hold: TL's causal mask
-    (blocks.{l}.attn.mask), its attention mask constant (blocks.{l}.attn.IGNORE, -inf) and the mixer's routing
-    record (the tl_routing_record buffers, e.g. routing_self_bias = inf), which the model_config gives. Their names."""
-    from interp.registry import mixer_spec
-
-    routing = mixer_spec(cfg.mixer).tl_routing_record(cfg)
-    names = set()
-    for name, value in state_dict.items():
-        value = value[0] if leading else value
-        prefix, _, leaf = name.rpartition(".")
-        if leaf == "IGNORE" and prefix.endswith(".attn"):
-            if not bool(torch.isneginf(value).all()):
-                raise Bad(f"{name!r}", "is not -inf (TransformerLens's attention mask constant)")
-        elif leaf == "mask" and prefix.endswith(".attn"):  # unused by TL 3.9 (built per forward), still the file's
-            n = cfg.n_ctx
-            causal = torch.ones(n, n, dtype=torch.bool).tril()  # what TransformerLens before 3.9 registered
-            if value.dtype != torch.bool or not (
-                tuple(value.shape) == (0, 0) or (value.shape == causal.shape and torch.equal(value, causal))
-            ):
-                raise Bad(f"{name!r}", f"is not TransformerLens's causal mask (empty, or lower-triangular {n}x{n})")
-        elif prefix.endswith(".hook_attn_scores") and leaf in routing:
-            want = routing[leaf]
-            if value.shape != want.shape or not torch.equal(value.to(want.dtype), want):
-                raise Bad(f"{name!r}", f"is {value.tolist()!r:.40}; the model_config gives {want.tolist()!r}")
-        else:
-            continue
-        names.add(name)
-    return names
-
-
-# Fields a save_hooked file may hold apart from its export's: where the export sits (load_hooked's
-# device argument overrides it), a display name (rebuilt; an older exporter spelled it otherwise), and
-# what set_tokenizer sets from the tokenizer (load_hooked sets the tokenizer the record names again).
-_TL_FREE = ("device", "model_name", "tokenizer_prepends_bos")
-# Fields the export's processing changes, and the values it gives (fold_ln=True: LayerNorm weights folded into
-# the next layer's, LNPre); load_hooked builds with the saved one.
-PROCESSED = {"normalization_type": ("LN", "LNPre")}
-
-
-def export_tl_config(
-    cfg: ModelConfig, dtype: str, n_special: int, device: str = "cpu", normalization_type: str = "LN"
-) -> Any:
-    """The HookedTransformerConfig interp.to_hooked_transformer makes for cfg (normalization_type: 'LNPre'
-    after fold_ln). What load_hooked builds from: never the file's own tl_config, only compared with this."""
-    import dataclasses
-
-    from interp.errors import ToolkitError
-    from interp.tl.hooked.convert import hooked_config
-
-    try:
-        export = hooked_config(cfg, device, getattr(torch, dtype), n_special)
-    except ToolkitError as e:  # a mixer TransformerLens cannot express: no save_hooked file holds one
-        raise Bad("model_config", f"cannot be exported to a HookedTransformer ({e})") from None
-    return dataclasses.replace(export, normalization_type=normalization_type)
-
-
-def check_tl_config(tl: dict[str, Any], export: Any) -> None:
-    """Bad unless every field of a saved tl_config is one save_hooked writes, with the value the export of the
-    model_config has (_TL_FREE aside): an unknown field, another act_fn, positional_embedding_type or
-    n_devices would reach HookedTransformerConfig and fail there (TypeError, AssertionError, AttributeError)
-    or build a model other than the one the weights are for."""
-    from interp.tl.hooked.convert import tl_config_dict
-
-    want = tl_config_dict(export)
-    try:
-        torch.device(tl.get("device") or "cpu")
-    except (RuntimeError, TypeError, ValueError):
-        raise Bad("tl_config.device", f"is {tl.get('device')!r:.40}, not a device name") from None
-    if not isinstance(tl.get("tokenizer_prepends_bos"), (bool, type(None))):
-        raise Bad("tl_config.tokenizer_prepends_bos", f"is {tl['tokenizer_prepends_bos']!r:.40}, not true or false")
-    for key, value in tl.items():
-        if key in _TL_FREE:
-            continue
-        if key not in want:
-            raise Bad(f"tl_config.{key}", "is not a field save_hooked writes (an unknown TransformerLens field)")
-        if key in PROCESSED:
-            if value not in PROCESSED[key]:
-                raise Bad(f"tl_config.{key}", f"is {value!r:.40}, not one of the export's {list(PROCESSED[key])}")
-            continue
-        if type(value) is not type(want[key]) or value != want[key]:
-            raise Bad(f"tl_config.{key}", f"is {value!r:.40}; the export of the model_config has {want[key]!r:.40}")
-
-
-def check_hooked(record: Any, state_dict: Any, device: str = "cpu", leading: bool = True) -> ModelConfig:
-    """record: the file's residual_gpt_hooked record (or the legacy file); state_dict: its tensors by TL name
-    (leading: each with save_hooked's extra leading dimension of 1)."""
-    from interp.tl.major import tl_config_fields
-
-    want_str_keys(want_dict(record, "the record"), "the record")
-    walk_limits({k: v for k, v in record.items() if k != "state_dict"})
-    cfg = _model_config(record, device)
-    tl = want_dict(record.get("tl_config"), "tl_config")
-    want_str_keys(tl, "tl_config")
-    if tl.get("dtype") not in DTYPES:
-        raise Bad("tl_config.dtype", f"is {tl.get('dtype')!r:.40}, not one of {list(DTYPES)}")
-    if not isinstance(tl.get("device", "cpu"), (str, type(None))):
-        raise Bad("tl_config.device", f"is not a device name ({tl.get('device')!r:.40})")
-    want = tl_config_fields(cfg)
-    for key in _SHAPE_FIELDS:
-        if tl.get(key) != want[key]:
-            raise Bad(f"tl_config.{key}", f"is {tl.get(key)!r:.40}; the model_config gives {want[key]}")
-    d_vocab = tl.get("d_vocab")
-    if not (isinstance(d_vocab, int) and cfg.d_vocab <= d_vocab <= cfg.d_vocab + MAX_SPECIAL):
-        raise Bad(
-            "tl_config.d_vocab",
-            f"is {d_vocab!r:.40}; the model_config gives {cfg.d_vocab} (+ at most {MAX_SPECIAL} tokenizer specials)",
-        )
-    check_tl_config(tl, export_tl_config(cfg, tl["dtype"], d_vocab - cfg.d_vocab))
-    want_str_keys(want_dict(state_dict, "the weights"), "the weights")
-    for name, value in state_dict.items():
-        check_tensor(value, f"{name!r}")
-        if leading and (value.dim() == 0 or value.shape[0] != 1):
-            raise Bad(f"{name!r}", f"has shape {list(value.shape)}, without save_hooked's leading dimension of 1")
-    check_finite({k: v for k, v in state_dict.items() if k not in _check_constants(state_dict, cfg, leading)})
-    if not cfg.bias:  # the export writes zeros for the biases TransformerLens has and the model lacks
-        for name, value in state_dict.items():
-            leaf = name.rpartition(".")[2]
-            if (leaf == "b" or leaf.startswith("b_")) and value.is_floating_point() and bool(value.any()):
-                raise Bad(f"{name!r}", "is not zero, but the model_config has bias=False (its export's biases are 0)")
-    check_vocab(record, cfg.d_vocab)
-    return cfg
-
-
-__all__ = ["DTYPES", "check_bridge", "check_hooked", "check_tl_config", "export_tl_config"]
+__all__ = ["check_bridge", "model_config_of"]

@@ -85,7 +85,7 @@ def load_hooked(path: str | os.PathLike, device: str | torch.device | None = Non
         )
         raise CheckpointError(f"{path} has schema {schema!r}; load_hooked reads {HOOKED_SCHEMA!r}{hint}")
     from interp.checks import checked
-    from interp.tl.saved_file import check_hooked, export_tl_config
+    from interp.tl.hooked.hooked_file import check_hooked, export_tl_config
 
     with checked(path, CheckpointError, "it cannot be loaded"):
         cfg = check_hooked(record, state_dict, str(device or "cpu"), leading=record is not payload)
