@@ -403,6 +403,7 @@ def test_an_interrupted_submission_is_refused_in_one_line_where_its_jobs_cannot_
     """Slurm not answering, or a job under the submission's name that is none of its tasks: one refusal naming
     them, never a second submission."""
     from experiments.shared.job_record import JobRecord
+    from experiments.shared.launch import job_main
     from experiments.shared.slurm_jobs import found_after_interrupt
 
     folder = tmp_path / ".submitit"
@@ -415,10 +416,10 @@ def test_an_interrupted_submission_is_refused_in_one_line_where_its_jobs_cannot_
     with pytest.raises(
         ToolkitError, match=r"interrupted inside sbatch, and whether it queued jobs \(named x-1a2b3c\) "
     ):
-        found_after_interrupt(record, folder)
+        found_after_interrupt(record, folder, job_main)
     fake(slurm_bin, "squeue", "9_0|PENDING|Priority\n9_5|PENDING|Priority\n")
     with pytest.raises(ToolkitError, match=r"job\(s\) 9_5 named x-1a2b3c, .* \(`scancel 9_5`\)"):
-        found_after_interrupt(record, folder)
+        found_after_interrupt(record, folder, job_main)
     assert record.pending() is not None  # still there: the next run looks again
     fake(slurm_bin, "squeue", "")  # sbatch never reached the controller: nothing to wait for
-    assert found_after_interrupt(record, folder) == [] and record.pending() is None and record.load() == {}
+    assert found_after_interrupt(record, folder, job_main) == [] and record.pending() is None and record.load() == {}

@@ -379,7 +379,7 @@ def submit(name: str, ctx: Context, todo: list[Job], argv: list[str]) -> bool:
     record = JobRecord(folder)
     slurm = cluster == "slurm"
     with record.held() if slurm else contextlib.nullcontext():
-        found = found_after_interrupt(record, folder) if slurm else []
+        found = found_after_interrupt(record, folder, job_main) if slurm else []
         queued = queued_earlier(record, todo, ctx.out, folder) if slurm else []
         todo = [job for job in todo if all(job is not j for j, _ in queued)]
         busy = [job for job in todo if job.run_dir(ctx.out).busy()]  # trained by another process right now

@@ -6,6 +6,7 @@ each unfinished run's job (experiments.shared.launch submits; experiments.shared
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 from experiments.shared import slurm_watch
@@ -87,10 +88,11 @@ def interrupted_line(job_name: str) -> str:
     )
 
 
-def found_after_interrupt(record: JobRecord, folder: Path) -> list[str]:
+def found_after_interrupt(record: JobRecord, folder: Path, job_main: Callable[..., str]) -> list[str]:
     """The jobs an earlier submission interrupted inside sbatch queued without recording them (squeue by its job
     name): each gets the job file submitit would have written after sbatch (the pickle it waits for), and is
-    recorded as its run's job, so the runs are waited for, not submitted twice. Their ids; none queued: []."""
+    recorded as its run's job, so the runs are waited for, not submitted twice. Their ids; none queued: [].
+    job_main: what each job runs (experiments.shared.launch.job_main, which submits through this module)."""
     pending = record.pending()
     if pending is None:
         return []
@@ -112,7 +114,7 @@ def found_after_interrupt(record: JobRecord, folder: Path) -> list[str]:
             "run the command again"
         )
     for job, task in tasks.items():
-        _job_file(pending, runs[task], folder, job)
+        _job_file(pending, runs[task], folder, job, job_main)
     record.add({runs[task]["key"]: {"job": job, "command": pending["command"]} for job, task in tasks.items()})
     return list(tasks)
 
@@ -132,15 +134,13 @@ def _task(job_id: str, n: int) -> int | None:
     return int(task) if task.isdigit() and n > 1 and int(task) < n else None
 
 
-def _job_file(pending: dict, run: dict, folder: Path, job_id: str) -> None:
+def _job_file(pending: dict, run: dict, folder: Path, job_id: str, job_main: Callable[..., str]) -> None:
     """The pickle submitit writes for a job once sbatch answers (and the job waits a minute for at its start):
     job_main with the submission's arguments, as experiments.shared.launch.sbatch submits it."""
     import os
 
     from submitit.core.utils import DelayedSubmission
     from submitit.slurm.slurm import SlurmJob
-
-    from experiments.shared.launch import job_main
 
     target = SlurmJob(folder=folder, job_id=job_id).paths.submitted_pickle
     if target.exists():  # the interrupt came after sbatch answered: submitit wrote it
