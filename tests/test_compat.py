@@ -1,4 +1,4 @@
-"""Names researchers' scripts and callbacks used before the restructure still work (old -> new)."""
+"""What scripts and callbacks lean on: a RunDir reads as a path, make_mixer, warnings that follow the filters."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""The layer rules of docs/DESIGN.md, read from the source: no import runs back up, no import circle."""
+"""The shape rules of docs/DESIGN.md, read from the source: module and function sizes, one meaning per name.
+
+The import layers (no import runs back up, no circle) are tests/test_import_layers.py's.
+"""
 
 from __future__ import annotations
 
@@ -6,85 +9,7 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-LAYER = {"interp": 0, "probes": 1, "training": 2, "experiments": 3, "benchmarks": 3}
-
-
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(REPO).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def _imports(path: Path, name: str, known: set[str]) -> set[str]:
-    """Every project module this file imports, at the top or inside a function."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            targets = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                up = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(up + ([node.module] if node.module else []))
-            targets = [base] + [f"{base}.{a.name}" for a in node.names]
-        else:
-            continue
-        found |= {t for t in targets if t in known and t != name}
-    return found
-
-
-def import_graph() -> dict[str, set[str]]:
-    files = {_module_name(p): p for top in LAYER for p in (REPO / top).rglob("*.py")}
-    known = set(files)
-    return {name: _imports(path, name, known) for name, path in files.items()}
-
-
-def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected groups of more than one module (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    groups: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        for w in graph[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            group = []
-            while True:
-                w = stack.pop()
-                group.append(w)
-                if w == v:
-                    break
-            if len(group) > 1:
-                groups.append(sorted(group))
-
-    for v in graph:
-        if v not in index:
-            visit(v)
-    return groups
-
-
-def test_no_import_runs_back_up_a_layer():
-    graph = import_graph()
-    upward = sorted(
-        (a, b) for a, deps in graph.items() for b in deps if LAYER[b.split(".")[0]] > LAYER[a.split(".")[0]]
-    )
-    assert upward == []
-
-
-def test_no_import_circles():
-    assert _cycles(import_graph()) == []
-
-
-def test_the_checker_sees_a_circle():
-    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+LAYER = ("interp", "probes", "training", "experiments", "benchmarks")  # the packages these rules read
 
 
 def test_interp_hands_out_its_modules_without_importing_them_first():
