@@ -34,12 +34,12 @@ import torch
 
 import interp
 from interp import ResidualGPT, load_hooked, save_hooked, to_hooked_transformer
-from interp.plots import offline_notebook_renderer
+from interp.plot_page import offline_notebook_renderer
 
 # plotly.js embedded in the notebook (the "notebook" renderer's first output), so figures render offline;
 # "plotly_mimetype" is what JupyterLab draws with the jupyterlab-plotly extension, also offline.
 # "notebook_connected" (and Colab's, Kaggle's defaults) would load plotly.js from a CDN, and plotly's own "notebook"
-# MathJax; interp.plots.offline_notebook_renderer() is "notebook" asking nothing of the network.
+# MathJax; interp.plot_page.offline_notebook_renderer() is "notebook" asking nothing of the network.
 pio.renderers.default = "plotly_mimetype+" + offline_notebook_renderer()
 ROOT = Path(interp.__file__).resolve().parents[1]  # the repository: shipped results are read from here
 WORK = Path(tempfile.mkdtemp(prefix="residual-notebook-"))  # this notebook's runs and files

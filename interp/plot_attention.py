@@ -85,7 +85,8 @@ def run(args: argparse.Namespace) -> Path:
     import torch  # the input is good: now the heavy imports
 
     from interp.model import ResidualGPT
-    from interp.plots import attention_patterns, save_html
+    from interp.plot_page import save_html
+    from interp.plots import attention_patterns
 
     model = ResidualGPT.from_checkpoint(ckpt)
     names = [f"blocks.{layer}.attn.hook_pattern" for layer in layers]

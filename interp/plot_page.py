@@ -2,7 +2,6 @@
 
 Table is an HTML table for the page; PlotInputError is what the page and every figure in interp.plots refuse
 bad input with; offline_notebook_renderer is the page's rule in a notebook (nothing fetched from the network).
-interp.plots re-exports all four, where users import them from.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Every function takes plain arrays / tensors (or an activation cache), so the
 same call works on a ResidualGPT cache and on its HookedTransformer's, and
-returns a plotly Figure that shows inline in a notebook. save_html writes one
+returns a plotly Figure that shows inline in a notebook. interp.plot_page's save_html writes one
 or many figures into a single self-contained page that opens offline.
 """
 
@@ -17,11 +17,7 @@ import plotly.graph_objects as go
 from jaxtyping import Float
 from plotly.subplots import make_subplots
 
-# Re-exported: the page's names were first interp.plots's, and users import them from here.
-from interp.plot_page import PlotInputError as PlotInputError
-from interp.plot_page import Table as Table
-from interp.plot_page import offline_notebook_renderer as offline_notebook_renderer
-from interp.plot_page import save_html as save_html
+from interp.plot_page import PlotInputError
 
 PALETTE = (
     "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",

@@ -151,14 +151,14 @@ def sigterm_at_step(monkeypatch, step: int = 3) -> None:
 
 
 def sigterm_in_reader(monkeypatch) -> None:
-    from interp import plots
+    from interp import plot_page
     from interp.model import ResidualGPT
 
     def term(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGTERM)
 
     monkeypatch.setattr(ResidualGPT, "generate", term)
-    monkeypatch.setattr(plots, "save_html", term)
+    monkeypatch.setattr(plot_page, "save_html", term)
 
 
 @dataclass

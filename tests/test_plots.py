@@ -21,15 +21,13 @@ from offline import external_references
 from interp import ModelConfig, ResidualGPT, save_checkpoint
 from interp.gpt2 import gpt2_files
 from interp.plot_attention import main
+from interp.plot_page import PlotInputError, Table, save_html
 from interp.plots import (
-    PlotInputError,
-    Table,
     alpha_tt_heatmap,
     attention_patterns,
     gradient_flow_heatmap,
     loss_curves,
     norm_profile,
-    save_html,
     token_labels,
     visible,
 )

@@ -368,7 +368,7 @@ class Experiment:
         }
 
     def write_report(self, results: dict[str, Any], ctx: Context) -> Path:
-        from interp.plots import save_html
+        from interp.plot_page import save_html
 
         levels = results["reference_levels"]
         intro = (

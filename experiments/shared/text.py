@@ -62,8 +62,8 @@ def format_table(headers: list[str], rows: list[list[Any]]) -> str:
 
 
 def table_figure(headers: list[str], rows: list[list[Any]], title: str = ""):
-    """The same table for report.html: an HTML table (interp.plots.Table), its text selectable, no inner scroll."""
-    from interp.plots import Table
+    """The same table for report.html: an HTML table (interp.plot_page.Table), its text selectable, no inner scroll."""
+    from interp.plot_page import Table
 
     return Table(headers, rows, title)
 
