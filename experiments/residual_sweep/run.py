@@ -41,7 +41,8 @@ import math
 from typing import Any
 
 from experiments.shared.frame import Context, Experiment, Group, Variant, check_number, run_summary
-from experiments.shared.text import fmt_stats, reference_lines, stats
+from experiments.shared.stats import stats
+from experiments.shared.text import fmt_stats, reference_lines
 
 SCHEMA = "residual-sweep/1"
 CONFIGS = ("full", "attn_only", "ffn_only", "none")

@@ -1,6 +1,6 @@
 """Text every experiment shares: number formatting, the reference-level lines, tables, software versions.
 
-Seed and curve statistics are experiments.shared.stats (`stats` is importable from here too); the
+Seed and curve statistics are experiments.shared.stats; the
 experiment frame itself (options, runs, results.json, report) is experiments.shared.frame.
 """
 
@@ -10,8 +10,6 @@ import math
 import platform
 import sys
 from typing import Any
-
-from experiments.shared.stats import stats  # noqa: F401  (re-exported: residual_sweep and eval_noise import it here)
 
 
 def num(v: float) -> str:
