@@ -1,0 +1,202 @@
+"""The law's held-out predictions, written to predictions-law.json before the held-out arms train, never rewritten.
+
+The law (experiments.floor.law) is fitted on the runs it may see: the shipped floor runs (--law-from, each run's
+summary from the shipped results file, its sha256 checked against the folder's MANIFEST.json) and this --out's
+finished ffn_only constant-lr runs of the control, knob, confirm and law parts. Once every law-part run has
+finished, and before any held-out arm is planned, one entry per held-out arm is written with the time: the
+fit and its intervals, the arm's depth, width, query/key scale, step budget and seeds, each seed's u measured
+at initialisation, and the prediction (law.predict_arm). The seeds are the lowest n the rule below picks, so
+the held-out arms train exactly the seeds their entry names.
+
+seeds       an arm's candidates are SEED_STEPS up to its most (Arm.seeds): the first n whose predicted median
+            spans at most law.MAX_FACTOR is taken; where none does, the most, and the entry says it is not a
+            prediction (the factor at every candidate is kept, so what more seeds would buy is on record).
+            Seeds past --seeds continue from its largest (1337..1352, then 1353, ...).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+from typing import Any
+
+from experiments.floor.law import fit_law, law_runs, predict_arm
+from experiments.floor.predictions import entry_digest, load_predictions
+from experiments.shared.frame import Context, Group, Job
+from interp.errors import ToolkitError
+
+LAW_PREDICTIONS = "predictions-law.json"
+SEED_STEPS = 16  # candidates 16, 32, 48, ... up to the arm's most (smoke: every 2)
+FIT_PARTS = ("control", "knob", "confirm", "law")
+SHIPPED_FLOOR = {"phase-cell": "docs/results/data/floor-default"}  # --law-from's default by preset
+
+
+def law_from(ctx: Context) -> Path | None:
+    """--law-from's folder, or the preset's default; None: no shipped runs ('none', or a preset without)."""
+    given = getattr(ctx.args, "law_from", None)
+    if given is None:
+        given = SHIPPED_FLOOR.get(ctx.spec.preset, "none")
+    return None if given == "none" else Path(given)
+
+
+def shipped_summaries(folder: Path) -> dict[str, Any]:
+    """{"runs": the shipped results' per-run summaries (each with d_model), "from": folder, "sha256": the results
+    file's} - the file compared with its MANIFEST.json entry first; anything else is refused by name."""
+    from experiments.shared.ship import MANIFEST, sha256
+    from interp.io import read_json
+
+    if not (folder / MANIFEST).is_file():
+        raise ToolkitError(f"--law-from {folder}: no {MANIFEST} there; give a shipped floor folder or 'none'")
+    manifest = read_json(folder / MANIFEST)
+    name = "results-floor.json"
+    want = (manifest.get("files") or {}).get(name, {}).get("sha256") if isinstance(manifest, dict) else None
+    data = (folder / name).read_bytes() if (folder / name).is_file() else None
+    if want is None or data is None or sha256(data) != want:
+        raise ToolkitError(f"--law-from {folder}: {name} is missing or not the file {MANIFEST} lists (sha256)")
+    results = json.loads(data)
+    width = results["config"]["model"]["d_model"]
+    runs = [{**r, "d_model": r.get("d_model", width)} for r in results["runs"]]
+    return {"runs": runs, "from": str(folder), "sha256": want}
+
+
+def finished_summaries(ctx: Context, arms, parts: tuple[str, ...]) -> list[dict[str, Any]]:
+    """This --out's finished runs of `parts`, each checked as a reused run is before anything of it is read."""
+    from experiments.floor.arms import arm_groups, arm_jobs
+    from experiments.floor.per_run import summarise_floor_run
+    from experiments.shared.launch import run_config
+
+    names = arms.by_name()
+    out = []
+    chosen = [a for a in arms.arms if a.part in parts]
+    for job in arm_jobs(arm_groups(ctx, arms, chosen), ctx):
+        run = job.run_dir(ctx.out)
+        if not run.finished:
+            continue
+        asked = run_config(job, ctx.corpus)
+        run.check(asked)
+        run.verify_finished(asked)
+        record = run.load()
+        record.update(variant=job.variant.name, seed=job.seed)
+        out.append(summarise_floor_run(record, ctx, names))
+    return out
+
+
+def fit_on(ctx: Context, here: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the law fitted on the shipped runs and `here`, where its runs came from: the shipped folder, its results
+    file's sha256, and the fit's runs in law.law_runs' form)."""
+    key = f"{ctx.args.margin:g}"
+    folder = law_from(ctx)
+    shipped = shipped_summaries(folder) if folder is not None else {"runs": [], "from": None, "sha256": None}
+    runs = law_runs(shipped["runs"] + [r for r in here if r["part"] in FIT_PARTS], key)
+    law = fit_law(runs, ctx.spec.train.eval_interval)
+    source = {"shipped": shipped["from"], "shipped_sha256": shipped["sha256"], "n_shipped": len(shipped["runs"])}
+    return law, {**source, "runs": runs}
+
+
+def extend_seeds(seeds: list[int], n: int) -> list[int]:
+    """The lowest n of `seeds`, continued past the largest by consecutive integers where it has fewer."""
+    ordered = sorted(seeds)
+    return ordered[:n] + [ordered[-1] + k for k in range(1, n - len(ordered) + 1)]
+
+
+def seed_candidates(most: int, smallest: int) -> list[int]:
+    """smallest, smallest + step, ... and `most` itself (step SEED_STEPS, or smallest where that is less)."""
+    out = list(range(smallest, most + 1, min(SEED_STEPS, smallest)))
+    return out if out and out[-1] == most else [*out, most]
+
+
+def heldout_group(ctx: Context, arms, arm, seeds: list[int]) -> Group:
+    """A held-out arm's runs: exactly the seeds its stored entry names, probed as every floor arm is."""
+    from experiments.floor.arms import uniformity_interval
+    from probes.uniformity import UniformityProbe
+
+    every = uniformity_interval(ctx)
+
+    def callbacks(variant, seed):
+        return [UniformityProbe(every)]
+
+    return Group(ctx.spec, [arms.variant(arm)], callbacks=callbacks, seeds=list(seeds))
+
+
+def heldout_jobs(ctx: Context, arms, arm, seeds: list[int]) -> list[Job]:
+    group = heldout_group(ctx, arms, arm, seeds)
+    return [Job(group, group.variants[0], s) for s in seeds]
+
+
+def public_law(law: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in law.items() if k != "draws"}
+
+
+def stored_entry(stored: dict[str, Any], name: str, margin: str) -> dict[str, Any] | None:
+    """The held-out arm's entry for this margin (whatever its seeds: the writer chose them), or None."""
+    for slot, entry in stored.items():
+        if (slot == name or slot.startswith(f"{name} [")) and entry.get("margin") == margin:
+            return entry
+    return None
+
+
+def read_law_predictions(ctx: Context) -> dict[str, Any]:
+    """The entries the held-out arms were (or will be) trained after: --out's file, or under --analyse-only the
+    analysed folder's (an --out's <preset>/predictions-law.json, or a shipped folder's copy)."""
+    source = getattr(ctx.args, "analyse_only", None)
+    if source is None:
+        return load_predictions(ctx.result_dir / LAW_PREDICTIONS)
+    for path in (Path(source) / ctx.spec.preset / LAW_PREDICTIONS, Path(source) / LAW_PREDICTIONS):
+        if path.is_file():
+            return load_predictions(path)
+    return {}
+
+
+def write_law_predictions(ctx: Context, arms, heldout: list) -> bool:
+    """Before any held-out arm is planned: an entry for each of `heldout` (Arm) that has none for this margin.
+    True when something was written. A stored entry is never rewritten."""
+    from experiments.floor.init_measure import init_uniformity, probe_batches
+    from interp.io import atomic_write, dumps
+
+    path = ctx.result_dir / LAW_PREDICTIONS
+    stored = load_predictions(path)
+    key = f"{ctx.args.margin:g}"
+    todo = [a for a in heldout if stored_entry(stored, arms.name(a), key) is None]
+    if not todo:
+        return False
+    law, source = fit_on(ctx, finished_summaries(ctx, arms, FIT_PARTS))
+    batches = probe_batches(ctx.corpus.val, ctx.spec.model.n_ctx, ctx.spec.train.batch_size)
+    for arm in todo:
+        name, variant = arms.name(arm), arms.variant(arm)
+        spec = ctx.spec.with_overrides(variant.overrides)
+        most = arm.seeds or len(ctx.seeds)
+        seeds = extend_seeds(ctx.seeds, most)
+        us = [init_uniformity(spec.model, s, batches, variant.model_init)["u"] for s in seeds]
+        last, every = spec.train.max_steps, spec.train.eval_interval
+        smallest = min(SEED_STEPS, most, len(ctx.seeds))
+        by_n = {n: predict_arm(law, us[:n], arm.depth, last, every) for n in seed_candidates(most, smallest)}
+        n = next((k for k, p in by_n.items() if p.get("is_prediction")), most)
+        entry = {
+            "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "margin": key,
+            "depth": arm.depth,
+            "width": spec.model.d_model,
+            "scale": arm.scale,
+            "last_step": last,
+            "seeds": seeds[:n],
+            "us": us[:n],
+            "law": public_law(law),
+            "fitted_on": {k: v for k, v in source.items() if k != "runs"},
+            "prediction": by_n[n],
+            "factor_by_seeds": {str(k): p.get("factor") for k, p in by_n.items()},
+            # False for a seed whose run directory existed already: that run is not predicted before training
+            "trained_after": [not j.run_dir(ctx.out).path.exists() for j in heldout_jobs(ctx, arms, arm, seeds[:n])],
+        }
+        entry["digest"] = entry_digest(entry)
+        stored[name if name not in stored else f"{name} [margin {key}]"] = entry
+    ctx.result_dir.mkdir(parents=True, exist_ok=True)
+    text = dumps({"arms": stored}, path, indent=1)  # strict JSON: a non-finite number is refused, never written
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text))
+    return True
+
+
+if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
+    from experiments.shared.options import not_a_command
+
+    raise SystemExit(not_a_command(__spec__.name))

@@ -1,0 +1,169 @@
+"""The floor's law in collapse and depth (issue 59 item 1): the fit through interval and right censoring, its
+predictions and their factor-3 rule, the held rule, the runs it is fitted on, and the shipped runs it reads."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+import experiments.floor.law as law_module
+from experiments.floor.law import HELD_FACTOR, fit_law, held_law, law_runs, predict_arm
+from experiments.floor.law_predictions import extend_seeds, seed_candidates, shipped_summaries
+from interp.errors import ToolkitError
+
+TRUE = (1.0, 1.5, 1.4, -1.8, 0.5)  # a, b, c, g0, g1: sigma 0.27 at depth 1, 0.45 at 2, 0.74 at 3
+
+
+def _runs(cells, every=25, seed=0, params=TRUE):
+    """Runs drawn from the law: cells of (depth, u mean, n, last step); escapes on the evaluation grid."""
+    a, b, c, g0, g1 = params
+    rng = np.random.default_rng(seed)
+    out = []
+    for depth, u0, n, last in cells:
+        for k in range(n):
+            u = u0 + 0.05 * rng.standard_normal()
+            t = math.exp(a + b * u + c * depth + math.exp(g0 + g1 * depth) * rng.standard_normal())
+            step = max(every, math.ceil(t / every) * every)
+            out.append(
+                {
+                    "u": u,
+                    "depth": depth,
+                    "cell": (depth, 64, u0),
+                    "seed": k,
+                    "escape": step if step <= last else None,
+                    "last_step": last,
+                }
+            )
+    return out
+
+
+CELLS = [(1, 0.6, 40, 600), (1, 0.1, 40, 600), (2, 1.0, 40, 1200), (2, 0.2, 40, 1200), (3, 1.3, 40, 3600)]
+CELLS += [(3, 0.4, 40, 1200)]
+
+
+@pytest.fixture(scope="module")
+def few_refits():
+    """100 bootstrap refits instead of 400: the tests' intervals are wider, and a few times quicker."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(law_module, "BOOTSTRAP", 100)
+        yield
+
+
+@pytest.fixture(scope="module")
+def law(few_refits):
+    return fit_law(_runs(CELLS), 25)
+
+
+def test_the_law_recovers_its_parameters_through_grid_and_right_censoring(law):
+    runs = _runs(CELLS)
+    assert any(r["escape"] is None for r in runs) and any(r["escape"] == 25 for r in runs)  # both censorings
+    assert law["fitted"] and law["n_refits"] > 90
+    for name, value in zip(("a", "b", "c", "g0", "g1"), TRUE, strict=True):
+        assert law[name]["lower"] < value < law[name]["upper"], name
+    assert law["c"]["upper"] - law["c"]["lower"] < 0.6
+    assert set(law["sigma_by_depth"]) == {"1", "2", "3"}
+    assert law["sigma_by_depth"]["1"]["value"] < law["sigma_by_depth"]["3"]["value"]
+
+
+def test_a_grid_escape_is_read_as_the_interval_it_stands_for(few_refits):
+    """Depth 1 escapes within two evaluations (25 or 50): read as exact steps, its waits come out long and the
+    depth term too flat; read as (t - 25, t], the law finds the depth term it was drawn with."""
+    runs = _runs([(1, 0.3, 100, 600), (2, 0.3, 100, 1200), (3, 0.3, 60, 3600)], params=(1.5, 1.0, 1.6, -1.2, 0.0))
+    assert {r["escape"] for r in runs if r["depth"] == 1} <= {25, 50, 75}
+    grid = fit_law(runs, 25)
+    exact = fit_law([{**r, "every": 0.001} for r in runs], 25)  # each escape read at its evaluation step
+    assert grid["c"]["lower"] < 1.6 < grid["c"]["upper"]
+    assert exact["c"]["upper"] < 1.6
+
+
+def test_a_prediction_holds_on_its_own_law_and_fails_on_a_slower_arm(law):
+    us = [0.4] * 32
+    p = predict_arm(law, us, 3, 3600, 25)
+    truth = math.exp(1.0 + 1.5 * 0.4 + 1.4 * 3)  # 121 steps
+    assert p["predicted"] and p["interval"][0] <= truth <= p["interval"][1]
+    assert p["is_prediction"] and p["factor"] <= 3.0
+    own = [r["escape"] for r in _runs([(3, 0.4, 32, 3600)], seed=8)]
+    median = sorted(own)[15]
+    assert held_law(p, median)["held"]
+    assert not held_law(p, 4 * p["median"])["held"]
+    inside = p["interval"][1]  # at the interval's edge but more than 1.5x from the median: not held
+    if inside > HELD_FACTOR * p["median"]:
+        h = held_law(p, inside)
+        assert h["inside"] and not h["within"] and not h["held"]
+    assert held_law(p, None) == {"inside": False, "within": False, "held": False}  # on the floor past the end
+
+
+def test_a_median_whose_interval_spans_more_than_three_times_is_not_a_prediction(law):
+    deep = predict_arm(law, [0.4] * 8, 4, 10**6, 25)  # sigma about 1.2 at depth 4, eight runs
+    assert deep["predicted"] and not deep["is_prediction"]
+    assert deep["factor"] > 3.0 and "x3" in deep["why_not"]
+    short = predict_arm(law, [1.3] * 16, 3, 200, 25)  # the median lies past the last step
+    assert not short["is_prediction"] and "past the last step" in short["why_not"]
+    assert predict_arm({"fitted": False, "why": "w"}, [1.0], 2, 100, 25) == {"predicted": False, "why": "w"}
+
+
+def test_the_law_refuses_runs_that_cannot_fix_it(few_refits):
+    one_depth = _runs([(2, 1.0, 20, 1200), (2, 0.3, 20, 1200)])
+    law = fit_law(one_depth, 25)
+    assert not law["fitted"] and "1 depth" in law["why"]
+
+
+def test_the_fit_takes_each_ffn_only_constant_run_once_at_its_longest():
+    def run(depth, seed, last, escape, residual="ffn_only", schedule="constant", scale=1.0):
+        return {
+            "residual": residual,
+            "schedule": schedule,
+            "n_layers": depth,
+            "d_model": 64,
+            "scale": scale,
+            "seed": seed,
+            "u": 1.0,
+            "escape": {"0.05": escape},
+            "last_step": last,
+        }
+
+    runs = [run(2, 1, 1200, None), run(2, 1, 3600, 1500), run(2, 2, 1200, 300), run(6, 1, 1200, None, "attn_only")]
+    runs += [run(3, 1, 3600, 1000, schedule="cosine"), run(2, 1, 1200, 100, scale=8.0)]
+    picked = law_runs(runs, "0.05")
+    assert sorted((r["cell"], r["seed"], r["last_step"]) for r in picked) == [
+        ((2, 64, 1.0), 1, 3600),
+        ((2, 64, 1.0), 2, 1200),
+        ((2, 64, 8.0), 1, 1200),
+    ]
+
+
+def test_held_out_seeds_continue_past_the_given_ones_and_the_candidates_step_by_sixteen():
+    assert extend_seeds([3, 1, 2], 2) == [1, 2]
+    assert extend_seeds([1337, 1338], 4) == [1337, 1338, 1339, 1340]
+    assert seed_candidates(64, 16) == [16, 32, 48, 64]
+    assert seed_candidates(16, 16) == [16]
+    assert seed_candidates(6, 4) == [4, 6]
+
+
+def test_shipped_runs_are_read_only_from_the_file_the_manifest_lists(tmp_path):
+    from experiments.shared.ship import sha256
+
+    results = {"config": {"model": {"d_model": 64}}, "runs": [{"variant": "v", "seed": 1}]}
+    data = json.dumps(results).encode()
+    (tmp_path / "results-floor.json").write_bytes(data)
+    manifest = {"files": {"results-floor.json": {"sha256": sha256(data)}}}
+    (tmp_path / "MANIFEST.json").write_text(json.dumps(manifest))
+    got = shipped_summaries(tmp_path)
+    assert got["runs"] == [{"variant": "v", "seed": 1, "d_model": 64}] and got["sha256"] == sha256(data)
+    (tmp_path / "results-floor.json").write_bytes(data.replace(b'"seed": 1', b'"seed": 2'))
+    with pytest.raises(ToolkitError, match="not the file MANIFEST.json lists"):
+        shipped_summaries(tmp_path)
+    with pytest.raises(ToolkitError, match="no MANIFEST.json"):
+        shipped_summaries(tmp_path / "absent")
+
+
+def test_the_shipped_floor_runs_give_the_law_its_depth_term(few_refits):
+    """On the shipped floor runs alone (depths 2 and 3): depth has its own term, and sigma grows with depth."""
+    from pathlib import Path
+
+    shipped = shipped_summaries(Path("docs/results/data/floor-default"))
+    law = fit_law(law_runs(shipped["runs"], "0.05"), 25)
+    assert law["fitted"] and law["n_runs"] == 80  # 5 cells of 16; the 3x confirmations count once
+    assert law["c"]["lower"] > 1.0 and law["b"]["lower"] > 1.0
+    assert law["g1"]["lower"] > 0
