@@ -17,7 +17,7 @@ def test_interp_hands_out_its_modules_without_importing_them_first():
 
     import interp
 
-    assert interp.interventions is importlib.import_module("interp.interventions")
+    assert interp.sample is importlib.import_module("interp.sample")  # a command: at the top in any layout
     assert interp.ResidualGPT is importlib.import_module("interp.model").ResidualGPT
 
 
