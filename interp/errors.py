@@ -192,7 +192,8 @@ class UnfoldedLayerNormWarning(ToolkitWarning):
     tokens_to_residual_directions) on a model whose LayerNorm weights are not folded into the next weights."""
 
 
-_FRAMEWORK = ("interp", "probes", "transformer_lens", "torch", "functools", "contextlib")  # skipped to the user
+# skipped to the user's line: the toolkit, and the libraries that call into it (SAELens splices through the export)
+_FRAMEWORK = ("interp", "probes", "transformer_lens", "sae_lens", "torch", "functools", "contextlib")
 
 
 def warn_each_call(message: str, category: type[Warning]) -> None:

@@ -141,8 +141,9 @@ def test_an_sae_recorded_under_other_processing_warns_at_the_splice(trained):
     tl, sae, _, _ = trained
     other = copy.deepcopy(sae)
     other.cfg.metadata.model_from_pretrained_kwargs = {"center_writing_weights": False}  # SAELens's own default
-    with pytest.warns(SAEProcessingWarning, match="center_writing_weights=False"):
+    with pytest.warns(SAEProcessingWarning, match="center_writing_weights=False") as got:
         tl.run_with_saes(_val_tokens(tl, 2), saes=[other])
+    assert [w.filename for w in got if w.category is SAEProcessingWarning] == [__file__]  # the user's line
 
 
 @pytest.mark.parametrize(
