@@ -25,15 +25,17 @@ PROBE_BATCHES = 2  # fixed validation batches the activation probes read (kept s
 
 
 class GradientProbe:
-    """Gradient norms at every `interval`-th step and the last one, before clipping."""
+    """Gradient norms at every `interval`-th step and the last one, before clipping; with `dense_until` d >= 0,
+    also at every step from 0 to d (the first steps, densely: the probe reads, so no run's numbers change)."""
 
-    def __init__(self, interval: int):
+    def __init__(self, interval: int, dense_until: int = -1):
         self.interval = interval
+        self.dense_until = dense_until
         self._stack: contextlib.ExitStack | None = None
         self._grads: dict[str, float] = {}
 
     def _due(self, trainer, step: int) -> bool:
-        return step % self.interval == 0 or step == trainer.train_cfg.max_steps - 1
+        return step <= self.dense_until or step % self.interval == 0 or step == trainer.train_cfg.max_steps - 1
 
     def on_step_begin(self, trainer, step: int) -> None:
         if self._due(trainer, step):
@@ -69,8 +71,9 @@ class ActivationProbe:
         trainer.append("probes.jsonl", {"step": step, "probe": "norms", **hidden_norms(trainer.model, batches)})
 
 
-def default_callbacks(train_cfg) -> list:
-    """Gradient probe at every logging step; activation probes at evaluations, every probe_interval steps.
+def default_callbacks(train_cfg, dense_until: int = -1) -> list:
+    """Gradient probe at every logging step (and every step to dense_until: GradientProbe); activation probes at
+    evaluations, every probe_interval steps.
 
     The activation probes run with the evaluations, so only where the run evaluates (from
     eval_from x max_steps on) and always at the last step. The default interval, two
@@ -80,7 +83,7 @@ def default_callbacks(train_cfg) -> list:
     interval = train_cfg.probe_interval or 2 * train_cfg.eval_interval
     if interval % train_cfg.eval_interval:
         interval = train_cfg.eval_interval * max(1, round(interval / train_cfg.eval_interval))
-    return [GradientProbe(train_cfg.log_interval), ActivationProbe(interval)]
+    return [GradientProbe(train_cfg.log_interval, dense_until), ActivationProbe(interval)]
 
 
 def _as_pairs(batches) -> list:

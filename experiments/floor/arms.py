@@ -11,6 +11,13 @@ warm-up and cosine decay). Parts (--parts):
     schedule   attn_only at depth 6, constant against warm-up + cosine, and ffn_only depth 3 with warm-up
     attn       attn_only at depths 4 and 8 with a constant lr, and depth 6's constant arm with every seed
                (its own floor; not in the default)
+    deep       the paper-124m depth (12 layers) at the preset's width, every seed (not in the default):
+               attn_only with paper-124m's warm-up fraction (warmup_steps / max_steps = 2000 / 20000, so 0.1 of
+               the arm's length) and cosine decay, attn_only with a constant lr from step 0, and full and
+               ffn_only as anchors (constant); each attn_only arm again at 3x with the lowest 3 seeds. The
+               gradient probe logs every step to DEEP_DENSE, then every log_interval (GradientProbe).
+               Cut to fit 2 cores (written before training, docs/results/floor.md): the length (DEEP_ARMS),
+               not the seeds, the width or the depth
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from experiments.shared.text import num
 from interp.errors import ToolkitError
 from probes.uniformity import UniformityProbe
 
-PARTS = ("control", "knob", "confirm", "schedule", "attn")
+PARTS = ("control", "knob", "confirm", "schedule", "attn", "deep")
 DEFAULT_PARTS = ("control", "knob", "confirm", "schedule")
 CONFIRM_SEEDS = 3  # the project's rule: a verdict that depends on length is checked at 3x with three seeds
 
@@ -38,6 +45,7 @@ class Arm:
     scale: float = 1.0  # the query/key initial scale
     schedule: str = "constant"  # "constant" (no warm-up) or "cosine" (the preset's warm-up and cosine decay)
     seeds: int | None = None  # the lowest n of --seeds; None: all of them
+    warmup: float | None = None  # cosine's warm-up as a fraction of the arm's length; None: the preset's steps
 
 
 # preset -> ((depth, control length, knob scales, knob length) per control depth, lr as a multiple of the preset's,
@@ -47,6 +55,22 @@ class Arm:
 # trained 1200 steps: the prediction is read at the arm's own last step, and the control's survival is known there.
 PRESET_ARMS = {"smoke": (((1, 6, (8.0,), 6), (2, 6, (8.0,), 6)), 2.0, 2)}
 DEFAULT_ARMS = (((2, 2, (8.0, 12.0), 2), (3, 6, (12.0,), 2)), 0.5, 8)
+
+# The deep part: preset -> (depth, length as a multiple of the preset's max_steps, the gradient probe's every-step
+# span from step 0). phase-cell: paper-124m's 12 layers for 600 steps, the length chosen by timing depth-12 steps
+# here first (274 ms of CPU a member-step in a 16-member ensemble, 302 solo; docs/results/floor.md, "The 124M
+# question in miniature"). smoke: a small stand-in the tests run in seconds.
+PRESET_DEEP = {"smoke": (3, 1, 10)}
+DEEP_ARMS = (12, 1, 50)
+DEEP_RESIDUALS = ("attn_only", "full", "ffn_only")  # attn_only under both schedules; full and ffn_only as anchors
+
+
+def deep_warmup_fraction() -> float:
+    """paper-124m's warm-up as a fraction of its steps (2000 / 20000), read from the preset itself."""
+    from training.presets import PRESETS
+
+    train = PRESETS["paper-124m"]["train"]
+    return train["warmup_steps"] / train["max_steps"]
 
 
 def add_arguments(p) -> None:
@@ -109,11 +133,12 @@ def check(args) -> None:
     parse_parts(args.parts)
     if args.qk_scales is not None:
         parse_scales(args.qk_scales)
+    deep = "deep" in parse_parts(args.parts)
     if args.init_seeds is not None and args.init_seeds < 2:
         raise ToolkitError(f"--init-seeds must be >= 2 (an interval needs two), got {args.init_seeds}")
     for item in args.set or []:  # a run's first N steps must not depend on how long it trains
         key, _, value = item.partition("=")
-        if key.strip() in ("eval_from", "lr_schedule", "max_steps"):
+        if key.strip() in ("eval_from", "lr_schedule", "max_steps") + (("warmup_steps",) if deep else ()):
             raise ToolkitError(f"--set {item}: the arms set {key.strip()} themselves (experiments.floor.arms)")
 
 
@@ -171,14 +196,22 @@ class Arms:
         if "attn" in self.parts:
             short = min(n for _, n in controls)
             arms += [Arm("attn", "attn_only", d, short) for d in (deepest + 1, 2 * deepest + 2)]
+        self.deep_depth, self.deep_length, self.dense = PRESET_DEEP.get(ctx.spec.preset, DEEP_ARMS)
+        if "deep" in self.parts:
+            arms += deep_arms(self.deep_depth, self.deep_length)
         self.arms = arms
 
     def steps(self, arm: Arm) -> int:
         return arm.length * self.base_steps
 
+    def warmup_steps(self, arm: Arm) -> int | None:
+        """The warm-up steps an arm sets itself (a fraction of its length), or None: the preset's."""
+        return None if arm.warmup is None else max(1, round(arm.warmup * self.steps(arm)))
+
     def name(self, arm: Arm) -> str:
         scale = f" qk{num(arm.scale)}" if arm.scale != 1.0 else ""
-        sched = " warmup-cosine" if arm.schedule == "cosine" else ""
+        warm = "" if arm.warmup is None else num(arm.warmup)
+        sched = f" warmup{warm}-cosine" if arm.schedule == "cosine" else ""
         return f"{arm.residual} L{arm.depth} {self.steps(arm)} steps{scale}{sched}"
 
     def variant(self, arm: Arm) -> Variant:
@@ -190,6 +223,8 @@ class Arms:
             "max_steps": self.steps(arm),
             "lr_schedule": arm.schedule,  # constant has no warm-up; cosine warms up over the preset's steps
         }
+        if arm.warmup is not None:  # or over its own fraction of the arm (the deep part's)
+            overrides["warmup_steps"] = self.warmup_steps(arm)
         init = functools.partial(scale_qk, arm.scale) if arm.scale != 1.0 else None
         return Variant(self.name(arm), overrides, init)
 
@@ -204,17 +239,41 @@ def uniformity_interval(ctx: Context) -> int:
     return 2 * ctx.spec.train.eval_interval
 
 
+def deep_arms(depth: int, length: int) -> list[Arm]:
+    """The deep part's arms: DEEP_RESIDUALS at every seed, then each attn_only arm at 3x with CONFIRM_SEEDS."""
+    warm = deep_warmup_fraction()
+    arms = [Arm("deep", "attn_only", depth, length, schedule="cosine", warmup=warm)]
+    arms += [Arm("deep", r, depth, length) for r in DEEP_RESIDUALS]
+    arms += [
+        Arm("deep", "attn_only", depth, 3 * length, schedule=a.schedule, warmup=a.warmup, seeds=CONFIRM_SEEDS)
+        for a in arms[:2]
+    ]
+    return arms
+
+
 def arm_groups(ctx: Context, arms: Arms, chosen: list[Arm]) -> list[Group]:
+    """The arms as groups: one per seed count; the deep part's apart, its gradient probe dense from step 0."""
     every = uniformity_interval(ctx)
 
     def callbacks(variant, seed):
         return [UniformityProbe(every)]
 
+    def deep_callbacks(variant, seed):  # the default probes (Group.probes False) with the dense gradient probe
+        from probes import default_callbacks
+
+        train = ctx.spec.train
+        return (default_callbacks(train, dense_until=arms.dense) if train.probes else []) + [UniformityProbe(every)]
+
     groups = []
-    for n in sorted({a.seeds for a in chosen}, key=lambda n: -1 if n is None else n):
-        variants = [arms.variant(a) for a in chosen if a.seeds == n]
-        seeds = None if n is None else sorted(ctx.seeds)[:n]
-        groups.append(Group(ctx.spec, variants, callbacks=callbacks, seeds=seeds))
+    for deep in (False, True):
+        part = [a for a in chosen if (a.part == "deep") == deep]
+        for n in sorted({a.seeds for a in part}, key=lambda n: -1 if n is None else n):
+            variants = [arms.variant(a) for a in part if a.seeds == n]
+            seeds = None if n is None else sorted(ctx.seeds)[:n]
+            if deep:
+                groups.append(Group(ctx.spec, variants, callbacks=deep_callbacks, probes=False, seeds=seeds))
+            else:
+                groups.append(Group(ctx.spec, variants, callbacks=callbacks, seeds=seeds))
     return groups
 
 

@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from experiments.floor.deep import deep_summary, grad_table_rows
 from experiments.floor.predictions import step_text
 from experiments.shared.frame import Context
 
@@ -132,7 +133,7 @@ def summary(results: dict[str, Any]) -> str:
         ("by the end", results.get("early")),
         (f"by step {results.get('early_horizon')}", results.get("early_by_horizon")),
     ):
-        if feats:
+        if feats and next(iter(feats.values()))["n"]:  # none without control runs (e.g. --parts deep)
             lines.append(early_line(results.get("early_step"), outcome, feats))
     al = results["alignment"]
     if al["order"]:
@@ -140,6 +141,7 @@ def summary(results: dict[str, Any]) -> str:
             f"first to move around the escape ({al['n_escaped']} escapes): "
             + ", ".join(f"{n} {lead:+.0f} ({k} runs)" for n, lead, k in al["order"][:4])
         )
+    lines += deep_summary(results)
     return "\n".join(lines)
 
 
@@ -192,7 +194,7 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
     svg = ctx.result_dir / "init-floor.svg"  # beside the report: the depth sweep, static
     atomic_write(svg, lambda tmp: Path(tmp).write_text(init_svg(results)))
     headers, rows = init_rows(results)
-    return [
+    out = [
         ("Summary", summary(results), None),
         (
             "At initialisation",
@@ -201,6 +203,12 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
         ),
         table_figure(headers, rows),
     ]
+    deep = results.get("deep")
+    for part, what in (("mlp", "MLP parameters"), ("attn", "attention parameters"), ("resid", "dLoss/d(resid_pre)")):
+        if deep and deep["grad_table"]:
+            title = f"The deep part: per layer, the gradient norm of the {what} (median over runs, before clipping)"
+            out.append(table_figure(*grad_table_rows(deep, part), title))
+    return out
 
 
 def init_svg(results: dict[str, Any], width: int = 680, height: int = 300) -> str:

@@ -31,6 +31,16 @@ amount predicted before training. Each may fail; the command says which held.
                  every seed
     confirm      the knob arms at 3x their length, 3 seeds; with schedule, attn_only's constant-lr depth 6 (and,
                  with attn, 8) at 3x the schedule arms' length, 3 seeds: does the escape, or the floor, last?
+    deep         (--parts deep) the paper-124m depth in miniature: 12 layers at phase-cell width (d_model 64,
+                 4 heads, n_ctx 64), every seed, 600 steps (the preset's own length), lr 1e-3: attn_only with
+                 paper-124m's warm-up fraction (0.1 of the arm: 60 steps) and cosine decay to lr/10, attn_only
+                 with a constant lr from step 0, full and ffn_only constant as anchors; each attn_only arm again
+                 at 3x (1800 steps, warm-up 180) with 3 seeds. The gradient probe logs every step to step 50,
+                 then every log_interval (10); the console prints the fraction on the floor at the end, the
+                 log-rank between the two schedules and per layer the MLP and attention gradient norms at steps
+                 0, 1, 2, 5, 10, 25, 50 (experiments.floor.deep). Cut to fit 2 cores, by a depth-12 step timed
+                 first: the length (600 steps, where the floor's other attn_only arms ran 1200 and 3600), not
+                 the seeds, the width or the depth; 64 runs + 6 at 3x, about 2.5 h of 2 cores to themselves
 
 Escape: the first evaluation from which the validation loss stays below unigram - margin (the rule of
 experiments.escape_time.survival). Default: preset phase-cell, 16 seeds (1337-1352); --preset smoke runs a
@@ -58,6 +68,11 @@ results.json schema ("floor/1"):
     early_horizon, early_by_horizon   the same with "escaped by step early_horizon" (the shallowest control's
                 length) as the outcome
     init        signal_table(...): seeds, depths, widths, n_ctxs, cells, rates
+    deep        only with the deep part: depth, warmup_fraction, warmup_steps, steps, warmup_arm,
+                constant_arm, confirm_arms, logrank_p (warm-up against constant), step0_gap (the largest step-0
+                gradient difference between the two schedules' runs of one seed), grad_table [{arm, step, lr,
+                n, attn, mlp, resid (per layer, median over runs), total}]; each deep run has grads {step ->
+                {attn, mlp, resid, total}} (probes.GradientProbe, before clipping)
     software, train_wall_time_s, wall_time_s, created
 """
 
@@ -67,7 +82,16 @@ from typing import Any
 
 from experiments.escape_time.escape_predictor import evaluate_by_seed
 from experiments.escape_time.mechanism import aligned, order
-from experiments.floor.arms import Arms, add_arguments, arm_groups, arm_jobs, check, uniformity_interval
+from experiments.floor.arms import (
+    Arms,
+    add_arguments,
+    arm_groups,
+    arm_jobs,
+    check,
+    deep_warmup_fraction,
+    uniformity_interval,
+)
+from experiments.floor.deep import early_grads, grad_steps, grad_table, step0_gap
 from experiments.floor.per_run import MEASURES, arm_cell, floor_margins, summarise_floor_run
 from experiments.floor.predictions import (
     edited,
@@ -109,7 +133,7 @@ def plan(ctx: Context) -> list[Group]:
     arms = Arms(ctx)
     controls = arm_groups(ctx, arms, [a for a in arms.arms if a.part == "control"])
     knob = arm_groups(ctx, arms, [a for a in arms.arms if a.part == "knob"])
-    rest = arm_groups(ctx, arms, [a for a in arms.arms if a.part in ("confirm", "schedule", "attn")])
+    rest = arm_groups(ctx, arms, [a for a in arms.arms if a.part in ("confirm", "schedule", "attn", "deep")])
     groups = list(controls)
     if not _finished(ctx, controls):
         return groups or rest
@@ -129,6 +153,9 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     arms = Arms(ctx)
     names = arms.by_name()
     runs = [summarise_floor_run(r, ctx, names) for r in records]
+    for record, r in zip(records, runs, strict=True):  # the deep part's first steps' gradients, per layer
+        if r["part"] == "deep":
+            r["grads"] = early_grads(record.get("probes", {}), grad_steps(arms.dense))
     keys = [f"{m:g}" for m in floor_margins(ctx.args.margin)]
     key = f"{ctx.args.margin:g}"
     by_arm: dict[str, list[dict[str, Any]]] = {}
@@ -167,12 +194,12 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     transfer = {}
     for name, rs in by_arm.items():
         arm = names[name]
-        if arm.part in ("control", "knob", "confirm") or arm.schedule != "constant":
+        if arm.part in ("control", "knob", "confirm", "deep") or arm.schedule != "constant":
             continue
         p = predict(relation, [r["u"] for r in rs], rs[0]["last_step"], ctx.spec.train.eval_interval)
         o = observe([{"escape": r["escape"][key]} for r in rs], rs[0]["last_step"])
         transfer[name] = {"prediction": p, "observed": o, "held": held(p, o)}
-    ffn = [r for r in runs if r["residual"] == "ffn_only" and r["schedule"] == "constant"]
+    ffn = [r for r in runs if r["residual"] == "ffn_only" and r["schedule"] == "constant" and r["part"] != "deep"]
     alignment = aligned(
         [{"escape": r["escape"][key], "series": r["series"]} for r in ffn], 0, uniformity_interval(ctx), MEASURES
     )
@@ -215,6 +242,38 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
         "early_by_horizon": early["by_horizon"],
         "init_check_max_diff": max(init_diffs) if init_diffs else None,
         "init": table,
+        # only with the deep part: the results of every other command stay as shipped (tests/test_shipped.py)
+        **({"deep": deep} if (deep := _deep(ctx, arms, runs, by_arm, key)) else {}),
+    }
+
+
+def _deep(ctx: Context, arms: Arms, runs: list, by_arm: dict[str, list], key: str) -> dict[str, Any] | None:
+    """The deep part's own reading (experiments.floor.deep); None where it did not run."""
+    from training.optimizer import lr_at
+
+    rs = [r for r in runs if r["part"] == "deep"]
+    if not rs:
+        return None
+    chosen = [a for a in arms.arms if a.part == "deep"]
+    main = [a for a in chosen if a.length == arms.deep_length and a.residual == "attn_only"]
+    warm = arms.name(next(a for a in main if a.schedule == "cosine"))
+    constant = arms.name(next(a for a in main if a.schedule == "constant"))
+    steps = grad_steps(arms.dense)
+    lrs = {}
+    for a in chosen:
+        train = ctx.spec.with_overrides(arms.variant(a).overrides).train
+        lrs[arms.name(a)] = {str(s): lr_at(s, train) for s in steps}
+    return {
+        "depth": arms.deep_depth,
+        "warmup_fraction": deep_warmup_fraction(),
+        "warmup_steps": arms.warmup_steps(next(a for a in main if a.schedule == "cosine")),
+        "steps": steps,
+        "warmup_arm": warm,
+        "constant_arm": constant,
+        "confirm_arms": [arms.name(a) for a in chosen if a.length != arms.deep_length],
+        "logrank_p": _logrank(by_arm.get(warm, []), by_arm.get(constant, []), key),
+        "step0_gap": step0_gap(rs, warm, constant),
+        "grad_table": grad_table(rs, lrs, steps),
     }
 
 

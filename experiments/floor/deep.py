@@ -1,0 +1,140 @@
+"""The deep part read: paper-124m's depth in miniature, and per layer the gradients of the first steps.
+
+The question (issue 59): attn_only at 12 layers, warm-up against a constant lr from step 0, with full and ffn_only
+as anchors - how many runs sit on the floor at the end, and do the gradient norms of the first steps tell the two
+schedules apart (the floor page's candidate: deep unskipped FFNs at a full lr from step 0)? The floor fractions are
+the arms' cells (experiments.floor.per_run.arm_cell: Kaplan-Meier, as every arm); this module adds the per-layer
+gradient-norm table (probes.GradientProbe's records, before clipping, on each run's own training batch), the
+log-rank test between the two attn_only arms and the 3x lines.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+GRAD_STEPS = (0, 1, 2, 5, 10, 25, 50)  # the table's steps (those within the probe's every-step span)
+GRAD_PARTS = ("attn", "mlp", "resid")  # per layer: attention and MLP parameters, dLoss/d(resid_pre)
+
+
+def grad_steps(dense: int) -> list[int]:
+    return [s for s in GRAD_STEPS if s <= dense]
+
+
+def early_grads(probes: dict[str, list[dict[str, Any]]], steps: list[int]) -> dict[str, dict[str, Any]]:
+    """step (as text) -> the gradient probe's per-layer norms and total at that step, for the steps logged."""
+    wanted = set(steps)
+    return {
+        str(r["step"]): {k: r[k] for k in (*GRAD_PARTS, "total")}
+        for r in probes.get("gradients", [])
+        if r["step"] in wanted
+    }
+
+
+def grad_table(runs: list[dict[str, Any]], lrs: dict[str, dict[str, float]], steps: list[int]) -> list[dict]:
+    """Per deep arm and step: the lr, and per layer the median over its runs of each GRAD_PARTS norm."""
+    rows = []
+    for name in dict.fromkeys(r["variant"] for r in runs):
+        rs = [r for r in runs if r["variant"] == name]
+        for s in steps:
+            have = [r["grads"][str(s)] for r in rs if str(s) in r["grads"]]
+            if len(have) < len(rs):  # a run without this step's record: the median would be of other runs
+                continue
+            row: dict[str, Any] = {"arm": name, "step": s, "lr": lrs[name][str(s)], "n": len(have)}
+            for part in (*GRAD_PARTS, "total"):
+                values = np.array([h[part] for h in have], dtype=float)
+                row[part] = np.median(values, axis=0).tolist()
+            rows.append(row)
+    return rows
+
+
+def step0_gap(runs: list[dict[str, Any]], warm: str, constant: str) -> float | None:
+    """The largest |difference| at step 0 between the two schedules' runs of one seed (same weights, same first
+    batch: 0 unless something other than the lr differs), over layers and parts; None without a pair."""
+    by = {(r["variant"], r["seed"]): r["grads"].get("0") for r in runs}
+    gaps = []
+    for (name, seed), g in by.items():
+        other = by.get((constant, seed))
+        if name != warm or g is None or other is None:
+            continue
+        for part in GRAD_PARTS:
+            gaps += [abs(a - b) for a, b in zip(g[part], other[part], strict=True)]
+    return max(gaps) if gaps else None
+
+
+def deep_summary(results: dict[str, Any]) -> list[str]:
+    """The deep part's console lines: the two schedules compared, the 3x arms, the gradient tables."""
+    deep = results.get("deep")
+    if not deep:
+        return []
+    lines = []
+    cells = {c["name"]: c for c in results["cells"]}
+    warm, const = cells.get(deep["warmup_arm"]), cells.get(deep["constant_arm"])
+    if warm and const:
+        p = deep["logrank_p"]
+        lines.append(
+            f"deep ({deep['depth']} layers): on the floor at step {const['last_step']}, attn_only with a constant lr "
+            f"{floor_text(const)}, with warm-up ({deep['warmup_steps']} steps) {floor_text(warm)}"
+            + ("" if p is None else f"; log-rank p = {p:.2g}")
+        )
+    for name in deep["confirm_arms"]:
+        c = cells.get(name)
+        if c:
+            med = c["median"]["median"]
+            lines.append(
+                f"{name} (at 3x, {c['n']} seeds): {c['n_escaped']} of {c['n']} escaped by step {c['last_step']}"
+                + ("" if med is None else f", median {med:.0f}")
+            )
+    gap = deep["step0_gap"]
+    if gap is not None:
+        lines.append(f"deep: step-0 gradient norms, warm-up against constant, same seed: largest gap {gap:.2g}")
+    for part, what in (("mlp", "MLP parameters"), ("attn", "attention parameters")):
+        lines.append(f"per layer, gradient norm of the {what} before clipping (median over runs; lr at that step):")
+        lines += grad_lines(deep["grad_table"], part, deep)
+    return lines
+
+
+def floor_text(cell: dict[str, Any]) -> str:
+    s = cell["survival_at_last"]
+    return f"{s[0]:.2f} [{s[1]:.2f}, {s[2]:.2f}] ({cell['n'] - cell['n_escaped']} of {cell['n']})"
+
+
+def shown(row: dict[str, Any], deep: dict[str, Any]) -> bool:
+    """The console's rows: the two attn_only schedules at every step, the anchors at step 0 (not the 3x arms:
+    the report's tables hold every arm and step)."""
+    if row["arm"] in deep["confirm_arms"]:
+        return False
+    return row["arm"] in (deep["warmup_arm"], deep["constant_arm"]) or row["step"] == 0
+
+
+def grad_lines(table: list[dict[str, Any]], part: str, deep: dict[str, Any]) -> list[str]:
+    rows = [r for r in table if shown(r, deep)]
+    if not rows:
+        return ["    (no gradient records at these steps)"]
+    width = max(len(r["arm"]) for r in rows)
+    layers = len(rows[0][part])
+    head = f"    {'arm':<{width}}  step  lr       " + " ".join(f"{'L' + str(k):>7}" for k in range(layers))
+    out = [head]
+    for r in rows:
+        values = " ".join(f"{v:>7.3g}" for v in r[part])
+        out.append(f"    {r['arm']:<{width}}  {r['step']:>4}  {r['lr']:<7.2g}  {values}")
+    return out
+
+
+def grad_table_rows(deep: dict[str, Any], part: str) -> tuple[list[str], list[list[str]]]:
+    """One gradient table (every arm and step) for report.html."""
+    table = deep["grad_table"]
+    layers = len(table[0][part]) if table else 0
+    labels = [f"L{k}" for k in range(layers)]
+    if part == "resid" and labels:  # resid_pre of each block, then the last block's resid_post
+        labels[-1] = "final"
+    headers = ["arm", "step", "lr", "runs", *labels]
+    rows = [[r["arm"], str(r["step"]), f"{r['lr']:.2g}", str(r["n"]), *[f"{v:.3g}" for v in r[part]]] for r in table]
+    return headers, rows
+
+
+if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
+    from experiments.shared.options import not_a_command
+
+    raise SystemExit(not_a_command(__spec__.name))
