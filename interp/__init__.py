@@ -11,7 +11,8 @@ from interp import registry as _registry
 from interp.signals import guard_startup
 
 guard_startup()  # a Ctrl-C while modules import: one line, not a traceback
-_registry.load_builtins_with(lambda: importlib.import_module("interp.mixers"))  # the built-in mixers, on first lookup
+# The registry imports the built-in mixers on their first lookup, through this loader (it imports nothing above it).
+_registry.load_builtins_with(lambda: importlib.import_module("interp.mixers"))
 
 _LAZY = {
     "Checkpoint": "interp.checkpoint",
@@ -37,7 +38,7 @@ _LAZY = {
 def __getattr__(name):
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
-    if importlib.util.find_spec(f"interp.{name}") is not None:  # interp.interventions without importing it first
+    if importlib.util.find_spec(f"interp.{name}") is not None:  # a submodule (interp.tl) without importing it first
         return importlib.import_module(f"interp.{name}")
     raise AttributeError(f"module 'interp' has no attribute {name!r}")
 
