@@ -52,7 +52,7 @@ def deterministic_mode(fill_uninitialized_memory: bool = True):
 class _NoHook:
     """Stands in for a HookPoint: a plain call, no nn.Module machinery, never hooked."""
 
-    fwd_hooks = bwd_hooks = _forward_hooks = ()  # what interp.sublayers.is_hooked reads
+    fwd_hooks = bwd_hooks = _forward_hooks = ()  # what interp.mixers._hooked reads
 
     def __call__(self, x):
         return x
