@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import experiments.floor.law as law_module
-from experiments.floor.law import HELD_FACTOR, fit_law, held_law, law_runs, predict_arm
+from experiments.floor.law import HELD_FACTOR, fit_wait_law, held_law, law_runs, predict_arm
 from experiments.floor.law_predictions import extend_seeds, seed_candidates, shipped_summaries
 from interp.errors import ToolkitError
 
@@ -52,7 +52,7 @@ def few_refits():
 
 @pytest.fixture(scope="module")
 def law(few_refits):
-    return fit_law(_runs(CELLS), 25)
+    return fit_wait_law(_runs(CELLS), 25)
 
 
 def test_the_law_recovers_its_parameters_through_grid_and_right_censoring(law):
@@ -71,8 +71,8 @@ def test_a_grid_escape_is_read_as_the_interval_it_stands_for(few_refits):
     depth term too flat; read as (t - 25, t], the law finds the depth term it was drawn with."""
     runs = _runs([(1, 0.3, 100, 600), (2, 0.3, 100, 1200), (3, 0.3, 60, 3600)], params=(1.5, 1.0, 1.6, -1.2, 0.0))
     assert {r["escape"] for r in runs if r["depth"] == 1} <= {25, 50, 75}
-    grid = fit_law(runs, 25)
-    exact = fit_law([{**r, "every": 0.001} for r in runs], 25)  # each escape read at its evaluation step
+    grid = fit_wait_law(runs, 25)
+    exact = fit_wait_law([{**r, "every": 0.001} for r in runs], 25)  # each escape read at its evaluation step
     assert grid["c"]["lower"] < 1.6 < grid["c"]["upper"]
     assert exact["c"]["upper"] < 1.6
 
@@ -105,7 +105,7 @@ def test_a_median_whose_interval_spans_more_than_three_times_is_not_a_prediction
 
 def test_the_law_refuses_runs_that_cannot_fix_it(few_refits):
     one_depth = _runs([(2, 1.0, 20, 1200), (2, 0.3, 20, 1200)])
-    law = fit_law(one_depth, 25)
+    law = fit_wait_law(one_depth, 25)
     assert not law["fitted"] and "1 depth" in law["why"]
 
 
@@ -163,7 +163,7 @@ def test_the_shipped_floor_runs_give_the_law_its_depth_term(few_refits):
     from pathlib import Path
 
     shipped = shipped_summaries(Path("docs/results/data/floor-default"))
-    law = fit_law(law_runs(shipped["runs"], "0.05"), 25)
+    law = fit_wait_law(law_runs(shipped["runs"], "0.05"), 25)
     assert law["fitted"] and law["n_runs"] == 80  # 5 cells of 16; the 3x confirmations count once
     assert law["c"]["lower"] > 1.0 and law["b"]["lower"] > 1.0
     assert law["g1"]["lower"] > 0

@@ -133,7 +133,7 @@ def _fit_once(u, depth, lo, hi, escaped) -> np.ndarray | None:
     return out
 
 
-def fit_law(runs: list[dict[str, Any]], every: int) -> dict[str, Any]:
+def fit_wait_law(runs: list[dict[str, Any]], every: int) -> dict[str, Any]:
     """{fitted, form, a, b, c, g0, g1 (each {value, lower, upper}), sigma_by_depth, n_runs, n_escaped, cells
     (per cell: depth, width, scale, n, n_escaped, u_mean), params, n_refits, draws} or {fitted: False, why}."""
     u, depth, lo, hi, escaped = _columns(runs, every)
@@ -185,7 +185,7 @@ def _interval(value: float, samples: np.ndarray) -> dict[str, float]:
     return {"value": float(value), "lower": float(lo), "upper": float(hi)}
 
 
-def law_median(params, u: float, depth: float) -> float:
+def wait_law_median(params, u: float, depth: float) -> float:
     """One run's median wait under the law: exp(a + b u + c L)."""
     p = np.asarray(params, dtype=float)
     return float(math.exp(p[0] + p[1] * u + p[2] * depth))
@@ -223,7 +223,7 @@ def predict_arm(law: dict[str, Any], us: list[float], depth: int, last: int, eve
         "n": len(us),
         "u_mean": float(np.mean(u)),
         "depth": depth,
-        "law_median": float(np.median([law_median(law["params"], x, depth) for x in u])),
+        "wait_law_median": float(np.median([wait_law_median(law["params"], x, depth) for x in u])),
         "median": _finite(point),
         "interval": [_finite(lo), _finite(hi)],
         "factor": _finite(factor),

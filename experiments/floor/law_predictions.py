@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from experiments.floor.law import fit_law, law_runs, predict_arm
+from experiments.floor.law import fit_wait_law, law_runs, predict_arm
 from experiments.floor.predictions import entry_digest, load_predictions
 from experiments.shared.frame import Context, Group, Job
 from interp.errors import ToolkitError
@@ -89,7 +89,7 @@ def fit_on(ctx: Context, here: list[dict[str, Any]]) -> tuple[dict[str, Any], di
     folder = law_from(ctx)
     shipped = shipped_summaries(folder) if folder is not None else {"runs": [], "from": None, "sha256": None}
     runs = law_runs(shipped["runs"] + [r for r in here if r["part"] in FIT_PARTS], key)
-    law = fit_law(runs, ctx.spec.train.eval_interval)
+    law = fit_wait_law(runs, ctx.spec.train.eval_interval)
     source = {"shipped": shipped["from"], "shipped_sha256": shipped["sha256"], "n_shipped": len(shipped["runs"])}
     return law, {**source, "runs": runs}
 
