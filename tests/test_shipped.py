@@ -3,7 +3,9 @@
 Every folder under docs/results/data/ that holds a MANIFEST.json is re-analysed from its shipped logs alone,
 with the command its MANIFEST records (--out elsewhere, --analyse-only the folder), and the recomputed results
 must equal the shipped results file on every analysis key: all but software, wall_time_s, created, command and
-what --analyse-only says it could not recompute (which must be left empty, never filled in). A folder the lead
+what --analyse-only says it could not recompute (which must be left empty, never filled in). Equal exactly, but
+for the floating-point computations another CPU rounds differently, each within the tolerance tests/shipped_compare.py
+measures and justifies; and every digit the console and report print of them equal as printed. A folder the lead
 ships is tested here without a line of test added. The folders are kept small: under 40 MiB in all (10.3 MiB now:
 escape_time-smoke, routing_test-smoke, floor-smoke, floor-default, each written by `python -m experiments.shared.ship`).
 
@@ -15,6 +17,8 @@ an analysis that reads the weights without declaring it are refused.
 
 from __future__ import annotations
 
+import copy
+import functools
 import importlib
 import json
 import math
@@ -25,6 +29,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, data_root, has_shared_data
 from offline import external_references
+from shipped_compare import TOLERANCES, differences, printed
 
 from experiments.shared.frame import Context, Experiment, Group, Variant, run_summary
 from experiments.shared.launch import _without
@@ -41,30 +46,6 @@ def test_shipped_folders_stay_small():
     total = sum(p.stat().st_size for p in DATA.rglob("*") if p.is_file())
     assert SHIPPED, "no shipped folder under docs/results/data"
     assert total < LIMIT, f"docs/results/data holds {total / 2**20:.1f} MiB, past {LIMIT // 2**20} MiB"
-
-
-def differences(shipped, recomputed, path="") -> list[str]:
-    """Where two results differ: structure and text exactly, numbers to 9 significant digits (the pages print 2-4;
-    scipy's optimisers may move the last bits on another machine)."""
-    if isinstance(shipped, dict) and isinstance(recomputed, dict):
-        keys = sorted(set(shipped) | set(recomputed))
-        return [
-            d
-            for k in keys
-            for d in differences(shipped.get(k, "<absent>"), recomputed.get(k, "<absent>"), f"{path}/{k}")
-        ]
-    if isinstance(shipped, list) and isinstance(recomputed, list):
-        if len(shipped) != len(recomputed):
-            return [f"{path}: {len(shipped)} items shipped, {len(recomputed)} recomputed"]
-        return [
-            d
-            for i, (a, b) in enumerate(zip(shipped, recomputed, strict=True))
-            for d in differences(a, b, f"{path}[{i}]")
-        ]
-    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (shipped, recomputed))
-    if numbers and math.isclose(shipped, recomputed, rel_tol=1e-9, abs_tol=1e-12):
-        return []
-    return [] if shipped == recomputed else [f"{path}: shipped {shipped!r:.80}, recomputed {recomputed!r:.80}"]
 
 
 # Experiments whose analysis reads the logged losses and probes only: seconds at any preset.
@@ -104,11 +85,66 @@ def test_shipped_folder_reanalyses_to_its_published_numbers(folder, data, tmp_pa
         assert why.startswith("not recomputable without checkpoints") and recomputed[key] is None
     skip = NOT_ANALYSIS | set(left)
     diff = differences(
-        {k: v for k, v in shipped.items() if k not in skip}, {k: v for k, v in recomputed.items() if k not in skip}
+        {k: v for k, v in shipped.items() if k not in skip},
+        {k: v for k, v in recomputed.items() if k not in skip},
+        TOLERANCES.get(name, {}),
     )
     assert not diff, f"{len(diff)} differ, first: {diff[:3]}"
+    # and every digit printed of them (the console's table and summary): a number within its tolerance that
+    # rounds the other way at a printed digit is a published number that changed
+    as_shipped = {**shipped, **{k: recomputed[k] for k in left}}  # what is not recomputed is printed as such
+    lines = printed(experiment, recomputed)
+    assert printed(experiment, as_shipped) == lines, [
+        (a, b) for a, b in zip(printed(experiment, as_shipped), lines, strict=False) if a != b
+    ][:3]
     # every run_dir names the copy of its logs beside the recomputed results
     assert all((run_path(written.parent, r["run_dir"]) / "final.json").is_file() for r in recomputed["runs"])
+
+
+def test_a_reanalysis_differs_only_where_another_cpu_rounds_and_only_that_much():
+    """tests/shipped_compare.py: a count, a step, a word or a logged number moved by one ulp is a difference; a
+    fitted parameter within 1e-6, an initialisation interval's end within 1e-4 of its cell's scale, are another
+    CPU's rounding; past that they differ."""
+    shipped = json.loads((DATA / "floor-smoke" / "results-floor.json").read_text())
+    tolerances = TOLERANCES["floor"]
+
+    def moved(path: str, change) -> list[str]:
+        changed = copy.deepcopy(shipped)
+        *keys, last = path.strip("/").split("/")
+        parent = functools.reduce(lambda d, k: d[int(k)] if isinstance(d, list) else d[k], keys, changed)
+        last = int(last) if isinstance(parent, list) else last
+        parent[last] = change(parent[last])
+        return differences(shipped, changed, tolerances)
+
+    assert differences(shipped, copy.deepcopy(shipped), tolerances) == []
+    assert moved("/runs/0/final_val_loss", lambda v: math.nextafter(v, math.inf))  # read from the logs
+    assert moved("/runs/0/u", lambda v: math.nextafter(v, math.inf))
+    assert moved("/runs/0/last_step", lambda v: v + 1) and moved("/runs/0/last_step", float)  # a step, not 240.0
+    assert moved("/cells/0/n_escaped", lambda v: v + 1) and moved("/relation/n_refits", lambda v: v - 1)
+    assert moved("/knob/ffn_only L1 240 steps qk8/held/held", lambda v: not v)  # a verdict
+    assert not moved("/relation/b/value", lambda v: v * (1 + 5e-7))  # a fit: L-BFGS-B's stopping point
+    assert moved("/relation/b/value", lambda v: v * (1 + 5e-6))
+    assert not moved("/init/cells/4/cosine/lower", lambda v: v + 5e-5 * 0.26)  # of the cell's scale (its upper)
+    assert moved("/init/cells/4/cosine/lower", lambda v: v + 5e-4 * 0.26)
+    assert moved("/init/cells/4/depth", lambda v: v + 1)
+
+
+def test_a_printed_digit_that_rounds_the_other_way_is_a_difference():
+    """A fitted number within its tolerance can still print another digit: the console's and report's text of
+    the recomputed results must be the shipped results' text (tests/shipped_compare.printed)."""
+    from experiments.floor.run import EXPERIMENT
+
+    shipped = json.loads((DATA / "floor-smoke" / "results-floor.json").read_text())
+    edge = copy.deepcopy(shipped)
+    edge["relation"]["b"]["value"] = 1.825  # printed 1.82 (shipped: 1.8202...) or 1.83, a hair apart
+    below, above = copy.deepcopy(edge), copy.deepcopy(edge)
+    below["relation"]["b"]["value"] = 1.825 * (1 - 1e-7)
+    above["relation"]["b"]["value"] = 1.825 * (1 + 1e-7)
+    assert differences(below, above, TOLERANCES["floor"]) == []
+    assert printed(EXPERIMENT, below) != printed(EXPERIMENT, above)
+    assert printed(EXPERIMENT, shipped) == printed(EXPERIMENT, copy.deepcopy(shipped))
+    assert any(line.startswith("relation (controls") for line in printed(EXPERIMENT, shipped))
+    assert any("residual [95%]" in line for line in printed(EXPERIMENT, shipped))  # the report's init table
 
 
 @pytest.mark.parametrize("folder", SHIPPED, ids=lambda p: p.name)
