@@ -6,7 +6,7 @@
 
 Per case, K member runs of the preset (ffn_only and attn_only alternating, seeds 1..K) are set up as the
 trainer sets them up, then timed in alternating rounds in one process: K solo Trainer steps (forward,
-backward, clip, AdamW, each member in turn) and one ensemble step that advances all K (training.ensemble).
+backward, clip, AdamW, each member in turn) and one ensemble step that advances all K (training.steps).
 Each round's median per step is paired, so both share the machine's noise; the speed-up is the median
 of the paired ratios, with the ratio of the fastest rounds beside it. Achieved GFLOP/s counts the
 trainer's estimate (6N + attention per token) over the member-steps done, against a large-matmul peak
@@ -71,32 +71,33 @@ def members(preset: str, k: int, out: Path, overrides: dict[str, Any] | None = N
 def time_steps(preset: str, k: int, rounds: int, steps: int) -> dict[str, Any]:
     import torch
 
-    from training.ensemble import _Loop
     from training.flops import flops_per_token
+    from training.steps import SoloStep, StackedStep
 
     with tempfile.TemporaryDirectory() as tmp:
         solo = members(preset, k, Path(tmp) / "solo")
         ens = members(preset, k, Path(tmp) / "ens")
         for t in solo + ens:
-            t._setup()
-            t._resume_or_start()
-            t._rng = torch.get_rng_state()
-        loop = _Loop(ens, progress=False)
+            t.setup()
+            t.resume_or_start()
+            t.rng = torch.get_rng_state()
+        solo_steps = [SoloStep(t) for t in solo]
+        stacked = StackedStep(ens)
         solo_ms, ens_ms = [], []
         step = 0
         for r in range(rounds + 1):  # round 0 warms up
             a = []
             for _ in range(steps):
                 t0 = time.perf_counter()
-                for t in solo:
-                    t.train_step(step)
+                for one in solo_steps:
+                    one.train(step)
                 a.append(time.perf_counter() - t0)
                 step += 1
             b = []
             for _ in range(steps):
                 t0 = time.perf_counter()
-                loop.step = step
-                loop.train_step(step)
+                stacked.at(step)
+                stacked.train(step)
                 b.append(time.perf_counter() - t0)
             if r:
                 solo_ms.append(1e3 * statistics.median(a))

@@ -26,7 +26,7 @@ _kill_counts: dict[str, int] = {}
 def kill_point(phase: str) -> None:
     """Test hook: with RESIDUAL_KILL_AT="phase:n" this process SIGKILLs itself the n-th time it reaches phase.
 
-    Phases: "step" (after an optimizer step, training.trainer) and the name of a file that
+    Phases: "step" (after an optimizer step, training.loop) and the name of a file that
     atomic_write is about to rename into place ("ckpt.pt", "metrics.jsonl", "final.json", ...),
     i.e. its temporary file is complete but not yet renamed. tests/test_crash.py kills there.
     """

@@ -33,7 +33,7 @@ def parameter_grad_norms(model: nn.Module) -> dict:
 
 def grouped_norms(n_layers: int, squares: dict[str, float]) -> dict:
     """{attn, mlp (per layer), embed, total} from each parameter's squared gradient norm, by parameter name
-    (what parameter_grad_norms reads off a model, and training.ensemble off one member's stacked gradients)."""
+    (what parameter_grad_norms reads off a model, and training.steps off one member's stacked gradients)."""
     groups = {"embed": 0.0, "total": 0.0}
     groups.update({f"blocks.{l}.{part}": 0.0 for l in range(n_layers) for part in ("attn", "mlp")})
     for name, sq in squares.items():

@@ -306,6 +306,20 @@ def test_residual_directions_of_a_list_are_w_u_columns():
     assert torch.equal(got, model.tokens_to_residual_directions([3, 64]))
 
 
+def test_residual_directions_as_on_the_3x_export_for_one_listed_id_and_the_special_token():
+    """One guard for both majors (interp.tl.guards): a list of one id is one row, as on ResidualGPT and the 3.x
+    export (TL 4 gave the bare column), and the tokenizer's <|endoftext|>, which has no logit, a TokenIdError
+    (TL 4 indexed W_U past its end)."""
+    model = make_model()
+    b = bridge(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = b.tokens_to_residual_directions([3])
+        with pytest.raises(TokenIdError, match="outside the vocabulary"):
+            b.tokens_to_residual_directions("<|endoftext|>")
+    assert torch.equal(got, model.tokens_to_residual_directions([3]))
+
+
 # --------------------------------------------------------------------------- 7. removed residual paths
 
 

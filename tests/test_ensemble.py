@@ -14,11 +14,12 @@ import torch
 from interp.errors import ConfigError
 from probes import default_callbacks
 from training.data import load_corpus
-from training.ensemble import FAILED, EnsembleTrainer
+from training.ensemble import EnsembleTrainer
 from training.grouping import check_ensemble_fits, group
+from training.loop import FAILED, TrainingError
 from training.presets import resolve
 from training.rundir import RunDir
-from training.trainer import Trainer, TrainingError
+from training.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[1]
 MEMBERS = [

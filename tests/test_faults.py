@@ -137,7 +137,7 @@ def edit_last_eval(out: Path, which: int = -1) -> str:
 
 
 def sigterm_at_step(monkeypatch, step: int = 3) -> None:
-    import training.trainer as trainer_module
+    import training.loop as loop_module
 
     seen = {"n": 0}
 
@@ -147,7 +147,7 @@ def sigterm_at_step(monkeypatch, step: int = 3) -> None:
             if seen["n"] == step:
                 os.kill(os.getpid(), signal.SIGTERM)
 
-    monkeypatch.setattr(trainer_module, "kill_point", kill_point)
+    monkeypatch.setattr(loop_module, "kill_point", kill_point)
 
 
 def sigterm_in_reader(monkeypatch) -> None:

@@ -15,10 +15,11 @@ from conftest import REPO, InterruptAt, free_port, run_module
 from interp import load_checkpoint
 from interp.errors import ConfigError
 from probes import default_callbacks
+from training.loop import TrainingError, TrainingInterrupted
 from training.optimizer import lr_at
 from training.presets import TrainConfig, parse_value, resolve
 from training.rundir import RunDirError
-from training.trainer import Trainer, TrainingError, TrainingInterrupted
+from training.trainer import Trainer
 
 
 def smoke(**overrides):

@@ -6,7 +6,7 @@ backward timed alone was 10-20x under at the smoke shape: the real step also sam
 batch, takes per-member gradient norms and clips, and the probes at evaluations (an experiment's own
 callbacks: the escape-time probe fits a decoder) can cost more than the steps. So each group the runs
 will train in (training.grouping.group: ensembles or solo) is built again as throwaway trainers in a
-temporary directory (weights, optimizer, sampler: Trainer._setup), and timed there with the real
+temporary directory (weights, optimizer, sampler: Trainer.setup), and timed there with the real
 pieces: the step (the median of a few, a gradient-probe step apart), one evaluation, every
 evaluation callback firing once, one checkpoint of every member, and the setup itself. The estimate
 multiplies them by the steps, evaluations, firings and checkpoints each run will do. A callback fires
@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from training.steps import SoloStep, StackedStep
 from training.trainer import Trainer
 
 TIMED_STEPS = 3
@@ -83,11 +84,11 @@ def _throwaway(members: Sequence[Trainer]) -> Iterator[list[Trainer]]:
                     model_init=t.model_init,
                 )
                 c.run_dir.path.mkdir(parents=True)
-                c._setup()
+                c.setup()
                 copies.append(c)
             yield copies
         finally:
-            torch.use_deterministic_algorithms(deterministic)  # _setup turns it on for deterministic runs
+            torch.use_deterministic_algorithms(deterministic)  # setup turns it on for deterministic runs
 
 
 def _median_time(fn, steps: Sequence[int], warm_up: bool = True) -> float:
@@ -104,21 +105,16 @@ def _median_time(fn, steps: Sequence[int], warm_up: bool = True) -> float:
 def _group_seconds(members: Sequence[Trainer], stacked: bool) -> dict[str, float]:
     """One group's costs, timed on throwaway copies: per step (plain and gradient-probe), per evaluation, per
     callback firing (member 0's, by callback index), per checkpoint of the group, and the setup."""
-    from training.ensemble import _Loop
-
     cfg = members[0].train_cfg
     start = time.perf_counter()
     with _throwaway(members if stacked else members[:1]) as copies:
         setup = time.perf_counter() - start
         if stacked:
             for c in copies:
-                c._rng = torch.get_rng_state()  # what the ensemble's setup keeps per member, for its saves
-            loop = _Loop(copies, progress=False)
-            loop.step = 1
-            step, save = loop.train_step, loop._save_all
-        else:
-            solo = copies[0]
-            step, save = solo.train_step, solo.save
+                c.rng = torch.get_rng_state()  # what the ensemble's setup keeps per member, for its saves
+        steps = StackedStep(copies) if stacked else SoloStep(copies[0])
+        steps.at(1)
+        step, save = steps.train, steps.save
         plain = [s for s in range(1, cfg.max_steps) if s % cfg.log_interval][:TIMED_STEPS] or [1]
         out = {"setup": setup, "step": _median_time(step, plain)}
         out["log_step"] = _median_time(step, [0], warm_up=False)  # a logging step: the gradient probe is due

@@ -7,7 +7,7 @@ Members may differ in residual wiring (a per-member gate on each identity path),
 (depth, width, heads, n_ctx, vocabulary, bias, tying) and the mixer are shared.
 
 The stacked tensors carry ResidualGPT's own state-dict names, so member k's weights are
-`{name: p[k]}` and load into a ResidualGPT unchanged (training.ensemble copies them back). Summing the K losses
+`{name: p[k]}` and load into a ResidualGPT unchanged (training.steps copies them back). Summing the K losses
 gives each member exactly the gradient its solo run would get: no tensor mixes members.
 
 Dropout: member k's masks are the ones its solo run draws (interp.dropout: its own stream, seeded by its

@@ -1,16 +1,17 @@
-"""The lean training loop: deterministic, resumable, fixed validation, probes as callbacks.
+"""A run directory's trainer: one run set up, resumed and saved; train_runs checks, locks and trains runs.
 
 A run directory (training.rundir, docs/DESIGN.md contract 3) holds config.json,
 metrics.jsonl, probes.jsonl, ckpt.pt and, written last, final.json. A run with
 final.json is done and never retrained; one without it resumes from ckpt.pt.
-The Trainer holds the run directory's lock for the whole run (RunDir.hold) and
-lets RunDir decide whether the directory holds this run (RunDir.check).
+Whoever trains a run holds its directory's lock for the whole run (RunDir.hold)
+and lets RunDir decide whether the directory holds this run (RunDir.check).
 
-Callbacks are plain objects; the trainer calls whichever of these they define:
-    on_train_start(trainer)           on_step_begin(trainer, step)
-    on_backward(trainer, step)        grads ready, before clipping
-    on_step(trainer, step, loss)      after the optimizer step
-    on_eval(trainer, step, val_loss)  on_train_end(trainer)
+A Trainer is handed its corpus, loaded once by whoever builds it (python -m training, the
+experiments' launcher); without one it loads train_cfg's, a convenience for a notebook or a test.
+It builds the model, optimizer, sampler and validation batches (setup), resumes from or starts its
+run directory (resume_or_start), and saves it (save; the final record, closing_record). The steps
+themselves are training.loop's, one loop for a solo run and for an ensemble's members alike;
+callbacks are plain objects the loop calls (training.loop lists the events).
 """
 
 from __future__ import annotations
@@ -19,27 +20,28 @@ import contextlib
 import math
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from tqdm.auto import tqdm
 
 from interp.checkpoint import load_checkpoint, save_checkpoint
 from interp.config import ModelConfig
 from interp.dropout import DropoutStream
 from interp.errors import CheckpointError, ConfigError, ToolkitError, one_line
-from interp.io import append_jsonl, kill_point, read_jsonl, write_json, write_jsonl
-from interp.model import ResidualGPT, train_mode_hooks_expected
-from interp.signals import EXIT_INTERRUPT, exit_code, signal_name
+from interp.io import append_jsonl, read_jsonl, write_json, write_jsonl
+from interp.model import ResidualGPT
+from interp.signals import exit_code
 from training.batches import BatchSampler, fixed_batches, random_batches
 from training.budget import check_runnable
 from training.checkstate import check_logs_before, check_training_state, logs_before
-from training.compile import mark_step, maybe_compile
+from training.compile import maybe_compile
 from training.corpus import Corpus
 from training.data import load_corpus
 from training.flops import flops_per_token, peak_matmul_flops
+from training.loop import FAILED, MembersStopped, TrainingInterrupted, advance
 from training.numerics import (
     apply_settings,
     autocast_context,
@@ -48,17 +50,13 @@ from training.numerics import (
     resolve_dtype,
     what_ran,
 )
-from training.optimizer import lr_at, make_optimizer
+from training.optimizer import make_optimizer
 from training.presets import TrainConfig, concrete_dtype
 from training.run_config import config_record
 from training.rundir import RunDir
+from training.steps import SoloStep, StackedStep
 
-
-class TrainingError(ToolkitError):
-    """Training cannot go on (a non-finite loss). A run directory it may not use raises RunDirError."""
-
-
-# ----- the pieces every loop (and every evaluation) shares --------------------------------------------
+# ----- what every evaluation shares -----------------------------------------------------
 
 
 @torch.no_grad()
@@ -120,8 +118,10 @@ class Trainer:
         if train_cfg.batch_size % self.world_size:
             raise ConfigError(f"batch_size {train_cfg.batch_size} is not divisible by {self.world_size} ranks")
         self.config_record = config_record(model_cfg, train_cfg, self.corpus, model_init, self.meta)
+        self.dir_inode: int | None = None  # the run directory's, once held (check_dir)
+        self.rng: torch.Tensor | None = None  # the global RNG state after setup: an ensemble member saves with it
 
-    def _call(self, event: str, *args) -> None:
+    def call(self, event: str, *args) -> None:
         for cb in self.callbacks:
             fn = getattr(cb, event, None)
             if fn is not None:
@@ -130,34 +130,19 @@ class Trainer:
     def append(self, name: str, record: dict[str, Any]) -> None:
         """Append one JSON line to a run-directory log (main rank only)."""
         if self.is_main:
-            self._check_dir()
+            self.check_dir()
             append_jsonl(self.run_dir.path / name, record)
 
-    def _check_dir(self) -> None:
+    def check_dir(self) -> None:
         """Stop, not recreate, when the run directory was removed under this trainer (RunDir.check_still_there)."""
-        if hasattr(self, "_dir_inode"):
-            self.run_dir.check_still_there(self._dir_inode, getattr(self, "step", 0))
+        if self.dir_inode is not None:
+            self.run_dir.check_still_there(self.dir_inode, getattr(self, "step", 0))
 
-    # ----- run: check, lock, resume or start, train --------------------------------------------------
     def run(self) -> dict[str, Any]:
-        check_runnable(self.model_cfg, self.train_cfg, self.train_cfg.device)  # a size that cannot fit, at once
-        self.run_dir.check(self.config_record)  # a finished run of another config is refused too, not reused
-        if self.run_dir.finished:
-            return self.run_dir.verify_finished(self.config_record)  # checked against its own checkpoint
-        pick_device(self.train_cfg.device)  # an impossible device is refused before anything is written
-        with self.run_dir.hold() if self.is_main else contextlib.nullcontext():
-            # Checked again under the lock: another holder may have finished or replaced it since.
-            self.run_dir.check(self.config_record)
-            if self.run_dir.finished:
-                return self.run_dir.verify_finished(self.config_record)
-            self._dir_inode = self.run_dir.inode()
-            try:
-                with process_settings():  # leave a notebook's process as it was
-                    return self._train()
-            except KeyboardInterrupt as e:  # wherever it lands: files are whole (atomic writes), the run resumes
-                raise TrainingInterrupted(getattr(self, "step", 0), self.run_dir.ckpt, exit_code(e)) from None
+        """Train this run by its solo step (or reuse it, finished); returns the final record (train_runs)."""
+        return train_runs([self], progress=self.progress)[0]
 
-    def _setup(self) -> None:
+    def setup(self) -> None:
         """Device, determinism, DDP, model, optimizer, samplers: everything a step needs."""
         cfg = self.train_cfg
         device = pick_device(cfg.device)
@@ -187,11 +172,11 @@ class Trainer:
         self.best = {"val_loss": math.inf, "step": None}
         self.totals = {"train_time": 0.0, "train_tokens": 0, "wall_time": 0.0}  # across resumes
         self.sealed: dict[str, str] = {}  # run-dir file a callback wrote -> its content sha256, in every ckpt
-        self._wall_start = time.perf_counter()
+        self.wall_start = time.perf_counter()
 
     # ----- one state for checkpointing and resuming --------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        elapsed = self.totals["wall_time"] + time.perf_counter() - self._wall_start
+        elapsed = self.totals["wall_time"] + time.perf_counter() - self.wall_start
         state = dict(
             step=self.step,
             best=self.best,
@@ -231,13 +216,13 @@ class Trainer:
 
     def save(self) -> None:
         if self.is_main:
-            self._check_dir()
+            self.check_dir()
             self.ckpt_sha256 = save_checkpoint(self.run_dir.ckpt, self.model, **self.state_dict())
         self.saved_step = self.step
 
-    def _resume_or_start(self) -> None:
+    def resume_or_start(self) -> None:
         if self.is_main:  # an ensemble member that stopped on a non-finite number said why here; it trains again
-            (self.run_dir.path / "failed.json").unlink(missing_ok=True)
+            (self.run_dir.path / FAILED).unlink(missing_ok=True)
         if not self.run_dir.ckpt.exists():
             if self.is_main:
                 for path in (self.run_dir.metrics, self.run_dir.probes):
@@ -280,63 +265,6 @@ class Trainer:
         if config is not None and (config.get("train") or {}).get("eval_from", 0.0) != ours:
             write_json(self.run_dir.config, {**config, "train": {**config["train"], "eval_from": ours}})
 
-    # ----- the loop ----------------------------------------------------------------------------------
-    def train_step(self, step: int) -> tuple[float, float]:
-        """One optimizer step (with gradient accumulation); returns (loss, grad norm before clipping)."""
-        cfg = self.train_cfg
-        lr = lr_at(step, cfg)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        self.model.train()
-        self._call("on_step_begin", step)
-        loss_sum = torch.zeros((), device=self.device)
-        stream = self.model.dropout_stream
-        for micro in range(cfg.grad_accum):
-            if stream is not None:
-                stream.at(step * cfg.grad_accum + micro)
-            mark_step(cfg.compile_mode if cfg.compile else "default", self.device)
-            x, y = self.sampler.next_batch(self.rank, self.world_size)
-            x, y = x.to(self.device), y.to(self.device)
-            last = not self.ddp or micro == cfg.grad_accum - 1
-            # train_mode_hooks_expected: this forward trains on purpose, so the model skips its per-forward
-            # search for analysis hooks (the TrainModeWarning's), which costs ~0.25 ms a step at 12 layers
-            with (
-                contextlib.nullcontext() if last else self.train_model.no_sync(),
-                self.autocast,
-                train_mode_hooks_expected(),
-            ):
-                _, loss = self.train_model(x, y)
-            (loss / cfg.grad_accum).backward()
-            loss_sum += loss.detach()
-        loss = loss_sum / cfg.grad_accum
-        if self.ddp:
-            dist.all_reduce(loss, op=dist.ReduceOp.AVG)
-        loss_value = loss.item()
-        if not math.isfinite(loss_value):
-            raise self.not_finite("training loss", loss_value, step)
-        self._call("on_backward", step)
-        clip = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip).item()
-        if not math.isfinite(grad_norm):  # the step would make every weight NaN
-            raise self.not_finite("gradient norm", grad_norm, step)
-        try:
-            self.optimizer.step()
-        except RuntimeError as e:  # an lr so large that AdamW's step size overflows float32
-            raise TrainingError(
-                f"the optimizer step failed at step {step} (lr {lr:g}: {one_line(e)}); {self.kept()}. Lower lr"
-            ) from None
-        self.optimizer.zero_grad(set_to_none=True)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        return loss_value, grad_norm
-
-    def not_finite(self, what: str, value: float, step: int) -> TrainingError:
-        """The error for a non-finite number: nothing non-finite is ever written as a result."""
-        return TrainingError(
-            f"{what} became {value} at step {step}; nothing was recorded for that step and "
-            f"{self.kept()}. {self.remedy()}"
-        )
-
     def remedy(self) -> str:  # lr_schedule=constant has no warm-up to raise
         return "Lower lr" + ("" if self.train_cfg.lr_schedule == "constant" else " or raise warmup_steps")
 
@@ -360,89 +288,9 @@ class Trainer:
                 )
         return mean_loss(self.model, batches, self.device, self.autocast)
 
-    def _train(self) -> dict[str, Any]:
+    def closing_record(self, last_val: float, start_step: int) -> dict[str, Any]:
         cfg = self.train_cfg
-        self._setup()
-        self._resume_or_start()
-        start_step = self.step
-        self._call("on_train_start")
-        label = " ".join(str(self.meta[k]) for k in ("variant", "seed") if k in self.meta) or self.run_dir.path.name
-        bar = tqdm(
-            total=cfg.max_steps,
-            initial=start_step,
-            desc=label,
-            unit="step",
-            disable=not (self.progress and self.is_main),
-            leave=False,
-            dynamic_ncols=True,
-        )
-        self._wall_start = time.perf_counter()
-        tokens_per_step = cfg.batch_size * cfg.grad_accum * self.model_cfg.n_ctx
-        window_time, window_tokens = 0.0, 0
-        record: dict[str, Any] = {}
-        last_val = math.nan
-        try:
-            for step in range(start_step, cfg.max_steps + 1):
-                self.step = step
-                if cfg.is_eval_step(step):
-                    record["val_loss"] = last_val = self.val_loss()
-                    if not math.isfinite(last_val):
-                        raise self.not_finite("validation loss", last_val, step)
-                    if last_val < self.best["val_loss"]:
-                        self.best = {"val_loss": last_val, "step": step}
-                    self._call("on_eval", step, last_val)
-                    bar.set_postfix(val=f"{last_val:.3f}")
-                if step == cfg.max_steps:
-                    if record:
-                        self.append("metrics.jsonl", {"step": step, **record})
-                    break
-                t0 = time.perf_counter()
-                loss_value, grad_norm = self.train_step(step)
-                dt = time.perf_counter() - t0
-                self.totals["train_time"] += dt
-                self.totals["train_tokens"] += tokens_per_step
-                window_time += dt
-                window_tokens += tokens_per_step
-                self._call("on_step", step, loss_value)
-                kill_point("step")  # test hook (interp.io.kill_point); a no-op unless RESIDUAL_KILL_AT is set
-                if step % cfg.log_interval == 0 or "val_loss" in record:
-                    record.update(
-                        step=step,
-                        lr=lr_at(step, cfg),
-                        train_loss=loss_value,
-                        grad_norm=grad_norm,
-                        tokens_per_s=window_tokens / max(window_time, 1e-9),
-                    )
-                    self.append("metrics.jsonl", record)
-                    window_time, window_tokens = 0.0, 0
-                    bar.set_postfix(
-                        loss=f"{loss_value:.3f}", val=f"{last_val:.3f}", tok_s=f"{record['tokens_per_s']:.0f}"
-                    )
-                    record = {}
-                bar.update(1)
-                if (step + 1) % cfg.ckpt_interval == 0 and step + 1 < cfg.max_steps:
-                    self.step = step + 1
-                    self.save()
-        except KeyboardInterrupt as e:
-            raise TrainingInterrupted(self.step, self.run_dir.ckpt, exit_code(e)) from None
-        finally:
-            bar.close()
-        self._call("on_train_end")
-        self.step = cfg.max_steps
-        self.last_val = last_val  # recorded in the final checkpoint, so final.json is checked against it
-        # final.json less its checkpoint hash is sealed in the final checkpoint too: no field of it is
-        # reused on the word of an editable file (RunDir.verify_finished)
-        self.final_record = self._final_record(last_val, start_step)
-        self.save()
-        final = {**self.final_record, "ckpt_sha256": getattr(self, "ckpt_sha256", None)}
-        if self.is_main:
-            self._check_dir()
-            write_json(self.run_dir.final, final)
-        return final
-
-    def _final_record(self, last_val: float, start_step: int) -> dict[str, Any]:
-        cfg = self.train_cfg
-        wall_time = self.totals["wall_time"] + time.perf_counter() - self._wall_start  # before the peak measurement
+        wall_time = self.totals["wall_time"] + time.perf_counter() - self.wall_start  # before the peak measurement
         tokens_per_s = self.totals["train_tokens"] / max(self.totals["train_time"], 1e-9)
         bf16 = concrete_dtype(cfg.dtype, self.device.type) == "bfloat16"
         peak = peak_matmul_flops(self.device, torch.bfloat16 if bf16 else torch.float32)
@@ -466,14 +314,60 @@ class Trainer:
         }
 
 
-class TrainingInterrupted(ToolkitError):
-    """Ctrl-C during training: the step reached and where the run resumes from."""
+# ----- runs checked, locked, resumed and trained ----------------------------------------------------------
 
-    exit_code = EXIT_INTERRUPT
 
-    def __init__(self, step: int, ckpt: Path, exit_code: int = EXIT_INTERRUPT):
-        self.step = step
-        self.exit_code = exit_code  # 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP (interp.signals)
-        where = f"from its checkpoint {ckpt}" if ckpt.exists() else "from the start (no checkpoint yet)"
-        what = "interrupted" if exit_code == EXIT_INTERRUPT else f"terminated ({signal_name(exit_code)})"
-        super().__init__(f"{what} at step {step}; the run resumes {where}")
+def train_runs(members: Sequence[Trainer], stacked: bool = False, progress: bool = True) -> list[dict[str, Any]]:
+    """Train runs into their run directories; returns their final records in order.
+
+    Each run is checked first (RunDir.check); a finished one is reused once checked against its own checkpoint
+    (RunDir.verify_finished). The others are locked, checked again under the lock, set up and resumed, then
+    advanced by the one loop (training.loop.advance): each run by its solo step, or with stacked, the members
+    that stand at the same step as one ensemble (training.loop.StackedStep). A solo run that goes non-finite
+    raises TrainingError; stacked members that do stop alone and MembersStopped names them once the others
+    finished."""
+    for t in members:
+        check_runnable(t.model_cfg, t.train_cfg, t.train_cfg.device)  # a size that cannot fit, at once
+        t.run_dir.check(t.config_record)  # a finished run of another config is refused too, not reused
+    if not all(t.run_dir.finished for t in members):
+        pick_device(members[0].train_cfg.device)  # an impossible device is refused before anything is written
+    finals: dict[int, dict[str, Any]] = {}
+    with contextlib.ExitStack() as stack:
+        todo = []
+        for i, t in enumerate(members):
+            if not t.run_dir.finished:
+                if t.is_main:
+                    stack.enter_context(t.run_dir.hold())
+                t.run_dir.check(t.config_record)  # again under the lock: another holder may have finished it since
+            if t.run_dir.finished:
+                finals[i] = t.run_dir.verify_finished(t.config_record)  # checked against its own checkpoint
+            else:
+                todo.append(i)
+        try:
+            with process_settings():  # leave a notebook's process as it was
+                failed = _resume_and_advance([(i, members[i]) for i in todo], stacked, progress, finals)
+        except KeyboardInterrupt as e:  # setting up or finishing: files are whole (atomic writes), each run resumes
+            step = min((getattr(members[i], "step", 0) for i in todo), default=0)
+            raise TrainingInterrupted(step, members[todo[0]].run_dir.ckpt, exit_code(e)) from None
+    if failed:
+        raise MembersStopped(failed, len(members))
+    return [finals[i] for i in range(len(members))]
+
+
+def _resume_and_advance(todo: list[tuple[int, Trainer]], stacked: bool, progress: bool, finals: dict) -> list:
+    """Set every run up and resume it, then advance them: alone, or stacked by the step they stand at."""
+    by_step: dict[int, list[tuple[int, Trainer]]] = {}
+    for i, t in todo:
+        t.dir_inode = t.run_dir.inode()
+        t.setup()
+        t.resume_or_start()  # removes a failed.json left by an earlier attempt
+        t.rng = torch.get_rng_state()
+        by_step.setdefault(t.step, []).append((i, t))
+    failed = []
+    for _, pairs in sorted(by_step.items()):
+        loops = [[t for _, t in pairs]] if stacked else [[t] for _, t in pairs]
+        for members in loops:
+            done, stopped = advance(StackedStep(members) if stacked else SoloStep(members[0]), progress)
+            failed += stopped
+            finals.update({i: done[t] for i, t in pairs if t in done})
+    return failed

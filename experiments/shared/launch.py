@@ -241,54 +241,22 @@ def train_job(
     """Train (or resume) one run directory; a finished one is only checked. A run that cannot go on (a
     non-finite loss) is named in its error: in a grid of dozens the step alone does not say which.
 
-    A run of a shape that trains stacked here (training.grouping.trains_stacked) trains through the
-    stacked step even alone, so a cluster job or a rerun of one run ends bitwise equal to the same run
-    trained inside an ensemble by the local launcher."""
-    from training.ensemble import EnsembleTrainer, MembersStopped
-    from training.grouping import trains_stacked
-    from training.trainer import TrainingError
+    training.ensemble.train_groups decides as for the local launcher: a run of a shape that trains stacked
+    here trains through the stacked step even alone, so a cluster job or a rerun of one run ends bitwise
+    equal to the same run trained inside an ensemble by the local launcher."""
+    from training.ensemble import train_groups
 
-    trainer = make_trainer(job, out, corpus, progress)
-    try:
-        if trains_stacked([trainer], ensemble_size):
-            return EnsembleTrainer([trainer], progress=progress).run()[0]
-        return trainer.run()
-    except TrainingError as e:
-        why = e.failed[0][1] if isinstance(e, MembersStopped) else e
-        raise TrainingError(f"{job.variant.name}, seed {job.seed} ({job.run_dir(out).path}): {why}") from None
+    return train_groups([make_trainer(job, out, corpus, progress)], ensemble_size, progress)[0]
 
 
 def train_local(ctx: Context, todo: list[Job]) -> None:
-    """Train every unfinished run here: same-shape runs as ensembles of up to --ensemble-size members."""
-    from tqdm.auto import tqdm
-
-    from training.ensemble import EnsembleTrainer, MembersStopped
-    from training.grouping import group, trains_stacked
-    from training.trainer import TrainingError
+    """Train every unfinished run here: same-shape runs as ensembles of up to --ensemble-size members
+    (training.ensemble.train_groups)."""
+    from training.ensemble import train_groups
 
     size = getattr(ctx.args, "ensemble_size", DEFAULT_ENSEMBLE_SIZE)
-    trainers = {id(t): (job, t) for job in todo for t in [make_trainer(job, ctx.out, ctx.corpus)]}
-    groups = group([t for _, t in trainers.values()], size)
-    bar = tqdm(total=len(todo), desc="runs", unit="run", disable=not ctx.progress or not todo, dynamic_ncols=True)
-    for members in groups:
-        jobs = {id(t): trainers[id(t)][0] for t in members}
-        first = jobs[id(members[0])]
-        if not trains_stacked(members, size):
-            bar.set_postfix_str(f"{first.variant.name} seed {first.seed}")
-            train_job(first, ctx.out, ctx.corpus, ctx.progress, size)
-        else:
-            bar.set_postfix_str(f"ensemble of {len(members)}: {first.variant.name} seed {first.seed} ...")
-            try:
-                EnsembleTrainer(members, progress=ctx.progress).run()
-            except MembersStopped as e:  # each stopped run named as a solo run's error names it
-                raise TrainingError(
-                    "; ".join(
-                        f"{jobs[id(t)].variant.name}, seed {jobs[id(t)].seed} ({t.run_dir.path}): {msg}"
-                        for t, msg in e.failed
-                    )
-                ) from None
-        bar.update(len(members))
-    bar.close()
+    trainers = [make_trainer(job, ctx.out, ctx.corpus, ctx.progress) for job in todo]
+    train_groups(trainers, size, ctx.progress, runs_bar=ctx.progress)
 
 
 # ----- submitit ----------------------------------------------------------------------------------------

@@ -37,7 +37,6 @@ interp.decompose reads bridge caches and is exact.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import warnings
@@ -50,40 +49,33 @@ from transformer_lens.hook_points import HookPoint
 from transformer_lens.model_bridge.sources import build_bridge_from_module
 
 from interp.activation_cache import LOGIT_ATTRS_MESSAGE
-from interp.checkpoint import SCHEMA, Checkpoint, load_checkpoint, refuse_non_finite_forward
-from interp.checks.api import (
-    check_config_unedited,
-    check_ids,
-)
+from interp.checkpoint import SCHEMA, Checkpoint, refuse_non_finite_forward
 from interp.config import ModelConfig
 from interp.errors import (
     CheckpointError,
     ConfigError,
-    LogitAttrsWarning,
     ToolkitError,
-    UntrainedTokenWarning,
     refuse_if_not_additive,
     state_dict_detail,
-    warn_each_call,
 )
 from interp.model import ResidualGPT
 from interp.registry import mixer_spec
 from interp.tl import stream_reads
 from interp.tl.bridge_adapter import (  # registers the adapter
     ARCHITECTURE,
+    ROUTING_APPLIED_BY,
     _EmbedBridge,
     _HeadResults,
     _Host,
     _MixerBridge,
-    hidden_routing,
     routing_quiet,
-    warn_hidden_routing,
 )
 from interp.tl.bridge_cache import _lacks, _lacks_error
 from interp.tl.bridge_hooks import BridgeHooks
-from interp.tl.major import refuse_past_context, tl_config_fields
+from interp.tl.guards import ExportGuards, resolve_source
+from interp.tl.major import tl_config_fields
 from interp.tl.saved import BRIDGE_SCHEMA, load_weights, read_saved, tokenizer_fields, write_saved
-from interp.tl.tokens import bos_warning, leading_special, loss_targets, warn_at_user
+from interp.tl.tokens import leading_special
 from interp.tokenizers import tokenizer_for
 
 stream_reads.install()  # TL's cache methods ask the bridge (_check_stream_read) at every call
@@ -122,12 +114,13 @@ def _show(wiring: Tensor | None) -> str:
     return repr(bytes(wiring.tolist()).decode(errors="replace"))  # wiring.mixer: the name
 
 
-class ResidualBridge(BridgeHooks):
+class ResidualBridge(ExportGuards, BridgeHooks):
     """The TransformerBridge of a ResidualGPT (what to_transformer_bridge returns).
 
     residual_gpt is the bridged model (its modules now wrapped by TL 4's
     components); hook_embed and hook_pos_embed are its own hook points, as
-    every TL 3 name is (see the module docstring).
+    every TL 3 name is (see the module docstring). The guards it shares with the 3.x export are
+    interp.tl.guards.ExportGuards'.
     """
 
     hook_aliases = {"hook_unembed": "unembed.hook_out"}
@@ -213,71 +206,43 @@ class ResidualBridge(BridgeHooks):
     def process_weights(self, *args: Any, **kwargs: Any) -> None:
         raise _no_processing("process_weights()")
 
-    def to_tokens(
-        self,
-        input: Any,
-        prepend_bos: bool | None = None,
-        padding_side: str | None = None,
-        move_to_device: bool = True,
-        truncate: bool = True,
-    ) -> Tensor:
-        """TL 4's to_tokens; past n_ctx with truncate=True (TL's default) one ConfigError naming truncate=False,
-        where TL would keep the first n_ctx tokens without a word (as the 3.x export)."""
-        if (self.cfg.default_prepend_bos if prepend_bos is None else prepend_bos) and self.tokenizer is not None:
-            warn_at_user(bos_warning(self.tokenizer, self.residual_gpt.cfg.d_vocab), UntrainedTokenWarning)
-        tokens = super().to_tokens(input, prepend_bos, padding_side, move_to_device, truncate=False)
-        if truncate:
-            refuse_past_context(tokens.shape[-1], self.residual_gpt.cfg.n_ctx, self.tokenizer)
-        lead = leading_special(tokens, self.residual_gpt.cfg.d_vocab)
+    # ------------------------------------------------------------------ this major's part of interp.tl.guards
+
+    unfolded_fix = _UNFOLDED_FIX
+    routing_applied_by = ROUTING_APPLIED_BY
+
+    @property
+    def model_config(self) -> ModelConfig:
+        """The ResidualGPT ModelConfig this bridge computes (its bridged model's)."""
+        return self.residual_gpt.cfg
+
+    @property
+    def n_trained(self) -> int:
+        """The ids the model was trained on, each with a logit (the tokenizer's special ids come after them)."""
+        return self.residual_gpt.cfg.d_vocab
+
+    def _logit_attrs_word(self) -> str | None:
+        return LOGIT_ATTRS_MESSAGE  # the bridge never folds ln_final (as an unfolded 3.x export)
+
+    def _padding_mark(self, tokens: Tensor, padding_side: str | None) -> Any:
+        """True (the embedding says nothing of to_tokens' BOS or padding: bridge_adapter._EmbedBridge); left
+        padding that sets rows apart is refused, as ResidualGPT has no position offsets."""
+        lead = leading_special(tokens, self.n_trained)
         if lead is not None and lead.shape[0] > 1 and len(set(lead.sum(-1).tolist())) > 1:  # rows padded apart
             raise ConfigError(
                 "to_tokens: this batch is padded on the left (padding_side='left'), but the bridge runs ResidualGPT, "
                 "which has no position offsets: every real token would sit at another position; pad on the right "
                 "(padding_side='right', the default) or give prompts of equal length"
             )
-        if isinstance(tokens, torch.Tensor):  # its special ids are BOS (warned above) or padding: the embedding
-            tokens.from_to_tokens = True  # type: ignore[attr-defined]  # says nothing (bridge_adapter._EmbedBridge)
-        return tokens
-
-    def loss_fn(
-        self, logits: Tensor, tokens: Tensor, attention_mask: Tensor | None = None, per_token: bool = False
-    ) -> Tensor:
-        """TL 4's loss; a right-padded batch's padding (the pad id has no logit) masked out as attention_mask
-        masks it in TL, so the loss is the mean over real targets (interp.tl.tokens.loss_targets)."""
-        pad = getattr(self.tokenizer, "pad_token_id", None)
-        tokens, attention_mask = loss_targets(tokens, attention_mask, logits.shape[-1], pad)
-        return super().loss_fn(logits, tokens, attention_mask, per_token=per_token)
+        return True
 
     def _check_stream_read(self, method: str, args: dict[str, Any]) -> None:
-        """Called by TL's ActivationCache methods on this bridge's caches (interp.tl.stream_reads), each call."""
+        """Called by TL's ActivationCache methods on this bridge's caches (interp.tl.stream_reads), each call:
+        the additive methods refused where a residual path is removed, then the guards' checks."""
         if method in stream_reads.ADDITIVE_METHODS:  # stack_neuron_results included
             use = _ADDITIVE_USE + "wiring and reads this cache"
             refuse_if_not_additive(method, self.residual_gpt.cfg.residual, use)
-        if method == "logit_attrs":  # the bridge never folds ln_final (as an unfolded 3.x export)
-            warn_each_call(LOGIT_ATTRS_MESSAGE, LogitAttrsWarning)
-            return
-        stream_reads.warn_unfolded(self, method, args, _UNFOLDED_FIX)
-        stream_reads.warn_unembed_bias(self, method, args)
-
-    def to_string(self, tokens: Any) -> Any:
-        """TL 4's decode; an id outside the tokenizer's vocabulary is a TokenIdError (TL's decode drops it, or
-        fails with an OverflowError for a negative one), as on the 3.x export."""
-        if self.tokenizer is not None and not isinstance(tokens, str):
-            check_ids(tokens, len(self.tokenizer), "tokens")
-        return super().to_string(tokens)
-
-    def tokens_to_residual_directions(self, tokens: Any) -> Any:
-        """TL 4's (W_U's columns); warns at each call: ln_final.w is not folded into W_U on the bridge. An id
-        outside 0..d_vocab-1 (-1 included: TL would index from the end) is a TokenIdError, as on ResidualGPT;
-        a list of ids is taken as a tensor."""
-        if not isinstance(tokens, str):
-            ids = check_ids(tokens, self.residual_gpt.cfg.d_vocab, "tokens", self.W_U.device)
-            tokens = tokens if isinstance(tokens, (int, torch.Tensor)) else ids
-        with stream_reads.outermost() as first:
-            if first:
-                stream_reads.warn_unfolded_directions(self, _UNFOLDED_FIX)
-                stream_reads.warn_unembed_bias_directions(self)
-            return super().tokens_to_residual_directions(tokens)
+        super()._check_stream_read(method, args)
 
     def accumulated_bias(self, layer: int, mlp_input: bool = False, include_mlp_biases: bool = True) -> Tensor:
         """TL 4's sum of every earlier b_O and b_out; refused where a residual path is removed (not every one
@@ -294,35 +259,10 @@ class ResidualBridge(BridgeHooks):
 
     # ------------------------------------------------------------------ weights: the routing W_Q @ W_K lacks
 
-    def _warn_hidden_routing(self, what: str) -> None:
-        cfg = self.residual_gpt.cfg
-        if any(hidden_routing(cfg, functools.partial(getattr, b.attn, "W_Q")) for b in self.blocks):
-            warn_hidden_routing(what, cfg)
-
-    @property
-    def W_Q(self) -> Tensor:
-        self._warn_hidden_routing("W_Q")
-        with routing_quiet():  # warned once here, not again per block
-            return super().W_Q
-
-    @property
-    def W_K(self) -> Tensor:
-        self._warn_hidden_routing("W_K")
-        with routing_quiet():
-            return super().W_K
-
-    @property
-    def QK(self) -> Any:
-        self._warn_hidden_routing("QK")
-        with routing_quiet():
-            return super().QK
-
     def QK_for_attn_layers(self) -> Any:
         self._warn_hidden_routing("QK_for_attn_layers()")
         with routing_quiet():
             return super().QK_for_attn_layers()
-
-    # ------------------------------------------------------------------ hooks: every forward hook's return checked
 
 
 def bridge_config(cfg: ModelConfig, n_special: int = 0) -> TransformerBridgeConfig:
@@ -334,30 +274,21 @@ def bridge_config(cfg: ModelConfig, n_special: int = 0) -> TransformerBridgeConf
 
 def _resolve(source: Any, device: str | torch.device | None) -> tuple[ResidualGPT, dict[str, Any]]:
     """A private ResidualGPT (the bridge rewraps its modules in place) and the checkpoint's extra state."""
-    if isinstance(getattr(source, "module", None), ResidualGPT):  # DDP
-        source = source.module
     if isinstance(source, ResidualBridge):
         raise ToolkitError("to_transformer_bridge takes a ResidualGPT or a checkpoint, not a bridge (it is one)")
-    if isinstance(source, ResidualGPT):
-        check_config_unedited(source)  # an edited model.cfg would bridge another model than the weights compute
-        model = ResidualGPT(source.cfg)  # a copy: bridging replaces the model's submodules
-        try:
-            model.load_state_dict(source.state_dict())
-        except RuntimeError as e:  # a parameter ResidualGPT does not define (or one missing): no silent drop
-            raise ToolkitError(
-                f"to_transformer_bridge cannot copy this ResidualGPT's weights: {state_dict_detail(e)}"
-            ) from None
-        model = model.to(device or source.embed.weight.device, source.embed.weight.dtype)
-        model.vocab_state = dict(source.vocab_state)
-        return model.eval(), dict(source.vocab_state)  # its vocabulary, where it has one: the tokenizer
-    if isinstance(source, (str, os.PathLike)):
-        source = load_checkpoint(source, map_location=device or "cpu")
-    if not isinstance(source, Checkpoint):
+    model, state, own = resolve_source(source, device, "to_transformer_bridge")
+    if not own:
+        return model, state
+    copy = ResidualGPT(model.cfg)  # a copy: bridging replaces the model's submodules
+    try:
+        copy.load_state_dict(model.state_dict())
+    except RuntimeError as e:  # a parameter ResidualGPT does not define (or one missing): no silent drop
         raise ToolkitError(
-            f"to_transformer_bridge takes a ResidualGPT, a Checkpoint or a checkpoint path, not {type(source).__name__}"
-        )
-    model = ResidualGPT.from_checkpoint(source)
-    return (model.to(device) if device is not None else model).eval(), dict(source.state)
+            f"to_transformer_bridge cannot copy this ResidualGPT's weights: {state_dict_detail(e)}"
+        ) from None
+    copy = copy.to(device or model.embed.weight.device, model.embed.weight.dtype)
+    copy.vocab_state = dict(model.vocab_state)
+    return copy.eval(), state  # its vocabulary, where it has one: the tokenizer
 
 
 def _bridge(model: ResidualGPT, tokenizer: Any) -> ResidualBridge:

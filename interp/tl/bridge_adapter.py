@@ -6,7 +6,6 @@ TL 3 hook points) and the module that hosts the ResidualGPT. interp.tl.bridge bu
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from typing import Any, cast
 
 import torch
@@ -31,7 +30,7 @@ from interp.errors import ConfigError, HiddenRoutingWarning, TokenIdError, Toolk
 from interp.model import ResidualGPT
 from interp.registry import mixer_spec
 from interp.tl.bridge_weights import exposed_weight
-from interp.tl.routing_words import hidden_routing_message, routing_is_quiet, routing_quiet
+from interp.tl.routing_words import hidden_routing, hidden_routing_message, routing_quiet
 from interp.tl.tokens import special_before_text, special_warning, warn_at_user
 
 ARCHITECTURE = "ResidualGPT"
@@ -171,18 +170,12 @@ def _gained_forward(component: GeneralizedComponent, gain: float, args: tuple, k
 # --------------------------------------------------------------------------- routing W_Q @ W_K does not show
 
 
-def hidden_routing(cfg: ModelConfig, w_q: Callable[[], Tensor]) -> bool:
-    """Whether the model's scores apply a routing that W_Q @ W_K does not show (a zero W_Q - the uniform mixer -
-    shows its routing itself: every score 0)."""
-    if routing_is_quiet() or not mixer_spec(cfg.mixer).tl_routes_scores(cfg):
-        return False
-    with routing_quiet():
-        return bool(w_q().detach().ne(0).any())
+ROUTING_APPLIED_BY = "this model's attention"  # in HiddenRoutingWarning's text, the bridge's and each block's
 
 
 def warn_hidden_routing(what: str, cfg: ModelConfig) -> None:
     """HiddenRoutingWarning at the user's line: `what` (W_Q, W_K, QK) leaves out the routing the scores apply."""
-    warn_at_user(hidden_routing_message(what, cfg, "this model's attention"), HiddenRoutingWarning)
+    warn_at_user(hidden_routing_message(what, cfg, ROUTING_APPLIED_BY), HiddenRoutingWarning)
 
 
 class _HeadResults(nn.Module):

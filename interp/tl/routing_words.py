@@ -1,14 +1,17 @@
 """HiddenRoutingWarning's shared parts for both majors' exports: W_Q @ W_K does not show a routing (self_bias,
-a mixer's score routing) that the attention scores apply; reads inside routing_quiet() say nothing (the
-forward pass, and a model-level read that warned once already)."""
+a mixer's score routing) that the attention scores apply (hidden_routing); reads inside routing_quiet() say
+nothing (the forward pass, and a model-level read that warned once already)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
+from torch import Tensor
+
 from interp.config import ModelConfig
+from interp.registry import mixer_spec
 
 _ROUTING_QUIET: ContextVar[bool] = ContextVar("routing_quiet", default=False)
 
@@ -34,3 +37,12 @@ def hidden_routing_message(what: str, cfg: ModelConfig, scores: str) -> str:
         "(interp.mixers), which W_Q @ W_K does not show; scores rebuilt from hook_q / hook_k miss it too. "
         "interp.scores.attention_scores(model, q, k) rebuilds the scores the model uses, routing included"
     )
+
+
+def hidden_routing(cfg: ModelConfig, w_q: Callable[[], Tensor]) -> bool:
+    """Whether the model's scores apply a routing that W_Q @ W_K does not show (a zero W_Q - the uniform mixer -
+    shows its routing itself: every score 0). Inside routing_quiet() never."""
+    if routing_is_quiet() or not mixer_spec(cfg.mixer).tl_routes_scores(cfg):
+        return False
+    with routing_quiet():
+        return bool(w_q().detach().ne(0).any())

@@ -4,7 +4,7 @@ The char tokenizer's <|endoftext|> (BOS, EOS and PAD alike) has the id after the
 (d_vocab_out = 65 on TinyShakespeare): it embeds as zeros and has no logit. So
 
     BOS         put before the text (prepend_bos=True, or by hand) shifts every later position's logits:
-                UntrainedTokenWarning (bos_warning, special_before_text)
+                UntrainedTokenWarning (warn_bos, special_before_text)
     padding     after the text is harmless under the causal mask, but TransformerLens's loss gathers a
                 log-prob at every target before it masks padding, and the pad id has no logit: loss_targets
                 masks trailing padding as lm_cross_entropy_loss's attention_mask does and gives the mean over
@@ -50,6 +50,13 @@ def bos_warning(tokenizer: Any, trained: int) -> str:
         f"prepend_bos=True puts {tokenizer.bos_token!r} before the prompt, but this model was trained without BOS "
         f"and {row}: every later position's logits shift. Leave prepend_bos off (the default)"
     )
+
+
+def warn_bos(model: Any, prepend_bos: bool | None, trained: int) -> None:
+    """UntrainedTokenWarning (bos_warning) where a call puts BOS before the text: prepend_bos, or where it is None
+    the model's default_prepend_bos, on a model with a tokenizer."""
+    if (model.cfg.default_prepend_bos if prepend_bos is None else prepend_bos) and model.tokenizer is not None:
+        warn_at_user(bos_warning(model.tokenizer, trained), UntrainedTokenWarning)
 
 
 def special_warning(trained: int) -> str:

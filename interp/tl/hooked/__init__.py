@@ -29,13 +29,14 @@ require_tl3()  # before anything below imports HookedTransformer
 # ruff: noqa: E402
 
 from interp.gpt2 import GPT2_VOCAB_SIZE, gpt2_files
+from interp.tl.guards import model_from_checkpoint
 from interp.tl.hooked.caches import (
     _ADDITIVE_METHODS,
     NonAdditiveCache,
     NonAdditiveHookedTransformer,
     NonAdditiveResidualWarning,
 )
-from interp.tl.hooked.convert import hooked_config, model_from_checkpoint, tl_state_dict, to_hooked_transformer
+from interp.tl.hooked.convert import hooked_config, tl_state_dict, to_hooked_transformer
 from interp.tl.hooked.exported import ExportCache, ExportedHookedTransformer, logit_attrs_gap
 from interp.tl.hooked.persist import HOOKED_SCHEMA, load_hooked, save_hooked
 from interp.tl.hooked.rewire import (

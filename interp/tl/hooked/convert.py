@@ -3,6 +3,8 @@
 The weights move into TL's layout one to one; the attention slot's as its mixer
 declares (interp.mixers); runtime_gain is folded into W_O / b_O and W_out /
 b_out. What TL's block cannot express is rewired (interp.tl.hooked.rewire).
+The checks around the conversion live apart: what it takes (interp.tl.guards.resolve_source), its
+logits against ResidualGPT's (interp.tl.hooked.exactness), the export's class (interp.tl.hooked.exported).
 """
 
 from __future__ import annotations
@@ -16,14 +18,16 @@ import torch
 from torch import Tensor
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from interp.checkpoint import Checkpoint, load_checkpoint
-from interp.checks.api import check_config_unedited, check_materialised
+from interp.checkpoint import Checkpoint
+from interp.checks.api import check_materialised
 from interp.config import ModelConfig
 from interp.errors import ConfigError, ToolkitError
 from interp.mixers import TL_SLOTS
 from interp.model import Block, ResidualGPT
 from interp.registry import mixer_spec
+from interp.tl.guards import resolve_source
 from interp.tl.hooked.caches import new_hooked_transformer, warn_non_additive
+from interp.tl.hooked.exactness import check_same_logits, probe_logits
 from interp.tl.hooked.rewire import rewire_hooked
 from interp.tl.major import tl_config_fields
 from interp.tokenizers import tokenizer_for
@@ -101,75 +105,14 @@ def tl_state_dict(model: ResidualGPT) -> dict[str, Tensor]:
     return {k: v.contiguous() for k, v in sd.items()}
 
 
-def check_same_logits(
-    model: ResidualGPT, hooked: HookedTransformer, rel_tol: float | None = None, processed: str = ""
-) -> None:
-    """Refuse an export whose logits differ from ResidualGPT's on a small fixed probe batch.
-
-    The declarations (tl_weights, tl_scores) cannot prove a mixer's forward is what
-    TL computes - a subclass may change forward and keep an inherited export - so
-    one small forward of each model is the check. The tolerance is relative to
-    the logit scale: 1e-4 in float32 (the fused and explicit attention kernels
-    differ by ~1e-6), looser in half precision. `processed` names TL's weight processing when it has run:
-    then log-probabilities are compared (center_unembed shifts each position's logits by a constant).
-    """
-    cfg = model.cfg
-    weight = model.embed.weight
-    if rel_tol is None:
-        rel_tol = 1e-4 if weight.dtype in (torch.float32, torch.float64) else 3e-2
-    gen = torch.Generator().manual_seed(0)
-    tokens = torch.randint(0, cfg.d_vocab, (2, min(cfg.n_ctx, 16)), generator=gen).to(weight.device)
-    was_training, hooked_training = model.training, hooked.training
-    model.eval(), hooked.eval()
-    try:
-        with torch.no_grad():
-            ours, theirs = model(tokens).float(), hooked(tokens).float()
-            if processed:
-                ours, theirs = ours.log_softmax(-1), theirs.log_softmax(-1)
-    finally:
-        model.train(was_training), hooked.train(hooked_training)
-    diff = (ours - theirs).abs().max().item()
-    scale = max(1.0, ours.abs().max().item())
-    if not diff <= rel_tol * scale and weight.dtype not in (torch.float32, torch.float64):
-        raise ToolkitError(
-            f"the HookedTransformer's logits differ from ResidualGPT's by up to {diff:.3g} in {weight.dtype} "
-            f"(logit scale {scale:.3g}), where rounding alone can do that, so exactness cannot be checked: export "
-            "the float32 model (to_hooked_transformer(model.float())) and cast the export afterwards (.to(dtype))"
+def _refuse_unexportable(model: ResidualGPT, fold_value_biases: bool) -> None:
+    """What no export can be made of: weights on the meta device; fold_value_biases where a row attends nowhere."""
+    check_materialised(model)
+    if fold_value_biases and model.cfg.bias and model.cfg.self_bias == -math.inf:
+        raise ConfigError(
+            "fold_value_biases assumes every attention row sums to 1, but with self_bias=-inf position 0 attends "
+            "nowhere; leave fold_value_biases off for this model"
         )
-    if not diff <= rel_tol * scale and processed:
-        raise ToolkitError(
-            f"TransformerLens's weight processing ({processed}) changed the export's log-probabilities by up to "
-            f"{diff:.3g} (scale {scale:.3g}), so it would be silently wrong; export with these options off "
-            "and report the model's shapes (n_layers, d_model, d_vocab, d_mlp, n_ctx) as a bug"
-        )
-    if not diff <= rel_tol * scale:  # NaN fails too
-        raise ToolkitError(
-            f"mixer {cfg.mixer!r}: the HookedTransformer's logits differ from ResidualGPT's by up to {diff:.3g} "
-            f"(logit scale {scale:.3g}, tolerance {rel_tol:g} of it) on a probe batch, so the export would be "
-            "silently wrong; does the mixer's forward match its tl_weights / tl_scores? (an inherited export "
-            "with a changed forward does not)"
-        )
-
-
-def model_from_checkpoint(ckpt: Checkpoint, device: str | torch.device | None = None) -> ResidualGPT:
-    """The checkpoint's ResidualGPT in eval mode; weights must fit its config exactly (strict)."""
-    model = ResidualGPT.from_checkpoint(ckpt)
-    return (model.to(device) if device is not None else model).eval()
-
-
-def _resolve(source: Any, device: str | torch.device | None) -> tuple[ResidualGPT, dict[str, Any]]:
-    """A ResidualGPT and the checkpoint's extra state (vocab, encoding, ...)."""
-    if isinstance(source, ResidualGPT):  # its vocabulary, where from_checkpoint gave it one: the tokenizer
-        return source, dict(source.vocab_state)
-    if isinstance(getattr(source, "module", None), ResidualGPT):  # DDP
-        return source.module, dict(source.module.vocab_state)
-    if isinstance(source, (str, os.PathLike)):
-        source = load_checkpoint(source, map_location=device or "cpu")
-    if not isinstance(source, Checkpoint):
-        raise ToolkitError(
-            f"to_hooked_transformer takes a ResidualGPT, a Checkpoint or a checkpoint path, not {type(source).__name__}"
-        )
-    return model_from_checkpoint(source, device), dict(source.state)
 
 
 def to_hooked_transformer(
@@ -215,15 +158,9 @@ def to_hooked_transformer(
     vocab (characters) or the checkpoint's state["vocab"] / state["encoding"] == "gpt2" gives the tokenizer. W_E
     holds the trained rows only (W_E @ OV @ W_U square, as SVDInterpreter and FactoredMatrix.eigenvalues need).
     """
-    model, state = _resolve(source, device)
-    check_config_unedited(model)  # an edited model.cfg would export another model than the weights compute
-    check_materialised(model)
+    model, state, _ = resolve_source(source, device, "to_hooked_transformer")
+    _refuse_unexportable(model, fold_value_biases)
     cfg = model.cfg
-    if fold_value_biases and cfg.bias and cfg.self_bias == -math.inf:
-        raise ConfigError(
-            "fold_value_biases assumes every attention row sums to 1, but with self_bias=-inf position 0 attends "
-            "nowhere; leave fold_value_biases off for this model"
-        )
     tokenizer, why_not = tokenizer_for(cfg.d_vocab, vocab, state)
     weight = model.embed.weight  # W_E square with W_U: special ids embed as zeros (rewire.VocabCheckedEmbed)
     tl_cfg = hooked_config(cfg, device=device or weight.device, dtype=weight.dtype)
@@ -235,7 +172,8 @@ def to_hooked_transformer(
     except RuntimeError as e:  # a key or shape we produced that TL does not expect: a converter bug
         raise ToolkitError(f"TransformerLens rejected the converted weights: {e}") from None
     rewire_hooked(hooked, cfg)
-    check_same_logits(model, hooked)  # before TL's processing, which may shift logits (center_unembed)
+    reference = probe_logits(model)  # ResidualGPT's, once: the same probe batch checks both steps below
+    check_same_logits(model, hooked, reference=reference)  # before TL's processing (center_unembed shifts logits)
     processing = {
         "fold_ln": fold_ln,
         "center_writing_weights": center_writing_weights,
@@ -245,7 +183,8 @@ def to_hooked_transformer(
     }
     if any(processing.values()):  # checked again: TL's processing guesses layouts from shapes (hooked.fold)
         hooked.load_and_process_state_dict(hooked.state_dict(), **processing)
-        check_same_logits(model, hooked, processed=", ".join(name for name, on in processing.items() if on))
+        done = ", ".join(name for name, on in processing.items() if on)
+        check_same_logits(model, hooked, processed=done, reference=reference)
     if tokenizer is not None:
         hooked.set_tokenizer(tokenizer, default_padding_side="right")
     else:

@@ -15,30 +15,23 @@
                     ResidualGPT's: ValueBiasWarning at each such call (to_hooked_transformer's opt-in too);
                     the layers are remembered (value_biases_moved; save_hooked keeps them, load_hooked warns).
                     A float64 state dict is processed in float64 (TL 3.9 rounds it through float32).
-    loss            on a right-padded batch (to_tokens of a list) the pad id has no logit: the padding is
-                    masked out of the loss as TL's attention_mask masks it (the mean over real targets).
     tokens on the meta device: one ShapeError (TL's copy to the model's device would fail obscurely).
     an empty prompt ('', TL's default input of generate, or tokens with no positions): one ShapeError, as on
                     ResidualGPT (TL returns (batch, 0, d_vocab) logits and a NaN loss, or an IndexError).
-    tokens_to_residual_directions, to_string
-                    an id outside the vocabulary (-1, which TL reads from the end) is a TokenIdError.
-    prepend_bos     the model was trained without BOS and the char tokenizer's
-                    <|endoftext|> row is zero, never trained: to_tokens (and so
-                    generate, forward and run_with_cache on text) warns (UntrainedTokenWarning).
     generate        interp.tl.hooked.generation (its base class): past n_ctx cropped as nanoGPT's,
                     max_new_tokens=0 the prompt, an empty prompt refused, padding warned.
-    to_tokens       past n_ctx with truncate=True (TL's default, which would keep the first n_ctx
-                    tokens silently): one ConfigError naming truncate=False, which keeps it whole.
     state_dict      of a rewired export (a residual removed, a routing in hook_attn_scores) asked for by
                     user code: a WeightsOnlyStateDict, which warns WeightsOnlyWarning when anything but an
                     export of the same ModelConfig reads it. The wiring lives in hook points; a plain
                     HookedTransformer takes the weights with strict=False, assign=True or by hand
                     and computes a full-residual, plain-attention model. save_hooked / load_hooked
                     keep it. (A strict load_state_dict refuses: the marker buffers are unexpected.)
-    QK, W_Q, W_K    with a routing in hook_attn_scores (self_bias, uniform) they do not
-                    show it: HiddenRoutingWarning, naming interp.scores.attention_scores;
-                    so do each routed block's attn.QK / W_Q / W_K (rewire.RoutedAttention).
+    blocks[l].attn.QK, W_Q, W_K
+                    with a routing in hook_attn_scores (self_bias, uniform) they do not show it:
+                    HiddenRoutingWarning, naming interp.scores.attention_scores (rewire.RoutedAttention).
 
+The guards it shares with the TL 4 bridge are written once, in interp.tl.guards: to_tokens (past n_ctx, BOS),
+to_string and tokens_to_residual_directions (ids outside the vocabulary), loss (padding), the model's QK / W_Q / W_K.
 TransformerLens has no dropout, so an export's cache is the same in train and eval mode.
 """
 
@@ -53,29 +46,17 @@ from typing import Any, cast
 
 import torch
 from transformer_lens import ActivationCache, HookedTransformer
-from transformer_lens.FactoredMatrix import FactoredMatrix
 
-from interp.checks.api import BoundaryHooks, check_ids, missing_cache_key
+from interp.checks.api import BoundaryHooks, missing_cache_key
 from interp.config import ModelConfig
-from interp.errors import (
-    LogitAttrsWarning,
-    ValueBiasWarning,
-    WeightsOnlyWarning,
-    warn_each_call,
-)
+from interp.errors import ValueBiasWarning, WeightsOnlyWarning, warn_each_call
 from interp.registry import mixer_spec
 from interp.tl import stream_reads
+from interp.tl.guards import ExportGuards
 from interp.tl.hooked.fold import fold_layer_norms
 from interp.tl.hooked.generation import ExportGenerate, refuse_empty
-from interp.tl.hooked.rewire import hidden_routing_warning, routing_quiet
 from interp.tl.hooked.sae_methods import SAEMethods
-from interp.tl.major import refuse_past_context
-from interp.tl.tokens import (
-    loss_targets,
-    refuse_meta,
-    special_before_text,
-    warn_unmasked_left_padding,
-)
+from interp.tl.tokens import refuse_meta, special_before_text, warn_unmasked_left_padding
 
 stream_reads.install()  # TL's cache methods ask the export (_check_stream_read) at every call
 
@@ -196,10 +177,8 @@ class WeightsOnlyStateDict(OrderedDict):
 
 # Libraries that call state_dict() for their own bookkeeping (TL's weight processing, torch, nnsight): no word
 _QUIET_CALLERS = ("transformer_lens", "torch", "interp", "nnsight", "accelerate", "transformers", "copy")
-_TO_TOKENS = inspect.signature(HookedTransformer.to_tokens)
 _FORWARD = inspect.signature(HookedTransformer.forward)
 _PROCESS = inspect.signature(HookedTransformer.load_and_process_state_dict)
-_RESIDUAL_DIRECTIONS = inspect.signature(HookedTransformer.tokens_to_residual_directions)
 
 
 VALUE_BIAS_EFFECT = (
@@ -235,14 +214,15 @@ def _moved_value_biases(state_dict: Any, n_layers: int) -> list[int]:
     return [layer for layer in range(n_layers) if _nonzero(dict.get(state_dict, f"blocks.{layer}.attn.b_V"))]
 
 
-class ExportedHookedTransformer(SAEMethods, BoundaryHooks, ExportGenerate):
+class ExportedHookedTransformer(SAEMethods, ExportGuards, BoundaryHooks, ExportGenerate):
     """A ResidualGPT as a HookedTransformer (interp.to_hooked_transformer, load_hooked); see the module docstring.
 
     SAELens's run_with_saes, add_sae and the rest make it a HookedSAETransformer at the first call
     (interp.tl.hooked.sae_methods).
 
-    Hook names, names_filter, remove_batch_dim and hook returns are checked as on ResidualGPT
-    (interp.checks.api.BoundaryHooks); token ids at the embedding (rewire.VocabCheckedEmbed)."""
+    The guards it shares with the TL 4 bridge are interp.tl.guards.ExportGuards'. Hook names, names_filter,
+    remove_batch_dim and hook returns are checked as on ResidualGPT (interp.checks.api.BoundaryHooks); token ids
+    at the embedding (rewire.VocabCheckedEmbed)."""
 
     cache_class: type[ActivationCache] = ExportCache
 
@@ -301,44 +281,31 @@ class ExportedHookedTransformer(SAEMethods, BoundaryHooks, ExportGenerate):
         cfg = self.model_config
         return cfg.residual != "full" or mixer_spec(cfg.mixer).tl_routes_scores(cfg)
 
-    # ------------------------------------------------------------------ TL's reads of the stream
+    # ------------------------------------------------------------------ this major's part of interp.tl.guards
 
-    def _check_stream_read(self, method: str, args: dict[str, Any]) -> None:
-        """Called by TL's ActivationCache methods on this export's caches (interp.tl.stream_reads), each call."""
-        if method == "logit_attrs":
-            gap = logit_attrs_gap(self)
-            if gap:
-                warn_each_call(
-                    f"ActivationCache.logit_attrs leaves out {gap}, so its attributions do not sum to the logit "
-                    "(difference); interp.decompose.direct_logit_attribution(cache, tokens) applies them and is exact",
-                    LogitAttrsWarning,
-                )
-            return
-        stream_reads.warn_unfolded(self, method, args, _FOLD_FIX)
-        stream_reads.warn_unembed_bias(self, method, args)
+    unfolded_fix = _FOLD_FIX
+    routing_applied_by = "this export's hook_attn_scores"
 
-    def tokens_to_residual_directions(self, *args: Any, **kwargs: Any) -> Any:
-        """TL's (W_U's columns); warns at each call where ln_final is not folded into W_U (fold_ln=False) or
-        where b_U is not zero (a bias=True model's ln_final.b, folded there). An id outside the trained ones
-        (-1, which TL would read from the end) is a TokenIdError, as on ResidualGPT; a list of ids is taken too."""
-        with stream_reads.outermost() as first:
-            if first:
-                stream_reads.warn_unfolded_directions(self, _FOLD_FIX)
-                stream_reads.warn_unembed_bias_directions(self)
-            tokens = _RESIDUAL_DIRECTIONS.bind(self, *args, **kwargs).arguments["tokens"]
-            if isinstance(tokens, str):
-                tokens = self.to_single_token(tokens)
-            ids = check_ids(tokens, self.W_U.shape[-1], "tokens")  # TL's W_U[:, -1] would be the last token's
-            if isinstance(tokens, (list, tuple)):  # TL takes no list; ResidualGPT does: one row per id
-                return self.W_U[:, ids].movedim(0, -1)
-            return super().tokens_to_residual_directions(tokens if isinstance(tokens, torch.Tensor) else int(ids))
+    @property
+    def n_trained(self) -> int:
+        """The ids the model was trained on, each with a logit (the tokenizer's special ids come after them)."""
+        return self.cfg.d_vocab_out
 
-    def to_string(self, tokens: Any) -> Any:
-        """TL's decode; an id outside the tokenizer's vocabulary is a TokenIdError (TL's decode drops it, or
-        fails with an OverflowError for a negative one)."""
-        if self.tokenizer is not None and not isinstance(tokens, str):
-            check_ids(tokens, len(self.tokenizer), "tokens")
-        return super().to_string(tokens)
+    def _logit_attrs_word(self) -> str | None:
+        gap = logit_attrs_gap(self)
+        if not gap:
+            return None
+        return (
+            f"ActivationCache.logit_attrs leaves out {gap}, so its attributions do not sum to the logit "
+            "(difference); interp.decompose.direct_logit_attribution(cache, tokens) applies them and is exact"
+        )
+
+    def _padding_mark(self, tokens: torch.Tensor, padding_side: str | None) -> Any:
+        """to_tokens' mark, read by rewire.VocabCheckedEmbed, and for left padding by forward (TL masks it only
+        when the call says so: warn_unmasked_left_padding)."""
+        side = padding_side if padding_side in ("left", "right") else getattr(self.tokenizer, "padding_side", None)
+        left = side == "left" and special_before_text(tokens, self.cfg.d_vocab_out)
+        return "left" if left else True
 
     # ------------------------------------------------------------------ weight processing after the export
 
@@ -391,65 +358,8 @@ class ExportedHookedTransformer(SAEMethods, BoundaryHooks, ExportGenerate):
             refuse_empty(input)
         return out
 
-    def loss_fn(self, logits: Any, tokens: Any, attention_mask: Any = None, per_token: bool = False) -> Any:
-        """TL's loss; a right-padded batch's padding (the pad id has no logit) masked out as attention_mask
-        masks it in TL, so the loss is the mean over real targets (interp.tl.tokens.loss_targets)."""
-        pad = getattr(self.tokenizer, "pad_token_id", None)
-        tokens, attention_mask = loss_targets(tokens, attention_mask, logits.shape[-1], pad)
-        return super().loss_fn(logits, tokens, attention_mask, per_token=per_token)
-
     def set_tokenizer(self, tokenizer: Any, *args: Any, **kwargs: Any) -> None:
         super().set_tokenizer(tokenizer, *args, **kwargs)
         # its special ids past W_E's rows (the char tokenizer's <|endoftext|>) embed as zeros (rewire.VocabCheckedEmbed)
         embed = cast(Any, self.embed)
         embed.n_special = max(0, len(cast(Any, self.tokenizer)) - embed.W_E.shape[0])
-
-    # ------------------------------------------------------------------ BOS
-
-    def to_tokens(self, *args: Any, **kwargs: Any) -> Any:
-        """TL's to_tokens; past n_ctx with truncate=True (TL's default) one ConfigError naming truncate=False,
-        where TL would keep the first n_ctx tokens without a word (interp.tl.major.refuse_past_context)."""
-        bound = _TO_TOKENS.bind(self, *args, **kwargs)
-        self._warn_bos(bound.arguments.get("prepend_bos"))
-        bound.apply_defaults()
-        a = bound.arguments
-        options = {k: a[k] for k in ("prepend_bos", "padding_side", "move_to_device")}
-        tokens = super().to_tokens(a["input"], **options, truncate=False)
-        if a["truncate"] and isinstance(tokens, torch.Tensor):
-            refuse_past_context(tokens.shape[-1], self.cfg.n_ctx, self.tokenizer)
-        if isinstance(tokens, torch.Tensor):  # its special ids are BOS (warned above) or padding (TL masks it)
-            side = a["padding_side"]
-            side = side if side in ("left", "right") else getattr(self.tokenizer, "padding_side", None)
-            left = side == "left" and special_before_text(tokens, self.cfg.d_vocab_out)
-            # read by rewire.VocabCheckedEmbed, and for left padding by forward (masked only when the call says so)
-            tokens.from_to_tokens = "left" if left else True  # type: ignore[attr-defined]
-        return tokens
-
-    # ------------------------------------------------------------------ the routing W_Q / W_K do not show
-
-    def _warn_hidden_routing(self, what: str) -> None:
-        cfg = self.model_config
-        # A routing that replaces the scores where W_Q is zero (uniform) is what W_Q @ W_K = 0 shows.
-        with routing_quiet():
-            shown = not any(_nonzero(block.attn.W_Q) for block in self.blocks)
-        if mixer_spec(cfg.mixer).tl_routes_scores(cfg) and not shown:
-            hidden_routing_warning(what, cfg, stacklevel=3)
-
-    @property
-    def W_Q(self) -> torch.Tensor:
-        self._warn_hidden_routing("W_Q")
-        with routing_quiet():  # warned once here, not again per block
-            return super().W_Q
-
-    @property
-    def W_K(self) -> torch.Tensor:
-        self._warn_hidden_routing("W_K")
-        with routing_quiet():
-            return super().W_K
-
-    @property
-    def QK(self) -> FactoredMatrix:
-        self._warn_hidden_routing("QK")
-        with routing_quiet():
-            w_k = super().W_K  # HookedTransformer's, not the warning ones above
-            return FactoredMatrix(super().W_Q, w_k.transpose(-2, -1))

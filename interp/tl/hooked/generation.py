@@ -16,9 +16,9 @@ from typing import Any, cast
 import torch
 from transformer_lens import HookedTransformer
 
-from interp.errors import ConfigError, ShapeError, UntrainedTokenWarning
+from interp.errors import ConfigError, ShapeError
 from interp.next_token import tl_temperature
-from interp.tl.tokens import bos_warning, warn_at_user, warn_generate_after_padding, warn_unmasked_left_padding
+from interp.tl.tokens import warn_bos, warn_generate_after_padding, warn_unmasked_left_padding
 
 _GENERATE = inspect.signature(HookedTransformer.generate)
 
@@ -33,10 +33,6 @@ def refuse_empty(input: Any) -> None:
 
 class ExportGenerate(HookedTransformer):
     """The export's generate (ExportedHookedTransformer's base; see the module docstring)."""
-
-    def _warn_bos(self, prepend_bos: bool | None) -> None:
-        if (self.cfg.default_prepend_bos if prepend_bos is None else prepend_bos) and self.tokenizer is not None:
-            warn_at_user(bos_warning(self.tokenizer, self.cfg.d_vocab_out), UntrainedTokenWarning)
 
     def generate(self, *args: Any, **kwargs: Any) -> Any:
         """TransformerLens's generate; past n_ctx, nanoGPT's crop to the last n_ctx tokens at every step.
@@ -87,7 +83,7 @@ class ExportGenerate(HookedTransformer):
         if tokens.shape[-1] + n_new <= self.cfg.n_ctx:
             return super().generate(*args, **kwargs)
         if isinstance(text, str):
-            self._warn_bos(a["prepend_bos"])
+            warn_bos(self, a["prepend_bos"], self.cfg.d_vocab_out)
         return self._generate_cropped(tokens, n_new, a, as_text=isinstance(text, str))
 
     def _prompt_only(self, text: Any, a: dict[str, Any]) -> Any:
@@ -99,7 +95,7 @@ class ExportGenerate(HookedTransformer):
             tokens = torch.zeros(text.shape[0], 0, dtype=torch.long, device=text.device)
         else:
             if isinstance(text, (str, list)):
-                self._warn_bos(a["prepend_bos"])
+                warn_bos(self, a["prepend_bos"], self.cfg.d_vocab_out)
             many = isinstance(text, list) and len(text) > 1  # TL's generate pads a list on the left
             if isinstance(text, torch.Tensor):
                 tokens = text
