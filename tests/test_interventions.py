@@ -342,7 +342,7 @@ def test_smoke_end_to_end(tmp_path, data, capsys):
 
 
 def test_the_default_out_is_the_routing_tests_so_its_runs_are_reused():
-    from experiments import routing_test
+    from experiments.routing_test import run as routing_test
 
     assert interventions.EXPERIMENT.default_out == routing_test.EXPERIMENT.default_out == "runs/routing_test"
     assert interventions.EXPERIMENT.parser().parse_args([]).out == "runs/routing_test"
