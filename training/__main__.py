@@ -124,59 +124,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None = None) -> int:
     try:
-        args = training_parser().parse_args(argv)
-        if args.seed is not None and args.seeds is not None:
-            raise ToolkitError("give --seed or --seeds, not both")
-        if args.ensemble_size < 1:
-            raise ToolkitError(f"--ensemble-size must be >= 1, got {args.ensemble_size}")
-        base = parse_overrides(args.set)
-        if args.mixer is not None:
-            base["mixer"] = args.mixer
-        if args.data:
-            base["data_path"] = args.data
-        seeds = args.seeds or ([args.seed] if args.seed is not None else [None])
-        residuals = args.residual or [None]
-        if args.variant and len(residuals) > 1:
-            raise ToolkitError("--variant names one configuration; drop it with a --residual list")
-        from training.data import load_corpus
-
-        corpus = None
-        trainers = []
-        for residual in residuals:
-            for seed in seeds:
-                overrides = dict(base)
-                if residual is not None:
-                    overrides["residual"] = residual
-                if seed is not None:
-                    overrides["seed"] = seed
-                spec = resolve(args.preset, overrides)
-                variant = args.variant or variant_name(spec.model.to_dict())
-                run_dir = RunDir.of(args.out, args.preset, variant, spec.train.seed)
-                if corpus is None:
-                    corpus = load_corpus(spec.train.corpus, spec.train.data_path)
-                    check_asked_vocab(base, corpus.vocab_size)
-                spec = spec.fit_vocab(corpus.vocab_size)  # the data decides the vocabulary
-                from training.trainer import Trainer  # transformer_lens is slow to import: only once input is checked
-
-                trainer = Trainer(
-                    spec.model,
-                    spec.train,
-                    run_dir,
-                    corpus=corpus,
-                    meta=cli_labels(args.preset, variant, spec.train.seed, _logged(run_dir)),
-                    progress=not args.no_progress,
-                )
-                if spec.train.probes:
-                    from probes import default_callbacks
-
-                    trainer.callbacks.extend(default_callbacks(spec.train))
-                trainers.append(trainer)
-        if len(trainers) == 1:
-            run_dir, final = trainers[0].run_dir, trainers[0].run()
-        else:
-            from training.ensemble import train_groups
-
-            finals = train_groups(trainers, args.ensemble_size, not args.no_progress)
+        args = _checked_args(argv)
+        trainers = _trainers(args)
+        finals = _train(trainers, args)
     except ToolkitError as e:
         code = getattr(e, "exit_code", 2)
         if code != 2:  # Ctrl-C (130) or SIGTERM (143) during training
@@ -207,16 +157,84 @@ def _main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return code
-    if int(os.environ.get("RANK", "0")) != 0:
-        return 0
-    if len(trainers) == 1:
-        print(f"run: {run_dir.path}")
-        print(json.dumps(final, indent=2))
-    else:
-        for trainer, final in zip(trainers, finals, strict=True):
-            how = f"ensemble of {final['ensemble']['size']}" if "ensemble" in final else "alone"
-            print(f"run: {trainer.run_dir.path}  final val {final['final_val_loss']:.4f}  ({how})")
+    if int(os.environ.get("RANK", "0")) == 0:
+        _print_finals(trainers, finals)
     return 0
+
+
+def _checked_args(argv: list[str] | None) -> argparse.Namespace:
+    """The parsed options, with the combinations the parser cannot refuse refused."""
+    args = training_parser().parse_args(argv)
+    if args.seed is not None and args.seeds is not None:
+        raise ToolkitError("give --seed or --seeds, not both")
+    if args.ensemble_size < 1:
+        raise ToolkitError(f"--ensemble-size must be >= 1, got {args.ensemble_size}")
+    if args.variant and len(args.residual or [None]) > 1:
+        raise ToolkitError("--variant names one configuration; drop it with a --residual list")
+    return args
+
+
+def _trainers(args: argparse.Namespace) -> list:
+    """One Trainer per (residual, seed) of the product, in order, all handed one corpus loaded once (after the
+    first configuration resolves, so a bad --set is refused before any data is read)."""
+    from training.data import load_corpus
+
+    base = parse_overrides(args.set)
+    if args.mixer is not None:
+        base["mixer"] = args.mixer
+    if args.data:
+        base["data_path"] = args.data
+    corpus = None
+    trainers = []
+    for residual in args.residual or [None]:
+        for seed in args.seeds or ([args.seed] if args.seed is not None else [None]):
+            overrides = dict(base)
+            if residual is not None:
+                overrides["residual"] = residual
+            if seed is not None:
+                overrides["seed"] = seed
+            spec = resolve(args.preset, overrides)
+            variant = args.variant or variant_name(spec.model.to_dict())
+            run_dir = RunDir.of(args.out, args.preset, variant, spec.train.seed)
+            if corpus is None:
+                corpus = load_corpus(spec.train.corpus, spec.train.data_path)
+                check_asked_vocab(base, corpus.vocab_size)
+            spec = spec.fit_vocab(corpus.vocab_size)  # the data decides the vocabulary
+            from training.trainer import Trainer  # transformer_lens is slow to import: only once input is checked
+
+            trainer = Trainer(
+                spec.model,
+                spec.train,
+                run_dir,
+                corpus=corpus,
+                meta=cli_labels(args.preset, variant, spec.train.seed, _logged(run_dir)),
+                progress=not args.no_progress,
+            )
+            if spec.train.probes:
+                from probes import default_callbacks
+
+                trainer.callbacks.extend(default_callbacks(spec.train))
+            trainers.append(trainer)
+    return trainers
+
+
+def _train(trainers: list, args: argparse.Namespace) -> list[dict]:
+    """Each run's final record: one run alone, a product grouped into ensembles (training.ensemble.train_groups)."""
+    if len(trainers) == 1:
+        return [trainers[0].run()]
+    from training.ensemble import train_groups
+
+    return train_groups(trainers, args.ensemble_size, not args.no_progress)
+
+
+def _print_finals(trainers: list, finals: list[dict]) -> None:
+    if len(trainers) == 1:
+        print(f"run: {trainers[0].run_dir.path}")
+        print(json.dumps(finals[0], indent=2))
+        return
+    for trainer, final in zip(trainers, finals, strict=True):
+        how = f"ensemble of {final['ensemble']['size']}" if "ensemble" in final else "alone"
+        print(f"run: {trainer.run_dir.path}  final val {final['final_val_loss']:.4f}  ({how})")
 
 
 if __name__ == "__main__":
