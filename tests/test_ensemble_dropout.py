@@ -120,10 +120,14 @@ def test_dropout_members_match_their_solo_runs(dropout_runs):
         lb = [r["train_loss"] for r in records(out / "ens" / _name(m), "metrics.jsonl") if "train_loss" in r]
         assert len(la) == len(lb) > 5
         rel = [abs(x - y) / x for x, y in zip(la, lb, strict=True)]
-        # float order (stacked against solo matmuls): ~1e-7 a step; the self_bias member at lr 5e-3 amplifies it
-        # to 4.6e-5 by step 35 (2.5e-6 at step 20), as chaotic runs do (docs/results/ensembles.md)
-        assert max(rel[:4]) < 1e-6 and max(rel) < 2e-4, (m, rel)
-        assert abs(a["final_val_loss"] - b["final_val_loss"]) < 1e-3
+        # float order (stacked against solo matmuls): ~1e-7 a step at first, on every SIMD path
+        assert max(rel[:4]) < 1e-6, (m, rel)
+        # then the self_bias member at lr 5e-3 amplifies it as chaotic runs do (docs/results/ensembles.md), by how
+        # much depends on the kernels' summation order: 4.6e-5 by step 35 with AVX2 kernels, 1.1e-3 with
+        # ATEN_CPU_CAPABILITY=default; the others stay within 2e-4 on both
+        chaotic = m.get("self_bias") == 4.0
+        assert max(rel) < (1e-2 if chaotic else 2e-4), (m, rel)
+        assert abs(a["final_val_loss"] - b["final_val_loss"]) < (1e-2 * a["final_val_loss"] if chaotic else 1e-3)
         assert b["ensemble"]["size"] == 3
         assert a["dtype"] == b["dtype"] == "float32" and a["deterministic"] is True and a["compile"] is False
 
