@@ -4,6 +4,7 @@ Command-line entry points catch ToolkitError and print one `error:` line.
 """
 
 import sys
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -187,6 +188,10 @@ class ValueBiasWarning(ToolkitWarning):
     lack it from then on, so reading them or zero-ablating a head there is not ResidualGPT's."""
 
 
+class NoTokenizerWarning(ToolkitWarning):
+    """An export made without a tokenizer (no vocabulary given, none in the checkpoint): it takes token tensors only."""
+
+
 class UnfoldedLayerNormWarning(ToolkitWarning):
     """A TransformerLens method that reads a LayerNorm as its scale alone (apply_ln_to_stack and what calls it,
     tokens_to_residual_directions) on a model whose LayerNorm weights are not folded into the next weights."""
@@ -205,25 +210,40 @@ def warn_each_call(message: str, category: type[Warning]) -> None:
     user set to 'error' makes it raise: a frame whose module cannot give its source (python -c, standard
     input, exec, a notebook cell) warns without the source line (_source_globals).
     """
+    import linecache
     import warnings
 
     frame = sys._getframe(1)
-    while frame.f_back is not None and _name_of(frame.f_globals).split(".")[0] in _FRAMEWORK:
+    while frame.f_back is not None and frame_module(frame).split(".")[0] in _FRAMEWORK:
         frame = frame.f_back
-    warnings.warn_explicit(
-        message,
-        category,
-        frame.f_code.co_filename,
-        frame.f_lineno or 0,  # None while a frame is between lines (Python 3.12's f_lineno may be)
-        module=_name_of(frame.f_globals) or "<string>",
-        registry=None,  # no per-line record: shown at every call
-        module_globals=_source_globals(frame.f_globals),
-    )
+    filename, lineno = frame.f_code.co_filename, frame.f_lineno or 0  # f_lineno may be None between lines
+
+    def show(module_globals: dict | None) -> None:
+        warnings.warn_explicit(
+            message,
+            category,
+            filename,
+            lineno,
+            module=frame_module(frame) or "<string>",
+            registry=None,  # no per-line record: shown at every call
+            module_globals=module_globals,
+        )
+
+    source_globals = _source_globals(frame.f_globals)
+    try:
+        show(source_globals)
+    except Warning:  # the user's 'error' filter: theirs to see
+        raise
+    except Exception:  # a loader that gave its source once and fails when linecache asks again: go on without it
+        if source_globals is None:
+            raise
+        linecache.cache.pop(filename, None)  # the entry that loader left, if any
+        show(None)
 
 
-def _name_of(frame_globals: dict) -> str:
+def frame_module(frame: types.FrameType) -> str:
     """A frame's module name; '' where its globals have none, or not a string (exec with any dict)."""
-    name = frame_globals.get("__name__")
+    name = frame.f_globals.get("__name__")
     return name if isinstance(name, str) else ""
 
 
@@ -233,11 +253,11 @@ def _source_globals(frame_globals: dict) -> dict | None:
     raises out: python -c's and standard input's __main__ has BuiltinImporter, whose get_source('__main__')
     raises ImportError; a notebook's or exec's globals may hold any loader or none."""
     get_source = getattr(frame_globals.get("__loader__"), "get_source", None)
-    name = _name_of(frame_globals)
-    if get_source is None or not name:
+    name = frame_globals.get("__name__")
+    if get_source is None or not isinstance(name, str) or not name:
         return None
     try:
-        get_source(name)
+        source = get_source(name)
     except Exception:  # any loader's failure means: no source from it, and the warning goes on
         return None
-    return frame_globals
+    return frame_globals if isinstance(source, str) else None  # bytes would break the line's formatting

@@ -90,15 +90,39 @@ class RaisingLoader:
         raise RuntimeError(f"no source for {name}")
 
 
+class BytesLoader:
+    """A loader whose get_source answers bytes (linecache would hand them to the warning's formatting)."""
+
+    @staticmethod
+    def get_source(name):
+        return b"\n\nwarn_each_call('from exec', ToolkitWarning)\n"
+
+
+class OnceLoader:
+    """A loader that gives its source once and fails when asked again (linecache asks after the toolkit has)."""
+
+    def __init__(self):
+        self.asked = 0
+
+    def get_source(self, name):
+        self.asked += 1
+        if self.asked > 1:
+            raise ValueError("fails on the second call")
+        return "\n\nwarn_each_call('from exec', ToolkitWarning)\n"
+
+
 @pytest.mark.parametrize(
     "frame_globals",
     [
         {},  # exec with bare globals: no __name__, no loader
         {"__name__": "__main__", "__loader__": importlib.machinery.BuiltinImporter},  # python -c's __main__
         {"__name__": "__main__", "__loader__": RaisingLoader},
+        {"__name__": "__main__", "__loader__": BytesLoader},
+        {"__name__": "cell", "__loader__": OnceLoader()},
         {"__name__": 5, "__loader__": None},  # a __name__ that is not a string
+        {"__name__": None},
     ],
-    ids=["bare", "builtin-loader", "raising-loader", "odd-name"],
+    ids=["bare", "builtin-loader", "raising-loader", "bytes-loader", "once-loader", "odd-name", "none-name"],
 )
 def test_a_warning_from_exec_warns_at_the_exec_line_whatever_its_globals(frame_globals):
     code = compile("\n\nwarn_each_call('from exec', ToolkitWarning)", "<ipython-input-3-c0ffee>", "exec")
@@ -117,3 +141,59 @@ def test_a_users_error_filter_still_turns_the_warning_into_an_error():
                 "warn_each_call('refused', ToolkitWarning)",
                 {**frame_globals, "warn_each_call": warn_each_call, "ToolkitWarning": ToolkitWarning},
             )
+
+
+@pytest.mark.parametrize("name", [None, 5, b"main"])
+def test_the_exports_warnings_go_on_from_a_frame_whose_name_is_not_a_string(name):
+    """state_dict's caller check and the untrained-token warning read the calling frame's module name too."""
+    import io
+
+    import torch
+    from test_hooked import convert, make_model
+
+    from interp.errors import UntrainedTokenWarning, WeightsOnlyWarning
+
+    tl = convert(make_model("random", residual="attn_only"))
+    frame_globals = {"__name__": name, "tl": tl, "torch": torch, "io": io}
+    with pytest.warns(WeightsOnlyWarning):
+        exec("torch.save(tl.state_dict(), io.BytesIO())", frame_globals)
+    with pytest.warns(UntrainedTokenWarning, match="tokens hold id"):
+        exec("tl(torch.tensor([[65, 1, 2]]))", frame_globals)
+
+
+def test_every_warning_class_the_toolkit_defines_is_a_toolkit_warning():
+    """warnings.simplefilter('ignore', ToolkitWarning) silences all of them (NonAdditiveResidualWarning was not)."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    found = []
+    for info in pkgutil.walk_packages([str(ROOT / "interp")], "interp."):
+        if info.name.endswith("__main__"):
+            continue
+        try:
+            module = importlib.import_module(info.name)
+        except ImportError:  # the other TransformerLens major's modules
+            continue
+        found += [c for _, c in inspect.getmembers(module, inspect.isclass) if c.__module__ == info.name]
+    warning_classes = {c for c in found if issubclass(c, Warning)}
+    assert len(warning_classes) > 10
+    assert {c.__name__ for c in warning_classes if not issubclass(c, ToolkitWarning)} == set()
+
+
+@pytest.mark.parametrize("through", ["load_tl", "to_hooked_transformer"])
+def test_the_exports_making_warnings_point_at_the_users_line(tmp_path, through):
+    from test_hooked import make_model
+
+    import interp as toolkit
+    from interp.checkpoint import save_checkpoint
+    from interp.errors import NoTokenizerWarning
+    from interp.tl.hooked.caches import NonAdditiveResidualWarning
+
+    path = tmp_path / "ckpt.pt"
+    save_checkpoint(path, make_model("random", residual="attn_only"))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        getattr(toolkit, through)(path)
+    ours = [w for w in seen if issubclass(w.category, (NonAdditiveResidualWarning, NoTokenizerWarning))]
+    assert len(ours) == 2 and {w.filename for w in ours} == {__file__}, [(w.category, w.filename) for w in seen]

@@ -75,7 +75,7 @@ from interp.tl.bridge_hooks import BridgeHooks
 from interp.tl.guards import ExportGuards, resolve_source
 from interp.tl.major import tl_config_fields
 from interp.tl.saved import BRIDGE_SCHEMA, load_weights, read_saved, tokenizer_fields, write_saved
-from interp.tl.tokens import leading_special
+from interp.tl.tokens import leading_special, warn_no_tokenizer
 from interp.tokenizers import tokenizer_for
 
 stream_reads.install()  # TL's cache methods ask the bridge (_check_stream_read) at every call
@@ -337,7 +337,7 @@ def to_transformer_bridge(
     model, state = _resolve(source, device)
     tokenizer, why_not = tokenizer_for(model.cfg.d_vocab, vocab, state)
     if tokenizer is None:
-        warnings.warn(f"no tokenizer attached: {why_not}; the model takes token tensors only", stacklevel=2)
+        warn_no_tokenizer(why_not)
     return _bridge(model, tokenizer)
 
 

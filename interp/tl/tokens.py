@@ -23,7 +23,14 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from interp.errors import ShapeError, TokenIdError, UntrainedTokenWarning, warn_each_call
+from interp.errors import (
+    NoTokenizerWarning,
+    ShapeError,
+    TokenIdError,
+    UntrainedTokenWarning,
+    frame_module,
+    warn_each_call,
+)
 
 
 def special_before_text(tokens: Tensor, trained: int) -> bool:
@@ -159,6 +166,19 @@ def warn_at_user(message: str, category: type[Warning]) -> None:
     """warnings.warn attributed to the first calling line outside the toolkit, TransformerLens and torch (a
     bridge component warns from deep in TL 4's forward); Python's filters decide how often it shows."""
     frame, level = sys._getframe(1), 2  # stacklevel 2: the caller of this function
-    while frame.f_back is not None and frame.f_globals.get("__name__", "").split(".")[0] in _LIBRARIES:
+    while frame.f_back is not None and frame_module(frame).split(".")[0] in _LIBRARIES:
         frame, level = frame.f_back, level + 1
-    warnings.warn(message, category, stacklevel=level)
+    if not frame_module(frame):  # exec with a __name__ of None: Python's warn would drop the warning unseen
+        warn_each_call(message, category)
+        return
+    try:
+        warnings.warn(message, category, stacklevel=level)
+    except Warning:  # the user's 'error' filter: theirs to see
+        raise
+    except Exception:  # the frame's loader fails when asked for its source: warn without it (interp.errors)
+        warn_each_call(message, category)
+
+
+def warn_no_tokenizer(why_not: str | None) -> None:
+    """Both majors' exports made without a tokenizer say so, at the user's line."""
+    warn_at_user(f"no tokenizer attached: {why_not}; the model takes token tensors only", NoTokenizerWarning)

@@ -19,13 +19,14 @@ from typing import Any
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from interp.config import ModelConfig
-from interp.errors import warn_each_call
+from interp.errors import ToolkitWarning, warn_each_call
 from interp.tl import stream_reads
 from interp.tl.hooked.exported import ExportCache, ExportedHookedTransformer
 from interp.tl.stream_reads import ADDITIVE_METHODS, ADDITIVE_MODEL_METHODS
+from interp.tl.tokens import warn_at_user
 
 
-class NonAdditiveResidualWarning(UserWarning):
+class NonAdditiveResidualWarning(ToolkitWarning):
     """A TransformerLens method that assumes resid = embeddings + every sublayer output, on a model where it is not."""
 
 
@@ -84,11 +85,10 @@ def warn_non_additive(cfg: ModelConfig) -> None:
     """Warn, when the export is made, that its caches' additive methods will warn (residual != 'full')."""
     if cfg.residual == "full":
         return
-    warnings.warn(
+    warn_at_user(
         f"residual={cfg.residual!r}: the residual stream is not the sum of the embeddings and every sublayer output; "
         f"TransformerLens's {', '.join(_ADDITIVE_METHODS)} warn on this model's caches, and so does its "
         f"{', '.join(ADDITIVE_MODEL_METHODS)}. "
         "interp.decompose gives the exact decomposition and direct logit attribution for this wiring",
         NonAdditiveResidualWarning,
-        stacklevel=3,
     )

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 from typing import Any, cast
 
 import torch
@@ -30,6 +29,7 @@ from interp.tl.hooked.caches import new_hooked_transformer, warn_non_additive
 from interp.tl.hooked.exactness import check_same_logits, probe_logits
 from interp.tl.hooked.rewire import rewire_hooked
 from interp.tl.major import tl_config_fields
+from interp.tl.tokens import warn_no_tokenizer
 from interp.tokenizers import tokenizer_for
 
 
@@ -188,7 +188,7 @@ def to_hooked_transformer(
     if tokenizer is not None:
         hooked.set_tokenizer(tokenizer, default_padding_side="right")
     else:
-        warnings.warn(f"no tokenizer attached: {why_not}; the model takes token tensors only", stacklevel=2)
+        warn_no_tokenizer(why_not)
     warn_non_additive(cfg)
     return hooked.eval()
 

@@ -49,7 +49,7 @@ from transformer_lens import ActivationCache, HookedTransformer
 
 from interp.checks.api import BoundaryHooks, missing_cache_key
 from interp.config import ModelConfig
-from interp.errors import ValueBiasWarning, WeightsOnlyWarning, warn_each_call
+from interp.errors import ValueBiasWarning, WeightsOnlyWarning, frame_module, warn_each_call
 from interp.registry import mixer_spec
 from interp.tl import stream_reads
 from interp.tl.guards import ExportGuards
@@ -245,7 +245,7 @@ class ExportedHookedTransformer(SAEMethods, ExportGuards, BoundaryHooks, ExportG
 
     def state_dict(self, *args: Any, **kwargs: Any) -> Any:
         out = super().state_dict(*args, **kwargs)
-        caller = sys._getframe(1).f_globals.get("__name__", "")
+        caller = frame_module(sys._getframe(1))
         if caller.split(".")[0] in _QUIET_CALLERS or not self.rewired() or args or "destination" in kwargs:
             return out
         cfg = self.model_config
