@@ -9,6 +9,7 @@ installed. About 40 s on 2 busy CPU cores, most of it importing SAELens and trai
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import warnings
 
@@ -183,6 +184,10 @@ def test_the_export_becomes_sae_lenss_own_class(data_dir):
 
     tl = _export("full")
     assert not isinstance(tl, HookedSAETransformer)  # no SAELens import until the first SAE call
+    # looking is not a call: hasattr, inspect.getmembers and a debugger read every property
+    assert tl.acts_to_saes == {} and hasattr(tl, "acts_to_saes") and dict(inspect.getmembers(tl))["acts_to_saes"] == {}
+    assert not isinstance(tl, HookedSAETransformer)
+    tl.reset_saes()
     assert tl.acts_to_saes == {} and isinstance(tl, HookedSAETransformer)
     cfg = HookedTransformerConfig(n_layers=1, d_model=8, n_ctx=4, d_head=4, n_heads=2, d_vocab=5, act_fn="gelu")
     with warnings.catch_warnings():
@@ -190,6 +195,27 @@ def test_the_export_becomes_sae_lenss_own_class(data_dir):
         added = set(vars(HookedSAETransformer(cfg))) - set(vars(HookedTransformer(cfg)))
     assert added <= set(vars(tl)), added - set(vars(tl))
     assert "blocks.0.mlp.hook_in" in tl.hook_dict
+
+
+def test_an_export_with_an_sae_attached_is_not_saved_until_reset(trained, tmp_path):
+    """save_hooked would write the SAE's keys as the model's (a file load_hooked refuses): refused in one line;
+    after reset_saes the file loads back to the same log-probs."""
+    from interp import load_hooked, save_hooked
+
+    tl, sae, _, _ = trained
+    x = _val_tokens(tl, 2)
+    tl.add_sae(sae)
+    try:
+        with pytest.raises(ToolkitError, match=f"SAEs are attached at {SITE}; call model.reset_saes") as refused:
+            save_hooked(tl, tmp_path / "spliced.pt")
+        assert "\n" not in str(refused.value) and not (tmp_path / "spliced.pt").exists()
+    finally:
+        tl.reset_saes()
+    save_hooked(tl, tmp_path / "plain.pt")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        again = load_hooked(tmp_path / "plain.pt")
+    torch.testing.assert_close(again(x).log_softmax(-1), tl(x).log_softmax(-1), rtol=0, atol=0)
 
 
 def test_the_config_sizes_the_buffer_and_refuses_one_too_small(trained):

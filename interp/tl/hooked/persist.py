@@ -45,6 +45,12 @@ def save_hooked(model: HookedTransformer, path: str | os.PathLike) -> None:
     record = getattr(model.cfg, "residual_gpt_config", None)
     if record is None:
         raise ToolkitError("save_hooked takes a model made by interp.to_hooked_transformer (no residual_gpt_config)")
+    attached = sorted(getattr(model, "_acts_to_saes", None) or {})
+    if attached:  # an SAE in a hook point's place: its keys would be saved as the model's, and load_hooked refuses
+        raise ToolkitError(
+            f"save_hooked: SAEs are attached at {', '.join(attached)}; call model.reset_saes() first (save an SAE "
+            "with its own sae.save_model(path) and add it again after load_hooked)"
+        )
     payload: dict[str, Any] = {k: v.detach().cpu()[None] for k, v in model.state_dict().items()}
     payload[RECORD] = {
         "schema": HOOKED_SCHEMA,

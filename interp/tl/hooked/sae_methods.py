@@ -2,7 +2,7 @@
 
 An export is not built as a HookedSAETransformer: importing SAELens takes seconds and most users never
 splice an SAE. Its first SAE call (add_sae, run_with_saes, run_with_cache_with_saes, run_with_hooks_with_saes,
-saes, reset_saes, acts_to_saes) makes it one: its class becomes a subclass of SAELens's HookedSAETransformer
+saes, reset_saes) makes it one: its class becomes a subclass of SAELens's HookedSAETransformer
 and of its own export class, set up as HookedSAETransformer.__init__ sets one up (mlp.hook_in, the SAE
 table), and the call goes to SAELens's method unchanged. Before it, splicing checks the SAE's recorded weight
 processing against the export's (interp.sae.check_sae_processing). Where an SAE takes the place of a hook
@@ -47,7 +47,7 @@ def sae_export_class(cls: type) -> type:
         name = f"SAE{cls.__name__}"
         made = type(name, (_CheckedSAEs, _hooked_sae_transformer(), cls), {"__module__": __name__})
         made.__qualname__ = name
-        globals()[name] = made  # pickle finds it here
+        globals()[name] = made  # importable by name (SAELens's own mlp.hook_in lambdas still keep torch.save out)
         _SAE_CLASSES[cls] = made
     return _SAE_CLASSES[cls]
 
@@ -103,8 +103,9 @@ class SAEMethods:
 
     @property
     def acts_to_saes(self) -> Any:
-        """SAELens's HookedSAETransformer.acts_to_saes: {hook name: SAE} (none before the first SAE call)."""
-        return become_sae_transformer(self).acts_to_saes
+        """SAELens's HookedSAETransformer.acts_to_saes: {hook name: SAE}; an empty dict before the first SAE call,
+        which reading it is not (hasattr, inspect.getmembers and a debugger read every property)."""
+        return {}  # from the first SAE call on, HookedSAETransformer's own property answers (it precedes this class)
 
 
 __all__ = ["SAEMethods", "become_sae_transformer", "sae_export_class"]
