@@ -42,3 +42,18 @@ def test_the_readme_levels_are_the_ones_computed_on_the_text_it_names(data):
         levels, _ = preset_levels(preset)
         said = f"{preset}'s {levels['n_targets']:,} tokens give {levels['unigram']:.3f} and {levels['bigram']:.3f}"
         assert said in readme
+
+
+def test_with_random_validation_batches_the_words_say_so(tmp_path, data, capsys):
+    """val_mode=random (nanogpt-10m's default): the runs validate on fresh batches, the levels are of the fixed
+    ones; the console line and the report's first lines say which is which."""
+    from experiments.routing_test.run import EXPERIMENT
+
+    argv = ["--preset", "smoke", "--variants", "full", "--set", "max_steps=5", "--set", "val_mode=random"]
+    assert EXPERIMENT.main([*argv, "--no-identity", "--no-progress", "--out", str(tmp_path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "fresh random batches of the validation split at each evaluation, val_mode=random" in out
+    assert "in this preset's fixed validation batches" not in out
+    page = (tmp_path / "smoke" / "report-routing_test.html").read_text()
+    assert "Validation loss on fresh random batches of the validation split" in page
+    assert "Validation loss on the fixed validation batches" not in page

@@ -42,7 +42,7 @@ from experiments.shared.launch import _without, add_launcher_arguments, check_la
 from experiments.shared.options import check_number as check_number  # re-exported: the experiments import it here
 from experiments.shared.options import parse_seeds
 from experiments.shared.plan import Context, Group, Job, Variant, check_distinct_dirs, select_variants
-from experiments.shared.text import format_table, levels_line, software_versions, table_figure
+from experiments.shared.text import format_table, levels_line, software_versions, table_figure, validation_words
 from experiments.shared.wait_jobs import SweepIncomplete
 from interp.cli import Parser, directory_option
 from interp.errors import CheckpointError, ToolkitError, io_error_line, one_line
@@ -312,7 +312,7 @@ class Experiment:
             figure.unlink(missing_ok=True)
         write_results(results_path, relative_run_dirs(results, ctx.result_dir))
         print()
-        print(levels_line(ctx.levels))
+        print(levels_line(ctx.levels, ctx.spec.train.val_mode))
         print(format_table(*self.table(results)))
         if self.summary:
             print()
@@ -373,8 +373,8 @@ class Experiment:
         levels = results["reference_levels"]
         intro = (
             f"{self.title or self.name}: preset {results['preset']}, seeds {results['seeds']}, "
-            f"{len(results['runs'])} runs. Validation loss on the fixed validation batches (seed 99991). "
-            f"{levels_line(levels).capitalize()}."
+            f"{len(results['runs'])} runs. {validation_words(ctx.spec.train.val_mode)} "
+            f"{levels_line(levels, ctx.spec.train.val_mode).capitalize()}."
         )
         overrides = results["config"].get("overrides")
         if overrides:

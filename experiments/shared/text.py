@@ -24,17 +24,31 @@ def reference_lines(levels: dict[str, Any]) -> dict[str, float]:
     return {"unigram (floor)": levels["unigram"], "bigram (current token only)": levels["bigram"]}
 
 
-def levels_line(levels: dict[str, Any]) -> str:
+def levels_line(levels: dict[str, Any], val_mode: str = "fixed") -> str:
     """The reference levels as one console line that says which text they are of: the preset's fixed validation
     batches, a sample of the validation split, so a small preset's differ from the whole split's (smoke's 1,024
-    tokens of TinyShakespeare give unigram 3.312; the whole validation split, which the README quotes, 3.347)."""
+    tokens of TinyShakespeare give unigram 3.312; the whole validation split, which the README quotes, 3.347).
+    With val_mode "random" the runs validate on other batches than these, and the line says so."""
     n, m = levels.get("n_targets"), levels.get("n_train_tokens")
     scored = f"the {n:,} target tokens" if isinstance(n, int) else "the target tokens"
     counts = f"counts from the train split's {m:,} tokens" if isinstance(m, int) else "train-split counts"
+    where = "this preset's fixed validation batches (a sample of the validation split; "
+    if val_mode != "fixed":
+        where = (
+            f"the fixed validation batches (seed 99991; the runs' own validation losses are on fresh random batches "
+            f"of the validation split at each evaluation, val_mode={val_mode}; "
+        )
     return (
-        f"reference levels of {scored} in this preset's fixed validation batches (a sample of the validation split; "
+        f"reference levels of {scored} in {where}"
         f"{counts}, add-one smoothing): unigram {levels['unigram']:.3f}, bigram {levels['bigram']:.3f} nats"
     )
+
+
+def validation_words(val_mode: str) -> str:
+    """What the runs' validation loss is measured on, for a report's first lines."""
+    if val_mode == "fixed":
+        return "Validation loss on the fixed validation batches (seed 99991)."
+    return f"Validation loss on fresh random batches of the validation split at each evaluation (val_mode={val_mode})."
 
 
 def fmt_number(x: float | None, spec: str = ".4f") -> str:
