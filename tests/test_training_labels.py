@@ -57,3 +57,23 @@ def test_the_seed_label_is_no_identity_key():
     assert cli_labels("smoke", "full", 7, older) == older["meta"]  # its own labels kept
     for other in ({**older, "train": {"seed": 8}}, {**older, "meta": {"preset": "smoke", "variant": "none"}}):
         assert cli_labels("smoke", "full", 7, other) == with_seed["meta"]  # another run's: today's labels
+
+
+@pytest.mark.parametrize(
+    ("given", "option"),
+    [
+        (["--seed", "1", "--set", "seed=2"], "--seed"),
+        (["--seed", "0", "--set", "seed=3"], "--seed"),  # seed 0 is a seed
+        (["--seeds", "8,9", "--set", "seed=2"], "--seeds"),
+        (["--residual", "full", "--set", "residual=none"], "--residual"),
+        (["--mixer", "uniform", "--set", "mixer=attention"], "--mixer"),
+    ],
+)
+def test_a_set_key_that_an_option_also_gives_is_refused(tmp_path, capsys, given, option):
+    """python -m training gave the option's value and dropped --set's without a word (audit case D20)."""
+    from training.__main__ import main
+
+    assert main(["--preset", "smoke", *given, "--set", "max_steps=2", "--out", str(tmp_path), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --set ") and f"give it with {option} only" in err and err.count("\n") == 1
+    assert not any(tmp_path.iterdir())
