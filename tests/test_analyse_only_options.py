@@ -109,3 +109,116 @@ def test_a_given_set_replaces_the_recorded_one_of_its_key_only(monkeypatch, caps
         f"--analyse-only {REPO}: --seeds 3 given; the recorded command leaves it at its default, none (rec.json); "
         "the given one is used",
     ]
+
+
+# ----- a difference is said only where the effective value differs (after the defaults and the preset) ----------
+
+
+def test_a_given_value_equal_to_the_recorded_effective_one_says_nothing(data, tmp_path, capsys):
+    """--seeds 1337 is the default seed, max_steps and lr the smoke preset's own, all nine variants the default
+    plan: the same runs and analysis as the record's, so no line says they differ."""
+    from experiments.routing_test.run import DEFAULT_SELF_BIAS, make_variants
+    from training.presets import resolve
+
+    smoke = resolve("smoke").train
+    every = ",".join(v.name for v in make_variants(DEFAULT_SELF_BIAS))
+    base = ["--analyse-only", str(SMOKE), "--out", str(tmp_path / "out")]
+    for given in (
+        ["--seeds", str(smoke.seed)],
+        ["--set", f"max_steps={smoke.max_steps}"],
+        ["--set", f"lr={smoke.lr:.0e}"],  # 3e-3: another spelling of the preset's 0.003
+        ["--variants", every],
+        ["--preset", "smoke", "--margin", "0.05"],
+    ):
+        ctx, jobs = EXPERIMENT.context([*base, *given])
+        assert len(jobs) == 9 and ctx.spec.preset == "smoke"
+        printed = capsys.readouterr().out
+        assert "given" not in printed, (given, printed)
+    EXPERIMENT.context([*base, "--seeds", "1,2", "--set", "lr=1e-3", "--variants", "full"])
+    said = [line.split(": ", 1)[1] for line in capsys.readouterr().out.splitlines() if "given" in line]
+    where = f"({SMOKE / MANIFEST}); the given one is used"
+    assert said == [
+        f"--seeds 1,2 given; the recorded command leaves it at its default, {smoke.seed} {where}",
+        f"--set lr=1e-3 given, no --set lr recorded, so lr={smoke.lr} {where}",
+        f"--variants full given; the recorded command leaves it at its default, '{every}' {where}",
+    ]
+
+
+# ----- a recorded value the experiment refuses is traced to the file that records it --------------------------
+
+
+def recorded_out(tmp_path: Path, command: str) -> Path:
+    """An --out whose smoke/results-routing_test.json records `command` (its runs are not read before the options)."""
+    source = tmp_path / "runs"
+    (source / "smoke").mkdir(parents=True)
+    (source / "smoke" / "results-routing_test.json").write_text(json.dumps({"command": command}))
+    return source
+
+
+@pytest.mark.parametrize(
+    "recorded, refusal",
+    [
+        ("--margin -5", "--margin must be a finite number > 0, got -5.0"),
+        ("--set n_ctx=2", "the routing test needs n_ctx >= 3, got --set n_ctx=2"),
+        ("--variants fulll", "unknown variant(s) ['fulll']"),
+        ("--set lr=fast", "lr expects a number, got 'fast'"),
+    ],
+)
+def test_a_recorded_value_the_experiment_refuses_is_one_line_naming_its_file(data, tmp_path, capsys, recorded, refusal):
+    command = f"python -m experiments.routing_test --preset smoke {recorded} --out runs/x"
+    source = recorded_out(tmp_path, command)
+    argv = ["--analyse-only", str(source), "--out", str(tmp_path / "out"), "--no-progress", "--no-report"]
+    assert EXPERIMENT.main(argv) == 2
+    err = capsys.readouterr().err
+    where = source / "smoke" / "results-routing_test.json"
+    assert err.count("\n") == 1 and err.startswith(f"error: {where} records `{command}`"), err
+    assert refusal in err and "recorded there" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_refused_recorded_value_replaced_by_a_given_one_is_analysed_with_the_given(data, tmp_path, capsys):
+    source = recorded_out(tmp_path, "python -m experiments.routing_test --preset smoke --margin -5 --out runs/x")
+    ctx, _ = EXPERIMENT.context(["--analyse-only", str(source), "--out", str(tmp_path / "out"), "--margin", "0.2"])
+    assert ctx.args.margin == 0.2 and ctx.spec.preset == "smoke"
+    assert "--margin 0.2 given, -5.0 recorded" in capsys.readouterr().out
+
+
+# ----- a `python -m training` --out: no command recorded, but every run's config.json records its preset -------
+
+
+def trainer_out(tmp_path: Path, *presets: str) -> Path:
+    """A folder laid out as `python -m training --out` writes it: <preset>/<variant>/seed<k>/config.json."""
+    folder = tmp_path / "train"
+    for preset in presets:
+        run = folder / preset / "full" / "seed1337"
+        run.mkdir(parents=True)
+        (run / "config.json").write_text(json.dumps({"meta": {"preset": preset, "variant": "full", "seed": 1337}}))
+    return folder
+
+
+def test_a_trainer_out_is_analysed_at_the_preset_its_runs_record(data, tmp_path, capsys):
+    folder = trainer_out(tmp_path, "smoke")
+    ctx, jobs = EXPERIMENT.context(
+        ["--analyse-only", str(folder), "--out", str(tmp_path / "out"), "--variants", "full"]
+    )
+    assert ctx.spec.preset == "smoke" and [j.group.spec.preset for j in jobs] == ["smoke"]
+    assert capsys.readouterr().out.splitlines()[0] == (
+        f"--analyse-only {folder}: the preset recorded with its runs ({folder}/*/*/seed*/config.json): --preset smoke"
+    )
+    ctx, _ = EXPERIMENT.context(["--analyse-only", str(folder), "--out", str(tmp_path / "out"), "--preset", "smoke"])
+    assert ctx.spec.preset == "smoke" and "given" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "presets, refusal",
+    [(("smoke", "phase-cell"), "holds runs of the presets phase-cell, smoke"), ((), "no run's config.json there")],
+)
+def test_a_folder_recording_no_single_preset_is_refused_naming_what_to_pass(data, tmp_path, capsys, presets, refusal):
+    folder = trainer_out(tmp_path, *presets)
+    folder.mkdir(exist_ok=True)
+    argv = ["--analyse-only", str(folder), "--out", str(tmp_path / "out"), "--no-progress", "--no-report"]
+    assert EXPERIMENT.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: --analyse-only {folder} records no command"), err
+    assert refusal in err and "--preset" in err
+    assert not (tmp_path / "out").exists()

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -243,19 +244,28 @@ def _set_key(chunk: list[str]) -> str:
     return (chunk[0].partition("=")[2] if len(chunk) == 1 else chunk[1]).split("=", 1)[0].strip()
 
 
-def with_recorded_options(parser: argparse.ArgumentParser, argv: list[str], folder: Path, name: str) -> list[str]:
+# What an option resolves to, given the parsed options (Experiment.effective_options): {"seeds": the seeds the runs
+# train with, "set": {field: value} of the resolved spec, "variants": the variant names planned}; it raises
+# ToolkitError on a value the experiment refuses.
+Effective = Callable[[argparse.Namespace], dict[str, Any]]
+
+
+def with_recorded_options(
+    parser: argparse.ArgumentParser, argv: list[str], folder: Path, name: str, effective: Effective | None = None
+) -> list[str]:
     """The command line --analyse-only analyses with: the options recorded with FOLDER's runs (recorded_command),
     each one given in argv in its place instead (a --set per key), then argv's others. Says in one line which
-    options it took, and one line per given option whose value is not the recorded one; an option the parser
-    does not know, or a value it refuses, is one refusal naming the record."""
+    options it took, and one line per given option whose effective value (`effective`: after the defaults and
+    the preset) is not the recorded one's; an option the parser does not know, or a recorded value it or the
+    experiment refuses, is one refusal naming the record. A folder with no command recorded (`python -m
+    training`'s --out) takes the preset its runs' config.json record (recorded_preset)."""
     if not folder.is_dir():
         return argv  # Source.open refuses it
     given = _option_chunks(parser, argv)
     preset = next((parser.parse_args(c).preset for a, c in given if a.dest == "preset"), None)
     found = recorded_command(folder, name, preset)
     if found is None:
-        print(f"--analyse-only {folder}: no command recorded with its runs; analysing with the options given")
-        return argv
+        return _with_recorded_preset(folder, name, argv, preset)
     command, where = found
     words = shlex.split(command)
     if words[1:3] != ["-m", f"experiments.{name}"]:
@@ -274,13 +284,65 @@ def with_recorded_options(parser: argparse.ArgumentParser, argv: list[str], fold
     places = set(PLACE_OPTIONS) | _launcher_dests()
     recorded = [(a, c) for a, c in recorded if a.dest not in places]
     merged, used = _merge(recorded, given)
-    effective = [w for c in merged for w in c] + [w for i, (_, c) in enumerate(given) if i not in used for w in c]
+    line = [w for c in merged for w in c] + [w for i, (_, c) in enumerate(given) if i not in used for w in c]
     taken = [w for c in merged if all(c is not g for _, g in given) for w in c]
+    place_words = [w for a, c in given if a.dest in places for w in c]
+    refused = _refusal(effective, parser.parse_args(line))
+    if refused and _refusal(effective, parser.parse_args(taken + place_words)):  # the recorded values alone fail
+        raise ToolkitError(
+            f"{where} records `{command}`, whose options this version refuses: {refused} (a value recorded there; "
+            "give the option here to analyse with another)"
+        )
     if taken:
         print(f"--analyse-only {folder}: the options recorded with its runs ({where}): {shlex.join(taken)}")
-    for line in _differences(parser, recorded, effective, given, places):
-        print(f"--analyse-only {folder}: {line} ({where}); the given one is used")
-    return effective
+    was = parser.parse_args([w for _, c in recorded for w in c] + place_words)
+    there = {a.dest for a, _ in recorded}
+    for text in _differences(was, parser.parse_args(line), there, given, places, effective):
+        print(f"--analyse-only {folder}: {text} ({where}); the given one is used")
+    return line
+
+
+def recorded_preset(folder: Path) -> tuple[list[str], str]:
+    """(the presets the runs in FOLDER record, meta.preset of their config.json, sorted; the pattern read): the
+    run directories `python -m training` and the experiments write, <preset>/<variant>/seed<k>."""
+    from interp.io import read_json
+
+    pattern = "*/*/seed*/config.json"
+    presets = set()
+    for path in sorted(folder.glob(pattern)):
+        try:
+            meta = read_json(path).get("meta")
+        except (OSError, ValueError, AttributeError, ToolkitError):
+            continue  # a damaged file: reading the runs refuses it by name
+        if isinstance(meta, dict) and isinstance(meta.get("preset"), str):
+            presets.add(meta["preset"])
+    return sorted(presets), str(folder / pattern)
+
+
+def _with_recorded_preset(folder: Path, name: str, argv: list[str], given: str | None) -> list[str]:
+    """argv for a folder that records no command: the preset its runs record where --preset is not given, one
+    refusal naming what to pass where they record none or several."""
+    presets, where = recorded_preset(folder)
+    if given is not None:
+        if presets and given not in presets:
+            print(
+                f"--analyse-only {folder}: --preset {given} given, {', '.join(presets)} recorded ({where}); "
+                "the given one is used"
+            )
+        return argv
+    if len(presets) == 1:
+        print(f"--analyse-only {folder}: the preset recorded with its runs ({where}): --preset {presets[0]}")
+        return ["--preset", presets[0], *argv]
+    records = f"no MANIFEST.json, no results-{name}.json"
+    if presets:
+        raise ToolkitError(
+            f"--analyse-only {folder} records no command ({records}) and holds runs of the presets "
+            f"{', '.join(presets)} ({where}); say which with --preset"
+        )
+    raise ToolkitError(
+        f"--analyse-only {folder} records no command ({records}) and no run's config.json there records its "
+        f"preset ({where}); give the options the runs trained with, --preset at least"
+    )
 
 
 def _merge(recorded: list, given: list) -> tuple[list[list[str]], set[int]]:
@@ -301,40 +363,88 @@ def _merge(recorded: list, given: list) -> tuple[list[list[str]], set[int]]:
     return merged, used
 
 
-def _differences(parser, recorded: list, effective: list[str], given: list, places: set[str]) -> list[str]:
-    """One line per option given whose value is not the recorded one (the parser's default where none is)."""
-    was, now = parser.parse_args([w for _, c in recorded for w in c]), parser.parse_args(effective)
-    there = {a.dest for a, _ in recorded}
+def _differences(
+    was: argparse.Namespace,
+    now: argparse.Namespace,
+    there: set[str],
+    given: list,
+    places: set[str],
+    effective: Effective | None,
+) -> list[str]:
+    """One line per option given whose effective value (after the defaults and the preset, where `effective`
+    resolves them) is not the recorded one's (the default's where the record leaves it out)."""
+    old_eff, new_eff = _resolved(effective, was), _resolved(effective, now)
     lines = []
     for action in dict.fromkeys(a for a, _ in given if a.dest not in places):
         flag = max(action.option_strings, key=len)
         if action.dest == "set":
             old = dict(i.split("=", 1) for i in was.set if "=" in i)
             new = dict(i.split("=", 1) for i in now.set if "=" in i)
-            keys = dict.fromkeys(_set_key(c) for a, c in given if a is action)
-            lines += [
-                f"--set {k}={new[k]} given, "
-                + (f"--set {k}={old[k]} recorded" if k in old else f"no --set {k} recorded")
-                for k in keys
-                if k in new and old.get(k) != new[k]
-            ]
+            fields_was, fields_now = old_eff.get("set"), new_eff.get("set")
+            for k in dict.fromkeys(_set_key(c) for a, c in given if a is action):
+                if k not in new:
+                    continue
+                if isinstance(fields_was, dict) and isinstance(fields_now, dict) and k in fields_was:
+                    if fields_was[k] == fields_now.get(k):
+                        continue
+                    lines.append(
+                        f"--set {k}={new[k]} given, "
+                        + (
+                            f"--set {k}={old[k]} recorded"
+                            if k in old
+                            else f"no --set {k} recorded, so {k}={fields_was[k]}"
+                        )
+                    )
+                elif old.get(k) != new[k]:
+                    lines.append(
+                        f"--set {k}={new[k]} given, "
+                        + (f"--set {k}={old[k]} recorded" if k in old else f"no --set {k} recorded")
+                    )
             continue
         old, new = getattr(was, action.dest), getattr(now, action.dest)
-        if old == new:
+        if action.dest in old_eff and action.dest in new_eff:
+            if old_eff[action.dest] == new_eff[action.dest]:
+                continue
+            default = _shown(old_eff[action.dest], ",")
+        elif old == new:
             continue
+        else:
+            default = _shown(old)
         if action.nargs == 0:
             lines.append(f"{flag} given, not in the recorded command")
         elif action.dest in there:
             lines.append(f"{flag} {_shown(new)} given, {_shown(old)} recorded")
         else:
-            lines.append(f"{flag} {_shown(new)} given; the recorded command leaves it at its default, {_shown(old)}")
+            lines.append(f"{flag} {_shown(new)} given; the recorded command leaves it at its default, {default}")
     return lines
 
 
-def _shown(value: Any) -> str:
+def _refusal(effective: Effective | None, args: argparse.Namespace) -> str:
+    """What the experiment says refusing these options (effective raising ToolkitError), else ""."""
+    try:
+        if effective is not None:
+            effective(args)
+    except ToolkitError as e:
+        return one_line(e)
+    return ""
+
+
+def _resolved(effective: Effective | None, args: argparse.Namespace) -> dict[str, Any]:
+    """effective(args), or {} (the options compared as parsed) where there is none or it refuses a value."""
+    if effective is None:
+        return {}
+    try:
+        return effective(args)
+    except ToolkitError:
+        return {}
+
+
+def _shown(value: Any, sep: str = " ") -> str:
     if value is None:
         return "none"
     if isinstance(value, list):
+        if sep != " ":
+            return shlex.quote(sep.join(map(str, value))) if value else "none"
         return shlex.join(map(str, value)) or "none"
     return shlex.quote(str(value))
 

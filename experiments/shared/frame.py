@@ -207,7 +207,7 @@ class Experiment:
         if args.analyse_only is not None:  # the options recorded with its runs, less those given here
             from experiments.shared.analyse_only import with_recorded_options
 
-            argv = with_recorded_options(parser, argv, Path(args.analyse_only), self.name)
+            argv = with_recorded_options(parser, argv, Path(args.analyse_only), self.name, self.effective_options)
             args = parser.parse_args(argv)
         args.argv = argv  # the command line the runs are planned from (results' "command")
         check_launcher_arguments(args)
@@ -219,6 +219,18 @@ class Experiment:
                 raise ToolkitError("--analyse-only trains nothing: --launcher and --collect have nothing to do")
             if self.without_weights:  # refused here, before the corpus is read, where nothing is left
                 args.not_recomputed = {k: f"{NOT_RECOMPUTABLE}: {why}" for k, why in self.without_weights(args).items()}
+        spec, seeds, user = self._resolved(args)
+        from training.data import load_corpus
+
+        corpus = load_corpus(spec.train.corpus, spec.train.data_path)
+        check_asked_vocab(user, corpus.vocab_size)
+        # The data decides the vocabulary: every spec below (results.json's config too) holds the trained d_vocab.
+        spec = spec.fit_vocab(corpus.vocab_size)
+        ctx = Context(args=args, spec=spec, seeds=seeds, out=Path(args.out), corpus=corpus)
+        return ctx, self.jobs(ctx)
+
+    def _resolved(self, args: argparse.Namespace) -> tuple[RunSpec, list[int], dict[str, Any]]:
+        """(the spec, the seeds, the --set overrides) the options resolve to, before the corpus is read."""
         user = parse_overrides(args.set)
         if "seed" in user and args.seeds is not None:  # --seeds decides every run's seed: one would be ignored
             raise ToolkitError("--set seed=... and --seeds both give the seed; give the seeds with --seeds only")
@@ -231,14 +243,24 @@ class Experiment:
         if self.defaults:  # computed from the user's spec, and yielding to the user's own --set
             spec = resolve(args.preset, {**self.defaults(spec), **user})
         seeds = parse_seeds(args.seeds, self.default_seeds(spec) if self.default_seeds else [spec.train.seed])
-        from training.data import load_corpus
+        return spec, seeds, user
 
-        corpus = load_corpus(spec.train.corpus, spec.train.data_path)
-        check_asked_vocab(user, corpus.vocab_size)
-        # The data decides the vocabulary: every spec below (results.json's config too) holds the trained d_vocab.
-        spec = spec.fit_vocab(corpus.vocab_size)
-        ctx = Context(args=args, spec=spec, seeds=seeds, out=Path(args.out), corpus=corpus)
-        return ctx, self.jobs(ctx)
+    def effective_options(self, args: argparse.Namespace) -> dict[str, Any]:
+        """What --seeds, --set and --variants resolve to with these options, after the defaults and the preset
+        (analyse_only.with_recorded_options compares them with the recorded ones'): {"seeds": [...], "set":
+        {field: value} of the resolved spec, "variants": the names planned}; a value the experiment refuses
+        raises ToolkitError. The plan is made without the corpus (a --variants experiment's plan does not read it)."""
+        if self.check:
+            self.check(args)
+        spec, seeds, _ = self._resolved(args)
+        fields = {f.name: getattr(c, f.name) for c in (spec.model, spec.train) for f in dataclasses.fields(c)}
+        values: dict[str, Any] = {"seeds": seeds, "set": fields}
+        if self.variants_option:
+            groups = self.plan(Context(args=args, spec=spec, seeds=seeds, out=Path(args.out)))
+            if args.variants is not None:
+                groups = select_variants(groups, args.variants)
+            values["variants"] = [v.name for g in groups for v in g.variants]
+        return values
 
     def jobs(self, ctx: Context) -> list[Job]:
         """The plan's runs: every group's variants x its seeds (the group's own, else --seeds)."""
