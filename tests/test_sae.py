@@ -27,7 +27,7 @@ sae_lens = pytest.importorskip(
     "sae_lens", reason="SAELens is not installed: pip install -c constraints/tl3.txt -e '.[sae]'"
 )
 
-from interp.errors import ConfigError, DataError, ToolkitError, UntrainedTokenWarning  # noqa: E402
+from interp.errors import ConfigError, DataError, HookNameError, ToolkitError, UntrainedTokenWarning  # noqa: E402
 from interp.sae import SAEProcessingWarning, export_processing, residual_gpt_sae_hook  # noqa: E402
 from interp.tl.load import load_tl  # noqa: E402
 from training.sae_training import sae_dataset, sae_runner_config  # noqa: E402
@@ -225,6 +225,8 @@ def test_the_config_sizes_the_buffer_and_refuses_one_too_small(trained):
     assert cfg.sae.d_in == tl.cfg.d_model and cfg.logger.log_to_wandb is False
     with pytest.raises(ConfigError, match="n_batches_in_buffer >= 128"):
         sae_runner_config(tl, SITE, d_sae=64, training_tokens=4096, n_batches_in_buffer=20)
+    with pytest.raises(HookNameError, match=r"^hook_name: this model has no hook point named 'blocks.0.hook_resid_p"):
+        sae_runner_config(tl, "blocks.0.hook_resid_pots", d_sae=64, training_tokens=4096)
 
 
 def test_a_corpus_of_other_characters_is_refused(trained):

@@ -87,6 +87,9 @@ def sae_dataset(
 
 def _site_width(tl: Any, hook_name: str) -> int:
     """The width SAELens reads at hook_name (heads flattened): one forward of one token, the name checked."""
+    from interp.checks.api import check_hook_name
+
+    check_hook_name(tl, hook_name, "hook_name")  # named as the caller gave it (run_with_cache would say names_filter)
     _, cache = tl.run_with_cache(torch.zeros(1, 1, dtype=torch.long, device=tl.cfg.device), names_filter=[hook_name])
     return int(math.prod(cache[hook_name].shape[2:]))
 
