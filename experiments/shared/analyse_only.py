@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiments.shared.plan import Context, Job
+from experiments.shared.plan import Context, Job, select_variants
 from experiments.shared.ship import RUN_FILES, Shipped, is_shipped, missing_files, read_shipped
 from interp.errors import CheckpointError, ToolkitError, one_line
 
@@ -244,10 +245,29 @@ def _set_key(chunk: list[str]) -> str:
     return (chunk[0].partition("=")[2] if len(chunk) == 1 else chunk[1]).split("=", 1)[0].strip()
 
 
-# What an option resolves to, given the parsed options (Experiment.effective_options): {"seeds": the seeds the runs
+# What an option resolves to, given the parsed options (effective_options below): {"seeds": the seeds the runs
 # train with, "set": {field: value} of the resolved spec, "variants": the variant names planned}; it raises
 # ToolkitError on a value the experiment refuses.
 Effective = Callable[[argparse.Namespace], dict[str, Any]]
+
+
+def effective_options(experiment: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """What --seeds, --set and --variants resolve to for an Experiment (experiments.shared.frame) with these
+    options, after the defaults and the preset (with_recorded_options compares them with the recorded ones'):
+    {"seeds": [...], "set": {field: value} of the resolved spec, "variants": the names planned}; a value the
+    experiment refuses raises ToolkitError. The plan is made without the corpus (a --variants experiment's plan
+    does not read it)."""
+    if experiment.check:
+        experiment.check(args)
+    spec, seeds, _ = experiment._resolved(args)
+    fields = {f.name: getattr(c, f.name) for c in (spec.model, spec.train) for f in dataclasses.fields(c)}
+    values: dict[str, Any] = {"seeds": seeds, "set": fields}
+    if experiment.variants_option:
+        groups = experiment.plan(Context(args=args, spec=spec, seeds=seeds, out=Path(args.out)))
+        if args.variants is not None:
+            groups = select_variants(groups, args.variants)
+        values["variants"] = [v.name for g in groups for v in g.variants]
+    return values
 
 
 def with_recorded_options(

@@ -34,6 +34,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -205,9 +206,11 @@ class Experiment:
         parser = self.parser()
         args = parser.parse_args(argv)
         if args.analyse_only is not None:  # the options recorded with its runs, less those given here
-            from experiments.shared.analyse_only import with_recorded_options
+            from experiments.shared.analyse_only import effective_options, with_recorded_options
 
-            argv = with_recorded_options(parser, argv, Path(args.analyse_only), self.name, self.effective_options)
+            argv = with_recorded_options(
+                parser, argv, Path(args.analyse_only), self.name, partial(effective_options, self)
+            )
             args = parser.parse_args(argv)
         args.argv = argv  # the command line the runs are planned from (results' "command")
         check_launcher_arguments(args)
@@ -244,23 +247,6 @@ class Experiment:
             spec = resolve(args.preset, {**self.defaults(spec), **user})
         seeds = parse_seeds(args.seeds, self.default_seeds(spec) if self.default_seeds else [spec.train.seed])
         return spec, seeds, user
-
-    def effective_options(self, args: argparse.Namespace) -> dict[str, Any]:
-        """What --seeds, --set and --variants resolve to with these options, after the defaults and the preset
-        (analyse_only.with_recorded_options compares them with the recorded ones'): {"seeds": [...], "set":
-        {field: value} of the resolved spec, "variants": the names planned}; a value the experiment refuses
-        raises ToolkitError. The plan is made without the corpus (a --variants experiment's plan does not read it)."""
-        if self.check:
-            self.check(args)
-        spec, seeds, _ = self._resolved(args)
-        fields = {f.name: getattr(c, f.name) for c in (spec.model, spec.train) for f in dataclasses.fields(c)}
-        values: dict[str, Any] = {"seeds": seeds, "set": fields}
-        if self.variants_option:
-            groups = self.plan(Context(args=args, spec=spec, seeds=seeds, out=Path(args.out)))
-            if args.variants is not None:
-                groups = select_variants(groups, args.variants)
-            values["variants"] = [v.name for g in groups for v in g.variants]
-        return values
 
     def jobs(self, ctx: Context) -> list[Job]:
         """The plan's runs: every group's variants x its seeds (the group's own, else --seeds)."""
