@@ -180,9 +180,12 @@ def _trainers(args: argparse.Namespace) -> list:
     from training.data import load_corpus
 
     base = parse_overrides(args.set)
-    given = {"seed": (args.seed, "--seed"), "residual": (args.residual, "--residual"), "mixer": (args.mixer, "--mixer")}
-    given["seed"] = (args.seeds, "--seeds") if args.seeds is not None else given["seed"]
-    given["data_path"] = (args.data, "--data")
+    given = {
+        "seed": (args.seeds, "--seeds") if args.seeds is not None else (args.seed, "--seed"),
+        "residual": (args.residual, "--residual"),
+        "mixer": (args.mixer, "--mixer"),
+        "data_path": (args.data, "--data"),
+    }
     for key, (value, option) in given.items():
         if key in base and value is not None:  # the option would win without a word
             raise ToolkitError(f"--set {key}=... and {option} both give the {key}; give it with {option} only")

@@ -259,7 +259,7 @@ def effective_options(experiment: Any, args: argparse.Namespace) -> dict[str, An
     does not read it)."""
     if experiment.check:
         experiment.check(args)
-    spec, seeds, _ = experiment._resolved(args)
+    spec, seeds, _ = experiment.resolved_options(args)
     fields = {f.name: getattr(c, f.name) for c in (spec.model, spec.train) for f in dataclasses.fields(c)}
     values: dict[str, Any] = {"seeds": seeds, "set": fields}
     if experiment.variants_option:

@@ -222,7 +222,7 @@ class Experiment:
                 raise ToolkitError("--analyse-only trains nothing: --launcher and --collect have nothing to do")
             if self.without_weights:  # refused here, before the corpus is read, where nothing is left
                 args.not_recomputed = {k: f"{NOT_RECOMPUTABLE}: {why}" for k, why in self.without_weights(args).items()}
-        spec, seeds, user = self._resolved(args)
+        spec, seeds, user = self.resolved_options(args)
         from training.data import load_corpus
 
         corpus = load_corpus(spec.train.corpus, spec.train.data_path)
@@ -232,7 +232,7 @@ class Experiment:
         ctx = Context(args=args, spec=spec, seeds=seeds, out=Path(args.out), corpus=corpus)
         return ctx, self.jobs(ctx)
 
-    def _resolved(self, args: argparse.Namespace) -> tuple[RunSpec, list[int], dict[str, Any]]:
+    def resolved_options(self, args: argparse.Namespace) -> tuple[RunSpec, list[int], dict[str, Any]]:
         """(the spec, the seeds, the --set overrides) the options resolve to, before the corpus is read."""
         user = parse_overrides(args.set)
         if "seed" in user and args.seeds is not None:  # --seeds decides every run's seed: one would be ignored
