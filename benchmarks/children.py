@@ -20,7 +20,7 @@ import torch
 from benchmarks.reference import RefGPT
 from benchmarks.shapes import BenchError, Shape, fixed_token_batches, make_shape
 from benchmarks.variants import train_step
-from interp.model import ResidualGPT
+from interp.model.gpt import ResidualGPT
 from training.optimizer import make_optimizer
 
 

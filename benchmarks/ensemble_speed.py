@@ -25,9 +25,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from interp.cli import Parser
+from interp.command.cli import Parser
+from interp.command.signals import interrupts
 from interp.errors import ToolkitError, one_line
-from interp.signals import interrupts
 
 
 def parse_cases(text: str) -> list[tuple[str, int]]:
@@ -197,6 +197,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from interp.cli import guarded_output
+    from interp.command.cli import guarded_output
 
     raise SystemExit(guarded_output(main))

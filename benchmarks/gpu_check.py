@@ -57,7 +57,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from interp.cli import Parser
+from interp.command.cli import Parser
 from interp.errors import ToolkitError, one_line
 
 REPO = Path(__file__).resolve().parents[1]
@@ -397,7 +397,7 @@ def _gpu_check(args, start: float, device: str, budget: float, data: Path, out: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from interp.signals import interrupt_code, interrupt_line, interrupts, signal_name
+    from interp.command.signals import interrupt_code, interrupt_line, interrupts, signal_name
 
     try:
         with interrupts():
@@ -423,6 +423,6 @@ def _main(argv: list[str] | None) -> int:
 
 
 if __name__ == "__main__":
-    from interp.cli import guarded_output
+    from interp.command.cli import guarded_output
 
     raise SystemExit(guarded_output(main))

@@ -276,7 +276,7 @@ def gpu_check_table(rows: list[dict[str, str]]) -> str:
 
 
 def write_summary(out: Path, header: str, table: str, stages, rows, env: dict[str, Any]) -> None:
-    from interp.io import atomic_write, write_json
+    from interp.files.io import atomic_write, write_json
 
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / "gpu_check.txt", lambda tmp: Path(tmp).write_text(header + "\n" + table + "\n"))

@@ -18,7 +18,7 @@ and each model's figure is the median round. Modes (--modes):
 
 and first, with --ensemble K, K members of the shape as one stacked step (training.stacked: StackedGPT and
 StackedAdamW, per-member clipping vectorised), bf16 on CUDA. ResidualGPT and each member draw their dropout masks
-from a run's own stream (interp.dropout), moved on every step, as the trainer's step does: the step timed is the
+from a run's own stream (interp.model.dropout), moved on every step, as the trainer's step does: the step timed is the
 one training runs (with torch.compile each dropout site is a graph break), not a faster one it never runs; the
 reference draws from torch's generator, as nanoGPT does. MFU is the estimated training FLOPs
 (training.flops.flops_per_token) over the large-matmul peak of the mode's precision measured in this run, and,
@@ -41,7 +41,7 @@ from typing import Any
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS reads it when CUDA starts
 
-from interp.cli import Parser  # noqa: E402
+from interp.command.cli import Parser  # noqa: E402
 from interp.errors import ToolkitError, one_line  # noqa: E402
 
 SOLO_TARGET_MS = 5.0  # issue 49 part 3: a paper-10m solo step on one H200
@@ -154,8 +154,8 @@ def _build(kind: str, spec, device, mode: StepMode, backend: str):
     import torch
 
     from benchmarks.reference import RefGPT
-    from interp.dropout import DropoutStream
-    from interp.model import ResidualGPT
+    from interp.model.dropout import DropoutStream
+    from interp.model.gpt import ResidualGPT
     from training.optimizer import make_optimizer
 
     torch.manual_seed(0)
@@ -269,8 +269,8 @@ def _stacked(cfg, k: int, device):
     """A StackedGPT of k members of cfg, or the reason today's stacked step refuses it."""
     import torch
 
-    from interp.dropout import DropoutStream
-    from interp.model import ResidualGPT
+    from interp.model.dropout import DropoutStream
+    from interp.model.gpt import ResidualGPT
     from training.stacked import StackedGPT
 
     torch.manual_seed(0)
@@ -462,19 +462,19 @@ def print_gpu_step(report: dict[str, Any]) -> None:
 
 def _save(path: str | None, report: dict[str, Any]) -> None:
     if path:
-        from interp.io import write_json
+        from interp.files.io import write_json
 
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         write_json(Path(path), report)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from interp.signals import interrupt_code, interrupt_line, interrupts, signal_name
+    from interp.command.signals import interrupt_code, interrupt_line, interrupts, signal_name
 
     try:
         with interrupts():
             return _main(argv)
-    except (KeyboardInterrupt, Exception) as e:  # Ctrl-C or SIGTERM (interp.signals): nothing but stdout written
+    except (KeyboardInterrupt, Exception) as e:  # Ctrl-C or SIGTERM (command.signals): only stdout written
         code = interrupt_code(e)
         if code is None:
             raise
@@ -494,6 +494,6 @@ def _main(argv: list[str] | None) -> int:
 
 
 if __name__ == "__main__":
-    from interp.cli import guarded_output
+    from interp.command.cli import guarded_output
 
     raise SystemExit(guarded_output(main))

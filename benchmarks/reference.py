@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
-from interp.config import ModelConfig
+from interp.config.model_config import ModelConfig
 
 
 class RefLayerNorm(nn.Module):

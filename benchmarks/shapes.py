@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from interp.config import ModelConfig
+from interp.config.model_config import ModelConfig
 from interp.errors import ToolkitError
 from training.presets import parse_overrides, resolve
 

@@ -38,9 +38,9 @@ import os
 import sys
 from typing import Any
 
-from interp.cli import Parser
+from interp.command.cli import Parser
+from interp.command.signals import interrupt_code, interrupt_line, interrupts, signal_name
 from interp.errors import ToolkitError, one_line
-from interp.signals import interrupt_code, interrupt_line, interrupts, signal_name
 
 # torch and the benchmark's modules are imported inside main(), once interrupts() is in place, so a
 # SIGTERM that arrives while torch loads (seconds on a busy machine) is handled like any other.
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with interrupts():  # SIGTERM like Ctrl-C, from before torch is imported
             return _main(argv)
-    except (KeyboardInterrupt, Exception) as e:  # Ctrl-C or SIGTERM (interp.signals): nothing is written but stdout
+    except (KeyboardInterrupt, Exception) as e:  # Ctrl-C or SIGTERM (command.signals): only stdout written
         code = interrupt_code(e)
         if code is None:  # no signal: a bug, shown as one
             raise
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None = None) -> int:
     try:
         args = step_parser().parse_args(argv)
-    except ToolkitError as e:  # interp.cli.Parser: one line, not argparse's usage block
+    except ToolkitError as e:  # interp.command.cli.Parser: one line, not argparse's usage block
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     from benchmarks.children import RSS_MARK, memory_child, peak_rss_mb
@@ -284,6 +284,6 @@ def _main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from interp.cli import guarded_output
+    from interp.command.cli import guarded_output
 
     raise SystemExit(guarded_output(main))

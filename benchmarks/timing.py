@@ -17,8 +17,8 @@ import torch
 from benchmarks.reference import RefGPT
 from benchmarks.shapes import Shape, fixed_token_batches
 from benchmarks.variants import StepVariant, deterministic_mode, train_step
-from interp.io import read_jsonl
-from interp.model import ResidualGPT
+from interp.files.io import read_jsonl
+from interp.model.gpt import ResidualGPT
 from training.compile import maybe_compile
 from training.flops import flops_per_token
 from training.optimizer import make_optimizer
@@ -149,7 +149,7 @@ def component_costs(shape: Shape, max_steps: int | None = None, n_eval: int = 2)
     Evaluation is timed on n_eval batches and scaled to eval_batches. The gradient probe's
     cost is a probed step minus a plain one (noisy: it is small).
     """
-    from interp.checkpoint import save_checkpoint
+    from interp.files.checkpoint import save_checkpoint
     from probes import PROBE_BATCHES
     from probes.attention import attention_stats
     from probes.gradients import capture_resid_grads, parameter_grad_norms, resid_grad_sites

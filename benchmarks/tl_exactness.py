@@ -15,7 +15,7 @@ import argparse
 import sys
 import warnings
 
-from interp.cli import Parser, UsageError
+from interp.command.cli import Parser, UsageError
 from interp.errors import one_line
 
 CONFIGS = [
@@ -111,6 +111,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from interp.cli import guarded_output
+    from interp.command.cli import guarded_output
 
     raise SystemExit(guarded_output(main))

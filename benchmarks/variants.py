@@ -16,9 +16,9 @@ import torch
 from torch import nn
 
 from benchmarks.reference import RefGPT
-from interp.config import ModelConfig
-from interp.model import ResidualGPT
-from interp.registry import mixer_names
+from interp.config.model_config import ModelConfig
+from interp.config.registry import mixer_names
+from interp.model.gpt import ResidualGPT
 from training.compile import maybe_compile
 
 RESIDUAL_CONFIGS = ("full", "attn_only", "ffn_only", "none")
@@ -52,7 +52,7 @@ def deterministic_mode(fill_uninitialized_memory: bool = True):
 class _NoHook:
     """Stands in for a HookPoint: a plain call, no nn.Module machinery, never hooked."""
 
-    fwd_hooks = bwd_hooks = _forward_hooks = ()  # what interp.mixers._hooked reads
+    fwd_hooks = bwd_hooks = _forward_hooks = ()  # what interp.model.mixers._hooked reads
 
     def __call__(self, x):
         return x

@@ -34,12 +34,12 @@ import torch
 
 import interp
 from interp import ResidualGPT, load_hooked, save_hooked, to_hooked_transformer
-from interp.plot_page import offline_notebook_renderer
+from interp.figures.plot_page import offline_notebook_renderer
 
 # plotly.js embedded in the notebook (the "notebook" renderer's first output), so figures render offline;
 # "plotly_mimetype" is what JupyterLab draws with the jupyterlab-plotly extension, also offline.
 # "notebook_connected" (and Colab's, Kaggle's defaults) would load plotly.js from a CDN, and plotly's own "notebook"
-# MathJax; interp.plot_page.offline_notebook_renderer() is "notebook" asking nothing of the network.
+# MathJax; interp.figures.plot_page.offline_notebook_renderer() is "notebook" asking nothing of the network.
 pio.renderers.default = "plotly_mimetype+" + offline_notebook_renderer()
 ROOT = Path(interp.__file__).resolve().parents[1]  # the repository: shipped results are read from here
 WORK = Path(tempfile.mkdtemp(prefix="residual-notebook-"))  # this notebook's runs and files
@@ -105,19 +105,19 @@ assert torch.equal(tl(tokens), before)
 # figure into an HTML page that opens offline).
 
 # %%
-from interp.plots import attention_patterns
+from interp.figures.plots import attention_patterns
 
 attention_patterns(cache, model.codec.pieces(tokens[0].tolist()), layer=0)
 
 # %% [markdown]
 # ## The exact decomposition
 #
-# With a removed residual path the stream is not the sum of every sublayer output; `interp.decompose` walks
+# With a removed residual path the stream is not the sum of every sublayer output; `interp.reading.decompose` walks
 # the wiring back and returns only the terms that reach a site, so they sum to the stream for every wiring.
 # `direct_logit_attribution` splits a logit difference through the final LayerNorm with its scale frozen.
 
 # %%
-from interp.decompose import decompose, direct_logit_attribution
+from interp.reading.decompose import decompose, direct_logit_attribution
 
 parts = decompose(cache, "final", per_head=True)  # exact for every wiring: parts.stack.sum(0) == the stream
 print("final:", parts.labels)  # attn_only: the last block's MLP output alone, no residual carries the rest
@@ -131,14 +131,14 @@ print(f"attribution: largest error of the sum {(dla.values.sum(0) - dla.target).
 # %% [markdown]
 # ## An intervention
 #
-# Interventions are TransformerLens hook lists (`interp.interventions`), so the same call runs on ResidualGPT
+# Interventions are TransformerLens hook lists (`interp.reading.interventions`), so the same call runs on ResidualGPT
 # and on the export. Here: knock out each token's attention to itself in layer 0 (softmax with the self score
 # at -inf), and compare the loss on validation windows. After the smoke preset's 40 steps the model still sits
 # near the unigram floor, so the numbers mean little; the calls are what a trained run takes (interventions on
 # the routing test's models: `python -m experiments.interventions`).
 
 # %%
-from interp.interventions import knock_out_self, per_sequence_loss
+from interp.reading.interventions import knock_out_self, per_sequence_loss
 
 n_ctx = model.cfg.n_ctx
 val = torch.as_tensor(trainer.corpus.val[: 16 * n_ctx + 1], dtype=torch.long)
@@ -188,13 +188,13 @@ survival_figure(results)
 #   writes an attention figure that opens offline.
 # - `transformer_lens.patching` helpers run on ResidualGPT itself; nnsight traces it (read and edit
 #   `blocks.0.attn.hook_pattern`, `hook_z`, `hook_resid_*`; `pip install -e '.[interop]'`).
-#   circuitsvis views open offline through `interp.interop.circuitsvis_patterns` (or `offline_html(view)`
+#   circuitsvis views open offline through `interp.reading.interop.circuitsvis_patterns` (or `offline_html(view)`
 #   around circuitsvis's own functions), which inline circuitsvis's script (about 1.3 MB a view); the
 #   toolkit's own figures embed plotly and stay offline.
 # - With a removed residual path the stream is not the sum of its parts, so TransformerLens's
 #   `decompose_resid`, `get_full_resid_decomposition`, `stack_head_results` and `logit_attrs` are
 #   wrong there: the export warns at every such call (ResidualGPT's own cache refuses them) and
-#   `interp.decompose` gives the exact decomposition, direct logit attribution with the final
+#   `interp.reading.decompose` gives the exact decomposition, direct logit attribution with the final
 #   LayerNorm scale frozen, and the logit lens. `accumulated_resid` and the logit lens on a given site
 #   are right for every wiring. `logit_attrs` and `apply_ln_to_stack` need `fold_ln=True` (the
 #   export's default) even for `full`: without it TL leaves out the final LayerNorm's weight, and
@@ -203,7 +203,7 @@ survival_figure(results)
 #   (`TrainModeWarning`). TransformerLens has no dropout, so the export is the same in either mode.
 # - A self-biased model adds `self_bias` to each query's own score inside `hook_attn_scores`, which
 #   `W_Q @ W_K` (`tl.QK`) and scores rebuilt from `hook_q`/`hook_k` do not show: the export warns at
-#   `QK`/`W_Q`/`W_K`, and `interp.scores.attention_scores(model, q, k)` rebuilds the scores the model
+#   `QK`/`W_Q`/`W_K`, and `interp.reading.scores.attention_scores(model, q, k)` rebuilds the scores the model
 #   uses (`routing_bias(model, n)` is the term to add).
 # - The export was trained without BOS: `prepend_bos=True` (any call that tokenizes text) warns. Past
 #   `n_ctx`, `tl.generate` crops to the last `n_ctx` tokens as `model.generate` and nanoGPT do.
@@ -213,7 +213,7 @@ survival_figure(results)
 #   (`WeightsOnlyWarning`) when something other than an export of the same ModelConfig reads it (a plain
 #   HookedTransformer, a copy by hand, `torch.save`): its weights alone are another model there. Loaded
 #   back into an export of the same config it is exact and says nothing.
-# - `interp.decompose` and `direct_logit_attribution` refuse a cache whose terms do not sum to the
+# - `interp.reading.decompose` and `direct_logit_attribution` refuse a cache whose terms do not sum to the
 #   stream, which is what a steering hook on a `hook_resid_*` point leaves (the edit is no term).
 # - nanoGPT: a checkpoint from nanoGPT's `train.py` loads everywhere a ResidualGPT one does
 #   (`from_checkpoint`, `to_hooked_transformer`, `interp.sample`, `interp.plot_attention`; `meta.pkl`

@@ -1,5 +1,5 @@
 """experiments package."""
 
-from interp.signals import guard_startup
+from interp.command.signals import guard_startup
 
 guard_startup()  # a Ctrl-C while modules import: one line, not a traceback

@@ -3,7 +3,7 @@
 import sys
 
 from experiments.shared.options import COMMANDS
-from interp.cli import guarded_output  # a closed pipe or a full stdout: one line, not a traceback
+from interp.command.cli import guarded_output  # a closed pipe or a full stdout: one line, not a traceback
 
 
 def main(argv: list[str]) -> int:

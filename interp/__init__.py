@@ -1,29 +1,29 @@
 """The residual-ablation GPT and what reads it.
 
-Names are imported lazily: `from interp.config import ModelConfig` stays light
+Names are imported lazily: `from interp.config.model_config import ModelConfig` stays light
 (no transformer_lens import), so command-line errors come back at once.
 """
 
 import importlib
 import importlib.util
 
-from interp import registry as _registry
-from interp.signals import guard_startup
+from interp.command.signals import guard_startup
+from interp.config import registry as _registry
 
 guard_startup()  # a Ctrl-C while modules import: one line, not a traceback
 # The registry imports the built-in mixers on their first lookup, through this loader (it imports nothing above it).
-_registry.load_builtins_with(lambda: importlib.import_module("interp.mixers"))
+_registry.load_builtins_with(lambda: importlib.import_module("interp.model.mixers"))
 
 _LAZY = {
-    "Checkpoint": "interp.checkpoint",
-    "load_checkpoint": "interp.checkpoint",
-    "save_checkpoint": "interp.checkpoint",
-    "ModelConfig": "interp.config",
+    "Checkpoint": "interp.files.checkpoint",
+    "load_checkpoint": "interp.files.checkpoint",
+    "save_checkpoint": "interp.files.checkpoint",
+    "ModelConfig": "interp.config.model_config",
     "CheckpointError": "interp.errors",
     "ConfigError": "interp.errors",
     "DataError": "interp.errors",
     "ToolkitError": "interp.errors",
-    "ResidualGPT": "interp.model",
+    "ResidualGPT": "interp.model.gpt",
     "to_hooked_transformer": "interp.tl.hooked",
     "save_hooked": "interp.tl.hooked",
     "load_hooked": "interp.tl.hooked",

@@ -5,7 +5,6 @@ Command-line entry points catch ToolkitError and print one `error:` line.
 
 import sys
 import types
-from collections.abc import Callable
 from typing import Any
 
 
@@ -26,7 +25,7 @@ class DataError(ToolkitError):
 
 
 class DecompositionError(ToolkitError, ValueError):
-    """A cache, site or model that cannot be decomposed (missing hook, unknown site, ...): interp.decompose."""
+    """A cache, site or model that cannot be decomposed (missing hook, unknown site, ...): interp.reading.decompose."""
 
 
 class ToolkitWarning(UserWarning):
@@ -51,27 +50,6 @@ class WeightsOnlyWarning(ToolkitWarning):
 
 class HiddenRoutingWarning(ToolkitWarning):
     """W_Q / W_K of an export whose hook_attn_scores adds a routing (self_bias, uniform) they do not show."""
-
-
-def one_line_errors(run: Callable[[], Any]) -> tuple[int, Any]:
-    """(0, run()) or, for a ToolkitError or OSError, (2, None) after one `error:` line on stderr.
-
-    Ctrl-C, SIGTERM and SIGHUP (interp.signals) end it too: one line, exit 130, 143 or 129.
-    """
-    from interp.signals import interrupt_code, interrupt_line, interrupts, signal_name
-
-    try:
-        with interrupts():
-            return 0, run()
-    except (ToolkitError, OSError) as e:
-        print(f"error: {one_line(e)}", file=sys.stderr)
-        return 2, None
-    except (KeyboardInterrupt, Exception) as e:  # a library may turn the interrupt into another exception
-        code = interrupt_code(e)
-        if code is None:  # no signal fired: a bug, shown as one
-            raise
-        print(interrupt_line(f"interrupted ({signal_name(code)}); nothing was written"), file=sys.stderr)
-        return code, None
 
 
 def io_error_line(e: OSError) -> str:

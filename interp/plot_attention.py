@@ -14,14 +14,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from interp.cli import Parser, run_writing_command
+from interp.command.cli import Parser, run_writing_command
+from interp.config.registry import mixer_spec
 from interp.errors import CheckpointError, ConfigError, DataError, ToolkitError
-from interp.io import DataFileError
-from interp.registry import mixer_spec
-from interp.vocab import codec
+from interp.files.io import DataFileError
+from interp.model.vocab import codec
 
 if TYPE_CHECKING:
-    from interp.config import ModelConfig
+    from interp.config.model_config import ModelConfig
 
 # torch, transformer_lens and plotly are imported in run(): --help and usage errors answer at once.
 
@@ -66,8 +66,8 @@ def encode(text: str, state: dict[str, Any], cfg: ModelConfig) -> tuple[list[int
 
 
 def run(args: argparse.Namespace) -> Path:
-    from interp.checkpoint import load_checkpoint
-    from interp.cli import refuse_overwriting_inputs
+    from interp.command.cli import refuse_overwriting_inputs
+    from interp.files.checkpoint import load_checkpoint
 
     refuse_overwriting_inputs("--out", args.out, {"--ckpt": args.ckpt, "--meta": args.meta})
     ckpt = load_checkpoint(args.ckpt, meta=args.meta)
@@ -84,9 +84,9 @@ def run(args: argparse.Namespace) -> Path:
 
     import torch  # the input is good: now the heavy imports
 
-    from interp.model import ResidualGPT
-    from interp.plot_page import save_html
-    from interp.plots import attention_patterns
+    from interp.figures.plot_page import save_html
+    from interp.figures.plots import attention_patterns
+    from interp.model.gpt import ResidualGPT
 
     model = ResidualGPT.from_checkpoint(ckpt)
     names = [f"blocks.{layer}.attn.hook_pattern" for layer in layers]
@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> Path:
         return save_html([intro, *sections], args.out, title=f"Attention patterns: {args.ckpt.name}")
     except OSError as e:
         raise ToolkitError(f"cannot write {args.out}: {e.strerror or e}; choose another --out") from None
-    except DataFileError as e:  # interp.io's atomic write: the old file, if any, is kept
+    except DataFileError as e:  # interp.files.io's atomic write: the old file, if any, is kept
         raise DataFileError(f"{e}; choose another --out") from None
 
 

@@ -17,10 +17,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from interp.cli import Parser, guarded_output, one_line_errors, seed_option
+from interp.command.cli import Parser, guarded_output, one_line_errors, seed_option
 from interp.errors import CheckpointError, ConfigError, DataError, ToolkitError, escape_controls
-from interp.next_token import temperature_option
-from interp.vocab import codec
+from interp.model.next_token import temperature_option
+from interp.model.vocab import codec
 
 # torch and transformer_lens are imported in run(): --help and usage errors answer at once.
 
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> list[str]:
         raise ConfigError("--max-new-tokens must be >= 0 and --num-samples >= 1")
     if not args.prompt:
         raise DataError("--prompt is empty; give at least one character (nanoGPT's default is a newline)")
-    from interp.checkpoint import load_checkpoint
+    from interp.files.checkpoint import load_checkpoint
 
     ckpt = load_checkpoint(args.ckpt, meta=args.meta)
     try:
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> list[str]:
 
     import torch  # the input is good: now the heavy imports
 
-    from interp.model import ResidualGPT
+    from interp.model.gpt import ResidualGPT
 
     model = ResidualGPT.from_checkpoint(ckpt).eval()
     if len(ids) > model.cfg.n_ctx:

@@ -88,7 +88,7 @@ def default_callbacks(train_cfg, dense_until: int = -1) -> list:
 
 def _as_pairs(batches) -> list:
     """(x, y) pairs from (x, y) pairs or token tensors [batch, pos] (targets by shifting: x[:, :-1], x[:, 1:])."""
-    from interp.checks.api import as_batch_pairs
+    from interp.model.api import as_batch_pairs
 
     return as_batch_pairs(batches)
 
@@ -100,8 +100,8 @@ def measure(checkpoint_or_model: Any, batches) -> dict:
     next tokens (x = tokens[:, :-1], y = tokens[:, 1:]), or one such tensor.
     Every probe reads every batch: the gradients are those of the mean loss over all their tokens.
     """
-    from interp.checkpoint import Checkpoint
-    from interp.model import ResidualGPT
+    from interp.files.checkpoint import Checkpoint
+    from interp.model.gpt import ResidualGPT
 
     model = checkpoint_or_model
     if isinstance(model, (str, Path, Checkpoint)):

@@ -15,9 +15,9 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from interp.checks.api import as_batch_pairs, check_materialised
+from interp.config.registry import mixer_spec
 from interp.errors import ShapeError, ToolkitError
-from interp.registry import mixer_spec
+from interp.model.api import as_batch_pairs, check_materialised
 
 STATS = ("alpha_tt", "prev_token", "entropy", "distance")
 

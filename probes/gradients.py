@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from interp.checks.api import check_materialised, check_pair, check_targets
-from interp.model import train_mode_hooks_expected
+from interp.model.api import check_materialised, check_pair, check_targets
+from interp.model.gpt import train_mode_hooks_expected
 
 
 def parameter_grad_norms(model: nn.Module) -> dict:

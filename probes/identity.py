@@ -11,7 +11,7 @@ cross-entropy are reported on the fixed validation batches only: no decoder
 sees the data it is scored on.
 
 Two levels frame every number, counted on the train split, scored on the same
-validation tokens (add-one smoothing; interp.levels, as training.reference_levels):
+validation tokens (add-one smoothing; interp.reading.levels, as training.reference_levels):
 
     unigram        chance: predict the token from its frequency alone
     current_token  predict the token at offset k from the current token alone
@@ -45,10 +45,10 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp.checks.api import as_batch_pairs
 from interp.errors import ToolkitError
-from interp.levels import add_one_levels
-from interp.stream_layout import resid_sites
+from interp.model.api import as_batch_pairs
+from interp.reading.levels import add_one_levels
+from interp.reading.stream_layout import resid_sites
 from probes.softmax_fit import fit_site
 
 OFFSETS = (0, -1, -2)
@@ -68,7 +68,7 @@ class IdentityProbeError(ToolkitError, ValueError):
 
 
 def identity_sites(n_layers: int) -> list[str]:
-    """Every distinct residual site (interp.stream_layout.resid_sites), then the final LayerNorm's output."""
+    """Every distinct residual site (interp.reading.stream_layout.resid_sites), then the final LayerNorm's output."""
     return [*resid_sites(n_layers), "ln_final.hook_normalized"]
 
 
@@ -192,8 +192,8 @@ def too_costly(cfg, **kwargs: Any) -> str | None:
 
 
 def _as_model(checkpoint_or_model: Any):
-    from interp.checkpoint import Checkpoint
-    from interp.model import ResidualGPT
+    from interp.files.checkpoint import Checkpoint
+    from interp.model.gpt import ResidualGPT
 
     model = checkpoint_or_model
     if isinstance(model, (str, Path, Checkpoint)):
@@ -387,9 +387,9 @@ def _counted_levels(train_tokens: np.ndarray, probe: _Probe, tally: _Tally) -> d
 def identity_summary(checkpoint_or_model: Any, train_tokens: np.ndarray, val_batches, **kwargs) -> dict[str, Any]:
     """For a finished run: {"identity": measure_identity(...), "logit_lens": {"sites", "layers", "ce"}}.
 
-    The logit lens is interp.decompose.logit_lens_over on the same validation batches.
+    The logit lens is interp.reading.decompose.logit_lens_over on the same validation batches.
     """
-    from interp.decompose import logit_lens_over
+    from interp.reading.decompose import logit_lens_over
 
     model = _as_model(checkpoint_or_model)
     val_batches = list(val_batches)

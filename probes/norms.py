@@ -15,12 +15,12 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor
 
-from interp.checks.api import as_batch_pairs, check_materialised
-from interp.stream_layout import resid_sites
+from interp.model.api import as_batch_pairs, check_materialised
+from interp.reading.stream_layout import resid_sites
 
 
 def norm_site_names(n_layers: int) -> list[str]:
-    """The residual stream's sites: interp.stream_layout.resid_sites."""
+    """The residual stream's sites: interp.reading.stream_layout.resid_sites."""
     return resid_sites(n_layers)
 
 

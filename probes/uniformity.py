@@ -10,7 +10,7 @@ et al. 2022). Per sequence X [pos, d_model] at a residual site, averaged over th
     erank      effective rank of the centred stream X - 1 mean_t(X): exp of the entropy of its singular values
                normalised to sum 1 (Roy and Vetterli 2007); 0 where the centred stream is zero
 
-Sites: interp.stream_layout.resid_sites (the embedding output, each resid_mid and resid_post), read in eval
+Sites: interp.reading.stream_layout.resid_sites (the embedding output, each resid_mid and resid_post), read in eval
 mode. `qk_grads` adds, per layer, the gradient norm of the loss reaching W_Q and W_K apart from W_V and W_O
 (Noci et al. tie collapse at initialisation to vanishing query/key gradients). The hook names are
 TransformerLens's, so a HookedTransformer is read as a ResidualGPT is.
@@ -27,9 +27,9 @@ from einops import reduce
 from jaxtyping import Float
 from torch import Tensor
 
-from interp.checks.api import as_batch_pairs, check_ids
 from interp.errors import ProcessedWeightsWarning, ShapeError, ToolkitError, warn_each_call
-from interp.stream_layout import resid_sites
+from interp.model.api import as_batch_pairs, check_ids
+from interp.reading.stream_layout import resid_sites
 
 MEASURES = ("residual", "cosine", "erank")
 
@@ -211,8 +211,8 @@ class UniformityProbe:
 
 def finite_record(record: dict) -> dict:
     """The record with every non-finite number as null and "nonfinite" naming where: the run logs strict JSON
-    (interp.io.dumps refuses NaN) and a diverging stream must not stop the training it is measured on."""
-    from interp.io import non_finite_keys
+    (interp.files.io.dumps refuses NaN) and a diverging stream must not stop the training it is measured on."""
+    from interp.files.io import non_finite_keys
 
     bad = non_finite_keys(record)
     if not bad:

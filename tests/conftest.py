@@ -90,8 +90,8 @@ def pytest_report_header(config):
 @pytest.fixture(autouse=True)
 def _signal_handlers_back():
     """A test that ends a command with a signal leaves its handlers ignored, as a process that is ending
-    should (interp.signals); this test process goes on, so they come back after each test."""
+    should (interp.command.signals); this test process goes on, so they come back after each test."""
     yield
-    from interp.signals import restore
+    from interp.command.signals import restore
 
     restore()

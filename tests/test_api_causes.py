@@ -9,8 +9,14 @@ from api_models import ids, refused, tiny_config, tiny_model
 from majors import export, tl3_only
 
 from interp import ResidualGPT
-from interp.decompose import DecompositionError, decompose, direct_logit_attribution, logit_lens, logit_lens_over
 from interp.errors import CacheMismatchError, ConfigEditedError
+from interp.reading.decompose import (
+    DecompositionError,
+    decompose,
+    direct_logit_attribution,
+    logit_lens,
+    logit_lens_over,
+)
 
 HOOK_BLAMED = "a hook changed the residual stream"
 
@@ -125,7 +131,7 @@ def test_a_checkpoint_of_an_export_is_refused_naming_save_hooked(tmp_path):
 
 
 def test_logit_lens_figure_names_one_record_handed_for_a_mapping_of_them():
-    from interp.plots import PlotInputError, logit_lens_figure
+    from interp.figures.plots import PlotInputError, logit_lens_figure
 
     record = logit_lens_over(tiny_model(), [ids()])
     refused(PlotInputError, "runs", logit_lens_figure, record)

@@ -11,9 +11,9 @@ import torch
 from api_models import D_VOCAB, ids, refused, tiny_model
 from majors import tl3_only
 
-from interp.decompose import direct_logit_attribution
 from interp.errors import ArgumentError, ConfigError, TokenIdError, UntrainedTokenWarning
-from interp.vocab import checkpoint_char_codec
+from interp.model.vocab import checkpoint_char_codec
+from interp.reading.decompose import direct_logit_attribution
 
 CODEC_CHARS = list("abcdefghij")
 
@@ -115,7 +115,7 @@ def test_forward_refuses_a_target_outside_the_vocabulary_and_still_masks_minus_o
 
 
 def test_per_sequence_loss_names_y_outside_the_vocabulary_and_masks_minus_one():
-    from interp.interventions import per_sequence_loss
+    from interp.reading.interventions import per_sequence_loss
 
     model, x, y = tiny_model(), ids(), ids(seed=2)
     bad = y.clone()
@@ -130,7 +130,7 @@ def test_per_sequence_loss_names_y_outside_the_vocabulary_and_masks_minus_one():
 
 @pytest.mark.parametrize("positions", [[-1, -1], [3, 8], [0.0, 1.0]], ids=["negative", "past the end", "floats"])
 def test_per_sequence_loss_refuses_positions_outside_the_sequence(positions):
-    from interp.interventions import InterventionError, per_sequence_loss
+    from interp.reading.interventions import InterventionError, per_sequence_loss
 
     refused(
         InterventionError, "positions", per_sequence_loss, tiny_model(), ids(), ids(), positions=torch.tensor(positions)
@@ -149,7 +149,7 @@ def test_per_sequence_loss_refuses_positions_outside_the_sequence(positions):
     ids=["pos -1", "pos 8 of 8", "batch 2 of 2", "head -1", "head 2 of 2"],
 )
 def test_patch_refuses_an_index_outside_the_activation_it_patches(where, arg):
-    from interp.interventions import InterventionError, patch
+    from interp.reading.interventions import InterventionError, patch
 
     model = tiny_model()
     _, cache = model.run_with_cache(ids())
@@ -162,7 +162,7 @@ def test_patch_refuses_an_index_outside_the_activation_it_patches(where, arg):
     [(dict(batch=-1), "batch"), (dict(batch=2), "batch"), (dict(heads=[-1]), "heads"), (dict(heads=[2]), "heads")],
 )
 def test_attention_patterns_refuses_a_batch_row_or_head_it_does_not_have(where, arg):
-    from interp.plots import PlotInputError, attention_patterns
+    from interp.figures.plots import PlotInputError, attention_patterns
 
     _, cache = tiny_model().run_with_cache(ids())
     refused(PlotInputError, arg, attention_patterns, cache, list("abcdefgh"), layer=0, **where)

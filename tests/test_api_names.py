@@ -9,7 +9,7 @@ from api_models import ids, refused, tiny_model
 from majors import tl3_only
 
 from interp.errors import ArgumentError, ConfigError, HookNameError
-from interp.interventions import knock_out_self
+from interp.reading.interventions import knock_out_self
 
 TYPO = "blocks.0.hook_resid_psot"
 

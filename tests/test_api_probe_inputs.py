@@ -11,9 +11,9 @@ import torch
 from api_models import ids, refused, tiny_model
 from majors import export, tl3_only
 
-from interp.decompose import decompose, direct_logit_attribution, logit_lens_over
 from interp.errors import ArgumentError, ShapeError
-from interp.interventions import InterventionError, ablate_heads, head_means, patch
+from interp.reading.decompose import decompose, direct_logit_attribution, logit_lens_over
+from interp.reading.interventions import InterventionError, ablate_heads, head_means, patch
 from probes import attention_stats, hidden_norms, measure, pattern_stats
 from probes.identity import IdentityProbeError, measure_identity
 

@@ -9,10 +9,10 @@ import torch
 from api_models import ids, refused, tiny_model
 from majors import tl3_only
 
-from interp.decompose import logit_lens_ce
 from interp.errors import ArgumentError, ConfigError, ShapeError
-from interp.interventions import per_sequence_loss
-from interp.scores import attention_scores, routing_bias
+from interp.reading.decompose import logit_lens_ce
+from interp.reading.interventions import per_sequence_loss
+from interp.reading.scores import attention_scores, routing_bias
 
 
 @pytest.mark.parametrize(

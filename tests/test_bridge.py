@@ -20,7 +20,7 @@ if TL_MAJOR >= 4:
     import transformer_lens.patching as patching
 
     import interp
-    import interp.decompose as decompose
+    import interp.reading.decompose as decompose
     from interp import CheckpointError, ConfigError, DataError, ModelConfig, ResidualGPT, ToolkitError
     from interp.tl.bridge import ResidualBridge, load_bridge, save_bridge, to_transformer_bridge
 
@@ -183,7 +183,7 @@ def test_ablated_caches_refuse_additive_methods_and_decompose_is_exact(residual)
         lambda: cache.stack_head_results(),
         lambda: cache.logit_attrs(cache["ln_final.hook_normalized"], tokens=torch.tensor([3])),
     ):
-        with pytest.raises(ToolkitError, match="interp.decompose"):
+        with pytest.raises(ToolkitError, match="interp.reading.decompose"):
             call()
     for site in ("blocks.0.hook_resid_mid", "blocks.1.hook_resid_post"):
         assert decompose.decomposition_error(cache, site) <= 1e-5
@@ -249,7 +249,7 @@ def test_right_padded_batch_and_the_special_token():
 
 
 def test_gpt2_bpe_tokenizer():
-    from interp.gpt2 import GPT2_VOCAB_SIZE, gpt2_files
+    from interp.files.gpt2 import GPT2_VOCAB_SIZE, gpt2_files
 
     if gpt2_files() is None:
         pytest.skip("GPT-2 BPE files not found (set RESIDUAL_DATA_DIR to a folder holding gpt2/)")
@@ -367,7 +367,7 @@ def test_weight_processing_is_refused_or_a_no_op():
     model = make_model("ffn_only", trained=True)
     b = bridge(model)
     for call in (b.enable_compatibility_mode, lambda: b.enable_compatibility_mode(fold_ln=True), b.process_weights):
-        with pytest.raises(ToolkitError, match="weight processing.*interp.decompose"):
+        with pytest.raises(ToolkitError, match="weight processing.*interp.reading.decompose"):
             call()
     b.enable_compatibility_mode(no_processing=True)
     assert torch.equal(b(tokens()), model(tokens()))

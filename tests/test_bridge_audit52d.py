@@ -25,7 +25,7 @@ if TL4:
         ShapeError,
         TokenIdError,
     )
-    from interp.scores import attention_scores
+    from interp.reading.scores import attention_scores
     from interp.tl.bridge import to_transformer_bridge
 
 CHARS = list("\n !$&',-.3:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
@@ -78,7 +78,7 @@ def test_routed_model_warns_at_every_qk_read_once(read):
     b = bridge(make_model(residual="ffn_only", self_bias=4.0))
     got = routing_warnings(lambda: READS[read](b))
     assert len(got) == 1, got  # a model-level read warns once, not once per block
-    assert "self_bias=4" in got[0] and "interp.scores.attention_scores" in got[0]
+    assert "self_bias=4" in got[0] and "interp.reading.scores.attention_scores" in got[0]
 
 
 @pytest.mark.parametrize("changes", [{}, {"mixer": "uniform"}], ids=["self_bias=0", "uniform (W_Q = 0 shows it)"])
@@ -326,7 +326,7 @@ def test_residual_directions_as_on_the_3x_export_for_one_listed_id_and_the_speci
 def test_stack_neuron_results_and_accumulated_bias_refuse_a_removed_residual():
     b = bridge(make_model(residual="attn_only", bias=True))
     _, cache = b.run_with_cache(tokens())
-    with pytest.raises(ToolkitError, match="stack_neuron_results.*residual='attn_only'.*interp.decompose"):
+    with pytest.raises(ToolkitError, match="stack_neuron_results.*residual='attn_only'.*interp.reading.decompose"):
         cache.stack_neuron_results(layer=3, pos_slice=-1, apply_ln=False)
     with pytest.raises(ToolkitError, match="accumulated_bias.*residual='attn_only'"):
         b.accumulated_bias(2)

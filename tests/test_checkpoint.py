@@ -13,7 +13,7 @@ import torch
 from conftest import REPO
 
 from interp import CheckpointError, ModelConfig, ResidualGPT, load_checkpoint, save_checkpoint
-from interp.io import DataFileError
+from interp.files.io import DataFileError
 
 
 def small():

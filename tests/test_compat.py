@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from interp.config import ModelConfig
+from interp.config.model_config import ModelConfig
 
 
 def test_run_dir_still_reads_as_a_path(tmp_path):
@@ -23,7 +23,7 @@ def test_run_dir_still_reads_as_a_path(tmp_path):
 
 
 def test_make_mixer_builds_the_registered_mixer():
-    from interp.mixers import CausalAttention, UniformMixer, make_mixer
+    from interp.model.mixers import CausalAttention, UniformMixer, make_mixer
 
     cfg = ModelConfig(n_layers=1, d_model=8, n_heads=2, n_ctx=4, d_vocab=5)
     assert type(make_mixer(cfg)) is CausalAttention
@@ -33,7 +33,7 @@ def test_make_mixer_builds_the_registered_mixer():
 
 def test_toolkit_warnings_follow_the_users_filters():
     from interp import to_hooked_transformer
-    from interp.model import ResidualGPT
+    from interp.model.gpt import ResidualGPT
     from interp.tl.hooked import NonAdditiveResidualWarning
 
     torch.manual_seed(0)

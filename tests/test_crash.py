@@ -1,7 +1,7 @@
 """Crashes and races against `python -m training` as real processes.
 
 The SIGKILL loop kills one run again and again - at seeded random points of named phases
-(RESIDUAL_KILL_AT, interp.io.kill_point) and at seeded random delays after a new metrics
+(RESIDUAL_KILL_AT, interp.files.io.kill_point) and at seeded random delays after a new metrics
 record appears - and checks that its results end bit for bit as an uninterrupted run's.
 """
 
@@ -20,7 +20,7 @@ import pytest
 from conftest import REPO, data_root
 
 from interp import load_checkpoint
-from interp.io import read_jsonl
+from interp.files.io import read_jsonl
 
 ARGS = ["--preset", "smoke", "--no-progress", "--set", "dropout=0.1"]  # 40 steps, checkpoints at 10, 20, 30, 40
 RUN = "smoke/full/seed1337"

@@ -81,7 +81,7 @@ def test_an_ensemble_member_equals_its_solo_run_at_the_first_steps(dtype, dropou
 
 
 def _killed_at(step: int, out: Path, argv: list[str]) -> None:
-    """The same command in a child that SIGKILLs itself after `step` optimizer steps (interp.io.kill_point)."""
+    """The same command in a child that SIGKILLs itself after `step` optimizer steps (interp.files.io.kill_point)."""
     env = {**os.environ, "RESIDUAL_DATA_DIR": data_dir(), "RESIDUAL_KILL_AT": f"step:{step}"}
     done = subprocess.run(
         [sys.executable, "-m", "training", *argv, "--out", str(out)],
@@ -124,7 +124,7 @@ def cuda_run(tmp_path_factory) -> Path:
 
 LOAD_ON_CPU = """
 import sys, torch
-from interp.model import ResidualGPT
+from interp.model.gpt import ResidualGPT
 from interp.tl.hooked import to_hooked_transformer
 assert not torch.cuda.is_available()
 model = ResidualGPT.from_checkpoint(sys.argv[1])
@@ -138,7 +138,7 @@ torch.save(ours, sys.argv[3])
 
 
 def test_a_cuda_checkpoint_loads_on_a_cpu_and_exports_exactly(cuda_run, tmp_path):
-    from interp.model import ResidualGPT
+    from interp.model.gpt import ResidualGPT
 
     tokens = torch.randint(0, 65, (2, 32), generator=torch.Generator().manual_seed(0))
     torch.save(tokens, tmp_path / "tokens.pt")
@@ -159,7 +159,7 @@ def test_a_cuda_checkpoint_loads_on_a_cpu_and_exports_exactly(cuda_run, tmp_path
 
 
 def test_bf16_evaluation_is_fp32_within_the_stated_tolerance(tmp_path):
-    from interp.model import ResidualGPT
+    from interp.model.gpt import ResidualGPT
     from training.batches import fixed_batches
     from training.data import load_corpus
     from training.trainer import mean_loss

@@ -1,4 +1,4 @@
-"""interp.decompose: exact decompositions, direct logit attribution and the logit lens for every wiring."""
+"""interp.reading.decompose: exact decompositions, direct logit attribution and the logit lens for every wiring."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from majors import TL4, tl3_only
 from majors import export as load_tl
 
 from interp import ModelConfig, ResidualGPT, ToolkitError
-from interp.decompose import (
+from interp.reading.decompose import (
     DecompositionError,
     decompose,
     decomposition_error,
@@ -124,7 +124,7 @@ def test_tl_decompose_resid_is_wrong_for_attn_only_and_ours_is_not():
     _, cache = export(model).run_with_cache(tokens())
     final = cache["blocks.2.hook_resid_post"]
     if TL4:  # the bridge's cache refuses rather than warns
-        with pytest.raises(ToolkitError, match="interp.decompose"):
+        with pytest.raises(ToolkitError, match="interp.reading.decompose"):
             cache.decompose_resid()
         tl_sum = torch.stack(
             [cache["hook_embed"], cache["hook_pos_embed"]]
@@ -208,7 +208,7 @@ def test_additive_tl_methods_warn_on_ablated_exports():
         "get_full_resid_decomposition",
         "decompose_resid",
     ]
-    assert all("interp.decompose" in str(w.message) and "ffn_only" in str(w.message) for w in ours)
+    assert all("interp.reading.decompose" in str(w.message) and "ffn_only" in str(w.message) for w in ours)
 
 
 def test_bad_site_and_missing_model_are_refused():

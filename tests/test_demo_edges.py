@@ -13,7 +13,6 @@ import torch
 from edge_models import CHARS, counted, exported, ids, model_with, v_ablated_loss
 from majors import TL4, tl3_only
 
-from interp.decompose import direct_logit_attribution
 from interp.errors import (
     HookNameError,
     ShapeError,
@@ -23,6 +22,7 @@ from interp.errors import (
     UntrainedTokenWarning,
     ValueBiasWarning,
 )
+from interp.reading.decompose import direct_logit_attribution
 
 TEXTS = ["First Citizen", "Before we"]
 

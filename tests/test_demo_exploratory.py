@@ -4,7 +4,7 @@ decompose_resid, per-head attribution, each against ResidualGPT's own logits.
 
 On TL 3 the export folds its LayerNorms (from_pretrained's default), so the recipe is exact; on TL 4 the
 bridge cannot fold, so each of those calls warns (UnfoldedLayerNormWarning, at every call, in a loop too)
-and interp.decompose gives the number instead.
+and interp.reading.decompose gives the number instead.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from demo_models import WIRINGS, answers, export_of, logit_diff, model_of, promp
 from majors import TL4
 
 from interp import ToolkitError
-from interp.decompose import direct_logit_attribution
 from interp.errors import UnfoldedLayerNormWarning
+from interp.reading.decompose import direct_logit_attribution
 
 TOL = 1e-4
 
@@ -102,7 +102,7 @@ def test_decompose_resid_sums_to_the_stream_or_says_why_not(run):
 
 
 def test_exact_attribution_through_interp_decompose(run):
-    """interp.decompose's direct logit attribution sums to the true logit difference on every wiring/major."""
+    """interp.reading.decompose's direct logit attribution sums to the true logit difference on every wiring/major."""
     residual, model, tl, tokens, pairs, true, cache = run
     batch, pos = tokens.shape
     right, wrong = (pairs[:, i : i + 1].expand(batch, pos) for i in (0, 1))

@@ -186,7 +186,7 @@ def _cli(out: Path, *extra: str, kill_at: str | None = None) -> subprocess.Popen
         "--set",
         "max_steps=30",
         "--set",
-        "dropout=0.2",  # each member's dropout stream resumes bitwise too (interp.dropout)
+        "dropout=0.2",  # each member's dropout stream resumes bitwise too (interp.model.dropout)
         *extra,
     ]
     return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -9,10 +9,10 @@ import pytest
 import torch
 from test_ensemble import MEMBERS, member, records
 
-from interp.config import ModelConfig
-from interp.dropout import DropoutStream, site_seed
+from interp.config.model_config import ModelConfig
 from interp.errors import ConfigError
-from interp.model import ResidualGPT
+from interp.model.dropout import DropoutStream, site_seed
+from interp.model.gpt import ResidualGPT
 from training import grouping
 from training.ensemble import EnsembleTrainer
 from training.grouping import group, sizing, why_alone

@@ -30,7 +30,7 @@ from experiments.interventions import run as interventions
 from experiments.residual_sweep import run as residual_sweep
 from experiments.routing_test import run as routing_test
 from interp import plot_attention, sample
-from interp.checkpoint import HASH_KEY, content_hash
+from interp.files.checkpoint import HASH_KEY, content_hash
 
 ARGS = ["--preset", "smoke", "--no-progress", "--set", "max_steps=10", "--set", "ckpt_interval=5"]
 RUN = "smoke/full/seed1337"
@@ -151,8 +151,8 @@ def sigterm_at_step(monkeypatch, step: int = 3) -> None:
 
 
 def sigterm_in_reader(monkeypatch) -> None:
-    from interp import plot_page
-    from interp.model import ResidualGPT
+    from interp.figures import plot_page
+    from interp.model.gpt import ResidualGPT
 
     def term(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGTERM)

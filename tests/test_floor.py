@@ -23,7 +23,7 @@ from experiments.floor.predictions import (
 from experiments.floor.relation import fit_relation, held, observe, predict
 from experiments.floor.report import knob_line
 from experiments.floor.run import EXPERIMENT
-from interp.config import ModelConfig
+from interp.config.model_config import ModelConfig
 from interp.errors import ToolkitError
 
 CFG = ModelConfig(n_layers=2, n_heads=2, d_model=32, n_ctx=16, d_vocab=20, residual="ffn_only")

@@ -28,14 +28,14 @@ import torch
 from conftest import run_module
 from majors import TL4, tl3_only
 
-from interp.checkpoint import HASH_KEY, content_hash, load_checkpoint, save_checkpoint
-from interp.config import ModelConfig
+from interp.config.model_config import ModelConfig
 from interp.errors import ToolkitError
-from interp.model import ResidualGPT
+from interp.files.checkpoint import HASH_KEY, content_hash, load_checkpoint, save_checkpoint
+from interp.model.gpt import ResidualGPT
 
 CFG = ModelConfig(n_layers=2, d_model=8, n_heads=2, n_ctx=8, d_vocab=5)
 VOCAB = list("abcde")
-DEEP = 100  # past interp.checks.MAX_DEPTH
+DEEP = 100  # past interp.files.checks.MAX_DEPTH
 
 
 def deep(n: int = DEEP) -> list:
@@ -338,7 +338,7 @@ def test_forged_nanogpt_checkpoint(tmp_path, case, payload, required):
 
 @pytest.mark.parametrize("case,meta,required", META, ids=[c for c, _, _ in META])
 def test_forged_meta_pkl(tmp_path, case, meta, required):
-    from interp.nanogpt_format import read_meta
+    from interp.files.nanogpt_format import read_meta
 
     path = tmp_path / "meta.pkl"
     path.write_bytes(pickle.dumps(meta))
@@ -346,7 +346,7 @@ def test_forged_meta_pkl(tmp_path, case, meta, required):
 
 
 def test_meta_pkl_as_fifo_and_device_is_refused_by_name(tmp_path):
-    from interp.nanogpt_format import read_meta
+    from interp.files.nanogpt_format import read_meta
 
     fifo = tmp_path / "meta.pkl"
     os.mkfifo(fifo)
@@ -523,7 +523,7 @@ def _with_non_finite(weights: dict, value: float) -> dict:
 @tl3_only
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
 def test_hooked_save_with_non_finite_weights_is_refused(tmp_path, hooked_record, value):
-    """The finite check own checkpoints and nanoGPT imports have (interp.checks.checkpoint_file.check_finite)
+    """The finite check own checkpoints and nanoGPT imports have (interp.files.checks.checkpoint_file.check_finite)
     runs on save_hooked files too."""
     from interp.tl.hooked import load_hooked
     from interp.tl.hooked.persist import RECORD
@@ -550,7 +550,7 @@ def bridge_payload() -> dict:
 def test_forged_bridge_saves_are_checked_before_the_bridge_is_built():
     """The checker load_bridge runs (interp.tl.saved_file.check_bridge), on either major (load_bridge checks
     the schema itself, before)."""
-    from interp.checks import Bad
+    from interp.files.checks import Bad
     from interp.tl.saved_file import check_bridge
 
     n = 0
@@ -590,7 +590,7 @@ def test_load_bridge_refuses_a_forged_save(tmp_path):
 
 
 def test_bridge_save_with_non_finite_weights_is_refused_by_its_checker():
-    from interp.checks import Bad
+    from interp.files.checks import Bad
     from interp.tl.saved_file import check_bridge
 
     for value in (math.nan, math.inf, -math.inf):
@@ -845,9 +845,9 @@ def test_a_weight_that_is_no_plain_finite_float32_tensor_is_refused(forgery, tmp
     ],
 )
 def test_json_no_writer_here_writes_is_refused_naming_the_file(text, words, tmp_path):
-    """A key twice in one object, a number past a float's range, NaN: every JSON reader (interp.io.read_json, under
-    config.json, final.json, a corpus's meta.json) refuses it as damage naming the file."""
-    from interp.io import DataFileError, read_json
+    """A key twice in one object, a number past a float's range, NaN: every JSON reader (interp.files.io.read_json,
+    under config.json, final.json, a corpus's meta.json) refuses it as damage naming the file."""
+    from interp.files.io import DataFileError, read_json
 
     path = tmp_path / "final.json"
     path.write_text(text)
@@ -870,7 +870,7 @@ def test_hooked_save_with_weights_that_overflow_the_forward_is_refused(tmp_path,
 
 
 def test_bridge_save_with_a_weight_past_any_trained_models_is_refused_by_its_checker():
-    from interp.checks import Bad
+    from interp.files.checks import Bad
     from interp.tl.saved_file import check_bridge
 
     payload = {**bridge_payload(), "state_dict": _with_non_finite(bridge_payload()["state_dict"], 3e38)}
@@ -904,7 +904,7 @@ def test_hooked_save_with_a_forged_causal_mask_is_refused(tmp_path, hooked_recor
 
 def test_a_float8_weight_in_an_export_or_a_nanogpt_file_is_refused_by_its_checker():
     """float8 has no abs or max on CPU: the finite check itself was a NotImplementedError traceback."""
-    from interp.checks import Bad
+    from interp.files.checks import Bad
     from interp.tl.saved_file import check_bridge
 
     weights = bridge_payload()["state_dict"]
@@ -925,7 +925,7 @@ def test_a_runtime_gain_that_overflows_the_forward_is_refused(tmp_path):
 
 def test_a_meta_pkl_naming_a_global_is_refused_naming_the_file(tmp_path):
     """A meta.pkl that refers to os.system: never run, and the error names the file (it named only meta.pkl)."""
-    from interp.nanogpt_format import read_meta
+    from interp.files.nanogpt_format import read_meta
 
     class Evil:
         def __reduce__(self):
@@ -970,7 +970,7 @@ def test_a_nanogpt_weight_held_with_and_without_the_compile_prefix_is_refused(tm
 
 def test_a_json_file_past_any_this_toolkit_writes_is_refused_before_it_is_parsed(tmp_path):
     """A 1 GiB (sparse) final.json was parsed for 13 s and 2.5 GB of memory before being refused."""
-    from interp.io import DataFileError, read_json
+    from interp.files.io import DataFileError, read_json
 
     path = tmp_path / "final.json"
     with open(path, "wb") as f:
@@ -1042,8 +1042,8 @@ def test_a_bias_in_a_hooked_save_of_a_model_without_biases_is_refused(tmp_path, 
 def test_the_forward_probe_covers_every_position():
     """Re-audit: the probe ran positions 0-15 only, so weights overflowing from position 16 on (a forged position
     embedding) loaded and sampled NaN text with exit 0. It now runs two sequences of n_ctx tokens."""
-    from interp.checks import Bad
-    from interp.checks.checkpoint_file import check_forward_finite
+    from interp.files.checks import Bad
+    from interp.files.checks.checkpoint_file import check_forward_finite
 
     def late_overflow(tokens):  # finite up to position 15, NaN after: what the audit's forged file computed
         logits = torch.zeros(*tokens.shape, 5)

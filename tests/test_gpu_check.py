@@ -216,7 +216,7 @@ def test_the_step_benchmark_times_the_step_training_runs_with_each_runs_dropout_
     # the trainer's forward draws every dropout mask from the run's stream (a graph break per site when
     # compiled); a benchmark without it would time a faster step than any run takes (audit 49c case 50)
     from benchmarks import gpu_step
-    from interp.dropout import DropoutStream
+    from interp.model.dropout import DropoutStream
 
     drawn: list[tuple[int, int, int]] = []
     keep = DropoutStream.keep

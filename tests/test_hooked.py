@@ -15,7 +15,7 @@ from majors import TL4, export, tl3_only
 import interp
 from interp import CheckpointError, ConfigError, ModelConfig, ResidualGPT, save_checkpoint
 from interp.errors import TokenIdError, UnembedBiasWarning
-from interp.gpt2 import gpt2_files
+from interp.files.gpt2 import gpt2_files
 
 TOL = 1e-5
 RESIDUALS = ("full", "attn_only", "ffn_only", "none")
@@ -444,7 +444,7 @@ def test_non_full_warning_at_every_conversion():
         hooked.to_hooked_transformer(make_model("random", residual="none"), vocab=CHARS)
         hooked.to_hooked_transformer(make_model("random", residual="attn_only"), vocab=CHARS)
     messages = [str(w.message) for w in caught if issubclass(w.category, hooked.NonAdditiveResidualWarning)]
-    assert len(messages) == 2 and "residual='none'" in messages[0] and "interp.decompose" in messages[0]
+    assert len(messages) == 2 and "residual='none'" in messages[0] and "interp.reading.decompose" in messages[0]
 
 
 @tl3_only

@@ -27,9 +27,9 @@ from experiments.residual_sweep import run as residual_sweep
 from experiments.routing_test import run as routing_test
 from interp import load_checkpoint
 from interp import plot_attention as plot_cli
-from interp.checkpoint import HASH_KEY, content_hash
 from interp.errors import CheckpointError, ToolkitError
-from interp.io import DataFileError
+from interp.files.checkpoint import HASH_KEY, content_hash
+from interp.files.io import DataFileError
 from training.rundir import RunDir
 
 ARGS = ["--preset", "smoke", "--no-progress", "--set", "max_steps=10", "--set", "ckpt_interval=5"]
@@ -198,14 +198,14 @@ def test_training_full_disk_at_json_write(out, capsys, monkeypatch):
 
 
 def test_training_full_disk_at_metrics_append(out, capsys, monkeypatch):
-    import interp.io
+    import interp.files.io
 
     def full(path, mode="r", *a, **k):
         if mode == "a":
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return open(path, mode, *a, **k)
 
-    monkeypatch.setattr(interp.io, "open", full, raising=False)
+    monkeypatch.setattr(interp.files.io, "open", full, raising=False)
     refused(
         capsys,
         out,
@@ -244,7 +244,7 @@ def test_identity_json_with_a_recomputed_seal_is_never_read_as_the_result(out):
     forged cache was reported as the routing test's identity numbers; they are computed from the checkpoint."""
     import hashlib
 
-    from interp.checkpoint import load_checkpoint
+    from interp.files.checkpoint import load_checkpoint
 
     results = out / "smoke/results-routing_test.json"
     real = json.loads(results.read_text())["identity"]["full"]
@@ -599,7 +599,7 @@ def test_to_hooked_transformer_refuses_other_things():
 
 
 def test_damaged_json_is_a_data_file_error(tmp_path):
-    from interp.io import read_json, read_jsonl
+    from interp.files.io import read_json, read_jsonl
 
     (tmp_path / "a.json").write_text('{"a": ')
     (tmp_path / "b.jsonl").write_text('{"step": 1}\n{"step": 2, \n{"step": 3}\n')
@@ -734,7 +734,7 @@ def test_eval_steps_of_a_huge_run_are_computed_not_listed():
 
 
 def test_identity_probes_are_sized_for_the_vocabulary():
-    from interp.config import ModelConfig
+    from interp.config.model_config import ModelConfig
     from probes.identity import too_costly
     from probes.softmax_fit import _fit
 

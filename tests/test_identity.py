@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from interp import ModelConfig, ResidualGPT
-from interp.io import read_jsonl
+from interp.files.io import read_jsonl
 from probes.identity import (
     IdentityProbe,
     IdentityProbeError,
@@ -130,7 +130,7 @@ def test_position_blind_stack_holds_nothing_beyond_the_current_token(shared_data
 
 
 def test_summary_and_figures(one_thread):
-    from interp.plots import PlotInputError, identity_accuracy, logit_lens_figure
+    from interp.figures.plots import PlotInputError, identity_accuracy, logit_lens_figure
 
     model = distinct_embedding_model()
     tokens = markov_tokens(6000, 20, seed=1)

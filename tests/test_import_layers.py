@@ -9,11 +9,16 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 LAYER = {"interp": 0, "probes": 1, "training": 2, "experiments": 3, "benchmarks": 4}
-GROUND = ("interp.errors", "interp.signals", "interp.config", "interp.registry")  # interp's bottom: light, no torch
+GROUND = (
+    "interp.errors",
+    "interp.command.signals",
+    "interp.config.model_config",
+    "interp.config.registry",
+)  # interp's bottom: light, no torch
 # importlib calls whose module name is made as the program runs: a lookup by name, never a fixed dependency.
 # Each is named here with why; a new one joins only with a reason.
 LOOKUPS_BY_NAME = {
-    "interp": "the package hands out its own modules by attribute (interp.decompose without importing it)",
+    "interp": "the package hands out its own modules by attribute (interp.reading.decompose without importing it)",
     "experiments.__main__": "python -m experiments lists each experiment's first docstring line",
     "experiments.shared.launch": "a cluster job re-plans the experiment its command line names",
 }
@@ -26,7 +31,7 @@ def _module_name(path: Path) -> str:
 
 def _constants(tree: ast.Module) -> dict[str, list[str]]:
     """Module-level names bound to a string, or to a dict, tuple or list of strings: what import_module may be
-    handed by name (`_BUILTIN = "interp.mixers"`, `_LAZY[name]`)."""
+    handed by name (`_BUILTIN = "interp.model.mixers"`, `_LAZY[name]`)."""
     found: dict[str, list[str]] = {}
     for node in tree.body:
         if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:

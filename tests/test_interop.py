@@ -41,7 +41,7 @@ def test_run_with_cache_is_an_activation_cache(residual):
         assert (attrs - tl_cache.logit_attrs(tl_cache.decompose_resid(), tokens=3)).abs().max().item() <= TOL
     else:  # not additive: refuse rather than answer wrongly
         for call in (cache.decompose_resid, cache.get_full_resid_decomposition):
-            with pytest.raises(ToolkitError, match=f"residual='{residual}'.*interp.decompose"):
+            with pytest.raises(ToolkitError, match=f"residual='{residual}'.*interp.reading.decompose"):
                 call()
 
 
@@ -202,8 +202,8 @@ def test_nnsight_reads_and_edits_hook_points(residual):
 
 def test_circuitsvis_on_a_cached_pattern():
     pytest.importorskip("circuitsvis")
-    from interp.interop import circuitsvis_patterns as attention_patterns
-    from interp.interop import offline_html
+    from interp.reading.interop import circuitsvis_patterns as attention_patterns
+    from interp.reading.interop import offline_html
 
     model = make_model("random")
     text = "ROMEO:\nO me"

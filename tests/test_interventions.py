@@ -14,9 +14,9 @@ from offline import external_references
 from experiments.interventions import effects as fx
 from experiments.interventions import rules
 from experiments.interventions import run as interventions
-from interp import interventions as iv
-from interp.config import ModelConfig
-from interp.model import ResidualGPT
+from interp.config.model_config import ModelConfig
+from interp.model.gpt import ResidualGPT
+from interp.reading import interventions as iv
 
 WIRINGS = [
     dict(residual="full"),
@@ -356,7 +356,7 @@ def test_bad_options_are_one_error_line(capsys, data):
 
 
 def test_a_head_index_outside_the_layer_is_refused():
-    from interp.interventions import InterventionError, ablate_heads
+    from interp.reading.interventions import InterventionError, ablate_heads
 
     model = ResidualGPT(ModelConfig(n_layers=1, n_heads=2, d_model=16, n_ctx=8, d_vocab=5)).eval()
     x = torch.randint(0, 5, (2, 8))

@@ -24,11 +24,11 @@ from einops import einsum
 from majors import TL4, export, tl3_only
 
 from interp import ConfigError, ModelConfig, ResidualGPT, ToolkitError
-from interp import interventions as iv
-from interp.decompose import decompose, decomposition_error, direct_logit_attribution, resid_sites
-from interp.mixers import PatternMixer
-from interp.registry import MIXERS, mixer_spec, register_mixer
-from interp.scores import attention_scores, routing_bias
+from interp.config.registry import MIXERS, mixer_spec, register_mixer
+from interp.model.mixers import PatternMixer
+from interp.reading import interventions as iv
+from interp.reading.decompose import decompose, decomposition_error, direct_logit_attribution, resid_sites
+from interp.reading.scores import attention_scores, routing_bias
 
 
 @register_mixer

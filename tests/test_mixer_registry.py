@@ -23,11 +23,11 @@ from torch import nn
 from transformer_lens.hook_points import HookPoint
 
 import interp
-import interp.registry as registry
+import interp.config.registry as registry
 from interp import ConfigError, ModelConfig, ResidualGPT, ToolkitError
-from interp.decompose import decompose, decomposition_error, direct_logit_attribution, resid_sites
-from interp.mixers import CausalAttention, Mixer, PatternMixer, UniformMixer
-from interp.registry import MIXERS, mixer_spec, register_mixer
+from interp.config.registry import MIXERS, mixer_spec, register_mixer
+from interp.model.mixers import CausalAttention, Mixer, PatternMixer, UniformMixer
+from interp.reading.decompose import decompose, decomposition_error, direct_logit_attribution, resid_sites
 from probes import measure
 from probes.identity import measure_identity
 
@@ -141,9 +141,9 @@ def test_registered_mixers_are_valid_config_values():
 
 
 def test_builtin_names_match_the_registered_builtin_classes():
-    import interp.mixers  # noqa: F401  (registers the built-ins)
+    import interp.model.mixers  # noqa: F401  (registers the built-ins)
 
-    builtins = {name for name, cls in registry._REGISTRY.items() if cls.__module__ == "interp.mixers"}
+    builtins = {name for name, cls in registry._REGISTRY.items() if cls.__module__ == "interp.model.mixers"}
     assert builtins == set(registry.BUILTIN_MIXERS)
     for name in builtins:  # each declares its hook sites, and they exist on the module
         block = ResidualGPT(ModelConfig(n_layers=1, d_model=8, n_heads=2, n_ctx=4, d_vocab=5, mixer=name)).blocks[0]
@@ -166,8 +166,8 @@ def _module(name: str, source: str) -> types.ModuleType:
 
 _SHIFTED = """
 from torch import nn
-from interp.mixers import Mixer
-from interp.registry import register_mixer
+from interp.model.mixers import Mixer
+from interp.config.registry import register_mixer
 
 @register_mixer
 class Shifted(Mixer, nn.Module):
@@ -185,13 +185,13 @@ def test_a_name_taken_by_another_module_is_refused():
 
 
 def test_builtin_names_and_non_mixers_are_refused():
-    with pytest.raises(ConfigError, match="'uniform' is a built-in of interp.mixers"):
+    with pytest.raises(ConfigError, match="'uniform' is a built-in of interp.model.mixers"):
 
         @register_mixer
         class MyUniform(UniformMixer):
             name = "uniform"
 
-    with pytest.raises(ConfigError, match="must subclass interp.mixers.Mixer"):
+    with pytest.raises(ConfigError, match="must subclass interp.model.mixers.Mixer"):
 
         @register_mixer
         class Flags(nn.Module):
@@ -205,15 +205,15 @@ def test_a_builtin_name_cannot_be_taken_before_the_builtins_load():
     code = """if True:
         from torch import nn
         from interp.errors import ConfigError
-        from interp.registry import register_mixer, mixer_spec
+        from interp.config.registry import register_mixer, mixer_spec
         try:
             @register_mixer
             class MyAttn(nn.Module):
                 name = "attention"; has_pattern = has_heads = takes_self_bias = False
         except ConfigError as e:
             print("refused:", e)
-        import interp.mixers
-        print(mixer_spec("attention") is interp.mixers.CausalAttention)
+        import interp.model.mixers
+        print(mixer_spec("attention") is interp.model.mixers.CausalAttention)
     """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "refused: mixer name 'attention' is a built-in" in out and out.strip().endswith("True")

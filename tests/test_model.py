@@ -284,9 +284,9 @@ def test_fused_layer_norm_matches_the_hooked_path():
 def test_misused_inputs_are_toolkit_errors_not_raw_index_or_key_errors():
     """Ids outside the vocabulary or of a float dtype, a hook at a layer the model lacks, an attribution to a token
     past the vocabulary: each a ToolkitError naming what is wrong (a notebook catches one kind)."""
-    from interp.decompose import direct_logit_attribution
     from interp.errors import ToolkitError
-    from interp.interventions import knock_out_self
+    from interp.reading.decompose import direct_logit_attribution
+    from interp.reading.interventions import knock_out_self
 
     model = ResidualGPT(ModelConfig(n_layers=2, d_model=16, n_heads=2, n_ctx=8, d_vocab=10)).eval()
     for bad, words in ((torch.tensor([[999]]), "token id 999"), (torch.tensor([[-1]]), "token id -1")):

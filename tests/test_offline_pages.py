@@ -17,10 +17,10 @@ from conftest import REPO
 from offline import external_references
 
 from interp import ModelConfig, ResidualGPT, save_checkpoint
-from interp.plot_page import Table, save_html
+from interp.figures.plot_page import Table, save_html
 
 SOURCES = ("interp", "probes", "training", "experiments", "benchmarks")
-PAGE_WRITER = "interp/plot_page.py"
+PAGE_WRITER = "interp/figures/plot_page.py"
 
 
 def test_the_check_finds_what_a_page_would_fetch():
@@ -85,10 +85,11 @@ def test_the_shipped_figures_ask_nothing_of_the_network():
 
 @pytest.mark.parametrize("renderer", ["notebook", "notebook_connected"])
 def test_the_notebooks_renderer_is_offline_where_plotlys_own_is_not(renderer):
-    """The notebook uses interp.plot_page.offline_notebook_renderer(); plotly's "notebook" adds MathJax from a CDN."""
+    """The notebook uses interp.figures.plot_page.offline_notebook_renderer(); plotly's "notebook" adds MathJax
+    from a CDN."""
     import plotly.io as pio
 
-    from interp.plot_page import offline_notebook_renderer
+    from interp.figures.plot_page import offline_notebook_renderer
 
     fig = go.Figure(go.Scatter(y=[1, 2]))
     theirs = pio.renderers[renderer].to_mimebundle(fig.to_dict())["text/html"]

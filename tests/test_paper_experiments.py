@@ -20,7 +20,7 @@ from offline import external_references
 from experiments.eval_noise import run as eval_noise
 from experiments.gain_confound import run as gain_confound
 from experiments.residual_sweep import run as residual_sweep
-from interp.checkpoint import HASH_KEY, content_hash
+from interp.files.checkpoint import HASH_KEY, content_hash
 from training.presets import TrainConfig
 
 CONFIGS = ("full", "attn_only", "ffn_only", "none")
@@ -195,8 +195,8 @@ def test_adam_ignores_a_constant_gradient_scale():
 
 def test_runtime_gain_equals_scaled_output_weights():
     """Way (a) at weights W computes the same function as way (b) at g*W (no helper involved)."""
-    from interp.config import ModelConfig
-    from interp.model import ResidualGPT
+    from interp.config.model_config import ModelConfig
+    from interp.model.gpt import ResidualGPT
 
     cfg = ModelConfig(n_layers=2, d_model=16, n_heads=2, n_ctx=8, d_vocab=11, residual="attn_only")
     torch.manual_seed(1)
@@ -223,8 +223,8 @@ def test_adam_invariance_check_reports_the_algebra():
 
 
 def test_scale_output_projections_touches_only_out_proj():
-    from interp.config import ModelConfig
-    from interp.model import ResidualGPT
+    from interp.config.model_config import ModelConfig
+    from interp.model.gpt import ResidualGPT
 
     torch.manual_seed(0)
     model = ResidualGPT(ModelConfig(n_layers=2, d_model=16, n_heads=2, n_ctx=8, d_vocab=11))

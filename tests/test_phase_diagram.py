@@ -225,7 +225,7 @@ def test_report_is_self_contained_with_a_heatmap_per_view(grid_run):
 
 
 def test_help_explains_the_grid(capsys):
-    assert main(["--help"]) == 0  # the help is printed inside the output guard (interp.cli.guarded_output)
+    assert main(["--help"]) == 0  # the help is printed inside the output guard (interp.command.cli.guarded_output)
     text = capsys.readouterr().out
     assert "--axes" in text and "--confirm" in text and "results.json schema" not in text
 

@@ -1,4 +1,4 @@
-"""interp.plots and the attention CLI: figures hold the data they claim; pages render offline."""
+"""interp.figures.plots and the attention CLI: figures hold the data they claim; pages render offline."""
 
 from __future__ import annotations
 
@@ -19,10 +19,8 @@ from majors import export
 from offline import external_references
 
 from interp import ModelConfig, ResidualGPT, save_checkpoint
-from interp.gpt2 import gpt2_files
-from interp.plot_attention import main
-from interp.plot_page import PlotInputError, Table, save_html
-from interp.plots import (
+from interp.figures.plot_page import PlotInputError, Table, save_html
+from interp.figures.plots import (
     alpha_tt_heatmap,
     attention_patterns,
     gradient_flow_heatmap,
@@ -31,6 +29,8 @@ from interp.plots import (
     token_labels,
     visible,
 )
+from interp.files.gpt2 import gpt2_files
+from interp.plot_attention import main
 
 CHARS = list("\n !$&',-.3:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")  # TinyShakespeare's 65
 PROMPT = "ROMEO:\nO me, O"  # repeated characters: labels must stay distinct
@@ -230,7 +230,7 @@ def test_cli_one_layer(ckpt, tmp_path):
 
 
 def test_cli_help(capsys):
-    assert main(["--help"]) == 0  # the help is printed inside the output guard (interp.cli.guarded_output)
+    assert main(["--help"]) == 0  # the help is printed inside the output guard (interp.command.cli.guarded_output)
     text = capsys.readouterr().out
     assert all(flag in text for flag in ("--ckpt", "--text", "--layer", "--out", "examples:", "vocab"))
 

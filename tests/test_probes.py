@@ -244,7 +244,7 @@ class ForwardCounter:
 
 def probe_work(preset: str, tmp_path, **overrides) -> dict:
     """Train preset with and without the default probes; forward sequences and probe records of each."""
-    from interp.io import read_jsonl
+    from interp.files.io import read_jsonl
     from probes import default_callbacks
     from training.presets import resolve
     from training.trainer import Trainer

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from interp.checkpoint import save_checkpoint
-from interp.config import ModelConfig
-from interp.model import ResidualGPT
+from interp.config.model_config import ModelConfig
+from interp.files.checkpoint import save_checkpoint
+from interp.model.gpt import ResidualGPT
 
 
 @pytest.fixture
@@ -235,7 +235,7 @@ def test_every_command_refuses_an_unknown_option_in_one_line(module, monkeypatch
 def test_an_interrupt_is_one_line_where_stderr_is_no_terminal(capsys):
     """In a log or a pipe the interrupt line is exactly one line (no blank line first: that is only to step off a
     progress bar on a terminal)."""
-    from interp.errors import one_line_errors
+    from interp.command.cli import one_line_errors
 
     def interrupted():
         raise KeyboardInterrupt
@@ -314,7 +314,7 @@ def test_an_output_path_that_is_a_device_fifo_or_directory_is_never_replaced(tmp
     import os
     import stat
 
-    from interp.io import DataFileError, atomic_write
+    from interp.files.io import DataFileError, atomic_write
 
     fifo = tmp_path / "out.html"
     os.mkfifo(fifo)

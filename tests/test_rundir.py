@@ -105,7 +105,7 @@ def _record(spec, corpus):
 
 def test_check_refuses_another_config_or_other_data_without_a_trainer(tmp_path):
     """What the launcher asks before it trains or submits anything."""
-    from interp.io import write_json
+    from interp.files.io import write_json
     from training.presets import resolve
     from training.synthetic import synthetic_corpus
 

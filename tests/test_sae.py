@@ -28,7 +28,7 @@ sae_lens = pytest.importorskip(
 )
 
 from interp.errors import ConfigError, DataError, HookNameError, ToolkitError, UntrainedTokenWarning  # noqa: E402
-from interp.sae import SAEProcessingWarning, export_processing, residual_gpt_sae_hook  # noqa: E402
+from interp.reading.sae import SAEProcessingWarning, export_processing, residual_gpt_sae_hook  # noqa: E402
 from interp.tl.load import load_tl  # noqa: E402
 from training.sae_training import sae_dataset, sae_runner_config  # noqa: E402
 

@@ -169,7 +169,7 @@ READS_WEIGHTS = {"on": False}
 
 def analyse(ctx: Context, records: list[dict]) -> dict:
     if READS_WEIGHTS["on"]:  # an analysis that opens the checkpoint without declaring it (without_weights)
-        from interp.model import ResidualGPT
+        from interp.model.gpt import ResidualGPT
 
         ResidualGPT.from_checkpoint(Path(records[0]["run_dir"]) / "ckpt.pt")
     runs = [run_summary(r) for r in records]

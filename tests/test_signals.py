@@ -1,6 +1,6 @@
 """Signals end every command with one line and their own exit status (docs/DESIGN.md contract 7).
 
-In-process checks of interp.signals, and real signals sent to real commands: SIGHUP like SIGTERM, a second
+In-process checks of interp.command.signals, and real signals sent to real commands: SIGHUP like SIGTERM, a second
 Ctrl-C that lands while the first one's cleanup runs, and SIGTERM while benchmarks.step is still importing.
 """
 
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from interp.signals import EXIT_HANGUP, Terminated, exit_code, fired_code, interrupts, restore, signal_name
+from interp.command.signals import EXIT_HANGUP, Terminated, exit_code, fired_code, interrupts, restore, signal_name
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="POSIX signals")
 
@@ -109,7 +109,7 @@ def test_sigterm_while_the_benchmark_imports_torch_is_one_line(delay):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err
     assert "Traceback" not in err
-    # before its handlers are in place the start-up guard (interp.signals.guard_startup) says it instead
+    # before its handlers are in place the start-up guard (interp.command.signals.guard_startup) says it instead
     assert err.strip().splitlines()[-1] in (
         "interrupted (SIGTERM); no report was printed",
         "interrupted (SIGTERM) while starting up; nothing was run",
@@ -162,7 +162,7 @@ def test_a_signal_while_modules_import_is_one_line(module, sig):
 
 
 def test_the_startup_guard_is_handed_back_by_interrupts_and_absent_outside_commands():
-    from interp import signals as sg
+    from interp.command import signals as sg
 
     before = signal.getsignal(signal.SIGINT)
     sg.guard_startup()  # pytest is not one of the toolkit's commands: nothing installed
@@ -181,7 +181,7 @@ def test_the_startup_guard_is_handed_back_by_interrupts_and_absent_outside_comma
 def test_a_package_imported_inside_interrupts_leaves_the_commands_handler_in_place(monkeypatch):
     # a command that imports one of the toolkit's packages lazily (inside interrupts()): the start-up guard must
     # not take over, or a signal long after the import ends the process at once (a stage's child left running)
-    from interp import signals as sg
+    from interp.command import signals as sg
 
     monkeypatch.setattr(sys, "orig_argv", [sys.executable, "-m", "benchmarks.gpu_check"], raising=False)
     before = signal.getsignal(signal.SIGTERM)
@@ -206,7 +206,7 @@ def test_a_signal_inside_an_import_ends_the_command_even_where_a_c_extension_wou
         "import os, signal\ntry:\n    os.kill(os.getpid(), signal.SIGTERM)\n    for _ in range(10**6): pass\n"
         "except BaseException:\n    pass  # what a C extension's init does with an error it did not expect\n"
     )
-    code = "from interp.signals import interrupts\nwith interrupts():\n    import swallows\nprint('went on')"
+    code = "from interp.command.signals import interrupts\nwith interrupts():\n    import swallows\nprint('went on')"
     done = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,

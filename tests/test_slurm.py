@@ -415,7 +415,7 @@ def test_an_interrupted_wait_names_the_running_jobs_and_the_rerun_waits_for_them
     assert f"stop them with `scancel {' '.join(ids)}`" in err
     assert err.rstrip().endswith(shlex.join([sys.executable, "-m", "experiments.routing_test", *args]))
     assert set(ids) <= set(squeue_ids())  # not cancelled
-    from interp.signals import restore
+    from interp.command.signals import restore
 
     restore()  # the interrupted command left its signals ignored, as a process that ends does
     assert main(args) == 0

@@ -15,8 +15,8 @@ import pytest
 
 from experiments.shared import slurm_watch
 from experiments.shared.wait_jobs import SweepIncomplete, _counts, wait
+from interp.command.signals import Terminated
 from interp.errors import ToolkitError
-from interp.signals import Terminated
 
 SQUEUE_ARRAY = "5_0|RUNNING|None\n5_2|PENDING|Resources\n"
 SCONTROL_5 = (

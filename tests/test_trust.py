@@ -21,8 +21,6 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 import interp.tl.hooked as hooked
 from interp import CheckpointError, ConfigError, ResidualGPT, ToolkitError, load_hooked, save_checkpoint, save_hooked
-from interp.checkpoint import load_checkpoint
-from interp.decompose import DecompositionError, decompose, direct_logit_attribution, resid_sites
 from interp.errors import (
     HiddenRoutingWarning,
     LogitAttrsWarning,
@@ -30,6 +28,8 @@ from interp.errors import (
     UntrainedTokenWarning,
     WeightsOnlyWarning,
 )
+from interp.files.checkpoint import load_checkpoint
+from interp.reading.decompose import DecompositionError, decompose, direct_logit_attribution, resid_sites
 
 REPO = Path(__file__).resolve().parents[1]
 TOL = 1e-5
@@ -297,7 +297,7 @@ def test_logit_attrs_sum_to_the_logit_difference_or_warn(kind):
     assert did or off < 1e-4, f"{kind}: logit_attrs off by {off:.3g} with no word"
 
 
-# ----------------------------------------------------------------- 4. interp.decompose on every TL model kind
+# ----------------------------------------------------------------- 4. interp.reading.decompose on every TL model kind
 
 TL_KINDS = {
     "standard": {},
@@ -410,7 +410,7 @@ ROUTES_QK = {
 @pytest.mark.parametrize("on", ["ResidualGPT", "export"])
 @pytest.mark.parametrize("routing", list(ROUTES_QK))
 def test_scores_rebuilt_from_q_and_k_include_the_routing(routing, on):
-    from interp.scores import attention_scores
+    from interp.reading.scores import attention_scores
 
     mixer, bias = ROUTES_QK[routing]
     model = make_model("trained", mixer=mixer, self_bias=bias)
@@ -470,7 +470,7 @@ def test_tl_layout_methods_on_residual_gpt_refuse_by_name(method):
     model = make_model("random")
     _, cache = model.run_with_cache(tokens())
     args = (0,) if method == "get_neuron_results" else ()
-    with pytest.raises(ToolkitError, match="interp.decompose"):
+    with pytest.raises(ToolkitError, match="interp.reading.decompose"):
         getattr(cache, method)(*args)
 
 
@@ -758,7 +758,7 @@ def test_nanogpt_masked_targets_are_left_out_of_the_loss():
 def test_a_sliced_cache_of_an_ablated_model_still_refuses():
     model = make_model("trained", residual="attn_only")
     _, cache = model.run_with_cache(tokens())
-    with pytest.raises(ToolkitError, match="interp.decompose"):
+    with pytest.raises(ToolkitError, match="interp.reading.decompose"):
         cache.apply_slice_to_batch_dim(slice(0, 1)).decompose_resid()
 
 
@@ -783,8 +783,8 @@ def test_train_mode_warning_sees_hooks_on_any_submodule():
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
 def test_a_nanogpt_checkpoint_with_non_finite_weights_is_refused_on_import(bad, tmp_path):
     """Every import path checks weights finite, not only the project's own checkpoints (audit 36)."""
-    from interp.checkpoint import load_checkpoint
     from interp.errors import CheckpointError
+    from interp.files.checkpoint import load_checkpoint
 
     payload = nanogpt_checkpoint(bias=True, tied=True)
     payload["model"]["transformer.h.1.mlp.c_fc.weight"][0, 0] = bad

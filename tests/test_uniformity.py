@@ -7,9 +7,9 @@ import pytest
 import torch
 from majors import TL4
 
-from interp.config import ModelConfig
+from interp.config.model_config import ModelConfig
 from interp.errors import ShapeError, TokenIdError, ToolkitError
-from interp.model import ResidualGPT
+from interp.model.gpt import ResidualGPT
 from probes.uniformity import UniformityProbe, qk_grads, stream_uniformity, token_uniformity
 
 
@@ -187,7 +187,7 @@ def test_qk_grads_measure_frozen_weights_and_leave_them_frozen():
 
 
 def test_the_live_probe_writes_strict_json_when_the_stream_diverges(tmp_path):
-    from interp.io import append_jsonl
+    from interp.files.io import append_jsonl
     from probes.uniformity import finite_record
 
     record = {"step": 5, "residual": [0.5, float("nan")], "grads": {"q": [float("inf")], "loss": 1.0}}

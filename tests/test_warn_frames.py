@@ -186,8 +186,8 @@ def test_the_exports_making_warnings_point_at_the_users_line(tmp_path, through):
     from test_hooked import make_model
 
     import interp as toolkit
-    from interp.checkpoint import save_checkpoint
     from interp.errors import NoTokenizerWarning
+    from interp.files.checkpoint import save_checkpoint
     from interp.tl.hooked.caches import NonAdditiveResidualWarning
 
     path = tmp_path / "ckpt.pt"

@@ -19,10 +19,10 @@ import os
 import shlex
 import sys
 
-from interp.cli import Parser, directory_option, guarded_output, seed_option
-from interp.config import MIXERS, RESIDUALS
+from interp.command.cli import Parser, directory_option, guarded_output, seed_option
+from interp.command.signals import exit_code, fired_code, interrupt_line, interrupts, signal_name
+from interp.config.model_config import MIXERS, RESIDUALS
 from interp.errors import ToolkitError, io_error_line, one_line
-from interp.signals import exit_code, fired_code, interrupt_line, interrupts, signal_name
 from training.presets import MODEL_FIELDS, PRESETS, TRAIN_FIELDS, check_asked_vocab, parse_overrides, resolve
 from training.run_config import cli_labels, variant_name
 from training.rundir import RunDir
@@ -118,7 +118,7 @@ def _logged(run_dir: RunDir) -> dict | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    with interrupts():  # SIGTERM is handled like Ctrl-C (interp.signals)
+    with interrupts():  # SIGTERM is handled like Ctrl-C (interp.command.signals)
         return guarded_output(lambda: _main(argv))
 
 
@@ -145,7 +145,7 @@ def _main(argv: list[str] | None = None) -> int:
     except OSError as e:  # an I/O error no layer below turned into a ToolkitError
         print(io_error_line(e), file=sys.stderr)
         return 2
-    except Exception:  # a library turned the interrupt into another exception (interp.signals.fired_code)
+    except Exception:  # a library turned the interrupt into another exception (interp.command.signals.fired_code)
         code = fired_code()
         if code is None:
             raise

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import os
 
-from interp.config import ModelConfig
+from interp.config.memory import device_memory, gib, n_params  # the one estimate of a model's size; named here too
+from interp.config.model_config import ModelConfig
 from interp.errors import ConfigError
-from interp.memory import device_memory, gib, n_params  # the one estimate of a model's size; named here too
 
 
 def estimate_bytes(cfg: ModelConfig, train) -> dict[str, int]:

@@ -158,7 +158,7 @@ def logs_before(step: int, paths: list[Path]) -> dict[str, str]:
     import hashlib
     import json
 
-    from interp.io import read_jsonl
+    from interp.files.io import read_jsonl
 
     out = {}
     for path in paths:
@@ -179,7 +179,7 @@ def check_logs_before(state: dict[str, Any], paths: list[Path], ckpt_path: Path)
                 f"{path}: its records before step {step} are not the ones {ckpt_path} was saved with (edited, "
                 "removed, or from another run); move the run directory aside to train it again"
             )
-    from interp.io import read_jsonl
+    from interp.files.io import read_jsonl
 
     best = state["best"]
     metrics = next((p for p in paths if p.name == "metrics.jsonl"), None)

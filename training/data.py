@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 
 from interp.errors import DataError
-from interp.gpt2 import GPT2_EOT, GPT2_FILES, GPT2_VOCAB_SIZE, gpt2_files
-from interp.io import atomic_write
+from interp.files.gpt2 import GPT2_EOT, GPT2_FILES, GPT2_VOCAB_SIZE, gpt2_files
+from interp.files.io import atomic_write
 from training.corpus import CORPORA, Corpus, char_codec
 from training.synthetic import synthetic_corpus
 
@@ -68,7 +68,7 @@ def _check_text(path: Path, data: bytes) -> None:
 
 
 def _read_bytes(path: Path, what: str) -> bytes:
-    from interp.checks import regular_file
+    from interp.files.checks import regular_file
 
     regular_file(path, DataError, f"{what} file")  # missing, or a FIFO / device / directory named as what it is
     try:
@@ -172,7 +172,7 @@ def _local_gpt2_encoding(encoder_json: str, vocab_bpe: str) -> Any:
 
 
 def gpt2_encoding() -> Any:
-    """tiktoken's "gpt2" Encoding; built from $RESIDUAL_DATA_DIR/gpt2/ (interp.gpt2.gpt2_files) when present (no
+    """tiktoken's "gpt2" Encoding; built from $RESIDUAL_DATA_DIR/gpt2/ (interp.files.gpt2.gpt2_files) when present (no
     network attempt)."""
     try:
         if (files := gpt2_files()) is not None:
@@ -308,8 +308,8 @@ def load_bpe_corpus(directory: str | Path) -> Corpus:
     meta_path = directory / "meta.json"
     if not meta_path.exists():
         raise DataError(f"{directory} is not a prepared BPE corpus (no meta.json); run prepare_bpe_corpus")
-    from interp.checks import checked
-    from interp.io import DataFileError, read_json
+    from interp.files.checks import checked
+    from interp.files.io import DataFileError, read_json
     from training.checks.corpus_files import check_corpus_meta, check_tokens
 
     try:
@@ -348,7 +348,7 @@ def _is_prepared(path: Path) -> bool:
     """A prepared corpus directory (its meta.json there); a meta.json that is there but is not a regular file
     (a directory, a FIFO, a device, a dangling link) is damage, a DataError naming what it is - never read as
     "not prepared yet" (which would prepare over it, or call the directory half-prepared)."""
-    from interp.checks import not_regular
+    from interp.files.checks import not_regular
 
     if not path.is_dir():
         return False

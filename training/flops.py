@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from interp.config import ModelConfig
+from interp.config.model_config import ModelConfig
 
 _PEAK_FLOPS: dict[str, float] = {}  # "device:dtype" -> FLOP/s, measured once per process
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
+from interp.config.memory import device_here
 from interp.errors import ConfigError
-from interp.memory import device_here
 from probes import GradientProbe
 from training.budget import device_memory, estimate_bytes, gib
 from training.presets import TrainConfig

@@ -27,9 +27,9 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from interp.command.signals import EXIT_INTERRUPT, exit_code, signal_name
 from interp.errors import ToolkitError
-from interp.io import kill_point, write_json
-from interp.signals import EXIT_INTERRUPT, exit_code, signal_name
+from interp.files.io import kill_point, write_json
 from training.optimizer import lr_at
 
 FAILED = "failed.json"  # an ensemble member that stopped on a non-finite number: {step, error}
@@ -46,7 +46,7 @@ class TrainingInterrupted(ToolkitError):
 
     def __init__(self, step: int, ckpt: Path, exit_code: int = EXIT_INTERRUPT):
         self.step = step
-        self.exit_code = exit_code  # 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP (interp.signals)
+        self.exit_code = exit_code  # 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP (interp.command.signals)
         where = f"from its checkpoint {ckpt}" if ckpt.exists() else "from the start (no checkpoint yet)"
         what = "interrupted" if exit_code == EXIT_INTERRUPT else f"terminated ({signal_name(exit_code)})"
         super().__init__(f"{what} at step {step}; the run resumes {where}")
@@ -110,7 +110,7 @@ def advance(steps: Step, progress: bool) -> tuple[dict[Any, dict[str, Any]], lis
                     t.totals["train_time"] += dt
                     t.totals["train_tokens"] += tokens_per_step
                     t.call("on_step", step, losses[k])
-            kill_point("step")  # test hook (interp.io.kill_point); a no-op unless RESIDUAL_KILL_AT is set
+            kill_point("step")  # test hook (interp.files.io.kill_point); a no-op unless RESIDUAL_KILL_AT is set
             if step % cfg.log_interval == 0 or cfg.is_eval_step(step):
                 tokens_per_s = window_tokens / max(window_time, 1e-9)
                 _log(steps, step, records, losses, norms, tokens_per_s)

@@ -28,7 +28,7 @@ def pick_device(name: str) -> torch.device:
         if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
             return torch.device("mps")
         return torch.device("cpu")
-    from interp.memory import device_here
+    from interp.config.memory import device_here
 
     return device_here(name)
 

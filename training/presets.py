@@ -15,9 +15,9 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from interp.config import ModelConfig
+from interp.config.model_config import ModelConfig
 from interp.errors import ConfigError
-from interp.gpt2 import GPT2_VOCAB_SIZE
+from interp.files.gpt2 import GPT2_VOCAB_SIZE
 from training.corpus import CORPORA
 
 DTYPES = ("float32", "bfloat16", "auto")

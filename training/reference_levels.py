@@ -1,7 +1,7 @@
 """The two numbers every result is read against, from the train split's counts.
 
 The unigram cross-entropy (a model that knows nothing, where the collapsed configs sit) and the bigram
-cross-entropy (the best any model without cross-position mixing can do), add-one smoothed (interp.levels).
+cross-entropy (the best any model without cross-position mixing can do), add-one smoothed (interp.reading.levels).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 from torch import Tensor
 
 from interp.errors import DataError
-from interp.levels import add_one_levels
+from interp.reading.levels import add_one_levels
 from training.batches import _check_positive
 
 

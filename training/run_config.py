@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from interp.errors import ConfigError
 
 if TYPE_CHECKING:
-    from interp.config import ModelConfig
+    from interp.config.model_config import ModelConfig
     from training.corpus import Corpus
     from training.presets import TrainConfig
 
@@ -25,7 +25,7 @@ IDENTITY_KEYS = ("model", "train", "model_init")
 
 
 def _field_defaults(key: str) -> dict[str, Any]:
-    from interp.config import ModelConfig
+    from interp.config.model_config import ModelConfig
     from training.presets import TrainConfig
 
     cls = {"model": ModelConfig, "train": TrainConfig}[key]
@@ -158,10 +158,10 @@ def variant_name(model: dict[str, Any]) -> str:
 def _mixer_params(mixer: str, given: dict[str, Any]) -> dict[str, Any]:
     """The mixer's parameters as a ModelConfig would hold them (defaults filled), or `given` as it is where
     the mixer is not registered in this process (no config of it can be built here either)."""
-    from interp.config import resolve_mixer_params
-    from interp.registry import BUILTIN_MIXERS, MIXERS, mixer_spec
+    from interp.config.model_config import resolve_mixer_params
+    from interp.config.registry import BUILTIN_MIXERS, MIXERS, mixer_spec
 
-    if mixer in BUILTIN_MIXERS and not given:  # the built-ins declare none (interp.registry)
+    if mixer in BUILTIN_MIXERS and not given:  # the built-ins declare none (interp.config.registry)
         return {}
     if mixer not in MIXERS:
         return dict(given)

@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from interp.errors import CheckpointError, ToolkitError
-from interp.io import TMP_SUFFIX, DataFileError, read_json, read_jsonl, remove_stale_temps
+from interp.files.io import TMP_SUFFIX, DataFileError, read_json, read_jsonl, remove_stale_temps
 from training.run_config import differing_fields, slug
 
 if TYPE_CHECKING:
-    from interp.checkpoint import Checkpoint
+    from interp.files.checkpoint import Checkpoint
 
 # What every final.json holds (training.trainer's final record) and the experiments read.
 FINAL_KEYS = ("final_val_loss", "best_val_loss", "best_step", "steps", "wall_time_s", "tokens_per_s")
@@ -166,7 +166,7 @@ class RunDir:
         training config and the data hash it was trained with, and final.json the checkpoint's content
         hash. Reused only when all of them agree with the run asked for.
         """
-        from interp.checkpoint import load_checkpoint
+        from interp.files.checkpoint import load_checkpoint
 
         final = self.read_final()
         ckpt = load_checkpoint(self.ckpt)  # its content hash is verified there
@@ -255,7 +255,7 @@ class RunDir:
 
     def read_final(self) -> dict[str, Any]:
         """final.json, checked field by field (training.checks.rundir_files.check_final)."""
-        from interp.checks import checked
+        from interp.files.checks import checked
         from training.checks.rundir_files import check_final
 
         final = read_json(self.final)
@@ -371,7 +371,7 @@ class RunDir:
     def read_config(self) -> dict[str, Any] | None:
         if not self.config.exists():
             return None
-        from interp.checks import checked
+        from interp.files.checks import checked
         from training.checks.rundir_files import check_run_config
 
         config = read_json(self.config)
@@ -392,7 +392,7 @@ class RunDir:
 
     @staticmethod
     def _read_log(path: Path, required: tuple[str, ...], check: Any) -> list[dict[str, Any]]:
-        from interp.checks import Bad
+        from interp.files.checks import Bad
 
         records = read_jsonl(path, required=required)
         for number, record in enumerate(records, start=1):

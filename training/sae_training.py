@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from interp.errors import ConfigError, DataError
-from interp.sae import export_processing
+from interp.reading.sae import export_processing
 
 
 def _model_vocab(model: Any) -> tuple[list[str] | None, str | None]:
@@ -87,7 +87,7 @@ def sae_dataset(
 
 def _site_width(tl: Any, hook_name: str) -> int:
     """The width SAELens reads at hook_name (heads flattened): one forward of one token, the name checked."""
-    from interp.checks.api import check_hook_name
+    from interp.model.api import check_hook_name
 
     check_hook_name(tl, hook_name, "hook_name")  # named as the caller gave it (run_with_cache would say names_filter)
     _, cache = tl.run_with_cache(torch.zeros(1, 1, dtype=torch.long, device=tl.cfg.device), names_filter=[hook_name])
@@ -102,7 +102,7 @@ def sae_runner_config(
     sae: an SAELens training-SAE config (default: StandardTrainingSAEConfig with d_in the hook's width and
     d_sae). options: any other LanguageModelSAERunnerConfig field, taken over the defaults here:
     prepend_bos=False and sequence_separator_token=None (a text dataset gets no untrained id either),
-    model_from_pretrained_kwargs the export's processing (interp.sae.export_processing: what the SAE's cfg.json
+    model_from_pretrained_kwargs the export's processing (interp.reading.sae.export_processing: what the SAE's cfg.json
     records, and what splicing checks), context_size the model's n_ctx, model_name the export's, device and
     dtype the export's, n_batches_in_buffer large enough for train_batch_size_tokens (SAELens's buffer holds
     n_batches_in_buffer x context_size activations and must exceed a batch), no Weights & Biases logging,

@@ -10,7 +10,7 @@ The stacked tensors carry ResidualGPT's own state-dict names, so member k's weig
 `{name: p[k]}` and load into a ResidualGPT unchanged (training.steps copies them back). Summing the K losses
 gives each member exactly the gradient its solo run would get: no tensor mixes members.
 
-Dropout: member k's masks are the ones its solo run draws (interp.dropout: its own stream, seeded by its
+Dropout: member k's masks are the ones its solo run draws (interp.model.dropout: its own stream, seeded by its
 run, keyed by micro-step and site), drawn at each site in the solo shape and stacked; with dropout the
 attention takes the explicit softmax path, as the solo one does, since SDPA draws its own masks.
 """
@@ -26,10 +26,10 @@ from einops import rearrange
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
-from interp.config import ModelConfig
-from interp.dropout import apply_keep
+from interp.config.model_config import ModelConfig
 from interp.errors import ConfigError
-from interp.model import ResidualGPT
+from interp.model.dropout import apply_keep
+from interp.model.gpt import ResidualGPT
 
 # ModelConfig fields a member may set on its own; every other field must agree across the ensemble.
 PER_MEMBER_MODEL = ("residual", "self_bias", "runtime_gain", "init_std")
@@ -106,7 +106,7 @@ class StackedGPT(nn.Module):
         self.plain_causal = all(b == 0.0 for b in self.self_biases)
         self._masks: dict[tuple[int, str], tuple[Tensor, Tensor | None]] = {}
         # dropout: each member's stream slot (read at every forward: its Trainer sets the stream) and the sites
-        # its solo model numbers (interp.dropout.number_sites), so the masks are the solo ones
+        # its solo model numbers (interp.model.dropout.number_sites), so the masks are the solo ones
         self.drop_p = self.cfg.dropout
         self._slots = [m._dropout_slot for m in members]
         first = members[0]

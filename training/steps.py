@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from interp.errors import one_line
-from interp.model import train_mode_hooks_expected
+from interp.model.gpt import train_mode_hooks_expected
 from probes import GradientProbe
 from probes.gradients import grouped_norms, resid_grad_sites
 from training.compile import mark_step, maybe_compile

@@ -27,7 +27,7 @@ import numpy as np
 from jaxtyping import Float
 
 from interp.errors import DataError
-from interp.io import atomic_write
+from interp.files.io import atomic_write
 from training.corpus import Corpus, char_codec
 
 ALPHABET = "".join(sorted(" \n!',.:;?abcdefghijklmnopqrstuvw"))  # 32 characters; sorted, as the char loader's vocab

@@ -27,13 +27,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from interp.checkpoint import load_checkpoint, save_checkpoint
-from interp.config import ModelConfig
-from interp.dropout import DropoutStream
+from interp.command.signals import exit_code
+from interp.config.model_config import ModelConfig
 from interp.errors import CheckpointError, ConfigError, ToolkitError, one_line
-from interp.io import append_jsonl, read_jsonl, write_json, write_jsonl
-from interp.model import ResidualGPT
-from interp.signals import exit_code
+from interp.files.checkpoint import load_checkpoint, save_checkpoint
+from interp.files.io import append_jsonl, read_jsonl, write_json, write_jsonl
+from interp.model.dropout import DropoutStream
+from interp.model.gpt import ResidualGPT
 from training.batches import BatchSampler, fixed_batches, random_batches
 from training.budget import check_runnable
 from training.checkstate import check_logs_before, check_training_state, logs_before
@@ -158,7 +158,7 @@ class Trainer:
         model = ResidualGPT(self.model_cfg)
         if self.model_init is not None:
             self.model_init(model)
-        # every dropout mask from the run's own stream (interp.dropout): an ensemble member draws the same ones
+        # every dropout mask from the run's own stream (interp.model.dropout): an ensemble member draws the same ones
         model.set_dropout_stream(DropoutStream(cfg.seed, self.rank))
         # opt-in; state_dict keys unchanged
         self.model = maybe_compile(model.to(device), cfg.compile, cfg.compile_mode, device)

@@ -73,7 +73,7 @@ def measure_escape_probe(model, train_tokens, batches) -> dict[str, float]:
     """Loss plain and under each intervention (every layer), and block-0 current-token decodability."""
     import torch
 
-    from interp.interventions import layer_hooks, per_sequence_loss
+    from interp.reading.interventions import layer_hooks, per_sequence_loss
     from probes.identity import measure_identity as identity
 
     was_training = model.training

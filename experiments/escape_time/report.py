@@ -267,7 +267,7 @@ def survival_svg(results: dict[str, Any], width: int = 640, height: int = 300) -
 def sections(results: dict[str, Any], ctx: Context) -> list:
     from pathlib import Path
 
-    from interp.io import atomic_write
+    from interp.files.io import atomic_write
 
     svg = ctx.result_dir / "survival-escape_time.svg"  # beside the report: the same curves, static
     atomic_write(svg, lambda tmp: Path(tmp).write_text(survival_svg(results)))

@@ -54,7 +54,7 @@ from experiments.eval_noise.snapshots import SnapshotCallback, load_snapshot, sn
 from experiments.shared.frame import Context, Experiment, Group, Variant, check_number, run_summary
 from experiments.shared.stats import stats
 from experiments.shared.text import fmt_number, format_table, reference_lines, table_figure
-from interp.config import RESIDUALS
+from interp.config.model_config import RESIDUALS
 from interp.errors import ToolkitError
 from training.presets import RunSpec, resolve
 from training.rundir import RunDir
@@ -107,7 +107,7 @@ def analyse_run(run: RunDir, spec: RunSpec, corpus, steps: list[int], repeats: i
     autocast = autocast_context(train.dtype, device)
     n_ctx = spec.model.n_ctx
     fixed = fixed_batches(corpus.val, n_ctx, train.batch_size, train.eval_batches)
-    from interp.checkpoint import load_checkpoint
+    from interp.files.checkpoint import load_checkpoint
 
     ckpt = load_checkpoint(run.ckpt)  # once, not per snapshot
     own, sealed = snapshot_identity(ckpt), ckpt.state.get("sealed_files") or {}
@@ -223,7 +223,7 @@ def best_table(runs: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
 def sections(results: dict[str, Any], ctx: Context) -> list:
     import plotly.graph_objects as go
 
-    from interp.plots import PALETTE, loss_curves
+    from interp.figures.plots import PALETTE, loss_curves
 
     refs = reference_lines(results["reference_levels"])
     runs = results["runs"]

@@ -31,7 +31,7 @@ class SnapshotCallback:
 
     def on_eval(self, trainer, step: int, val_loss: float) -> None:
         if step in self.steps and trainer.is_main:
-            from interp.checkpoint import save_checkpoint
+            from interp.files.checkpoint import save_checkpoint
 
             # What the snapshot is of, sealed with it: read back only for this run at this step.
             record, path = trainer.config_record, trainer.run_dir.snapshot(step)
@@ -52,8 +52,8 @@ def load_snapshot(run: RunDir, step: int, own: dict, sealed: dict):
     training config, initialisation and data of the run's own verified checkpoint (own: snapshot_identity of
     it; a snapshot copied from another step or another run directory is named, never evaluated), and unless
     its content hash is the one the run sealed when it wrote it (sealed: the checkpoint's sealed_files)."""
-    from interp.checkpoint import load_checkpoint
-    from interp.model import ResidualGPT
+    from interp.files.checkpoint import load_checkpoint
+    from interp.model.gpt import ResidualGPT
 
     path = run.snapshot(step)
     snap = load_checkpoint(path)

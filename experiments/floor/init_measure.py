@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 import torch
 
-from interp.config import ModelConfig
-from interp.model import ResidualGPT
+from interp.config.model_config import ModelConfig
+from interp.model.gpt import ResidualGPT
 from probes.uniformity import token_uniformity
 from training.batches import fixed_batches
 

@@ -44,7 +44,7 @@ def shipped_summaries(folder: Path) -> dict[str, Any]:
     """{"runs": the shipped results' per-run summaries (each with d_model), "from": folder, "sha256": the results
     file's} - the file compared with its MANIFEST.json entry first; anything else is refused by name."""
     from experiments.shared.ship import MANIFEST, sha256
-    from interp.io import read_json
+    from interp.files.io import read_json
 
     if not (folder / MANIFEST).is_file():
         raise ToolkitError(f"--law-from {folder}: no {MANIFEST} there; give a shipped floor folder or 'none'")
@@ -152,7 +152,7 @@ def write_law_predictions(ctx: Context, arms, heldout: list) -> bool:
     """Before any held-out arm is planned: an entry for each of `heldout` (Arm) that has none for this margin.
     True when something was written. A stored entry is never rewritten."""
     from experiments.floor.init_measure import init_uniformity, probe_batches
-    from interp.io import atomic_write, dumps
+    from interp.files.io import atomic_write, dumps
 
     path = ctx.result_dir / LAW_PREDICTIONS
     stored = load_predictions(path)

@@ -111,7 +111,7 @@ def write_predictions(ctx: Context, jobs: list[Job]) -> list[str]:
     print them. A stored prediction is never rewritten: one for the same seeds and margin is kept as it was; one
     for other seeds or another margin stays where it is and the new one goes beside it."""
     from experiments.floor.init_measure import init_uniformity, probe_batches
-    from interp.io import atomic_write, dumps
+    from interp.files.io import atomic_write, dumps
 
     arms = Arms(ctx)
     by_name = arms.by_name()

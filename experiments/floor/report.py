@@ -189,7 +189,7 @@ def transfer_line(name: str, t: dict[str, Any]) -> str:
 
 def sections(results: dict[str, Any], ctx: Context) -> list:
     from experiments.shared.text import table_figure
-    from interp.io import atomic_write
+    from interp.files.io import atomic_write
 
     svg = ctx.result_dir / "init-floor.svg"  # beside the report: the depth sweep, static
     atomic_write(svg, lambda tmp: Path(tmp).write_text(init_svg(results)))

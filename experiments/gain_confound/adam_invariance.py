@@ -222,7 +222,7 @@ def _fresh(cfg, seed: int, dev):
     """A model built under torch.manual_seed(seed), in train mode."""
     import torch
 
-    from interp.model import ResidualGPT
+    from interp.model.gpt import ResidualGPT
 
     torch.manual_seed(seed)
     return ResidualGPT(cfg).to(dev).train()

@@ -61,7 +61,7 @@ from experiments.gain_confound.adam_invariance import EXPLANATION, adam_invarian
 from experiments.shared.frame import Context, Experiment, Group, Variant, check_number, run_summary
 from experiments.shared.stats import settle_step, stats
 from experiments.shared.text import fmt_number, format_table, reference_lines, table_figure
-from interp.config import RESIDUALS
+from interp.config.model_config import RESIDUALS
 from interp.errors import ToolkitError
 
 SCHEMA = "gain-confound/1"
@@ -260,7 +260,7 @@ def spread_table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 def sections(results: dict[str, Any], ctx: Context) -> list:
     import plotly.graph_objects as go
 
-    from interp.plots import PALETTE, loss_curves
+    from interp.figures.plots import PALETTE, loss_curves
 
     refs = reference_lines(results["reference_levels"])
     runs = results["runs"]

@@ -1,6 +1,6 @@
 """What the interventions experiment measures on one trained model, and the intervals around it.
 
-measure_model runs every intervention of interp.interventions on a model over the fixed validation
+measure_model runs every intervention of interp.reading.interventions on a model over the fixed validation
 batches and keeps per-sequence numbers (raw: numpy arrays, never written); summarise turns raw
 numbers - one run's, or the mean over seeds of a variant's, which share the validation sequences -
 into effects with percentile bootstrap intervals over validation sequences (one seeded index
@@ -28,8 +28,8 @@ import numpy as np
 import torch
 
 from experiments.shared.places import place  # None: no full comparison
-from interp import interventions as iv
-from interp.config import ModelConfig
+from interp.config.model_config import ModelConfig
+from interp.reading import interventions as iv
 
 BOOTSTRAP = 1000  # resamples of the validation sequences
 BOOTSTRAP_SEED = 20240  # the index matrix's generator
@@ -191,7 +191,7 @@ def patching(model, batches, pos: int, unigram: np.ndarray, seed: int, tick) -> 
 
 def n_ticks(cfg: ModelConfig, identity: bool) -> int:
     """How many times measure_model calls tick (for a progress bar)."""
-    from interp.registry import mixer_spec
+    from interp.config.registry import mixer_spec
 
     spec = mixer_spec(cfg.mixer)
     pattern = 3 if spec.has_pattern else 0
@@ -299,7 +299,7 @@ def sanity_checks(
     variant: str, cfg: ModelConfig, raw: dict[str, Any], levels: dict[str, float], margin: float
 ) -> list[dict[str, Any]]:
     """Checks that each intervention does what it says, on one run's raw numbers."""
-    from interp.registry import mixer_spec
+    from interp.config.registry import mixer_spec
 
     clean, checks = raw["clean"], []
 
@@ -368,7 +368,7 @@ def export_difference(
     """Largest |per-sequence loss difference| between the model and its TransformerLens export, same hooks."""
     import warnings
 
-    from interp.registry import mixer_spec
+    from interp.config.registry import mixer_spec
     from interp.tl.load import load_tl
 
     if not mixer_spec(model.cfg.mixer).exports_to_tl():

@@ -10,7 +10,7 @@ from typing import Any
 
 from experiments.interventions.rules import bearing
 from experiments.shared.frame import Context
-from interp.interventions import LAYER_INTERVENTIONS
+from interp.reading.interventions import LAYER_INTERVENTIONS
 
 SHORT = {
     "remove_attn_residual": "-attn resid",
@@ -171,7 +171,7 @@ def identity_flow(results: dict[str, Any]):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from interp.plots import PALETTE
+    from interp.figures.plots import PALETTE
 
     fig = make_subplots(rows=1, cols=2, subplot_titles=["current token (offset 0)", "previous token (offset -1)"])
     colour = 0

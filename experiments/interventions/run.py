@@ -1,7 +1,7 @@
 """python -m experiments.interventions: causal interventions inside the routing test's trained models.
 
 The routing test trains variants; this opens each trained model and, one layer at a time, removes
-or replaces one path at inference on the fixed validation batches (interp.interventions: every
+or replaces one path at inference on the fixed validation batches (interp.reading.interventions: every
 intervention is a list of TransformerLens hooks, so it runs the same on the export):
 
     remove_attn_residual   resid_mid := attn_out         remove_ffn_residual   resid_post := mlp_out
@@ -138,7 +138,7 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
 
     from experiments.interventions import effects as fx
     from experiments.interventions.rules import intervention_verdicts
-    from interp.model import ResidualGPT
+    from interp.model.gpt import ResidualGPT
     from probes.decoders import fit_decoders
     from probes.identity import too_costly
 
@@ -250,8 +250,8 @@ def preface(ctx: Context, jobs: list[Job]) -> str:
 
 
 def _config(record: dict[str, Any]):
-    from interp.config import ModelConfig
-    from interp.io import read_json
+    from interp.config.model_config import ModelConfig
+    from interp.files.io import read_json
 
     return ModelConfig.from_dict(read_json(Path(record["run_dir"]) / "config.json")["model"])
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from experiments.shared.text import num
-from interp.config import RESIDUALS
+from interp.config.model_config import RESIDUALS
 from interp.errors import ToolkitError
 
 AXES = ("residual", "n_layers", "lr", "d_model", "self_bias")

@@ -172,7 +172,7 @@ def summary(results: dict[str, Any]) -> str:
 def sections(results: dict[str, Any], ctx: Context) -> list:
     import plotly.graph_objects as go
 
-    from interp.plots import PALETTE, loss_curves
+    from interp.figures.plots import PALETTE, loss_curves
 
     refs = reference_lines(results["reference_levels"])
     runs = results["runs"]

@@ -147,7 +147,7 @@ def needs_longer(results: dict[str, Any]) -> list[str]:
 
 
 def sections(results: dict[str, Any], ctx: Context) -> list:
-    from interp.plots import alpha_tt_heatmap, gradient_flow_heatmap, loss_curves, norm_profile
+    from interp.figures.plots import alpha_tt_heatmap, gradient_flow_heatmap, loss_curves, norm_profile
 
     runs = results["runs"]
     curves = {f"{r['variant']}/seed{r['seed']}": (r["val_curve"]["steps"], r["val_curve"]["loss"]) for r in runs}
@@ -215,7 +215,7 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
             )
         )
     if results.get("identity"):
-        from interp.plots import identity_accuracy, logit_lens_figure
+        from interp.figures.plots import identity_accuracy, logit_lens_figure
 
         ident = results["identity"]
         out.append(
@@ -247,8 +247,8 @@ def attention_figures(results: dict[str, Any], corpus, prompt: str = PROMPT) -> 
     """Attention patterns of the first seed of every variant that has one, at the first and last layer."""
     import torch
 
-    from interp.model import ResidualGPT
-    from interp.plots import attention_patterns
+    from interp.figures.plots import attention_patterns
+    from interp.model.gpt import ResidualGPT
 
     figures = []
     for run in results["runs"]:

@@ -173,7 +173,7 @@ def weights_refused(name: str):
 
 def check_results_file(path: Path) -> None:
     """A results file at the analysis's own place that a training command wrote is not overwritten."""
-    from interp.io import read_json
+    from interp.files.io import read_json
 
     if path.is_file():
         old = read_json(path)
@@ -196,7 +196,7 @@ def recorded_command(folder: Path, name: str, preset: str | None) -> tuple[str, 
     folder's MANIFEST.json (read_shipped refuses one whose results file names another), else the results file of
     experiment `name` in FOLDER or a folder in it (the one of --preset where there are several)."""
     from experiments.shared.ship import MANIFEST
-    from interp.io import read_json
+    from interp.files.io import read_json
 
     if is_shipped(folder):
         found = [folder / MANIFEST]
@@ -325,7 +325,7 @@ def with_recorded_options(
 def recorded_preset(folder: Path) -> tuple[list[str], str]:
     """(the presets the runs in FOLDER record, meta.preset of their config.json, sorted; the pattern read): the
     run directories `python -m training` and the experiments write, <preset>/<variant>/seed<k>."""
-    from interp.io import read_json
+    from interp.files.io import read_json
 
     pattern = "*/*/seed*/config.json"
     presets = set()

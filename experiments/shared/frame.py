@@ -45,10 +45,10 @@ from experiments.shared.options import parse_seeds
 from experiments.shared.plan import Context, Group, Job, Variant, check_distinct_dirs, select_variants
 from experiments.shared.text import format_table, levels_line, software_versions, table_figure, validation_words
 from experiments.shared.wait_jobs import SweepIncomplete
-from interp.cli import Parser, directory_option
+from interp.command.cli import Parser, directory_option
+from interp.command.signals import exit_code, fired_code, interrupt_line, interrupts, signal_name
 from interp.errors import CheckpointError, ToolkitError, io_error_line, one_line
-from interp.io import remove_stale_temps
-from interp.signals import exit_code, fired_code, interrupt_line, interrupts, signal_name
+from interp.files.io import remove_stale_temps
 from training.budget import check_runnable
 from training.presets import PRESETS, RunSpec, check_asked_vocab, parse_overrides, resolve
 
@@ -157,8 +157,8 @@ class Experiment:
 
     def main(self, argv: list[str] | None = None) -> int:
         """The command: one `error:` line and 2 for a refusal, an interrupt's own status, and a reader that
-        went away (`| head`) or a full stdout ending it only after its files are written (interp.cli)."""
-        from interp.cli import guarded_output
+        went away (`| head`) or a full stdout ending it only after its files are written (interp.command.cli)."""
+        from interp.command.cli import guarded_output
 
         return guarded_output(lambda: self._guarded_main(argv))
 
@@ -167,7 +167,7 @@ class Experiment:
         start = time.perf_counter()
         jobs_left = ""
         try:
-            with interrupts():  # SIGTERM is handled like Ctrl-C (interp.signals)
+            with interrupts():  # SIGTERM is handled like Ctrl-C (interp.command.signals)
                 return self._main(argv, start)
         except SweepIncomplete as e:  # no run finished: nothing to aggregate (else _main aggregated them)
             print(f"error: {one_line(e)}", file=sys.stderr)
@@ -183,7 +183,9 @@ class Experiment:
         except OSError as e:  # an I/O error no layer below turned into a ToolkitError
             print(io_error_line(e), file=sys.stderr)
             return 2
-        except Exception as e:  # a library turned the interrupt into another exception (interp.signals.fired_code)
+        except (
+            Exception
+        ) as e:  # a library turned the interrupt into another exception (interp.command.signals.fired_code)
             code = fired_code()
             if code is None:
                 raise
@@ -376,7 +378,7 @@ class Experiment:
         }
 
     def write_report(self, results: dict[str, Any], ctx: Context) -> Path:
-        from interp.plot_page import save_html
+        from interp.figures.plot_page import save_html
 
         levels = results["reference_levels"]
         intro = (
@@ -476,7 +478,7 @@ def write_results(path: Path, results: dict[str, Any]) -> None:
     """Strict JSON: the config's infinities (self_bias) are spelled "inf"; any other non-finite number is an error."""
     from datetime import datetime, timezone
 
-    from interp.io import NonFiniteError, json_safe, write_json
+    from interp.files.io import NonFiniteError, json_safe, write_json
 
     results = {
         **results,

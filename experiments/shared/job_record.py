@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from interp.errors import ToolkitError
-from interp.io import atomic_write
+from interp.files.io import atomic_write
 
 SUBMIT_LOCK_WAIT_S = 600  # another submission into this folder holds the lock for its sbatch: seconds
 

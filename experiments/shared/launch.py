@@ -54,8 +54,8 @@ from experiments.shared.slurm_jobs import (
     unfinished_refusal,
 )
 from experiments.shared.wait_jobs import wait
+from interp.command.signals import fired_code
 from interp.errors import ToolkitError
-from interp.signals import fired_code
 
 LAUNCHERS = ("local", "slurm", "slurm-local")
 # The launcher group's text in --help (the outcomes a user meets: docs/experiments.md says them at length).

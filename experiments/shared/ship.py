@@ -125,7 +125,7 @@ def missing_files(files: dict[str, bytes]) -> list[str]:
 def check_entry(run_dir: Path, entry: dict[str, Any]) -> None:
     """The results' entry is the run in its run_dir: the same seed and final loss (a run directory holding
     another run's files would otherwise ship under this entry's name, and be found only on re-analysis)."""
-    from interp.io import read_json
+    from interp.files.io import read_json
 
     config, final = read_json(run_dir / "config.json"), read_json(run_dir / "final.json")
     have = {"seed": (config.get("train") or {}).get("seed"), "final_val_loss": final.get("final_val_loss")}
@@ -139,7 +139,7 @@ def check_entry(run_dir: Path, entry: dict[str, Any]) -> None:
 
 def collect(results_path: Path) -> tuple[dict[str, Any], bytes, dict[str, bytes], dict[str, str]]:
     """(results, the results file's bytes as shipped, archive members, how each run was checked)."""
-    from interp.io import dumps, read_json
+    from interp.files.io import dumps, read_json
 
     results_dir = results_path.parent
     out = results_dir.parent  # results sit in <out>/<preset>
@@ -230,7 +230,7 @@ def _options(command: str) -> list[str]:
 
 def ship(source: Path, dest: Path, experiment: str | None = None, command: str | None = None) -> dict[str, Any]:
     """Write DEST (module docstring) from the results in SOURCE; returns the manifest."""
-    from interp.io import atomic_write, dumps, write_json
+    from interp.files.io import atomic_write, dumps, write_json
 
     results_path = find_results(source, experiment)
     results, text, members, checked = collect(results_path)
@@ -276,7 +276,7 @@ def clear_for(dest: Path, writing: set[str], experiment: str) -> list[Path]:
     present = {p.name for p in dest.iterdir()}
     if not present:
         return []
-    from interp.io import read_json
+    from interp.files.io import read_json
 
     try:
         earlier = read_json(dest / MANIFEST) if MANIFEST in present else {}
@@ -315,7 +315,7 @@ def is_shipped(folder: Path) -> bool:
 def read_shipped(folder: Path) -> Shipped:
     """The shipped folder's results file and run files, each compared with MANIFEST.json's sha256: an edited,
     missing or extra file is refused by name."""
-    from interp.io import read_json
+    from interp.files.io import read_json
 
     manifest = read_json(folder / MANIFEST)
     if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
@@ -361,13 +361,13 @@ def read_shipped(folder: Path) -> Shipped:
 
 def main(argv: list[str] | None = None) -> int:
     """The command: one `error:` line and 2 for a refusal; --help and the summary line through guarded_output."""
-    from interp.cli import guarded_output
+    from interp.command.cli import guarded_output
 
     return guarded_output(lambda: _main(sys.argv[1:] if argv is None else argv))
 
 
 def _main(argv: list[str]) -> int:
-    from interp.cli import Parser
+    from interp.command.cli import Parser
     from interp.errors import io_error_line, one_line
 
     p = Parser(

@@ -20,7 +20,7 @@ def num(v: float) -> str:
 
 
 def reference_lines(levels: dict[str, Any]) -> dict[str, float]:
-    """The two levels as named horizontal lines for interp.plots.loss_curves."""
+    """The two levels as named horizontal lines for interp.figures.plots.loss_curves."""
     return {"unigram (floor)": levels["unigram"], "bigram (current token only)": levels["bigram"]}
 
 
@@ -74,8 +74,9 @@ def format_table(headers: list[str], rows: list[list[Any]]) -> str:
 
 
 def table_figure(headers: list[str], rows: list[list[Any]], title: str = ""):
-    """The same table for report.html: an HTML table (interp.plot_page.Table), its text selectable, no inner scroll."""
-    from interp.plot_page import Table
+    """The same table for report.html: an HTML table (interp.figures.plot_page.Table), its text selectable,
+    no inner scroll."""
+    from interp.figures.plot_page import Table
 
     return Table(headers, rows, title)
 

@@ -2,7 +2,7 @@
 
 In: a checkpoint that nanoGPT's train.py wrote ({"model", "model_args", "iter_num",
 "best_val_loss", "config", "optimizer"}; weight names possibly prefixed
-"_orig_mod." by torch.compile) is read by interp.load_checkpoint (through interp.nanogpt_format), so
+"_orig_mod." by torch.compile) is read by interp.load_checkpoint (through interp.files.nanogpt_format), so
 ResidualGPT.from_checkpoint, to_hooked_transformer, `python -m interp.sample` and
 `python -m interp.plot_attention` take it as they take their own. nanoGPT's block is
 ResidualGPT's with residual='full' and mixer='attention' (Pre-LN, LayerNorm eps

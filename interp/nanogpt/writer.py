@@ -1,5 +1,5 @@
 """nanoGPT checkpoints out: to_nanogpt (refused by name where nanoGPT cannot express the model) and
-`python -m interp.nanogpt`. Reading nanoGPT checkpoints in is interp.nanogpt_format, below the checkpoint loader.
+`python -m interp.nanogpt`. Reading nanoGPT checkpoints in is interp.files.nanogpt_format, below the checkpoint loader.
 """
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from interp.cli import Parser, run_writing_command
-from interp.config import ModelConfig
+from interp.command.cli import Parser, run_writing_command
+from interp.config.model_config import ModelConfig
 from interp.errors import ConfigError
-from interp.nanogpt_format import name_map, write_meta
+from interp.files.nanogpt_format import name_map, write_meta
 
 
 def refusal(cfg: ModelConfig) -> str | None:
@@ -35,7 +35,7 @@ def to_nanogpt(source: Any, **extra: Any) -> dict[str, Any]:
     source: a ResidualGPT, a Checkpoint or a checkpoint path. extra keys are added
     (e.g. config={"dataset": "shakespeare_char"}, which sample.py reads to find meta.pkl).
     """
-    from interp.model import ResidualGPT
+    from interp.model.gpt import ResidualGPT
 
     model = source if isinstance(source, ResidualGPT) else ResidualGPT.from_checkpoint(source)
     cfg = model.cfg
@@ -85,9 +85,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> Path:
-    from interp.checkpoint import load_checkpoint
-    from interp.cli import refuse_overwriting_inputs
-    from interp.io import atomic_write
+    from interp.command.cli import refuse_overwriting_inputs
+    from interp.files.checkpoint import load_checkpoint
+    from interp.files.io import atomic_write
 
     refuse_overwriting_inputs("--out", args.out, {"--ckpt": args.ckpt})
     if args.meta_out is not None:

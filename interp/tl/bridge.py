@@ -24,7 +24,7 @@ the MLP input and the residual it feeds, as on a HookedTransformer (TL 4's own
 BlockBridge would alias it to ln2's input only). hook_result is the only one
 computed for the bridge: per-head outputs when set_use_attn_result(True), as on
 3.x. Which hooks the attention slot has is what the mixer declares
-(interp.registry.mixer_spec: hook_sites, has_heads); a mixer without heads or
+(interp.config.registry.mixer_spec: hook_sites, has_heads); a mixer without heads or
 pattern (position_blind) is bridged without them, and asking for one is a
 ToolkitError that names the hooks it has.
 
@@ -32,7 +32,7 @@ With a residual path removed, ActivationCache's additive methods refuse (they
 assume the stream is the sum of every sublayer output); nothing is folded, so
 apply_ln_to_stack, every apply_ln=True, tokens_to_residual_directions and
 logit_attrs warn at each call (a cache built by hand included: interp.tl.stream_reads);
-interp.decompose reads bridge caches and is exact.
+interp.reading.decompose reads bridge caches and is exact.
 """
 
 from __future__ import annotations
@@ -48,9 +48,8 @@ from transformer_lens.config import TransformerBridgeConfig
 from transformer_lens.hook_points import HookPoint
 from transformer_lens.model_bridge.sources import build_bridge_from_module
 
-from interp.activation_cache import LOGIT_ATTRS_MESSAGE
-from interp.checkpoint import SCHEMA, Checkpoint, refuse_non_finite_forward
-from interp.config import ModelConfig
+from interp.config.model_config import ModelConfig
+from interp.config.registry import mixer_spec
 from interp.errors import (
     CheckpointError,
     ConfigError,
@@ -58,8 +57,10 @@ from interp.errors import (
     refuse_if_not_additive,
     state_dict_detail,
 )
-from interp.model import ResidualGPT
-from interp.registry import mixer_spec
+from interp.files.checkpoint import SCHEMA, Checkpoint, refuse_non_finite_forward
+from interp.files.tokenizers import tokenizer_for
+from interp.model.activation_cache import LOGIT_ATTRS_MESSAGE
+from interp.model.gpt import ResidualGPT
 from interp.tl import stream_reads
 from interp.tl.bridge_adapter import (  # registers the adapter
     ARCHITECTURE,
@@ -76,18 +77,19 @@ from interp.tl.guards import ExportGuards, resolve_source
 from interp.tl.major import tl_config_fields
 from interp.tl.saved import BRIDGE_SCHEMA, load_weights, read_saved, tokenizer_fields, write_saved
 from interp.tl.tokens import leading_special, warn_no_tokenizer
-from interp.tokenizers import tokenizer_for
 
 stream_reads.install()  # TL's cache methods ask the bridge (_check_stream_read) at every call
 
-_ADDITIVE_USE = "interp.decompose (decompose, direct_logit_attribution, logit_lens), which follows this model's "
+_ADDITIVE_USE = (
+    "interp.reading.decompose (decompose, direct_logit_attribution, logit_lens), which follows this model's "
+)
 
 
 # --------------------------------------------------------------------------- the bridge and its cache
 
 
 _UNFOLDED_FIX = (
-    "the bridge runs ResidualGPT's own weights and cannot fold them: use interp.decompose (decompose, "
+    "the bridge runs ResidualGPT's own weights and cannot fold them: use interp.reading.decompose (decompose, "
     "direct_logit_attribution, logit_lens), exact without folding (on TransformerLens 3, "
     "interp.to_hooked_transformer folds by default)"
 )
@@ -97,7 +99,7 @@ def _no_processing(call: str) -> ToolkitError:
     return ToolkitError(
         f"{call}: TransformerLens 4's weight processing (fold_ln, center_writing_weights, center_unembed, "
         "fold_value_biases) is not wired to this bridge, which runs ResidualGPT's own weights and forward (exact, "
-        "ablated residuals included) and already has TL 3's hook names; use interp.decompose for exact "
+        "ablated residuals included) and already has TL 3's hook names; use interp.reading.decompose for exact "
         "decompositions (no folding needed), enable_compatibility_mode(no_processing=True) (a no-op here), or on "
         "TransformerLens 3.x interp.to_hooked_transformer(..., fold_ln=True, center_writing_weights=True)"
     )
@@ -330,7 +332,7 @@ def to_transformer_bridge(
     The bridge runs a copy of the ResidualGPT (the one given is left as it
     was), so logits and every TL 3 hook name's value are ResidualGPT's exactly.
     No weight processing: enable_compatibility_mode's folding does not apply
-    (interp.decompose is exact without it). vocab (a list of characters) or the
+    (interp.reading.decompose is exact without it). vocab (a list of characters) or the
     checkpoint's state["vocab"] / state["encoding"] == "gpt2" gives the
     tokenizer, as for to_hooked_transformer.
     """
@@ -369,7 +371,7 @@ def load_bridge(path: str | os.PathLike, device: str | torch.device | None = Non
     if schema != BRIDGE_SCHEMA:
         hint = " (a ResidualGPT checkpoint: use to_transformer_bridge)" if schema == SCHEMA else ""
         raise CheckpointError(f"{path} has schema {schema!r}; load_bridge reads {BRIDGE_SCHEMA!r}{hint}")
-    from interp.checks import checked
+    from interp.files.checks import checked
     from interp.tl.saved_file import check_bridge
 
     with checked(path, CheckpointError, "it cannot be loaded"):

@@ -24,11 +24,11 @@ from transformer_lens.model_bridge.generalized_components import (
 )
 from transformer_lens.model_bridge.generalized_components.base import GeneralizedComponent
 
-from interp.checks.api import check_ids
-from interp.config import ModelConfig
+from interp.config.model_config import ModelConfig
+from interp.config.registry import mixer_spec
 from interp.errors import ConfigError, HiddenRoutingWarning, TokenIdError, ToolkitError, UntrainedTokenWarning
-from interp.model import ResidualGPT
-from interp.registry import mixer_spec
+from interp.model.api import check_ids
+from interp.model.gpt import ResidualGPT
 from interp.tl.bridge_weights import exposed_weight
 from interp.tl.routing_words import hidden_routing, hidden_routing_message, routing_quiet
 from interp.tl.tokens import special_before_text, special_warning, warn_at_user
@@ -234,9 +234,10 @@ class _MixerBridge(GeneralizedComponent):
     layer: int | None = None  # set by _bridge, for messages
 
     def _tl(self, name: str) -> Tensor:
-        # A registered mixer class (interp.mixers.Mixer in an nn.Module), typed Any as interp.registry.mixer_spec is
+        # A registered mixer class (interp.model.mixers.Mixer in an nn.Module), typed Any as
+        # interp.config.registry.mixer_spec is
         mixer: Any = self.original_component
-        spec = type(mixer)  # a registered mixer class is its own spec (interp.registry)
+        spec = type(mixer)  # a registered mixer class is its own spec (interp.config.registry)
         if not spec.exports_to_tl():
             raise ToolkitError(
                 f"mixer={spec.name!r} has no TransformerLens attention weights (W_Q, W_K, W_V, W_O, their biases, "
@@ -282,7 +283,7 @@ class _MixerBridge(GeneralizedComponent):
 
     def set_original_component(self, original_component: nn.Module) -> None:
         super().set_original_component(original_component)
-        spec: Any = type(original_component)  # a registered mixer class: its declarations (interp.registry)
+        spec: Any = type(original_component)  # a registered mixer class: its declarations (interp.config.registry)
         cfg = getattr(original_component, "cfg", None)
         _adopt(self, original_component, spec.hook_sites)
         out_proj = getattr(original_component, "out_proj", None)

@@ -8,10 +8,10 @@ from typing import Any, cast
 from torch import Tensor
 from transformer_lens import ActivationCache
 
-from interp.checks.api import missing_cache_key
-from interp.config import ModelConfig
+from interp.config.model_config import ModelConfig
+from interp.config.registry import mixer_spec
 from interp.errors import ToolkitError
-from interp.registry import mixer_spec
+from interp.model.api import missing_cache_key
 from interp.tl.bridge_adapter import _ATTN_NAMES, _attn_sites
 
 
@@ -52,7 +52,7 @@ class BridgeActivationCache(ActivationCache):
 
     With a residual path removed the stream is not the sum of the embeddings and
     every sublayer output, so decompose_resid, get_full_resid_decomposition,
-    stack_head_results and logit_attrs refuse at every call (use interp.decompose,
+    stack_head_results and logit_attrs refuse at every call (use interp.reading.decompose,
     which follows the wiring and reads this cache); the bridge's LayerNorms are not
     folded, so apply_ln_to_stack and every apply_ln=True warn (UnfoldedLayerNormWarning).
     Both are the bridge's _check_stream_read, so a cache built by hand

@@ -18,8 +18,8 @@ from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from interp.errors import ConfigError
-from interp.model import ResidualGPT
-from interp.next_token import tl_temperature
+from interp.model.gpt import ResidualGPT
+from interp.model.next_token import tl_temperature
 from interp.tl.tokens import warn_generate_after_padding
 
 

@@ -1,4 +1,4 @@
-"""The TL 4 bridge's hooks checked as ResidualGPT's and the 3.x export's are (interp.checks.api.BoundaryHooks):
+"""The TL 4 bridge's hooks checked as ResidualGPT's and the 3.x export's are (interp.model.api.BoundaryHooks):
 a hook name that names no hook point is a HookNameError with the closest names (TL 4 raises a bare KeyError,
 or caches less without a word), a forward hook's return of another shape, dtype or device a HookReturnError,
 remove_batch_dim on a batch of more than one a ShapeError (TL 4 ends in a bare assert); a hook the mixer
@@ -11,13 +11,13 @@ from typing import Any
 from torch import Tensor
 from transformer_lens import ActivationCache
 
-from interp.checks.api import CheckedHook, batch_of_one_error, check_hook_name, check_hook_pairs
+from interp.model.api import CheckedHook, batch_of_one_error, check_hook_name, check_hook_pairs
 from interp.tl.bridge_cache import BridgeActivationCache, _lacks, _lacks_error
 from interp.tl.bridge_generate import BridgeGenerate
 
 
 def _checked_pairs(hooks: Any) -> Any:
-    """(name, fn) forward-hook pairs with each fn's return checked (interp.checks.api.CheckedHook)."""
+    """(name, fn) forward-hook pairs with each fn's return checked (interp.model.api.CheckedHook)."""
     if not isinstance(hooks, (list, tuple)):
         return hooks  # TL's own error for anything else
     return [

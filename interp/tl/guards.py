@@ -14,7 +14,7 @@ what either is made from.
                     TL's cache methods ask it at every call (interp.tl.stream_reads): logit_attrs's word, a
                     LayerNorm read without its weights, a stack that misses a nonzero b_U
     QK, W_Q, W_K    with a routing in the scores (self_bias, uniform) they do not show it: HiddenRoutingWarning,
-                    naming interp.scores.attention_scores
+                    naming interp.reading.scores.attention_scores
 
 What the majors do differently is a class attribute or one method each (unfolded_fix, routing_applied_by,
 _logit_attrs_word, _padding_mark).
@@ -29,11 +29,11 @@ from typing import Any, cast
 import torch
 from torch import Tensor
 
-from interp.checkpoint import Checkpoint, load_checkpoint
-from interp.checks.api import check_config_unedited, check_ids
-from interp.config import ModelConfig
+from interp.config.model_config import ModelConfig
 from interp.errors import HiddenRoutingWarning, LogitAttrsWarning, ToolkitError, warn_each_call
-from interp.model import ResidualGPT
+from interp.files.checkpoint import Checkpoint, load_checkpoint
+from interp.model.api import check_config_unedited, check_ids
+from interp.model.gpt import ResidualGPT
 from interp.tl import stream_reads
 from interp.tl.major import refuse_past_context
 from interp.tl.routing_words import hidden_routing, hidden_routing_message, routing_quiet

@@ -10,8 +10,8 @@ from contextvars import ContextVar
 
 from torch import Tensor
 
-from interp.config import ModelConfig
-from interp.registry import mixer_spec
+from interp.config.model_config import ModelConfig
+from interp.config.registry import mixer_spec
 
 _ROUTING_QUIET: ContextVar[bool] = ContextVar("routing_quiet", default=False)
 
@@ -34,8 +34,8 @@ def hidden_routing_message(what: str, cfg: ModelConfig, scores: str) -> str:
     """The warning's text: `what` (W_Q, W_K, QK) leaves out the routing `scores` (what applies it) applies."""
     return (
         f"{what}: {scores} also applies mixer={cfg.mixer!r}, self_bias={cfg.self_bias:g} "
-        "(interp.mixers), which W_Q @ W_K does not show; scores rebuilt from hook_q / hook_k miss it too. "
-        "interp.scores.attention_scores(model, q, k) rebuilds the scores the model uses, routing included"
+        "(interp.model.mixers), which W_Q @ W_K does not show; scores rebuilt from hook_q / hook_k miss it too. "
+        "interp.reading.scores.attention_scores(model, q, k) rebuilds the scores the model uses, routing included"
     )
 
 

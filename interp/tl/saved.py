@@ -14,8 +14,8 @@ from typing import Any
 import torch
 
 from interp.errors import CheckpointError, state_dict_detail
-from interp.gpt2 import GPT2_VOCAB_SIZE
-from interp.io import atomic_write, load_plain
+from interp.files.gpt2 import GPT2_VOCAB_SIZE
+from interp.files.io import atomic_write, load_plain
 
 BRIDGE_SCHEMA = "residual-gpt-bridge/1"
 HOOKED_SCHEMA = "residual-gpt-hooked/2"
@@ -32,7 +32,7 @@ def tokenizer_fields(tokenizer: Any) -> dict[str, Any]:
 
 def _is_gpt2(tokenizer: Any) -> bool:
     """GPT-2's BPE: its 50257 ids, and the export's <|pad|> after them where it has one (tokenizers.PAD)."""
-    from interp.tokenizers import PAD
+    from interp.files.tokenizers import PAD
 
     extra = len(tokenizer) - GPT2_VOCAB_SIZE
     return extra == 0 or (extra == 1 and tokenizer.convert_ids_to_tokens(GPT2_VOCAB_SIZE) == PAD)
@@ -47,7 +47,7 @@ def read_saved(path: str | os.PathLike, device: str | torch.device | None, what:
     `what` was expected (e.g. "bridge") and the `writer` that writes it (e.g. "save_bridge")."""
     import pickle
 
-    from interp.checks import regular_file
+    from interp.files.checks import regular_file
 
     path = regular_file(path, CheckpointError, f"saved {what}")
     try:

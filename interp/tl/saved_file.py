@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from interp.checks import Bad, walk_limits, want_dict, want_str_keys
-from interp.checks.checkpoint_file import check_finite, check_model_config, check_vocab, check_weights
-from interp.config import ModelConfig
+from interp.config.model_config import ModelConfig
+from interp.files.checks import Bad, walk_limits, want_dict, want_str_keys
+from interp.files.checks.checkpoint_file import check_finite, check_model_config, check_vocab, check_weights
 
 
 def model_config_of(record: dict[str, Any], device: str) -> ModelConfig:

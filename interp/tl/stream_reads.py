@@ -167,7 +167,8 @@ def warn_unfolded_directions(model: Any, fix: str) -> None:
 # --------------------------------------------------------------------------- b_U, which no stack holds
 
 _BIAS_FIX = (
-    "add tl.b_U[answer] - tl.b_U[wrong] to a logit difference (tl.b_U[tokens] to a logit), or use interp.decompose "
+    "add tl.b_U[answer] - tl.b_U[wrong] to a logit difference (tl.b_U[tokens] to a logit), "
+    "or use interp.reading.decompose "
     "(direct_logit_attribution, logit_lens), which includes it"
 )
 

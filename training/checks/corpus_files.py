@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from interp.checks import Bad, walk_limits, want_int, want_object, want_str
+from interp.files.checks import Bad, walk_limits, want_int, want_object, want_str
 
 MAX_TOKENS = 2**40  # far past any corpus; a bigger count is damage, whatever the file sizes say
 

@@ -1,7 +1,7 @@
 """A run directory's JSON (config.json, final.json, metrics.jsonl's and probes.jsonl's records), checked field
 by field, and its files' kinds.
 
-Each checker takes what interp.io.read_json returned and raises Bad (interp.checks), which the
+Each checker takes what interp.files.io.read_json returned and raises Bad (interp.files.checks), which the
 reader in training.rundir turns into a DataFileError naming the file: a forged or hand-edited
 file is refused, never half used (a list where a dict was, a loss that is a string, a nesting
 1,000 levels deep).
@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from interp.checks import Bad, walk_limits, want_dict, want_int, want_number, want_object, want_str, want_str_keys
+from interp.files.checks import Bad, walk_limits, want_dict, want_int, want_number, want_object, want_str, want_str_keys
 
 FINAL_KEYS = ("final_val_loss", "best_val_loss", "best_step", "steps", "wall_time_s", "tokens_per_s")
 DATA_KEYS = ("corpus", "encoding", "train_tokens", "val_tokens", "sha256")
@@ -75,7 +75,7 @@ LOSS_KEYS = ("val_loss", "train_loss")
 
 def check_metric_record(record: dict[str, Any]) -> dict[str, Any]:
     """One metrics.jsonl record: a whole step >= 0, finite losses (what the curves are made of), other values
-    plain data no deeper than interp.checks.MAX_DEPTH."""
+    plain data no deeper than interp.files.checks.MAX_DEPTH."""
     want_int(record.get("step"), "step", 0)
     for key in LOSS_KEYS:
         if key in record:
@@ -86,7 +86,7 @@ def check_metric_record(record: dict[str, Any]) -> dict[str, Any]:
 
 def check_probe_record(record: dict[str, Any]) -> dict[str, Any]:
     """One probes.jsonl record: a whole step >= 0, the probe's name a string, its values plain data no deeper
-    than interp.checks.MAX_DEPTH (each probe's reader reads its own fields)."""
+    than interp.files.checks.MAX_DEPTH (each probe's reader reads its own fields)."""
     want_int(record.get("step"), "step", 0)
     want_str(record.get("probe"), "probe")
     walk_limits(record, "the record")
@@ -97,7 +97,7 @@ def damaged_files(paths: list[Path]) -> list[tuple[Path, str]]:
     """(path, what it is) for each run-directory file that exists but is not a regular file (a FIFO, a
     directory, a device, a dangling link): damage, refused by name before anything is read or written.
     Path.is_file() alone reads a FIFO final.json as "not finished" and trains the run again over it."""
-    from interp.checks import not_regular
+    from interp.files.checks import not_regular
 
     return [(p, kind) for p in paths if (kind := not_regular(p)) is not None]
 

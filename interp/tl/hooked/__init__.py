@@ -14,7 +14,7 @@ The public face of the export; each concern has its module:
     persist    save_hooked / load_hooked, exact round trip, tokenizer included, in a layout
                no plain HookedTransformer loader takes in (the format both majors share: interp.tl.saved)
 
-The tokenizers live in interp.tokenizers (which one a checkpoint gets: interp.vocab).
+The tokenizers live in interp.files.tokenizers (which one a checkpoint gets: interp.model.vocab).
 The position embedding refuses positions past n_ctx (TL would index out of
 range, or with to_tokens cut the prompt silently).
 
@@ -28,7 +28,8 @@ require_tl3()  # before anything below imports HookedTransformer
 
 # ruff: noqa: E402
 
-from interp.gpt2 import GPT2_VOCAB_SIZE, gpt2_files
+from interp.files.gpt2 import GPT2_VOCAB_SIZE, gpt2_files
+from interp.files.tokenizers import SPECIAL, CharTokenizer, char_tokenizer, gpt2_tokenizer
 from interp.tl.guards import model_from_checkpoint
 from interp.tl.hooked.caches import (
     _ADDITIVE_METHODS,
@@ -45,7 +46,6 @@ from interp.tl.hooked.rewire import (
     RecordedHookPoint,
     RoutedScoresHookPoint,
 )
-from interp.tokenizers import SPECIAL, CharTokenizer, char_tokenizer, gpt2_tokenizer
 
 GPT2_VOCAB = GPT2_VOCAB_SIZE  # the name this module had for it
 

@@ -8,7 +8,7 @@ NonAdditiveHookedTransformer, whose caches warn (NonAdditiveResidualWarning) at 
 call of those methods, on a cache built by hand from the export's activations too
 (interp.tl.stream_reads; the user's filters still decide: "ignore" silences it); so
 does its accumulated_bias. The export itself warns once when made.
-interp.decompose follows the wiring and is exact.
+interp.reading.decompose follows the wiring and is exact.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from interp.config import ModelConfig
+from interp.config.model_config import ModelConfig
 from interp.errors import ToolkitWarning, warn_each_call
 from interp.tl import stream_reads
 from interp.tl.hooked.exported import ExportCache, ExportedHookedTransformer
@@ -37,7 +37,8 @@ def _non_additive_message(residual: str, method: str, owner: str = "ActivationCa
     return (
         f"residual={residual!r}: {owner}.{method} assumes the residual stream is the sum of the embeddings "
         "and every sublayer output (and every bias b_O, b_out), which a removed residual path breaks, so its stacks "
-        "do not sum to the stream (and their logit attributions not to the logit). Use interp.decompose.decompose / "
+        "do not sum to the stream (and their logit attributions not to the logit). "
+        "Use interp.reading.decompose.decompose / "
         "direct_logit_attribution, which follow this model's wiring. accumulated_resid and the logit lens read the "
         "stream itself and are right."
     )
@@ -89,6 +90,6 @@ def warn_non_additive(cfg: ModelConfig) -> None:
         f"residual={cfg.residual!r}: the residual stream is not the sum of the embeddings and every sublayer output; "
         f"TransformerLens's {', '.join(_ADDITIVE_METHODS)} warn on this model's caches, and so does its "
         f"{', '.join(ADDITIVE_MODEL_METHODS)}. "
-        "interp.decompose gives the exact decomposition and direct logit attribution for this wiring",
+        "interp.reading.decompose gives the exact decomposition and direct logit attribution for this wiring",
         NonAdditiveResidualWarning,
     )

@@ -1,7 +1,7 @@
 """A ResidualGPT as a HookedTransformer: TL's config, the weights in TL's layout, and the entry point.
 
 The weights move into TL's layout one to one; the attention slot's as its mixer
-declares (interp.mixers); runtime_gain is folded into W_O / b_O and W_out /
+declares (interp.model.mixers); runtime_gain is folded into W_O / b_O and W_out /
 b_out. What TL's block cannot express is rewired (interp.tl.hooked.rewire).
 The checks around the conversion live apart: what it takes (interp.tl.guards.resolve_source), its
 logits against ResidualGPT's (interp.tl.hooked.exactness), the export's class (interp.tl.hooked.exported).
@@ -17,20 +17,20 @@ import torch
 from torch import Tensor
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from interp.checkpoint import Checkpoint
-from interp.checks.api import check_materialised
-from interp.config import ModelConfig
+from interp.config.model_config import ModelConfig
+from interp.config.registry import mixer_spec
 from interp.errors import ConfigError, ToolkitError
-from interp.mixers import TL_SLOTS
-from interp.model import Block, ResidualGPT
-from interp.registry import mixer_spec
+from interp.files.checkpoint import Checkpoint
+from interp.files.tokenizers import tokenizer_for
+from interp.model.api import check_materialised
+from interp.model.gpt import Block, ResidualGPT
+from interp.model.mixers import TL_SLOTS
 from interp.tl.guards import resolve_source
 from interp.tl.hooked.caches import new_hooked_transformer, warn_non_additive
 from interp.tl.hooked.exactness import check_same_logits, probe_logits
 from interp.tl.hooked.rewire import rewire_hooked
 from interp.tl.major import tl_config_fields
 from interp.tl.tokens import warn_no_tokenizer
-from interp.tokenizers import tokenizer_for
 
 
 def hooked_config(
@@ -145,7 +145,7 @@ def to_hooked_transformer(
     process_weights_, whose default it is) it warns at each call (ValueBiasWarning).
 
     With fold_ln=False, apply_ln_to_stack, tokens_to_residual_directions, every apply_ln=True and logit_attrs
-    warn at each call (UnfoldedLayerNormWarning / LogitAttrsWarning); interp.decompose applies the weights
+    warn at each call (UnfoldedLayerNormWarning / LogitAttrsWarning); interp.reading.decompose applies the weights
     itself and is exact either way. logit_attrs also leaves out b_U (where fold_ln puts ln_final.b) and says so;
     so does every stack dotted with W_U, and where b_U is not zero (a bias=True model) apply_ln_to_stack and
     apply_ln=True at the unembedding and tokens_to_residual_directions warn at each call (UnembedBiasWarning).
@@ -153,7 +153,7 @@ def to_hooked_transformer(
     For residual != 'full' the model is a NonAdditiveHookedTransformer (interp.tl.hooked.caches): TL's
     decompose_resid, get_full_resid_decomposition, stack_head_results and logit_attrs warn at every call
     (NonAdditiveResidualWarning), on a cache built by hand from its activations too: their sums assume every
-    sublayer output reaches the final stream; use interp.decompose there. accumulated_resid and the logit
+    sublayer output reaches the final stream; use interp.reading.decompose there. accumulated_resid and the logit
     lens read the stream itself and stay right.
     vocab (characters) or the checkpoint's state["vocab"] / state["encoding"] == "gpt2" gives the tokenizer. W_E
     holds the trained rows only (W_E @ OV @ W_U square, as SVDInterpreter and FactoredMatrix.eigenvalues need).

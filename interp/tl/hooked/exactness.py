@@ -13,7 +13,7 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 
 from interp.errors import ToolkitError
-from interp.model import ResidualGPT
+from interp.model.gpt import ResidualGPT
 
 
 def _eval_logits(model: torch.nn.Module, tokens: Tensor) -> Tensor:

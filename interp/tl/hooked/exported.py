@@ -2,7 +2,7 @@
 
     logit_attrs     TL's leaves out ln_final.w (no fold_ln) and b_U: it warns at each call
                     (LogitAttrsWarning) unless both are trivial, naming fold_ln=True
-                    and interp.decompose.direct_logit_attribution.
+                    and interp.reading.decompose.direct_logit_attribution.
     apply_ln_to_stack, tokens_to_residual_directions and every apply_ln=True
                     right only with the LayerNorm weights folded (fold_ln=True, the default): with
                     fold_ln=False they warn at each call (UnfoldedLayerNormWarning), on a cache built
@@ -28,7 +28,7 @@
                     keep it. (A strict load_state_dict refuses: the marker buffers are unexpected.)
     blocks[l].attn.QK, W_Q, W_K
                     with a routing in hook_attn_scores (self_bias, uniform) they do not show it:
-                    HiddenRoutingWarning, naming interp.scores.attention_scores (rewire.RoutedAttention).
+                    HiddenRoutingWarning, naming interp.reading.scores.attention_scores (rewire.RoutedAttention).
 
 The guards it shares with the TL 4 bridge are written once, in interp.tl.guards: to_tokens (past n_ctx, BOS),
 to_string and tokens_to_residual_directions (ids outside the vocabulary), loss (padding), the model's QK / W_Q / W_K.
@@ -47,10 +47,10 @@ from typing import Any, cast
 import torch
 from transformer_lens import ActivationCache, HookedTransformer
 
-from interp.checks.api import BoundaryHooks, missing_cache_key
-from interp.config import ModelConfig
+from interp.config.model_config import ModelConfig
+from interp.config.registry import mixer_spec
 from interp.errors import ValueBiasWarning, WeightsOnlyWarning, frame_module, warn_each_call
-from interp.registry import mixer_spec
+from interp.model.api import BoundaryHooks, missing_cache_key
 from interp.tl import stream_reads
 from interp.tl.guards import ExportGuards
 from interp.tl.hooked.fold import fold_layer_norms
@@ -61,7 +61,7 @@ from interp.tl.tokens import refuse_meta, special_before_text, warn_unmasked_lef
 stream_reads.install()  # TL's cache methods ask the export (_check_stream_read) at every call
 
 _FOLD_FIX = (
-    "export with interp.to_hooked_transformer(..., fold_ln=True) (the default), or use interp.decompose "
+    "export with interp.to_hooked_transformer(..., fold_ln=True) (the default), or use interp.reading.decompose "
     "(decompose, direct_logit_attribution, logit_lens), which applies the LayerNorm weights itself"
 )
 
@@ -221,7 +221,7 @@ class ExportedHookedTransformer(SAEMethods, ExportGuards, BoundaryHooks, ExportG
     (interp.tl.hooked.sae_methods).
 
     The guards it shares with the TL 4 bridge are interp.tl.guards.ExportGuards'. Hook names, names_filter,
-    remove_batch_dim and hook returns are checked as on ResidualGPT (interp.checks.api.BoundaryHooks); token ids
+    remove_batch_dim and hook returns are checked as on ResidualGPT (interp.model.api.BoundaryHooks); token ids
     at the embedding (rewire.VocabCheckedEmbed)."""
 
     cache_class: type[ActivationCache] = ExportCache
@@ -297,7 +297,7 @@ class ExportedHookedTransformer(SAEMethods, ExportGuards, BoundaryHooks, ExportG
             return None
         return (
             f"ActivationCache.logit_attrs leaves out {gap}, so its attributions do not sum to the logit "
-            "(difference); interp.decompose.direct_logit_attribution(cache, tokens) applies them and is exact"
+            "(difference); interp.reading.decompose.direct_logit_attribution(cache, tokens) applies them and is exact"
         )
 
     def _padding_mark(self, tokens: torch.Tensor, padding_side: str | None) -> Any:

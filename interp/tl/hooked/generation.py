@@ -17,7 +17,7 @@ import torch
 from transformer_lens import HookedTransformer
 
 from interp.errors import ConfigError, ShapeError
-from interp.next_token import tl_temperature
+from interp.model.next_token import tl_temperature
 from interp.tl.tokens import warn_bos, warn_generate_after_padding, warn_unmasked_left_padding
 
 _GENERATE = inspect.signature(HookedTransformer.generate)

@@ -12,11 +12,11 @@ from typing import Any
 
 import torch
 
-from interp.checks import Bad, walk_limits, want_dict, want_str_keys
-from interp.checks.checkpoint_file import check_finite, check_tensor, check_vocab
-from interp.config import ModelConfig
+from interp.config.model_config import ModelConfig
+from interp.config.registry import mixer_spec
 from interp.errors import ToolkitError
-from interp.registry import mixer_spec
+from interp.files.checks import Bad, walk_limits, want_dict, want_str_keys
+from interp.files.checks.checkpoint_file import check_finite, check_tensor, check_vocab
 from interp.tl.hooked.convert import hooked_config, tl_config_dict
 from interp.tl.major import tl_config_fields
 from interp.tl.saved_file import model_config_of

@@ -23,15 +23,15 @@ from typing import Any
 import torch
 from transformer_lens import HookedTransformer
 
-from interp.checkpoint import SCHEMA, refuse_non_finite_forward
 from interp.errors import CheckpointError, ToolkitError, ValueBiasWarning, warn_each_call
-from interp.gpt2 import gpt2_files
+from interp.files.checkpoint import SCHEMA, refuse_non_finite_forward
+from interp.files.gpt2 import gpt2_files
+from interp.files.tokenizers import char_tokenizer, gpt2_tokenizer
 from interp.tl.hooked.caches import new_hooked_transformer, warn_non_additive
 from interp.tl.hooked.convert import tl_config_dict
 from interp.tl.hooked.exported import VALUE_BIAS_EFFECT
 from interp.tl.hooked.rewire import rewire_hooked
 from interp.tl.saved import HOOKED_SCHEMA, load_weights, read_saved, tokenizer_fields, write_saved
-from interp.tokenizers import char_tokenizer, gpt2_tokenizer
 
 _LEGACY_SCHEMA = "residual-gpt-hooked/1"  # tensors under "state_dict" in TL's shapes; still read
 RECORD = "residual_gpt_hooked"  # the key of the record in the file; every other key is a tensor
@@ -81,7 +81,7 @@ def load_hooked(path: str | os.PathLike, device: str | torch.device | None = Non
             if isinstance(payload, dict)
             else None
         )
-        from interp.nanogpt_format import is_nanogpt
+        from interp.files.nanogpt_format import is_nanogpt
 
         checkpoint = schema == SCHEMA or is_nanogpt(payload)
         hint = (
@@ -90,7 +90,7 @@ def load_hooked(path: str | os.PathLike, device: str | torch.device | None = Non
             else ""
         )
         raise CheckpointError(f"{path} has schema {schema!r}; load_hooked reads {HOOKED_SCHEMA!r}{hint}")
-    from interp.checks import checked
+    from interp.files.checks import checked
     from interp.tl.hooked.hooked_file import check_hooked, export_tl_config
 
     with checked(path, CheckpointError, "it cannot be loaded"):
@@ -102,7 +102,7 @@ def load_hooked(path: str | os.PathLike, device: str | torch.device | None = Non
     saved_tl = payload["tl_config"]  # checked: every field the export's, or device and model_name
     where = str(device) if device is not None else saved_tl.get("device") or "cpu"
     if device is None:  # the device it was saved from may not be this machine's
-        from interp.memory import device_here
+        from interp.config.memory import device_here
 
         try:
             device_here(where)

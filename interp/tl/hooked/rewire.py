@@ -5,7 +5,7 @@ few of its HookPoints are swapped for subclasses that do the work in their
 forward, i.e. before any hook (user, cache, permanent) sees the value:
 
     attention routing  hook_attn_scores applies the mixer's declared routing
-                       (interp.mixers: self_bias, the uniform mixer) to the
+                       (interp.model.mixers: self_bias, the uniform mixer) to the
                        causally masked scores, exactly as ResidualGPT's
                        hook_attn_scores holds them;
     removed residual   hook_attn_out / hook_mlp_out record their output after all
@@ -36,10 +36,10 @@ from transformer_lens import HookedTransformer
 from transformer_lens.components import Attention, Embed, PosEmbed
 from transformer_lens.hook_points import HookPoint
 
-from interp.checks.api import check_ids
-from interp.config import ModelConfig
+from interp.config.model_config import ModelConfig
+from interp.config.registry import mixer_spec
 from interp.errors import ConfigError, HiddenRoutingWarning, TokenIdError, UntrainedTokenWarning, warn
-from interp.registry import mixer_spec
+from interp.model.api import check_ids
 from interp.tl.routing_words import hidden_routing_message, routing_is_quiet, routing_quiet
 from interp.tl.tokens import special_before_text, special_warning, warn_at_user
 

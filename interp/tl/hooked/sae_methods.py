@@ -5,7 +5,7 @@ splice an SAE. Its first SAE call (add_sae, run_with_saes, run_with_cache_with_s
 saes, reset_saes) makes it one: its class becomes a subclass of SAELens's HookedSAETransformer
 and of its own export class, set up as HookedSAETransformer.__init__ sets one up (mlp.hook_in, the SAE
 table), and the call goes to SAELens's method unchanged. Before it, splicing checks the SAE's recorded weight
-processing against the export's (interp.sae.check_sae_processing). Where an SAE takes the place of a hook
+processing against the export's (interp.reading.sae.check_sae_processing). Where an SAE takes the place of a hook
 point the export rewired (a removed residual's hook_resid_*, hook_*_out), the rewiring goes on around it:
 the export's setup(), which SAELens calls after each change, runs rewire.keep_rewiring.
 """
@@ -35,7 +35,7 @@ class _CheckedSAEs:
     """add_sae (run_with_saes and the rest come here): the SAE's recorded processing checked, then SAELens's."""
 
     def add_sae(self, sae: Any, *args: Any, **kwargs: Any) -> Any:
-        from interp.sae import check_sae_processing
+        from interp.reading.sae import check_sae_processing
 
         check_sae_processing(sae, self)
         return super().add_sae(sae, *args, **kwargs)  # type: ignore[misc]

@@ -1,0 +1,3 @@
+"""Plotly figures of the toolkit's measurements (plots.py)
+and the self-contained page they are saved in (plot_page.py).
+"""
