@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from interp.command.cli import Parser, run_writing_command
+from interp.command.cli import Parser, checkpoint_options, run_writing_command
 from interp.config.registry import mixer_spec
 from interp.errors import CheckpointError, ConfigError, DataError, ToolkitError
 from interp.files.io import DataFileError
@@ -40,13 +40,7 @@ The text is encoded with the checkpoint's vocabulary: state["vocab"] (a list of
 characters), or GPT-2 BPE for checkpoints saved with encoding="gpt2" (files
 from $RESIDUAL_DATA_DIR/gpt2). Errors print one `error:` line and exit 2.""",
     )
-    p.add_argument("--ckpt", required=True, type=Path, help="checkpoint (interp.save_checkpoint or nanoGPT train.py)")
-    p.add_argument(
-        "--meta",
-        type=Path,
-        default=None,
-        help="a nanoGPT checkpoint's meta.pkl (default: found as nanoGPT's sample.py finds it)",
-    )
+    checkpoint_options(p)
     p.add_argument("--text", required=True, help="prompt in the checkpoint's vocabulary, at most n_ctx tokens")
     p.add_argument("--layer", type=int, default=None, help="layer to plot (default: every layer)")
     p.add_argument("--out", type=Path, default=Path("attn.html"), help="HTML file to write (default: attn.html)")

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from interp.command.cli import Parser, guarded_output, one_line_errors, seed_option
+from interp.command.cli import Parser, checkpoint_options, guarded_output, one_line_errors, seed_option
 from interp.errors import CheckpointError, ConfigError, DataError, ToolkitError, escape_controls
 from interp.model.next_token import temperature_option
 from interp.model.vocab import codec
@@ -27,13 +26,7 @@ from interp.model.vocab import codec
 
 def parser() -> argparse.ArgumentParser:
     p = Parser(prog="python -m interp.sample", description="Sample from a ResidualGPT checkpoint (nanoGPT style).")
-    p.add_argument("--ckpt", required=True, type=Path, help="checkpoint (interp.save_checkpoint or nanoGPT train.py)")
-    p.add_argument(
-        "--meta",
-        type=Path,
-        default=None,
-        help="a nanoGPT checkpoint's meta.pkl (default: found as nanoGPT's sample.py finds it)",
-    )
+    checkpoint_options(p)
     p.add_argument(
         "--prompt",
         default="\n",

@@ -18,6 +18,7 @@ from torch import Tensor
 from interp.config.registry import mixer_spec
 from interp.errors import ShapeError, ToolkitError
 from interp.model.api import as_batch_pairs, check_materialised
+from interp.model.eval_mode import hooked_passes
 
 STATS = ("alpha_tt", "prev_token", "entropy", "distance")
 
@@ -83,14 +84,7 @@ def attention_stats(model, batches: Iterable[tuple[Tensor, Tensor]]) -> dict:
         counts.setdefault(layer, {})[n] = counts.get(layer, {}).get(n, 0) + pattern.shape[0]
 
     names = [name for name in model.hook_dict if name.endswith("attn.hook_pattern")]
-    was_training = model.training
-    model.eval()
-    try:
-        with model.hooks(fwd_hooks=[(name, record) for name in names]):
-            for x, _ in batches if names else ():  # no hook_pattern at all: refused below
-                model(x.to(next(model.parameters()).device))
-    finally:
-        model.train(was_training)
+    hooked_passes(model, batches if names else (), [(name, record) for name in names])  # none: refused below
     layers = sorted(sums)
     if len(layers) != model.cfg.n_layers:  # declared, not delivered: no silent empty stats
         raise ToolkitError(

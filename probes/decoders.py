@@ -27,6 +27,7 @@ from probes.identity import (
     _activations,
     _as_model,
     _targets,
+    eval_on_one_thread,
     identity_sites,
     train_windows,
 )
@@ -98,10 +99,7 @@ def fit_decoders(
         raise IdentityProbeError(f"n_train_windows must be at least 2, got {n_train_windows}")
     windows = train_windows(np.asarray(train_tokens), n_ctx, n_train_windows, seed)
     fit_x, held_x = windows[n_held:], windows[:n_held]
-    was_training, threads = model.training, torch.get_num_threads()
-    torch.set_num_threads(1)  # as in measure_identity(): small matmuls on a shared CPU
-    model.eval()
-    try:
+    with eval_on_one_thread(model):  # as measure_identity(): small matmuls on a shared CPU
         fit_acts, held_acts = _activations(model, fit_x, sites), _activations(model, held_x, sites)
         y_fit = _targets(fit_x, offsets).reshape(-1, len(offsets))
         y_held = _targets(held_x, offsets).reshape(-1, len(offsets))
@@ -111,7 +109,4 @@ def fit_decoders(
                 fit_acts[site], held_acts[site], y_fit, y_held, n_classes, weight_decays, max_iter
             )
             decoders[site] = (mean, std, w, b)
-    finally:
-        model.train(was_training)
-        torch.set_num_threads(threads)
     return Decoders(tuple(sites), tuple(offsets), decoders)

@@ -47,6 +47,7 @@ from torch import Tensor
 
 from interp.errors import ToolkitError
 from interp.model.api import as_batch_pairs
+from interp.model.eval_mode import eval_mode
 from interp.reading.levels import add_one_levels
 from interp.reading.stream_layout import resid_sites
 from probes.softmax_fit import fit_site
@@ -238,7 +239,7 @@ def measure_identity(
         raise IdentityProbeError(f"n_train_windows must be at least 2, got {n_train_windows}")
     windows = train_windows(train_tokens, cfg.n_ctx, n_train_windows, seed)
     probe = _Probe(sites, offsets, cfg.d_vocab)
-    with _eval_on_one_thread(model):
+    with eval_on_one_thread(model):
         decoders, y_fit, y_held = _fit_decoders(model, probe, windows, n_held, weight_decays, max_iter, progress)
         tally = _score(model, probe, decoders, val)
     accuracy, ce = (tally.correct / tally.counts).tolist(), (tally.nll / tally.counts).tolist()
@@ -287,18 +288,16 @@ class _Probe:
 
 
 @contextlib.contextmanager
-def _eval_on_one_thread(model):
+def eval_on_one_thread(model):
     """The model in eval mode on one intra-op thread; its training flag and the thread count restored after."""
-    was_training = model.training
     threads = torch.get_num_threads()
     # One intra-op thread: these matmuls are small, and on a shared CPU the threads' synchronisation cost more
     # than they saved (cpu-quick: 91 s with 2 threads, 22 s with 1, at load 8 on 2 cores; same numbers).
     torch.set_num_threads(1)
-    model.eval()
     try:
-        yield
+        with eval_mode(model):
+            yield
     finally:
-        model.train(was_training)
         torch.set_num_threads(threads)
 
 

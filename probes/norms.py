@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from interp.model.api import as_batch_pairs, check_materialised
+from interp.model.eval_mode import hooked_passes
 from interp.reading.stream_layout import resid_sites
 
 
@@ -31,19 +32,10 @@ def hidden_norms(model, batches: Iterable[tuple[Tensor, Tensor]]) -> dict:
     check_materialised(model, "model")
     sites = norm_site_names(model.cfg.n_layers)
     sums = dict.fromkeys(sites, 0.0)
-    count = 0
 
     def record(resid, hook):
         sums[hook.name] += resid.detach().double().norm(dim=-1).sum().item()
 
-    was_training = model.training
-    model.eval()
-    try:
-        with model.hooks(fwd_hooks=[(lambda name: name in sums, record)]):
-            for x, _ in batches:
-                model(x.to(next(model.parameters()).device))
-                count += x.numel()
-    finally:
-        model.train(was_training)
+    _, count = hooked_passes(model, batches, [(lambda name: name in sums, record)])
     norms = [sums[s] / count for s in sites]
     return {"sites": sites, "norms": norms, "growth": norms[-1] / norms[0]}

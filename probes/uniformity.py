@@ -29,6 +29,7 @@ from torch import Tensor
 
 from interp.errors import ProcessedWeightsWarning, ShapeError, ToolkitError, warn_each_call
 from interp.model.api import as_batch_pairs, check_ids
+from interp.model.eval_mode import hooked_passes
 from interp.reading.stream_layout import resid_sites
 
 MEASURES = ("residual", "cosine", "erank")
@@ -69,22 +70,13 @@ def token_uniformity(model, batches: Iterable[tuple[Tensor, Tensor]]) -> dict:
     warn_if_processed(model, "token_uniformity", "the centred stream")
     sums = {s: dict.fromkeys(MEASURES, 0.0) for s in resid_sites(model.cfg.n_layers)}
     seen: set[str] = set()
-    count = 0
 
     def record(resid, hook):
         seen.add(hook.name)
         for k, v in stream_uniformity(resid).items():
             sums[hook.name][k] += v.sum().item()
 
-    was_training = model.training
-    model.eval()
-    try:
-        with model.hooks(fwd_hooks=[(lambda name: name in sums, record)]):
-            for x, _ in batches:
-                model(x.to(next(model.parameters()).device))
-                count += x.shape[0]
-    finally:
-        model.train(was_training)
+    count, _ = hooked_passes(model, batches, [(lambda name: name in sums, record)])
     sites = [s for s in sums if s in seen]
     if not sites:
         raise ToolkitError(f"token_uniformity: no residual site ({', '.join(sums)}) ran in {type(model).__name__}")

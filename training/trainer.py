@@ -33,6 +33,7 @@ from interp.errors import CheckpointError, ConfigError, ToolkitError, one_line
 from interp.files.checkpoint import load_checkpoint, save_checkpoint
 from interp.files.io import append_jsonl, read_jsonl, write_json, write_jsonl
 from interp.model.dropout import DropoutStream
+from interp.model.eval_mode import eval_mode
 from interp.model.gpt import ResidualGPT
 from training.batches import BatchSampler, fixed_batches, random_batches
 from training.budget import check_runnable
@@ -62,14 +63,12 @@ from training.steps import SoloStep, StackedStep
 @torch.no_grad()
 def mean_loss(model: torch.nn.Module, batches, device: torch.device, autocast=None) -> float:
     """Mean cross-entropy over batches, eval mode (dropout off); the model's mode is restored."""
-    was_training = model.training
-    model.eval()
     total = 0.0
-    for x, y in batches:
-        with autocast if autocast is not None else contextlib.nullcontext():
-            _, loss = model(x.to(device), y.to(device))
-        total += loss.item()
-    model.train(was_training)
+    with eval_mode(model):
+        for x, y in batches:
+            with autocast if autocast is not None else contextlib.nullcontext():
+                _, loss = model(x.to(device), y.to(device))
+            total += loss.item()
     return total / len(batches)
 
 

@@ -73,12 +73,11 @@ def measure_escape_probe(model, train_tokens, batches) -> dict[str, float]:
     """Loss plain and under each intervention (every layer), and block-0 current-token decodability."""
     import torch
 
+    from interp.model.eval_mode import eval_mode
     from interp.reading.interventions import layer_hooks, per_sequence_loss
     from probes.identity import measure_identity as identity
 
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         with torch.no_grad():
             out = {}
             for name in ("loss", *INTERVENTIONS):
@@ -91,8 +90,6 @@ def measure_escape_probe(model, train_tokens, batches) -> dict[str, float]:
                 out[name] = float(np.mean(losses))
         result = identity(model, train_tokens, batches, offsets=(0,), sites=[IDENTITY_SITE])
         out["identity"] = float(result["accuracy"][0][0])
-    finally:
-        model.train(was_training)
     return out
 
 

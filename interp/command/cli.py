@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from interp.errors import ToolkitError, one_line
@@ -45,6 +46,17 @@ def directory_option(text: str) -> str:
                 raise argparse.ArgumentTypeError(f"{place} is there and is not a directory")
             break
     return text
+
+
+def checkpoint_options(p: argparse.ArgumentParser) -> None:
+    """--ckpt and --meta, as every command that reads one checkpoint takes them."""
+    p.add_argument("--ckpt", required=True, type=Path, help="checkpoint (interp.save_checkpoint or nanoGPT train.py)")
+    p.add_argument(
+        "--meta",
+        type=Path,
+        default=None,
+        help="a nanoGPT checkpoint's meta.pkl (default: found as nanoGPT's sample.py finds it)",
+    )
 
 
 def seed_option(text: str) -> int:

@@ -24,6 +24,17 @@ PALETTE = (
 )  # fmt: skip
 
 
+def _reference_lines(fig, references: Mapping[str, float] | None) -> None:
+    """A dashed, labelled horizontal line at each reference level (unigram, bigram, ...)."""
+    for name, value in (references or {}).items():
+        fig.add_hline(
+            y=float(value),
+            line=dict(dash="dash", color="#555", width=1),
+            annotation_text=f"{name} {float(value):.3f}",
+            annotation_position="top left",
+        )
+
+
 def _array(x: Any) -> np.ndarray:
     """A float numpy array from a tensor, array or nested sequence."""
     if hasattr(x, "detach"):  # a torch.Tensor (duck-typed)
@@ -269,13 +280,7 @@ def loss_curves(
         fig.add_trace(
             go.Scatter(x=s, y=v, mode="lines", name=label, legendgroup=group, line=dict(color=colour, width=1.5))
         )
-    for name, value in (references or {}).items():
-        fig.add_hline(
-            y=float(value),
-            line=dict(dash="dash", color="#555", width=1),
-            annotation_text=f"{name} {float(value):.3f}",
-            annotation_position="top left",
-        )
+    _reference_lines(fig, references)
     fig.update_layout(title=title, xaxis_title="step", yaxis_title=y_title, xaxis_type="log" if log_x else None)
     return fig
 
@@ -378,13 +383,7 @@ def logit_lens_figure(
                 hovertemplate=f"{name}<br>after %{{x}}<br>CE %{{y:.3f}}<extra></extra>",
             )
         )
-    for name, value in (references or {}).items():
-        fig.add_hline(
-            y=float(value),
-            line=dict(dash="dash", color="#555", width=1),
-            annotation_text=f"{name} {float(value):.3f}",
-            annotation_position="top left",
-        )
+    _reference_lines(fig, references)
     fig.update_xaxes(type="category", categoryorder="array", categoryarray=order, title_text="residual after block")
     fig.update_layout(title=title, yaxis_title="cross-entropy (nats)", hovermode="x unified")
     return fig

@@ -46,6 +46,7 @@ from torch import Tensor
 from interp.config.model_config import ModelConfig
 from interp.errors import ArgumentError, CacheMismatchError, DecompositionError, ShapeError
 from interp.model.api import as_batch_pairs, check_ids
+from interp.model.eval_mode import eval_mode
 from interp.reading.cache_origin import WIRING_NAMES, check_cache_origin, fitting_wirings
 from interp.reading.stream_layout import (
     Layout,
@@ -402,9 +403,7 @@ def logit_lens_over(model: Any, batches: Iterable[tuple[Tensor, Tensor]]) -> dic
     sums = [0.0] * len(sites)
     count = 0
     device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         for x, y in as_batch_pairs(batches):
             cache: dict[str, Tensor] = {}
 
@@ -417,8 +416,6 @@ def logit_lens_over(model: Any, batches: Iterable[tuple[Tensor, Tensor]]) -> dic
             for i, ce in enumerate(result["ce"]):
                 sums[i] += ce * y.numel()
             count += y.numel()
-    finally:
-        model.train(was_training)
     if not count:
         raise DecompositionError("no batches to read")
     return {"sites": sites, "layers": ["embed", *map(str, range(n_layers))], "ce": [s / count for s in sums]}

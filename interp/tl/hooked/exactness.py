@@ -13,18 +13,15 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 
 from interp.errors import ToolkitError
+from interp.model.eval_mode import eval_mode
 from interp.model.gpt import ResidualGPT
 
 
 def _eval_logits(model: torch.nn.Module, tokens: Tensor) -> Tensor:
     """The model's float logits in eval mode, without gradients; its training mode is left as it was."""
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         with torch.no_grad():
             return model(tokens).float()
-    finally:
-        model.train(was_training)
 
 
 def probe_logits(model: ResidualGPT) -> tuple[Tensor, Tensor]:
