@@ -357,19 +357,13 @@ def preface(ctx: Context, jobs: list[Job]) -> str:
 def prediction_lines(ctx: Context, grid: EscapeGrid) -> list[str]:
     """The law fitted on the finished grid, and what it predicts for the held-out depth (before it trains)."""
     from experiments.escape_time.report import prediction_text
-    from experiments.shared.launch import run_config
+    from experiments.shared.launch import finished_records
 
     key = f"{ctx.args.margin:g}"
     early = early_step(ctx)
     names = grid.roles()
-    runs = []
-    for job in _jobs([Group(ctx.spec, grid.grid())], ctx):
-        run, asked = job.run_dir(ctx.out), run_config(job, ctx.corpus)
-        run.check(asked)
-        run.verify_finished(asked)  # as launch does before reuse: nothing unverified is read
-        record = run.load()
-        record.update(variant=job.variant.name, seed=job.seed)
-        runs.append(summarise_escape_run(record, ctx, names, early))
+    jobs = _jobs([Group(ctx.spec, grid.grid())], ctx)
+    runs = [summarise_escape_run(record, ctx, names, early) for _, record in finished_records(ctx, jobs)]
     law = fit_law(_law_runs(runs, key), "escape")
     steps = ctx.spec.train.max_steps
     return [prediction_text(grid.holdout, lr, law_prediction(law, grid.holdout, lr, steps)) for lr in grid.lrs]

@@ -64,22 +64,11 @@ def finished_summaries(ctx: Context, arms, parts: tuple[str, ...]) -> list[dict[
     """This --out's finished runs of `parts`, each checked as a reused run is before anything of it is read."""
     from experiments.floor.arms import arm_groups, arm_jobs
     from experiments.floor.per_run import summarise_floor_run
-    from experiments.shared.launch import run_config
+    from experiments.shared.launch import finished_records
 
     names = arms.by_name()
-    out = []
-    chosen = [a for a in arms.arms if a.part in parts]
-    for job in arm_jobs(arm_groups(ctx, arms, chosen), ctx):
-        run = job.run_dir(ctx.out)
-        if not run.finished:
-            continue
-        asked = run_config(job, ctx.corpus)
-        run.check(asked)
-        run.verify_finished(asked)
-        record = run.load()
-        record.update(variant=job.variant.name, seed=job.seed)
-        out.append(summarise_floor_run(record, ctx, names))
-    return out
+    jobs = arm_jobs(arm_groups(ctx, arms, [a for a in arms.arms if a.part in parts]), ctx)
+    return [summarise_floor_run(record, ctx, names) for _, record in finished_records(ctx, jobs, skip_unfinished=True)]
 
 
 def fit_on(ctx: Context, here: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:

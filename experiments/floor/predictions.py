@@ -26,18 +26,11 @@ def relation_runs(runs: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
 
 def control_runs(ctx: Context, arms: Arms) -> list[dict[str, Any]]:
     """The finished control runs, each checked as a reused run is before anything of it is read."""
-    from experiments.shared.launch import run_config
+    from experiments.shared.launch import finished_records
 
     names = arms.by_name()
-    out = []
-    for job in arm_jobs(arm_groups(ctx, arms, [a for a in arms.arms if a.part == "control"]), ctx):
-        run, asked = job.run_dir(ctx.out), run_config(job, ctx.corpus)
-        run.check(asked)
-        run.verify_finished(asked)
-        record = run.load()
-        record.update(variant=job.variant.name, seed=job.seed)
-        out.append(summarise_floor_run(record, ctx, names))
-    return out
+    jobs = arm_jobs(arm_groups(ctx, arms, [a for a in arms.arms if a.part == "control"]), ctx)
+    return [summarise_floor_run(record, ctx, names) for _, record in finished_records(ctx, jobs)]
 
 
 def prediction_slot(name: str, seeds: list[int], margin: str, stored: dict[str, Any]) -> str:

@@ -214,6 +214,21 @@ def run_config(job: Job, corpus) -> dict[str, Any]:
     return config_record(spec.model, spec.train, corpus, job.variant.model_init, run_meta(job))
 
 
+def finished_records(ctx: Context, jobs: list[Job], skip_unfinished: bool = False) -> list[tuple[Job, dict[str, Any]]]:
+    """Each job's run record (RunDir.load), checked as launch checks a run before reusing it, with its variant and
+    seed: nothing unverified is read. An unfinished run is refused (verify_finished), or left out with
+    skip_unfinished."""
+    out = []
+    for job in jobs:
+        run, asked = job.run_dir(ctx.out), run_config(job, ctx.corpus)
+        if skip_unfinished and not run.finished:
+            continue
+        run.check(asked)
+        run.verify_finished(asked)
+        out.append((job, {**run.load(), "variant": job.variant.name, "seed": job.seed}))
+    return out
+
+
 def make_trainer(job: Job, out: Path, corpus=None, progress: bool = False):
     """The Trainer of one run, with the default probes and the experiment's callbacks."""
     from probes import default_callbacks
