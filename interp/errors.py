@@ -77,14 +77,31 @@ def state_dict_detail(e: RuntimeError) -> str:
 
 
 def warn(message: str, category: type[Warning], stacklevel: int = 2) -> None:
-    """Warn, attributed to the caller's line; Python's filters (the user's) decide how often it shows.
+    """Warn, attributed to the line `stacklevel` frames up (as warnings.warn counts); Python's filters (the
+    user's) decide how often it shows.
 
     The filters are never touched here: changing them at call time resets Python's record of what
-    was shown, which would break a user's 'once', 'default' or 'module' filter.
+    was shown, which would break a user's 'once', 'default' or 'module' filter. A line Python's warn cannot take
+    (exec with a __name__ that is None or not a string: warnings.warn drops it unseen; a loader that fails when
+    asked for the line's source) warns through warn_explicit at that line instead, at every call.
     """
     import warnings
 
-    warnings.warn(message, category, stacklevel=stacklevel + 1)
+    try:
+        frame = sys._getframe(stacklevel)
+    except ValueError:  # fewer frames than that: warnings.warn attributes it to sys
+        frame = None
+    if frame is not None and not frame_module(frame):
+        _warn_explicit(frame, message, category)
+        return
+    try:
+        warnings.warn(message, category, stacklevel=stacklevel + 1)
+    except Warning:  # the user's 'error' filter: theirs to see
+        raise
+    except Exception:
+        if frame is None:
+            raise
+        _warn_explicit(frame, message, category)
 
 
 class HookNameError(ConfigError, KeyError):
@@ -188,12 +205,18 @@ def warn_each_call(message: str, category: type[Warning]) -> None:
     user set to 'error' makes it raise: a frame whose module cannot give its source (python -c, standard
     input, exec, a notebook cell) warns without the source line (_source_globals).
     """
-    import linecache
-    import warnings
-
     frame = sys._getframe(1)
     while frame.f_back is not None and frame_module(frame).split(".")[0] in _FRAMEWORK:
         frame = frame.f_back
+    _warn_explicit(frame, message, category)
+
+
+def _warn_explicit(frame: types.FrameType, message: str, category: type[Warning]) -> None:
+    """warn_explicit at `frame`'s line with no registry (shown at every call unless the user's filters say
+    otherwise); the line's source from its module's loader where that gives it, else from its file, else none."""
+    import linecache
+    import warnings
+
     filename, lineno = frame.f_code.co_filename, frame.f_lineno or 0  # f_lineno may be None between lines
 
     def show(module_globals: dict | None) -> None:

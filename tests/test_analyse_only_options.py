@@ -222,3 +222,15 @@ def test_a_folder_recording_no_single_preset_is_refused_naming_what_to_pass(data
     assert err.count("\n") == 1 and err.startswith(f"error: --analyse-only {folder} records no command"), err
     assert refusal in err and "--preset" in err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("damage", ["", '{"schema": ', "[1, 2]"], ids=["empty", "truncated", "not-an-object"])
+def test_a_damaged_manifest_is_named_as_damaged_not_as_missing(tmp_path, capsys, damage):
+    """Without --preset the recorded command is read first; a MANIFEST.json it cannot read is said to be damaged."""
+    folder = tmp_path / "shipped"
+    shutil.copytree(SMOKE, folder)
+    (folder / MANIFEST).write_text(damage)
+    argv = ["--analyse-only", str(folder), "--out", str(tmp_path / "out"), "--no-progress", "--no-report"]
+    assert EXPERIMENT.main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{folder / MANIFEST} is damaged" in err and "records no command" not in err

@@ -229,6 +229,24 @@ def test_the_config_sizes_the_buffer_and_refuses_one_too_small(trained):
         sae_runner_config(tl, "blocks.0.hook_resid_pots", d_sae=64, training_tokens=4096)
 
 
+@pytest.mark.parametrize(
+    "option",
+    [{"n_batches_in_buffer": "x"}, {"context_size": True}, {"train_batch_size_tokens": 0}, {"context_size": 2.5}],
+)
+def test_the_config_refuses_a_count_that_is_not_a_positive_integer(trained, option):
+    tl, _, _, _ = trained
+    with pytest.raises(ConfigError, match=f"^{next(iter(option))} must be a positive integer"):
+        sae_runner_config(tl, SITE, d_sae=64, training_tokens=4096, **option)
+
+
+def test_the_config_refuses_a_model_that_is_not_the_export_by_name(trained):
+    """ResidualGPT itself (or a bridge) is refused in one line naming the export, not with an AttributeError."""
+    from api_models import tiny_model
+
+    with pytest.raises(ConfigError, match="takes a HookedTransformer export .* not ResidualGPT"):
+        sae_runner_config(tiny_model(residual="attn_only"), SITE, d_sae=8, training_tokens=100)
+
+
 def test_a_corpus_of_other_characters_is_refused(trained):
     from types import SimpleNamespace
 

@@ -216,3 +216,29 @@ def test_a_signal_inside_an_import_ends_the_command_even_where_a_c_extension_wou
     )
     assert done.returncode == 143 and "went on" not in done.stdout, (done.stdout, done.stderr)
     assert done.stderr == "interrupted (SIGTERM) while modules were importing\n"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["int", "term", "hup"])
+def test_a_signal_during_a_childs_call_does_not_wait_the_child_out(signum):
+    """subprocess.Popen leaves a child after a short wait on KeyboardInterrupt and waits it out on anything else:
+    SIGTERM or SIGHUP while sbatch (submitit's Popen) hung waited for sbatch to exit, Ctrl-C did not."""
+    import threading
+
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    child = None
+    start = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt) as caught:
+            with interrupts():
+                threading.Timer(0.5, os.kill, (os.getpid(), signum)).start()
+                with subprocess.Popen(["sleep", "30"]) as child:
+                    child.wait()
+        assert time.monotonic() - start < 10
+        assert exit_code(caught.value) == 128 + signum
+    finally:
+        restore()
+        if child is not None:
+            child.kill()
+            child.wait()

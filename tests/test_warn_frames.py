@@ -197,3 +197,50 @@ def test_the_exports_making_warnings_point_at_the_users_line(tmp_path, through):
         getattr(toolkit, through)(path)
     ours = [w for w in seen if issubclass(w.category, (NonAdditiveResidualWarning, NoTokenizerWarning))]
     assert len(ours) == 2 and {w.filename for w in ours} == {__file__}, [(w.category, w.filename) for w in seen]
+
+
+def _toolkit_call():
+    """What a toolkit method does: interp.errors.warn attributed to its caller's line."""
+    from interp.errors import warn
+
+    warn("from a method", ToolkitWarning, stacklevel=2)
+
+
+@pytest.mark.parametrize(
+    "frame_globals",
+    [
+        {},
+        {"__name__": "__main__", "__loader__": importlib.machinery.BuiltinImporter},
+        {"__name__": "__main__", "__loader__": RaisingLoader},
+        {"__name__": "__main__", "__loader__": BytesLoader},
+        {"__name__": 5},
+        {"__name__": None},
+    ],
+    ids=["bare", "builtin-loader", "raising-loader", "bytes-loader", "odd-name", "none-name"],
+)
+def test_a_method_warning_called_from_exec_is_seen_whatever_its_globals(frame_globals):
+    """interp.errors.warn (TrainModeWarning, LogitAttrsWarning, HiddenRoutingWarning use it) is not dropped where
+    Python's warn would drop it (a __name__ of None) and does not raise where a loader fails."""
+    code = compile("\ncall()", "<ipython-input-4-c0ffee>", "exec")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        exec(code, {**frame_globals, "call": _toolkit_call})
+    assert [str(w.message) for w in caught] == ["from a method"]
+    assert (caught[0].filename, caught[0].lineno) == ("<ipython-input-4-c0ffee>", 2)
+
+
+@pytest.mark.parametrize("name", [None, 5, "__main__"])
+def test_the_models_own_warnings_reach_a_frame_whose_name_is_not_a_string(name):
+    """A block's W_Q on a routed export, run_with_cache in train mode with dropout: warned from exec, any name."""
+    import torch
+    from test_hooked import convert, make_model
+
+    from interp.errors import HiddenRoutingWarning, TrainModeWarning
+
+    tl = convert(make_model("random", residual="ffn_only", self_bias=4.0))
+    model = make_model("random", dropout=0.1).train()
+    frame_globals = {"__name__": name, "tl": tl, "model": model, "torch": torch}
+    with pytest.warns(HiddenRoutingWarning):
+        exec("tl.blocks[0].attn.W_Q", frame_globals)
+    with pytest.warns(TrainModeWarning):
+        exec("model.run_with_cache(torch.tensor([[1, 2, 3]]))", frame_globals)

@@ -94,6 +94,14 @@ def _site_width(tl: Any, hook_name: str) -> int:
     return int(math.prod(cache[hook_name].shape[2:]))
 
 
+def _count_option(options: dict[str, Any], name: str, default: int) -> int:
+    """A count sae_runner_config computes with: a positive int (not a bool, a float or a string), else ConfigError."""
+    value = options.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
 def sae_runner_config(
     tl: Any, hook_name: str, *, d_sae: int, training_tokens: int, sae: Any = None, **options: Any
 ) -> Any:
@@ -110,17 +118,18 @@ def sae_runner_config(
     """
     from sae_lens import LanguageModelSAERunnerConfig, LoggingConfig, StandardTrainingSAEConfig
 
+    processing = export_processing(tl)  # first: anything but a TransformerLens 3 export is refused by name here
     if sae is None:
         sae = StandardTrainingSAEConfig(d_in=_site_width(tl, hook_name), d_sae=d_sae)
-    context = int(options.get("context_size", tl.cfg.n_ctx))
-    batch = int(options.get("train_batch_size_tokens", 4096))
+    context = _count_option(options, "context_size", tl.cfg.n_ctx)
+    batch = _count_option(options, "train_batch_size_tokens", 4096)
     defaults: dict[str, Any] = {
         "model_name": tl.cfg.model_name,
         "context_size": context,
         "prepend_bos": False,
         "sequence_separator_token": None,
         "exclude_special_tokens": False,
-        "model_from_pretrained_kwargs": export_processing(tl),
+        "model_from_pretrained_kwargs": processing,
         "device": str(tl.cfg.device),
         "dtype": str(tl.cfg.dtype).removeprefix("torch."),
         "train_batch_size_tokens": batch,
@@ -129,7 +138,7 @@ def sae_runner_config(
         "checkpoint_path": None,
         "output_path": None,
     }
-    buffer = int(options.get("n_batches_in_buffer", defaults["n_batches_in_buffer"])) * context
+    buffer = _count_option(options, "n_batches_in_buffer", defaults["n_batches_in_buffer"]) * context
     if buffer < batch:
         raise ConfigError(
             f"n_batches_in_buffer x context_size = {buffer} activations, fewer than train_batch_size_tokens "

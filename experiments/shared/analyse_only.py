@@ -196,7 +196,7 @@ def recorded_command(folder: Path, name: str, preset: str | None) -> tuple[str, 
     folder's MANIFEST.json (read_shipped refuses one whose results file names another), else the results file of
     experiment `name` in FOLDER or a folder in it (the one of --preset where there are several)."""
     from experiments.shared.ship import MANIFEST
-    from interp.files.io import read_json
+    from interp.files.io import DataFileError, read_json
 
     if is_shipped(folder):
         found = [folder / MANIFEST]
@@ -211,11 +211,10 @@ def recorded_command(folder: Path, name: str, preset: str | None) -> tuple[str, 
             )
     if not found:
         return None
-    try:
-        record = read_json(found[0])
-    except (OSError, ValueError, ToolkitError):
-        return None  # a damaged file: reading the runs refuses it by name
-    command = record.get("command") if isinstance(record, dict) else None
+    record = read_json(found[0])  # a damaged file is refused by name here, not taken for a missing one
+    if not isinstance(record, dict):
+        raise DataFileError(f"{found[0]} is damaged (not the JSON object it was written as); move it aside to recover")
+    command = record.get("command")
     return (command, str(found[0])) if isinstance(command, str) and command else None
 
 
@@ -353,7 +352,7 @@ def _with_recorded_preset(folder: Path, name: str, argv: list[str], given: str |
     if len(presets) == 1:
         print(f"--analyse-only {folder}: the preset recorded with its runs ({where}): --preset {presets[0]}")
         return ["--preset", presets[0], *argv]
-    records = f"no MANIFEST.json, no results-{name}.json"
+    records = f"neither a MANIFEST.json nor a results-{name}.json there records one"
     if presets:
         raise ToolkitError(
             f"--analyse-only {folder} records no command ({records}) and holds runs of the presets "

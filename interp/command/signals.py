@@ -40,7 +40,18 @@ _guarded: dict = {}  # the handlers guard_startup() replaced: interrupts() hands
 COMMANDS = ("experiments", "training", "interp", "benchmarks")  # packages whose modules run with -m
 
 
-class Terminated(KeyboardInterrupt):
+class _AsKeyboardInterrupt(type):
+    """Terminated's class compares equal to KeyboardInterrupt: subprocess.Popen.__exit__ tests
+    `exc_type == KeyboardInterrupt` to leave a child after a short wait, and waits for it to exit otherwise, so a
+    SIGTERM inside a child's call (sbatch through submitit) waited out the child where Ctrl-C does not."""
+
+    def __eq__(cls, other: object) -> bool:
+        return other is KeyboardInterrupt or type.__eq__(cls, other) is True
+
+    __hash__ = type.__hash__
+
+
+class Terminated(KeyboardInterrupt, metaclass=_AsKeyboardInterrupt):
     """SIGTERM (or SIGHUP), raised where the process was, as Ctrl-C raises KeyboardInterrupt."""
 
     def __init__(self, signum: int = signal.SIGTERM):

@@ -16,7 +16,6 @@ The char tokenizer's <|endoftext|> (BOS, EOS and PAD alike) has the id after the
 from __future__ import annotations
 
 import sys
-import warnings
 from typing import Any
 
 import torch
@@ -29,6 +28,7 @@ from interp.errors import (
     TokenIdError,
     UntrainedTokenWarning,
     frame_module,
+    warn,
     warn_each_call,
 )
 
@@ -168,15 +168,7 @@ def warn_at_user(message: str, category: type[Warning]) -> None:
     frame, level = sys._getframe(1), 2  # stacklevel 2: the caller of this function
     while frame.f_back is not None and frame_module(frame).split(".")[0] in _LIBRARIES:
         frame, level = frame.f_back, level + 1
-    if not frame_module(frame):  # exec with a __name__ of None: Python's warn would drop the warning unseen
-        warn_each_call(message, category)
-        return
-    try:
-        warnings.warn(message, category, stacklevel=level)
-    except Warning:  # the user's 'error' filter: theirs to see
-        raise
-    except Exception:  # the frame's loader fails when asked for its source: warn without it (interp.errors)
-        warn_each_call(message, category)
+    warn(message, category, stacklevel=level)  # interp.errors.warn: a line Python's warn cannot take warns too
 
 
 def warn_no_tokenizer(why_not: str | None) -> None:
