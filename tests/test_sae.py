@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import inspect
 import json
+import re
 import warnings
 
 import pytest
@@ -257,6 +258,14 @@ def test_a_corpus_of_other_characters_is_refused(trained):
         sae_dataset(other)
     with pytest.raises(ConfigError, match="context_size"):
         sae_dataset(tl, context_size=tl.cfg.n_ctx + 1)
+
+
+def test_a_text_file_of_other_characters_is_refused_naming_the_file(trained, tmp_path):
+    tl, _, _, _ = trained
+    text = tmp_path / "odd.txt"
+    text.write_text("abcabc xyz\n" * 2000)
+    with pytest.raises(DataError, match=re.escape(f"{text} (read as corpus 'shakespeare_char') (char, ")):
+        sae_dataset(tl, path=text)
 
 
 def test_without_sae_lens_the_first_sae_call_says_how_to_install(monkeypatch, data_dir):

@@ -67,20 +67,21 @@ def sae_dataset(
     if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= n_ctx:
         raise ConfigError(f"context_size must be an integer in 1..{n_ctx} (the model's n_ctx), not {size!r}")
     data = load_corpus(corpus, path)
+    what = f"corpus {corpus!r}" if path is None else f"{path} (read as corpus {corpus!r})"
     vocab, encoding = _model_vocab(model)
     if (vocab is not None and data.vocab != vocab) or (encoding is not None and data.encoding != encoding):
         raise DataError(
-            f"corpus {corpus!r} ({data.encoding}, {data.vocab_size} tokens) is not the vocabulary the model was "
+            f"{what} ({data.encoding}, {data.vocab_size} tokens) is not the vocabulary the model was "
             f"trained on ({encoding}, {len(vocab) if vocab else 'GPT-2'} tokens): its ids would mean other text; "
             "name the model's corpus (corpus=, path=)"
         )
     d_vocab = int(getattr(model.cfg, "d_vocab_out", model.cfg.d_vocab))
     if data.vocab_size > d_vocab:
-        raise DataError(f"corpus {corpus!r} has {data.vocab_size} token ids, the model {d_vocab}")
+        raise DataError(f"{what} has {data.vocab_size} token ids, the model {d_vocab}")
     ids = data.train if split == "train" else data.val
     rows = len(ids) // size
     if rows == 0:
-        raise DataError(f"corpus {corpus!r} {split} split has {len(ids)} tokens, fewer than one row of {size}")
+        raise DataError(f"{what}: its {split} split has {len(ids)} tokens, fewer than one row of {size}")
     windows = ids[: rows * size].reshape(rows, size).astype("int64")
     return datasets.Dataset.from_dict({"tokens": windows})
 
