@@ -28,7 +28,7 @@ rows score tiny smoke runs: the plumbing, never a test of the predictions.
 A stage past its budget is stopped with SIGINT, as Ctrl-C stops it: pytest still reports the tests that ran, a
 training command keeps its checkpoints, and the same command resumes it (finished runs are reused). OUT (default
 runs/gpu_check) is an experiment --out that
-`python -m experiments.shared.ship OUT docs/results/data/residual_sweep-gpu_check --experiment residual_sweep`
+`python -m experiments.shipping.ship OUT docs/results/data/residual_sweep-gpu_check --experiment residual_sweep`
 publishes (and `--experiment routing_test` the routing test), beside gpu_check.json and logs/.
 
 A bare GPU machine (torch and most dependencies, no package index) needs two ignored folders carried along:

@@ -35,7 +35,7 @@ def _fmt(values: list[float]) -> str:
 
 def h200_results(folder: Path = H200) -> dict[str, Any] | None:
     """The shipped H200 sweep's results file (checked against its MANIFEST), or None where it is not there."""
-    from experiments.shared.ship import read_shipped
+    from experiments.shipping.ship import read_shipped
 
     if not (folder / "MANIFEST.json").is_file():
         return None
@@ -53,7 +53,7 @@ def h200_finals(results: dict[str, Any]) -> dict[str, dict[int, float]]:
 def shipped_alpha_tt(folder: Path = H200, variant: str = "attn_only") -> dict[int, dict[str, Any]]:
     """seed -> {step, alpha_tt per layer (mean over heads), uniform baseline}: the last attention probe record
     in each shipped run's probes.jsonl (what the routing test reads as a run's final alpha_tt)."""
-    from experiments.shared.ship import read_shipped
+    from experiments.shipping.ship import read_shipped
 
     shipped = read_shipped(folder)
     out = {}
@@ -270,7 +270,7 @@ def prediction_rows(stages, out: Path, dry_run: bool) -> list[dict[str, str]]:
 
 
 def gpu_check_table(rows: list[dict[str, str]]) -> str:
-    from experiments.shared.text import format_table
+    from experiments.runner.text import format_table
 
     return format_table(["stage", "check", "result", "against"], [list(r.values()) for r in rows])
 

@@ -154,7 +154,7 @@ print(f"val loss {clean.mean():.3f}; without the self path in layer 0 {knocked.m
 # ## A survival curve from shipped results
 #
 # docs/results/data/escape_time-smoke holds a smoke run of the escape-time experiment (how long `ffn_only` runs
-# wait on the unigram floor), shipped there by `python -m experiments.shared.ship`; its MANIFEST.json records the
+# wait on the unigram floor), shipped there by `python -m experiments.shipping.ship`; its MANIFEST.json records the
 # command that trained the runs (printed below). The results file holds every run's escape step, so the
 # Kaplan-Meier curves recompute from it without training anything.
 

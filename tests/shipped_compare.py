@@ -109,7 +109,7 @@ def within(a: float, b: float, tol: Tolerance, scale: float) -> bool:
 def printed(experiment, results: dict[str, Any]) -> list[str]:
     """What a user reads of a results file: the console's table and summary, and the report's tables that are
     functions of the results alone (floor's initialisation table)."""
-    from experiments.shared.text import format_table
+    from experiments.runner.text import format_table
 
     text = format_table(*experiment.table(results))
     if experiment.summary:

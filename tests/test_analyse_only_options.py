@@ -17,8 +17,8 @@ import pytest
 from conftest import REPO, has_shared_data
 
 from experiments.routing_test.run import EXPERIMENT
-from experiments.shared.analyse_only import with_recorded_options
-from experiments.shared.ship import MANIFEST, sha256
+from experiments.runner.analyse_only import with_recorded_options
+from experiments.shipping.ship import MANIFEST, sha256
 
 SMOKE = REPO / "docs" / "results" / "data" / "routing_test-smoke"
 RECORDED = json.loads((SMOKE / MANIFEST).read_text())["command"]  # ... --preset smoke --out runs/ship_smoke ...
@@ -92,7 +92,7 @@ def test_an_outs_results_file_records_the_options_too(data, tmp_path, capsys):
 
 
 def test_a_given_set_replaces_the_recorded_one_of_its_key_only(monkeypatch, capsys):
-    from experiments.shared import analyse_only
+    from experiments.runner import analyse_only
 
     recorded = "python -m experiments.routing_test --preset smoke --set lr=0.5 --set=max_steps=7 --out o --no-pro"
     monkeypatch.setattr(analyse_only, "recorded_command", lambda *a: (recorded, "rec.json"))

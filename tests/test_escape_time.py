@@ -118,7 +118,7 @@ def test_the_law_refuses_when_only_one_depth_escapes():
 
 def test_the_early_predictor_is_held_out_by_seed():
     """A feature that is noise fits its own runs well (a threshold picked on them) and predicts nothing held out."""
-    from experiments.shared.held_out import classify, fit_threshold
+    from experiments.statistics.held_out import classify, fit_threshold
 
     rng = np.random.default_rng(3)
     samples = [
@@ -154,7 +154,7 @@ def test_a_feature_lower_in_the_runs_that_escape_reads_as_a_strong_predictor_not
     """Issue 46: "growth: predicts escape ... AUC 0.00 [0.00, 0.00]" read as a contradiction. An AUC below 0.5 is
     a feature that separates the other way: written as 1 - AUC, with its direction."""
     from experiments.escape_time.escape_predictor import verdict_line
-    from experiments.shared.held_out import auc_text
+    from experiments.statistics.held_out import auc_text
 
     samples = [
         {"seed": seed, "features": {"growth": 1.0 + 5.0 * (k >= 2) + 0.1 * seed, "depth": 2.0}, "escaped": k < 2}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from experiments.shared.cost import duration_text
+from experiments.runner.cost import duration_text
 from probes import default_callbacks
 from training.data import load_corpus
 from training.estimate import estimate_parts, estimate_seconds, firings

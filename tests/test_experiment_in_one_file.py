@@ -1,6 +1,6 @@
 """docs/DESIGN.md "Adding an experiment": an experiment declared in this file alone runs through the frame.
 
-`toy_in_one_file` is an experiments.shared.frame.Experiment with a plan of two tiny variants (full and
+`toy_in_one_file` is an experiments.runner.frame.Experiment with a plan of two tiny variants (full and
 attn_only) on the smoke preset cut to 8 steps (its `defaults`), an analysis, a table, a summary and a
 report section. Through Experiment.main, in this process and with the local launcher: its runs train
 into run directories, results-toy_in_one_file.json is written with the frame's keys and its own, the
@@ -19,7 +19,7 @@ import math
 import pytest
 from conftest import InterruptAt
 
-from experiments.shared.frame import Context, Experiment, Group, Variant, run_summary
+from experiments.runner.frame import Context, Experiment, Group, Variant, run_summary
 
 SCHEMA = "toy-in-one-file/1"
 INTERRUPT: dict[str, int] = {}  # variant name -> the step at which its trainer is pressed Ctrl-C (a test sets it)
@@ -162,7 +162,7 @@ def test_a_run_that_vanishes_before_its_results_are_read_stops_the_command(
     read): one error line naming it, exit 2, no results or report written over the old ones, nothing recreated."""
     import shutil
 
-    import experiments.shared.frame as frame
+    import experiments.runner.frame as frame
 
     out = tmp_path / "copy"
     shutil.copytree(finished, out)

@@ -142,7 +142,7 @@ def test_held_out_seeds_continue_past_the_given_ones_and_the_candidates_step_by_
 
 
 def test_shipped_runs_are_read_only_from_the_file_the_manifest_lists(tmp_path):
-    from experiments.shared.ship import sha256
+    from experiments.shipping.ship import sha256
 
     results = {"config": {"model": {"d_model": 64}}, "runs": [{"variant": "v", "seed": 1}]}
     data = json.dumps(results).encode()

@@ -2,7 +2,7 @@
 
 The dry run is the same command on tiny shapes: every stage runs as it would on a GPU (pytest -m cuda skips
 its tests here, the step benchmark times the smoke shape on the CPU, the sweep and the routing test train a few
-steps) and the one table comes out, with a folder `experiments.shared.ship` publishes. Without CUDA the real
+steps) and the one table comes out, with a folder `experiments.shipping.ship` publishes. Without CUDA the real
 command refuses in one line; the wheels a bare machine lacks install from a folder with no package index; a
 stage past its budget is stopped, not waited for.
 """
@@ -23,7 +23,7 @@ import torch
 from conftest import run_module
 
 from benchmarks import gpu_check
-from experiments.shared.ship import ship
+from experiments.shipping.ship import ship
 
 
 def test_the_dry_run_runs_every_stage_and_writes_a_folder_ship_publishes(tmp_path, data):

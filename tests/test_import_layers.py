@@ -20,7 +20,7 @@ GROUND = (
 LOOKUPS_BY_NAME = {
     "interp": "the package hands out its own modules by attribute (interp.reading.decompose without importing it)",
     "experiments.__main__": "python -m experiments lists each experiment's first docstring line",
-    "experiments.shared.launch": "a cluster job re-plans the experiment its command line names",
+    "experiments.cluster.launch": "a cluster job re-plans the experiment its command line names",
 }
 
 

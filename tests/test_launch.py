@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from experiments.cluster.launch import _without, job_command
 from experiments.routing_test import run as routing_test
-from experiments.shared.launch import _without, job_command
 
 pytest.importorskip("submitit")
 

@@ -84,7 +84,7 @@ def _protocol_names() -> set[str]:
     import dataclasses
     import typing
 
-    from experiments.shared.frame import Experiment
+    from experiments.runner.frame import Experiment
 
     hints = typing.get_type_hints(Experiment)
     hooks = {f.name for f in dataclasses.fields(Experiment) if "Callable" in str(hints[f.name])}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from conftest import REPO, has_shared_data
 
-from experiments.shared.text import levels_line
+from experiments.runner.text import levels_line
 from training.batches import fixed_batches
 from training.data import load_corpus
 from training.presets import resolve
@@ -14,7 +14,7 @@ from training.reference_levels import reference_levels, reference_levels_split
 
 
 def preset_levels(preset: str) -> tuple[dict, object]:
-    """The levels a command prints for `preset` (experiments.shared.frame.validation_levels), and its corpus."""
+    """The levels a command prints for `preset` (experiments.runner.frame.validation_levels), and its corpus."""
     spec = resolve(preset, {})
     corpus = load_corpus(spec.train.corpus, spec.train.data_path)
     batches = fixed_batches(corpus.val, spec.model.n_ctx, spec.train.batch_size, spec.train.eval_batches)

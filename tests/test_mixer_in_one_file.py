@@ -127,7 +127,7 @@ def test_the_window_is_a_declared_parameter_of_the_config():
 
 
 def test_two_windows_never_share_a_run_directory(tmp_path):
-    from experiments.shared.frame import Group, Job, check_distinct_dirs
+    from experiments.runner.frame import Group, Job, check_distinct_dirs
     from experiments.shared.plan import Variant
     from training.presets import parse_overrides, resolve
     from training.run_config import slug, variant_name

@@ -78,7 +78,7 @@ def test_every_page_the_project_writes_is_save_htmls():
 
 
 def test_the_shipped_figures_ask_nothing_of_the_network():
-    """The SVG figures the result pages show (experiments.shared.svg)."""
+    """The SVG figures the result pages show (experiments.runner.svg)."""
     figures = sorted((REPO / "docs" / "results").rglob("*.svg"))
     assert figures and not {str(p): refs for p in figures if (refs := external_references(p.read_text()))}
 

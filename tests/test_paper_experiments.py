@@ -421,7 +421,7 @@ def test_bad_input_is_one_error_line(module, args, needle, tmp_path):
 def test_every_spec_holds_the_vocabulary_that_is_trained(module, tmp_path):
     """The synthetic corpus has 32 characters, the smoke preset says 65: results.json's config.model, every
     job and the config.json the launcher compares all hold 32, the trained value."""
-    from experiments.shared.launch import run_config
+    from experiments.cluster.launch import run_config
 
     ctx, jobs = module.EXPERIMENT.context(["--preset", "smoke", "--set", "corpus=synthetic", "--out", str(tmp_path)])
     assert ctx.corpus.vocab_size == 32 and ctx.spec.model.d_vocab == 32

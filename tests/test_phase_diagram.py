@@ -34,7 +34,7 @@ from experiments.phase_diagram.grid import (
     parse_references,
     reference_cells,
 )
-from experiments.shared.held_out import (
+from experiments.statistics.held_out import (
     auc,
     binomial_interval,
     bootstrap_auc,
@@ -588,7 +588,7 @@ def test_values_that_print_alike_are_two_cells_with_two_directories():
 
 
 def test_variants_sharing_a_run_directory_are_refused_before_any_work():
-    from experiments.shared.frame import check_distinct_dirs
+    from experiments.runner.frame import check_distinct_dirs
     from experiments.shared.plan import Group, Job, Variant
     from training.presets import resolve
 

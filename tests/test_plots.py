@@ -205,7 +205,7 @@ def test_save_html_writes_tables_as_html_tables(tmp_path):
 
 
 def test_every_experiment_report_table_is_an_html_table():
-    from experiments.shared.text import table_figure
+    from experiments.runner.text import table_figure
 
     assert isinstance(table_figure(["a"], [[1.5]]), Table)
 

@@ -134,8 +134,9 @@ def test_every_experiments_module_either_is_a_command_or_says_it_is_not():
     )
     commands = sorted(p.parent.name for p in (repo / "experiments").glob("*/__main__.py"))
     assert sorted(COMMANDS) == commands
-    # launch's __main__ is a torchrun worker; ship is the command that ships results (python -m experiments.shared.ship)
-    for name in [m for m in modules if m not in ("experiments.shared.launch", "experiments.shared.ship")]:
+    # launch's __main__ is a torchrun worker; ship is the command that ships results
+    # (python -m experiments.shipping.ship)
+    for name in [m for m in modules if m not in ("experiments.cluster.launch", "experiments.shipping.ship")]:
         r = subprocess.run(
             [sys.executable, "-m", name, "--bogus"], cwd=repo, capture_output=True, text=True, timeout=120
         )

@@ -456,7 +456,7 @@ def test_needs_longer_names_runs_that_would_move_by_more_than_the_margin():
 
 
 def test_console_table_fits_120_columns():
-    from experiments.shared.text import format_table
+    from experiments.runner.text import format_table
 
     names = [v.name for v in routing_test.make_variants()]
     variants = {

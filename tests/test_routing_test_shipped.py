@@ -16,8 +16,8 @@ import shlex
 import pytest
 from conftest import REPO, data_root, has_shared_data
 
+from experiments.cluster.launch import _without
 from experiments.routing_test.run import EXPERIMENT
-from experiments.shared.launch import _without
 
 FOLDER = REPO / "docs" / "results" / "data" / "routing_test-default"
 README_LEAD = "tests/test_routing_test_shipped.py checks it line for line):"

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from experiments.escape_time import survival
-from experiments.shared.ship import ShipError, read_shipped, ship
+from experiments.shipping.ship import ShipError, read_shipped, ship
 
 SHIPPED = Path(__file__).resolve().parents[1] / "docs/results/data/routing_test-smoke"
 
@@ -53,7 +53,7 @@ def _damaged(tmp_path: Path, damage: str) -> Path:
     import json
     import shutil
 
-    from experiments.shared.ship import sha256
+    from experiments.shipping.ship import sha256
 
     folder = tmp_path / damage
     shutil.copytree(SHIPPED, folder)

@@ -7,7 +7,8 @@ what --analyse-only says it could not recompute (which must be left empty, never
 for the floating-point computations another CPU rounds differently, each within the tolerance tests/shipped_compare.py
 measures and justifies; and every digit the console and report print of them equal as printed. A folder the lead
 ships is tested here without a line of test added. The folders are kept small: under 40 MiB in all (10.3 MiB now:
-escape_time-smoke, routing_test-smoke, floor-smoke, floor-default, each written by `python -m experiments.shared.ship`).
+escape_time-smoke, routing_test-smoke, floor-smoke, floor-default, each written by
+`python -m experiments.shipping.ship`).
 
 The ship command and --analyse-only themselves are tested on a toy experiment declared here (one smoke run of
 8 steps): shipping twice writes the same bytes and never a checkpoint or lock; a run the command plans that the
@@ -31,9 +32,9 @@ from conftest import REPO, data_root, has_shared_data
 from offline import external_references
 from shipped_compare import TOLERANCES, differences, printed
 
-from experiments.shared.frame import Context, Experiment, Group, Variant, run_summary
-from experiments.shared.launch import _without
-from experiments.shared.ship import ARCHIVE, MANIFEST, RUN_FILES, ShipError, main, read_shipped, run_path, ship
+from experiments.cluster.launch import _without
+from experiments.runner.frame import Context, Experiment, Group, Variant, run_summary
+from experiments.shipping.ship import ARCHIVE, MANIFEST, RUN_FILES, ShipError, main, read_shipped, run_path, ship
 
 DATA = REPO / "docs" / "results" / "data"
 LIMIT = 40 * 2**20
@@ -218,7 +219,7 @@ def no_training(monkeypatch):
         raise AssertionError("--analyse-only trained")
 
     monkeypatch.setattr(Trainer, "run", refuse)
-    monkeypatch.setattr("experiments.shared.launch.train_local", refuse)
+    monkeypatch.setattr("experiments.cluster.launch.train_local", refuse)
 
 
 def test_ship_is_deterministic_and_ships_no_checkpoint(trained, tmp_path, capsys):
@@ -421,7 +422,7 @@ def test_the_paper_10m_page_is_the_shipped_h200_logs():
 def test_a_run_the_trainer_cli_labelled_is_read_as_the_experiments_and_nothing_else():
     """The H200 runs' config.json says meta {preset, variant} (`python -m training` writes no seed label; an
     experiment's runs do): --analyse-only reads them with their own labels, and refuses any other difference."""
-    from experiments.shared.analyse_only import labels_as_logged
+    from experiments.runner.analyse_only import labels_as_logged
 
     asked = {"train": {"seed": 7}, "meta": {"preset": "smoke", "variant": "full", "seed": 7}}
     cli = {"train": {"seed": 7}, "meta": {"preset": "smoke", "variant": "full"}}

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments.shared import slurm_watch
-from experiments.shared.wait_jobs import SweepIncomplete, _counts, wait
+from experiments.cluster import slurm_watch
+from experiments.cluster.wait_jobs import SweepIncomplete, _counts, wait
 from interp.command.signals import Terminated
 from interp.errors import ToolkitError
 
@@ -168,7 +168,7 @@ def test_an_interrupted_wait_names_the_jobs_it_leaves_running_and_how_to_stop_th
 ):
     """Audit 51 cases 6-7: Ctrl-C or SIGTERM left the jobs running, unnamed. They go on (not cancelled); the
     interrupt carries which squeue still lists and the scancel line (the frame prints it)."""
-    from experiments.shared import wait_jobs
+    from experiments.cluster import wait_jobs
 
     fake(slurm_bin, "squeue", "5_1|RUNNING|None\n5_2|PENDING|Priority\n")
     (tmp_path / "5_0_0_result.pkl").write_bytes(b"")
@@ -206,7 +206,7 @@ def recorded_sweep(tmp_path: Path, ids: dict[int, str]):
     """A sweep's context and jobs, and a job record saying which job each seed got."""
     from types import SimpleNamespace
 
-    from experiments.shared.job_record import JobRecord
+    from experiments.cluster.job_record import JobRecord
 
     out = tmp_path / "out"
     ctx = SimpleNamespace(out=out, result_dir=out / "smoke")
@@ -223,8 +223,8 @@ def recorded_sweep(tmp_path: Path, ids: dict[int, str]):
 def test_a_rerun_waits_for_the_queued_jobs_of_an_earlier_submission(slurm_bin, tmp_path):
     """Audit 51 cases 11 and 40: a run whose earlier job still pended was submitted again (two jobs, one run
     folder). The record says which job each run got; one that squeue still lists is waited for."""
-    from experiments.shared.job_record import JobRecord
-    from experiments.shared.launch import queued_earlier
+    from experiments.cluster.job_record import JobRecord
+    from experiments.cluster.launch import queued_earlier
 
     ctx, jobs = recorded_sweep(tmp_path, {1: "19_0", 2: "19_1"})
     fake(slurm_bin, "squeue", "19_0|PENDING|PartitionDown\n")
@@ -241,7 +241,7 @@ def test_collect_tells_a_job_still_queued_from_one_gone_without_a_result(slurm_b
     """Audit 51 case 38: --collect after --no-wait said 'wait for their jobs' of a job that had been cancelled.
     It says what each job does (squeue, else scontrol); with every one gone it is the sweep's incomplete end
     (exit 3, the finished runs aggregated) with the command that resumes them."""
-    from experiments.shared.launch import unfinished_refusal
+    from experiments.cluster.launch import unfinished_refusal
 
     ctx, jobs = recorded_sweep(tmp_path, {1: "5_0", 2: "5_1"})
     fake(slurm_bin, "squeue", "5_0|PENDING|PartitionDown\n")
@@ -299,7 +299,7 @@ def test_sbatch_refusing_the_submission_is_one_line_naming_the_option(slurm_bin,
 def test_the_refusal_names_the_option_slurm_complained_of():
     import argparse
 
-    from experiments.shared.launch import refused_line
+    from experiments.cluster.launch import refused_line
 
     args = argparse.Namespace(slurm_partition=None, gpus_per_run=1, slurm_time=60, slurm_set=["slurm_mem=lots"])
     gres = RuntimeError("sbatch: error: Invalid generic resource (gres) specification")
@@ -326,7 +326,7 @@ def test_the_refusal_names_the_option_slurm_complained_of():
 def test_a_hand_edited_job_record_is_one_refusal_not_a_traceback(tmp_path, entry):
     """Audit 51b cases 35-41: an entry that is not what a submission writes (a job id squeue takes, the command)
     ended in TypeError, ValueError, AttributeError or KeyError; it is the record's one-line refusal."""
-    from experiments.shared.job_record import JobRecord
+    from experiments.cluster.job_record import JobRecord
 
     folder = tmp_path / ".submitit"
     folder.mkdir()
@@ -402,9 +402,9 @@ def test_jobs_an_interrupted_sbatch_queued_are_found_and_recorded_not_submitted_
 def test_an_interrupted_submission_is_refused_in_one_line_where_its_jobs_cannot_be_told(slurm_bin, tmp_path):
     """Slurm not answering, or a job under the submission's name that is none of its tasks: one refusal naming
     them, never a second submission."""
-    from experiments.shared.job_record import JobRecord
-    from experiments.shared.launch import job_main
-    from experiments.shared.slurm_jobs import found_after_interrupt
+    from experiments.cluster.job_record import JobRecord
+    from experiments.cluster.launch import job_main
+    from experiments.cluster.slurm_jobs import found_after_interrupt
 
     folder = tmp_path / ".submitit"
     folder.mkdir()

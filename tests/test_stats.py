@@ -1,11 +1,11 @@
-"""experiments.shared.stats: the seed, curve and paired statistics every experiment reads its numbers with
-(and experiments.shared.text's formatter for them)."""
+"""experiments.statistics.stats: the seed, curve and paired statistics every experiment reads its numbers with
+(and experiments.runner.text's formatter for them)."""
 
 import math
 
 import pytest
 
-from experiments.shared.stats import log_pace, mean_columns, paired_gap, settle_step, slope, stats, tail
+from experiments.statistics.stats import log_pace, mean_columns, paired_gap, settle_step, slope, stats, tail
 
 
 def test_stats_over_seeds():
@@ -88,7 +88,7 @@ def test_settle_step():
 
 
 def test_one_formatter_for_table_cells():
-    from experiments.shared.text import fmt_number, fmt_stats
+    from experiments.runner.text import fmt_number, fmt_stats
 
     assert fmt_number(2.34567) == "2.3457" and fmt_number(-0.01, "+.3f") == "-0.010" and fmt_number(2.0, "g") == "2"
     assert fmt_number(None) == fmt_number(math.nan) == fmt_number(math.inf) == "-"
@@ -99,7 +99,7 @@ def test_one_formatter_for_table_cells():
 def test_a_one_evaluation_spike_does_not_read_as_a_fall():
     """A floor run that jumps to 9.46 for one evaluation at the start of the pace window (a deep ffn_only run
     did) projected to -0.99 nats at 3x with a least-squares pace through the spike; it stays on the floor."""
-    from experiments.shared.stats import spikes, tail
+    from experiments.statistics.stats import spikes, tail
 
     steps = list(range(0, 625, 25))
     floor = [4.2, 3.6] + [3.32 + 0.001 * ((i * 7) % 5) for i in range(len(steps) - 2)]

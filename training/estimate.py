@@ -14,7 +14,7 @@ at a step where, asked with only the run's config in reach, it reaches for more 
 batches). Nothing the runs own is written, the global random state is restored.
 
 Not in it: what the experiment does before and after training (start-up, the corpus, the reference
-levels, its analysis and its report); experiments.shared.cost says so where it prints a time.
+levels, its analysis and its report); experiments.runner.cost says so where it prints a time.
 """
 
 from __future__ import annotations

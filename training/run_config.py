@@ -109,7 +109,7 @@ def config_record(
 
 def cli_labels(preset: str, variant: str, seed: int, logged: dict[str, Any] | None) -> dict[str, Any]:
     """config.json's meta for a run of `python -m training`: {preset, variant, seed}, as an experiment labels its
-    runs (experiments.shared.launch.run_meta), so either reads the other's run as its own.
+    runs (experiments.cluster.launch.run_meta), so either reads the other's run as its own.
 
     logged: the run directory's config.json, if any. One an older trainer wrote says {preset, variant} only (its
     train.seed records the seed): resumed or reused, it keeps those labels, since its checkpoint seals them and

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from experiments.shared.frame import Context, Variant, check_number
+from experiments.runner.frame import Context, Variant, check_number
 from interp.errors import ToolkitError
 
 DEFAULT_MARGIN = 0.05  # the routing test's
@@ -142,7 +142,7 @@ class EscapeGrid:
         self.ratio = train.min_lr / train.lr
 
     def variant(self, residual: str, depth: int, lr: float) -> Variant:
-        from experiments.shared.text import num
+        from experiments.runner.text import num
 
         return Variant(
             f"{residual} L{depth} lr{num(lr)}",

@@ -3,7 +3,7 @@
 Features at the early step (the phase diagram's, read from the same probes): validation loss, layer-0 alpha_tt, block-0
 gradient norm (at step warmup_steps, a reference step: the constant schedule these runs train with does not warm up),
 hidden-norm growth, and block-0 current-token decodability (the escape probe); depth itself is a baseline feature. Each
-is tested as a threshold classifier (experiments.shared.held_out.fit_threshold) fitted on all seeds
+is tested as a threshold classifier (experiments.statistics.held_out.fit_threshold) fitted on all seeds
 but one and scored on that seed's runs (every cell's run of that seed), so no run is scored by a threshold it helped
 fit. The baseline is the majority class of all the runs, max(k, n - k) / n: a majority held out by seed would
 read lower than the base rate (leaving a seed out tips a balanced pool towards the other class, so a held-out
@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from experiments.shared.held_out import auc, auc_text, binomial_interval, bootstrap_auc, classify, fit_threshold
+from experiments.statistics.held_out import auc, auc_text, binomial_interval, bootstrap_auc, classify, fit_threshold
 
 FEATURES = ("val_loss", "alpha_tt_layer0", "grad_block0", "growth", "identity", "depth")
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from experiments.escape_time.escape_predictor import verdict_line
-from experiments.shared.frame import Context
-from experiments.shared.held_out import auc_text
-from experiments.shared.text import fmt_number, table_figure
+from experiments.runner.frame import Context
+from experiments.runner.text import fmt_number, table_figure
+from experiments.statistics.held_out import auc_text
 
 
 def _step(x: float | None, last: int) -> str:
@@ -234,7 +234,7 @@ def mechanism_figure(results: dict[str, Any], names: tuple[str, ...]):
 def survival_svg(results: dict[str, Any], width: int = 640, height: int = 300) -> str:
     """The ffn_only survival curves as a small self-contained SVG (no plotting package needed): a figure
     for a README or a paper draft, beside the interactive report."""
-    from experiments.shared.svg import PALETTE, axis_titles, close, frame, legend_entry
+    from experiments.runner.svg import PALETTE, axis_titles, close, frame, legend_entry
 
     cells = sorted((c for c in results["cells"] if c["residual"] == "ffn_only"), key=lambda c: (c["lr"], c["n_layers"]))
     last = max((c["last_step"] for c in cells), default=1)

@@ -101,7 +101,7 @@ from experiments.escape_time.survival import (
     runs_survival,
     survival_at,
 )
-from experiments.shared.frame import Context, Experiment, Group, Job, run_summary
+from experiments.runner.frame import Context, Experiment, Group, Job, run_summary
 from interp.errors import ToolkitError
 from probes.uniformity import UniformityProbe
 
@@ -325,7 +325,7 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def preface(ctx: Context, jobs: list[Job]) -> str:
-    from experiments.shared.cost import estimate, flops_text, time_here
+    from experiments.runner.cost import estimate, flops_text, time_here
 
     unigram, bigram, margin = ctx.levels["unigram"], ctx.levels["bigram"], ctx.args.margin
     if margin >= unigram - bigram:  # before any run trains: no loss on the floor's side could get under it
@@ -356,8 +356,8 @@ def preface(ctx: Context, jobs: list[Job]) -> str:
 
 def prediction_lines(ctx: Context, grid: EscapeGrid) -> list[str]:
     """The law fitted on the finished grid, and what it predicts for the held-out depth (before it trains)."""
+    from experiments.cluster.launch import finished_records
     from experiments.escape_time.report import prediction_text
-    from experiments.shared.launch import finished_records
 
     key = f"{ctx.args.margin:g}"
     early = early_step(ctx)

@@ -51,9 +51,9 @@ from pathlib import Path
 from typing import Any
 
 from experiments.eval_noise.snapshots import SnapshotCallback, load_snapshot, snapshot_identity, snapshot_steps
-from experiments.shared.frame import Context, Experiment, Group, Variant, check_number, run_summary
-from experiments.shared.stats import stats
-from experiments.shared.text import fmt_number, format_table, reference_lines, table_figure
+from experiments.runner.frame import Context, Experiment, Group, Variant, check_number, run_summary
+from experiments.runner.text import fmt_number, format_table, reference_lines, table_figure
+from experiments.statistics.stats import stats
 from interp.config.model_config import RESIDUALS
 from interp.errors import ToolkitError
 from training.presets import RunSpec, resolve

@@ -26,8 +26,8 @@ import functools
 from dataclasses import dataclass
 
 from experiments.floor.knob import scale_qk
-from experiments.shared.frame import Context, Group, Job, Variant, check_number
-from experiments.shared.text import num
+from experiments.runner.frame import Context, Group, Job, Variant, check_number
+from experiments.runner.text import num
 from interp.errors import ToolkitError
 from probes.uniformity import UniformityProbe
 

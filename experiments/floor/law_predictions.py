@@ -23,7 +23,7 @@ from typing import Any
 
 from experiments.floor.law import fit_wait_law, law_runs, predict_arm
 from experiments.floor.predictions import entry_digest, load_predictions
-from experiments.shared.frame import Context, Group, Job
+from experiments.runner.frame import Context, Group, Job
 from interp.errors import ToolkitError
 
 LAW_PREDICTIONS = "predictions-law.json"
@@ -43,7 +43,7 @@ def law_from(ctx: Context) -> Path | None:
 def shipped_summaries(folder: Path) -> dict[str, Any]:
     """{"runs": the shipped results' per-run summaries (each with d_model), "from": folder, "sha256": the results
     file's} - the file compared with its MANIFEST.json entry first; anything else is refused by name."""
-    from experiments.shared.ship import MANIFEST, sha256
+    from experiments.shipping.ship import MANIFEST, sha256
     from interp.files.io import read_json
 
     if not (folder / MANIFEST).is_file():
@@ -62,9 +62,9 @@ def shipped_summaries(folder: Path) -> dict[str, Any]:
 
 def finished_summaries(ctx: Context, arms, parts: tuple[str, ...]) -> list[dict[str, Any]]:
     """This --out's finished runs of `parts`, each checked as a reused run is before anything of it is read."""
+    from experiments.cluster.launch import finished_records
     from experiments.floor.arms import arm_groups, arm_jobs
     from experiments.floor.per_run import summarise_floor_run
-    from experiments.shared.launch import finished_records
 
     names = arms.by_name()
     jobs = arm_jobs(arm_groups(ctx, arms, [a for a in arms.arms if a.part in parts]), ctx)

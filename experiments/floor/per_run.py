@@ -12,7 +12,7 @@ from experiments.escape_time.mechanism import series as escape_series
 from experiments.escape_time.survival import escape_step, median_escape, runs_survival, survival_at
 from experiments.floor.arms import Arm
 from experiments.floor.plateau import cell_plateau, plateau
-from experiments.shared.frame import Context, run_summary
+from experiments.runner.frame import Context, run_summary
 from interp.errors import ToolkitError
 
 MEASURES = {

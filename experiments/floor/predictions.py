@@ -12,7 +12,7 @@ import numpy as np
 from experiments.floor.arms import Arms, arm_groups, arm_jobs
 from experiments.floor.per_run import summarise_floor_run
 from experiments.floor.relation import fit_relation, predict
-from experiments.shared.frame import Context, Job
+from experiments.runner.frame import Context, Job
 from interp.errors import ToolkitError
 
 PREDICTIONS = "predictions-floor.json"
@@ -26,7 +26,7 @@ def relation_runs(runs: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
 
 def control_runs(ctx: Context, arms: Arms) -> list[dict[str, Any]]:
     """The finished control runs, each checked as a reused run is before anything of it is read."""
-    from experiments.shared.launch import finished_records
+    from experiments.cluster.launch import finished_records
 
     names = arms.by_name()
     jobs = arm_jobs(arm_groups(ctx, arms, [a for a in arms.arms if a.part == "control"]), ctx)
@@ -74,7 +74,7 @@ def stored_predictions(ctx: Context) -> dict[str, Any]:
     for path in (Path(source) / ctx.spec.preset / PREDICTIONS, Path(source) / PREDICTIONS):
         if path.is_file():
             return load_predictions(path)
-    from experiments.shared.ship import is_shipped, read_shipped
+    from experiments.shipping.ship import is_shipped, read_shipped
 
     if is_shipped(Path(source)):
         shipped = json.loads(read_shipped(Path(source)).results_path.read_text()).get("predictions")

@@ -8,7 +8,7 @@ from typing import Any
 
 from experiments.floor.deep import deep_summary, grad_table_rows
 from experiments.floor.predictions import step_text
-from experiments.shared.frame import Context
+from experiments.runner.frame import Context
 
 SWEEP_LABEL = {"depth": "depth", "width": "width", "n_ctx": "context", "qk_scale": "query/key scale"}
 
@@ -188,7 +188,7 @@ def transfer_line(name: str, t: dict[str, Any]) -> str:
 
 
 def sections(results: dict[str, Any], ctx: Context) -> list:
-    from experiments.shared.text import table_figure
+    from experiments.runner.text import table_figure
     from interp.files.io import atomic_write
 
     svg = ctx.result_dir / "init-floor.svg"  # beside the report: the depth sweep, static
@@ -214,7 +214,7 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
 def init_svg(results: dict[str, Any], width: int = 680, height: int = 300) -> str:
     """The depth sweep at initialisation as a small self-contained SVG (log residual against depth): the
     figure for a README, beside the interactive report."""
-    from experiments.shared.svg import PALETTE, axis_titles, close, frame, legend_entry
+    from experiments.runner.svg import PALETTE, axis_titles, close, frame, legend_entry
 
     init = results["init"]
     cells = [c for c in init["cells"] if c["sweep"] == "depth"]

@@ -103,7 +103,7 @@ from experiments.floor.predictions import (
 )
 from experiments.floor.relation import fit_relation, held, observe, predict
 from experiments.floor.report import sections, summary, table
-from experiments.shared.frame import Context, Experiment, Group, Job
+from experiments.runner.frame import Context, Experiment, Group, Job
 from interp.errors import ToolkitError
 
 SCHEMA = "floor/1"
@@ -375,7 +375,7 @@ EXPERIMENT = Experiment(
 
 
 def preface(ctx: Context, jobs: list[Job]) -> str:
-    from experiments.shared.cost import time_here
+    from experiments.runner.cost import time_here
 
     arms = Arms(ctx)
     names = sorted({j.variant.name for j in jobs})

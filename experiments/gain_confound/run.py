@@ -58,9 +58,9 @@ import math
 from typing import Any
 
 from experiments.gain_confound.adam_invariance import EXPLANATION, adam_invariance_check, adam_line, gain_label
-from experiments.shared.frame import Context, Experiment, Group, Variant, check_number, run_summary
-from experiments.shared.stats import settle_step, stats
-from experiments.shared.text import fmt_number, format_table, reference_lines, table_figure
+from experiments.runner.frame import Context, Experiment, Group, Variant, check_number, run_summary
+from experiments.runner.text import fmt_number, format_table, reference_lines, table_figure
+from experiments.statistics.stats import settle_step, stats
 from interp.config.model_config import RESIDUALS
 from interp.errors import ToolkitError
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from experiments.interventions.rules import bearing
-from experiments.shared.frame import Context
+from experiments.runner.frame import Context
 from interp.reading.interventions import LAYER_INTERVENTIONS
 
 SHORT = {

@@ -63,7 +63,7 @@ from typing import Any
 
 from experiments.interventions.report import sections, summary, table
 from experiments.routing_test.run import DEFAULT_MARGIN, DEFAULT_SELF_BIAS, make_variants
-from experiments.shared.frame import Context, Experiment, Group, Job, check_number, run_summary
+from experiments.runner.frame import Context, Experiment, Group, Job, check_number, run_summary
 from interp.errors import ToolkitError
 
 SCHEMA = "interventions/1"
@@ -232,7 +232,7 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
 
 def preface(ctx: Context, jobs: list[Job]) -> str:
     """Which of the routing test's runs are reused and what training the others costs, before any trains."""
-    from experiments.shared.cost import estimate, flops_text, time_here
+    from experiments.runner.cost import estimate, flops_text, time_here
 
     todo = [j for j in jobs if not j.run_dir(ctx.out).finished]
     where = f"the routing test's runs in {ctx.result_dir}"

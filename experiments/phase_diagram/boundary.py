@@ -3,7 +3,7 @@
 A cell's place is the routing test's rule (experiments.routing_test.rules.place: floor, between, bigram, near
 full, uses context) applied to each of its runs, never to an average: runs that disagree make the cell
 "seed-split". A run whose loss, projected to 3x its steps at the pace of its second half
-(experiments.shared.stats.tail), would sit in another place makes the cell provisional, heading there.
+(experiments.statistics.stats.tail), would sit in another place makes the cell provisional, heading there.
 
 A view is a slice seen as a table: x (its first numeric axis), y (its second, or none), the rest fixed.
 One sentence per view says where the subject collapses (sits at the unigram floor), e.g.
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from experiments.phase_diagram.grid import CONFIRM_FACTOR, CONFIRM_SEEDS, LABELS, NUMERIC, Cell, Slice, neighbours
+from experiments.runner.text import num
 from experiments.shared.places import place
-from experiments.shared.text import num
 
 FLOOR = "at the unigram floor"
 SPLIT = "seed-split"

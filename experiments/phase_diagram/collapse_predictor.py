@@ -19,7 +19,7 @@ accuracy). The rank-based AUC (no fitting; 0.5 = no information, either side of 
 seeded bootstrap 95% interval; it is stored as P(a collapsed run's value > a surviving run's) and written in the
 direction it separates (held_out.auc_text: "AUC 0.94 [..], lower values collapse" for a stored 0.06). A feature
 "predicts" only when its interval's lower bound is above the majority baseline. Seeded: the same numbers on
-every machine (experiments.shared.held_out).
+every machine (experiments.statistics.held_out).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from experiments.shared.held_out import (
+from experiments.statistics.held_out import (
     auc,
     auc_text,
     binomial_interval,

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from experiments.shared.text import num
+from experiments.runner.text import num
 from interp.config.model_config import RESIDUALS
 from interp.errors import ToolkitError
 

@@ -12,9 +12,9 @@ from typing import Any
 from experiments.phase_diagram.boundary import SHORT, fmt, mark
 from experiments.phase_diagram.collapse_predictor import EARLY_FEATURES, verdict_text
 from experiments.phase_diagram.grid import CONFIRM_FACTOR, CONFIRM_SEEDS, LABELS
-from experiments.shared.frame import Context
-from experiments.shared.held_out import auc_text
-from experiments.shared.text import fmt_number, format_table, table_figure
+from experiments.runner.frame import Context
+from experiments.runner.text import fmt_number, format_table, table_figure
+from experiments.statistics.held_out import auc_text
 
 
 def _loss(s: dict[str, float]) -> str:

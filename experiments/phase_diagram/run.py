@@ -15,7 +15,7 @@ point on a base shape (--preset, default phase-cell, plus --set); lr moves min_l
 Each cell's place among the reference levels is the routing test's rule (experiments.routing_test.rules.place:
 floor if loss >= unigram - margin; bigram within the margin of it; between; near full; uses context),
 applied to every run of the cell: runs that disagree make it "seed-split", never an average. A run whose
-loss at 3x its steps, at the pace of its second half (experiments.shared.stats.tail), would sit elsewhere makes
+loss at 3x its steps, at the pace of its second half (experiments.statistics.stats.tail), would sit elsewhere makes
 the cell provisional ("floor?" in the table). With --confirm, the cells a collapse sentence rests on
 (experiments.phase_diagram.boundary.claim_cells: every cell on the floor, both cells of a neighbour pair along
 an axis where one is on the floor and the other off it or seed-split, and any cell whose 3x projection
@@ -105,10 +105,10 @@ from experiments.phase_diagram.grid import (
     slices_of,
 )
 from experiments.phase_diagram.report import sections, summary, table
-from experiments.shared.cost import ASSUMED_FLOPS, estimate, flops_text, grid_cost, time_here
-from experiments.shared.frame import Context, Experiment, Group, Job, Variant, check_number, run_summary
+from experiments.runner.cost import ASSUMED_FLOPS, estimate, flops_text, grid_cost, time_here
+from experiments.runner.frame import Context, Experiment, Group, Job, Variant, check_number, run_summary
 from experiments.shared.places import place
-from experiments.shared.stats import PACE_FACTOR, stats, tail
+from experiments.statistics.stats import PACE_FACTOR, stats, tail
 from interp.errors import ToolkitError
 
 SCHEMA = "phase-diagram/1"
@@ -259,7 +259,7 @@ def confirm_cells(grid: PhaseGrid, first: dict[Cell, dict], confirmed: dict[Cell
 def finished_places(ctx: Context, grid: PhaseGrid) -> tuple[dict, dict] | None:
     """(first-pass places, confirmed places) from the run directories; None while a first-pass run is
     unfinished. A cell is confirmed once all its confirmation runs have finished."""
-    from experiments.shared.frame import validation_levels
+    from experiments.runner.frame import validation_levels
     from training.rundir import RunDir
 
     def load(name: str, seeds: list[int]) -> list[dict[str, Any]] | None:

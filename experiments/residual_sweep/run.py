@@ -40,9 +40,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from experiments.shared.frame import Context, Experiment, Group, Variant, check_number, run_summary
-from experiments.shared.stats import stats
-from experiments.shared.text import fmt_stats, reference_lines
+from experiments.runner.frame import Context, Experiment, Group, Variant, check_number, run_summary
+from experiments.runner.text import fmt_stats, reference_lines
+from experiments.statistics.stats import stats
 
 SCHEMA = "residual-sweep/1"
 CONFIGS = ("full", "attn_only", "ffn_only", "none")

@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 
 from experiments.routing_test.rules import moves
-from experiments.shared.frame import Context
-from experiments.shared.stats import PACE_FACTOR
-from experiments.shared.text import format_table, reference_lines, table_figure
+from experiments.runner.frame import Context
+from experiments.runner.text import format_table, reference_lines, table_figure
+from experiments.statistics.stats import PACE_FACTOR
 from interp.errors import DataError
 
 PROMPT = "ROMEO:\nWhat light through yonder window breaks?"  # for the attention-pattern figures

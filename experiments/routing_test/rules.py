@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from experiments.shared.places import place  # noqa: F401 - the routing test's rule, read here by its predictions
-from experiments.shared.stats import PACE_FACTOR
+from experiments.statistics.stats import PACE_FACTOR
 
 MARGIN_CHECK = (0.5, 2.0)  # each verdict is also decided at these multiples of the margin
 # PACE_FACTOR: provisional = the verdict would change in a run this many times longer, at the current pace

@@ -55,8 +55,8 @@ from typing import Any
 
 from experiments.routing_test.report import sections, summary, table
 from experiments.routing_test.rules import place, verdicts
-from experiments.shared.frame import Context, Experiment, Group, Job, Variant, check_number, run_summary
-from experiments.shared.stats import PACE_FACTOR, log_pace, mean_columns, paired_gap, stats, tail
+from experiments.runner.frame import Context, Experiment, Group, Job, Variant, check_number, run_summary
+from experiments.statistics.stats import PACE_FACTOR, log_pace, mean_columns, paired_gap, stats, tail
 from interp.errors import ToolkitError
 
 SCHEMA = "routing-test/3"
@@ -65,7 +65,7 @@ DEFAULT_MARGIN = 0.05  # nats: "at a level" means within this of it
 
 # Here: the variants, the per-run and per-variant numbers, the experiment. The verdict rules live beside
 # their predictions in experiments.routing_test.rules; the console table, summary and report.html sections in
-# experiments.routing_test.report; curve and seed statistics in experiments.shared.stats.
+# experiments.routing_test.report; curve and seed statistics in experiments.statistics.stats.
 
 
 def make_variants(self_bias: float = DEFAULT_SELF_BIAS) -> list[Variant]:
@@ -265,7 +265,7 @@ def identity(ctx: Context, runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def preface(ctx: Context, jobs: list[Job]) -> str:
     """What training the runs costs, printed before any trains (a cpu-quick grid is tens of minutes here)."""
-    from experiments.shared.cost import estimate, flops_text, time_here
+    from experiments.runner.cost import estimate, flops_text, time_here
 
     e = estimate(ctx, jobs)
     line = (

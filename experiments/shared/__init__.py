@@ -1,4 +1,2 @@
-"""What every experiment shares: the frame (frame.py: options, runs, results.json, report), launching (launch.py:
-local, ensembles, submitit/Slurm), option checks (options.py), plans (plan.py), seed and curve statistics (stats.py)
-and table text (text.py).
-"""
+"""The ground every package of experiments/ stands on: plans (plan.py: Variant, Group, Job, Context), option
+checks and the command list (options.py), a loss's place among the reference levels (places.py)."""

@@ -1,6 +1,6 @@
 """What an experiment plans: named variants of a preset, groups of them, one job per (variant, seed).
 
-Plain types that the runner (experiments.shared.frame), the launcher (experiments.shared.launch)
+Plain types that the runner (experiments.runner.frame), the launcher (experiments.cluster.launch)
 and every experiment share; this module imports neither of the first two.
 """
 

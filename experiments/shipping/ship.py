@@ -1,6 +1,6 @@
 """Ship an experiment's results into the repository, and read a shipped folder back (issue 45).
 
-    python -m experiments.shared.ship SOURCE DEST [--experiment NAME] [--command TEXT]
+    python -m experiments.shipping.ship SOURCE DEST [--experiment NAME] [--command TEXT]
 
 SOURCE is an experiment's --out (or its <out>/<preset> folder) holding results-<experiment>.json; DEST is the
 folder to write, one per published command (docs/results/data/<experiment>-<label>/):
@@ -18,7 +18,7 @@ folder to write, one per published command (docs/results/data/<experiment>-<labe
 
 The archive is deterministic (members sorted, mtime 0, owner root, mode 0644, xz without a timestamp), so
 shipping the same runs again writes the same bytes. `python -m experiments.<name> <the command's options>
---analyse-only DEST --out <elsewhere>` re-analyses it without training (experiments.shared.analyse_only).
+--analyse-only DEST --out <elsewhere>` re-analyses it without training (experiments.runner.analyse_only).
 
 A shipped folder holds one command, the one whose options re-derive it: MANIFEST.json's and its results file's
 are the same (read_shipped refuses a folder where they differ). It is the command the results record; --command
@@ -214,7 +214,7 @@ def _options(command: str) -> list[str]:
     import argparse
     import shlex
 
-    from experiments.shared.launch import add_launcher_arguments
+    from experiments.cluster.launch import add_launcher_arguments
 
     words = shlex.split(command)
     p = argparse.ArgumentParser(add_help=False, exit_on_error=False)
@@ -338,7 +338,8 @@ def read_shipped(folder: Path) -> Shipped:
     if recorded != manifest.get("command"):
         raise ShipError(
             f"{folder} holds two commands: {MANIFEST}'s `{manifest.get('command')}` and {results[0]}'s `{recorded}`; "
-            "a shipped folder holds one, the one that re-derives it: ship it again (python -m experiments.shared.ship)"
+            "a shipped folder holds one, the one that re-derives it: ship it again "
+            "(python -m experiments.shipping.ship)"
         )
     members = {}
     try:
@@ -371,7 +372,7 @@ def _main(argv: list[str]) -> int:
     from interp.errors import io_error_line, one_line
 
     p = Parser(
-        prog="python -m experiments.shared.ship",
+        prog="python -m experiments.shipping.ship",
         description=__doc__.split("\n\n", 1)[0],
         epilog="the folder's layout: docs/experiments.md, 'Shipped results and re-analysis'",
     )

@@ -1,7 +1,7 @@
 """What Slurm says of a sweep's jobs, on one line each: sbatch's refusal (the option it most likely refused),
 which recorded jobs are still queued (waited for, not submitted again), the jobs a submission interrupted inside
 sbatch queued without recording them (found by its job name, recorded and waited for), and --collect's account of
-each unfinished run's job (experiments.shared.launch submits; experiments.shared.job_record keeps the record)."""
+each unfinished run's job (experiments.cluster.launch submits; experiments.cluster.job_record keeps the record)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from experiments.shared import slurm_watch
-from experiments.shared.job_record import JobRecord, run_key
+from experiments.cluster import slurm_watch
+from experiments.cluster.job_record import JobRecord, run_key
+from experiments.cluster.wait_jobs import SweepIncomplete
 from experiments.shared.plan import Context, Job
-from experiments.shared.wait_jobs import SweepIncomplete
 from interp.errors import ToolkitError, escape_controls, one_line
 
 
@@ -92,7 +92,7 @@ def found_after_interrupt(record: JobRecord, folder: Path, job_main: Callable[..
     """The jobs an earlier submission interrupted inside sbatch queued without recording them (squeue by its job
     name): each gets the job file submitit would have written after sbatch (the pickle it waits for), and is
     recorded as its run's job, so the runs are waited for, not submitted twice. Their ids; none queued: [].
-    job_main: what each job runs (experiments.shared.launch.job_main, which submits through this module)."""
+    job_main: what each job runs (experiments.cluster.launch.job_main, which submits through this module)."""
     pending = record.pending()
     if pending is None:
         return []
@@ -136,7 +136,7 @@ def _task(job_id: str, n: int) -> int | None:
 
 def _job_file(pending: dict, run: dict, folder: Path, job_id: str, job_main: Callable[..., str]) -> None:
     """The pickle submitit writes for a job once sbatch answers (and the job waits a minute for at its start):
-    job_main with the submission's arguments, as experiments.shared.launch.sbatch submits it."""
+    job_main with the submission's arguments, as experiments.cluster.launch.sbatch submits it."""
     import os
 
     from submitit.core.utils import DelayedSubmission

@@ -1,8 +1,8 @@
-"""Waiting for a sweep's cluster jobs (experiments.shared.launch submits them): one progress line, and a job
+"""Waiting for a sweep's cluster jobs (experiments.cluster.launch submits them): one progress line, and a job
 that dies said at once.
 
 A job that failed or left the queue without a result is said within two polls: its run, what Slurm said
-(experiments.shared.slurm_watch: squeue, then sacct, else scontrol, so accounting may be off) and its log.
+(experiments.cluster.slurm_watch: squeue, then sacct, else scontrol, so accounting may be off) and its log.
 The others are waited for; then SweepIncomplete names them all with the command that resumes them, and
 the frame aggregates the finished runs and exits 3.
 
@@ -19,7 +19,7 @@ import contextlib
 import time
 from pathlib import Path
 
-from experiments.shared import slurm_watch
+from experiments.cluster import slurm_watch
 from experiments.shared.plan import Job
 from interp.errors import ToolkitError
 

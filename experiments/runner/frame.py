@@ -10,13 +10,13 @@ every experiment shares:
                        (+ slurm options) --collect --no-progress --no-report --analyse-only
     validation         every option; a --set key that a variant owns is refused
     runs               one run directory per (preset, variant, seed) (training.rundir),
-                       trained locally or submitted through submitit (experiments.shared.launch)
+                       trained locally or submitted through submitit (experiments.cluster.launch)
     results-<name>.json schema, experiment, preset, seeds, config (model, train, overrides,
                        variants), reference_levels, runs (run_dir relative to the file's folder),
                        the experiment's own keys, command, software, train_wall_time_s,
                        wall_time_s, created; with --analyse-only also analysed_from, not_recomputed
     --analyse-only     the analysis on logged runs without checkpoints or training
-                       (experiments.shared.analyse_only)
+                       (experiments.runner.analyse_only)
     console, report    the levels line, one results table, the experiment's own text;
                        report.html: a shared introduction, the table, the experiment's sections
     errors             a ToolkitError is one `error:` line and exit 2; Ctrl-C exits 130
@@ -38,13 +38,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from experiments.shared.analyse_only import NOT_RECOMPUTABLE
-from experiments.shared.launch import _without, add_launcher_arguments, check_launcher_arguments, importable, launch
+from experiments.cluster.launch import _without, add_launcher_arguments, check_launcher_arguments, importable, launch
+from experiments.cluster.wait_jobs import SweepIncomplete
+from experiments.runner.analyse_only import NOT_RECOMPUTABLE
+from experiments.runner.text import format_table, levels_line, software_versions, table_figure, validation_words
 from experiments.shared.options import check_number as check_number  # re-exported: the experiments import it here
 from experiments.shared.options import parse_seeds
 from experiments.shared.plan import Context, Group, Job, Variant, check_distinct_dirs, select_variants
-from experiments.shared.text import format_table, levels_line, software_versions, table_figure, validation_words
-from experiments.shared.wait_jobs import SweepIncomplete
 from interp.command.cli import Parser, directory_option
 from interp.command.signals import exit_code, fired_code, interrupt_line, interrupts, signal_name
 from interp.errors import CheckpointError, ToolkitError, io_error_line, one_line
@@ -135,7 +135,7 @@ class Experiment:
             help="train nothing: analyse the logged runs in FOLDER (a shipped folder, docs/results/data/..., or an "
             "--out whose checkpoints are gone) with the options recorded with its runs (those given here win, and "
             "where one differs it is said); their logs and the results go to --out; "
-            "what needs the weights is refused or listed as not recomputed (experiments.shared.analyse_only)",
+            "what needs the weights is refused or listed as not recomputed (experiments.runner.analyse_only)",
         )
         add_launcher_arguments(p)
         if self.add_arguments:
@@ -208,7 +208,7 @@ class Experiment:
         parser = self.parser()
         args = parser.parse_args(argv)
         if args.analyse_only is not None:  # the options recorded with its runs, less those given here
-            from experiments.shared.analyse_only import effective_options, with_recorded_options
+            from experiments.runner.analyse_only import effective_options, with_recorded_options
 
             argv = with_recorded_options(
                 parser, argv, Path(args.analyse_only), self.name, partial(effective_options, self)
@@ -268,7 +268,7 @@ class Experiment:
         runs = f"{len(jobs)} run{'s' * (len(jobs) != 1)}"
         source = None
         if ctx.args.analyse_only is not None:
-            from experiments.shared import analyse_only
+            from experiments.runner import analyse_only
 
             source = analyse_only.Source.open(ctx.args.analyse_only, ctx.out)
             analyse_only.check_results_file(self.results_path(ctx))
@@ -442,7 +442,7 @@ def load_record(job: Job, out: Path) -> dict[str, Any]:
 def relative_run_dirs(results: Any, base: Path) -> Any:
     """The results with every run_dir relative to base (the results file's folder), as the file records them: a
     results file names its runs wherever its folder is copied (absolute ones in older files stay readable:
-    experiments.shared.ship.run_path)."""
+    experiments.shipping.ship.run_path)."""
     import os
 
     if isinstance(results, list):

@@ -50,7 +50,7 @@ def flops_text(flops: float) -> str:
 def measured_minutes(ctx: Context, jobs: list[Job]) -> float:
     """Minutes training the unfinished runs takes here: steps, evaluations, the probes at them, checkpoints
     (training.estimate, each shape timed now); not the experiment's start-up, analysis or report."""
-    from experiments.shared.launch import DEFAULT_ENSEMBLE_SIZE, make_trainer
+    from experiments.cluster.launch import DEFAULT_ENSEMBLE_SIZE, make_trainer
     from training.estimate import estimate_seconds
 
     todo = [make_trainer(job, ctx.out, ctx.corpus) for job in jobs if not job.run_dir(ctx.out).finished]

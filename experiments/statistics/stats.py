@@ -36,7 +36,7 @@ def stats(values: list[float]) -> dict[str, float]:
 def paired_gap(runs: list[dict[str, Any]], a: str, b: str, key: str = "final_val_loss") -> dict[str, Any] | None:
     """runs[key] of variant a minus that of variant b, seed by seed, over the seeds both ran.
 
-    runs are records with "variant", "seed" and `key` (experiments.shared.frame.run_summary's). Pairing by
+    runs are records with "variant", "seed" and `key` (experiments.runner.frame.run_summary's). Pairing by
     seed removes what a seed shares across variants (data order, initialisation), so the spread is
     that of the difference itself. Returns {"seeds": [...], **stats(differences)}, or None when no
     seed ran both.

@@ -1,4 +1,4 @@
-"""What Slurm says of a sweep's jobs, asked the way a small cluster answers (experiments.shared.launch's wait).
+"""What Slurm says of a sweep's jobs, asked the way a small cluster answers (experiments.cluster.launch's wait).
 
 submitit asks only sacct, and with accounting off (no slurmdbd: sacct fails) a job that died never reads as
 done: the sweep waited forever. Here squeue says which jobs are still queued or running; of one that left

@@ -1,4 +1,4 @@
-"""Which Slurm job trains which run of a sweep: <result dir>/.submitit/jobs.json (experiments.shared.launch).
+"""Which Slurm job trains which run of a sweep: <result dir>/.submitit/jobs.json (experiments.cluster.launch).
 
 A run's lock says only that a trainer holds it, and a job still PENDING holds nothing: a rerun (or a second
 submitter started at the same time) resubmitted queued runs, and two jobs then trained into one run folder.
@@ -9,7 +9,7 @@ left the queue without a result.
 
 A submission under way is written here before sbatch runs ("submitting": its job name, unique to it, and the
 runs in the order of its array's tasks): an interrupt inside sbatch can leave jobs queued whose ids were never
-read, and the next submission finds them by that name (experiments.shared.slurm_jobs.found_after_interrupt)
+read, and the next submission finds them by that name (experiments.cluster.slurm_jobs.found_after_interrupt)
 instead of submitting their runs again.
 """
 

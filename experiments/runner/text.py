@@ -1,7 +1,7 @@
 """Text every experiment shares: number formatting, the reference-level lines, tables, software versions.
 
-Seed and curve statistics are experiments.shared.stats; the
-experiment frame itself (options, runs, results.json, report) is experiments.shared.frame.
+Seed and curve statistics are experiments.statistics.stats; the
+experiment frame itself (options, runs, results.json, report) is experiments.runner.frame.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def fmt_number(x: float | None, spec: str = ".4f") -> str:
 
 
 def fmt_stats(s: dict[str, float], digits: int = 3) -> str:
-    """Seed statistics (experiments.shared.stats.stats) for a table cell: the mean alone for one seed, else
+    """Seed statistics (experiments.statistics.stats.stats) for a table cell: the mean alone for one seed, else
     "mean +/- std [min, max]". Every figure goes through format(), so a diverged seed shows as nan."""
     if s["n"] == 1:
         return f"{s['mean']:.{digits}f}"

@@ -14,11 +14,11 @@ job runs its run under torchrun (DDP), as `python -m training` does on one machi
 
 A job that dies (cancelled, killed, out of memory, its node lost, past its time limit) is said within
 two polls of leaving the queue: its run, what Slurm said (squeue, then sacct, else scontrol:
-experiments.shared.slurm_watch, so it works with accounting off) and its log. The other jobs are
+experiments.cluster.slurm_watch, so it works with accounting off) and its log. The other jobs are
 waited for, the finished runs are aggregated (the results file names the missing ones under
 "incomplete"), and the command exits 3 with the command that resumes the rest from their checkpoints.
 Ctrl-C while waiting ends the waiting only: the jobs go on, named with the scancel that stops them. Each
-submission records which job trains which run (experiments.shared.job_record), so a rerun, or a second
+submission records which job trains which run (experiments.cluster.job_record), so a rerun, or a second
 command at the same time, waits for jobs still queued instead of submitting their runs twice; --collect
 says of each missing run whether its job still runs or left the queue without a result. A submission is
 recorded before sbatch runs, under a job name of its own: the jobs an interrupt inside sbatch leaves unrecorded
@@ -42,10 +42,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from experiments.shared.job_record import JobRecord, run_key
-from experiments.shared.options import check_number
-from experiments.shared.plan import Context, Job
-from experiments.shared.slurm_jobs import (
+from experiments.cluster.job_record import JobRecord, run_key
+from experiments.cluster.slurm_jobs import (
     found_after_interrupt,
     interrupted_line,
     queued_earlier,
@@ -53,7 +51,9 @@ from experiments.shared.slurm_jobs import (
     submission_entry,
     unfinished_refusal,
 )
-from experiments.shared.wait_jobs import wait
+from experiments.cluster.wait_jobs import wait
+from experiments.shared.options import check_number
+from experiments.shared.plan import Context, Job
 from interp.command.signals import fired_code
 from interp.errors import ToolkitError
 
@@ -73,7 +73,7 @@ DEFAULT_ENSEMBLE_SIZE = 16
 
 def add_launcher_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group(
-        "launching (see experiments.shared.launch; docs/experiments.md, Sweeps on a Slurm cluster)",
+        "launching (see experiments.cluster.launch; docs/experiments.md, Sweeps on a Slurm cluster)",
         textwrap.fill(LAUNCH_HELP, 96),
     )
     g.add_argument(
@@ -291,7 +291,7 @@ def job_main(module: str, argv: list[str], preset: str, variant: str, seed: int,
                 "--standalone",
                 f"--nproc_per_node={gpus}",
                 "-m",
-                "experiments.shared.launch",
+                "experiments.cluster.launch",
                 payload,
             ],
             check=True,
@@ -467,7 +467,7 @@ def _worker_args(argv: list[str]) -> list:
         job = None
     if not (isinstance(job, list) and len(job) == 5):
         raise ToolkitError(
-            "experiments.shared.launch runs as a torchrun worker of a cluster job (job_main), not as a command; "
+            "experiments.cluster.launch runs as a torchrun worker of a cluster job (job_main), not as a command; "
             "run python -m experiments.<name>"
         )
     return job

@@ -7,7 +7,7 @@ command, or the command an --out's results-<name>.json records), less those that
 they launch; an option given on the command line wins over the recorded one, and where its value differs
 the console says so, one line each.
 
-SOURCE is a shipped folder (experiments.shared.ship: its files checked against MANIFEST.json) or an experiment's
+SOURCE is a shipped folder (experiments.shipping.ship: its files checked against MANIFEST.json) or an experiment's
 --out whose runs are there with or without ckpt.pt. Every run the command plans is looked up in
 SOURCE; one that is not there is refused by name (nothing trains). Each run's logged files (config.json,
 metrics.jsonl, probes.jsonl, final.json) are copied into OUT's run directory, checked there as RunDir.load_logs
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.shared.plan import Context, Job, select_variants
-from experiments.shared.ship import RUN_FILES, Shipped, is_shipped, missing_files, read_shipped
+from experiments.shipping.ship import RUN_FILES, Shipped, is_shipped, missing_files, read_shipped
 from interp.errors import CheckpointError, ToolkitError, one_line
 
 NOT_RECOMPUTABLE = "not recomputable without checkpoints"
@@ -69,7 +69,7 @@ class Source:
 def copy_records(source: Source, ctx: Context, experiment: str) -> None:
     """The experiment's record files (ship.RECORD_FILES) from SOURCE into its results folder under --out; one
     there already that differs is refused, as a run's files are."""
-    from experiments.shared.ship import RECORD_FILES
+    from experiments.shipping.ship import RECORD_FILES
 
     for name in RECORD_FILES.get(experiment, ()):
         found = [p for p in (source.path / name, source.path / ctx.spec.preset / name) if p.is_file()]
@@ -128,7 +128,7 @@ def copy_runs(source: Source, ctx: Context, jobs: list[Job]) -> None:
 
 def load_logged(job: Job, ctx: Context) -> dict[str, Any]:
     """A run from its logged files (RunDir.load_logs), labelled as frame.load_record labels a run."""
-    from experiments.shared.launch import run_config
+    from experiments.cluster.launch import run_config
     from training.run_config import differing_fields
 
     run, asked = job.run_dir(ctx.out), run_config(job, ctx.corpus)
@@ -195,7 +195,7 @@ def recorded_command(folder: Path, name: str, preset: str | None) -> tuple[str, 
     """(the command recorded with the runs in FOLDER, the file that records it), or None where none is: a shipped
     folder's MANIFEST.json (read_shipped refuses one whose results file names another), else the results file of
     experiment `name` in FOLDER or a folder in it (the one of --preset where there are several)."""
-    from experiments.shared.ship import MANIFEST
+    from experiments.shipping.ship import MANIFEST
     from interp.files.io import DataFileError, read_json
 
     if is_shipped(folder):
@@ -251,7 +251,7 @@ Effective = Callable[[argparse.Namespace], dict[str, Any]]
 
 
 def effective_options(experiment: Any, args: argparse.Namespace) -> dict[str, Any]:
-    """What --seeds, --set and --variants resolve to for an Experiment (experiments.shared.frame) with these
+    """What --seeds, --set and --variants resolve to for an Experiment (experiments.runner.frame) with these
     options, after the defaults and the preset (with_recorded_options compares them with the recorded ones'):
     {"seeds": [...], "set": {field: value} of the resolved spec, "variants": the names planned}; a value the
     experiment refuses raises ToolkitError. The plan is made without the corpus (a --variants experiment's plan
@@ -469,7 +469,7 @@ def _shown(value: Any, sep: str = " ") -> str:
 
 
 def _launcher_dests() -> set[str]:
-    from experiments.shared.launch import add_launcher_arguments
+    from experiments.cluster.launch import add_launcher_arguments
 
     p = argparse.ArgumentParser(add_help=False)
     add_launcher_arguments(p)
