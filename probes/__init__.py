@@ -1,10 +1,14 @@
 """Probes: measurements usable live (trainer callbacks) and post hoc (on a checkpoint).
 
-    attention  alpha_tt, previous-token weight, entropy, attended distance (hook_pattern)
-    gradients  per-block attention / MLP / embedding gradient norms, dLoss/d(resid)
-    norms      residual-stream norm profile and its growth ratio
-    identity   linear decoders of the current and previous tokens at every residual site
-               (IdentityProbe: at the end of training; not in default_callbacks)
+    attention.py   alpha_tt, previous-token weight, entropy, attended distance (hook_pattern; asks the registry)
+    gradients.py   per-block attention / MLP / embedding gradient norms, dLoss/d(resid)
+    norms.py       residual-stream norm profile and its growth ratio
+    identity.py    linear decoders of the tokens at offsets 0, -1, -2 at every residual site
+                   (IdentityProbe: at the end of training; not in default_callbacks)
+    softmax_fit.py the decoders' fit: softmax regressions on standardised activations (L-BFGS, decay grid)
+    decoders.py    fit_decoders: fitted once on a clean model, applied to intervened activations
+    uniformity.py  token uniformity at every residual site (Dong et al.'s residual, cosine between positions,
+                   effective rank), W_Q/W_K against W_V/W_O gradients; UniformityProbe
 
 Live, they append records {"step", "probe", ...} to probes.jsonl in the run
 directory. `measure()` computes all of them on a model or checkpoint.

@@ -1,3 +1,9 @@
 """A model's configuration, before torch: ModelConfig (model_config.py), the mixer registry its mixer names
 come from (registry.py), and what a config takes in memory (memory.py). Nothing here imports torch.
+
+    model_config.py ModelConfig: frozen dataclass, validated on construction (mixer names via registry,
+                   mixer_params against what the mixer declares)
+    registry.py    the mixer registry: register_mixer, mixer_spec(name), MIXERS (light: no torch; the
+                   built-ins load on first lookup through the loader interp/__init__.py hands in)
+    memory.py      what a ModelConfig takes in memory and what a device has: the one estimate
 """
