@@ -35,12 +35,14 @@ from typing import Any
 from interp.errors import (
     ArgumentError,
     ConfigEditedError,
+    ConfigError,
     HookNameError,
     HookReturnError,
     ShapeError,
     TokenIdError,
     closest_names,
 )
+from interp.model.next_token import check_temperature
 
 
 def _is_tensor(x: Any) -> bool:
@@ -119,6 +121,24 @@ def check_ids(ids: Any, n_vocab: int, arg: str = "tokens", device: Any = None) -
             bad = low if low < 0 else high
             raise TokenIdError(f"{arg}: token id {bad} is outside the vocabulary (ids 0..{n_vocab - 1})")
     return t.long()
+
+
+def check_generate_args(tokens: Any, max_new_tokens: Any, temperature: Any, top_k: Any, n_vocab: int) -> float:
+    """ResidualGPT.generate's arguments checked (a prompt of integer ids [batch, pos >= 1] inside the vocabulary,
+    max_new_tokens >= 0, top_k >= 1 or None), one ConfigError each; the temperature as generate uses it."""
+    if not _is_tensor(tokens):
+        raise ConfigError(
+            f"generate takes integer tokens [batch, pos] (a tensor) or one string, not {type(tokens).__name__}"
+        )
+    if tokens.dim() != 2 or tokens.shape[1] == 0 or tokens.is_floating_point():
+        raise ConfigError(f"generate takes integer tokens [batch, pos] with pos >= 1, got {tuple(tokens.shape)}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ConfigError(f"max_new_tokens must be a non-negative integer, got {max_new_tokens!r}")
+    checked = check_temperature(temperature)
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise ConfigError(f"top_k must be a positive integer or None, got {top_k!r}")
+    check_ids(tokens, n_vocab, "tokens (the prompt)")
+    return checked
 
 
 def check_targets(targets: Any, n_vocab: int, arg: str = "targets") -> Any:

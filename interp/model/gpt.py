@@ -31,9 +31,17 @@ from interp.config.model_config import ModelConfig
 from interp.config.registry import mixer_spec
 from interp.errors import ArgumentError, ConfigError, HookNames, ToolkitError, TrainModeWarning, warn
 from interp.model.activation_cache import ResidualActivationCache
-from interp.model.api import BoundaryHooks, check_config_unedited, check_forward_inputs, check_ids, check_targets
+from interp.model.api import (
+    BoundaryHooks,
+    check_config_unedited,
+    check_forward_inputs,
+    check_generate_args,
+    check_ids,
+    check_targets,
+)
 from interp.model.dropout import DropoutStream, StreamDropout, number_sites
-from interp.model.next_token import check_temperature, next_token
+from interp.model.eval_mode import eval_mode
+from interp.model.next_token import next_token
 from interp.model.sublayers import MLP, LayerNorm
 
 
@@ -228,44 +236,52 @@ class ResidualGPT(BoundaryHooks, HookedRootModule):
         tokens: Int[Tensor, "batch pos"],
         targets: Int[Tensor, "batch pos"] | None = None,
     ) -> Float[Tensor, "batch pos d_vocab"] | tuple[Float[Tensor, "batch pos d_vocab"], Tensor]:
-        if self.training and self.cfg.dropout > 0 and not _TRAIN_HOOKS_QUIET.get() and self._any_hook():
-            # run_with_hooks, hooks(), add_hook, transformer_lens.patching: once per call site, not per forward
-            warnings.warn(
-                f"a hooked forward in train mode with dropout={self.cfg.dropout:g}: every hooked activation and "
-                "patching result is off by a random amount (two identical calls differ); call model.eval() first",
-                TrainModeWarning,
-                stacklevel=2,
-            )
-        check_config_unedited(self, deep=False)
-        check_forward_inputs(tokens, targets, self.cfg.n_ctx, getattr(self.cfg, "device", None))
+        self._check_forward(tokens, targets)
         n = tokens.shape[-1]
-        # Ids outside the vocabulary: a TokenIdError, not the embedding's IndexError (a GPU would only assert).
-        # Read in eval mode only (analysis); in training the embedding's IndexError is diagnosed below, free.
-        # A TransformerLens 4 bridge swaps self.embed for its own component, which embeds its tokenizer's
-        # specials (ids >= d_vocab) as zeros: the check is the plain embedding's.
-        plain = isinstance(self.embed, nn.Embedding)
-        if plain and not self.training:
-            check_ids(tokens, self.cfg.d_vocab)
-        try:
-            embed = self.hook_embed(self.embed(tokens))
-        except IndexError:
-            check_ids(tokens, self.cfg.d_vocab)
-            raise
+        embed = self.hook_embed(self._embedded(tokens))
         pos = self.pos_embed(torch.arange(n, device=tokens.device)).expand(tokens.shape[0], n, -1)
         pos = self.hook_pos_embed(pos)  # [batch, pos, d_model] as in TransformerLens
         resid = self.embed_dropout(embed + pos)
         for block in self.blocks:
             resid = block(resid)
         logits = self.unembed(self.ln_final(resid))
-        if targets is None:
-            return logits
-        # ignore_index=-1 as nanoGPT's: a target of -1 is masked out of the loss
+        return logits if targets is None else (logits, self._loss(logits, targets))
+
+    def _check_forward(self, tokens: Tensor, targets: Tensor | None) -> None:
+        """Every check of a forward call, before it computes: a hooked call in train mode warned, an edited cfg
+        refused, tokens and targets checked (ids outside the vocabulary too, in eval mode: analysis)."""
+        if self.training and self.cfg.dropout > 0 and not _TRAIN_HOOKS_QUIET.get() and self._any_hook():
+            # run_with_hooks, hooks(), add_hook, transformer_lens.patching: once per call site, not per forward
+            warnings.warn(
+                f"a hooked forward in train mode with dropout={self.cfg.dropout:g}: every hooked activation and "
+                "patching result is off by a random amount (two identical calls differ); call model.eval() first",
+                TrainModeWarning,
+                stacklevel=3,
+            )
+        check_config_unedited(self, deep=False)
+        check_forward_inputs(tokens, targets, self.cfg.n_ctx, getattr(self.cfg, "device", None))
+        # In training the embedding's IndexError is diagnosed instead (_embedded), free. A TransformerLens 4 bridge
+        # swaps self.embed for its own component, which embeds its tokenizer's specials (ids >= d_vocab) as zeros:
+        # the check is the plain embedding's.
+        if isinstance(self.embed, nn.Embedding) and not self.training:
+            check_ids(tokens, self.cfg.d_vocab)
+
+    def _embedded(self, tokens: Tensor) -> Tensor:
+        """The token embedding; an id outside the vocabulary is a TokenIdError, not the embedding's IndexError (a
+        GPU would only assert)."""
         try:
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-1)
+            return self.embed(tokens)
+        except IndexError:
+            check_ids(tokens, self.cfg.d_vocab)
+            raise
+
+    def _loss(self, logits: Tensor, targets: Tensor) -> Tensor:
+        """nanoGPT's loss: cross-entropy with ignore_index=-1 (a target of -1 is masked out)."""
+        try:
+            return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-1)
         except IndexError:  # a target outside the vocabulary: diagnosed here, free on the training path
             check_targets(targets, self.cfg.d_vocab)
             raise
-        return logits, loss
 
     def _any_hook(self) -> bool:
         """A hook anywhere: TL's hook points, or register_forward_hook / nnsight on any submodule."""
@@ -338,29 +354,14 @@ class ResidualGPT(BoundaryHooks, HookedRootModule):
             ids = torch.tensor([text_codec.encode(tokens)], device=self.embed.weight.device)
             out = self.generate(ids, max_new_tokens, temperature, top_k, generator)
             return text_codec.decode(out[0].tolist())
-        if not isinstance(tokens, Tensor):
-            raise ConfigError(
-                f"generate takes integer tokens [batch, pos] (a tensor) or one string, not {type(tokens).__name__}"
-            )
-        if tokens.dim() != 2 or tokens.shape[1] == 0 or tokens.is_floating_point():
-            raise ConfigError(f"generate takes integer tokens [batch, pos] with pos >= 1, got {tuple(tokens.shape)}")
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-            raise ConfigError(f"max_new_tokens must be a non-negative integer, got {max_new_tokens!r}")
-        temperature = check_temperature(temperature)
-        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
-            raise ConfigError(f"top_k must be a positive integer or None, got {top_k!r}")
-        check_ids(tokens, self.cfg.d_vocab, "tokens (the prompt)")
-        was_training = self.training
-        self.eval()
-        try:
+        temperature = check_generate_args(tokens, max_new_tokens, temperature, top_k, self.cfg.d_vocab)
+        with eval_mode(self):
             for _ in range(max_new_tokens):
                 logits = self(tokens[:, -self.cfg.n_ctx :])[:, -1, :].float()
                 if not bool(torch.isfinite(logits).all()):  # an argmax or a draw over NaN is no text
                     raise ToolkitError(f"the logits at position {tokens.shape[1]} are not finite: the weights overflow")
                 drawn = next_token(logits, temperature, top_k, generator)  # any temperature: interp.model.next_token
                 tokens = torch.cat([tokens, drawn.to(tokens.dtype)], dim=1)
-        finally:
-            self.train(was_training)
         return tokens
 
     def tokens_to_residual_directions(self, tokens: int | Int[Tensor, "..."]) -> Float[Tensor, "... d_model"]:
