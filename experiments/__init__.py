@@ -16,7 +16,9 @@ shared/ (the ground: plans, options, places), statistics/, cluster/, shipping/ a
                    model a run starts from, measured; signal_table.py collapse at init over depth, width,
                    context, dose; relation.py collapse -> wait, predictions and their check; predictions.py
                    predictions-floor.json written before the knob trains; per_run.py escape, plateau,
-                   series; plateau.py the plateau rule; report.py
+                   series; plateau.py the plateau rule; deep.py the 12-layer part; law.py and
+                   law_predictions.py the wait as a law (not yet wired, issue 59); paper_scale.py the
+                   paper-scale predictions gpu-check scores; report.py
     residual_sweep/  run.py only
     eval_noise/      snapshots.py the weight snapshots (steps, the callback, the sealed read-back)
     gain_confound/   adam_invariance.py the proof it prints

@@ -10,8 +10,17 @@
     uniformity.py  token uniformity at every residual site (Dong et al.'s residual, cosine between positions,
                    effective rank), W_Q/W_K against W_V/W_O gradients; UniformityProbe
 
-Live, they append records {"step", "probe", ...} to probes.jsonl in the run
-directory. `measure()` computes all of them on a model or checkpoint.
+This file holds the live callbacks GradientProbe and ActivationProbe, default_callbacks (what every run takes)
+and measure() (attention, norms and gradients post hoc on a model or checkpoint; identity and uniformity have
+their own measure_identity and token_uniformity). Live, a probe appends records {"step", "probe", ...} to
+probes.jsonl in the run directory.
+
+Adding a probe: the measurement in its own module here (a function of a model and batches, eval mode through
+interp.model.eval_mode), and a callback with the trainer events it needs (training.loop lists them: on_eval and
+on_train_end run in ensembles too; on_step_begin, on_backward and on_step make a run train alone,
+training.grouping) that writes with trainer.append("probes.jsonl", {...}); a record may hold no NaN or infinity
+(the JSON writers refuse it and the run stops: write None, as uniformity's finite_record does). Put it in
+default_callbacks for every run, or in an experiment's Group.callbacks for one experiment's runs.
 """
 
 from __future__ import annotations

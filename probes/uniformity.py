@@ -181,8 +181,8 @@ def _vo_indices(weights: list[dict[str, Tensor]]) -> list[int]:
 class UniformityProbe:
     """Trainer callback: token_uniformity and qk_grads on the first fixed validation batches at evaluations.
 
-    Fires every `interval` steps (a multiple of eval_interval) and at the last step; one member of an ensemble
-    writes (is_main), as the other probes do.
+    Fires every `interval` steps (a multiple of eval_interval) and at the last step; under DDP rank 0 writes
+    (is_main), as the other probes do; in an ensemble every member writes its own run directory.
     """
 
     def __init__(self, interval: int, n_batches: int = 2):

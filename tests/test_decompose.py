@@ -182,6 +182,7 @@ def test_logit_lens_on_the_export_is_transformer_lens_logit_lens_under_its_label
 @tl3_only
 def test_additive_tl_methods_warn_on_ablated_exports():
     import interp.tl.hooked as hooked
+    from interp.tl.stream_reads import ADDITIVE_METHODS
 
     full = export(model_for("full", "attention"))
     ablated = export(model_for("ffn_only", "attention"))
@@ -199,7 +200,7 @@ def test_additive_tl_methods_warn_on_ablated_exports():
         cache.get_full_resid_decomposition(expand_neurons=False)  # one warning, not one per nested call
         cache.apply_slice_to_batch_dim(slice(0, 1)).decompose_resid()
     ours = [w for w in caught if issubclass(w.category, hooked.NonAdditiveResidualWarning)]
-    methods = [m for w in ours for m in hooked._ADDITIVE_METHODS if f"ActivationCache.{m}" in str(w.message)]
+    methods = [m for w in ours for m in ADDITIVE_METHODS if f"ActivationCache.{m}" in str(w.message)]
     assert methods == [
         "decompose_resid",
         "decompose_resid",

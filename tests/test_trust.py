@@ -30,6 +30,7 @@ from interp.errors import (
 )
 from interp.files.checkpoint import load_checkpoint
 from interp.reading.decompose import DecompositionError, decompose, direct_logit_attribution, resid_sites
+from interp.tl.guards import model_from_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 TOL = 1e-5
@@ -193,7 +194,7 @@ LOADERS = {
     "ResidualGPT.from_checkpoint": lambda p: ResidualGPT.from_checkpoint(p),
     "from_checkpoint(Checkpoint)": lambda p: ResidualGPT.from_checkpoint(load_checkpoint(p)),
     "to_hooked_transformer(path)": lambda p: quiet(hooked.to_hooked_transformer, p),
-    "model_from_checkpoint": lambda p: hooked.model_from_checkpoint(load_checkpoint(p)),
+    "model_from_checkpoint": lambda p: model_from_checkpoint(load_checkpoint(p)),
     "load_hooked": lambda p: (
         save_hooked(quiet(hooked.to_hooked_transformer, p), p.with_suffix(".tl")),
         quiet(load_hooked, p.with_suffix(".tl")),

@@ -33,9 +33,6 @@ from training.run_config import differing_fields, slug
 if TYPE_CHECKING:
     from interp.files.checkpoint import Checkpoint
 
-# What every final.json holds (training.trainer's final record) and the experiments read.
-FINAL_KEYS = ("final_val_loss", "best_val_loss", "best_step", "steps", "wall_time_s", "tokens_per_s")
-
 
 class RunDirError(ToolkitError):
     """A run directory that cannot be trained into: it holds another run, or another process trains it."""

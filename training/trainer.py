@@ -322,7 +322,7 @@ def train_runs(members: Sequence[Trainer], stacked: bool = False, progress: bool
     Each run is checked first (RunDir.check); a finished one is reused once checked against its own checkpoint
     (RunDir.verify_finished). The others are locked, checked again under the lock, set up and resumed, then
     advanced by the one loop (training.loop.advance): each run by its solo step, or with stacked, the members
-    that stand at the same step as one ensemble (training.loop.StackedStep). A solo run that goes non-finite
+    that stand at the same step as one ensemble (training.steps.StackedStep). A solo run that goes non-finite
     raises TrainingError; stacked members that do stop alone and MembersStopped names them once the others
     finished."""
     for t in members:

@@ -1,1 +1,2 @@
-"""Shipping an experiment's runs with its results, and reading a shipped folder back (MANIFEST.json)."""
+"""Shipping an experiment's runs with its results, and reading a shipped folder back (MANIFEST.json): ship.py,
+also python -m experiments.shipping.ship."""

@@ -18,6 +18,8 @@ embeddings, d_mlp 4 * d_model (runtime_gain is folded into the c_proj weights).
 Anything else is refused by name: nanoGPT would load it silently as another model.
 
     python -m interp.nanogpt --ckpt runs/.../ckpt.pt --out out-nanogpt/ckpt.pt [--meta-out data/x/meta.pkl]
+
+Rooms: writer.py (to_nanogpt and the command line; the reader is interp.files.nanogpt_format), __main__.py.
 """
 
 from interp.nanogpt.writer import main, parser, refusal, run, to_nanogpt

@@ -13,6 +13,11 @@ The public face of the export; each concern has its module:
                methods (decompose_resid, logit_attrs, ...) would answer wrongly
     persist    save_hooked / load_hooked, exact round trip, tokenizer included, in a layout
                no plain HookedTransformer loader takes in (the format both majors share: interp.tl.saved)
+    hooked_file  a save_hooked file checked before the export is built
+    generation   the export's generate (past n_ctx, no new tokens, empty prompts, padding)
+    fold       LayerNorm folding in TL's layout
+    exactness  the export's logits against ResidualGPT's on a probe batch
+    sae_methods  SAELens's run_with_saes / add_sae on the export
 
 The tokenizers live in interp.files.tokenizers (which one a checkpoint gets: interp.model.vocab).
 The position embedding refuses positions past n_ctx (TL would index out of
@@ -28,11 +33,7 @@ require_tl3()  # before anything below imports HookedTransformer
 
 # ruff: noqa: E402
 
-from interp.files.gpt2 import GPT2_VOCAB_SIZE, gpt2_files
-from interp.files.tokenizers import SPECIAL, CharTokenizer, char_tokenizer, gpt2_tokenizer
-from interp.tl.guards import model_from_checkpoint
 from interp.tl.hooked.caches import (
-    _ADDITIVE_METHODS,
     NonAdditiveCache,
     NonAdditiveHookedTransformer,
     NonAdditiveResidualWarning,
@@ -47,14 +48,8 @@ from interp.tl.hooked.rewire import (
     RoutedScoresHookPoint,
 )
 
-GPT2_VOCAB = GPT2_VOCAB_SIZE  # the name this module had for it
-
 __all__ = [
-    "GPT2_VOCAB",
     "HOOKED_SCHEMA",
-    "SPECIAL",
-    "_ADDITIVE_METHODS",
-    "CharTokenizer",
     "ExportCache",
     "ExportedHookedTransformer",
     "ContextCheckedPosEmbed",
@@ -64,13 +59,9 @@ __all__ = [
     "NonAdditiveResidualWarning",
     "RecordedHookPoint",
     "RoutedScoresHookPoint",
-    "char_tokenizer",
-    "gpt2_files",
-    "gpt2_tokenizer",
     "hooked_config",
     "load_hooked",
     "logit_attrs_gap",
-    "model_from_checkpoint",
     "save_hooked",
     "tl_state_dict",
     "to_hooked_transformer",

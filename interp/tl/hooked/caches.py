@@ -30,9 +30,6 @@ class NonAdditiveResidualWarning(ToolkitWarning):
     """A TransformerLens method that assumes resid = embeddings + every sublayer output, on a model where it is not."""
 
 
-_ADDITIVE_METHODS = ADDITIVE_METHODS
-
-
 def _non_additive_message(residual: str, method: str, owner: str = "ActivationCache") -> str:
     return (
         f"residual={residual!r}: {owner}.{method} assumes the residual stream is the sum of the embeddings "
@@ -88,7 +85,7 @@ def warn_non_additive(cfg: ModelConfig) -> None:
         return
     warn_at_user(
         f"residual={cfg.residual!r}: the residual stream is not the sum of the embeddings and every sublayer output; "
-        f"TransformerLens's {', '.join(_ADDITIVE_METHODS)} warn on this model's caches, and so does its "
+        f"TransformerLens's {', '.join(ADDITIVE_METHODS)} warn on this model's caches, and so does its "
         f"{', '.join(ADDITIVE_MODEL_METHODS)}. "
         "interp.reading.decompose gives the exact decomposition and direct logit attribution for this wiring",
         NonAdditiveResidualWarning,
