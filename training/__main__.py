@@ -19,7 +19,7 @@ import os
 import shlex
 import sys
 
-from interp.command.cli import Parser, directory_option, guarded_output, seed_option
+from interp.command.cli import Parser, directory_option, guarded_output, seed_option, seeds_option
 from interp.command.signals import exit_code, fired_code, interrupt_line, interrupts, signal_name
 from interp.config.model_config import MIXERS, RESIDUALS
 from interp.errors import ToolkitError, io_error_line, one_line
@@ -51,16 +51,6 @@ def _residuals(text: str) -> list[str]:
     return names
 
 
-def _seeds(text: str) -> list[int]:
-    try:
-        seeds = [int(t) for t in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a comma list of integers, got {text!r}") from None
-    if len(set(seeds)) != len(seeds) or any(not 0 <= s < 2**63 for s in seeds):
-        raise argparse.ArgumentTypeError(f"expected distinct seeds in [0, 2**63), got {text!r}")
-    return seeds
-
-
 def training_parser() -> argparse.ArgumentParser:
     p = Parser(  # an unknown or malformed option: one `error:` line, exit 2 (--help prints the usage)
         prog="python -m training",
@@ -83,7 +73,7 @@ def training_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=seed_option, help="seed for init, data order and dropout, in [0, 2**63)")
     p.add_argument(
         "--seeds",
-        type=_seeds,
+        type=seeds_option,
         help="a comma list of seeds (each trains its own run); with a --residual list, every pair",
     )
     p.add_argument(

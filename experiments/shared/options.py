@@ -4,22 +4,12 @@ from __future__ import annotations
 
 import math
 
+from interp.command.cli import seed_list
 from interp.errors import ToolkitError
 
 
 def parse_seeds(text: str | None, default: list[int]) -> list[int]:
-    if text is None:
-        return default
-    items = [s.strip() for s in text.split(",")]
-    if "" in items:
-        raise ToolkitError(f"--seeds {text!r} has an empty entry; give comma-separated integers, e.g. 1337,1338")
-    try:
-        seeds = [int(s) for s in items]
-    except ValueError:
-        raise ToolkitError(f"--seeds expects comma-separated integers, got {text!r}") from None
-    if len(set(seeds)) != len(seeds) or min(seeds) < 0 or max(seeds) >= 2**63:
-        raise ToolkitError(f"--seeds needs distinct integers in [0, 2**63), got {text!r}")
-    return seeds
+    return default if text is None else seed_list(text)
 
 
 def check_number(name: str, value: float, minimum: float = 0.0, inclusive: bool = True) -> None:

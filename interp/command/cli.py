@@ -70,6 +70,28 @@ def seed_option(text: str) -> int:
     return seed
 
 
+def seed_list(text: str, option: str = "--seeds") -> list[int]:
+    """Comma-separated seeds, distinct, each in [0, 2**63); one ToolkitError naming `option` otherwise."""
+    items = [s.strip() for s in text.split(",")]
+    if "" in items:
+        raise ToolkitError(f"{option} {text!r} has an empty entry; give comma-separated integers, e.g. 1337,1338")
+    try:
+        seeds = [int(s) for s in items]
+    except ValueError:
+        raise ToolkitError(f"{option} expects comma-separated integers, got {text!r}") from None
+    if len(set(seeds)) != len(seeds) or min(seeds) < 0 or max(seeds) >= 2**63:
+        raise ToolkitError(f"{option} needs distinct integers in [0, 2**63), got {text!r}")
+    return seeds
+
+
+def seeds_option(text: str) -> list[int]:
+    """seed_list as an argparse type (python -m training --seeds)."""
+    try:
+        return seed_list(text)
+    except ToolkitError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--seeds ")) from None
+
+
 def one_line_errors(run: Callable[[], Any]) -> tuple[int, Any]:
     """(0, run()) or, for a ToolkitError or OSError, (2, None) after one `error:` line on stderr.
 
