@@ -1,5 +1,7 @@
 """A model's configuration, before torch: ModelConfig (model_config.py), the mixer registry its mixer names
-come from (registry.py), and what a config takes in memory (memory.py). Nothing here imports torch.
+come from (registry.py), and what a config takes in memory (memory.py). Importing these modules imports no
+torch; validating a config with self_bias != 0 asks its mixer's class whether it takes one, which loads the
+built-in mixers and torch.
 
     model_config.py ModelConfig: frozen dataclass, validated on construction (mixer names via registry,
                    mixer_params against what the mixer declares)
