@@ -31,10 +31,10 @@ def test_the_printed_levels_say_which_tokens_they_are_of(data):
 
 
 def test_the_readme_levels_are_the_ones_computed_on_the_text_it_names(data):
-    """Each level the README quotes, of TinyShakespeare's whole validation split and of each preset's batches."""
+    """Each level the user's guide quotes, of TinyShakespeare's whole validation split and of each preset's batches."""
     if not has_shared_data():
-        pytest.skip("the README quotes TinyShakespeare's levels; the synthetic stand-in has others")
-    readme = " ".join((REPO / "README.md").read_text().split())
+        pytest.skip("docs/guide.md quotes TinyShakespeare's levels; the synthetic stand-in has others")
+    readme = " ".join((REPO / "docs" / "guide.md").read_text().split())
     levels, corpus = preset_levels("smoke")
     split = reference_levels_split(corpus.train, corpus.val, corpus.vocab_size)
     assert f"whole validation split they are {split['unigram']:.3f} and {split['bigram']:.3f} nats" in readme

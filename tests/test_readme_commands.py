@@ -1,5 +1,6 @@
-"""Every `python -m` command in README.md parses as written (issue 46: a newcomer copying `python -m interp.sample`
-met a usage error naming three required options), and the long ones say their cost on the same line or the next."""
+"""Every `python -m` command in README.md and docs/guide.md (its longer half) parses as written (issue 46: a newcomer
+copying `python -m interp.sample` met a usage error naming three required options), and the long ones say their cost
+on the same line or the next."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+REPO = Path(__file__).resolve().parents[1]
+README = (REPO / "README.md").read_text() + "\n" + (REPO / "docs" / "guide.md").read_text()
 
 
 def _parser(module: str):

@@ -27,7 +27,7 @@ def reference_lines(levels: dict[str, Any]) -> dict[str, float]:
 def levels_line(levels: dict[str, Any], val_mode: str = "fixed") -> str:
     """The reference levels as one console line that says which text they are of: the preset's fixed validation
     batches, a sample of the validation split, so a small preset's differ from the whole split's (smoke's 1,024
-    tokens of TinyShakespeare give unigram 3.312; the whole validation split, which the README quotes, 3.347).
+    tokens of TinyShakespeare give unigram 3.312; the whole validation split, which docs/guide.md quotes, 3.347).
     With val_mode "random" the runs validate on other batches than these, and the line says so."""
     n, m = levels.get("n_targets"), levels.get("n_train_tokens")
     scored = f"the {n:,} target tokens" if isinstance(n, int) else "the target tokens"
