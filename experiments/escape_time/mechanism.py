@@ -143,11 +143,12 @@ def before_after(points: list[tuple[int, float]], escape: int, gap: int) -> tupl
     return (before[-1], after[0]) if before and after else None
 
 
-def _interval(values: list[float]) -> tuple[float, float]:
+def _interval(values: list[float], statistic=np.mean) -> tuple[float, float]:
+    """The 95% percentile bootstrap interval of the statistic (the mean; a median for the leads)."""
     rng = np.random.default_rng(SEED)
     a = np.asarray(values, dtype=float)
-    means = a[rng.integers(0, len(a), size=(BOOTSTRAP, len(a)))].mean(1)
-    lo, hi = np.percentile(means, [2.5, 97.5])
+    stats = statistic(a[rng.integers(0, len(a), size=(BOOTSTRAP, len(a)))], axis=1)
+    lo, hi = np.percentile(stats, [2.5, 97.5])
     return float(lo), float(hi)
 
 
@@ -183,7 +184,7 @@ def aligned(
             "lead": {
                 "n": len(leads),
                 "median": float(np.median(leads)) if leads else None,
-                "interval": _median_interval(leads) if len(leads) >= 3 else None,
+                "interval": _interval(leads, np.median) if len(leads) >= 3 else None,
             },
             "change": {
                 "n": len(changes),
@@ -198,14 +199,6 @@ def _resample(steps: list[int], values: list[float], at: list[int]) -> list[floa
     """Values at the steps `at`, linear between recorded steps (escape steps fall on evaluation steps, a
     probe may record every few of them); None outside the recorded range."""
     return [float(np.interp(t, steps, values)) if steps[0] <= t <= steps[-1] else None for t in at]
-
-
-def _median_interval(values: list[float]) -> tuple[float, float]:
-    rng = np.random.default_rng(SEED)
-    a = np.asarray(values, dtype=float)
-    meds = np.median(a[rng.integers(0, len(a), size=(BOOTSTRAP, len(a)))], axis=1)
-    lo, hi = np.percentile(meds, [2.5, 97.5])
-    return float(lo), float(hi)
 
 
 def order(result: dict[str, Any]) -> list[tuple[str, float, int]]:

@@ -99,7 +99,7 @@ from experiments.escape_time.survival import (
     law_prediction,
     median_escape,
     runs_survival,
-    survival_at,
+    survival_cell,
 )
 from experiments.runner.frame import Context, Experiment, Group, Job, run_summary
 from interp.errors import ToolkitError
@@ -228,21 +228,10 @@ def summarise_escape_run(record: dict[str, Any], ctx: Context, roles: dict[str, 
 
 def cell_summary(runs: list[dict[str, Any]], key: str, all_margins: list[str]) -> dict[str, Any]:
     first = runs[0]
-    km = runs_survival(runs, key)
-    last = max(r["last_step"] for r in runs)
     return {
         "name": first["variant"],
-        "role": first["role"],
-        "residual": first["residual"],
-        "n_layers": first["n_layers"],
-        "lr": first["lr"],
-        "n": len(runs),
-        "n_escaped": sum(r["escape"][key] is not None for r in runs),
-        "seeds": [r["seed"] for r in runs],
-        "last_step": last,
-        "km": km,
-        "median": median_escape(km),
-        "survival_at_last": list(survival_at(km, last)),
+        **{k: first[k] for k in ("role", "residual", "n_layers", "lr")},
+        **survival_cell(runs, key),
         "medians_by_margin": {m: median_escape(runs_survival(runs, m))["median"] for m in all_margins},
     }
 

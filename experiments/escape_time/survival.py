@@ -166,6 +166,22 @@ def median_escape(km: dict[str, list[float]]) -> dict[str, float | None]:
     return {"median": first("survival"), "lower": first("lower"), "upper": first("upper")}
 
 
+def survival_cell(runs: Sequence[dict[str, Any]], margin: str) -> dict[str, Any]:
+    """What a cell of runs says at one margin: n, n_escaped, seeds, last_step, its Kaplan-Meier curve (km), the
+    median escape with its interval, and the survival (with band) at the last step any run reached."""
+    km = runs_survival(runs, margin)
+    last = max(r["last_step"] for r in runs)
+    return {
+        "n": len(runs),
+        "n_escaped": sum(r["escape"][margin] is not None for r in runs),
+        "seeds": [r["seed"] for r in runs],
+        "last_step": last,
+        "km": km,
+        "median": median_escape(km),
+        "survival_at_last": list(survival_at(km, last)),
+    }
+
+
 # ----- the law: a log-normal accelerated-failure-time model (scipy.optimize, scipy.differentiate) --------
 
 
@@ -198,6 +214,13 @@ def _nll_grad(params: np.ndarray, x: np.ndarray, y: np.ndarray, escaped: np.ndar
     grad_beta = -(dz[:, None] * x).sum(axis=0) / sigma  # dz/dbeta = -x / sigma
     grad_log_sigma = -(dz * z).sum() - escaped.sum()  # dz/dlog sigma = -z; the escapes' -log sigma
     return -np.append(grad_beta, grad_log_sigma)
+
+
+def refit_draws(fit, resample, seed: int, n: int) -> list[np.ndarray]:
+    """A refit bootstrap's draws: n resamples (resample(rng) -> row indices), each fitted (fit(rows) -> the
+    parameters, or None where the fit has no finite maximum: such a resample is left out)."""
+    rng = np.random.default_rng(seed)
+    return [p for p in (fit(resample(rng)) for _ in range(n)) if p is not None]
 
 
 def fit_lognormal(x: np.ndarray, times: np.ndarray, escaped: np.ndarray) -> np.ndarray | None:

@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from experiments.escape_time.survival import refit_draws
+
 BOOTSTRAP = 400
 REPEATS = 10  # arms drawn from each refit in a prediction
 SEED = 59
@@ -161,13 +163,12 @@ def fit_wait_law(runs: list[dict[str, Any]], every: int) -> dict[str, Any]:
     if params is None:
         out["why"] = f"no fit: {len(runs)} runs, {out['n_escaped']} escaped, {len(set(depth.tolist()))} depth(s)"
         return out
-    rng = np.random.default_rng(SEED)
-    draws = []
-    for _ in range(BOOTSTRAP):
-        k = np.concatenate([rng.choice(ix, len(ix)) for ix in cells.values()])
-        p = _fit_once(u[k], depth[k], lo[k], hi[k], escaped[k])
-        if p is not None:
-            draws.append(p)
+    draws = refit_draws(
+        lambda k: _fit_once(u[k], depth[k], lo[k], hi[k], escaped[k]),
+        lambda rng: np.concatenate([rng.choice(ix, len(ix)) for ix in cells.values()]),  # within each cell
+        SEED,
+        BOOTSTRAP,
+    )
     d = np.array(draws) if draws else params[None]
     for i, name in enumerate(PARAMS):
         lo_, hi_ = np.percentile(d[:, i], [2.5, 97.5])

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.floor.law import fit_wait_law, law_runs, predict_arm
-from experiments.floor.predictions import entry_digest, load_predictions
+from experiments.floor.predictions import entry_digest, load_predictions, predictions_file
 from experiments.runner.frame import Context, Group, Job
 from interp.errors import ToolkitError
 
@@ -128,13 +128,8 @@ def stored_entry(stored: dict[str, Any], name: str, margin: str) -> dict[str, An
 def read_law_predictions(ctx: Context) -> dict[str, Any]:
     """The entries the held-out arms were (or will be) trained after: --out's file, or under --analyse-only the
     analysed folder's (an --out's <preset>/predictions-law.json, or a shipped folder's copy)."""
-    source = getattr(ctx.args, "analyse_only", None)
-    if source is None:
-        return load_predictions(ctx.result_dir / LAW_PREDICTIONS)
-    for path in (Path(source) / ctx.spec.preset / LAW_PREDICTIONS, Path(source) / LAW_PREDICTIONS):
-        if path.is_file():
-            return load_predictions(path)
-    return {}
+    found = predictions_file(ctx, LAW_PREDICTIONS)
+    return load_predictions(found) if found is not None else {}
 
 
 def write_law_predictions(ctx: Context, arms, heldout: list) -> bool:

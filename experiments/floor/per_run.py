@@ -9,7 +9,7 @@ import numpy as np
 
 from experiments.escape_time.mechanism import MEASURES as ESCAPE_MEASURES
 from experiments.escape_time.mechanism import series as escape_series
-from experiments.escape_time.survival import escape_step, median_escape, runs_survival, survival_at
+from experiments.escape_time.survival import escape_step, survival_cell
 from experiments.floor.arms import Arm
 from experiments.floor.plateau import cell_plateau, plateau
 from experiments.runner.frame import Context, run_summary
@@ -88,18 +88,12 @@ def summarise_floor_run(record: dict[str, Any], ctx: Context, arms: dict[str, Ar
 
 def arm_cell(runs: list[dict[str, Any]], key: str, keys: list[str]) -> dict[str, Any]:
     first = runs[0]
-    km = runs_survival(runs, key)
-    last = max(r["last_step"] for r in runs)
+    cell = {k: v for k, v in survival_cell(runs, key).items() if k != "km"}
     return {
         "name": first["variant"],
         **{k: first[k] for k in ("part", "residual", "n_layers", "scale", "schedule")},
-        "n": len(runs),
-        "n_escaped": sum(r["escape"][key] is not None for r in runs),
-        "seeds": [r["seed"] for r in runs],
-        "last_step": last,
+        **cell,
         "u_mean": float(np.mean([r["u"] for r in runs])),
-        "median": median_escape(km),
-        "survival_at_last": list(survival_at(km, last)),
         "plateau": {k: cell_plateau(runs, k) for k in keys},
     }
 

@@ -65,19 +65,26 @@ def load_predictions(path: Path) -> dict[str, Any]:
     return stored["arms"]
 
 
+def predictions_file(ctx: Context, name: str) -> Path | None:
+    """Where the analysed runs' prediction file `name` is: --out's, or under --analyse-only the analysed folder's
+    (an --out's <preset>/name, or a shipped folder's copy at its top); None when the folder has none."""
+    source = getattr(ctx.args, "analyse_only", None)
+    if source is None:
+        return ctx.result_dir / name
+    return next((p for p in (Path(source) / ctx.spec.preset / name, Path(source) / name) if p.is_file()), None)
+
+
 def stored_predictions(ctx: Context) -> dict[str, Any]:
     """The predictions the analysed runs were trained after: --out's file, or under --analyse-only the analysed
     folder's (an --out's <preset>/predictions-floor.json, or a shipped results file's copies, sha256-checked)."""
-    source = getattr(ctx.args, "analyse_only", None)
-    if source is None:
-        return load_predictions(ctx.result_dir / PREDICTIONS)
-    for path in (Path(source) / ctx.spec.preset / PREDICTIONS, Path(source) / PREDICTIONS):
-        if path.is_file():
-            return load_predictions(path)
+    found = predictions_file(ctx, PREDICTIONS)
+    if found is not None:
+        return load_predictions(found)
     from experiments.shipping.ship import is_shipped, read_shipped
 
-    if is_shipped(Path(source)):
-        shipped = json.loads(read_shipped(Path(source)).results_path.read_text()).get("predictions")
+    source = Path(ctx.args.analyse_only)
+    if is_shipped(source):
+        shipped = json.loads(read_shipped(source).results_path.read_text()).get("predictions")
         return shipped if isinstance(shipped, dict) else {}
     return {}
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.escape_time.survival import fit_lognormal
+from experiments.escape_time.survival import fit_lognormal, refit_draws
 
 BOOTSTRAP = 400
 SEED = 11
@@ -51,13 +51,12 @@ def fit_relation(runs: list[dict[str, Any]]) -> dict[str, Any]:
     if params is None:
         out["why"] = f"no finite fit ({out['n_escaped']} escape(s) among {len(runs)} runs; at least 3 needed)"
         return out
-    rng = np.random.default_rng(SEED)
-    draws = []
-    for _ in range(BOOTSTRAP):
-        k = rng.integers(0, len(runs), len(runs))
-        p = fit_lognormal(_design(u[k]), times[k], escaped[k]) if np.ptp(u[k]) > 0 else None
-        if p is not None:
-            draws.append(p)
+    draws = refit_draws(
+        lambda k: fit_lognormal(_design(u[k]), times[k], escaped[k]) if np.ptp(u[k]) > 0 else None,
+        lambda rng: rng.integers(0, len(runs), len(runs)),
+        SEED,
+        BOOTSTRAP,
+    )
     d = np.array(draws) if draws else params[None]
     values = {"a": params[0], "b": params[1], "sigma": math.exp(params[2])}
     columns = {"a": d[:, 0], "b": d[:, 1], "sigma": np.exp(d[:, 2])}

@@ -103,67 +103,58 @@ def summary(results: dict[str, Any]) -> str:
 # ----- figures ---------------------------------------------------------------------------------------------
 
 
-def loss_heatmap(name: str, v: dict[str, Any]):
-    """Layer x intervention heatmap of the change in loss, the interval on hover."""
+def _interval_heatmap(z, x, y, hover, title: str, height: int, colorbar: str, **scale):
+    """A heatmap of means, each cell's interval on hover, the first row on top."""
     import plotly.graph_objects as go
 
-    rows = [(label, cells) for label, cells in rows_of(name, v) if cells is not None and "patch" not in label]
-    z = [[c["mean"] for c in cells] for _, cells in rows]
-    text = [[f"{c['mean']:+.3f} nats<br>95% CI [{c['lo']:+.3f}, {c['hi']:+.3f}]" for c in cells] for _, cells in rows]
-    layers = [f"layer {i}" for i in range(len(z[0]))] if z else []
     fig = go.Figure(
         go.Heatmap(
             z=z,
-            x=layers,
-            y=[label for label, _ in rows],
-            customdata=text,
-            colorscale="RdBu_r",
-            zmid=0,
-            texttemplate="%{z:+.2f}",
+            x=x,
+            y=y,
+            customdata=hover,
             hovertemplate="%{y}, %{x}<br>%{customdata}<extra></extra>",
-            colorbar=dict(title="change in loss"),
+            colorbar=dict(title=colorbar),
+            **scale,
         )
     )
-    fig.update_layout(
-        title=f"{name}: change in validation loss per layer and intervention "
-        f"(clean {v['effects']['clean_loss']['mean']:.3f})",
-        height=120 + 45 * len(rows),
-    )
+    fig.update_layout(title=title, height=height)
     fig.update_yaxes(autorange="reversed")
     return fig
 
 
+def loss_heatmap(name: str, v: dict[str, Any]):
+    """Layer x intervention heatmap of the change in loss, the interval on hover."""
+    rows = [(label, cells) for label, cells in rows_of(name, v) if cells is not None and "patch" not in label]
+    z = [[c["mean"] for c in cells] for _, cells in rows]
+    text = [[f"{c['mean']:+.3f} nats<br>95% CI [{c['lo']:+.3f}, {c['hi']:+.3f}]" for c in cells] for _, cells in rows]
+    layers = [f"layer {i}" for i in range(len(z[0]))] if z else []
+    title = (
+        f"{name}: change in validation loss per layer and intervention (clean {v['effects']['clean_loss']['mean']:.3f})"
+    )
+    return _interval_heatmap(
+        z, layers, [label for label, _ in rows], text, title, 120 + 45 * len(rows), "change in loss",
+        colorscale="RdBu_r", zmid=0, texttemplate="%{z:+.2f}",
+    )  # fmt: skip
+
+
 def patching_map(name: str, v: dict[str, Any]):
     """Head x layer map of the fraction of the previous-token loss gap that patching one head's z restores."""
-    import plotly.graph_objects as go
-
     p = v["effects"]["patching"]
     grid = p["heads"]
     if grid is None or any(c is None for row in grid for c in row):
         return None
     z = [[c["mean"] for c in row] for row in grid]
     text = [[f"{c['mean']:.3f} restored<br>95% CI [{c['lo']:.3f}, {c['hi']:.3f}]" for c in row] for row in grid]
-    fig = go.Figure(
-        go.Heatmap(
-            z=z,
-            x=[f"head {h}" for h in range(len(z[0]))],
-            y=[f"layer {i}" for i in range(len(z))],
-            customdata=text,
-            colorscale="Viridis",
-            zmin=0,
-            zmax=1,
-            texttemplate="%{z:.2f}",
-            hovertemplate="%{y}, %{x}<br>%{customdata}<extra></extra>",
-            colorbar=dict(title="restored"),
-        )
+    title = (
+        f"{name}: previous-token patching per head (clean loss at T {p['clean_loss']:.3f}, "
+        f"corrupted {p['corrupt_loss']:.3f})"
     )
-    fig.update_layout(
-        title=f"{name}: previous-token patching per head (clean loss at T {p['clean_loss']:.3f}, "
-        f"corrupted {p['corrupt_loss']:.3f})",
-        height=160 + 50 * len(z),
-    )
-    fig.update_yaxes(autorange="reversed")
-    return fig
+    heads, layers = [f"head {h}" for h in range(len(z[0]))], [f"layer {i}" for i in range(len(z))]
+    return _interval_heatmap(
+        z, heads, layers, text, title, 160 + 50 * len(z), "restored",
+        colorscale="Viridis", zmin=0, zmax=1, texttemplate="%{z:.2f}",
+    )  # fmt: skip
 
 
 def identity_flow(results: dict[str, Any]):
