@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import has_shared_data
 
 import experiments.floor.law as law_module
 from experiments.floor.law import HELD_FACTOR, fit_wait_law, held_law, law_runs, predict_arm
@@ -167,3 +168,69 @@ def test_the_shipped_floor_runs_give_the_law_its_depth_term(few_refits):
     assert law["fitted"] and law["n_runs"] == 80  # 5 cells of 16; the 3x confirmations count once
     assert law["c"]["lower"] > 1.0 and law["b"]["lower"] > 1.0
     assert law["g1"]["lower"] > 0
+
+
+@pytest.mark.skipif(
+    not has_shared_data(),
+    reason="smoke's law runs escape on TinyShakespeare (../shared/data); on the synthetic corpus the held-out "
+    "arms' predicted intervals reach past their last step, so no arm has a prediction to train against",
+)
+def test_smoke_writes_the_law_predictions_before_the_held_out_arms_train_and_never_rewrites_them(
+    tmp_path, capsys, data, few_refits
+):
+    from experiments.floor.law_predictions import LAW_PREDICTIONS
+    from experiments.floor.run import EXPERIMENT
+
+    argv = ["--preset", "smoke", "--out", str(tmp_path), "--no-progress", "--no-report", "--seeds", "1,2,3,4"]
+    argv += ["--parts", "control,law,heldout", "--law-from", "none"]
+    assert EXPERIMENT.main([*argv, "--predict-only"]) == 0
+    out = capsys.readouterr().out
+    folder = tmp_path / "smoke"
+    stored = json.loads((folder / LAW_PREDICTIONS).read_text())["arms"]
+    held = {"ffn_only L2 240 steps qk4", "ffn_only L1 d64 240 steps"}
+    assert set(stored) == held
+    assert not any((folder / name.replace(" ", "_")).exists() for name in held)  # none of them trained
+    assert (folder / "ffn_only_L1_240_steps_qk16_eval5").is_dir()  # the law's own runs did
+    for name, entry in stored.items():
+        assert entry["created"] and all(entry["trained_after"]) and entry["law"]["fitted"]
+        assert len(entry["seeds"]) in (4, 6) and entry["seeds"][:4] == [1, 2, 3, 4]
+        assert len(entry["us"]) == len(entry["seeds"]) and "draws" not in entry["law"]
+        assert set(entry["factor_by_seeds"]) <= {"4", "6"} and entry["prediction"]["is_prediction"]
+        assert f"{name}: predicted by the law (" in out and "not trained yet" in out
+    results = json.loads((folder / "results-floor.json").read_text())
+    assert results["law"]["fitted"] and results["law"]["fitted_on"]["shipped"] is None
+    assert {c["depth"] for c in results["law"]["cells"]} == {1, 2}
+    assert all(r["eval_every"] == (5 if "eval5" in r["variant"] else 10) for r in results["runs"])
+    before = (folder / LAW_PREDICTIONS).read_bytes()
+    # Again without --predict-only: the held-out arms train the seeds their entries name, and the file is read
+    assert EXPERIMENT.main(argv) == 0
+    out = capsys.readouterr().out
+    assert (folder / LAW_PREDICTIONS).read_bytes() == before
+    assert "law predictions read from" in out and "all made before their arms trained" in out
+    results = json.loads((folder / "results-floor.json").read_text())
+    assert set(results["heldout"]) == held
+    for name, h in results["heldout"].items():
+        assert h["written_before_training"] and h["seeds_match"] and h["u_match"] < 1e-6
+        assert h["held"]["held"] in (True, False) and h["observed"]["n"] == len(stored[name]["seeds"])
+        assert f"{name}: law prediction " in out
+    # the width arm against the fit's cell at its depth and scale and the preset's width (smoke: d_model 32)
+    assert results["heldout"]["ffn_only L1 d64 240 steps"]["control"] == "ffn_only L1 d32 qk1"
+    wide = [r for r in results["runs"] if r["variant"] == "ffn_only L1 d64 240 steps"]
+    assert wide and all(r["d_model"] == 64 for r in wide)
+    assert results["law"]["n_runs"] == 16  # the held-out runs are not fitted on
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--parts", "heldout"], "needs law"),
+        (["--parts", "control,law", "--predict-only"], "--parts ...,law,heldout"),
+        (["--parts", "law,heldout", "--law-from", "/nonexistent"], "no MANIFEST.json"),
+    ],
+)
+def test_the_law_parts_refuse_what_they_cannot_do_in_one_line(tmp_path, capsys, data, argv, message):
+    from experiments.floor.run import EXPERIMENT
+
+    assert EXPERIMENT.main(["--preset", "smoke", "--out", str(tmp_path / "o"), "--no-progress", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1

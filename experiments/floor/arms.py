@@ -11,6 +11,19 @@ warm-up and cosine decay). Parts (--parts):
     schedule   attn_only at depth 6, constant against warm-up + cosine, and ffn_only depth 3 with warm-up
     attn       attn_only at depths 4 and 8 with a constant lr, and depth 6's constant arm with every seed
                (its own floor; not in the default)
+    law        ffn_only at a depth the shipped floor runs lack, at the control's query/key scale and at the dose
+               the depth-4 held-out arm uses, every seed, constant lr: phase-cell depth 1 at scales 1 and 16
+               (600 steps, evaluated every 5 steps) and depth 3 at scale 16 (1200 steps), fitted on beside the
+               shipped runs (experiments.floor.law). Depth 1 escapes within a few evaluations, so it is cheap;
+               every escape is read as an interval of its run's evaluation grid (not in the default)
+    heldout    arms the fit never saw, each predicted before it trains (experiments.floor.law_predictions):
+               phase-cell ffn_only at depth 4 with the query/key scale 16 (the control's wait there is past
+               3600 steps - 2 of 16 runs had left by 3600 on the escape-time page - so the knob, which the
+               law covers through u and which it is fitted on at depths 1 and 3, brings it into reach), 4800
+               steps, up to 64 seeds; and ffn_only at depth 2 at width 128 (the fit holds width 64 only), 1200
+               steps, 16 seeds. An arm trains the seeds its stored prediction names, and only where that is a
+               prediction (its interval within law.MAX_FACTOR): one that is not would test nothing, and the
+               console says so (not in the default; needs law)
     deep       the paper-124m depth (12 layers) at the preset's width, every seed (not in the default):
                attn_only with paper-124m's warm-up fraction (warmup_steps / max_steps = 2000 / 20000, so 0.1 of
                the arm's length) and cosine decay, attn_only with a constant lr from step 0, and full and
@@ -24,14 +37,16 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from pathlib import Path
 
 from experiments.floor.knob import scale_qk
 from experiments.runner.frame import Context, Group, Job, Variant, check_number
 from experiments.runner.text import num
+from experiments.shipping.ship import MANIFEST
 from interp.errors import ToolkitError
 from probes.uniformity import UniformityProbe
 
-PARTS = ("control", "knob", "confirm", "schedule", "attn", "deep")
+PARTS = ("control", "knob", "confirm", "schedule", "attn", "law", "heldout", "deep")
 DEFAULT_PARTS = ("control", "knob", "confirm", "schedule")
 CONFIRM_SEEDS = 3  # the project's rule: a verdict that depends on length is checked at 3x with three seeds
 
@@ -44,7 +59,9 @@ class Arm:
     length: int  # a multiple of the preset's max_steps
     scale: float = 1.0  # the query/key initial scale
     schedule: str = "constant"  # "constant" (no warm-up) or "cosine" (the preset's warm-up and cosine decay)
-    seeds: int | None = None  # the lowest n of --seeds; None: all of them
+    seeds: int | None = None  # the lowest n of --seeds; None: all of them (heldout: the most it may take)
+    width: int | None = None  # d_model; None: the preset's
+    every: int | None = None  # the evaluation interval; None: the preset's
     warmup: float | None = None  # cosine's warm-up as a fraction of the arm's length; None: the preset's steps
 
 
@@ -63,6 +80,29 @@ DEFAULT_ARMS = (((2, 2, (8.0, 12.0), 2), (3, 6, (12.0,), 2)), 0.5, 8)
 PRESET_DEEP = {"smoke": (3, 1, 10)}
 DEEP_ARMS = (12, 1, 50)
 DEEP_RESIDUALS = ("attn_only", "full", "ffn_only")  # attn_only under both schedules; full and ffn_only as anchors
+
+
+# The law part: preset -> (fit arms (depth, scale, length as a multiple of the preset's max_steps, evaluation
+# interval or None for the preset's), held-out arms (depth, width or None for the preset's, scale, length, most
+# seeds)). phase-cell's depth-1 arms are evaluated every 5 steps, not 25: at 25 their escapes (about 15-40 steps
+# by the law as the shipped runs fit it) would all read (0, 25] or (25, 50], a bound and no more.
+PRESET_LAW = {
+    "smoke": (((1, 16.0, 6, 5), (2, 16.0, 6, None)), ((2, None, 4.0, 6, 6), (1, 64, 1.0, 6, 4))),
+}
+DEFAULT_LAW = (
+    ((1, 1.0, 1, 5), (1, 16.0, 1, 5), (3, 16.0, 2, None)),
+    ((4, None, 16.0, 8, 64), (2, 128, 1.0, 2, 16)),
+)
+
+
+def law_arms(preset: str) -> list[Arm]:
+    fit, _ = PRESET_LAW.get(preset, DEFAULT_LAW)
+    return [Arm("law", "ffn_only", d, n, scale=s, every=e) for d, s, n, e in fit]
+
+
+def heldout_arms(preset: str) -> list[Arm]:
+    _, held = PRESET_LAW.get(preset, DEFAULT_LAW)
+    return [Arm("heldout", "ffn_only", d, n, scale=s, seeds=most, width=w) for d, w, s, n, most in held]
 
 
 def deep_warmup_fraction() -> float:
@@ -98,6 +138,18 @@ def add_arguments(p) -> None:
         default=None,
         help="initialisation seeds a cell of the signal-propagation table (default 8; smoke 2)",
     )
+    g.add_argument(
+        "--law-from",
+        default=None,
+        help="a shipped floor folder whose runs the law is fitted on beside this --out's, or 'none' "
+        "(default: phase-cell docs/results/data/floor-default; other presets none)",
+    )
+    g.add_argument(
+        "--predict-only",
+        action="store_true",
+        help="with --parts ...,law,heldout: write the held-out arms' predictions once the law's runs have finished, "
+        "and train none of the held-out arms (commit the prediction file, then run again without it)",
+    )
 
 
 def parse_parts(text: str | None) -> tuple[str, ...]:
@@ -111,6 +163,8 @@ def parse_parts(text: str | None) -> tuple[str, ...]:
         raise ToolkitError(
             "--parts knob or confirm needs control too: the knob's prediction is fitted on the control runs"
         )
+    if "heldout" in items and "law" not in items:
+        raise ToolkitError("--parts heldout needs law too: the held-out arms are predicted once the law's runs finish")
     return tuple(items)
 
 
@@ -134,6 +188,13 @@ def check(args) -> None:
     if args.qk_scales is not None:
         parse_scales(args.qk_scales)
     deep = "deep" in parse_parts(args.parts)
+    given = args.law_from  # a shipped folder or 'none': refused before any work, not once the fit runs trained
+    if given not in (None, "none") and not (Path(given) / MANIFEST).is_file():
+        raise ToolkitError(f"--law-from {given}: no {MANIFEST} there; give a shipped floor folder or 'none'")
+    if getattr(args, "predict_only", False) and "heldout" not in parse_parts(args.parts):
+        raise ToolkitError("--predict-only writes the held-out arms' predictions: give --parts ...,law,heldout")
+    if getattr(args, "predict_only", False) and getattr(args, "analyse_only", None) is not None:
+        raise ToolkitError("--predict-only and --analyse-only: the predictions are written before training, not after")
     if args.init_seeds is not None and args.init_seeds < 2:
         raise ToolkitError(f"--init-seeds must be >= 2 (an interval needs two), got {args.init_seeds}")
     for item in args.set or []:  # a run's first N steps must not depend on how long it trains
@@ -199,6 +260,9 @@ class Arms:
         self.deep_depth, self.deep_length, self.dense = PRESET_DEEP.get(ctx.spec.preset, DEEP_ARMS)
         if "deep" in self.parts:
             arms += deep_arms(self.deep_depth, self.deep_length)
+        if "law" in self.parts or "heldout" in self.parts:
+            arms += law_arms(ctx.spec.preset) if "law" in self.parts else []
+            arms += heldout_arms(ctx.spec.preset) if "heldout" in self.parts else []
         self.arms = arms
 
     def steps(self, arm: Arm) -> int:
@@ -212,7 +276,9 @@ class Arms:
         scale = f" qk{num(arm.scale)}" if arm.scale != 1.0 else ""
         warm = "" if arm.warmup is None else num(arm.warmup)
         sched = f" warmup{warm}-cosine" if arm.schedule == "cosine" else ""
-        return f"{arm.residual} L{arm.depth} {self.steps(arm)} steps{scale}{sched}"
+        width = "" if arm.width is None else f" d{arm.width}"
+        every = "" if arm.every is None else f" eval{arm.every}"
+        return f"{arm.residual} L{arm.depth}{width} {self.steps(arm)} steps{scale}{sched}{every}"
 
     def variant(self, arm: Arm) -> Variant:
         overrides = {
@@ -225,6 +291,10 @@ class Arms:
         }
         if arm.warmup is not None:  # or over its own fraction of the arm (the deep part's)
             overrides["warmup_steps"] = self.warmup_steps(arm)
+        if arm.width is not None:
+            overrides["d_model"] = arm.width
+        if arm.every is not None:
+            overrides["eval_interval"] = arm.every
         init = functools.partial(scale_qk, arm.scale) if arm.scale != 1.0 else None
         return Variant(self.name(arm), overrides, init)
 

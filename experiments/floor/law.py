@@ -200,8 +200,11 @@ def read_arm(steps: np.ndarray, last: int) -> tuple[np.ndarray, np.ndarray]:
     return ordered[..., math.ceil(n / 2) - 1], on_floor.mean(axis=-1)
 
 
-def predict_arm(law: dict[str, Any], us: list[float], depth: int, last: int, every: int) -> dict[str, Any]:
-    """The module docstring's prediction for an arm of len(us) runs at depth `depth` stopping at `last`."""
+def predict_arm(
+    law: dict[str, Any], us: list[float], depth: int, last: int, every: int, max_factor: float = MAX_FACTOR
+) -> dict[str, Any]:
+    """The module docstring's prediction for an arm of len(us) runs at depth `depth` stopping at `last`;
+    max_factor: the widest interval that is still a prediction (math.inf: any with a median inside the run)."""
     if not law.get("fitted"):
         return {"predicted": False, "why": law.get("why", "no law")}
     rng = np.random.default_rng(SEED + 1)
@@ -218,7 +221,7 @@ def predict_arm(law: dict[str, Any], us: list[float], depth: int, last: int, eve
     f_lo, f_hi = np.percentile(floors, 2.5, method="lower"), np.percentile(floors, 97.5, method="higher")
     factor = float(hi / lo) if math.isfinite(hi) else math.inf
     # under the law itself: how often an arm's median lands where `held` would call it held
-    inside = (medians >= lo) & (medians <= hi) & within(medians, point)
+    inside = (medians >= lo) & (medians <= hi) & within(medians, point) if math.isfinite(point) else None
     out = {
         "predicted": True,
         "n": len(us),
@@ -230,12 +233,15 @@ def predict_arm(law: dict[str, Any], us: list[float], depth: int, last: int, eve
         "factor": _finite(factor),
         "floor_at_last": float(np.median(floors)),
         "floor_interval": [float(f_lo), float(f_hi)],
-        "held_if_law_true": float(np.mean(inside)),
-        "is_prediction": bool(math.isfinite(point) and factor <= MAX_FACTOR),
+        "held_if_law_true": None if inside is None else float(np.mean(inside)),
+        "max_factor": _finite(max_factor),
+        "is_prediction": bool(math.isfinite(point) and factor <= max_factor),
     }
     if not out["is_prediction"]:
         out["why_not"] = (
-            f"its interval spans x{factor:.1f} (more than x{MAX_FACTOR:g})"
+            f"its median lies past the last step {last}"
+            if not math.isfinite(point)
+            else f"its interval spans x{factor:.1f} (more than x{max_factor:g})"
             if math.isfinite(factor)
             else f"its interval reaches past the last step {last}"
         )

@@ -12,16 +12,20 @@ seeds       an arm's candidates are SEED_STEPS up to its most (Arm.seeds): the f
             spans at most law.MAX_FACTOR is taken; where none does, the most, and the entry says it is not a
             prediction (the factor at every candidate is kept, so what more seeds would buy is on record).
             Seeds past --seeds continue from its largest (1337..1352, then 1353, ...).
+plan        law_plan: the law part's runs; once every run the law is fitted on has finished, the predictions
+            are written and then the held-out arms planned. --predict-only writes them and trains no held-out
+            arm, so the prediction file can be committed before any of them trains.
 """
 
 from __future__ import annotations
 
 import datetime
 import json
+import math
 from pathlib import Path
 from typing import Any
 
-from experiments.floor.law import fit_wait_law, law_runs, predict_arm
+from experiments.floor.law import MAX_FACTOR, fit_wait_law, law_runs, predict_arm
 from experiments.floor.predictions import entry_digest, load_predictions, predictions_file
 from experiments.runner.frame import Context, Group, Job
 from interp.errors import ToolkitError
@@ -30,6 +34,9 @@ LAW_PREDICTIONS = "predictions-law.json"
 SEED_STEPS = 16  # candidates 16, 32, 48, ... up to the arm's most (smoke: every 2)
 FIT_PARTS = ("control", "knob", "confirm", "law")
 SHIPPED_FLOOR = {"phase-cell": "docs/results/data/floor-default"}  # --law-from's default by preset
+# The widest predicted interval that is still a prediction (law.MAX_FACTOR, x3); smoke's arms are plumbing only,
+# so any interval with its median inside the run counts there.
+PRESET_MAX_FACTOR = {"smoke": math.inf}
 
 
 def law_from(ctx: Context) -> Path | None:
@@ -154,7 +161,8 @@ def write_law_predictions(ctx: Context, arms, heldout: list) -> bool:
         us = [init_uniformity(spec.model, s, batches, variant.model_init)["u"] for s in seeds]
         last, every = spec.train.max_steps, spec.train.eval_interval
         smallest = min(SEED_STEPS, most, len(ctx.seeds))
-        by_n = {n: predict_arm(law, us[:n], arm.depth, last, every) for n in seed_candidates(most, smallest)}
+        widest = PRESET_MAX_FACTOR.get(ctx.spec.preset, MAX_FACTOR)
+        by_n = {n: predict_arm(law, us[:n], arm.depth, last, every, widest) for n in seed_candidates(most, smallest)}
         n = next((k for k, p in by_n.items() if p.get("is_prediction")), most)
         entry = {
             "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -178,6 +186,34 @@ def write_law_predictions(ctx: Context, arms, heldout: list) -> bool:
     text = dumps({"arms": stored}, path, indent=1)  # strict JSON: a non-finite number is refused, never written
     atomic_write(path, lambda tmp: Path(tmp).write_text(text))
     return True
+
+
+def law_plan(ctx, arms) -> list:
+    """The law part's groups; once they have finished, the held-out arms' (their predictions written first,
+    never under --analyse-only or --predict-only's training-free run)."""
+    from experiments.floor.arms import arm_groups, arm_jobs
+
+    fit = [a for a in arms.arms if a.part == "law"]
+    held = [a for a in arms.arms if a.part == "heldout"]
+    groups = arm_groups(ctx, arms, fit) if fit else []
+    if not held:
+        return groups
+    if getattr(ctx.args, "analyse_only", None) is None:
+        # predicted once every run this command fits the law on has finished (the knob's and confirm's are
+        # planned after the controls: until they exist, they are not finished either)
+        seen = arm_groups(ctx, arms, [a for a in arms.arms if a.part in FIT_PARTS])
+        if not all(j.run_dir(ctx.out).finished for j in arm_jobs(seen, ctx)):
+            return groups
+        write_law_predictions(ctx, arms, held)
+        if getattr(ctx.args, "predict_only", False):
+            return groups
+    stored = read_law_predictions(ctx)
+    key = f"{ctx.args.margin:g}"
+    for arm in held:
+        entry = stored_entry(stored, arms.name(arm), key)
+        if entry is not None and entry["prediction"].get("is_prediction"):  # a non-prediction tests nothing
+            groups.append(heldout_group(ctx, arms, arm, entry["seeds"]))
+    return groups
 
 
 if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing

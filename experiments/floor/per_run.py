@@ -63,7 +63,8 @@ def summarise_floor_run(record: dict[str, Any], ctx: Context, arms: dict[str, Ar
     if not curve["steps"]:
         raise ToolkitError(f"{record['run_dir']}/metrics.jsonl holds no validation evaluation; move that run aside")
     arm = arms[record["variant"]]
-    unigram, every = ctx.levels["unigram"], ctx.spec.train.eval_interval
+    steps = curve["steps"]  # evaluated from step 0: a run's own interval is its first (an arm may set its own)
+    unigram, every = ctx.levels["unigram"], steps[1] - steps[0] if len(steps) > 1 else ctx.spec.train.eval_interval
     summary = run_summary(record)
     margins = floor_margins(ctx.args.margin)
     return {
@@ -74,6 +75,8 @@ def summarise_floor_run(record: dict[str, Any], ctx: Context, arms: dict[str, Ar
         "n_layers": arm.depth,
         "scale": arm.scale,
         "schedule": arm.schedule,
+        "d_model": getattr(arm, "width", None) or ctx.spec.model.d_model,
+        "eval_every": every,
         "run_dir": summary["run_dir"],
         "steps": summary["steps"],
         "last_step": curve["steps"][-1],

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.floor.deep import deep_summary, grad_table_rows
+from experiments.floor.law_part import law_lines
 from experiments.floor.predictions import step_text
 from experiments.runner.frame import Context
 
@@ -118,6 +119,7 @@ def summary(results: dict[str, Any]) -> str:
             )
     for name, t in results["transfer"].items():
         lines.append(transfer_line(name, t))
+    lines += law_lines(results)
     rates = results["init"]["rates"]
     if rates:
         lines.append(

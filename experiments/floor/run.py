@@ -29,6 +29,12 @@ amount predicted before training. Each may fail; the command says which held.
                  ffn_only depth 3 with warm-up: escape times and plateau as above
     attn         (--parts ...,attn) attn_only at depths 4 and 8, constant lr; depth 6's constant arm then takes
                  every seed
+    law          (--parts ...,law,heldout) the wait as a law in collapse and depth, log T = a + b u + c L with a
+                 spread growing with depth (experiments.floor.law), fitted on the shipped floor runs (--law-from)
+                 and new ffn_only runs at depth 1 (scales 1 and 16) and depth 3 (scale 16); held-out arms (depth 4
+                 at scale 16, depth 2 at width 128) predicted before they train into predictions-law.json (never
+                 rewritten; --predict-only writes it and trains none of them), then judged: held = the
+                 Kaplan-Meier median inside the predicted interval and within x1.5 of the predicted median
     confirm      the knob arms at 3x their length, 3 seeds; with schedule, attn_only's constant-lr depth 6 (and,
                  with attn, 8) at 3x the schedule arms' length, 3 seeds: does the escape, or the floor, last?
     deep         (--parts deep) the paper-124m depth in miniature: 12 layers at phase-cell width (d_model 64,
@@ -68,6 +74,9 @@ results.json schema ("floor/1"):
     early_horizon, early_by_horizon   the same with "escaped by step early_horizon" (the shallowest control's
                 length) as the outcome
     init        signal_table(...): seeds, depths, widths, n_ctxs, cells, rates
+    law, heldout   with the law part only (experiments.floor.law_part): the fit with its intervals and where its
+                runs came from; per held-out arm its stored prediction, the observation and the verdict; each
+                run then also has d_model and eval_every
     deep        only with the deep part: depth, warmup_fraction, warmup_steps, steps, warmup_arm,
                 constant_arm, confirm_arms, logrank_p (warm-up against constant), step0_gap (the largest step-0
                 gradient difference between the two schedules' runs of one seed), grad_table [{arm, step, lr,
@@ -92,6 +101,8 @@ from experiments.floor.arms import (
     uniformity_interval,
 )
 from experiments.floor.deep import early_grads, grad_steps, grad_table, step0_gap
+from experiments.floor.law_part import law_results, preface_lines
+from experiments.floor.law_predictions import law_plan
 from experiments.floor.per_run import MEASURES, arm_cell, floor_margins, summarise_floor_run
 from experiments.floor.predictions import (
     edited,
@@ -131,16 +142,17 @@ def plan(ctx: Context) -> list[Group]:
     if ctx.spec.model.n_ctx < 2:
         raise ToolkitError(f"the floor needs n_ctx >= 2 (positions to collapse), got {ctx.spec.model.n_ctx}")
     arms = Arms(ctx)
+    law = law_plan(ctx, arms)  # the law's fit runs, then its held-out arms (experiments.floor.law_predictions)
     controls = arm_groups(ctx, arms, [a for a in arms.arms if a.part == "control"])
     knob = arm_groups(ctx, arms, [a for a in arms.arms if a.part == "knob"])
     rest = arm_groups(ctx, arms, [a for a in arms.arms if a.part in ("confirm", "schedule", "attn", "deep")])
     groups = list(controls)
     if not _finished(ctx, controls):
-        return groups or rest
+        return (groups or rest) + law
     groups += knob
     if _finished(ctx, knob):
         groups += rest
-    return groups
+    return groups + law
 
 
 # ----- analysis -----------------------------------------------------------------------------------------
@@ -196,6 +208,8 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
         arm = names[name]
         if arm.part in ("control", "knob", "confirm", "deep") or arm.schedule != "constant":
             continue
+        if arm.part in ("law", "heldout"):  # the law's runs: read by experiments.floor.law_part
+            continue
         p = predict(relation, [r["u"] for r in rs], rs[0]["last_step"], ctx.spec.train.eval_interval)
         o = observe([{"escape": r["escape"][key]} for r in rs], rs[0]["last_step"])
         transfer[name] = {"prediction": p, "observed": o, "held": held(p, o)}
@@ -214,9 +228,13 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
         )
         for r in runs[:4]
     ]
+    law = law_results(ctx, arms, runs, cells) if "law" in arms.parts else {}
     for r in runs:
         r.pop("series")
         r.pop("val_curve")
+        if not law:  # the law's per-run inputs, kept where it read them (the shipped results stay as they were)
+            r.pop("d_model")
+            r.pop("eval_every")
     init_seeds = ctx.args.init_seeds or PRESET_INIT_SEEDS.get(ctx.spec.preset, DEFAULT_INIT_SEEDS)
     table = signal_table(
         ctx.spec, ctx.corpus.val, [ctx.spec.train.seed + k for k in range(init_seeds)], ctx.spec.preset, ctx.progress
@@ -242,6 +260,7 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
         "early_by_horizon": early["by_horizon"],
         "init_check_max_diff": max(init_diffs) if init_diffs else None,
         "init": table,
+        **law,
         # only with the deep part: the results of every other command stay as shipped (tests/test_shipped.py)
         **({"deep": deep} if (deep := _deep(ctx, arms, runs, by_arm, key)) else {}),
     }
@@ -278,7 +297,8 @@ def _deep(ctx: Context, arms: Arms, runs: list, by_arm: dict[str, list], key: st
 
 
 def _model_cfg(ctx: Context, run: dict[str, Any]):
-    return ctx.spec.model.replace(residual=run["residual"], n_layers=run["n_layers"])
+    width = run.get("d_model", ctx.spec.model.d_model)
+    return ctx.spec.model.replace(residual=run["residual"], n_layers=run["n_layers"], d_model=width)
 
 
 def _logrank(a: list[dict[str, Any]], b: list[dict[str, Any]], key: str) -> float | None:
@@ -383,6 +403,7 @@ def preface(ctx: Context, jobs: list[Job]) -> str:
     if ctx.args.launcher == "local" and any(not j.run_dir(ctx.out).finished for j in jobs):
         lines.append(time_here(ctx, jobs))
     lines += write_predictions(ctx, jobs)
+    lines += preface_lines(ctx, arms, names)  # the law's held-out arms: their stored predictions
     by_name = arms.by_name()
     if "knob" in arms.parts and all(by_name[n].part == "control" for n in names):
         lines.append("the knob arms are planned once the controls have finished (their prediction is fitted on them)")

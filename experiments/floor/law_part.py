@@ -1,0 +1,192 @@
+"""The law's reading of a floor command's runs: the fit, each held-out arm against its stored prediction, the text.
+
+results["law"]      {fitted, form, a, b, c, g0, g1 {value, lower, upper}, sigma_by_depth, n_runs, n_escaped,
+                    cells, params, n_refits, fitted_on {shipped, shipped_sha256, n_shipped}} (law.fit_wait_law on the
+                    shipped runs and this command's control, knob, confirm and law runs); null without the law part
+results["heldout"]  per held-out arm: prediction (as stored before training), created, seeds, last_step,
+                    written_before_training, edited, seeds_match, u_match, observed {n, median (Kaplan-Meier,
+                    None past the last step), floor_at_last, n_escaped}, held {inside, within, held}, control
+                    (the fit's cell at the same depth and scale and the preset's width, if any), logrank_p
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from experiments.floor.law import HELD_FACTOR, held_law
+from experiments.floor.law_predictions import (
+    LAW_PREDICTIONS,
+    fit_on,
+    public_law,
+    read_law_predictions,
+    stored_entry,
+)
+from experiments.floor.predictions import edited, step_text
+from experiments.runner.frame import Context
+
+
+def law_results(ctx: Context, arms, runs: list[dict[str, Any]], cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """{"law": ..., "heldout": ...} for results (both None/{} where the parts did not run)."""
+    if "law" not in arms.parts:
+        return {"law": None, "heldout": {}}
+    law, source = fit_on(ctx, runs)
+    fit_runs = source.pop("runs")
+    out = {"law": {**public_law(law), "fitted_on": source}, "heldout": {}}
+    stored = read_law_predictions(ctx)
+    key = f"{ctx.args.margin:g}"
+    names = arms.by_name()
+    for cell in cells:
+        arm = names[cell["name"]]
+        if arm.part != "heldout":
+            continue
+        rs = [r for r in runs if r["variant"] == cell["name"]]
+        entry = stored_entry(stored, cell["name"], key)
+        verdict = heldout_verdict(entry, cell, rs)
+        control = (arm.depth, ctx.spec.model.d_model, arm.scale)  # the fit's cell at the preset's width
+        against = [r for r in fit_runs if tuple(r["cell"]) == control]
+        verdict["control"] = f"ffn_only L{control[0]} d{control[1]} qk{control[2]:g}" if against else None
+        verdict["logrank_p"] = logrank([{"escape": r["escape"][key], "last_step": r["last_step"]} for r in rs], against)
+        out["heldout"][cell["name"]] = verdict
+    for arm in arms.arms:  # predicted and not trained yet (--predict-only): the prediction as stored
+        entry = stored_entry(stored, arms.name(arm), key) if arm.part == "heldout" else None
+        if entry is not None and arms.name(arm) not in out["heldout"]:
+            out["heldout"][arms.name(arm)] = {**_stored(entry), "observed": None, "held": None}
+    return out
+
+
+def _stored(entry: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "prediction": entry["prediction"],
+        "created": entry["created"],
+        "seeds": entry["seeds"],
+        "last_step": entry["last_step"],
+        "edited": edited(entry),
+        "written_before_training": bool(entry["created"]) and all(entry["trained_after"]) and not edited(entry),
+    }
+
+
+def logrank(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> float | None:
+    """scipy's log-rank p between two sets of runs ({escape: step or None, last_step}); None without both."""
+    from scipy import stats
+
+    if not a or not b or not any(r["escape"] is not None for r in a + b):
+        return None
+
+    def data(rs):
+        done = [r["escape"] for r in rs if r["escape"] is not None]
+        return stats.CensoredData(uncensored=done, right=[r["last_step"] for r in rs if r["escape"] is None])
+
+    return float(stats.logrank(data(a), data(b)).pvalue)
+
+
+def heldout_verdict(entry: dict[str, Any] | None, cell: dict[str, Any], rs: list) -> dict[str, Any]:
+    observed = {
+        "n": cell["n"],
+        "n_escaped": cell["n_escaped"],
+        "median": cell["median"]["median"],  # Kaplan-Meier (experiments.escape_time.survival.median_escape)
+        "floor_at_last": cell["survival_at_last"][0],
+    }
+    if entry is None:  # no prediction stored before these runs: nothing to hold them to
+        return {"prediction": None, "observed": observed, "written_before_training": False, "held": None}
+    by_seed = dict(zip(entry["seeds"], entry["us"], strict=True))
+    return {
+        **_stored(entry),
+        "seeds_match": sorted(r["seed"] for r in rs) == sorted(entry["seeds"]),
+        "u_match": max((abs(by_seed[r["seed"]] - r["u"]) for r in rs if r["seed"] in by_seed), default=None),
+        "observed": observed,
+        "held": held_law(entry["prediction"], observed["median"]),
+    }
+
+
+def law_lines(results: dict[str, Any]) -> list[str]:
+    """The console's law and held-out lines (none where the law part did not run)."""
+    law = results.get("law")
+    if not law:
+        return []
+    if not law.get("fitted"):
+        return [f"law: not fitted ({law.get('why')})"]
+    lines = [wait_law_text(law)]
+    for name, h in results.get("heldout", {}).items():
+        lines.append(heldout_line(name, h))
+    return lines
+
+
+def wait_law_text(law: dict[str, Any]) -> str:
+    def p(k: str) -> str:
+        v = law[k]
+        return f"{v['value']:.2f} [{v['lower']:.2f}, {v['upper']:.2f}]"
+
+    sig = ", ".join(
+        f"L{d} {s['value']:.2f} [{s['lower']:.2f}, {s['upper']:.2f}]" for d, s in law["sigma_by_depth"].items()
+    )
+    src = law["fitted_on"]
+    where = f"{src['n_shipped']} shipped runs from {src['shipped']} and this command's" if src["shipped"] else "this"
+    return (
+        f"law ({law['n_runs']} ffn_only constant-lr runs in {len(law['cells'])} cells, {law['n_escaped']} escaped; "
+        f"{where} runs): log T = {p('a')} + {p('b')} u + {p('c')} L, sigma by depth {sig}"
+    )
+
+
+def arm_prediction_text(p: dict[str, Any]) -> str:
+    lo, hi = p["interval"]
+    factor = "past the last step" if p["factor"] is None else f"x{p['factor']:.1f}"
+    verdict = "" if p["is_prediction"] else f" - NOT a prediction: {p['why_not']}"
+    return (
+        f"median {step_text(p['median'])} [{step_text(lo)}, {step_text(hi)}] ({factor}), on the floor at the end "
+        f"{p['floor_at_last']:.2f} [{p['floor_interval'][0]:.2f}, {p['floor_interval'][1]:.2f}]{verdict}"
+    )
+
+
+def heldout_line(name: str, h: dict[str, Any]) -> str:
+    o = h["observed"]
+    if o is None:
+        why = "not trained yet" if h["prediction"].get("is_prediction") else "not trained (no prediction to test)"
+        return f"{name}: predicted by the law ({h['created']}, {len(h['seeds'])} seeds), {why}: " + (
+            arm_prediction_text(h["prediction"])
+        )
+    obs = f"observed median {step_text(o['median'])}, {o['floor_at_last']:.2f} on the floor ({o['n']} runs)"
+    if h["prediction"] is None:
+        return f"{name}: no prediction was stored before these runs; {obs}"
+    when = "written before training" if h["written_before_training"] else "NOT written before training"
+    if h["edited"]:
+        when = "EDITED in predictions-law.json after it was written"
+    if not h["seeds_match"]:
+        when += "; the runs are not the seeds it names"
+    v = h["held"]
+    verdict = (
+        "held"
+        if v["held"]
+        else f"failed ({'inside' if v['inside'] else 'outside'} the interval, "
+        f"{'within' if v['within'] else 'not within'} x{HELD_FACTOR:g} of the predicted median)"
+    )
+    lr = "" if h.get("logrank_p") is None else f"; log-rank against {h['control']} p = {h['logrank_p']:.2g}"
+    said = arm_prediction_text(h["prediction"])
+    return f"{name}: law prediction {verdict} ({when}, {h['created']}): {said}; {obs}{lr}"
+
+
+def preface_lines(ctx: Context, arms, names: list[str]) -> list[str]:
+    """Before held-out arms train: each one's stored prediction, as the console prints it."""
+    stored = read_law_predictions(ctx)
+    key = f"{ctx.args.margin:g}"
+    lines, late = [], False
+    for name in names:
+        arm = arms.by_name().get(name)
+        if arm is None or arm.part != "heldout":
+            continue
+        entry = stored_entry(stored, name, key)
+        if entry is not None:
+            lines.append(
+                f"{name}: predicted by the law ({entry['created']}, {len(entry['seeds'])} seeds, "
+                f"u = {sum(entry['us']) / len(entry['us']):.3f}): {arm_prediction_text(entry['prediction'])}"
+            )
+            late = late or not all(entry["trained_after"])
+    if lines:
+        when = "some made after their runs existed (not a test)" if late else "all made before their arms trained"
+        lines.append(f"law predictions read from {ctx.result_dir / LAW_PREDICTIONS}, {when}")
+    return lines
+
+
+if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
+    from experiments.shared.options import not_a_command
+
+    raise SystemExit(not_a_command(__spec__.name))
