@@ -5,6 +5,9 @@ Command-line entry points catch ToolkitError and print one `error:` line.
 
 import sys
 import types
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 
@@ -262,3 +265,22 @@ def _source_globals(frame_globals: dict) -> dict | None:
     except Exception:  # any loader's failure means: no source from it, and the warning goes on
         return None
     return frame_globals if isinstance(source, str) else None  # bytes would break the line's formatting
+
+
+class ScopedFlag:
+    """A flag raised for the length of a with-block, in this thread or task only (a ContextVar): a warning that
+    has been given, or a check that has run, says so to the calls inside it."""
+
+    def __init__(self, name: str) -> None:
+        self._var: ContextVar[bool] = ContextVar(name, default=False)
+
+    def __bool__(self) -> bool:
+        return self._var.get()
+
+    @contextmanager
+    def raised(self) -> Iterator[None]:
+        token = self._var.set(True)
+        try:
+            yield
+        finally:
+            self._var.reset(token)

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
@@ -29,7 +27,15 @@ from transformer_lens.hook_points import HookPoint
 
 from interp.config.model_config import ModelConfig
 from interp.config.registry import mixer_spec
-from interp.errors import ArgumentError, ConfigError, HookNames, ToolkitError, TrainModeWarning, warn
+from interp.errors import (
+    ArgumentError,
+    ConfigError,
+    HookNames,
+    ScopedFlag,
+    ToolkitError,
+    TrainModeWarning,
+    warn,
+)
 from interp.model.activation_cache import ResidualActivationCache
 from interp.model.api import (
     BoundaryHooks,
@@ -146,17 +152,12 @@ class TLLayoutError(ToolkitError, AttributeError):
 
 
 # Set where hooks in train mode are meant (training-time probes) or already warned about (run_with_cache).
-_TRAIN_HOOKS_QUIET: ContextVar[bool] = ContextVar("train_hooks_quiet", default=False)
+_TRAIN_HOOKS_QUIET = ScopedFlag("train_hooks_quiet")
 
 
-@contextmanager
-def train_mode_hooks_expected() -> Iterator[None]:
+def train_mode_hooks_expected() -> AbstractContextManager[None]:
     """No TrainModeWarning for hooks inside: a probe that reads activations during training on purpose."""
-    token = _TRAIN_HOOKS_QUIET.set(True)
-    try:
-        yield
-    finally:
-        _TRAIN_HOOKS_QUIET.reset(token)
+    return _TRAIN_HOOKS_QUIET.raised()
 
 
 class ResidualGPT(BoundaryHooks, HookedRootModule):
@@ -250,7 +251,7 @@ class ResidualGPT(BoundaryHooks, HookedRootModule):
     def _check_forward(self, tokens: Tensor, targets: Tensor | None) -> None:
         """Every check of a forward call, before it computes: a hooked call in train mode warned, an edited cfg
         refused, tokens and targets checked (ids outside the vocabulary too, in eval mode: analysis)."""
-        if self.training and self.cfg.dropout > 0 and not _TRAIN_HOOKS_QUIET.get() and self._any_hook():
+        if self.training and self.cfg.dropout > 0 and not _TRAIN_HOOKS_QUIET and self._any_hook():
             # run_with_hooks, hooks(), add_hook, transformer_lens.patching: once per call site, not per forward
             warnings.warn(
                 f"a hooked forward in train mode with dropout={self.cfg.dropout:g}: every hooked activation and "
@@ -304,11 +305,8 @@ class ResidualGPT(BoundaryHooks, HookedRootModule):
                 TrainModeWarning,
                 stacklevel=2,
             )
-        token = _TRAIN_HOOKS_QUIET.set(True)  # warned above (or in eval mode): not again in forward
-        try:
+        with _TRAIN_HOOKS_QUIET.raised():  # warned above (or in eval mode): not again in forward
             out, cache = super().run_with_cache(*model_args, remove_batch_dim=remove_batch_dim, **kwargs)
-        finally:
-            _TRAIN_HOOKS_QUIET.reset(token)
         if return_cache_object:
             cache = ResidualActivationCache(cache, self, has_batch_dim=not remove_batch_dim)
         return out, cache

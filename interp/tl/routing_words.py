@@ -4,30 +4,25 @@ nothing (the forward pass, and a model-level read that warned once already)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 from torch import Tensor
 
 from interp.config.model_config import ModelConfig
 from interp.config.registry import mixer_spec
+from interp.errors import ScopedFlag
 
-_ROUTING_QUIET: ContextVar[bool] = ContextVar("routing_quiet", default=False)
+_ROUTING_QUIET = ScopedFlag("routing_quiet")
 
 
-@contextmanager
-def routing_quiet() -> Iterator[None]:
+def routing_quiet() -> AbstractContextManager[None]:
     """No HiddenRoutingWarning inside."""
-    token = _ROUTING_QUIET.set(True)
-    try:
-        yield
-    finally:
-        _ROUTING_QUIET.reset(token)
+    return _ROUTING_QUIET.raised()
 
 
 def routing_is_quiet() -> bool:
-    return _ROUTING_QUIET.get()
+    return bool(_ROUTING_QUIET)
 
 
 def hidden_routing_message(what: str, cfg: ModelConfig, scores: str) -> str:

@@ -29,12 +29,11 @@ import functools
 import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from typing import Any
 
 import torch
 
-from interp.errors import UnembedBiasWarning, UnfoldedLayerNormWarning, warn_each_call
+from interp.errors import ScopedFlag, UnembedBiasWarning, UnfoldedLayerNormWarning, warn_each_call
 
 ADDITIVE_METHODS = (
     "decompose_resid",
@@ -53,20 +52,17 @@ LN_METHODS = (
     "get_full_resid_decomposition",
 )
 _WRAPPED = tuple(dict.fromkeys(ADDITIVE_METHODS + LN_METHODS))
-_IN_CALL: ContextVar[bool] = ContextVar("interp_stream_read", default=False)
+_IN_CALL = ScopedFlag("interp_stream_read")
 
 
 @contextmanager
 def outermost() -> Iterator[bool]:
     """True for the outermost checked call (it checks), False inside one (already checked)."""
-    if _IN_CALL.get():
+    if _IN_CALL:
         yield False
         return
-    token = _IN_CALL.set(True)
-    try:
+    with _IN_CALL.raised():
         yield True
-    finally:
-        _IN_CALL.reset(token)
 
 
 def _wrap(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
