@@ -182,6 +182,21 @@ def survival_cell(runs: Sequence[dict[str, Any]], margin: str) -> dict[str, Any]
     }
 
 
+def logrank_p(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]]) -> float | None:
+    """scipy's log-rank p between two sets of runs ({escape: step or None (on the floor), last_step}); None
+    without runs on both sides or without a single escape."""
+    from scipy import stats
+
+    if not a or not b or not any(r["escape"] is not None for r in [*a, *b]):
+        return None
+
+    def data(rs):
+        done = [r["escape"] for r in rs if r["escape"] is not None]
+        return stats.CensoredData(uncensored=done, right=[r["last_step"] for r in rs if r["escape"] is None])
+
+    return float(stats.logrank(data(a), data(b)).pvalue)
+
+
 # ----- the law: a log-normal accelerated-failure-time model (scipy.optimize, scipy.differentiate) --------
 
 

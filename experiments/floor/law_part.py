@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from experiments.escape_time.survival import logrank_p
 from experiments.floor.law import HELD_FACTOR, held_law
 from experiments.floor.law_predictions import (
     LAW_PREDICTIONS,
@@ -26,9 +27,7 @@ from experiments.runner.frame import Context
 
 
 def law_results(ctx: Context, arms, runs: list[dict[str, Any]], cells: list[dict[str, Any]]) -> dict[str, Any]:
-    """{"law": ..., "heldout": ...} for results (both None/{} where the parts did not run)."""
-    if "law" not in arms.parts:
-        return {"law": None, "heldout": {}}
+    """{"law": ..., "heldout": ...} for results (called with the law part only)."""
     law, source = fit_on(ctx, runs)
     fit_runs = source.pop("runs")
     out = {"law": {**public_law(law), "fitted_on": source}, "heldout": {}}
@@ -45,7 +44,8 @@ def law_results(ctx: Context, arms, runs: list[dict[str, Any]], cells: list[dict
         control = (arm.depth, ctx.spec.model.d_model, arm.scale)  # the fit's cell at the preset's width
         against = [r for r in fit_runs if tuple(r["cell"]) == control]
         verdict["control"] = f"ffn_only L{control[0]} d{control[1]} qk{control[2]:g}" if against else None
-        verdict["logrank_p"] = logrank([{"escape": r["escape"][key], "last_step": r["last_step"]} for r in rs], against)
+        observed = [{"escape": r["escape"][key], "last_step": r["last_step"]} for r in rs]
+        verdict["logrank_p"] = logrank_p(observed, against)
         out["heldout"][cell["name"]] = verdict
     for arm in arms.arms:  # predicted and not trained yet (--predict-only): the prediction as stored
         entry = stored_entry(stored, arms.name(arm), key) if arm.part == "heldout" else None
@@ -63,20 +63,6 @@ def _stored(entry: dict[str, Any]) -> dict[str, Any]:
         "edited": edited(entry),
         "written_before_training": bool(entry["created"]) and all(entry["trained_after"]) and not edited(entry),
     }
-
-
-def logrank(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> float | None:
-    """scipy's log-rank p between two sets of runs ({escape: step or None, last_step}); None without both."""
-    from scipy import stats
-
-    if not a or not b or not any(r["escape"] is not None for r in a + b):
-        return None
-
-    def data(rs):
-        done = [r["escape"] for r in rs if r["escape"] is not None]
-        return stats.CensoredData(uncensored=done, right=[r["last_step"] for r in rs if r["escape"] is None])
-
-    return float(stats.logrank(data(a), data(b)).pvalue)
 
 
 def heldout_verdict(entry: dict[str, Any] | None, cell: dict[str, Any], rs: list) -> dict[str, Any]:

@@ -75,7 +75,7 @@ def summarise_floor_run(record: dict[str, Any], ctx: Context, arms: dict[str, Ar
         "n_layers": arm.depth,
         "scale": arm.scale,
         "schedule": arm.schedule,
-        "d_model": getattr(arm, "width", None) or ctx.spec.model.d_model,
+        "d_model": arm.width or ctx.spec.model.d_model,
         "eval_every": every,
         "run_dir": summary["run_dir"],
         "steps": summary["steps"],

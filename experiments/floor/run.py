@@ -91,6 +91,7 @@ from typing import Any
 
 from experiments.escape_time.escape_predictor import evaluate_by_seed
 from experiments.escape_time.mechanism import aligned, order
+from experiments.escape_time.survival import logrank_p
 from experiments.floor.arms import (
     Arms,
     add_arguments,
@@ -302,19 +303,7 @@ def _model_cfg(ctx: Context, run: dict[str, Any]):
 
 
 def _logrank(a: list[dict[str, Any]], b: list[dict[str, Any]], key: str) -> float | None:
-    from scipy import stats
-
-    if not a or not b:
-        return None
-
-    def data(rs):
-        done = [r["escape"][key] for r in rs if r["escape"][key] is not None]
-        cens = [r["last_step"] for r in rs if r["escape"][key] is None]
-        return stats.CensoredData(uncensored=done, right=cens)
-
-    if not any(r["escape"][key] is not None for r in a + b):
-        return None
-    return float(stats.logrank(data(a), data(b)).pvalue)
+    return logrank_p(*([{"escape": r["escape"][key], "last_step": r["last_step"]} for r in rs] for rs in (a, b)))
 
 
 def _early(ctx: Context, runs: list[dict[str, Any]], arms: Arms, key: str) -> dict[str, Any]:
