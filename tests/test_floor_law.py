@@ -234,3 +234,37 @@ def test_the_law_parts_refuse_what_they_cannot_do_in_one_line(tmp_path, capsys, 
     assert EXPERIMENT.main(["--preset", "smoke", "--out", str(tmp_path / "o"), "--no-progress", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def _arm_steps(mu: float, sigma: float, n: int, last: int, every: int = 25, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    t = np.exp(mu + sigma * rng.standard_normal(n))
+    steps = np.maximum(every, np.ceil(t / every) * every)
+    return np.where(steps > last, np.inf, steps)
+
+
+def test_an_arms_own_sigma_is_recovered_through_its_grid_and_its_censoring():
+    from experiments.floor.law import arm_columns, fit_spread
+
+    steps = _arm_steps(math.log(1000), 1.5, 400, 2400)
+    assert 0.2 < np.isinf(steps).mean() < 0.35  # about 0.28 on the floor at the end: right-censored
+    assert fit_spread(*arm_columns(steps, 25, 2400)) == pytest.approx(1.5, rel=0.1)
+    few = _arm_steps(math.log(1000), 1.5, 16, 30)  # two escapes at most by step 30
+    assert fit_spread(*arm_columns(few, 25, 30)) is None
+
+
+def test_a_spread_prediction_holds_on_its_own_law_and_fails_on_another_sigma(law):
+    from experiments.floor.law import held_spread, tests_something
+
+    p = predict_arm(law, [0.4] * 32, 3, 3600, 25, spread=True)
+    s = p["spread"]
+    truth = math.exp(-1.8 + 0.5 * 3)  # sigma 0.74 at depth 3
+    assert s["interval"][0] <= truth <= s["interval"][1] and s["is_prediction"] and tests_something(p)
+    assert held_spread(p, truth)["held"]
+    assert not held_spread(p, 3 * truth)["held"] and not held_spread(p, None)["held"]
+    assert "spread" not in predict_arm(law, [0.4] * 32, 3, 3600, 25)  # only where asked: a fit per simulated arm
+    few = predict_arm(law, [0.4] * 4, 3, 3600, 25, spread=True)["spread"]  # four runs cannot pin a sigma
+    assert not few["is_prediction"] and "x3" in few["why_not"]
+    assert held_spread(few, truth) is None
+    blind = predict_arm(law, [0.4] * 16, 3, 60, 25, spread=True)["spread"]  # almost no arm has 3 escapes by 60
+    assert not blind["is_prediction"] and "fewer than 3 escapes" in blind["why_not"]

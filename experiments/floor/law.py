@@ -25,6 +25,12 @@ prediction  for an arm of n runs with step-0 collapse u_1..u_n, depth L and last
             predicted median whose interval spans more than MAX_FACTOR (upper / lower) is not a prediction, and
             says so.
 held        the observed median inside the predicted interval and within HELD_FACTOR of the predicted median.
+spread      where the median cannot be pinned (sigma grows with depth: at depth 4 no affordable seed count
+            gives x3), an arm can test sigma(L) itself: its runs' own sigma, fitted by the same likelihood with
+            mu and sigma free (fit_spread), against the same fit made on every simulated arm above (predict_arm
+            with spread=True). Its interval, the x3 rule and held are the median's; a simulated arm with fewer
+            than 3 escapes has no sigma, and where more than SPREAD_UNFIT of them have none it is not a
+            prediction.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ REPEATS = 10  # arms drawn from each refit in a prediction
 SEED = 59
 MAX_FACTOR = 3.0  # a predicted median whose interval spans more is not a prediction (issue 59)
 HELD_FACTOR = 1.5  # held: inside the interval and within this factor of the predicted median
+SPREAD_UNFIT = 0.025  # the most simulated arms whose sigma cannot be fitted, for a spread that is a prediction
 PARAMS = ("a", "b", "c", "g0", "g1")  # mu = a + b u + c L; log sigma = g0 + g1 L
 FORM = "log T = a + b u + c L + sigma(L) N(0, 1), log sigma(L) = g0 + g1 L"
 
@@ -135,6 +142,60 @@ def _fit_once(u, depth, lo, hi, escaped) -> np.ndarray | None:
     return out
 
 
+def fit_spread(lo: np.ndarray, hi: np.ndarray, escaped: np.ndarray) -> float | None:
+    """One arm's own sigma: the law's likelihood at u = L = 0 (mu and sigma free), maximised; None with fewer
+    than 3 escapes or no finite maximum."""
+    from scipy import optimize
+
+    if int(escaped.sum()) < 3:
+        return None
+    zero = np.zeros_like(hi)
+
+    def nll(x: np.ndarray) -> tuple[float, np.ndarray]:
+        value, grad = _nll(np.array([x[0], 0.0, 0.0, x[1], 0.0]), zero, zero, lo, hi, escaped)
+        return value, grad[[0, 3]]
+
+    logs = np.log(hi[escaped])
+    start = np.array([logs.mean(), math.log(max(float(logs.std()), 0.1))])
+    res = optimize.minimize(nll, start, jac=True, method="BFGS", options={"gtol": 1e-7, "maxiter": 2000})
+    ok = np.isfinite(res.x).all() and math.isfinite(res.fun) and abs(res.x[1]) <= 6
+    return float(math.exp(res.x[1])) if ok else None
+
+
+def arm_columns(steps: np.ndarray, every: int, last: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(lo, hi, escaped) of one arm's escape steps on its evaluation grid (inf: on the floor at `last`)."""
+    escaped = np.isfinite(steps)
+    hi = np.where(escaped, steps, last).astype(float)
+    return np.where(escaped, hi - every, hi), hi, escaped
+
+
+def _predict_spread(steps: np.ndarray, every: int, last: int, max_factor: float) -> dict[str, Any]:
+    """The sigma each simulated arm (a row of `steps`) reads, as fit_spread reads the observed one."""
+    fits = [fit_spread(*arm_columns(row, every, last)) for row in steps]
+    got = np.array([f for f in fits if f is not None], dtype=float)
+    unfit = 1.0 - len(got) / len(fits)
+    if len(got) == 0:
+        why = f"{unfit:.1%} of the simulated arms have fewer than 3 escapes"
+        return {"sigma": None, "interval": [None, None], "factor": None, "unfit": unfit, "is_prediction": False,
+                "why_not": why}  # fmt: skip
+    lo, hi = np.percentile(got, 2.5, method="lower"), np.percentile(got, 97.5, method="higher")
+    factor = float(hi / lo)
+    out = {
+        "sigma": float(np.percentile(got, 50, method="higher")),
+        "interval": [float(lo), float(hi)],
+        "factor": factor,
+        "unfit": unfit,
+        "is_prediction": bool(factor <= max_factor and unfit <= SPREAD_UNFIT),
+    }
+    if not out["is_prediction"]:
+        out["why_not"] = (
+            f"its interval spans x{factor:.1f} (more than x{max_factor:g})"
+            if factor > max_factor
+            else f"{unfit:.1%} of the simulated arms have fewer than 3 escapes (more than {SPREAD_UNFIT:.1%})"
+        )
+    return out
+
+
 def fit_wait_law(runs: list[dict[str, Any]], every: int) -> dict[str, Any]:
     """{fitted, form, a, b, c, g0, g1 (each {value, lower, upper}), sigma_by_depth, n_runs, n_escaped, cells
     (per cell: depth, width, scale, n, n_escaped, u_mean), params, n_refits, draws} or {fitted: False, why}."""
@@ -201,10 +262,17 @@ def read_arm(steps: np.ndarray, last: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def predict_arm(
-    law: dict[str, Any], us: list[float], depth: int, last: int, every: int, max_factor: float = MAX_FACTOR
+    law: dict[str, Any],
+    us: list[float],
+    depth: int,
+    last: int,
+    every: int,
+    max_factor: float = MAX_FACTOR,
+    spread: bool = False,
 ) -> dict[str, Any]:
     """The module docstring's prediction for an arm of len(us) runs at depth `depth` stopping at `last`;
-    max_factor: the widest interval that is still a prediction (math.inf: any with a median inside the run)."""
+    max_factor: the widest interval that is still a prediction (math.inf: any with a median inside the run);
+    spread: also the arm's own sigma ("spread", _predict_spread), a fit per simulated arm."""
     if not law.get("fitted"):
         return {"predicted": False, "why": law.get("why", "no law")}
     rng = np.random.default_rng(SEED + 1)
@@ -237,6 +305,8 @@ def predict_arm(
         "max_factor": _finite(max_factor),
         "is_prediction": bool(math.isfinite(point) and factor <= max_factor),
     }
+    if spread:
+        out["spread"] = _predict_spread(steps, every, last, max_factor)
     if not out["is_prediction"]:
         out["why_not"] = (
             f"its median lies past the last step {last}"
@@ -250,6 +320,20 @@ def predict_arm(
 
 def within(values: np.ndarray, point: float) -> np.ndarray:
     return (values <= HELD_FACTOR * point) & (values >= point / HELD_FACTOR)
+
+
+def tests_something(prediction: dict[str, Any]) -> bool:
+    """Whether an arm's stored prediction can be held or fail: its median's, or its spread's."""
+    return bool(prediction.get("is_prediction") or (prediction.get("spread") or {}).get("is_prediction"))
+
+
+def held_spread(prediction: dict[str, Any], observed_sigma: float | None) -> dict[str, Any] | None:
+    """held_law's rule on the arm's own sigma (None: fewer than 3 escapes, read as never held); None where the
+    prediction has no spread that is a prediction."""
+    s = prediction.get("spread")
+    if not s or not s.get("is_prediction"):
+        return None
+    return held_law({"predicted": True, "median": s["sigma"], "interval": s["interval"]}, observed_sigma)
 
 
 def _finite(v: float) -> float | None:

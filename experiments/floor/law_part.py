@@ -5,16 +5,20 @@ results["law"]      {fitted, form, a, b, c, g0, g1 {value, lower, upper}, sigma_
                     shipped runs and this command's control, knob, confirm and law runs); null without the law part
 results["heldout"]  per held-out arm: prediction (as stored before training), created, seeds, last_step,
                     written_before_training, edited, seeds_match, u_match, observed {n, median (Kaplan-Meier,
-                    None past the last step), floor_at_last, n_escaped}, held {inside, within, held}, control
-                    (the fit's cell at the same depth and scale and the preset's width, if any), logrank_p
+                    None past the last step), floor_at_last, n_escaped, sigma (law.fit_spread on the arm's own
+                    runs; None with fewer than 3 escapes)}, held {inside, within, held}, spread_held (the same
+                    on sigma, where the prediction's spread is one; else None), control (the fit's cell at the
+                    same depth and scale and the preset's width, if any), logrank_p
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from experiments.escape_time.survival import logrank_p
-from experiments.floor.law import HELD_FACTOR, held_law
+from experiments.floor.law import HELD_FACTOR, arm_columns, fit_spread, held_law, held_spread, tests_something
 from experiments.floor.law_predictions import (
     LAW_PREDICTIONS,
     fit_on,
@@ -40,7 +44,8 @@ def law_results(ctx: Context, arms, runs: list[dict[str, Any]], cells: list[dict
             continue
         rs = [r for r in runs if r["variant"] == cell["name"]]
         entry = stored_entry(stored, cell["name"], key)
-        verdict = heldout_verdict(entry, cell, rs)
+        every = arm.every or ctx.spec.train.eval_interval
+        verdict = heldout_verdict(entry, cell, rs, key, every)
         control = (arm.depth, ctx.spec.model.d_model, arm.scale)  # the fit's cell at the preset's width
         against = [r for r in fit_runs if tuple(r["cell"]) == control]
         verdict["control"] = f"ffn_only L{control[0]} d{control[1]} qk{control[2]:g}" if against else None
@@ -65,12 +70,14 @@ def _stored(entry: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def heldout_verdict(entry: dict[str, Any] | None, cell: dict[str, Any], rs: list) -> dict[str, Any]:
+def heldout_verdict(entry: dict[str, Any] | None, cell: dict[str, Any], rs: list, key: str, every: int) -> dict:
+    steps = np.array([np.inf if r["escape"][key] is None else r["escape"][key] for r in rs], dtype=float)
     observed = {
         "n": cell["n"],
         "n_escaped": cell["n_escaped"],
         "median": cell["median"]["median"],  # Kaplan-Meier (experiments.escape_time.survival.median_escape)
         "floor_at_last": cell["survival_at_last"][0],
+        "sigma": fit_spread(*arm_columns(steps, every, max((r["last_step"] for r in rs), default=0))),
     }
     if entry is None:  # no prediction stored before these runs: nothing to hold them to
         return {"prediction": None, "observed": observed, "written_before_training": False, "held": None}
@@ -81,6 +88,7 @@ def heldout_verdict(entry: dict[str, Any] | None, cell: dict[str, Any], rs: list
         "u_match": max((abs(by_seed[r["seed"]] - r["u"]) for r in rs if r["seed"] in by_seed), default=None),
         "observed": observed,
         "held": held_law(entry["prediction"], observed["median"]),
+        "spread_held": held_spread(entry["prediction"], observed["sigma"]),
     }
 
 
@@ -120,13 +128,29 @@ def arm_prediction_text(p: dict[str, Any]) -> str:
     return (
         f"median {step_text(p['median'])} [{step_text(lo)}, {step_text(hi)}] ({factor}), on the floor at the end "
         f"{p['floor_at_last']:.2f} [{p['floor_interval'][0]:.2f}, {p['floor_interval'][1]:.2f}]{verdict}"
+        + (f"; {spread_text(p['spread'])}" if p.get("spread") else "")
     )
+
+
+def spread_text(s: dict[str, Any]) -> str:
+    if s["sigma"] is None:
+        return f"the arm's own sigma: NOT a prediction: {s['why_not']}"
+    said = f"the arm's own sigma {s['sigma']:.2f} [{s['interval'][0]:.2f}, {s['interval'][1]:.2f}] (x{s['factor']:.1f})"
+    return said + ("" if s["is_prediction"] else f" - NOT a prediction: {s['why_not']}")
+
+
+def _verdict_text(v: dict[str, Any], what: str) -> str:
+    if v["held"]:
+        return "held"
+    where = "inside" if v["inside"] else "outside"
+    near = "within" if v["within"] else "not within"
+    return f"failed ({where} the interval, {near} x{HELD_FACTOR:g} of the predicted {what})"
 
 
 def heldout_line(name: str, h: dict[str, Any]) -> str:
     o = h["observed"]
     if o is None:
-        why = "not trained yet" if h["prediction"].get("is_prediction") else "not trained (no prediction to test)"
+        why = "not trained yet" if tests_something(h["prediction"]) else "not trained (no prediction to test)"
         return f"{name}: predicted by the law ({h['created']}, {len(h['seeds'])} seeds), {why}: " + (
             arm_prediction_text(h["prediction"])
         )
@@ -138,13 +162,10 @@ def heldout_line(name: str, h: dict[str, Any]) -> str:
         when = "EDITED in predictions-law.json after it was written"
     if not h["seeds_match"]:
         when += "; the runs are not the seeds it names"
-    v = h["held"]
-    verdict = (
-        "held"
-        if v["held"]
-        else f"failed ({'inside' if v['inside'] else 'outside'} the interval, "
-        f"{'within' if v['within'] else 'not within'} x{HELD_FACTOR:g} of the predicted median)"
-    )
+    verdict = _verdict_text(h["held"], "median") if h["prediction"].get("is_prediction") else "not a test"
+    if h.get("spread_held") is not None:
+        sigma = "none (fewer than 3 escapes)" if o["sigma"] is None else f"{o['sigma']:.2f}"
+        verdict += f"; spread prediction {_verdict_text(h['spread_held'], 'sigma')} (observed sigma {sigma})"
     lr = "" if h.get("logrank_p") is None else f"; log-rank against {h['control']} p = {h['logrank_p']:.2g}"
     said = arm_prediction_text(h["prediction"])
     return f"{name}: law prediction {verdict} ({when}, {h['created']}): {said}; {obs}{lr}"

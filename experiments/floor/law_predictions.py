@@ -9,8 +9,9 @@ at initialisation, and the prediction (law.predict_arm). The seeds are the lowes
 the held-out arms train exactly the seeds their entry names.
 
 seeds       an arm's candidates are SEED_STEPS up to its most (Arm.seeds): the first n whose predicted median
-            spans at most law.MAX_FACTOR is taken; where none does, the most, and the entry says it is not a
-            prediction (the factor at every candidate is kept, so what more seeds would buy is on record).
+            or spread (law.predict_arm's spread: the arm's own sigma) spans at most law.MAX_FACTOR is taken;
+            where none does, the most, and the entry says it is not a prediction (the factor at every
+            candidate is kept, so what more seeds would buy is on record).
             Seeds past --seeds continue from its largest (1337..1352, then 1353, ...).
 plan        law_plan: the law part's runs; once every run the law is fitted on has finished, the predictions
             are written and then the held-out arms planned. --predict-only writes them and trains no held-out
@@ -25,7 +26,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from experiments.floor.law import MAX_FACTOR, fit_wait_law, law_runs, predict_arm
+from experiments.floor.law import MAX_FACTOR, fit_wait_law, law_runs, predict_arm, tests_something
 from experiments.floor.predictions import entry_digest, load_predictions, predictions_file
 from experiments.runner.frame import Context, Group, Job
 from interp.errors import ToolkitError
@@ -162,8 +163,11 @@ def write_law_predictions(ctx: Context, arms, heldout: list) -> bool:
         last, every = spec.train.max_steps, spec.train.eval_interval
         smallest = min(SEED_STEPS, most, len(ctx.seeds))
         widest = PRESET_MAX_FACTOR.get(ctx.spec.preset, MAX_FACTOR)
-        by_n = {n: predict_arm(law, us[:n], arm.depth, last, every, widest) for n in seed_candidates(most, smallest)}
-        n = next((k for k, p in by_n.items() if p.get("is_prediction")), most)
+        by_n = {
+            n: predict_arm(law, us[:n], arm.depth, last, every, widest, spread=True)
+            for n in seed_candidates(most, smallest)
+        }
+        n = next((k for k, p in by_n.items() if tests_something(p)), most)
         entry = {
             "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "margin": key,
@@ -177,6 +181,7 @@ def write_law_predictions(ctx: Context, arms, heldout: list) -> bool:
             "fitted_on": {k: v for k, v in source.items() if k != "runs"},
             "prediction": by_n[n],
             "factor_by_seeds": {str(k): p.get("factor") for k, p in by_n.items()},
+            "spread_factor_by_seeds": {str(k): p["spread"].get("factor") for k, p in by_n.items() if "spread" in p},
             # False for a seed whose run directory existed already: that run is not predicted before training
             "trained_after": [not j.run_dir(ctx.out).path.exists() for j in heldout_jobs(ctx, arms, arm, seeds[:n])],
         }
@@ -211,7 +216,7 @@ def law_plan(ctx, arms) -> list:
     key = f"{ctx.args.margin:g}"
     for arm in held:
         entry = stored_entry(stored, arms.name(arm), key)
-        if entry is not None and entry["prediction"].get("is_prediction"):  # a non-prediction tests nothing
+        if entry is not None and tests_something(entry["prediction"]):  # a non-prediction tests nothing
             groups.append(heldout_group(ctx, arms, arm, entry["seeds"]))
     return groups
 
