@@ -201,6 +201,18 @@ def test_smoke_writes_the_law_predictions_before_the_held_out_arms_train_and_nev
     assert results["law"]["fitted"] and results["law"]["fitted_on"]["shipped"] is None
     assert {c["depth"] for c in results["law"]["cells"]} == {1, 2}
     assert all(r["eval_every"] == (5 if "eval5" in r["variant"] else 10) for r in results["runs"])
+    # An arm added later (a new held-out test, committed before it trains): its entry joins, the others stay
+    import experiments.floor.arms as arms_module
+
+    first = json.loads((folder / LAW_PREDICTIONS).read_text())["arms"]
+    with pytest.MonkeyPatch.context() as m:
+        fit, held_arms = arms_module.PRESET_LAW["smoke"]
+        m.setitem(arms_module.PRESET_LAW, "smoke", (fit, (*held_arms, (2, None, 4.0, 3, 4))))
+        assert EXPERIMENT.main([*argv, "--predict-only"]) == 0  # every fit run finished before this plan
+    capsys.readouterr()
+    both = json.loads((folder / LAW_PREDICTIONS).read_text())["arms"]
+    assert set(both) == held | {"ffn_only L2 120 steps qk4"} and all(both[k] == first[k] for k in held)
+    assert both["ffn_only L2 120 steps qk4"]["prediction"]["spread"]["sigma"] is not None
     before = (folder / LAW_PREDICTIONS).read_bytes()
     # Again without --predict-only: the held-out arms train the seeds their entries name, and the file is read
     assert EXPERIMENT.main(argv) == 0

@@ -21,8 +21,10 @@ warm-up and cosine decay). Parts (--parts):
                3600 steps - 2 of 16 runs had left by 3600 on the escape-time page - so the knob, which the
                law covers through u and which it is fitted on at depths 1 and 3, brings it into reach), 4800
                steps, up to 64 seeds; and ffn_only at depth 2 at width 128 (the fit holds width 64 only), 1200
-               steps, 16 seeds. An arm trains the seeds its stored prediction names, and only where that is a
-               prediction (its interval within law.MAX_FACTOR): one that is not would test nothing, and the
+               steps, 16 seeds; and depth 4 at scale 16 again, 2400 steps, 16 seeds, asked for its own sigma
+               (law.predict_arm's spread: added 2026-12-06 once the 4800-step arm's median was no prediction).
+               An arm trains the seeds its stored prediction names, and only where its median or its spread is
+               a prediction (its interval within law.MAX_FACTOR): one that is not would test nothing, and the
                console says so (not in the default; needs law)
     deep       the paper-124m depth (12 layers) at the preset's width, every seed (not in the default):
                attn_only with paper-124m's warm-up fraction (warmup_steps / max_steps = 2000 / 20000, so 0.1 of
@@ -91,7 +93,7 @@ PRESET_LAW = {
 }
 DEFAULT_LAW = (
     ((1, 1.0, 1, 5), (1, 16.0, 1, 5), (3, 16.0, 2, None)),
-    ((4, None, 16.0, 8, 64), (2, 128, 1.0, 2, 16)),
+    ((4, None, 16.0, 8, 64), (2, 128, 1.0, 2, 16), (4, None, 16.0, 4, 16)),
 )
 
 
