@@ -22,11 +22,10 @@ from experiments.floor.law import HELD_FACTOR, arm_columns, fit_spread, held_law
 from experiments.floor.law_predictions import (
     LAW_PREDICTIONS,
     fit_on,
-    public_law,
     read_law_predictions,
     stored_entry,
 )
-from experiments.floor.predictions import edited, step_text
+from experiments.floor.predictions import edited, step_text, without_draws, written_before_training
 from experiments.runner.frame import Context
 
 
@@ -34,7 +33,7 @@ def law_results(ctx: Context, arms, runs: list[dict[str, Any]], cells: list[dict
     """{"law": ..., "heldout": ...} for results (called with the law part only)."""
     law, source = fit_on(ctx, runs)
     fit_runs = source.pop("runs")
-    out = {"law": {**public_law(law), "fitted_on": source}, "heldout": {}}
+    out = {"law": {**without_draws(law), "fitted_on": source}, "heldout": {}}
     stored = read_law_predictions(ctx)
     key = f"{ctx.args.margin:g}"
     names = arms.by_name()
@@ -66,7 +65,7 @@ def _stored(entry: dict[str, Any]) -> dict[str, Any]:
         "seeds": entry["seeds"],
         "last_step": entry["last_step"],
         "edited": edited(entry),
-        "written_before_training": bool(entry["created"]) and all(entry["trained_after"]) and not edited(entry),
+        "written_before_training": written_before_training(entry),
     }
 
 

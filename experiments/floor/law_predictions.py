@@ -20,14 +20,21 @@ plan        law_plan: the law part's runs; once every run the law is fitted on h
 
 from __future__ import annotations
 
-import datetime
 import json
 import math
 from pathlib import Path
 from typing import Any
 
 from experiments.floor.law import MAX_FACTOR, fit_wait_law, law_runs, predict_arm, tests_something
-from experiments.floor.predictions import entry_digest, load_predictions, predictions_file
+from experiments.floor.predictions import (
+    arm_entries,
+    finished_runs,
+    load_predictions,
+    new_entry,
+    predictions_file,
+    save_predictions,
+    without_draws,
+)
 from experiments.runner.frame import Context, Group, Job
 from interp.errors import ToolkitError
 
@@ -66,17 +73,6 @@ def shipped_summaries(folder: Path) -> dict[str, Any]:
     width = results["config"]["model"]["d_model"]
     runs = [{**r, "d_model": r.get("d_model", width)} for r in results["runs"]]
     return {"runs": runs, "from": str(folder), "sha256": want}
-
-
-def finished_summaries(ctx: Context, arms, parts: tuple[str, ...]) -> list[dict[str, Any]]:
-    """This --out's finished runs of `parts`, each checked as a reused run is before anything of it is read."""
-    from experiments.cluster.launch import finished_records
-    from experiments.floor.arms import arm_groups, arm_jobs
-    from experiments.floor.per_run import summarise_floor_run
-
-    names = arms.by_name()
-    jobs = arm_jobs(arm_groups(ctx, arms, [a for a in arms.arms if a.part in parts]), ctx)
-    return [summarise_floor_run(record, ctx, names) for _, record in finished_records(ctx, jobs, skip_unfinished=True)]
 
 
 def fit_on(ctx: Context, here: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -121,16 +117,9 @@ def heldout_jobs(ctx: Context, arms, arm, seeds: list[int]) -> list[Job]:
     return [Job(group, group.variants[0], s) for s in seeds]
 
 
-def public_law(law: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in law.items() if k != "draws"}
-
-
 def stored_entry(stored: dict[str, Any], name: str, margin: str) -> dict[str, Any] | None:
     """The held-out arm's entry for this margin (whatever its seeds: the writer chose them), or None."""
-    for slot, entry in stored.items():
-        if (slot == name or slot.startswith(f"{name} [")) and entry.get("margin") == margin:
-            return entry
-    return None
+    return next((entry for _, entry in arm_entries(stored, name, margin)), None)
 
 
 def read_law_predictions(ctx: Context) -> dict[str, Any]:
@@ -144,7 +133,6 @@ def write_law_predictions(ctx: Context, arms, heldout: list) -> bool:
     """Before any held-out arm is planned: an entry for each of `heldout` (Arm) that has none for this margin.
     True when something was written. A stored entry is never rewritten."""
     from experiments.floor.init_measure import init_uniformity, probe_batches
-    from interp.files.io import atomic_write, dumps
 
     path = ctx.result_dir / LAW_PREDICTIONS
     stored = load_predictions(path)
@@ -152,7 +140,7 @@ def write_law_predictions(ctx: Context, arms, heldout: list) -> bool:
     todo = [a for a in heldout if stored_entry(stored, arms.name(a), key) is None]
     if not todo:
         return False
-    law, source = fit_on(ctx, finished_summaries(ctx, arms, FIT_PARTS))
+    law, source = fit_on(ctx, finished_runs(ctx, arms, FIT_PARTS, skip_unfinished=True))
     batches = probe_batches(ctx.corpus.val, ctx.spec.model.n_ctx, ctx.spec.train.batch_size)
     for arm in todo:
         name, variant = arms.name(arm), arms.variant(arm)
@@ -168,28 +156,24 @@ def write_law_predictions(ctx: Context, arms, heldout: list) -> bool:
             for n in seed_candidates(most, smallest)
         }
         n = next((k for k, p in by_n.items() if tests_something(p)), most)
-        entry = {
-            "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "margin": key,
-            "depth": arm.depth,
-            "width": spec.model.d_model,
-            "scale": arm.scale,
-            "last_step": last,
-            "seeds": seeds[:n],
-            "us": us[:n],
-            "law": public_law(law),
-            "fitted_on": {k: v for k, v in source.items() if k != "runs"},
-            "prediction": by_n[n],
-            "factor_by_seeds": {str(k): p.get("factor") for k, p in by_n.items()},
-            "spread_factor_by_seeds": {str(k): p["spread"].get("factor") for k, p in by_n.items() if "spread" in p},
+        entry = new_entry(
+            key,
+            depth=arm.depth,
+            width=spec.model.d_model,
+            scale=arm.scale,
+            last_step=last,
+            seeds=seeds[:n],
+            us=us[:n],
+            law=without_draws(law),
+            fitted_on={k: v for k, v in source.items() if k != "runs"},
+            prediction=by_n[n],
+            factor_by_seeds={str(k): p.get("factor") for k, p in by_n.items()},
+            spread_factor_by_seeds={str(k): p["spread"].get("factor") for k, p in by_n.items() if "spread" in p},
             # False for a seed whose run directory existed already: that run is not predicted before training
-            "trained_after": [not j.run_dir(ctx.out).path.exists() for j in heldout_jobs(ctx, arms, arm, seeds[:n])],
-        }
-        entry["digest"] = entry_digest(entry)
+            trained_after=[not j.run_dir(ctx.out).path.exists() for j in heldout_jobs(ctx, arms, arm, seeds[:n])],
+        )
         stored[name if name not in stored else f"{name} [margin {key}]"] = entry
-    ctx.result_dir.mkdir(parents=True, exist_ok=True)
-    text = dumps({"arms": stored}, path, indent=1)  # strict JSON: a non-finite number is refused, never written
-    atomic_write(path, lambda tmp: Path(tmp).write_text(text))
+    save_predictions(ctx, path, stored)
     return True
 
 

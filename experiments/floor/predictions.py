@@ -24,13 +24,15 @@ def relation_runs(runs: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
     ]
 
 
-def control_runs(ctx: Context, arms: Arms) -> list[dict[str, Any]]:
-    """The finished control runs, each checked as a reused run is before anything of it is read."""
+def finished_runs(ctx: Context, arms: Arms, parts: tuple[str, ...], skip_unfinished: bool = False) -> list[dict]:
+    """The finished runs of `parts` (the relation's controls, the law's fit), each checked as a reused run is
+    before anything of it is read; skip_unfinished: leave out those still training instead of refusing."""
     from experiments.cluster.launch import finished_records
 
     names = arms.by_name()
-    jobs = arm_jobs(arm_groups(ctx, arms, [a for a in arms.arms if a.part == "control"]), ctx)
-    return [summarise_floor_run(record, ctx, names) for _, record in finished_records(ctx, jobs)]
+    jobs = arm_jobs(arm_groups(ctx, arms, [a for a in arms.arms if a.part in parts]), ctx)
+    records = finished_records(ctx, jobs, skip_unfinished=skip_unfinished)
+    return [summarise_floor_run(record, ctx, names) for _, record in records]
 
 
 def prediction_slot(name: str, seeds: list[int], margin: str, stored: dict[str, Any]) -> str:
@@ -42,14 +44,19 @@ def find_prediction(
     stored: dict[str, Any], name: str, seeds: list[int], margin: str
 ) -> tuple[str, dict[str, Any] | None]:
     """(slot, the stored prediction for exactly these seeds and margin, or None): never one for other runs."""
-    for slot, entry in stored.items():
-        if (
-            (slot == name or slot.startswith(f"{name} ["))
-            and sorted(entry.get("seeds") or []) == sorted(seeds)  # --seeds 4,3,2,1 names the runs of 1,2,3,4
-            and entry.get("margin") == margin
-        ):
+    for slot, entry in arm_entries(stored, name, margin):
+        if sorted(entry.get("seeds") or []) == sorted(seeds):  # --seeds 4,3,2,1 names the runs of 1,2,3,4
             return slot, entry
     return prediction_slot(name, seeds, margin, stored), None
+
+
+def arm_entries(stored: dict[str, Any], name: str, margin: str) -> list[tuple[str, dict[str, Any]]]:
+    """(slot, entry) of every stored prediction for the arm `name` at this margin, in the file's order."""
+    return [
+        (slot, entry)
+        for slot, entry in stored.items()
+        if (slot == name or slot.startswith(f"{name} [")) and entry.get("margin") == margin
+    ]
 
 
 def load_predictions(path: Path) -> dict[str, Any]:
@@ -102,8 +109,31 @@ def edited(entry: dict[str, Any]) -> bool:
     return "digest" in entry and entry["digest"] != entry_digest(entry)
 
 
-def public_relation(relation: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in relation.items() if k != "draws"}
+def without_draws(fit: dict[str, Any]) -> dict[str, Any]:
+    """A fit as it is stored and reported: its bootstrap draws left out (the relation's, the law's)."""
+    return {k: v for k, v in fit.items() if k != "draws"}
+
+
+def new_entry(margin: str, **fields: Any) -> dict[str, Any]:
+    """A prediction as it is stored: the time it was made, its margin, `fields`, and a digest of them all."""
+    created = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    entry = {"created": created, "margin": margin, **fields}
+    entry["digest"] = entry_digest(entry)
+    return entry
+
+
+def save_predictions(ctx: Context, path: Path, arms: dict[str, Any]) -> None:
+    """The whole prediction file, atomically, in strict JSON (a non-finite number is refused, never written)."""
+    from interp.files.io import atomic_write, dumps
+
+    ctx.result_dir.mkdir(parents=True, exist_ok=True)
+    text = dumps({"arms": arms}, path, indent=1)
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text))
+
+
+def written_before_training(entry: dict[str, Any]) -> bool:
+    """Made before any of its runs existed, and not edited since (edited: no longer matches its digest)."""
+    return bool(entry["created"]) and all(entry["trained_after"]) and not edited(entry)
 
 
 def write_predictions(ctx: Context, jobs: list[Job]) -> list[str]:
@@ -111,7 +141,6 @@ def write_predictions(ctx: Context, jobs: list[Job]) -> list[str]:
     print them. A stored prediction is never rewritten: one for the same seeds and margin is kept as it was; one
     for other seeds or another margin stays where it is and the new one goes beside it."""
     from experiments.floor.init_measure import init_uniformity, probe_batches
-    from interp.files.io import atomic_write, dumps
 
     arms = Arms(ctx)
     by_name = arms.by_name()
@@ -119,7 +148,7 @@ def write_predictions(ctx: Context, jobs: list[Job]) -> list[str]:
     if not knob:
         return []
     path = ctx.result_dir / PREDICTIONS
-    stored = {"arms": load_predictions(path)}
+    stored = load_predictions(path)
     key = f"{ctx.args.margin:g}"
     relation = None
     batches = probe_batches(ctx.corpus.val, ctx.spec.model.n_ctx, ctx.spec.train.batch_size)
@@ -127,31 +156,27 @@ def write_predictions(ctx: Context, jobs: list[Job]) -> list[str]:
     for name in dict.fromkeys(j.variant.name for j in knob):
         members = [j for j in knob if j.variant.name == name]
         seeds = [j.seed for j in members]
-        slot, entry = find_prediction(stored["arms"], name, seeds, key)
+        slot, entry = find_prediction(stored, name, seeds, key)
         if entry is None:  # a prediction for other seeds or another margin stays; this one goes beside it
             if relation is None:
-                relation = fit_relation(relation_runs(control_runs(ctx, arms), key))
+                relation = fit_relation(relation_runs(finished_runs(ctx, arms, ("control",)), key))
             us = [init_uniformity(j.spec.model, j.seed, batches, j.variant.model_init)["u"] for j in members]
             steps = members[0].spec.train.max_steps
-            entry = {
-                "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-                "margin": key,
-                "seeds": seeds,
-                "us": us,
-                "last_step": steps,
-                "relation": public_relation(relation),
-                "prediction": predict(relation, us, steps, ctx.spec.train.eval_interval),
-                "trained_after": [not j.run_dir(ctx.out).path.exists() for j in members],
-            }
-            entry["digest"] = entry_digest(entry)
-            stored["arms"][slot] = entry
+            entry = new_entry(
+                key,
+                seeds=seeds,
+                us=us,
+                last_step=steps,
+                relation=without_draws(relation),
+                prediction=predict(relation, us, steps, ctx.spec.train.eval_interval),
+                trained_after=[not j.run_dir(ctx.out).path.exists() for j in members],
+            )
+            stored[slot] = entry
             new = True
         late = late or not all(entry["trained_after"])
         lines.append(knob_prediction_text(name, entry))
     if new:
-        ctx.result_dir.mkdir(parents=True, exist_ok=True)
-        text = dumps(stored, path, indent=1)  # strict JSON: a non-finite u or interval is refused, never written
-        atomic_write(path, lambda tmp: Path(tmp).write_text(text))
+        save_predictions(ctx, path, stored)
     # a prediction made when an arm's runs already existed (file deleted, new margin) is not one made before them
     when = "some made after their arms' runs existed (not a test)" if late else "all made before their arms trained"
     lines.append(f"predictions {'written to' if new else 'read from'} {path}, {when}")

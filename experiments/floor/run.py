@@ -108,10 +108,11 @@ from experiments.floor.per_run import MEASURES, arm_cell, floor_margins, summari
 from experiments.floor.predictions import (
     edited,
     find_prediction,
-    public_relation,
     relation_runs,
     stored_predictions,
+    without_draws,
     write_predictions,
+    written_before_training,
 )
 from experiments.floor.relation import fit_relation, held, observe, predict
 from experiments.floor.report import sections, summary, table
@@ -197,7 +198,7 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
             "prediction": entry["prediction"],
             # a prediction edited after it was written is not the one written before training
             "edited": edited(entry),
-            "written_before_training": bool(entry["created"]) and all(entry["trained_after"]) and not edited(entry),
+            "written_before_training": written_before_training(entry),
             "observed": observed,
             "held": held(entry["prediction"], observed),
             "u_match": max(abs(dict(zip(entry["seeds"], entry["us"], strict=True))[r["seed"]] - r["u"]) for r in rs),
@@ -250,7 +251,7 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
         "early_step": early["step"],
         "runs": runs,
         "cells": cells,
-        "relation": public_relation(relation),
+        "relation": without_draws(relation),
         "predictions": predictions,
         "knob": knob,
         "transfer": transfer,
