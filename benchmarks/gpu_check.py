@@ -57,7 +57,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from interp.command.cli import Parser
+from interp.command.cli import Parser, command_main
 from interp.errors import ToolkitError, one_line
 
 REPO = Path(__file__).resolve().parents[1]
@@ -397,29 +397,16 @@ def _gpu_check(args, start: float, device: str, budget: float, data: Path, out: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from interp.command.signals import interrupt_code, interrupt_line, interrupts, signal_name
-
-    try:
-        with interrupts():
-            return _main(argv)
-    except (KeyboardInterrupt, Exception) as e:  # Ctrl-C or SIGTERM: the running stage was stopped first
-        code = interrupt_code(e)
-        if code is None:
-            raise
-        print(interrupt_line(f"interrupted ({signal_name(code)}); rerun it to resume the training"), file=sys.stderr)
-        return code
+    # Ctrl-C or SIGTERM: the running stage was stopped first
+    return command_main(lambda: _main(argv), "rerun it to resume the training")
 
 
 def _main(argv: list[str] | None) -> int:
-    try:
-        args = gpu_check_parser().parse_args(argv)
-        if args.wheels_command:
-            print(wheels_command(args.wheels))
-            return 0
-        return gpu_check(args)
-    except ToolkitError as e:
-        print(f"error: {one_line(e)}", file=sys.stderr)
-        return 2
+    args = gpu_check_parser().parse_args(argv)
+    if args.wheels_command:
+        print(wheels_command(args.wheels))
+        return 0
+    return gpu_check(args)
 
 
 if __name__ == "__main__":

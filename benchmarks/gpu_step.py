@@ -33,7 +33,6 @@ import contextlib
 import math
 import os
 import statistics
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +40,7 @@ from typing import Any
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS reads it when CUDA starts
 
-from interp.command.cli import Parser  # noqa: E402
+from interp.command.cli import Parser, command_main  # noqa: E402
 from interp.errors import ToolkitError, one_line  # noqa: E402
 
 SOLO_TARGET_MS = 5.0  # issue 49 part 3: a paper-10m solo step on one H200
@@ -469,27 +468,12 @@ def _save(path: str | None, report: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from interp.command.signals import interrupt_code, interrupt_line, interrupts, signal_name
-
-    try:
-        with interrupts():
-            return _main(argv)
-    except (KeyboardInterrupt, Exception) as e:  # Ctrl-C or SIGTERM (command.signals): only stdout written
-        code = interrupt_code(e)
-        if code is None:
-            raise
-        print(interrupt_line(f"interrupted ({signal_name(code)}); no report was printed"), file=sys.stderr)
-        return code
+    return command_main(lambda: _main(argv), "no report was printed")  # Ctrl-C or SIGTERM: only stdout written
 
 
 def _main(argv: list[str] | None) -> int:
-    try:
-        args = gpu_step_parser().parse_args(argv)
-        report = run_gpu_step(args, lambda report: _save(args.json_out, report))
-    except ToolkitError as e:
-        print(f"error: {one_line(e)}", file=sys.stderr)
-        return 2
-    print_gpu_step(report)
+    args = gpu_step_parser().parse_args(argv)
+    print_gpu_step(run_gpu_step(args, lambda report: _save(args.json_out, report)))
     return 0
 
 

@@ -92,10 +92,11 @@ def seeds_option(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(str(e).removeprefix("--seeds ")) from None
 
 
-def one_line_errors(run: Callable[[], Any]) -> tuple[int, Any]:
+def one_line_errors(run: Callable[[], Any], interrupted: str = "nothing was written") -> tuple[int, Any]:
     """(0, run()) or, for a ToolkitError or OSError, (2, None) after one `error:` line on stderr.
 
-    Ctrl-C, SIGTERM and SIGHUP (interp.command.signals) end it too: one line, exit 130, 143 or 129.
+    Ctrl-C, SIGTERM and SIGHUP (interp.command.signals) end it too: one line (`interrupted (SIGNAL);
+    <interrupted>`), exit 130, 143 or 129.
     """
     from interp.command.signals import interrupt_code, interrupt_line, interrupts, signal_name
 
@@ -109,8 +110,14 @@ def one_line_errors(run: Callable[[], Any]) -> tuple[int, Any]:
         code = interrupt_code(e)
         if code is None:  # no signal fired: a bug, shown as one
             raise
-        print(interrupt_line(f"interrupted ({signal_name(code)}); nothing was written"), file=sys.stderr)
+        print(interrupt_line(f"interrupted ({signal_name(code)}); {interrupted}"), file=sys.stderr)
         return code, None
+
+
+def command_main(run: Callable[[], int], interrupted: str) -> int:
+    """main() of a command that returns its own status: run()'s, or one_line_errors' for an error or a signal."""
+    code, rc = one_line_errors(run, interrupted)
+    return rc if code == 0 else code
 
 
 def run_writing_command(parser, run, argv: list[str] | None) -> int:
