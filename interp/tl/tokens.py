@@ -3,6 +3,8 @@
 The char tokenizer's <|endoftext|> (BOS, EOS and PAD alike) has the id after the model's trained ones
 (d_vocab_out = 65 on TinyShakespeare): it embeds as zeros and has no logit. So
 
+    ids         at either export's embedding: an id outside the trained and the special ones is one TokenIdError
+                (check_embedded_ids)
     BOS         put before the text (prepend_bos=True, or by hand) shifts every later position's logits:
                 UntrainedTokenWarning (warn_bos, special_before_text)
     padding     after the text is harmless under the causal mask, but TransformerLens's loss gathers a
@@ -31,6 +33,7 @@ from interp.errors import (
     warn,
     warn_each_call,
 )
+from interp.model.api import check_ids
 
 
 def special_before_text(tokens: Tensor, trained: int) -> bool:
@@ -73,6 +76,20 @@ def special_warning(trained: int) -> str:
         f"are zero and were never trained (the model was trained on ids 0..{trained - 1}); every later position's "
         "logits shift (padding after the text, as to_tokens pads, does not)"
     )
+
+
+def check_embedded_ids(tokens: Tensor, trained: int, limit: int) -> None:
+    """Either export's embedding: TokenIdError for an id outside 0..limit-1 (the model's trained ids, then the
+    tokenizer's special ids); a special id before the text warns UntrainedTokenWarning, unless to_tokens made the
+    tokens (its BOS, which to_tokens warns for, or its padding)."""
+    try:
+        check_ids(tokens, limit, "tokens")
+    except TokenIdError as e:
+        special = f"; ids {trained}..{limit - 1} are the tokenizer's special tokens" if limit > trained else ""
+        raise TokenIdError(f"{e} (the model was trained on ids 0..{trained - 1}{special})") from None
+    made = getattr(tokens, "from_to_tokens", False)
+    if limit > trained and not made and special_before_text(tokens, trained):
+        warn_at_user(special_warning(trained), UntrainedTokenWarning)
 
 
 def loss_targets(
