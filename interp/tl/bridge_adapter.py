@@ -26,12 +26,12 @@ from transformer_lens.model_bridge.generalized_components.base import Generalize
 
 from interp.config.model_config import ModelConfig
 from interp.config.registry import mixer_spec
-from interp.errors import ConfigError, HiddenRoutingWarning, ToolkitError
+from interp.errors import ConfigError, ToolkitError
 from interp.model.gpt import ResidualGPT
 from interp.tl.bridge_weights import exposed_weight
 from interp.tl.major import refuse_past_n_ctx
-from interp.tl.routing_words import hidden_routing, hidden_routing_message, routing_quiet
-from interp.tl.tokens import check_embedded_ids, warn_at_user
+from interp.tl.routing_words import routing_quiet, warn_hidden_routing
+from interp.tl.tokens import check_embedded_ids
 
 ARCHITECTURE = "ResidualGPT"
 
@@ -160,11 +160,6 @@ def _gained_forward(component: GeneralizedComponent, gain: float, args: tuple, k
 ROUTING_APPLIED_BY = "this model's attention"  # in HiddenRoutingWarning's text, the bridge's and each block's
 
 
-def warn_hidden_routing(what: str, cfg: ModelConfig) -> None:
-    """HiddenRoutingWarning at the user's line: `what` (W_Q, W_K, QK) leaves out the routing the scores apply."""
-    warn_at_user(hidden_routing_message(what, cfg, ROUTING_APPLIED_BY), HiddenRoutingWarning)
-
-
 class _HeadResults(nn.Module):
     """The mixer's out_proj, which can fire hook_result: per-head outputs [batch, pos, head, d_model].
 
@@ -239,8 +234,8 @@ class _MixerBridge(GeneralizedComponent):
 
     def _warn_routing(self, what: str) -> None:
         mixer: Any = self.original_component
-        if hidden_routing(mixer.cfg, lambda: mixer.tl_weights(_weights_of(mixer))["W_Q"]):
-            warn_hidden_routing(f"blocks[{self.layer}].attn.{what}", mixer.cfg)
+        where = f"blocks[{self.layer}].attn.{what}"
+        warn_hidden_routing(where, mixer.cfg, ROUTING_APPLIED_BY, lambda: mixer.tl_weights(_weights_of(mixer))["W_Q"])
 
     W_Q = property(lambda self: self._tl("W_Q"))
     W_K = property(lambda self: self._tl("W_K"))

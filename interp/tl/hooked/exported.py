@@ -56,6 +56,7 @@ from interp.tl import stream_reads
 from interp.tl.guards import ExportGuards
 from interp.tl.hooked.fold import fold_layer_norms
 from interp.tl.hooked.generation import ExportGenerate, refuse_empty
+from interp.tl.hooked.rewire import ROUTING_APPLIED_BY
 from interp.tl.hooked.sae_methods import SAEMethods
 from interp.tl.tokens import refuse_meta, special_before_text, warn_unmasked_left_padding
 
@@ -273,7 +274,7 @@ class ExportedHookedTransformer(SAEMethods, ExportGuards, BoundaryHooks, ExportG
     # ------------------------------------------------------------------ this major's part of interp.tl.guards
 
     unfolded_fix = _FOLD_FIX
-    routing_applied_by = "this export's hook_attn_scores"
+    routing_applied_by = ROUTING_APPLIED_BY
 
     @property
     def n_trained(self) -> int:

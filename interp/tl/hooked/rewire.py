@@ -38,9 +38,8 @@ from transformer_lens.hook_points import HookPoint
 
 from interp.config.model_config import ModelConfig
 from interp.config.registry import mixer_spec
-from interp.errors import HiddenRoutingWarning, warn
 from interp.tl.major import refuse_past_n_ctx
-from interp.tl.routing_words import hidden_routing_message, routing_is_quiet, routing_quiet
+from interp.tl.routing_words import routing_quiet, warn_hidden_routing
 from interp.tl.tokens import check_embedded_ids
 
 
@@ -124,10 +123,7 @@ class RoutedScoresHookPoint(HookPoint):
         return self.mixer.tl_scores(self.model_cfg, scores)
 
 
-def hidden_routing_warning(what: str, cfg: ModelConfig, stacklevel: int) -> None:
-    """Warn that `what` (W_Q, W_K, QK) leaves out the routing cfg's hook_attn_scores applies."""
-    message = hidden_routing_message(what, cfg, "this export's hook_attn_scores")
-    warn(message, HiddenRoutingWarning, stacklevel=stacklevel + 1)
+ROUTING_APPLIED_BY = "this export's hook_attn_scores"  # in HiddenRoutingWarning's text, the export's and each block's
 
 
 class RoutedAttention(Attention):
@@ -144,12 +140,10 @@ class RoutedAttention(Attention):
     def _warn_hidden(self, what: str) -> None:
         w_q = self._parameters.get("W_Q")
         routing = self._modules.get("hook_attn_scores")
-        if routing_is_quiet() or not isinstance(routing, RoutedScoresHookPoint) or w_q is None:
-            return
-        if bool(w_q.detach().ne(0).any()):
+        if isinstance(routing, RoutedScoresHookPoint) and w_q is not None:
             layer = getattr(self, "layer_id", None)
             where = f"blocks[{layer}].attn.{what}" if layer is not None else f"attn.{what}"
-            hidden_routing_warning(where, routing.model_cfg, stacklevel=3)
+            warn_hidden_routing(where, routing.model_cfg, ROUTING_APPLIED_BY, lambda: w_q)
 
     def __getattr__(self, name: str) -> Any:
         if name in ("W_Q", "W_K"):
