@@ -11,13 +11,15 @@ The char tokenizer's <|endoftext|> (BOS, EOS and PAD alike) has the id after the
                 log-prob at every target before it masks padding, and the pad id has no logit: loss_targets
                 masks trailing padding as lm_cross_entropy_loss's attention_mask does and gives the mean over
                 real targets (a special id left as a real target is one TokenIdError)
-    generate    on rows ending in padding appends after it: UntrainedTokenWarning (warn_generate_after_padding)
+    generate    on rows ending in padding appends after it: UntrainedTokenWarning (warn_generate_after_padding);
+                past n_ctx both majors crop as nanoGPT does (generate_cropped), and decode as TL does (decoded)
     meta        tokens on the meta device hold no data: one ShapeError (refuse_meta) before TL's copy fails
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -158,6 +160,36 @@ def warn_generate_after_padding(tokens: Any, trained: int) -> None:
             "of strings, or generate each row alone without its padding",
             UntrainedTokenWarning,
         )
+
+
+def generate_cropped(
+    step: Callable[[Tensor, int], Any], tokens: Tensor, n_new: int, n_ctx: int, stops: list[int] | None = None
+) -> Tensor:
+    """tokens [batch, pos] and n_new more, each from the last n_ctx tokens (nanoGPT's crop, as ResidualGPT.generate);
+    step(tokens, n) is TL's generate of n tokens, returning tokens. A row that made one of `stops` goes on with
+    stops[0] (padding, as TL's stop_at_eos) until every row has one."""
+    n_prompt = tokens.shape[1]
+    out = tokens
+    finished = torch.zeros(out.shape[0], dtype=torch.bool, device=out.device)
+    first = max(0, min(n_new, n_ctx - n_prompt))
+    if first:  # up to n_ctx: TL's generate (its kv cache) as it is
+        out = step(out, first)
+        if stops:
+            finished |= torch.isin(out[:, n_prompt:], torch.tensor(stops, device=out.device)).any(-1)
+    while out.shape[1] - n_prompt < n_new and not (stops and bool(finished.all())):
+        new = step(out[:, -n_ctx:], 1)[:, -1:].clone()
+        if stops:
+            new[finished] = stops[0]
+            finished |= torch.isin(new[:, 0], torch.tensor(stops, device=out.device))
+        out = torch.cat([out, new], dim=1)
+    return out
+
+
+def decoded(tokenizer: Any, tokens: Tensor) -> str | list[str]:
+    """generate's text, as TL's: each row decoded without its special tokens; one row's text alone. No tokenizer
+    (return_type="str" asked of tokens) is an AttributeError, as TL's."""
+    texts = [tokenizer.decode(row, skip_special_tokens=True) for row in tokens]
+    return texts[0] if len(texts) == 1 else texts
 
 
 def leading_special(tokens: Any, trained: int) -> Tensor | None:
