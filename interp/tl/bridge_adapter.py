@@ -28,6 +28,7 @@ from interp.config.model_config import ModelConfig
 from interp.config.registry import mixer_spec
 from interp.errors import ConfigError, ToolkitError
 from interp.model.gpt import ResidualGPT
+from interp.model.sublayers import tl_mlp_weights
 from interp.tl.bridge_weights import exposed_weight
 from interp.tl.major import refuse_past_n_ctx
 from interp.tl.routing_words import routing_quiet, warn_hidden_routing
@@ -123,15 +124,8 @@ class _MLPBridge(_Component):
 
     def _tl(self, name: str) -> Tensor:
         module = cast(nn.Module, self.original_component)
-        take = _weights_of(module)
-        w_in, w_out = take("in_proj.weight"), take("out_proj.weight")
-        values = {
-            "W_in": (w_in.T, 1.0),
-            "b_in": (take("in_proj.bias", w_in[:, 0]), 1.0),
-            "W_out": (w_out.T, self.gain),
-            "b_out": (take("out_proj.bias", w_out[:, 0]), self.gain),
-        }
-        value, gain = values[name]
+        value = tl_mlp_weights(_weights_of(module))[name]
+        gain = self.gain if name in ("W_out", "b_out") else 1.0
         return exposed_weight(module, f"blocks[{self.layer}].mlp.{name}", value, gain)
 
     W_in = property(lambda self: self._tl("W_in"))
