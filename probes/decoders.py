@@ -18,20 +18,19 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from probes.identity import (
-    HELDOUT_FRACTION,
     MAX_ITER,
     N_TRAIN_WINDOWS,
     TRAIN_SEED,
     WEIGHT_DECAYS,
     IdentityProbeError,
-    _activations,
     _as_model,
+    _fit_decoders,
+    _Probe,
     _targets,
+    _windows,
     eval_on_one_thread,
     identity_sites,
-    train_windows,
 )
-from probes.softmax_fit import fit_site
 
 
 @dataclass(frozen=True)
@@ -86,7 +85,6 @@ def fit_decoders(
 ) -> Decoders:
     """measure_identity()'s decoders at `sites` only (no control, no scoring): fitted once, applied many times."""
     model = _as_model(model)
-    n_classes, n_ctx = model.cfg.d_vocab, model.cfg.n_ctx
     every = identity_sites(model.cfg.n_layers)
     unknown = [s for s in sites if s not in every] if not isinstance(sites, str) else [sites]
     if unknown or not sites:
@@ -94,19 +92,8 @@ def fit_decoders(
             f"sites: {unknown or list(sites)} are not residual sites of this model (a list of them); choose from "
             f"{', '.join(every)}"
         )
-    n_held = max(1, round(n_train_windows * HELDOUT_FRACTION))
-    if n_train_windows - n_held < 1:
-        raise IdentityProbeError(f"n_train_windows must be at least 2, got {n_train_windows}")
-    windows = train_windows(np.asarray(train_tokens), n_ctx, n_train_windows, seed)
-    fit_x, held_x = windows[n_held:], windows[:n_held]
+    windows, n_held = _windows(np.asarray(train_tokens), model.cfg.n_ctx, n_train_windows, seed)
+    probe = _Probe(list(sites), list(offsets), model.cfg.d_vocab, control=False)
     with eval_on_one_thread(model):  # as measure_identity(): small matmuls on a shared CPU
-        fit_acts, held_acts = _activations(model, fit_x, sites), _activations(model, held_x, sites)
-        y_fit = _targets(fit_x, offsets).reshape(-1, len(offsets))
-        y_held = _targets(held_x, offsets).reshape(-1, len(offsets))
-        decoders = {}
-        for site in sites:
-            mean, std, w, b, _ = fit_site(
-                fit_acts[site], held_acts[site], y_fit, y_held, n_classes, weight_decays, max_iter
-            )
-            decoders[site] = (mean, std, w, b)
-    return Decoders(tuple(sites), tuple(offsets), decoders)
+        fitted, _, _ = _fit_decoders(model, probe, windows, n_held, weight_decays, max_iter, None)
+    return Decoders(tuple(sites), tuple(offsets), {site: fitted[site][:4] for site in sites})

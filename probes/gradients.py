@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from interp.model.api import check_materialised, check_pair, check_targets
+from interp.model.eval_mode import unfrozen_in_eval
 from interp.model.gpt import train_mode_hooks_expected
 
 
@@ -85,27 +86,20 @@ def gradient_flow(model: nn.Module, x: Tensor, y: Tensor) -> dict:
     check_pair(x, y)
     check_materialised(model, "model")
     saved = {n: p.grad for n, p in model.named_parameters()}
-    frozen = [p for p in model.parameters() if not p.requires_grad]  # measured too, then frozen again
-    was_training = model.training
-    model.eval()
-    try:
-        model.zero_grad(set_to_none=True)
-        for p in frozen:
-            p.requires_grad_(True)
-        with torch.enable_grad(), capture_resid_grads(model) as grads:
-            device = next(model.parameters()).device
-            logits, y = model(x.to(device)), y.to(device)
-            check_targets(y, logits.shape[-1], "y")
-            # ResidualGPT.forward's loss, op for op (a HookedTransformer reads a second argument as return_type)
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), ignore_index=-1)
-            loss.backward()
-        out = parameter_grad_norms(model)
-        out["resid"] = [grads.get(s, 0.0) for s in resid_grad_sites(model.cfg.n_layers)]
-        out["loss"] = loss.item()
-        return out
-    finally:
-        for p in frozen:
-            p.requires_grad_(False)
-        for n, p in model.named_parameters():
-            p.grad = saved[n]
-        model.train(was_training)
+    with unfrozen_in_eval(model, model.parameters()):  # frozen parameters measured too, then frozen again
+        try:
+            model.zero_grad(set_to_none=True)
+            with torch.enable_grad(), capture_resid_grads(model) as grads:
+                device = next(model.parameters()).device
+                logits, y = model(x.to(device)), y.to(device)
+                check_targets(y, logits.shape[-1], "y")
+                # ResidualGPT.forward's loss, op for op (a HookedTransformer reads a second argument as return_type)
+                loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), ignore_index=-1)
+                loss.backward()
+            out = parameter_grad_norms(model)
+            out["resid"] = [grads.get(s, 0.0) for s in resid_grad_sites(model.cfg.n_layers)]
+            out["loss"] = loss.item()
+            return out
+        finally:
+            for n, p in model.named_parameters():
+                p.grad = saved[n]

@@ -98,6 +98,14 @@ def train_windows(
     return torch.from_numpy(np.stack([np.asarray(tokens[s : s + n_ctx], dtype=np.int64) for s in starts.tolist()]))
 
 
+def _windows(tokens: np.ndarray, n_ctx: int, n_train_windows: int, seed: int) -> tuple[Tensor, int]:
+    """The decoders' training windows (train_windows) and how many of them, the first, choose the weight decay."""
+    n_held = max(1, round(n_train_windows * HELDOUT_FRACTION))
+    if n_train_windows - n_held < 1:
+        raise IdentityProbeError(f"n_train_windows must be at least 2, got {n_train_windows}")
+    return train_windows(tokens, n_ctx, n_train_windows, seed), n_held
+
+
 def _targets(x: Int[Tensor, "batch pos"], offsets: Sequence[int]) -> Int[Tensor, "batch pos offset"]:
     """The token at t + k for each offset k; -100 (ignored) where t + k falls before the window."""
     cols = []
@@ -111,10 +119,12 @@ def _targets(x: Int[Tensor, "batch pos"], offsets: Sequence[int]) -> Int[Tensor,
 
 
 @torch.no_grad()
-def _features(model, x: Int[Tensor, "batch pos"], sites: Sequence[str], n_classes: int) -> dict[str, Tensor]:
-    """Site activations plus the control: the current token one-hot, decoded by the same procedure."""
-    acts = _activations(model, x, sites)
-    acts[CONTROL] = F.one_hot(x.reshape(-1), n_classes).float()
+def _features(model, x: Int[Tensor, "batch pos"], probe: _Probe) -> dict[str, Tensor]:
+    """Site activations plus the control (where the probe has it): the current token one-hot, decoded by the same
+    procedure."""
+    acts = _activations(model, x, probe.sites)
+    if probe.control:
+        acts[CONTROL] = F.one_hot(x.reshape(-1), probe.n_classes).float()
     return acts
 
 
@@ -234,10 +244,7 @@ def measure_identity(
     sites = _checked_sites(cfg, offsets, sites)
     val = [x for x, _ in as_batch_pairs(val_batches, "val_batches")]
     train_tokens = np.asarray(train_tokens)
-    n_held = max(1, round(n_train_windows * HELDOUT_FRACTION))
-    if n_train_windows - n_held < 1:
-        raise IdentityProbeError(f"n_train_windows must be at least 2, got {n_train_windows}")
-    windows = train_windows(train_tokens, cfg.n_ctx, n_train_windows, seed)
+    windows, n_held = _windows(train_tokens, cfg.n_ctx, n_train_windows, seed)
     probe = _Probe(sites, offsets, cfg.d_vocab)
     with eval_on_one_thread(model):
         decoders, y_fit, y_held = _fit_decoders(model, probe, windows, n_held, weight_decays, max_iter, progress)
@@ -276,15 +283,17 @@ def _checked_sites(cfg, offsets: list[int], sites: Sequence[str] | None) -> list
 
 @dataclass(frozen=True)
 class _Probe:
-    """What is decoded where: the residual sites (the control is decoded after them), offsets, vocabulary size."""
+    """What is decoded where: the residual sites (the control is decoded after them, unless control=False),
+    offsets, vocabulary size."""
 
     sites: list[str]
     offsets: list[int]
     n_classes: int
+    control: bool = True
 
     @property
     def decoded(self) -> list[str]:
-        return [*self.sites, CONTROL]
+        return [*self.sites, CONTROL] if self.control else list(self.sites)
 
 
 @contextlib.contextmanager
@@ -307,8 +316,7 @@ def _fit_decoders(
     """Every decoder (fit_site's tuple per site and the control), fitted on windows[n_held:] with the weight decay
     chosen on windows[:n_held]; and the fitted and held-out targets [rows, offset]."""
     fit_x, held_x = windows[n_held:], windows[:n_held]
-    fit_acts = _features(model, fit_x, probe.sites, probe.n_classes)
-    held_acts = _features(model, held_x, probe.sites, probe.n_classes)
+    fit_acts, held_acts = _features(model, fit_x, probe), _features(model, held_x, probe)
     y_fit = _targets(fit_x, probe.offsets).reshape(-1, len(probe.offsets))
     y_held = _targets(held_x, probe.offsets).reshape(-1, len(probe.offsets))
     decoders = {}
@@ -349,7 +357,7 @@ def _score(model, probe: _Probe, decoders: dict[str, tuple], val: list[Tensor]) 
     tally = _Tally.empty(len(probe.decoded), n_off)
     for x in val:
         x = x.cpu()
-        acts = _features(model, x, probe.sites, probe.n_classes)
+        acts = _features(model, x, probe)
         y = _targets(x, probe.offsets).reshape(-1, n_off)
         for j in range(n_off):
             valid = y[:, j] >= 0

@@ -29,7 +29,7 @@ from torch import Tensor
 
 from interp.errors import ProcessedWeightsWarning, ShapeError, ToolkitError, warn_each_call
 from interp.model.api import as_batch_pairs, check_ids
-from interp.model.eval_mode import hooked_passes
+from interp.model.eval_mode import hooked_passes, unfrozen_in_eval
 from interp.reading.stream_layout import resid_sites
 
 MEASURES = ("residual", "cosine", "erank")
@@ -130,21 +130,11 @@ def qk_grads(model, x: Tensor, y: Tensor) -> dict:
     if not weights or any(w is None for w in weights):
         return {"skipped": f"{mixer} mixer has no query/key weights"}
     flat = [p for w in weights for p in w.values()]
-    frozen = [p for p in flat if not p.requires_grad]  # a frozen weight still has a gradient to measure
-    was_training = model.training
-    model.eval()
-    try:
-        for p in frozen:
-            p.requires_grad_(True)
-        with torch.enable_grad():
-            device = next(model.parameters()).device
-            logits = model(x.to(device))
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), y.to(device).flatten())
-            grads = torch.autograd.grad(loss, flat, allow_unused=True)
-    finally:
-        for p in frozen:
-            p.requires_grad_(False)
-        model.train(was_training)
+    with unfrozen_in_eval(model, flat), torch.enable_grad():  # a frozen weight still has a gradient to measure
+        device = next(model.parameters()).device
+        logits = model(x.to(device))
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), y.to(device).flatten())
+        grads = torch.autograd.grad(loss, flat, allow_unused=True)
     # W_V and W_O always reach the loss: no gradient there means these are not the weights the forward used
     # (a TransformerLens 4 bridge rebuilds attn.W_Q... on each access): zeros would be silently wrong
     if any(grads[i] is None for i in _vo_indices(weights)):

@@ -7,7 +7,7 @@ token (next_token.py), the Python API's boundary checks (api.py) and a checkpoin
     mixers.py      the mixers (Mixer, PatternMixer; attention, uniform, position_blind), each
                    declaring pattern, heads, hook sites, TL export and decomposition beside forward
     activation_cache.py  ResidualActivationCache: TL's ActivationCache for it, refusing what assumes
-                   an additive stream or TL's weight layout
+                   an additive stream or TL's weight layout; NamedCache, the base of every export's cache too
     dropout.py     dropout masks from each run's own stream (seed, rank, micro-step, site): an ensemble
                    member draws its solo run's masks, a resume draws the same with nothing stored
     next_token.py  the next token from logits (greedy, or drawn at any finite temperature >= 0 among the top k)

@@ -1,4 +1,5 @@
-"""ResidualActivationCache: TransformerLens's ActivationCache for a ResidualGPT, and where it refuses.
+"""ResidualActivationCache: TransformerLens's ActivationCache for a ResidualGPT, and where it refuses; NamedCache,
+what every cache the toolkit hands out (both TL majors' exports' too) does on a missing name and a batch slice.
 
 A cache's methods that assume the stream is the sum of its terms refuse on a removed residual path; those that
 need TL's weight layout refuse by name; logit_attrs warns (LOGIT_ATTRS_MESSAGE, shared with the TL 4 bridge).
@@ -6,7 +7,7 @@ need TL's weight layout refuse by name; logit_attrs warns (LOGIT_ATTRS_MESSAGE, 
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 from transformer_lens import ActivationCache  # the top-level name on TL 3.9+ and 4.x
 
@@ -15,7 +16,28 @@ from interp.errors import LogitAttrsWarning, ToolkitError, refuse_if_not_additiv
 from interp.model.api import missing_cache_key
 
 
-class ResidualActivationCache(ActivationCache):
+class NamedCache(ActivationCache):
+    """TL's ActivationCache, a missing name named with the closest ones it holds, a batch slice of the same class."""
+
+    @classmethod
+    def of(cls, cache: Any, model: Any) -> Any:
+        """TL's cache (run_with_cache's, a slice's) as this class, over model; anything else as it is."""
+        if not isinstance(cache, ActivationCache):
+            return cache
+        return cls(cache.cache_dict, model, has_batch_dim=cache.has_batch_dim)
+
+    def __getitem__(self, key: Any) -> Any:
+        try:
+            return super().__getitem__(key)
+        except KeyError as e:  # a typo or a layer the model lacks: the closest names it holds
+            raise missing_cache_key(e, self) from None
+
+    def apply_slice_to_batch_dim(self, batch_slice: Any) -> ActivationCache:
+        sliced = super().apply_slice_to_batch_dim(batch_slice)  # TL's returns a plain ActivationCache
+        return type(self).of(sliced, sliced.model)
+
+
+class ResidualActivationCache(NamedCache):
     """TransformerLens's ActivationCache for a ResidualGPT.
 
     Indexing (`cache["resid_pre", 0]`, `cache["pattern", 1, "attn"]`), keys(),
@@ -58,16 +80,6 @@ class ResidualActivationCache(ActivationCache):
 
     def stack_neuron_results(self, *args, **kwargs):
         self._refuse_tl_layout("stack_neuron_results")
-
-    def __getitem__(self, key):
-        try:
-            return super().__getitem__(key)
-        except KeyError as e:  # a typo or a layer the model lacks: the closest names it holds
-            raise missing_cache_key(e, self) from None
-
-    def apply_slice_to_batch_dim(self, batch_slice):
-        sliced = super().apply_slice_to_batch_dim(batch_slice)  # TL's returns a plain ActivationCache
-        return type(self)(sliced.cache_dict, sliced.model, has_batch_dim=sliced.has_batch_dim)
 
     def logit_attrs(self, *args, **kwargs):
         self._refuse_if_not_additive("logit_attrs")

@@ -123,6 +123,12 @@ def check_ids(ids: Any, n_vocab: int, arg: str = "tokens", device: Any = None) -
     return t.long()
 
 
+def check_max_new_tokens(max_new_tokens: Any) -> None:
+    """generate's max_new_tokens (ResidualGPT's and the 3.x export's): an int >= 0, else one ConfigError."""
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ConfigError(f"max_new_tokens must be a non-negative integer, got {max_new_tokens!r}")
+
+
 def check_generate_args(tokens: Any, max_new_tokens: Any, temperature: Any, top_k: Any, n_vocab: int) -> float:
     """ResidualGPT.generate's arguments checked (a prompt of integer ids [batch, pos >= 1] inside the vocabulary,
     max_new_tokens >= 0, top_k >= 1 or None), one ConfigError each; the temperature as generate uses it."""
@@ -132,8 +138,7 @@ def check_generate_args(tokens: Any, max_new_tokens: Any, temperature: Any, top_
         )
     if tokens.dim() != 2 or tokens.shape[1] == 0 or tokens.is_floating_point():
         raise ConfigError(f"generate takes integer tokens [batch, pos] with pos >= 1, got {tuple(tokens.shape)}")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ConfigError(f"max_new_tokens must be a non-negative integer, got {max_new_tokens!r}")
+    check_max_new_tokens(max_new_tokens)
     checked = check_temperature(temperature)
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
         raise ConfigError(f"top_k must be a positive integer or None, got {top_k!r}")

@@ -1,4 +1,5 @@
-"""Reading a model in eval mode: the mode set for the read and restored after, and passes over batches under hooks."""
+"""Reading a model in eval mode: the mode set for the read and restored after (with frozen weights thawed for a
+gradient read: unfrozen_in_eval), and passes over batches under hooks."""
 
 from __future__ import annotations
 
@@ -17,6 +18,21 @@ def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
         yield model
     finally:
         model.train(was_training)
+
+
+@contextlib.contextmanager
+def unfrozen_in_eval(model: nn.Module, params: Iterable[nn.Parameter]) -> Iterator[nn.Module]:
+    """eval_mode, with every one of `params` requiring grad inside (a frozen weight still has a gradient to
+    measure); those that were frozen are frozen again after, error or not."""
+    frozen = [p for p in params if not p.requires_grad]
+    with eval_mode(model):
+        try:
+            for p in frozen:
+                p.requires_grad_(True)
+            yield model
+        finally:
+            for p in frozen:
+                p.requires_grad_(False)
 
 
 def hooked_passes(model, batches: Iterable[tuple[Tensor, Tensor]], fwd_hooks: list) -> tuple[int, int]:

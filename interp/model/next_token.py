@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 from interp.errors import ConfigError
 
 if TYPE_CHECKING:  # light: python -m interp.sample checks --temperature before torch is imported
+    import inspect
+
     import torch
     from jaxtyping import Float, Int
     from torch import Tensor
@@ -43,10 +45,14 @@ def check_temperature(temperature: Any, name: str = "temperature") -> float:
 TL_GREEDY_BELOW = 1e-30
 
 
-def tl_temperature(temperature: Any) -> float:
-    """temperature for TransformerLens's generate on an export: checked as check_temperature does, tiny ones 0."""
-    value = check_temperature(temperature)
-    return 0.0 if value < TL_GREEDY_BELOW else value
+def tl_temperature(bound: inspect.BoundArguments) -> bool:
+    """A TransformerLens generate call's bound arguments on an export, its temperature (where given) checked as
+    check_temperature does and a tiny one 0; whether one was given."""
+    if "temperature" not in bound.arguments:
+        return False
+    value = check_temperature(bound.arguments["temperature"])
+    bound.arguments["temperature"] = 0.0 if value < TL_GREEDY_BELOW else value
+    return True
 
 
 def temperature_option(text: str) -> float:

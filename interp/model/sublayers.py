@@ -2,9 +2,12 @@
 
 is_hooked says whether anything reads a hook point; LayerNorm and the pattern mixers (interp.model.mixers) take their
 explicit, hooked path only then. The mixers build on MLP too (interp.model.mixers.PositionBlind is one per position).
+tl_mlp_weights is the MLP's TransformerLens layout, which both majors' exports show.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -62,3 +65,12 @@ class MLP(nn.Module):
 
     def forward(self, x: Float[Tensor, "b p d"]) -> Float[Tensor, "b p d"]:
         return self.out_proj(self.hook_post(F.gelu(self.hook_pre(self.in_proj(x)))))
+
+
+def tl_mlp_weights(take: Callable[..., Tensor]) -> dict[str, Tensor]:
+    """An MLP's weights in TransformerLens's names and layout (W_in [d_model, d_mlp], b_in, W_out, b_out) before
+    runtime_gain, which scales W_out and b_out: what both majors' exports show, as Mixer.tl_weights is the
+    attention's. take(name, like=None) gives the MLP's tensor by name (zeros like `like` where it has none)."""
+    w_in, w_out = take("in_proj.weight"), take("out_proj.weight")
+    b_in, b_out = take("in_proj.bias", w_in[:, 0]), take("out_proj.bias", w_out[:, 0])
+    return {"W_in": w_in.T, "b_in": b_in, "W_out": w_out.T, "b_out": b_out}

@@ -421,12 +421,6 @@ def logit_lens_over(model: Any, batches: Iterable[tuple[Tensor, Tensor]]) -> dic
     return {"sites": sites, "layers": ["embed", *map(str, range(n_layers))], "ce": [s / count for s in sums]}
 
 
-def additive_in_tl(model: Any) -> bool:
-    """Whether TransformerLens's decompose_resid / logit_attrs sums are right for this model (full wiring)."""
-    _, attn_residual, ffn_residual = wiring(model)
-    return attn_residual and ffn_residual
-
-
 __all__ = [
     "Attribution",
     "Components",
@@ -435,7 +429,6 @@ __all__ = [
     "Layout",
     "final_norm",
     "layout",
-    "additive_in_tl",
     "decompose",
     "decomposition_error",
     "direct_logit_attribution",

@@ -267,11 +267,10 @@ class ResidualBridge(ExportGuards, BridgeHooks):
             return super().QK_for_attn_layers()
 
 
-def bridge_config(cfg: ModelConfig, n_special: int = 0) -> TransformerBridgeConfig:
+def bridge_config(cfg: ModelConfig) -> TransformerBridgeConfig:
     """The TransformerBridgeConfig of a ModelConfig. d_vocab is the model's (W_E @ W_U square, as SVDInterpreter
-    needs); a tokenizer's special ids after it embed as zeros (bridge_adapter._EmbedBridge). n_special adds them
-    to d_vocab, as the bridge did before."""
-    return TransformerBridgeConfig(**tl_config_fields(cfg, n_special), architecture=ARCHITECTURE)
+    needs); a tokenizer's special ids after it embed as zeros (bridge_adapter._EmbedBridge)."""
+    return TransformerBridgeConfig(**tl_config_fields(cfg), architecture=ARCHITECTURE)
 
 
 def _resolve(source: Any, device: str | torch.device | None) -> tuple[ResidualGPT, dict[str, Any]]:

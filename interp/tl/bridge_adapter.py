@@ -26,12 +26,13 @@ from transformer_lens.model_bridge.generalized_components.base import Generalize
 
 from interp.config.model_config import ModelConfig
 from interp.config.registry import mixer_spec
-from interp.errors import ConfigError, HiddenRoutingWarning, TokenIdError, ToolkitError, UntrainedTokenWarning
-from interp.model.api import check_ids
+from interp.errors import ConfigError, ToolkitError
 from interp.model.gpt import ResidualGPT
+from interp.model.sublayers import tl_mlp_weights
 from interp.tl.bridge_weights import exposed_weight
-from interp.tl.routing_words import hidden_routing, hidden_routing_message, routing_quiet
-from interp.tl.tokens import special_before_text, special_warning, warn_at_user
+from interp.tl.major import refuse_past_n_ctx
+from interp.tl.routing_words import routing_quiet, warn_hidden_routing
+from interp.tl.tokens import check_embedded_ids
 
 ARCHITECTURE = "ResidualGPT"
 
@@ -72,25 +73,12 @@ class _EmbedBridge(EmbeddingBridge):
 
     n_special = 0  # the tokenizer's special ids after the model's: set by interp.tl.bridge._bridge
 
-    def check(self, input_ids: Tensor) -> None:
-        """TokenIdError for an id outside the model's and the tokenizer's special ids."""
-        trained = cast(nn.Embedding, self.original_component).weight.shape[0]
-        limit = trained + self.n_special
-        try:
-            check_ids(input_ids, limit, "tokens")
-        except TokenIdError as e:
-            special = f"; ids {trained}..{limit - 1} are the tokenizer's special tokens" if limit > trained else ""
-            raise TokenIdError(f"{e} (the model was trained on ids 0..{trained - 1}{special})") from None
-
     def forward(self, input_ids: Tensor, *args: Any, **kwargs: Any) -> Tensor:
         weight = cast(nn.Embedding, self.original_component).weight  # ResidualGPT's embed
-        self.check(input_ids)
+        check_embedded_ids(input_ids, weight.shape[0], weight.shape[0] + self.n_special)
         special = input_ids >= weight.shape[0]
         if not special.any():
             return super().forward(input_ids, *args, **kwargs)
-        made = getattr(input_ids, "from_to_tokens", False)
-        if not made and special_before_text(input_ids, weight.shape[0]):
-            warn_at_user(special_warning(weight.shape[0]), UntrainedTokenWarning)
         input_ids = self.hook_in(input_ids)
         out = F.embedding(input_ids.masked_fill(special, 0), weight).masked_fill(special[..., None], 0.0)
         return self.hook_out(out)
@@ -136,15 +124,8 @@ class _MLPBridge(_Component):
 
     def _tl(self, name: str) -> Tensor:
         module = cast(nn.Module, self.original_component)
-        take = _weights_of(module)
-        w_in, w_out = take("in_proj.weight"), take("out_proj.weight")
-        values = {
-            "W_in": (w_in.T, 1.0),
-            "b_in": (take("in_proj.bias", w_in[:, 0]), 1.0),
-            "W_out": (w_out.T, self.gain),
-            "b_out": (take("out_proj.bias", w_out[:, 0]), self.gain),
-        }
-        value, gain = values[name]
+        value = tl_mlp_weights(_weights_of(module))[name]
+        gain = self.gain if name in ("W_out", "b_out") else 1.0
         return exposed_weight(module, f"blocks[{self.layer}].mlp.{name}", value, gain)
 
     W_in = property(lambda self: self._tl("W_in"))
@@ -171,11 +152,6 @@ def _gained_forward(component: GeneralizedComponent, gain: float, args: tuple, k
 
 
 ROUTING_APPLIED_BY = "this model's attention"  # in HiddenRoutingWarning's text, the bridge's and each block's
-
-
-def warn_hidden_routing(what: str, cfg: ModelConfig) -> None:
-    """HiddenRoutingWarning at the user's line: `what` (W_Q, W_K, QK) leaves out the routing the scores apply."""
-    warn_at_user(hidden_routing_message(what, cfg, ROUTING_APPLIED_BY), HiddenRoutingWarning)
 
 
 class _HeadResults(nn.Module):
@@ -252,8 +228,8 @@ class _MixerBridge(GeneralizedComponent):
 
     def _warn_routing(self, what: str) -> None:
         mixer: Any = self.original_component
-        if hidden_routing(mixer.cfg, lambda: mixer.tl_weights(_weights_of(mixer))["W_Q"]):
-            warn_hidden_routing(f"blocks[{self.layer}].attn.{what}", mixer.cfg)
+        where = f"blocks[{self.layer}].attn.{what}"
+        warn_hidden_routing(where, mixer.cfg, ROUTING_APPLIED_BY, lambda: mixer.tl_weights(_weights_of(mixer))["W_Q"])
 
     W_Q = property(lambda self: self._tl("W_Q"))
     W_K = property(lambda self: self._tl("W_K"))
@@ -366,12 +342,7 @@ class _Host(nn.Module):
     ) -> Tensor:
         if input_ids is None:
             return self._from_layer(inputs_embeds)
-        n, n_ctx = input_ids.shape[-1], self.gpt.cfg.n_ctx
-        if n > n_ctx:
-            raise ConfigError(
-                f"sequence length {n} exceeds n_ctx {n_ctx}; with generate, ask for at most n_ctx minus the prompt "
-                "length new tokens (ResidualGPT.generate crops to the last n_ctx tokens instead)"
-            )
+        refuse_past_n_ctx(input_ids.shape[-1], self.gpt.cfg.n_ctx)
         if attention_mask is not None and bool((attention_mask.diff(dim=-1) > 0).any()):
             raise ConfigError(
                 "a padded batch must be padded on the right (ResidualGPT has no position offsets): "

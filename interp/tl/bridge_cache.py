@@ -6,12 +6,11 @@ from __future__ import annotations
 from typing import Any, cast
 
 from torch import Tensor
-from transformer_lens import ActivationCache
 
 from interp.config.model_config import ModelConfig
 from interp.config.registry import mixer_spec
 from interp.errors import ToolkitError
-from interp.model.api import missing_cache_key
+from interp.model.activation_cache import NamedCache
 from interp.tl.bridge_adapter import _ATTN_NAMES, _attn_sites
 
 
@@ -47,7 +46,7 @@ def _full_name(key: Any, n_layers: int) -> str | None:
         return None
 
 
-class BridgeActivationCache(ActivationCache):
+class BridgeActivationCache(NamedCache):
     """The ActivationCache of a ResidualBridge.
 
     With a residual path removed the stream is not the sum of the embeddings and
@@ -67,11 +66,4 @@ class BridgeActivationCache(ActivationCache):
         cfg = cast(Any, self.model).residual_gpt.cfg  # a ResidualBridge
         if name is not None and name not in self.cache_dict and _lacks(cfg, name):
             raise _lacks_error(cfg, name)
-        try:
-            return super().__getitem__(key)
-        except KeyError as e:  # a typo or a layer the model lacks: the closest names it holds (as the 3.x export)
-            raise missing_cache_key(e, self) from None
-
-    def apply_slice_to_batch_dim(self, batch_slice: Any) -> ActivationCache:
-        sliced = super().apply_slice_to_batch_dim(batch_slice)
-        return BridgeActivationCache(sliced.cache_dict, self.model, has_batch_dim=sliced.has_batch_dim)
+        return super().__getitem__(key)  # a typo or a layer the model lacks: the closest names (as the 3.x export)

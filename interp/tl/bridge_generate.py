@@ -10,17 +10,17 @@ temperature     checked as ResidualGPT.generate's; rows that end in padding warn
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any, cast
 
 import torch
-from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from interp.errors import ConfigError
 from interp.model.gpt import ResidualGPT
 from interp.model.next_token import tl_temperature
-from interp.tl.tokens import warn_generate_after_padding
+from interp.tl.tokens import decoded, generate_cropped, warn_generate_after_padding
 
 
 class BridgeGenerate(TransformerBridge):
@@ -76,17 +76,15 @@ class BridgeGenerate(TransformerBridge):
             tokens = self.to_tokens(input, truncate=False, **kw)
         if return_type == "tokens" or (return_type == "input" and isinstance(input, torch.Tensor)):
             return tokens
-        texts = [self.tokenizer.decode(row, skip_special_tokens=True) for row in tokens]
-        return texts[0] if isinstance(input, str) or len(texts) == 1 else texts
+        return decoded(self.tokenizer, tokens)  # a str is one row: its text
 
     def _checked_temperature(self, input: Any, args: tuple, kwargs: dict) -> tuple[Any, tuple, dict]:
         try:
             bound = inspect.signature(super().generate).bind(input, *args, **kwargs)
         except TypeError:  # TL's own call error says it
             return input, args, kwargs
-        if "temperature" not in bound.arguments:
+        if not tl_temperature(bound):
             return input, args, kwargs
-        bound.arguments["temperature"] = tl_temperature(bound.arguments["temperature"])
         return bound.args[0], bound.args[1:], bound.kwargs
 
     def _generate_cropping(self, input: Any, max_new_tokens: int = 10, *args: Any, **kwargs: Any) -> Any:
@@ -113,12 +111,7 @@ class BridgeGenerate(TransformerBridge):
             return super().generate(input, max_new_tokens, *args, **kwargs)
         step_kwargs = {k: v for k, v in kwargs.items() if k not in ("return_type", "prepend_bos")}
         step_kwargs["verbose"] = False
-        out = tokens
-        first = max(0, n_ctx - out.shape[-1])
-        if first:
-            out = cast(Tensor, super().generate(out, first, return_type="tokens", **step_kwargs))
-        while out.shape[-1] < tokens.shape[-1] + max_new_tokens:
-            step = cast(Tensor, super().generate(out[:, -n_ctx:], 1, return_type="tokens", **step_kwargs))
-            out = torch.cat([out, step[:, -1:]], dim=1)
+        step = functools.partial(super().generate, return_type="tokens", **step_kwargs)  # (tokens, n): tokens
+        out = generate_cropped(step, tokens, max_new_tokens, n_ctx)
         as_text = return_type == "str" or (return_type == "input" and isinstance(input, str))
-        return self.tokenizer.decode(out[0], skip_special_tokens=True) if as_text else out
+        return decoded(self.tokenizer, out) if as_text else out  # one row: its text

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 from torch import Tensor
-from transformer_lens import ActivationCache
 
 from interp.model.api import CheckedHook, batch_of_one_error, check_hook_name, check_hook_pairs
 from interp.tl.bridge_cache import BridgeActivationCache, _lacks, _lacks_error
@@ -73,6 +72,4 @@ class BridgeHooks(BridgeGenerate):
         if kwargs.get("names_filter") is not None:
             self._check_name(kwargs["names_filter"], "names_filter")
         out, cache = super().run_with_cache(*args, **kwargs)
-        if isinstance(cache, ActivationCache):
-            cache = BridgeActivationCache(cache.cache_dict, self, has_batch_dim=cache.has_batch_dim)
-        return out, cache
+        return out, BridgeActivationCache.of(cache, self)

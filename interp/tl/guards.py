@@ -30,14 +30,14 @@ import torch
 from torch import Tensor
 
 from interp.config.model_config import ModelConfig
-from interp.errors import HiddenRoutingWarning, LogitAttrsWarning, ToolkitError, warn_each_call
+from interp.errors import LogitAttrsWarning, ToolkitError, warn_each_call
 from interp.files.checkpoint import Checkpoint, load_checkpoint
 from interp.model.api import check_config_unedited, check_ids
 from interp.model.gpt import ResidualGPT
 from interp.tl import stream_reads
 from interp.tl.major import refuse_past_context
-from interp.tl.routing_words import hidden_routing, hidden_routing_message, routing_quiet
-from interp.tl.tokens import loss_targets, warn_at_user, warn_bos
+from interp.tl.routing_words import routing_quiet, warn_hidden_routing
+from interp.tl.tokens import loss_targets, warn_bos
 
 
 class ExportGuards:
@@ -134,11 +134,10 @@ class ExportGuards:
     # ------------------------------------------------------------------ the routing W_Q @ W_K does not show
 
     def _warn_hidden_routing(self, what: str) -> None:
-        cfg = self.model_config
         blocks = cast(Any, self).blocks
         # A routing that replaces the scores where W_Q is zero (uniform) is what W_Q @ W_K = 0 shows.
-        if any(hidden_routing(cfg, functools.partial(getattr, block.attn, "W_Q")) for block in blocks):
-            warn_at_user(hidden_routing_message(what, cfg, self.routing_applied_by), HiddenRoutingWarning)
+        w_qs = (functools.partial(getattr, block.attn, "W_Q") for block in blocks)
+        warn_hidden_routing(what, self.model_config, self.routing_applied_by, *w_qs)
 
     @property
     def W_Q(self) -> Tensor:

@@ -57,6 +57,16 @@ def refuse_past_context(n: int, n_ctx: int, tokenizer: object) -> None:
         )
 
 
+def refuse_past_n_ctx(n: int, n_ctx: int) -> None:
+    """A forward pass of n positions on either major's export: past n_ctx one ConfigError (TL would index past
+    W_pos), naming generate's budget."""
+    if n > n_ctx:
+        raise ConfigError(
+            f"sequence length {n} exceeds n_ctx {n_ctx}; with generate, ask for at most n_ctx minus the prompt "
+            "length new tokens (ResidualGPT.generate crops to the last n_ctx tokens instead)"
+        )
+
+
 def require_tl3() -> None:
     """Raise NeedsTransformerLens3 unless TransformerLens 3.x (which has HookedTransformer) is installed."""
     if TL_MAJOR >= 4:
@@ -68,4 +78,4 @@ def require_tl3() -> None:
         )
 
 
-__all__ = ["TL_MAJOR", "TL_VERSION", "NeedsTransformerLens3", "refuse_past_context", "require_tl3"]
+__all__ = ["TL_MAJOR", "TL_VERSION", "NeedsTransformerLens3", "refuse_past_context", "refuse_past_n_ctx", "require_tl3"]

@@ -1,6 +1,6 @@
-"""HiddenRoutingWarning's shared parts for both majors' exports: W_Q @ W_K does not show a routing (self_bias,
-a mixer's score routing) that the attention scores apply (hidden_routing); reads inside routing_quiet() say
-nothing (the forward pass, and a model-level read that warned once already)."""
+"""HiddenRoutingWarning for both majors' exports, written once (warn_hidden_routing): W_Q @ W_K does not show a
+routing (self_bias, a mixer's score routing) that the attention scores apply (hidden_routing); reads inside
+routing_quiet() say nothing (the forward pass, and a model-level read that warned once already)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from torch import Tensor
 
 from interp.config.model_config import ModelConfig
 from interp.config.registry import mixer_spec
-from interp.errors import ScopedFlag
+from interp.errors import HiddenRoutingWarning, ScopedFlag
+from interp.tl.tokens import warn_at_user
 
 _ROUTING_QUIET = ScopedFlag("routing_quiet")
 
@@ -41,3 +42,10 @@ def hidden_routing(cfg: ModelConfig, w_q: Callable[[], Tensor]) -> bool:
         return False
     with routing_quiet():
         return bool(w_q().detach().ne(0).any())
+
+
+def warn_hidden_routing(what: str, cfg: ModelConfig, applied_by: str, *w_qs: Callable[[], Tensor]) -> None:
+    """HiddenRoutingWarning at the user's line where any of w_qs (one block's W_Q each) hides cfg's routing
+    (hidden_routing): `what` (W_Q, W_K, QK) leaves out the routing `applied_by` (what applies it) applies."""
+    if any(hidden_routing(cfg, w_q) for w_q in w_qs):
+        warn_at_user(hidden_routing_message(what, cfg, applied_by), HiddenRoutingWarning)

@@ -3,19 +3,23 @@
 The char tokenizer's <|endoftext|> (BOS, EOS and PAD alike) has the id after the model's trained ones
 (d_vocab_out = 65 on TinyShakespeare): it embeds as zeros and has no logit. So
 
+    ids         at either export's embedding: an id outside the trained and the special ones is one TokenIdError
+                (check_embedded_ids)
     BOS         put before the text (prepend_bos=True, or by hand) shifts every later position's logits:
                 UntrainedTokenWarning (warn_bos, special_before_text)
     padding     after the text is harmless under the causal mask, but TransformerLens's loss gathers a
                 log-prob at every target before it masks padding, and the pad id has no logit: loss_targets
                 masks trailing padding as lm_cross_entropy_loss's attention_mask does and gives the mean over
                 real targets (a special id left as a real target is one TokenIdError)
-    generate    on rows ending in padding appends after it: UntrainedTokenWarning (warn_generate_after_padding)
+    generate    on rows ending in padding appends after it: UntrainedTokenWarning (warn_generate_after_padding);
+                past n_ctx both majors crop as nanoGPT does (generate_cropped), and decode as TL does (decoded)
     meta        tokens on the meta device hold no data: one ShapeError (refuse_meta) before TL's copy fails
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -31,6 +35,7 @@ from interp.errors import (
     warn,
     warn_each_call,
 )
+from interp.model.api import check_ids
 
 
 def special_before_text(tokens: Tensor, trained: int) -> bool:
@@ -73,6 +78,20 @@ def special_warning(trained: int) -> str:
         f"are zero and were never trained (the model was trained on ids 0..{trained - 1}); every later position's "
         "logits shift (padding after the text, as to_tokens pads, does not)"
     )
+
+
+def check_embedded_ids(tokens: Tensor, trained: int, limit: int) -> None:
+    """Either export's embedding: TokenIdError for an id outside 0..limit-1 (the model's trained ids, then the
+    tokenizer's special ids); a special id before the text warns UntrainedTokenWarning, unless to_tokens made the
+    tokens (its BOS, which to_tokens warns for, or its padding)."""
+    try:
+        check_ids(tokens, limit, "tokens")
+    except TokenIdError as e:
+        special = f"; ids {trained}..{limit - 1} are the tokenizer's special tokens" if limit > trained else ""
+        raise TokenIdError(f"{e} (the model was trained on ids 0..{trained - 1}{special})") from None
+    made = getattr(tokens, "from_to_tokens", False)
+    if limit > trained and not made and special_before_text(tokens, trained):
+        warn_at_user(special_warning(trained), UntrainedTokenWarning)
 
 
 def loss_targets(
@@ -141,6 +160,36 @@ def warn_generate_after_padding(tokens: Any, trained: int) -> None:
             "of strings, or generate each row alone without its padding",
             UntrainedTokenWarning,
         )
+
+
+def generate_cropped(
+    step: Callable[[Tensor, int], Any], tokens: Tensor, n_new: int, n_ctx: int, stops: list[int] | None = None
+) -> Tensor:
+    """tokens [batch, pos] and n_new more, each from the last n_ctx tokens (nanoGPT's crop, as ResidualGPT.generate);
+    step(tokens, n) is TL's generate of n tokens, returning tokens. A row that made one of `stops` goes on with
+    stops[0] (padding, as TL's stop_at_eos) until every row has one."""
+    n_prompt = tokens.shape[1]
+    out = tokens
+    finished = torch.zeros(out.shape[0], dtype=torch.bool, device=out.device)
+    first = max(0, min(n_new, n_ctx - n_prompt))
+    if first:  # up to n_ctx: TL's generate (its kv cache) as it is
+        out = step(out, first)
+        if stops:
+            finished |= torch.isin(out[:, n_prompt:], torch.tensor(stops, device=out.device)).any(-1)
+    while out.shape[1] - n_prompt < n_new and not (stops and bool(finished.all())):
+        new = step(out[:, -n_ctx:], 1)[:, -1:].clone()
+        if stops:
+            new[finished] = stops[0]
+            finished |= torch.isin(new[:, 0], torch.tensor(stops, device=out.device))
+        out = torch.cat([out, new], dim=1)
+    return out
+
+
+def decoded(tokenizer: Any, tokens: Tensor) -> str | list[str]:
+    """generate's text, as TL's: each row decoded without its special tokens; one row's text alone. No tokenizer
+    (return_type="str" asked of tokens) is an AttributeError, as TL's."""
+    texts = [tokenizer.decode(row, skip_special_tokens=True) for row in tokens]
+    return texts[0] if len(texts) == 1 else texts
 
 
 def leading_special(tokens: Any, trained: int) -> Tensor | None:

@@ -15,7 +15,6 @@ from typing import Any
 from interp.files.checks import Bad, walk_limits, want_dict, want_int, want_number, want_object, want_str, want_str_keys
 
 FINAL_KEYS = ("final_val_loss", "best_val_loss", "best_step", "steps", "wall_time_s", "tokens_per_s")
-DATA_KEYS = ("corpus", "encoding", "train_tokens", "val_tokens", "sha256")
 
 
 def check_run_config(config: Any) -> dict[str, Any]:
@@ -103,7 +102,6 @@ def damaged_files(paths: list[Path]) -> list[tuple[Path, str]]:
 
 
 __all__ = [
-    "DATA_KEYS",
     "FINAL_KEYS",
     "check_run_config",
     "check_data",

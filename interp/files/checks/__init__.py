@@ -136,12 +136,6 @@ def want_object(d: Any) -> dict:
     return d
 
 
-def want_keys(d: dict, field: str, keys: tuple[str, ...] | list[str]) -> None:
-    missing = [k for k in keys if k not in d]
-    if missing:
-        raise Bad(field, f"has no {', '.join(map(repr, missing))}")
-
-
 def want_str_keys(d: dict, field: str) -> None:
     bad = [k for k in d if not isinstance(k, str)]
     if bad:
@@ -157,10 +151,10 @@ def want_int(x: Any, field: str, lo: int | None = None, hi: int | None = None) -
     return x
 
 
-def want_number(x: Any, field: str, finite: bool = True) -> float:
+def want_number(x: Any, field: str) -> float:
     if not is_number(x):
         raise Bad(field, f"is not a number ({x!r:.60})")
-    if finite and not math.isfinite(x):
+    if not math.isfinite(x):
         raise Bad(field, f"is {x}, not a finite number")
     return x
 
@@ -185,7 +179,6 @@ __all__ = [
     "walk_limits",
     "want_dict",
     "want_int",
-    "want_keys",
     "want_number",
     "want_object",
     "want_str",

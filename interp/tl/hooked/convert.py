@@ -25,6 +25,7 @@ from interp.files.tokenizers import tokenizer_for
 from interp.model.api import check_materialised
 from interp.model.gpt import Block, ResidualGPT
 from interp.model.mixers import TL_SLOTS
+from interp.model.sublayers import tl_mlp_weights
 from interp.tl.guards import resolve_source
 from interp.tl.hooked.caches import new_hooked_transformer, warn_non_additive
 from interp.tl.hooked.exactness import check_same_logits, probe_logits
@@ -86,12 +87,9 @@ def tl_state_dict(model: ResidualGPT) -> dict[str, Tensor]:
         attn["W_O"], attn["b_O"] = attn["W_O"] * gain, attn["b_O"] * gain
         sd.update({f"{b}attn.{name}": w for name, w in attn.items()})
 
-        w_in = take(f"{b}mlp.in_proj.weight")
-        sd[f"{b}mlp.W_in"] = w_in.T
-        sd[f"{b}mlp.b_in"] = take(f"{b}mlp.in_proj.bias", w_in[:, 0])
-        w_out = take(f"{b}mlp.out_proj.weight")
-        sd[f"{b}mlp.W_out"] = w_out.T * gain
-        sd[f"{b}mlp.b_out"] = take(f"{b}mlp.out_proj.bias", w_out[:, 0]) * gain
+        mlp = tl_mlp_weights(lambda name, like=None, b=b: take(f"{b}mlp.{name}", like))
+        mlp["W_out"], mlp["b_out"] = mlp["W_out"] * gain, mlp["b_out"] * gain
+        sd.update({f"{b}mlp.{name}": w for name, w in mlp.items()})
 
     w = take("ln_final.w")
     sd["ln_final.w"], sd["ln_final.b"] = w, take("ln_final.b", w)

@@ -35,7 +35,6 @@ def probe_logits(model: ResidualGPT) -> tuple[Tensor, Tensor]:
 def check_same_logits(
     model: ResidualGPT,
     hooked: HookedTransformer,
-    rel_tol: float | None = None,
     processed: str = "",
     reference: tuple[Tensor, Tensor] | None = None,
 ) -> None:
@@ -48,8 +47,7 @@ def check_same_logits(
     """
     cfg = model.cfg
     weight = model.embed.weight
-    if rel_tol is None:
-        rel_tol = 1e-4 if weight.dtype in (torch.float32, torch.float64) else 3e-2
+    rel_tol = 1e-4 if weight.dtype in (torch.float32, torch.float64) else 3e-2
     tokens, ours = reference if reference is not None else probe_logits(model)
     theirs = _eval_logits(hooked, tokens)
     if processed:

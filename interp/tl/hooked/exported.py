@@ -45,16 +45,18 @@ from contextlib import contextmanager
 from typing import Any, cast
 
 import torch
-from transformer_lens import ActivationCache, HookedTransformer
+from transformer_lens import HookedTransformer
 
 from interp.config.model_config import ModelConfig
 from interp.config.registry import mixer_spec
 from interp.errors import ValueBiasWarning, WeightsOnlyWarning, frame_module, warn_each_call
-from interp.model.api import BoundaryHooks, missing_cache_key
+from interp.model.activation_cache import NamedCache
+from interp.model.api import BoundaryHooks
 from interp.tl import stream_reads
 from interp.tl.guards import ExportGuards
 from interp.tl.hooked.fold import fold_layer_norms
 from interp.tl.hooked.generation import ExportGenerate, refuse_empty
+from interp.tl.hooked.rewire import ROUTING_APPLIED_BY
 from interp.tl.hooked.sae_methods import SAEMethods
 from interp.tl.tokens import refuse_meta, special_before_text, warn_unmasked_left_padding
 
@@ -84,22 +86,12 @@ def logit_attrs_gap(model: Any) -> str | None:
     return "; ".join(missing) or None
 
 
-class ExportCache(ActivationCache):
+class ExportCache(NamedCache):
     """An export's ActivationCache: a missing name is named with the closest ones, and slicing keeps the class.
 
     What its methods would answer wrongly (logit_attrs without fold_ln, a LayerNorm's scale without its weight,
     a sum on a removed residual) the export checks at every call, for a cache built by hand too
     (ExportedHookedTransformer._check_stream_read, interp.tl.stream_reads)."""
-
-    def __getitem__(self, key: Any) -> Any:
-        try:
-            return super().__getitem__(key)
-        except KeyError as e:  # a typo or a layer the model lacks: the closest names it holds
-            raise missing_cache_key(e, self) from None
-
-    def apply_slice_to_batch_dim(self, batch_slice: Any) -> ActivationCache:
-        sliced = super().apply_slice_to_batch_dim(batch_slice)
-        return type(self)(sliced.cache_dict, sliced.model, has_batch_dim=sliced.has_batch_dim)
 
 
 def _computes(cfg: ModelConfig) -> dict[str, Any]:
@@ -224,7 +216,7 @@ class ExportedHookedTransformer(SAEMethods, ExportGuards, BoundaryHooks, ExportG
     remove_batch_dim and hook returns are checked as on ResidualGPT (interp.model.api.BoundaryHooks); token ids
     at the embedding (rewire.VocabCheckedEmbed)."""
 
-    cache_class: type[ActivationCache] = ExportCache
+    cache_class: type[ExportCache] = ExportCache
 
     @property
     def model_config(self) -> ModelConfig:
@@ -239,9 +231,7 @@ class ExportedHookedTransformer(SAEMethods, ExportGuards, BoundaryHooks, ExportG
 
     def run_with_cache(self, *model_args: Any, **kwargs: Any) -> Any:
         out, cache = super().run_with_cache(*model_args, **kwargs)
-        if isinstance(cache, ActivationCache):
-            cache = self.cache_class(cache.cache_dict, self, has_batch_dim=cache.has_batch_dim)
-        return out, cache
+        return out, self.cache_class.of(cache, self)
 
     def state_dict(self, *args: Any, **kwargs: Any) -> Any:
         out = super().state_dict(*args, **kwargs)
@@ -284,7 +274,7 @@ class ExportedHookedTransformer(SAEMethods, ExportGuards, BoundaryHooks, ExportG
     # ------------------------------------------------------------------ this major's part of interp.tl.guards
 
     unfolded_fix = _FOLD_FIX
-    routing_applied_by = "this export's hook_attn_scores"
+    routing_applied_by = ROUTING_APPLIED_BY
 
     @property
     def n_trained(self) -> int:

@@ -10,15 +10,23 @@ padding         left padding without padding_side='left', and rows that end in p
 
 from __future__ import annotations
 
+import functools
 import inspect
-from typing import Any, cast
+from typing import Any
 
 import torch
 from transformer_lens import HookedTransformer
 
 from interp.errors import ConfigError, ShapeError
+from interp.model.api import check_max_new_tokens
 from interp.model.next_token import tl_temperature
-from interp.tl.tokens import warn_bos, warn_generate_after_padding, warn_unmasked_left_padding
+from interp.tl.tokens import (
+    decoded,
+    generate_cropped,
+    warn_bos,
+    warn_generate_after_padding,
+    warn_unmasked_left_padding,
+)
 
 _GENERATE = inspect.signature(HookedTransformer.generate)
 
@@ -42,8 +50,7 @@ class ExportGenerate(HookedTransformer):
         ResidualGPT.generate; freq_penalty then counts those tokens only.
         """
         bound = _GENERATE.bind(self, *args, **kwargs)
-        if "temperature" in bound.arguments:  # NaN, inf, < 0 refused; a tiny one greedy, not TL's NaN traceback
-            bound.arguments["temperature"] = tl_temperature(bound.arguments["temperature"])
+        if tl_temperature(bound):  # NaN, inf, < 0 refused; a tiny one greedy, not TL's NaN traceback
             args, kwargs = bound.args[1:], bound.kwargs
         bound.apply_defaults()
         a = dict(bound.arguments)
@@ -51,8 +58,7 @@ class ExportGenerate(HookedTransformer):
         if getattr(text, "from_to_tokens", None) == "left":  # TL's generate hands forward a copy: checked here
             warn_unmasked_left_padding(a, self.tokenizer, self.cfg.d_vocab_out)
         warn_generate_after_padding(text, self.cfg.d_vocab_out)
-        if isinstance(n_new, bool) or not isinstance(n_new, int) or n_new < 0:
-            raise ConfigError(f"max_new_tokens must be a non-negative integer, got {n_new!r}")
+        check_max_new_tokens(n_new)
         empty = isinstance(text, torch.Tensor) and text.ndim == 2 and text.shape[-1] == 0
         if isinstance(text, str) and not text:  # "" is TL's default input; with a BOS it is one token
             empty = HookedTransformer.to_tokens(self, text, prepend_bos=a["prepend_bos"]).shape[-1] == 0
@@ -107,9 +113,7 @@ class ExportGenerate(HookedTransformer):
         if return_type == "embeds":
             return self.embed(tokens)
         if return_type == "str":
-            # No tokenizer only when return_type="str" is asked of tokens: an AttributeError, as TL's
-            texts = [self.tokenizer.decode(row, skip_special_tokens=True) for row in tokens]  # type: ignore[union-attr]
-            return texts[0] if len(texts) == 1 else texts
+            return decoded(self.tokenizer, tokens)  # no tokenizer: an AttributeError, as TL's
         return tokens
 
     def _generate_each(self, prompts: list[str], options: dict[str, Any]) -> Any:
@@ -146,33 +150,11 @@ class ExportGenerate(HookedTransformer):
             )
         }
         stops: list[int] = []
-        pad = 0
         if a["stop_at_eos"]:
             eos = a["eos_token_id"] if a["eos_token_id"] is not None else getattr(self.tokenizer, "eos_token_id", None)
             if eos is None:
                 raise ConfigError("stop_at_eos needs an eos_token_id (the export has no tokenizer)")
             stops = [eos] if isinstance(eos, int) else list(eos)
-            pad = stops[0]
-        out = tokens.to(self.cfg.device)
-        n_prompt = out.shape[1]
-        finished = torch.zeros(out.shape[0], dtype=torch.bool, device=out.device)
-        first = max(0, min(n_new, self.cfg.n_ctx - n_prompt))
-        if first:  # up to n_ctx: TL's generate (its kv cache) as it is
-            out = cast(torch.Tensor, super().generate(out, first, return_type="tokens", verbose=False, **options))
-            if stops:
-                finished |= torch.isin(out[:, n_prompt:], torch.tensor(stops, device=out.device)).any(-1)
-        while out.shape[1] - n_prompt < n_new and not (stops and bool(finished.all())):
-            step = cast(
-                torch.Tensor,
-                super().generate(out[:, -self.cfg.n_ctx :], 1, return_type="tokens", verbose=False, **options),
-            )
-            step = step[:, -1:].clone()
-            if stops:
-                step[finished] = pad
-                finished |= torch.isin(step[:, 0], torch.tensor(stops, device=out.device))
-            out = torch.cat([out, step], dim=1)
-        if return_type == "str":
-            # No tokenizer only when return_type="str" is asked of tokens: an AttributeError, as before
-            texts = [self.tokenizer.decode(row, skip_special_tokens=True) for row in out]  # type: ignore[union-attr]
-            return texts[0] if len(texts) == 1 else texts
-        return out
+        step = functools.partial(super().generate, return_type="tokens", verbose=False, **options)  # (tokens, n)
+        out = generate_cropped(step, tokens.to(self.cfg.device), n_new, self.cfg.n_ctx, stops)
+        return decoded(self.tokenizer, out) if return_type == "str" else out  # no tokenizer: as above

@@ -38,10 +38,9 @@ from transformer_lens.hook_points import HookPoint
 
 from interp.config.model_config import ModelConfig
 from interp.config.registry import mixer_spec
-from interp.errors import ConfigError, HiddenRoutingWarning, TokenIdError, UntrainedTokenWarning, warn
-from interp.model.api import check_ids
-from interp.tl.routing_words import hidden_routing_message, routing_is_quiet, routing_quiet
-from interp.tl.tokens import special_before_text, special_warning, warn_at_user
+from interp.tl.major import refuse_past_n_ctx
+from interp.tl.routing_words import routing_quiet, warn_hidden_routing
+from interp.tl.tokens import check_embedded_ids
 
 
 class _Slot:
@@ -124,10 +123,7 @@ class RoutedScoresHookPoint(HookPoint):
         return self.mixer.tl_scores(self.model_cfg, scores)
 
 
-def hidden_routing_warning(what: str, cfg: ModelConfig, stacklevel: int) -> None:
-    """Warn that `what` (W_Q, W_K, QK) leaves out the routing cfg's hook_attn_scores applies."""
-    message = hidden_routing_message(what, cfg, "this export's hook_attn_scores")
-    warn(message, HiddenRoutingWarning, stacklevel=stacklevel + 1)
+ROUTING_APPLIED_BY = "this export's hook_attn_scores"  # in HiddenRoutingWarning's text, the export's and each block's
 
 
 class RoutedAttention(Attention):
@@ -144,12 +140,10 @@ class RoutedAttention(Attention):
     def _warn_hidden(self, what: str) -> None:
         w_q = self._parameters.get("W_Q")
         routing = self._modules.get("hook_attn_scores")
-        if routing_is_quiet() or not isinstance(routing, RoutedScoresHookPoint) or w_q is None:
-            return
-        if bool(w_q.detach().ne(0).any()):
+        if isinstance(routing, RoutedScoresHookPoint) and w_q is not None:
             layer = getattr(self, "layer_id", None)
             where = f"blocks[{layer}].attn.{what}" if layer is not None else f"attn.{what}"
-            hidden_routing_warning(where, routing.model_cfg, stacklevel=3)
+            warn_hidden_routing(where, routing.model_cfg, ROUTING_APPLIED_BY, lambda: w_q)
 
     def __getattr__(self, name: str) -> Any:
         if name in ("W_Q", "W_K"):
@@ -221,11 +215,7 @@ class ContextCheckedPosEmbed(PosEmbed):
             n = tokens.size(-1) + past_kv_pos_offset
         else:  # padded: positions count the attended tokens only
             n = int(attention_mask.sum(-1).max())
-        if n > self.cfg.n_ctx:
-            raise ConfigError(
-                f"sequence length {n} exceeds n_ctx {self.cfg.n_ctx}; with generate, ask for at most n_ctx minus "
-                "the prompt length new tokens (ResidualGPT.generate crops to the last n_ctx tokens instead)"
-            )
+        refuse_past_n_ctx(n, self.cfg.n_ctx)
         return super().forward(tokens, past_kv_pos_offset, attention_mask)
 
 
@@ -243,15 +233,7 @@ class VocabCheckedEmbed(Embed):
 
     def forward(self, tokens: Any) -> Any:
         rows, trained = self.W_E.shape[0], self.cfg.d_vocab_out
-        limit = max(rows, trained + self.n_special)
-        try:
-            check_ids(tokens, limit, "tokens")
-        except TokenIdError as e:
-            special = f"; ids {trained}..{limit - 1} are the tokenizer's special tokens" if limit > trained else ""
-            raise TokenIdError(f"{e} (the model was trained on ids 0..{trained - 1}{special})") from None
-        made = getattr(tokens, "from_to_tokens", False)
-        if limit > trained and not made and special_before_text(tokens, trained):
-            warn_at_user(special_warning(trained), UntrainedTokenWarning)
+        check_embedded_ids(tokens, trained, max(rows, trained + self.n_special))
         beyond = tokens >= rows
         if not bool(beyond.any()):
             return super().forward(tokens)
