@@ -7,18 +7,16 @@ import pytest
 from conftest import REPO, has_shared_data
 
 from experiments.runner.text import levels_line
-from training.batches import fixed_batches
 from training.data import load_corpus
 from training.presets import resolve
-from training.reference_levels import reference_levels, reference_levels_split
+from training.reference_levels import reference_levels_split, validation_levels
 
 
 def preset_levels(preset: str) -> tuple[dict, object]:
-    """The levels a command prints for `preset` (experiments.runner.frame.validation_levels), and its corpus."""
+    """The levels a command prints for `preset` (training.reference_levels.validation_levels), and its corpus."""
     spec = resolve(preset, {})
     corpus = load_corpus(spec.train.corpus, spec.train.data_path)
-    batches = fixed_batches(corpus.val, spec.model.n_ctx, spec.train.batch_size, spec.train.eval_batches)
-    return reference_levels(corpus.train, batches, corpus.vocab_size), corpus
+    return validation_levels(spec.model.n_ctx, spec.train, corpus), corpus
 
 
 def test_the_printed_levels_say_which_tokens_they_are_of(data):

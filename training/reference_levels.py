@@ -14,7 +14,7 @@ from torch import Tensor
 
 from interp.errors import DataError
 from interp.reading.levels import add_one_levels
-from training.batches import _check_positive
+from training.batches import _check_positive, fixed_batches
 
 
 def _as_ids(values: Any) -> np.ndarray:
@@ -69,3 +69,10 @@ def reference_levels_split(train: np.ndarray, val: np.ndarray, vocab_size: int) 
     """The same levels over a whole split: every val token after the first, given the one before it."""
     val = _as_ids(val)
     return _reference_levels(train, val[:-1], val[1:], vocab_size)
+
+
+def validation_levels(n_ctx: int, train_cfg: Any, corpus: Any) -> dict:
+    """The levels every command prints: reference_levels on the run's fixed validation batches
+    (training.batches.fixed_batches with the config's batch size and evaluation batches)."""
+    batches = fixed_batches(corpus.val, n_ctx, train_cfg.batch_size, train_cfg.eval_batches)
+    return reference_levels(corpus.train, batches, corpus.vocab_size)

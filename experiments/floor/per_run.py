@@ -12,7 +12,7 @@ from experiments.escape_time.mechanism import series as escape_series
 from experiments.escape_time.survival import escape_step, survival_cell
 from experiments.floor.arms import Arm
 from experiments.floor.plateau import cell_plateau, plateau
-from experiments.runner.frame import Context, levels_of, run_summary
+from experiments.runner.frame import Context, run_summary
 from interp.errors import ToolkitError
 
 MEASURES = {
@@ -64,7 +64,10 @@ def summarise_floor_run(record: dict[str, Any], ctx: Context, arms: dict[str, Ar
         raise ToolkitError(f"{record['run_dir']}/metrics.jsonl holds no validation evaluation; move that run aside")
     arm = arms[record["variant"]]
     steps = curve["steps"]  # evaluated from step 0: a run's own interval is its first (an arm may set its own)
-    unigram, every = levels_of(ctx)["unigram"], steps[1] - steps[0] if len(steps) > 1 else ctx.spec.train.eval_interval
+    unigram, every = (
+        ctx.reference_levels()["unigram"],
+        steps[1] - steps[0] if len(steps) > 1 else ctx.spec.train.eval_interval,
+    )
     summary = run_summary(record)
     margins = floor_margins(ctx.args.margin)
     return {

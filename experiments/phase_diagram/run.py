@@ -259,7 +259,6 @@ def confirm_cells(grid: PhaseGrid, first: dict[Cell, dict], confirmed: dict[Cell
 def finished_places(ctx: Context, grid: PhaseGrid) -> tuple[dict, dict] | None:
     """(first-pass places, confirmed places) from the run directories; None while a first-pass run is
     unfinished. A cell is confirmed once all its confirmation runs have finished."""
-    from experiments.runner.frame import levels_of
     from training.rundir import RunDir
 
     def load(name: str, seeds: list[int]) -> list[dict[str, Any]] | None:
@@ -280,7 +279,7 @@ def finished_places(ctx: Context, grid: PhaseGrid) -> tuple[dict, dict] | None:
         rs = load(c.name + suffix, seeds)
         if rs is not None:
             runs[c.name + suffix] = rs
-    levels = levels_of(ctx)
+    levels = ctx.reference_levels()
     margin = ctx.args.margin
     return places_of(runs, every, levels, margin), places_of(runs, every, levels, margin, suffix)
 

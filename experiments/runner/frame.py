@@ -274,7 +274,7 @@ class Experiment:
             analyse_only.check_results_file(self.results_path(ctx))
             analyse_only.copy_records(source, ctx, self.name)
             runs += f" from {source.path}, analysed without training or checkpoints"
-        levels_of(ctx)
+        ctx.reference_levels()
         print(f"{self.name.replace('_', ' ')}: preset {ctx.spec.preset}, seeds {ctx.seeds}, {runs} -> {ctx.result_dir}")
         if self.preface and source is None:
             print(self.preface(ctx, jobs))
@@ -396,23 +396,6 @@ class Experiment:
 
 
 # ----- the pieces the runner uses (and experiments may too) --------------------------------------------
-
-
-def levels_of(ctx: Context) -> dict[str, Any]:
-    """ctx's validation levels, computed once: a plan can need them before the runner prints them (the floor's
-    law predictions, written while planning once their fit runs have finished)."""
-    if ctx.levels is None:
-        ctx.levels = validation_levels(ctx.spec, ctx.corpus)
-    return ctx.levels
-
-
-def validation_levels(spec: RunSpec, corpus) -> dict[str, Any]:
-    """Unigram / bigram cross-entropy of the fixed validation batches under train-split counts."""
-    from training.batches import fixed_batches
-    from training.reference_levels import reference_levels as levels
-
-    batches = fixed_batches(corpus.val, spec.model.n_ctx, spec.train.batch_size, spec.train.eval_batches)
-    return levels(corpus.train, batches, corpus.vocab_size)
 
 
 def _ready_or_finished_part(ready, jobs: list[Job]) -> tuple[list[Job], SweepIncomplete | None] | None:

@@ -81,6 +81,15 @@ class Context:
     def progress(self) -> bool:
         return not self.args.no_progress
 
+    def reference_levels(self) -> dict[str, Any]:
+        """The validation levels, computed once: a plan can need them before the runner prints them (the floor's
+        law predictions, written while planning once their fit runs have finished)."""
+        from training.reference_levels import validation_levels
+
+        if self.levels is None:
+            self.levels = validation_levels(self.spec.model.n_ctx, self.spec.train, self.corpus)
+        return self.levels
+
 
 def select_variants(groups: list[Group], text: str) -> list[Group]:
     """The groups cut down to the variants --variants names (comma-separated), in the order given."""

@@ -49,7 +49,7 @@ RUN_FILES = ("config.json", "metrics.jsonl", "probes.jsonl", "final.json")  # pr
 REQUIRED = ("config.json", "metrics.jsonl", "final.json")
 # experiment -> files of its results folder its analysis reads beside the runs (experiments.floor: the knob's
 # predictions, written before its arms trained; --analyse-only copies them back)
-RECORD_FILES = {"floor": ("predictions-floor.json",)}
+RECORD_FILES = {"floor": ("predictions-floor.json", "predictions-law.json")}
 
 
 class ShipError(ToolkitError):
