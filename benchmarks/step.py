@@ -38,7 +38,8 @@ import os
 import sys
 from typing import Any
 
-from interp.command.cli import Parser, command_main
+from interp.command.cli import Parser
+from interp.command.signals import interrupt_code, interrupt_line, interrupts, signal_name
 from interp.errors import ToolkitError, one_line
 
 # torch and the benchmark's modules are imported inside main(), once interrupts() is in place, so a
@@ -203,12 +204,23 @@ def shape_names(option: str, text: str, allow_empty: bool = False) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # SIGTERM like Ctrl-C from before torch is imported; a bad option is one line, not argparse's usage block
-    return command_main(lambda: _main(argv), "no report was printed")
+    try:
+        with interrupts():  # SIGTERM like Ctrl-C, from before torch is imported
+            return _main(argv)
+    except (KeyboardInterrupt, Exception) as e:  # Ctrl-C or SIGTERM (command.signals): only stdout written
+        code = interrupt_code(e)
+        if code is None:  # no signal: a bug, shown as one
+            raise
+        print(interrupt_line(f"interrupted ({signal_name(code)}); no report was printed"), file=sys.stderr)
+        return code
 
 
 def _main(argv: list[str] | None = None) -> int:
-    args = step_parser().parse_args(argv)
+    try:
+        args = step_parser().parse_args(argv)
+    except ToolkitError as e:  # interp.command.cli.Parser: one line, not argparse's usage block
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 2
     from benchmarks.children import RSS_MARK, memory_child, peak_rss_mb
 
     if args.training_child:  # python -m training ARGS, then this process's peak memory
