@@ -79,11 +79,10 @@ def law_runs(runs: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
 def _columns(runs: list[dict[str, Any]], every: int) -> tuple[np.ndarray, ...]:
     u = np.array([r["u"] for r in runs], dtype=float)
     depth = np.array([r["depth"] for r in runs], dtype=float)
-    escaped = np.array([r["escape"] is not None for r in runs], dtype=bool)
-    hi = np.array([r["escape"] if r["escape"] is not None else r["last_step"] for r in runs], dtype=float)
+    steps = np.array([math.inf if r["escape"] is None else r["escape"] for r in runs], dtype=float)
     grid = np.array([r.get("every", every) for r in runs], dtype=float)  # a run's own evaluation interval
-    lo = np.where(escaped, hi - grid, hi)
-    return u, depth, lo, hi, escaped
+    last = np.array([r["last_step"] for r in runs], dtype=float)
+    return (u, depth, *arm_columns(steps, grid, last))
 
 
 def _mu_sigma(p: np.ndarray, u: np.ndarray, depth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -162,8 +161,9 @@ def fit_spread(lo: np.ndarray, hi: np.ndarray, escaped: np.ndarray) -> float | N
     return float(math.exp(res.x[1])) if ok else None
 
 
-def arm_columns(steps: np.ndarray, every: int, last: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(lo, hi, escaped) of one arm's escape steps on its evaluation grid (inf: on the floor at `last`)."""
+def arm_columns(steps: np.ndarray, every, last) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(lo, hi, escaped) of escape steps on their evaluation grid (inf: on the floor at `last`); every and last
+    a number for one arm, or an array a run (the law's fit)."""
     escaped = np.isfinite(steps)
     hi = np.where(escaped, steps, last).astype(float)
     return np.where(escaped, hi - every, hi), hi, escaped
