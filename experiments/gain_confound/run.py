@@ -70,6 +70,7 @@ DEFAULT_GAINS = (0.25, 0.5, 1.0, 2.0, 4.0)
 DEFAULT_THRESHOLD = 0.002
 DEFAULT_MARGIN = 0.05
 DEFAULT_MAX_STEPS = 250
+WAYS = ("runtime", "weights")  # the two ways a gain is applied; g = 1 (way "both") belongs to each
 DEFAULT_EVAL_INTERVAL = 25
 PAPER_NOTE = {  # what the paper reports for its 10M setting (section 5.1)
     "paper-10m": "paper (10M): runtime g = 2.0 first appeared to recover attn_only to best val 1.54; the runtime-gain "
@@ -92,76 +93,62 @@ def gain_variants(configs: list[str], gains: list[float]) -> list[tuple[Variant,
     out = []
     for c in configs:
         out.append((Variant(f"{c} g=1", {"residual": c}), {"config": c, "way": "both", "gain": 1.0}))
-        for g in gains:
-            if g == 1.0:
-                continue
-            out.append(
-                (
-                    Variant(f"{c} runtime g={gain_label(g)}", {"residual": c, "runtime_gain": g}),
-                    {"config": c, "way": "runtime", "gain": g},
+        for way in WAYS:
+            for g in (g for g in gains if g != 1.0):
+                overrides = {"residual": c, **({"runtime_gain": g} if way == "runtime" else {})}
+                init = functools.partial(scale_output_projections, gain=g) if way == "weights" else None
+                out.append(
+                    (Variant(f"{c} {way} g={gain_label(g)}", overrides, init), {"config": c, "way": way, "gain": g})
                 )
-            )
-        for g in gains:
-            if g == 1.0:
-                continue
-            out.append(
-                (
-                    Variant(
-                        f"{c} weights g={gain_label(g)}",
-                        {"residual": c},
-                        functools.partial(scale_output_projections, gain=g),
-                    ),
-                    {"config": c, "way": "weights", "gain": g},
-                )
-            )
     return out
 
 
 # ----- aggregation ----------------------------------------------------------------------------------------
 
 
+def runs_of(runs: list[dict[str, Any]], config: str, way: str) -> list[dict[str, Any]]:
+    """The runs of one config applied one way, g = 1 (way "both") among them."""
+    return [r for r in runs if r["config"] == config and r["way"] in ("both", way)]
+
+
 def spreads(runs: list[dict[str, Any]], configs: list[str], seeds: list[int], threshold: float) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for c in configs:
-        out[c] = {}
-        for way in ("runtime", "weights"):
-            out[c][way] = {}
-            for seed in seeds:
-                curves = [r for r in runs if r["config"] == c and r["seed"] == seed and r["way"] in ("both", way)]
-                common = set.intersection(*(set(r["val_curve"]["steps"]) for r in curves))
-                steps = sorted(common)
-                losses = [dict(zip(r["val_curve"]["steps"], r["val_curve"]["loss"], strict=True)) for r in curves]
-                spread = [max(l[s] for l in losses) - min(l[s] for l in losses) for s in steps]
-                out[c][way][str(seed)] = {
-                    "steps": steps,
-                    "spread": spread,
-                    "settle_step": settle_step(steps, spread, threshold) if len(curves) > 1 else None,
-                    "final_spread": spread[-1] if spread else None,
-                    "gains": sorted(r["gain"] for r in curves),
-                }
-    return out
+    """config -> way -> seed: the spread of the validation curves across gains at each common step."""
+    return {
+        c: {w: {str(seed): spread_of(runs_of(runs, c, w), seed, threshold) for seed in seeds} for w in WAYS}
+        for c in configs
+    }
+
+
+def spread_of(runs: list[dict[str, Any]], seed: int, threshold: float) -> dict[str, Any]:
+    curves = [r for r in runs if r["seed"] == seed]
+    steps = sorted(set.intersection(*(set(r["val_curve"]["steps"]) for r in curves)))
+    losses = [dict(zip(r["val_curve"]["steps"], r["val_curve"]["loss"], strict=True)) for r in curves]
+    spread = [max(l[s] for l in losses) - min(l[s] for l in losses) for s in steps]
+    return {
+        "steps": steps,
+        "spread": spread,
+        "settle_step": settle_step(steps, spread, threshold) if len(curves) > 1 else None,
+        "final_spread": spread[-1] if spread else None,
+        "gains": sorted(r["gain"] for r in curves),
+    }
 
 
 def latest_settle(spread: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for c, ways in spread.items():
-        out[c] = {}
-        for way, per_seed in ways.items():
-            values = [v["settle_step"] for v in per_seed.values()]
-            out[c][way] = None if any(v is None for v in values) else max(values)
-    return out
+    """config -> way: the last seed's settle step (None while any seed has not settled)."""
+    settles = {
+        c: {w: [v["settle_step"] for v in per_seed.values()] for w, per_seed in ways.items()}
+        for c, ways in spread.items()
+    }
+    return {c: {w: None if None in s else max(s) for w, s in ways.items()} for c, ways in settles.items()}
 
 
 def finals(runs: list[dict[str, Any]], configs: list[str], gains: list[float]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for c in configs:
-        out[c] = {}
-        for way in ("runtime", "weights"):
-            out[c][way] = {}
-            for g in gains:
-                rs = [r for r in runs if r["config"] == c and r["gain"] == g and r["way"] in ("both", way)]
-                out[c][way][gain_label(g)] = stats([r["final_val_loss"] for r in rs])["mean"]
-    return out
+    """config -> way -> gain: the mean final validation loss."""
+    return {c: {w: {gain_label(g): _mean_final(runs_of(runs, c, w), g) for g in gains} for w in WAYS} for c in configs}
+
+
+def _mean_final(runs: list[dict[str, Any]], gain: float) -> float:
+    return stats([r["final_val_loss"] for r in runs if r["gain"] == gain])["mean"]
 
 
 def rescue(
@@ -320,8 +307,7 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
         for way, label in (("runtime", "(a) runtime gain"), ("weights", "(b) weights scaled once")):
             curves = {
                 f"g={gain_label(r['gain'])}/seed{r['seed']}": (r["val_curve"]["steps"], r["val_curve"]["loss"])
-                for r in sorted(runs, key=lambda r: r["gain"])
-                if r["config"] == c and r["way"] in ("both", way)
+                for r in sorted(runs_of(runs, c, way), key=lambda r: r["gain"])
             }
             sections.append((f"{c}, {label}", loss_curves(curves, refs, title=f"{c}: validation loss, {label}")))
     return sections
