@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from experiments.shared.stated import Stated
+
 
 @dataclass(frozen=True)
 class InterventionOutcome:
@@ -44,11 +46,7 @@ class InterventionOutcome:
 
 
 @dataclass(frozen=True)
-class InterventionPrediction:
-    id: str
-    title: str
-    prediction: str
-    rule: str  # "{m}" stands for the margin
+class InterventionPrediction(Stated):
     needs: tuple[str, ...]  # variants
     bears_on: str  # the routing-test prediction
     relation: str  # "confirms" or "refines"
@@ -270,14 +268,7 @@ def intervention_verdicts(
     o = InterventionOutcome(variants, levels["unigram"], levels["bigram"], margin)
     out = []
     for p in predictions:
-        item = dict(
-            id=p.id,
-            title=p.title,
-            prediction=p.prediction,
-            rule=p.rule.format(m=margin),
-            bears_on=p.bears_on,
-            relation=p.relation,
-        )
+        item = p.stated(margin, bears_on=p.bears_on, relation=p.relation)
         missing = [n for n in p.needs if n not in variants]
         floored = [n for n in p.needs if n in variants and at_floor(variants[n], o.unigram, margin)]
         if missing:

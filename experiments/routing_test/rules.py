@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from experiments.shared.places import place  # noqa: F401 - the routing test's rule, read here by its predictions
+from experiments.shared.stated import Stated
 from experiments.statistics.stats import PACE_FACTOR
 
 MARGIN_CHECK = (0.5, 2.0)  # each verdict is also decided at these multiples of the margin
@@ -39,11 +40,7 @@ class Outcome:
 
 
 @dataclass(frozen=True)
-class Prediction:
-    id: str
-    title: str
-    prediction: str
-    rule: str  # "{m}" stands for the margin
+class Prediction(Stated):
     needs: tuple[str, ...]
     decide: Callable[[Outcome], tuple[str, str, str]]  # -> (verdict, measured, separation)
     reads_alpha: bool = False  # decided on alpha_tt rather than on losses
@@ -288,16 +285,7 @@ def verdicts(
 
     out = []
     for p in predictions:
-        item = dict(
-            id=p.id,
-            title=p.title,
-            prediction=p.prediction,
-            rule=p.rule.format(m=margin),
-            provisional=False,
-            heading=None,
-            still_moving=[],
-            at_margins={},
-        )
+        item = p.stated(margin, provisional=False, heading=None, still_moving=[], at_margins={})
         if not all(n in variants for n in p.needs):
             item.update(measured="not run", verdict="inconclusive", separation="n/a (variant not in --variants)")
             out.append(item)
