@@ -115,46 +115,6 @@ class WeightsOnlyStateDict(OrderedDict):
             message, self.message = self.message, ""
             warn_each_call(message, WeightsOnlyWarning)  # at the load's own line, every load (not torch's, once)
 
-    def __getitem__(self, key: Any) -> Any:
-        self._read()
-        return super().__getitem__(key)
-
-    def __iter__(self) -> Any:
-        self._read()
-        return super().__iter__()
-
-    def keys(self) -> Any:
-        self._read()
-        return super().keys()
-
-    def items(self) -> Any:
-        self._read()
-        return super().items()
-
-    def values(self) -> Any:
-        self._read()
-        return super().values()
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        self._read()
-        return super().get(key, default)
-
-    def pop(self, key: Any, *default: Any) -> Any:
-        self._read()
-        return super().pop(key, *default)
-
-    def popitem(self, last: bool = True) -> Any:
-        self._read()
-        return super().popitem(last)
-
-    def setdefault(self, key: Any, default: Any = None) -> Any:
-        self._read()
-        return super().setdefault(key, default)
-
-    def __reversed__(self) -> Any:
-        self._read()
-        return super().__reversed__()
-
     def copy(self) -> Any:
         self._read()
         out = OrderedDict(super().items())
@@ -165,6 +125,34 @@ class WeightsOnlyStateDict(OrderedDict):
         self._read()
         state = {k: v for k, v in self.__dict__.items() if k == "_metadata"}
         return (OrderedDict, (), state or None, None, iter(list(super().items())))
+
+
+def _reading(name: str) -> Any:
+    """OrderedDict's method `name`, warning first (WeightsOnlyStateDict._read)."""
+    plain = getattr(OrderedDict, name)
+
+    def method(self: WeightsOnlyStateDict, *args: Any, **kwargs: Any) -> Any:
+        self._read()
+        return plain(self, *args, **kwargs)
+
+    method.__name__ = method.__qualname__ = name
+    return method
+
+
+# Every way to read the weights warns; copy and pickling (__reduce__) are written out above.
+for _name in (
+    "__getitem__",
+    "__iter__",
+    "__reversed__",
+    "keys",
+    "items",
+    "values",
+    "get",
+    "pop",
+    "popitem",
+    "setdefault",
+):
+    setattr(WeightsOnlyStateDict, _name, _reading(_name))
 
 
 # Libraries that call state_dict() for their own bookkeeping (TL's weight processing, torch, nnsight): no word

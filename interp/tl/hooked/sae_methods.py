@@ -77,35 +77,25 @@ class SAEMethods:
         keep_rewiring(self)  # type: ignore[arg-type]
         super().setup()  # type: ignore[misc]
 
-    def add_sae(self, *args: Any, **kwargs: Any) -> Any:
-        """SAELens's HookedSAETransformer.add_sae (the export becomes one at this first call)."""
-        return become_sae_transformer(self).add_sae(*args, **kwargs)
-
-    def run_with_saes(self, *args: Any, **kwargs: Any) -> Any:
-        """SAELens's HookedSAETransformer.run_with_saes (the export becomes one at this first call)."""
-        return become_sae_transformer(self).run_with_saes(*args, **kwargs)
-
-    def run_with_cache_with_saes(self, *args: Any, **kwargs: Any) -> Any:
-        """SAELens's HookedSAETransformer.run_with_cache_with_saes (the export becomes one at this first call)."""
-        return become_sae_transformer(self).run_with_cache_with_saes(*args, **kwargs)
-
-    def run_with_hooks_with_saes(self, *args: Any, **kwargs: Any) -> Any:
-        """SAELens's HookedSAETransformer.run_with_hooks_with_saes (the export becomes one at this first call)."""
-        return become_sae_transformer(self).run_with_hooks_with_saes(*args, **kwargs)
-
-    def saes(self, *args: Any, **kwargs: Any) -> Any:
-        """SAELens's HookedSAETransformer.saes context (the export becomes one at this first call)."""
-        return become_sae_transformer(self).saes(*args, **kwargs)
-
-    def reset_saes(self, *args: Any, **kwargs: Any) -> Any:
-        """SAELens's HookedSAETransformer.reset_saes (the export becomes one at this first call)."""
-        return become_sae_transformer(self).reset_saes(*args, **kwargs)
-
     @property
     def acts_to_saes(self) -> Any:
         """SAELens's HookedSAETransformer.acts_to_saes: {hook name: SAE}; an empty dict before the first SAE call,
         which reading it is not (hasattr, inspect.getmembers and a debugger read every property)."""
         return {}  # from the first SAE call on, HookedSAETransformer's own property answers (it precedes this class)
 
+
+def _becoming(name: str) -> Any:
+    """The export's method `name`: the export becomes a HookedSAETransformer, whose own `name` then runs."""
+
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return getattr(become_sae_transformer(self), name)(*args, **kwargs)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"SAELens's HookedSAETransformer.{name} (the export becomes one at this first call)."
+    return method
+
+
+for _name in ("add_sae", "run_with_saes", "run_with_cache_with_saes", "run_with_hooks_with_saes", "saes", "reset_saes"):
+    setattr(SAEMethods, _name, _becoming(_name))
 
 __all__ = ["SAEMethods", "become_sae_transformer", "sae_export_class"]
