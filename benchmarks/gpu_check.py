@@ -57,7 +57,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from interp.command.cli import Parser, command_main
+from interp.command.cli import DocParser, command_main
 from interp.errors import ToolkitError, one_line
 
 REPO = Path(__file__).resolve().parents[1]
@@ -103,10 +103,9 @@ class StageRun:
 
 
 def gpu_check_parser() -> argparse.ArgumentParser:
-    p = Parser(
+    p = DocParser(
         prog="python -m benchmarks.gpu_check",
         description=__doc__.split("\n\n", 2)[2],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--dry-run", action="store_true", help="tiny shapes on this CPU, a few steps: the same stages")
     p.add_argument("--out", default="runs/gpu_check", help="the folder it writes (default runs/gpu_check)")

@@ -40,7 +40,7 @@ from typing import Any
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS reads it when CUDA starts
 
-from interp.command.cli import Parser, command_main  # noqa: E402
+from interp.command.cli import DocParser, command_main  # noqa: E402
 from interp.errors import ToolkitError, one_line  # noqa: E402
 
 SOLO_TARGET_MS = 5.0  # issue 49 part 3: a paper-10m solo step on one H200
@@ -83,10 +83,9 @@ class GpuStepError(ToolkitError):
 
 
 def gpu_step_parser() -> argparse.ArgumentParser:
-    p = Parser(
+    p = DocParser(
         prog="python -m benchmarks.gpu_step",
         description=__doc__.split("\n\n", 2)[2],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--shape", default="paper-10m", help="the preset whose shape is timed (default paper-10m)")
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cuda (default) or cpu")

@@ -11,11 +11,10 @@ Without --ckpt, small random-init models of every config and one with GPT-2's vo
 
 from __future__ import annotations
 
-import argparse
 import sys
 import warnings
 
-from interp.command.cli import Parser, UsageError
+from interp.command.cli import DocParser, UsageError
 from interp.errors import one_line
 
 CONFIGS = [
@@ -56,10 +55,9 @@ def max_diffs(model, tl_model, tokens):
 
 
 def main(argv=None) -> int:
-    parser = Parser(
+    parser = DocParser(
         prog="python -m benchmarks.tl_exactness",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--ckpt", nargs="*", default=[], help="checkpoints to measure instead of random-init models")
     parser.add_argument("--per-hook", action="store_true", help="also print each shared hook's max |difference|")

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from interp.command.cli import Parser, checkpoint_options, run_writing_command
+from interp.command.cli import DocParser, checkpoint_options, run_writing_command
 from interp.config.registry import mixer_spec
 from interp.errors import CheckpointError, ConfigError, DataError, ToolkitError
 from interp.files.io import DataFileError
@@ -27,11 +27,10 @@ if TYPE_CHECKING:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = Parser(
+    p = DocParser(
         prog="python -m interp.plot_attention",
         description="Plot a ResidualGPT checkpoint's attention patterns on a prompt (one heatmap per head) "
         "into a self-contained HTML file that opens offline.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="""examples:
   python -m interp.plot_attention --ckpt ckpt.pt --text "ROMEO:" --layer 0 --out attn.html
   python -m interp.plot_attention --ckpt ckpt.pt --text "ROMEO:"     # every layer, into attn.html

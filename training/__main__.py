@@ -19,7 +19,7 @@ import os
 import shlex
 import sys
 
-from interp.command.cli import Parser, directory_option, guarded_output, seed_option, seeds_option
+from interp.command.cli import DocParser, directory_option, guarded_output, seed_option, seeds_option
 from interp.command.signals import exit_code, fired_code, interrupt_line, interrupts, signal_name
 from interp.config.model_config import MIXERS, RESIDUALS
 from interp.errors import ToolkitError, io_error_line, one_line
@@ -52,7 +52,7 @@ def _residuals(text: str) -> list[str]:
 
 
 def training_parser() -> argparse.ArgumentParser:
-    p = Parser(  # an unknown or malformed option: one `error:` line, exit 2 (--help prints the usage)
+    p = DocParser(  # an unknown or malformed option: one `error:` line, exit 2 (--help prints the usage)
         prog="python -m training",
         description="Train a ResidualGPT into a resumable run directory. With --seeds and/or a --residual list, "
         "train every combination; runs of the same shape (depth, width, n_ctx, mixer, every training "
@@ -61,7 +61,6 @@ def training_parser() -> argparse.ArgumentParser:
         "checkpoint and logs its solo run would (training/ensemble.py), dropout masks included. Runs of "
         "another mixer, DDP or random validation batches train alone.",
         epilog=_fields_help(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--preset", default="cpu-quick", help="named configuration (default: cpu-quick)")
     p.add_argument(

@@ -45,7 +45,7 @@ from experiments.runner.text import format_table, levels_line, software_versions
 from experiments.shared.options import check_number as check_number  # re-exported: the experiments import it here
 from experiments.shared.options import parse_seeds
 from experiments.shared.plan import Context, Group, Job, Variant, check_distinct_dirs, select_variants
-from interp.command.cli import Parser, directory_option
+from interp.command.cli import DocParser, directory_option
 from interp.command.signals import exit_code, fired_code, interrupt_line, interrupts, signal_name
 from interp.errors import CheckpointError, ToolkitError, io_error_line, one_line
 from interp.files.io import remove_stale_temps
@@ -97,10 +97,9 @@ class Experiment:
 
     # ----- the command line --------------------------------------------------------------------------
     def parser(self) -> argparse.ArgumentParser:
-        p = Parser(  # an unknown or malformed option: one `error:` line, exit 2 (--help prints the usage)
+        p = DocParser(  # an unknown or malformed option: one `error:` line, exit 2 (--help prints the usage)
             prog=f"python -m experiments.{self.name}",
             description=self.doc.split("results.json schema")[0],
-            formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         p.add_argument(
             "--preset",

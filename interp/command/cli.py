@@ -33,6 +33,13 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see --help)")
 
 
+class DocParser(Parser):
+    """A Parser whose --help prints the description as written: a module docstring's tables and lists."""
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs)
+
+
 def directory_option(text: str) -> str:
     """An argparse type for an output directory: an empty or blank value (`--out ''`, which would mean the
     working directory) is refused, not taken."""

@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from interp.command.cli import Parser, run_writing_command
+from interp.command.cli import DocParser, run_writing_command
 from interp.config.model_config import ModelConfig
 from interp.errors import ConfigError
 from interp.files.nanogpt_format import name_map, write_meta
@@ -64,13 +64,12 @@ def to_nanogpt(source: Any, **extra: Any) -> dict[str, Any]:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = Parser(
+    p = DocParser(
         prog="python -m interp.nanogpt",
         description="Write a ResidualGPT checkpoint as a nanoGPT checkpoint that nanoGPT's sample.py loads.",
         epilog="example:\n  python -m interp.nanogpt --ckpt runs/routing_test/cpu-quick/full/seed1337/ckpt.pt "
         "--out out-x/ckpt.pt\n\nOnly residual='full' with softmax attention and no self_bias is nanoGPT's block; any "
         "other wiring is refused with its reason.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--ckpt", required=True, type=Path, help="a ResidualGPT checkpoint (interp.save_checkpoint)")
     p.add_argument("--out", required=True, type=Path, help="nanoGPT checkpoint to write (e.g. out-x/ckpt.pt)")
