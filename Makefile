@@ -17,12 +17,18 @@ ARGS ?=
 
 setup: $(STAMP)
 
+# $(call venv,FOLDER,CONSTRAINTS,EXTRAS): a virtual environment with torch first, then the project.
+comma := ,
+define venv
+	test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
+	$(1)/bin/python -m pip install -q --upgrade pip
+	$(1)/bin/python -m pip install -q "$(TORCH_SPEC)"
+	$(1)/bin/python -m pip install -q -c $(2) -e '.[$(3)]'
+	touch $(1)/.installed
+endef
+
 $(STAMP): pyproject.toml constraints/tl3.txt
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -c constraints/tl3.txt -e '.[dev,sae]'
-	touch $(STAMP)
+	$(call venv,$(VENV),constraints/tl3.txt,dev$(comma)sae)
 
 # TransformerLens 4 (TransformerBridge) beside the default 3.x: its own environment, .venv-tl4.
 VENV4 := .venv-tl4
@@ -30,11 +36,7 @@ PY4 := $(VENV4)/bin/python
 STAMP4 := $(VENV4)/.installed
 
 $(STAMP4): pyproject.toml constraints/tl4.txt
-	test -x $(PY4) || $(PYTHON) -m venv $(VENV4)
-	$(PY4) -m pip install -q --upgrade pip
-	$(PY4) -m pip install -q "$(TORCH_SPEC)"
-	$(PY4) -m pip install -q -c constraints/tl4.txt -e '.[dev]'
-	touch $(STAMP4)
+	$(call venv,$(VENV4),constraints/tl4.txt,dev)
 
 setup-tl4: $(STAMP4)
 
