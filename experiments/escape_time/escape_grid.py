@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from experiments.runner.frame import Context, Variant, check_number
+from interp.command.cli import default_option
 from interp.errors import ToolkitError
 
 DEFAULT_MARGIN = 0.05  # the routing test's
@@ -62,12 +63,7 @@ def add_arguments(p) -> None:
         default=None,
         help="seeds per reference cell, the lowest of --seeds (default 4; smoke 2)",
     )
-    g.add_argument(
-        "--margin",
-        type=float,
-        default=DEFAULT_MARGIN,
-        help=f"nats below unigram a loss must stay to have escaped (default {DEFAULT_MARGIN})",
-    )
+    default_option(g, "--margin", DEFAULT_MARGIN, "nats below unigram a loss must stay to have escaped")
     g.add_argument(
         "--probe-every",
         type=int,

@@ -54,6 +54,7 @@ from experiments.eval_noise.snapshots import SnapshotCallback, load_snapshot, sn
 from experiments.runner.frame import Context, Experiment, Group, Variant, check_number, run_summary
 from experiments.runner.text import fmt_number, format_table, reference_lines, table_figure
 from experiments.statistics.stats import stats
+from interp.command.cli import default_option
 from interp.config.model_config import RESIDUALS
 from interp.errors import ToolkitError
 from training.presets import RunSpec, resolve
@@ -284,19 +285,9 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--config", default=DEFAULT_CONFIG, help=f"residual config (default {DEFAULT_CONFIG})")
-    p.add_argument(
-        "--repeats",
-        type=int,
-        default=DEFAULT_REPEATS,
-        help=f"random-batch evaluations per snapshot (default {DEFAULT_REPEATS})",
-    )
-    p.add_argument(
-        "--snapshots",
-        type=int,
-        default=DEFAULT_SNAPSHOTS,
-        help=f"evaluation steps at which weights are kept (default {DEFAULT_SNAPSHOTS})",
-    )
+    default_option(p, "--config", DEFAULT_CONFIG, "residual config")
+    default_option(p, "--repeats", DEFAULT_REPEATS, "random-batch evaluations per snapshot")
+    default_option(p, "--snapshots", DEFAULT_SNAPSHOTS, "evaluation steps at which weights are kept")
     p.add_argument("--no-comparison", action="store_true", help="skip the nanoGPT-setting run")
 
 

@@ -61,6 +61,7 @@ from experiments.gain_confound.adam_invariance import EXPLANATION, adam_invarian
 from experiments.runner.frame import Context, Experiment, Group, Variant, check_number, run_summary
 from experiments.runner.text import fmt_number, format_table, reference_lines, table_figure
 from experiments.statistics.stats import settle_step, stats
+from interp.command.cli import default_option
 from interp.config.model_config import RESIDUALS
 from interp.errors import ToolkitError
 
@@ -342,12 +343,7 @@ def add_arguments(p) -> None:
         default=",".join(gain_label(g) for g in DEFAULT_GAINS),
         help="gains g; 1 is always added (default 0.25,0.5,1,2,4)",
     )
-    p.add_argument(
-        "--threshold",
-        type=float,
-        default=DEFAULT_THRESHOLD,
-        help=f"spread (nats) below which curves count as overlapping (default {DEFAULT_THRESHOLD})",
-    )
+    default_option(p, "--threshold", DEFAULT_THRESHOLD, "spread (nats) below which curves count as overlapping")
     p.add_argument(
         "--margin",
         type=float,

@@ -64,6 +64,7 @@ from typing import Any
 from experiments.interventions.report import sections, summary, table
 from experiments.routing_test.run import DEFAULT_MARGIN, DEFAULT_SELF_BIAS, make_variants
 from experiments.runner.frame import Context, Experiment, Group, Job, check_number, run_summary
+from interp.command.cli import default_option
 from interp.errors import ToolkitError
 
 SCHEMA = "interventions/1"
@@ -78,12 +79,7 @@ def add_arguments(p) -> None:
         help=f"as the routing test's: the self-score bias of 'ffn_only + self_bias' (default "
         f"{DEFAULT_SELF_BIAS}); pick the routing test's value to reuse its runs",
     )
-    p.add_argument(
-        "--margin",
-        type=float,
-        default=DEFAULT_MARGIN,
-        help=f"nats: an effect counts when its interval clears this (default {DEFAULT_MARGIN})",
-    )
+    default_option(p, "--margin", DEFAULT_MARGIN, "nats: an effect counts when its interval clears this")
     p.add_argument(
         "--val-batches",
         type=int,

@@ -109,6 +109,7 @@ from experiments.runner.cost import ASSUMED_FLOPS, estimate, flops_text, grid_co
 from experiments.runner.frame import Context, Experiment, Group, Job, Variant, check_number, run_summary
 from experiments.shared.places import place
 from experiments.statistics.stats import PACE_FACTOR, stats, tail
+from interp.command.cli import default_option
 from interp.errors import ToolkitError
 
 SCHEMA = "phase-diagram/1"
@@ -132,12 +133,7 @@ def add_arguments(p) -> None:
         help="residuals trained at every depth and width of the grid as references "
         "(default full,attn_only; '' for none)",
     )
-    g.add_argument(
-        "--margin",
-        type=float,
-        default=DEFAULT_MARGIN,
-        help=f"nats within which a loss counts as at a level (default {DEFAULT_MARGIN})",
-    )
+    default_option(g, "--margin", DEFAULT_MARGIN, "nats within which a loss counts as at a level")
     g.add_argument(
         "--confirm",
         action="store_true",

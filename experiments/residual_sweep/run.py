@@ -43,6 +43,7 @@ from typing import Any
 from experiments.runner.frame import Context, Experiment, Group, Variant, check_number, run_summary
 from experiments.runner.text import fmt_stats, reference_lines
 from experiments.statistics.stats import stats
+from interp.command.cli import default_option
 
 SCHEMA = "residual-sweep/1"
 CONFIGS = ("full", "attn_only", "ffn_only", "none")
@@ -134,12 +135,7 @@ def table_rows(configs: dict[str, Any], with_paper: bool) -> tuple[list[str], li
 
 
 def add_arguments(p) -> None:
-    p.add_argument(
-        "--margin",
-        type=float,
-        default=DEFAULT_MARGIN,
-        help=f"classification margin in nats, widened to 3 seed-std when larger (default {DEFAULT_MARGIN})",
-    )
+    default_option(p, "--margin", DEFAULT_MARGIN, "classification margin in nats, widened to 3 seed-std when larger")
 
 
 def plan(ctx: Context) -> list[Group]:

@@ -57,6 +57,7 @@ from experiments.routing_test.report import sections, summary, table
 from experiments.routing_test.rules import place, verdicts
 from experiments.runner.frame import Context, Experiment, Group, Job, Variant, check_number, run_summary
 from experiments.statistics.stats import PACE_FACTOR, log_pace, mean_columns, paired_gap, stats, tail
+from interp.command.cli import default_option
 from interp.errors import ToolkitError
 
 SCHEMA = "routing-test/3"
@@ -175,18 +176,8 @@ def summarise_variants(runs: list[dict[str, Any]], levels: dict[str, float], mar
 
 
 def add_arguments(p) -> None:
-    p.add_argument(
-        "--self-bias",
-        type=float,
-        default=DEFAULT_SELF_BIAS,
-        help=f"the finite self-score bias of 'ffn_only + self_bias' (default {DEFAULT_SELF_BIAS})",
-    )
-    p.add_argument(
-        "--margin",
-        type=float,
-        default=DEFAULT_MARGIN,
-        help=f"nats within which a loss counts as at a level (default {DEFAULT_MARGIN})",
-    )
+    default_option(p, "--self-bias", DEFAULT_SELF_BIAS, "the finite self-score bias of 'ffn_only + self_bias'")
+    default_option(p, "--margin", DEFAULT_MARGIN, "nats within which a loss counts as at a level")
     p.add_argument(
         "--no-identity",
         action="store_true",

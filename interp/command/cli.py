@@ -55,6 +55,11 @@ def directory_option(text: str) -> str:
     return text
 
 
+def default_option(p: Any, name: str, default: Any, help: str, **kwargs: Any) -> None:
+    """Option `name` of the default's type (int, float or str), its --help ending "(default X)"."""
+    p.add_argument(name, type=type(default), default=default, help=f"{help} (default {default})", **kwargs)
+
+
 def checkpoint_options(p: argparse.ArgumentParser) -> None:
     """--ckpt and --meta, as every command that reads one checkpoint takes them."""
     p.add_argument("--ckpt", required=True, type=Path, help="checkpoint (interp.save_checkpoint or nanoGPT train.py)")
