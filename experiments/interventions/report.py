@@ -105,22 +105,20 @@ def summary(results: dict[str, Any]) -> str:
 
 def _interval_heatmap(z, x, y, hover, title: str, height: int, colorbar: str, **scale):
     """A heatmap of means, each cell's interval on hover, the first row on top."""
-    import plotly.graph_objects as go
+    from interp.figures.plots import heatmap
 
-    fig = go.Figure(
-        go.Heatmap(
-            z=z,
-            x=x,
-            y=y,
-            customdata=hover,
-            hovertemplate="%{y}, %{x}<br>%{customdata}<extra></extra>",
-            colorbar=dict(title=colorbar),
-            **scale,
-        )
+    template = "%{y}, %{x}<br>%{customdata}<extra></extra>"
+    return heatmap(
+        z,
+        x,
+        y,
+        title=title,
+        height=height,
+        customdata=hover,
+        hovertemplate=template,
+        colorbar=dict(title=colorbar),
+        **scale,
     )
-    fig.update_layout(title=title, height=height)
-    fig.update_yaxes(autorange="reversed")
-    return fig
 
 
 def loss_heatmap(name: str, v: dict[str, Any]):

@@ -156,30 +156,28 @@ def grid_text(view: dict[str, Any], cells: dict[tuple, dict[str, Any]]) -> str:
 
 def heatmap(view: dict[str, Any], cells: dict[tuple, dict[str, Any]]):
     """One view: colour = relative loss, text = place (confirmed place after '->' where confirmation ran)."""
-    import plotly.graph_objects as go
+    from interp.figures.plots import heatmap
 
     grid = view_cells(view, cells)
-    z = [[c["relative_loss"] if c else None for c in row] for row in grid]
-    text = [[cell_label(c) for c in row] for row in grid]
-    xs = [str(v) for v in view["xs"]]
     ys = [str(v) for v in view["ys"]]
-    fig = go.Figure(
-        go.Heatmap(
-            z=z,
-            x=xs,
-            y=ys,
-            text=text,
-            texttemplate="%{text}",
-            zmin=-0.5,
-            zmax=1.1,
-            colorscale="RdBu_r",
-            colorbar=dict(title="(loss - bigram)<br>/ (unigram - bigram)"),
-            hovertemplate="%{x}, %{y}: rel %{z:.2f}, %{text}<extra></extra>",
-        )
+    fig = heatmap(
+        [[c["relative_loss"] if c else None for c in row] for row in grid],
+        [str(v) for v in view["xs"]],
+        ys,
+        title=view["title"],
+        height=160 + 60 * len(ys),
+        top_first=False,
+        text=[[cell_label(c) for c in row] for row in grid],
+        texttemplate="%{text}",
+        zmin=-0.5,
+        zmax=1.1,
+        colorscale="RdBu_r",
+        colorbar=dict(title="(loss - bigram)<br>/ (unigram - bigram)"),
+        hovertemplate="%{x}, %{y}: rel %{z:.2f}, %{text}<extra></extra>",
     )
     fig.update_xaxes(type="category", title=LABELS.get(view["x"], "") if view["x"] else "")
     fig.update_yaxes(type="category", title=LABELS.get(view["y"], "") if view["y"] else "")
-    fig.update_layout(title=view["title"], height=160 + 60 * len(ys), margin=dict(l=60, r=20, t=50, b=50))
+    fig.update_layout(margin=dict(l=60, r=20, t=50, b=50))
     return fig
 
 

@@ -178,6 +178,15 @@ def alpha_tt_heatmap(
     return fig
 
 
+def heatmap(z: Any, x: Any, y: Any, *, title: str, height: int, top_first: bool = True, **trace: Any) -> go.Figure:
+    """One heatmap of z over x (columns) and y (rows), `trace` its other options; top_first: row 0 on top."""
+    fig = go.Figure(go.Heatmap(z=z, x=x, y=y, **trace))
+    fig.update_layout(title=title, height=height)
+    if top_first:
+        fig.update_yaxes(autorange="reversed")
+    return fig
+
+
 def _log_ticks(lo: float, hi: float) -> tuple[list[float], list[str]]:
     """Colour-bar ticks for log10 data: every decade, plus 2 and 5 when the range is narrow."""
     decades = range(math.floor(lo), math.ceil(hi) + 1)
@@ -214,21 +223,20 @@ def gradient_flow_heatmap(
     finite = z[np.isfinite(z)]
     lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
     tickvals, ticktext = _log_ticks(lo, hi)
-    fig = go.Figure(
-        go.Heatmap(
-            z=z,
-            x=x,
-            y=y,
-            customdata=g,
-            colorscale="Viridis",
-            zmin=lo,
-            zmax=hi if hi > lo else lo + 1,
-            colorbar=dict(title="grad norm", tickvals=tickvals, ticktext=ticktext),
-            hovertemplate="%{y}<br>step %{x}<br>grad norm %{customdata:.3e}<extra></extra>",
-        )
+    fig = heatmap(
+        z,
+        x,
+        y,
+        title=title,
+        height=max(300, 40 * g.shape[0] + 160),
+        customdata=g,
+        colorscale="Viridis",
+        zmin=lo,
+        zmax=hi if hi > lo else lo + 1,
+        colorbar=dict(title="grad norm", tickvals=tickvals, ticktext=ticktext),
+        hovertemplate="%{y}<br>step %{x}<br>grad norm %{customdata:.3e}<extra></extra>",
     )
-    fig.update_layout(title=title, xaxis_title="step", height=max(300, 40 * g.shape[0] + 160))
-    fig.update_yaxes(autorange="reversed")
+    fig.update_layout(xaxis_title="step")
     return fig
 
 
