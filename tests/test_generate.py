@@ -275,3 +275,50 @@ def test_sample_command_refuses_a_bad_temperature_before_reading_the_checkpoint(
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and "--temperature" in err and "0 is greedy" in err
     assert str(missing) not in err
+
+
+BAD_OPTIONS = [
+    ({"max_new_tokens": -1}, "max_new_tokens"),
+    ({"max_new_tokens": 2.5}, "max_new_tokens"),
+    ({"max_new_tokens": True}, "max_new_tokens"),
+    ({"top_k": 0}, "top_k"),
+    ({"top_k": 1.5}, "top_k"),
+    ({"top_p": 0.0}, "top_p"),
+    ({"top_p": 1.5}, "top_p"),
+    ({"return_type": "bogus"}, "return_type"),
+]
+
+
+@pytest.mark.parametrize("options,name", BAD_OPTIONS, ids=repr)
+def test_either_majors_generate_refuses_a_bad_option_as_model_generate_does(options, name):
+    """One ConfigError naming the option on TL 3 and TL 4 alike (TL's own: an AssertionError, torch.cat's error,
+    or tokens returned for an unknown return_type), before any token is drawn."""
+    model = make_model("trained", residual="attn_only")
+    model.vocab_state = {"vocab": CHARS}
+    tl = convert(model)
+    kwargs = {"max_new_tokens": 3, **options}
+    with pytest.raises(ConfigError, match=name):
+        tl.generate("ROMEO", verbose=False, **kwargs)
+    with pytest.raises(ConfigError, match=name):
+        tl.generate(ids("ROMEO"), verbose=False, **kwargs)
+    good = tl.generate("ROMEO", max_new_tokens=3, top_k=2, top_p=0.9, return_type="str", verbose=False)
+    assert isinstance(good, str) and good.startswith("ROMEO") and len(good) == 8
+
+
+def test_either_majors_loss_refuses_logits_of_another_batch_or_length():
+    """TL's loss would score only the rows the two share (a silent wrong number) or fail inside torch.gather."""
+    from interp.errors import ShapeError
+
+    model = make_model("trained", residual="attn_only")
+    model.vocab_state = {"vocab": CHARS}
+    tl = convert(model)
+    x = ids("ROMEO: KING")
+    two = torch.cat([x, x.flip(1)])
+    with torch.no_grad():
+        with pytest.raises(ShapeError, match="one batch and length"):
+            tl.loss_fn(tl(two), x)
+        with pytest.raises(ShapeError, match="one batch and length"):
+            tl.loss_fn(tl(x[:, :4]), x)
+        rows = tl.loss_fn(tl(two), two, per_token=True)
+        assert torch.allclose(tl.loss_fn(tl(two), two), rows.mean())
+        assert torch.allclose(tl.loss_fn(tl(x), x), rows[0].mean())

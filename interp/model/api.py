@@ -123,10 +123,15 @@ def check_ids(ids: Any, n_vocab: int, arg: str = "tokens", device: Any = None) -
     return t.long()
 
 
-def check_max_new_tokens(max_new_tokens: Any) -> None:
-    """generate's max_new_tokens (ResidualGPT's and the 3.x export's): an int >= 0, else one ConfigError."""
+def check_sampling(max_new_tokens: Any, top_k: Any = None, top_p: Any = None) -> None:
+    """generate's sampling options (ResidualGPT's and both exports'): max_new_tokens an int >= 0, top_k an int
+    >= 1 or None, top_p in (0, 1] or None; else one ConfigError (TransformerLens's would be an AssertionError)."""
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ConfigError(f"max_new_tokens must be a non-negative integer, got {max_new_tokens!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise ConfigError(f"top_k must be a positive integer or None, got {top_k!r}")
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
+        raise ConfigError(f"top_p must be a number in (0, 1] or None, got {top_p!r}")
 
 
 def check_generate_args(tokens: Any, max_new_tokens: Any, temperature: Any, top_k: Any, n_vocab: int) -> float:
@@ -138,10 +143,8 @@ def check_generate_args(tokens: Any, max_new_tokens: Any, temperature: Any, top_
         )
     if tokens.dim() != 2 or tokens.shape[1] == 0 or tokens.is_floating_point():
         raise ConfigError(f"generate takes integer tokens [batch, pos] with pos >= 1, got {tuple(tokens.shape)}")
-    check_max_new_tokens(max_new_tokens)
+    check_sampling(max_new_tokens, top_k)
     checked = check_temperature(temperature)
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
-        raise ConfigError(f"top_k must be a positive integer or None, got {top_k!r}")
     check_ids(tokens, n_vocab, "tokens (the prompt)")
     return checked
 

@@ -5,7 +5,8 @@ a list of prompts of unequal lengths, or past n_ctx
 past n_ctx      each new token from the last n_ctx tokens (nanoGPT's crop, as ResidualGPT.generate)
 max_new_tokens=0
                 the prompt (TL's ends in torch.cat's ValueError)
-temperature     checked as ResidualGPT.generate's; rows that end in padding warn at each call
+temperature     checked as ResidualGPT.generate's, and max_new_tokens, top_k, top_p and return_type as both majors'
+                exports check them (interp.tl.tokens.check_generate_options); rows that end in padding warn at each call
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from interp.errors import ConfigError
 from interp.model.gpt import ResidualGPT
 from interp.model.next_token import tl_temperature
-from interp.tl.tokens import decoded, generate_cropped, warn_generate_after_padding
+from interp.tl.tokens import check_generate_options, decoded, generate_cropped, warn_generate_after_padding
 
 
 class BridgeGenerate(TransformerBridge):
@@ -83,6 +84,7 @@ class BridgeGenerate(TransformerBridge):
             bound = inspect.signature(super().generate).bind(input, *args, **kwargs)
         except TypeError:  # TL's own call error says it
             return input, args, kwargs
+        check_generate_options(bound.arguments, ("input", "str", "tokens"))
         if not tl_temperature(bound):
             return input, args, kwargs
         return bound.args[0], bound.args[1:], bound.kwargs

@@ -37,7 +37,7 @@ from interp.model.gpt import ResidualGPT
 from interp.tl import stream_reads
 from interp.tl.major import refuse_past_context
 from interp.tl.routing_words import routing_quiet, warn_hidden_routing
-from interp.tl.tokens import loss_targets, warn_bos
+from interp.tl.tokens import check_loss_shapes, loss_targets, warn_bos
 
 
 class ExportGuards:
@@ -98,6 +98,7 @@ class ExportGuards:
     ) -> Any:
         """TL's loss; a right-padded batch's padding (the pad id has no logit) masked out as attention_mask
         masks it in TL, so the loss is the mean over real targets (interp.tl.tokens.loss_targets)."""
+        check_loss_shapes(logits, tokens)
         pad = getattr(cast(Any, self).tokenizer, "pad_token_id", None)
         tokens, attention_mask = loss_targets(tokens, attention_mask, logits.shape[-1], pad)
         return super().loss_fn(logits, tokens, attention_mask, per_token=per_token)  # type: ignore[misc]

@@ -10,8 +10,10 @@ The char tokenizer's <|endoftext|> (BOS, EOS and PAD alike) has the id after the
     padding     after the text is harmless under the causal mask, but TransformerLens's loss gathers a
                 log-prob at every target before it masks padding, and the pad id has no logit: loss_targets
                 masks trailing padding as lm_cross_entropy_loss's attention_mask does and gives the mean over
-                real targets (a special id left as a real target is one TokenIdError)
-    generate    on rows ending in padding appends after it: UntrainedTokenWarning (warn_generate_after_padding);
+                real targets (a special id left as a real target is one TokenIdError); logits and tokens of
+                another batch or length are one ShapeError (check_loss_shapes)
+    generate    its sampling options and return_type checked as ResidualGPT's (check_generate_options);
+                on rows ending in padding appends after it: UntrainedTokenWarning (warn_generate_after_padding);
                 past n_ctx both majors crop as nanoGPT does (generate_cropped), and decode as TL does (decoded)
     meta        tokens on the meta device hold no data: one ShapeError (refuse_meta) before TL's copy fails
 """
@@ -27,6 +29,7 @@ from jaxtyping import Int
 from torch import Tensor
 
 from interp.errors import (
+    ConfigError,
     NoTokenizerWarning,
     ShapeError,
     TokenIdError,
@@ -35,7 +38,7 @@ from interp.errors import (
     warn,
     warn_each_call,
 )
-from interp.model.api import check_ids
+from interp.model.api import check_ids, check_sampling
 
 
 def special_before_text(tokens: Tensor, trained: int) -> bool:
@@ -141,6 +144,26 @@ def warn_unmasked_left_padding(arguments: dict[str, Any], tokenizer: Any, traine
             "padding (TransformerLens masks left padding only when the call is given padding_side='left' too): "
             "every row attends to its pad tokens; pass padding_side='left' here",
             UntrainedTokenWarning,
+        )
+
+
+def check_generate_options(arguments: dict[str, Any], return_types: tuple[str, ...]) -> None:
+    """Either major's generate, its arguments as bound (defaults where absent): the sampling options as
+    ResidualGPT.generate checks them (interp.model.api.check_sampling) and a return_type the major knows, one
+    ConfigError each (TL 3 would raise an AssertionError, TL 4 torch.cat's error or return tokens without a word)."""
+    check_sampling(arguments.get("max_new_tokens", 10), arguments.get("top_k"), arguments.get("top_p"))
+    return_type = arguments.get("return_type", "input")
+    if return_type not in return_types:
+        raise ConfigError(f"return_type must be one of {', '.join(map(repr, return_types))}, got {return_type!r}")
+
+
+def check_loss_shapes(logits: Any, tokens: Any) -> None:
+    """loss_fn's logits [*, pos, vocab] and tokens [*, pos] of one batch and length: TransformerLens's gather
+    would score only the rows and positions they share, without a word, or fail inside torch."""
+    if isinstance(logits, Tensor) and isinstance(tokens, Tensor) and logits.shape[:-1] != tokens.shape:
+        raise ShapeError(
+            f"loss_fn: logits {tuple(logits.shape)} and tokens {tuple(tokens.shape)} are not of one batch and length "
+            "(logits [batch, pos, vocab], tokens [batch, pos]): pass the tokens the logits were computed from"
         )
 
 
