@@ -14,3 +14,7 @@ gpu_check.py   python -m benchmarks.gpu_check (make gpu-check): pytest -m cuda, 
 gpu_step.py    the step on CUDA side by side with the reference (eager, compiled, deterministic on/off)
 gpu_rows.py    gpu_check's table rows and targets
 """
+
+from interp.command.entry import refuse_library_module
+
+refuse_library_module(__file__)  # python -m <a module that does not run>: one line, exit 2

@@ -17,13 +17,15 @@ shared/ (the ground: plans, options, places), statistics/, cluster/, shipping/ a
                    context, dose; relation.py collapse -> wait, predictions and their check; predictions.py
                    predictions-floor.json written before the knob trains; per_run.py escape, plateau,
                    series; plateau.py the plateau rule; deep.py the 12-layer part; law.py and
-                   law_predictions.py the wait as a law (not yet wired, issue 59); paper_scale.py the
+                   law_predictions.py the wait as a law and its held-out predictions; paper_scale.py the
                    paper-scale predictions gpu-check scores; report.py
     residual_sweep/  run.py only
     eval_noise/      snapshots.py the weight snapshots (steps, the callback, the sealed read-back)
     gain_confound/   adam_invariance.py the proof it prints
 """
 
+from interp.command.entry import refuse_library_module
 from interp.command.signals import guard_startup
 
 guard_startup()  # a Ctrl-C while modules import: one line, not a traceback
+refuse_library_module(__file__)  # python -m <a module that does not run>: one line, exit 2

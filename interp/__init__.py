@@ -7,10 +7,12 @@ Names are imported lazily: `from interp.config.model_config import ModelConfig` 
 import importlib
 import importlib.util
 
+from interp.command.entry import refuse_library_module
 from interp.command.signals import guard_startup
 from interp.config import registry as _registry
 
 guard_startup()  # a Ctrl-C while modules import: one line, not a traceback
+refuse_library_module(__file__)  # python -m <a module that does not run>: one line, exit 2
 # The registry imports the built-in mixers on their first lookup, through this loader (it imports nothing above it).
 _registry.load_builtins_with(lambda: importlib.import_module("interp.model.mixers"))
 

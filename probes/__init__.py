@@ -29,10 +29,13 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+from interp.command.entry import refuse_library_module
 from probes.attention import attention_stats, pattern_stats, uniform_baseline
 from probes.gradients import capture_resid_grads, gradient_flow, parameter_grad_norms, resid_grad_sites
 from probes.identity import IdentityProbe, identity_summary
 from probes.norms import hidden_norms
+
+refuse_library_module(__file__)  # python -m <a module that does not run>: one line, exit 2
 
 PROBE_BATCHES = 2  # fixed validation batches the activation probes read (kept small: overhead <= 10%)
 

@@ -118,29 +118,58 @@ def test_an_explicit_d_vocab_the_data_would_replace_is_refused(command, data, tm
     assert not (tmp_path / "o").exists()
 
 
-def test_every_experiments_module_either_is_a_command_or_says_it_is_not():
-    """`python -m experiments.<module>` never exits 0 doing nothing: library modules name the commands."""
+def test_every_module_either_is_a_command_or_says_it_is_not():
+    """`python -m <any module of ours>` never exits 0 doing nothing: a library module (interp, training, probes,
+    experiments, benchmarks, packages too) is refused in one line naming its package's commands
+    (interp.command.entry, called by each package's __init__), exit 2, before it runs."""
     import subprocess
     import sys
     from pathlib import Path
 
     from experiments.shared.options import COMMANDS
+    from interp.command.entry import commands_under
 
     repo = Path(__file__).resolve().parents[1]
-    modules = sorted(
-        ".".join(p.relative_to(repo).with_suffix("").parts)
-        for p in (repo / "experiments").rglob("*.py")
-        if p.stem not in ("__init__", "__main__", "run") and p.parent.name != "__pycache__"
-    )
     commands = sorted(p.parent.name for p in (repo / "experiments").glob("*/__main__.py"))
     assert sorted(COMMANDS) == commands
-    # launch's __main__ is a torchrun worker; ship is the command that ships results
-    # (python -m experiments.shipping.ship)
-    for name in [m for m in modules if m not in ("experiments.cluster.launch", "experiments.shipping.ship")]:
+    runnable = {
+        name
+        for top in ("interp", "training", "probes", "experiments", "benchmarks")
+        for name in commands_under(repo / top)
+    }
+    assert {"training", "interp.sample", "interp.nanogpt", "experiments.floor", "benchmarks.gpu_check"} <= runnable
+    modules = sorted(
+        ".".join((p.parent if p.name == "__init__.py" else p.with_suffix("")).relative_to(repo).parts)
+        for top in ("interp", "training", "probes", "experiments", "benchmarks")
+        for p in (repo / top).rglob("*.py")
+        if p.name != "__main__.py" and "__pycache__" not in p.parts
+    )
+    library = [m for m in modules if m not in runnable and not m.endswith(".run")]
+    assert len(library) > 150  # the class, not a sample: every module of the five packages
+    # one interpreter for all: each name as `python -m` locates it (sys.argv[0] "-m", sys.orig_argv naming it)
+    script = (
+        "import runpy, sys\n"
+        "for name in sys.argv[1:]:\n"
+        "    sys.argv[:] = ['-m']; sys.orig_argv = [sys.executable, '-m', name, '--bogus']\n"
+        "    ours = {'interp', 'training', 'probes', 'experiments', 'benchmarks'}\n"
+        "    for m in [k for k in sys.modules if k.split('.')[0] in ours]:\n"
+        "        del sys.modules[m]\n"
+        "    try:\n"
+        "        runpy.run_module(name, run_name='__main__', alter_sys=True)\n"
+        "        print('RAN', name)\n"
+        "    except SystemExit as e:\n"
+        "        print('EXIT', e.code, name)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", script, *library], cwd=repo, capture_output=True, text=True, timeout=600)
+    assert r.stdout.splitlines() == [f"EXIT 2 {m}" for m in library], r.stderr[-2000:]
+    refusals = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
+    assert len(refusals) == len(library) and all("is a library module, not a command" in x for x in refusals)
+    for name in ["experiments.floor.law", "training.loop", "interp.reading.decompose", "probes.norms", "interp"]:
         r = subprocess.run(
             [sys.executable, "-m", name, "--bogus"], cwd=repo, capture_output=True, text=True, timeout=120
         )
-        assert r.returncode == 2 and "is a library module, not a command" in r.stderr, (name, r.stderr)
+        assert r.returncode == 2 and r.stdout == "", (name, r.stderr)
+        assert r.stderr.startswith(f"error: {name} is a library module, not a command; python -m runs: "), r.stderr
     for name in COMMANDS:  # each command's entry point runs its EXPERIMENT
         text = (repo / "experiments" / name / "__main__.py").read_text()
         assert "EXPERIMENT.main()" in text, name

@@ -43,6 +43,8 @@ estimate.py    estimate_seconds: each shape's step, evaluation, probes, checkpoi
 __main__.py    python -m training
 """
 
+from interp.command.entry import refuse_library_module
 from interp.command.signals import guard_startup
 
 guard_startup()  # a Ctrl-C while modules import: one line, not a traceback
+refuse_library_module(__file__)  # python -m <a module that does not run>: one line, exit 2

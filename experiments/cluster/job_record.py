@@ -132,9 +132,3 @@ class JobRecord:
 def run_key(run_path: Path, out: Path) -> str:
     """A run's key in the record: its folder under --out ("smoke/attn_only/seed1")."""
     return run_path.resolve().relative_to(out.resolve()).as_posix()
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

@@ -202,9 +202,3 @@ def unfinished_refusal(ctx: Context, todo: list[Job]) -> ToolkitError:
     return ToolkitError(
         f"{len(todo)} run(s) not finished yet: {'; '.join(parts)}; wait for the queued or running ones{rest}"
     )
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

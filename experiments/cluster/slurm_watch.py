@@ -141,9 +141,3 @@ def stepd_said(log: Path) -> str:
         return ""
     lines = [line.strip() for line in tail.splitlines() if line.startswith("slurmstepd")]
     return lines[-1] if lines else ""
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

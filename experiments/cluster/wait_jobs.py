@@ -217,9 +217,3 @@ def _quiet_submitit():
         yield
     finally:
         log.setLevel(level)
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

@@ -161,9 +161,3 @@ class EscapeGrid:
             for role, vs in (("grid", self.grid()), ("reference", self.reference()), ("holdout", self.held_out()))
             for v in vs
         }
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

@@ -96,9 +96,3 @@ def verdict_line(name: str, item: dict[str, Any]) -> str:
         f"{item['majority_accuracy']:.2f}; {auc_text(item, 'escape')} ({item['n']} runs, {item['n_escaped']} escaped, "
         f"{item['n_seeds']} seeds)"
     )
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

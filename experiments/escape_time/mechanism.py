@@ -234,9 +234,3 @@ def self_path_answer(result: dict[str, Any], min_runs: int) -> str:
     else:
         verdict = "mixed: one of the two rises across the escape, the other does not"
     return f"{verdict} ({a}; {k}; before -> after the escape, {n} runs)"
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

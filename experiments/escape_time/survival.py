@@ -471,9 +471,3 @@ def law_prediction(law: dict[str, Any], depth: float, lr: float, step: float) ->
         "step": step,
         "interval": "bootstrap",
     }
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

@@ -87,9 +87,3 @@ def snapshot_identity(ckpt) -> dict:
         "model_init": state.get("model_init"),
         "data": (state.get("data") or {}).get("sha256"),
     }
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

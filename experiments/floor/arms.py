@@ -351,9 +351,3 @@ def arm_groups(ctx: Context, arms: Arms, chosen: list[Arm]) -> list[Group]:
 
 def arm_jobs(groups: list[Group], ctx: Context) -> list[Job]:
     return [Job(g, v, s) for g in groups for v in g.variants for s in (g.seeds or ctx.seeds)]
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

@@ -132,9 +132,3 @@ def grad_table_rows(deep: dict[str, Any], part: str) -> tuple[list[str], list[li
     headers = ["arm", "step", "lr", "runs", *labels]
     rows = [[r["arm"], str(r["step"]), f"{r['lr']:.2g}", str(r["n"]), *[f"{v:.3g}" for v in r[part]]] for r in table]
     return headers, rows
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

@@ -43,9 +43,3 @@ def init_uniformity(cfg: ModelConfig, seed: int, batches, model_init: Callable |
     out = token_uniformity(init_model(cfg, seed, model_init), batches)
     out["u"] = collapse(out["residual"][-1])
     return out
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

@@ -29,9 +29,3 @@ def scale_qk(scale: float, model) -> None:
         proj.weight[: 2 * d] *= scale
         if proj.bias is not None:
             proj.bias[: 2 * d] *= scale
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

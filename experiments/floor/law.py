@@ -350,9 +350,3 @@ def held_law(prediction: dict[str, Any], observed_median: float | None) -> dict[
     inside = (lo if lo is not None else math.inf) <= m <= (hi if hi is not None else math.inf)
     near = bool(within(np.array([m]), prediction["median"])[0])
     return {"inside": bool(inside), "within": near, "held": bool(inside and near)}
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

@@ -190,9 +190,3 @@ def preface_lines(ctx: Context, arms, names: list[str]) -> list[str]:
         when = "some made after their runs existed (not a test)" if late else "all made before their arms trained"
         lines.append(f"law predictions read from {ctx.result_dir / LAW_PREDICTIONS}, {when}")
     return lines
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

@@ -203,9 +203,3 @@ def law_plan(ctx, arms) -> list:
         if entry is not None and tests_something(entry["prediction"]):  # a non-prediction tests nothing
             groups.append(heldout_group(ctx, arms, arm, entry["seeds"]))
     return groups
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

@@ -155,9 +155,3 @@ def score_routing(doc: dict[str, Any], results: dict[str, Any] | None, dry_run: 
             same = "dry run (smoke shapes): plumbing, not a test"
         rows.append({"check": r["id"], "result": f"{got[r['id']]}: {same}", "against": against})
     return rows
-
-
-if __name__ == "__main__":
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

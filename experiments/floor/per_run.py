@@ -102,9 +102,3 @@ def arm_cell(runs: list[dict[str, Any]], key: str, keys: list[str]) -> dict[str,
         "u_mean": float(np.mean([r["u"] for r in runs])),
         "plateau": {k: cell_plateau(runs, k) for k in keys},
     }
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

@@ -42,9 +42,3 @@ def cell_plateau(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
         "median_longest": float(np.median([p["longest"] for p in items])),
         "word": "waits" if 2 * waits >= len(items) else "descends through",
     }
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

@@ -199,9 +199,3 @@ def knob_prediction_text(name: str, entry: dict[str, Any]) -> str:
 
 def step_text(v: float | None) -> str:
     return "past the last step" if v is None else f"{v:.0f}"
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

@@ -132,9 +132,3 @@ def held(prediction: dict[str, Any], observed: dict[str, Any]) -> dict[str, Any]
     f_lo, f_hi = prediction["floor_interval"]
     in_floor = f_lo - 1e-12 <= observed["floor_at_last"] <= f_hi + 1e-12
     return {"median": bool(in_median), "floor": bool(in_floor), "held": bool(in_median and in_floor)}
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

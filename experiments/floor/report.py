@@ -248,9 +248,3 @@ def init_svg(results: dict[str, Any], width: int = 680, height: int = 300) -> st
         label = config + (f" (x{rate['rate']:.2f}/layer)" if rate else "")
         out.append(legend_entry(left + w + 10, top + 14 * i + 10, colour, label))
     return close(out)
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

@@ -398,3 +398,7 @@ def preface(ctx: Context, jobs: list[Job]) -> str:
     if "knob" in arms.parts and all(by_name[n].part == "control" for n in names):
         lines.append("the knob arms are planned once the controls have finished (their prediction is fitted on them)")
     return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(EXPERIMENT.main())

@@ -111,9 +111,3 @@ def signal_table(spec, val, seeds: list[int], preset: str, progress: bool = Fals
         "cells": cells,
         "rates": rates,
     }
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

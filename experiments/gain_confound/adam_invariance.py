@@ -238,9 +238,3 @@ def adam_line(check: dict[str, Any]) -> str:
         f"relative with eps -> 0, {check['max_rel_update_diff_eps_default']:.1e} with eps = 1e-8 "
         f"({100 * opt['small_gradient_fraction']:.1f}% of gradient entries are within 100 eps of 0)"
     )
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

@@ -401,9 +401,3 @@ def export_difference(
         .max()
     )
     return {"max_abs_diff": max(worst.values()), "per_intervention": worst, "sequences": len(x)}
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

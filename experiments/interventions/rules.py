@@ -293,9 +293,3 @@ def bearing(v: dict[str, Any]) -> str:
     if v["verdict"] == "contradicts":
         return f"contradicts the hypothesis behind {v['bears_on']}"
     return f"{v['relation']} {v['bears_on']} at inference"
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

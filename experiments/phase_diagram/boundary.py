@@ -248,9 +248,3 @@ def confirmation_text(cells: list[Cell], confirmed: dict[Cell, bool] | None) -> 
             f"{CONFIRM_FACTOR}x the steps"
         )
     return f"{done} of {len(boundary)} floor and boundary cells confirmed, the rest unconfirmed"
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

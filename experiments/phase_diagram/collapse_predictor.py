@@ -151,9 +151,3 @@ def verdict_text(name: str, item: dict[str, Any]) -> str:
         f"vs majority {item['majority_accuracy']:.2f}; random halves {split}; {auc_text(item, 'collapse')} "
         f"({item['n']} runs, {item['n_collapsed']} collapsed)"
     )
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

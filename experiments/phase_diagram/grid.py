@@ -216,9 +216,3 @@ def neighbours(cells: list[Cell]) -> list[tuple[Cell, Cell, str]]:
 
 def confirm_seeds(first: int) -> list[int]:
     return [first + i for i in range(CONFIRM_SEEDS)]
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

@@ -278,9 +278,3 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
             )
         )
     return out + predictor_figures(results)
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

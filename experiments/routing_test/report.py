@@ -266,9 +266,3 @@ def attention_figures(results: dict[str, Any], corpus, prompt: str = PROMPT) -> 
             fig = attention_patterns(cache, tokens, layer, title=f"{run['variant']}: layer {layer}")
             figures.append((f"Attention patterns, {run['variant']}, layer {layer}", fig))
     return figures
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

@@ -320,9 +320,3 @@ def moving_text(name: str, now: dict[str, Any], later: dict[str, Any], alpha_too
             f"{sum(alpha_later) / len(alpha_later):.2f} at {PACE_FACTOR}x the steps"
         )
     return out
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

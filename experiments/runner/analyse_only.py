@@ -474,9 +474,3 @@ def _launcher_dests() -> set[str]:
     p = argparse.ArgumentParser(add_help=False)
     add_launcher_arguments(p)
     return {a.dest for a in p._actions}
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

@@ -71,9 +71,3 @@ def time_here(ctx: Context, jobs: list[Job]) -> str:
         "checkpoints timed now; a floor: start-up, the analysis and the report come on top, and other jobs on "
         "these cores slow it)"
     )
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

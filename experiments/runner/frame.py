@@ -482,9 +482,3 @@ def write_results(path: Path, results: dict[str, Any]) -> None:
             f"{e}; no result is written from a non-finite number - check the runs it comes "
             "from (their final.json and metrics.jsonl)"
         ) from None
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

@@ -39,9 +39,3 @@ def legend_entry(x: float, y: float, colour: str, label: str, dash: str = "") ->
 
 def close(out: list[str]) -> str:
     return "\n".join([*out, "</svg>"]) + "\n"
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

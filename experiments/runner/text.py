@@ -98,9 +98,3 @@ def software_versions() -> dict[str, str]:
         "plotly": plotly.__version__,
         "threads": str(torch.get_num_threads()),
     }
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

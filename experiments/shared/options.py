@@ -30,21 +30,3 @@ COMMANDS = (
     "eval_noise",
     "floor",
 )
-
-
-def not_a_command(module: str) -> int:
-    """What `python -m experiments.<library module>` does: one line naming the commands; exit 2."""
-    import sys
-
-    names = ", ".join(COMMANDS)
-    print(
-        f"error: {module} is a library module, not a command; run python -m experiments.<name> for one of {names}",
-        file=sys.stderr,
-    )
-    return 2
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

@@ -16,9 +16,3 @@ def place(loss: float, levels: dict[str, float], full: float | None, margin: flo
     if full is not None and loss <= full + margin:
         return "near full"
     return "below bigram (uses context)"
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

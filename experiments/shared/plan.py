@@ -134,9 +134,3 @@ def check_distinct_dirs(jobs: list[Job]) -> None:
                 f"variant {job.variant.name!r} names two different configurations (seed "
                 f"{job.seed}); its name must say what differs"
             )
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

@@ -16,9 +16,3 @@ class Stated:
     def stated(self, margin: float, **more: Any) -> dict[str, Any]:
         """The verdict's opening fields: the prediction as stated, its rule at this margin, then `more`."""
         return dict(id=self.id, title=self.title, prediction=self.prediction, rule=self.rule.format(m=margin), **more)
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

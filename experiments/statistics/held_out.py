@@ -100,9 +100,3 @@ def binomial_interval(k: int, n: int, alpha: float = 0.05) -> tuple[float, float
 
     ci = stats.binomtest(k, n).proportion_ci(confidence_level=1 - alpha, method="exact")
     return float(ci.low), float(ci.high)
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))

@@ -117,9 +117,3 @@ def settle_step(steps: list[int], values: list[float], threshold: float) -> int 
             break
         settle = s
     return settle
-
-
-if __name__ == "__main__":  # a library module: says so instead of exiting 0 doing nothing
-    from experiments.shared.options import not_a_command
-
-    raise SystemExit(not_a_command(__spec__.name))
