@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from interp.errors import ConfigError
+from interp.errors import ConfigError, ToolkitError
 
 BUILTIN_MIXERS = ("attention", "uniform", "position_blind")  # defined, with their declarations, in interp.model.mixers
 _BUILTIN_MODULE = "interp.model.mixers"
@@ -45,7 +45,10 @@ def load_builtins_with(loader: Callable[[], Any]) -> None:
 def _builtins() -> Any:
     """interp.model.mixers, imported: the built-ins registered, and its Mixer base."""
     if _load_builtins is None:
-        raise RuntimeError("interp/__init__.py hands the registry the built-ins' loader (load_builtins_with)")
+        raise ToolkitError(  # interp/__init__.py hands the loader in (load_builtins_with); a reload forgets it
+            "the mixer registry has no built-ins (interp.config.registry was reloaded on its own): "
+            "importlib.reload(interp) as well, or restart the kernel"
+        )
     return _load_builtins()
 
 
