@@ -154,7 +154,7 @@ def grid_text(view: dict[str, Any], cells: dict[tuple, dict[str, Any]]) -> str:
     return f"{view['title']}\n" + format_table(headers, rows)
 
 
-def heatmap(view: dict[str, Any], cells: dict[tuple, dict[str, Any]]):
+def view_heatmap(view: dict[str, Any], cells: dict[tuple, dict[str, Any]]):
     """One view: colour = relative loss, text = place (confirmed place after '->' where confirmation ran)."""
     from interp.figures.plots import heatmap
 
@@ -238,7 +238,7 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
         f"({legend}; '?' provisional), and '-> place' its place with {CONFIRM_SEEDS} seeds at "
         f"{CONFIRM_FACTOR}x the steps where it was confirmed."
     )
-    out += [(v["title"], heatmap(v, cells)) for v in results["views"]]
+    out += [(v["title"], view_heatmap(v, cells)) for v in results["views"]]
     titles = [
         ("predictor", "Early-training predictor (held-out runs; first-pass outcomes)"),
         ("predictor_final", "The same, against the final places (seed-split cells left out)"),

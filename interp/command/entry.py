@@ -1,7 +1,7 @@
 """What `python -m` may run: a library module named there says so in one line (exit 2) before it runs.
 
 Each top package's __init__ (interp, training, probes, experiments, benchmarks) calls refuse_library_module
-while `python -m` is still locating the module it names, so a module with no `if __name__ == "__main__":` block
+while `python -m` is still locating the module it names, so a module with no main block (`if __name__ == ...`)
 (a package without __main__.py) is refused, with the package's commands, instead of exiting 0 having done nothing
 (docs/DESIGN.md contract 7). Elsewhere (imports, a notebook, pytest, another package's -m) it does nothing.
 """
@@ -12,7 +12,7 @@ import re
 import sys
 from pathlib import Path
 
-_RUNS = re.compile(r'^if __name__ == "__main__":', re.MULTILINE)
+_RUNS = re.compile(r"^if __name__ == ['\"]__main__['\"]:", re.MULTILINE)  # a main block, either quote
 _WITH_VALUE = ("-W", "-X")  # python's options that take the next argument as their value
 
 
