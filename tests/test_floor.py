@@ -1,6 +1,7 @@
 """python -m experiments.floor (issue 44): the knob, the relation and its predictions, the plateau rule, and the
 command end to end on the smoke preset - predictions written before the knob trains and never rewritten."""
 
+import datetime
 import functools
 import json
 import math
@@ -19,6 +20,7 @@ from experiments.floor.predictions import (
     find_prediction,
     load_predictions,
     stored_predictions,
+    written_before_training,
 )
 from experiments.floor.relation import fit_relation, held, observe, predict
 from experiments.floor.report import knob_line
@@ -219,7 +221,15 @@ def test_a_prediction_edited_after_it_was_written_is_not_trusted():
     entry["prediction"]["floor_interval"] = [0.0, 0.75]
     entry["created"] = "2099-01-01T00:00:00+00:00"
     assert edited(entry)
-    assert not edited({"created": "x", "prediction": {}})  # written before digests: unchecked
+    # Without a digest, an entry must be one of the three written before digests, as committed
+    assert edited({"created": "x", "prediction": {}})
+    from pathlib import Path
+
+    legacy = json.loads(Path("docs/results/data/floor-default/predictions-floor.json").read_text())["arms"]
+    assert len(legacy) == 3 and not any(edited(e) for e in legacy.values())
+    moved = json.loads(json.dumps(legacy["ffn_only L3 1200 steps qk12"]))
+    moved["prediction"]["median"] = {"lower": 200.0, "upper": 400.0}
+    assert edited(moved)
     k = {
         "prediction": {"predicted": True, "median": {"lower": 10.0, "upper": 70.0}, "floor_interval": [0.0, 0.0]},
         "observed": {"median": 30.0, "floor_at_last": 0.0, "n": 4},
@@ -252,3 +262,52 @@ def test_analyse_only_reads_the_predictions_of_the_folder_it_analyses(tmp_path):
     ctx.args.analyse_only = str(out)
     out.mkdir()
     assert stored_predictions(ctx) == {}  # none there: every knob prediction reads as made after training
+
+
+def test_a_prediction_counts_as_written_before_training_only_at_a_real_past_time():
+    entry = {"created": "2026-01-01T00:00:00+00:00", "trained_after": [True, True], "prediction": {}}
+    entry["digest"] = entry_digest(entry)
+    assert written_before_training(entry)
+    started = datetime.datetime(2025, 12, 31, tzinfo=datetime.UTC).timestamp()
+    assert not written_before_training(entry, started)  # its runs started before it was written
+    for when in ("2099-01-01T00:00:00+00:00", "not a time", None, "2026-01-01T00:00:00"):  # future, junk, no zone
+        forged = {**entry, "created": when}
+        forged["digest"] = entry_digest(forged)  # anyone can recompute a digest: the time itself is checked
+        assert not written_before_training(forged)
+
+
+def test_a_file_with_two_predictions_for_one_arm_is_refused():
+    from experiments.floor.law_predictions import stored_entry
+
+    one = {"seeds": [1, 2], "margin": "0.05"}
+    stored = {"a": one, "a [margin 0.05]": dict(one)}
+    with pytest.raises(ToolkitError, match="2 predictions for a at margin 0.05"):
+        find_prediction(stored, "a", [1, 2], "0.05")
+    with pytest.raises(ToolkitError, match="2 predictions for a at margin 0.05"):
+        stored_entry(stored, "a", "0.05")
+    assert stored_entry({"a": one, "a [margin 0.1]": {**one, "margin": "0.1"}}, "a", "0.1")["margin"] == "0.1"
+
+
+def test_two_writers_of_one_prediction_file_keep_each_others_entries(tmp_path):
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from experiments.floor.predictions import load_predictions, save_predictions, writing
+
+    path = tmp_path / "predictions-law.json"
+    ctx = SimpleNamespace(result_dir=tmp_path)
+
+    def writer(name):
+        with writing(path):
+            stored = load_predictions(path)
+            time.sleep(0.3)  # both have read before either writes, were there no lock
+            stored[name] = {"margin": name}
+            save_predictions(ctx, path, stored)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in ("0.05", "0.1")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert set(load_predictions(path)) == {"0.05", "0.1"}

@@ -142,28 +142,91 @@ def test_held_out_seeds_continue_past_the_given_ones_and_the_candidates_step_by_
     assert seed_candidates(6, 4) == [4, 6]
 
 
-def test_shipped_runs_are_read_only_from_the_file_the_manifest_lists(tmp_path):
+needs_corpus = pytest.mark.skipif(
+    not has_shared_data(),
+    reason="the shipped runs trained on TinyShakespeare (../shared/data): on another corpus --law-from refuses "
+    "them, as it should",
+)
+
+
+def _floor_ctx(tmp_path, *argv):
+    from experiments.floor.run import EXPERIMENT
+
+    return EXPERIMENT.context(["--out", str(tmp_path / "out"), "--no-progress", *argv])[0]
+
+
+def _forge(source, dest, edit):
+    """A copy of a shipped folder whose results file `edit` changed, its MANIFEST.json updated to match."""
+    import shutil
+
     from experiments.shipping.ship import sha256
 
-    results = {"config": {"model": {"d_model": 64}}, "runs": [{"variant": "v", "seed": 1}]}
+    shutil.copytree(source, dest)
+    results = json.loads((dest / "results-floor.json").read_text())
+    edit(results)
     data = json.dumps(results).encode()
-    (tmp_path / "results-floor.json").write_bytes(data)
-    manifest = {"files": {"results-floor.json": {"sha256": sha256(data)}}}
-    (tmp_path / "MANIFEST.json").write_text(json.dumps(manifest))
-    got = shipped_summaries(tmp_path)
-    assert got["runs"] == [{"variant": "v", "seed": 1, "d_model": 64}] and got["sha256"] == sha256(data)
-    (tmp_path / "results-floor.json").write_bytes(data.replace(b'"seed": 1', b'"seed": 2'))
-    with pytest.raises(ToolkitError, match="not the file MANIFEST.json lists"):
-        shipped_summaries(tmp_path)
+    (dest / "results-floor.json").write_bytes(data)
+    manifest = json.loads((dest / "MANIFEST.json").read_text())
+    manifest["files"]["results-floor.json"].update(sha256=sha256(data), bytes=len(data))
+    (dest / "MANIFEST.json").write_text(json.dumps(manifest))
+    return dest
+
+
+@needs_corpus
+def test_the_law_reads_shipped_runs_from_their_archived_logs_and_never_their_held_out_arms(tmp_path, data):
+    from pathlib import Path
+
+    ctx = _floor_ctx(tmp_path, "--preset", "phase-cell", "--parts", "law,heldout")
+    shipped = Path("docs/results/data/floor-law")
+    got = shipped_summaries(ctx, shipped)
+    results = json.loads((shipped / "results-floor.json").read_text())
+    said = {(r["variant"], r["seed"]): r for r in results["runs"]}
+    assert got["n_shipped"] == len(results["runs"]) == 64
+    assert {r["part"] for r in got["runs"]} == {"law"} and len(got["runs"]) == 48  # not the 16 held-out runs
+    for r in got["runs"]:
+        assert r["u"] == pytest.approx(said[(r["variant"], r["seed"])]["u"], abs=1e-12)
+        assert r["escape"]["0.05"] == said[(r["variant"], r["seed"])]["escape"]["0.05"]
+    # a margin the results file never computed is read from the logs, not refused or guessed
+    other = shipped_summaries(_floor_ctx(tmp_path, "--preset", "phase-cell", "--margin", "0.07"), shipped)
+    assert all(set(r["escape"]) == {"0.07"} for r in other["runs"])
+
+
+@needs_corpus
+def test_the_law_refuses_shipped_runs_it_cannot_vouch_for(tmp_path, data):
+    import shutil
+    from pathlib import Path
+
+    ctx = _floor_ctx(tmp_path, "--preset", "phase-cell")
+    shipped = Path("docs/results/data/floor-law")
+
+    def later(results):
+        results["runs"][0]["escape"]["0.05"] = 4 * (results["runs"][0]["escape"]["0.05"] or 100)
+
+    with pytest.raises(ToolkitError, match="archived logs"):  # a results file edited, its MANIFEST made to match
+        shipped_summaries(ctx, _forge(shipped, tmp_path / "forged", later))
+    bare = tmp_path / "bare"  # the MANIFEST and results file, no runs
+    bare.mkdir()
+    for name in ("MANIFEST.json", "results-floor.json"):
+        shutil.copy(shipped / name, bare / name)
+    with pytest.raises(ToolkitError, match="missing"):
+        shipped_summaries(ctx, bare)
     with pytest.raises(ToolkitError, match="no MANIFEST.json"):
-        shipped_summaries(tmp_path / "absent")
+        shipped_summaries(ctx, tmp_path / "absent")
+    smoke = _floor_ctx(tmp_path, "--preset", "smoke")  # phase-cell's runs trained at another lr, width, batch
+    with pytest.raises(ToolkitError, match="preset phase-cell"):
+        shipped_summaries(smoke, shipped)
+    batch = _floor_ctx(tmp_path, "--preset", "phase-cell", "--set", "batch_size=8")
+    with pytest.raises(ToolkitError, match="different configuration"):
+        shipped_summaries(batch, shipped)
 
 
-def test_the_shipped_floor_runs_give_the_law_its_depth_term(few_refits):
+@needs_corpus
+def test_the_shipped_floor_runs_give_the_law_its_depth_term(tmp_path, data, few_refits):
     """On the shipped floor runs alone (depths 2 and 3): depth has its own term, and sigma grows with depth."""
     from pathlib import Path
 
-    shipped = shipped_summaries(Path("docs/results/data/floor-default"))
+    ctx = _floor_ctx(tmp_path, "--preset", "phase-cell")
+    shipped = shipped_summaries(ctx, Path("docs/results/data/floor-default"))
     law = fit_wait_law(law_runs(shipped["runs"], "0.05"), 25)
     assert law["fitted"] and law["n_runs"] == 80  # 5 cells of 16; the 3x confirmations count once
     assert law["c"]["lower"] > 1.0 and law["b"]["lower"] > 1.0
@@ -230,6 +293,13 @@ def test_smoke_writes_the_law_predictions_before_the_held_out_arms_train_and_nev
     wide = [r for r in results["runs"] if r["variant"] == "ffn_only L1 d64 240 steps"]
     assert wide and all(r["d_model"] == 64 for r in wide)
     assert results["law"]["n_runs"] == 16  # the held-out runs are not fitted on
+    # Analysed without the file their predictions are in: refused, never judged against a prediction made now
+    (folder / LAW_PREDICTIONS).rename(tmp_path / "kept.json")
+    again = ["--preset", "smoke", "--no-progress", "--no-report", "--analyse-only", str(tmp_path)]
+    assert EXPERIMENT.main([*again, "--out", str(tmp_path.with_name(tmp_path.name + "-again"))]) == 2
+    assert f"no prediction of ffn_only L2 240 steps qk4 at margin 0.05 ({LAW_PREDICTIONS} is missing" in (
+        capsys.readouterr().err
+    )
 
 
 @pytest.mark.parametrize(

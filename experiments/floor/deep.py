@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from interp.errors import ToolkitError
+
 GRAD_STEPS = (0, 1, 2, 5, 10, 25, 50)  # the table's steps (those within the probe's every-step span)
 GRAD_PARTS = ("attn", "mlp", "resid")  # per layer: attention and MLP parameters, dLoss/d(resid_pre)
 
@@ -38,9 +40,14 @@ def grad_table(runs: list[dict[str, Any]], lrs: dict[str, dict[str, float]], ste
     for name in dict.fromkeys(r["variant"] for r in runs):
         rs = [r for r in runs if r["variant"] == name]
         for s in steps:
-            have = [r["grads"][str(s)] for r in rs if str(s) in r["grads"]]
-            if len(have) < len(rs):  # a run without this step's record: the median would be of other runs
-                continue
+            lacking = [r["run_dir"] for r in rs if str(s) not in r["grads"]]
+            if lacking:  # the probe logs every step to its dense end: a missing one is a cut or edited log
+                raise ToolkitError(
+                    f"{lacking[0]}/probes.jsonl has no gradients record at step {s} ({len(lacking)} of {name}'s "
+                    f"{len(rs)} runs lack one), though the deep part's probe logs every step to {max(steps)}; the "
+                    "table is never a median of the other runs - move that run aside and run again"
+                )
+            have = [r["grads"][str(s)] for r in rs]
             row: dict[str, Any] = {"arm": name, "step": s, "lr": lrs[name][str(s)], "n": len(have)}
             for part in (*GRAD_PARTS, "total"):
                 values = np.array([h[part] for h in have], dtype=float)

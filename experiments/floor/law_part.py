@@ -25,7 +25,7 @@ from experiments.floor.law_predictions import (
     read_law_predictions,
     stored_entry,
 )
-from experiments.floor.predictions import edited, step_text, without_draws, written_before_training
+from experiments.floor.predictions import edited, first_started, step_text, without_draws, written_before_training
 from experiments.runner.frame import Context
 
 
@@ -44,7 +44,7 @@ def law_results(ctx: Context, arms, runs: list[dict[str, Any]], cells: list[dict
         rs = [r for r in runs if r["variant"] == cell["name"]]
         entry = stored_entry(stored, cell["name"], key)
         every = arm.every or ctx.spec.train.eval_interval
-        verdict = heldout_verdict(entry, cell, rs, key, every)
+        verdict = heldout_verdict(entry, cell, rs, key, every, first_started(ctx, rs))
         control = (arm.depth, ctx.spec.model.d_model, arm.scale)  # the fit's cell at the preset's width
         against = [r for r in fit_runs if tuple(r["cell"]) == control]
         verdict["control"] = f"ffn_only L{control[0]} d{control[1]} qk{control[2]:g}" if against else None
@@ -58,18 +58,20 @@ def law_results(ctx: Context, arms, runs: list[dict[str, Any]], cells: list[dict
     return out
 
 
-def _stored(entry: dict[str, Any]) -> dict[str, Any]:
+def _stored(entry: dict[str, Any], started: float | None = None) -> dict[str, Any]:
     return {
         "prediction": entry["prediction"],
         "created": entry["created"],
         "seeds": entry["seeds"],
         "last_step": entry["last_step"],
         "edited": edited(entry),
-        "written_before_training": written_before_training(entry),
+        "written_before_training": written_before_training(entry, started),
     }
 
 
-def heldout_verdict(entry: dict[str, Any] | None, cell: dict[str, Any], rs: list, key: str, every: int) -> dict:
+def heldout_verdict(
+    entry: dict[str, Any] | None, cell: dict[str, Any], rs: list, key: str, every: int, started: float | None = None
+) -> dict:
     steps = np.array([np.inf if r["escape"][key] is None else r["escape"][key] for r in rs], dtype=float)
     observed = {
         "n": cell["n"],
@@ -82,7 +84,7 @@ def heldout_verdict(entry: dict[str, Any] | None, cell: dict[str, Any], rs: list
         return {"prediction": None, "observed": observed, "written_before_training": False, "held": None}
     by_seed = dict(zip(entry["seeds"], entry["us"], strict=True))
     return {
-        **_stored(entry),
+        **_stored(entry, started),
         "seeds_match": sorted(r["seed"] for r in rs) == sorted(entry["seeds"]),
         "u_match": max((abs(by_seed[r["seed"]] - r["u"]) for r in rs if r["seed"] in by_seed), default=None),
         "observed": observed,

@@ -33,7 +33,9 @@ from experiments.floor.predictions import (
     new_entry,
     predictions_file,
     save_predictions,
+    two_entries,
     without_draws,
+    writing,
 )
 from experiments.runner.frame import Context, Group, Job
 from interp.errors import ToolkitError
@@ -55,24 +57,107 @@ def law_from(ctx: Context) -> Path | None:
     return None if given == "none" else Path(given)
 
 
-def shipped_summaries(folder: Path) -> dict[str, Any]:
-    """{"runs": the shipped results' per-run summaries (each with d_model), "from": folder, "sha256": the results
-    file's} - the file compared with its MANIFEST.json entry first; anything else is refused by name."""
-    from experiments.shipping.ship import MANIFEST, sha256
-    from interp.files.io import read_json
+def shipped_summaries(ctx: Context, folder: Path) -> dict[str, Any]:
+    """{"runs": the shipped folder's runs the law may be fitted on (FIT_PARTS: never its held-out arms), each read
+    from its archived logs; "from": folder; "sha256": its results file's; "n_shipped": the runs it ships}.
+    read_shipped checks every file against MANIFEST.json. A run is used only as this command would have trained
+    it - the same preset, data and training but for what the law covers (depth, width, residual, steps, the
+    evaluation interval, the query/key scale) - and its u, escape step and last step come from its logs,
+    which must say what the results file says; anything else is refused by name."""
+    import tempfile
 
-    if not (folder / MANIFEST).is_file():
+    from experiments.shipping.ship import MANIFEST, is_shipped, read_shipped
+
+    if not is_shipped(folder):
         raise ToolkitError(f"--law-from {folder}: no {MANIFEST} there; give a shipped floor folder or 'none'")
-    manifest = read_json(folder / MANIFEST)
-    name = "results-floor.json"
-    want = (manifest.get("files") or {}).get(name, {}).get("sha256") if isinstance(manifest, dict) else None
-    data = (folder / name).read_bytes() if (folder / name).is_file() else None
-    if want is None or data is None or sha256(data) != want:
-        raise ToolkitError(f"--law-from {folder}: {name} is missing or not the file {MANIFEST} lists (sha256)")
-    results = json.loads(data)
-    width = results["config"]["model"]["d_model"]
-    runs = [{**r, "d_model": r.get("d_model", width)} for r in results["runs"]]
-    return {"runs": runs, "from": str(folder), "sha256": want}
+    shipped = read_shipped(folder)
+    results = json.loads(shipped.results_path.read_text())
+    if results.get("experiment") != "floor" or results.get("preset") != ctx.spec.preset:
+        raise ToolkitError(
+            f"--law-from {folder}: its runs are {results.get('experiment')}'s at preset {results.get('preset')}, "
+            f"this command trains floor's at {ctx.spec.preset}; the law has no term for what a preset changes "
+            "(lr, batch, data): give --law-from none or a floor folder of this preset"
+        )
+    from experiments.floor.arms import Arms
+
+    arms, key, unigram = Arms(ctx), f"{ctx.args.margin:g}", ctx.reference_levels()["unigram"]
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = [
+            archived_run(ctx, arms, shipped, Path(tmp), r, key, unigram)
+            for r in results["runs"]
+            if r.get("part") in FIT_PARTS
+        ]
+    sha = shipped.manifest["files"][shipped.results_path.name]["sha256"]
+    return {"runs": runs, "from": str(folder), "sha256": sha, "n_shipped": len(results["runs"])}
+
+
+LAW_COVERS = {"model": ("n_layers", "d_model", "residual"), "train": ("max_steps", "eval_interval", "lr_schedule")}
+
+
+def archived_run(ctx: Context, arms, shipped, tmp: Path, r: dict[str, Any], key: str, unigram: float) -> dict:
+    """One shipped run as law.law_runs reads it, from its archived files: config.json must be the run this command
+    would train for its depth, width, residual, steps, interval, schedule and scale (RunDir.load_logs compares
+    them, and the logs' wholeness); the results file's numbers must be the logs'."""
+    import functools
+
+    from experiments.cluster.launch import run_config
+    from experiments.escape_time.survival import escape_step
+    from experiments.floor.knob import scale_qk
+    from experiments.floor.per_run import step0_u
+    from experiments.runner.frame import Variant
+    from experiments.shipping.ship import RUN_FILES
+    from training.rundir import RunDir
+
+    where = f"--law-from {shipped.path}: {r.get('run_dir')}"
+    rel = f"{ctx.spec.preset}/{r['run_dir']}"
+    files = {n: shipped.members[f"{rel}/{n}"] for n in RUN_FILES if f"{rel}/{n}" in shipped.members}
+    if "config.json" not in files:
+        raise ToolkitError(f"{where}: the archive holds no config.json for this run; ship the folder again")
+    run = RunDir(tmp / rel)
+    run.path.mkdir(parents=True)
+    for n, data in files.items():
+        (run.path / n).write_bytes(data)
+    config = json.loads(files["config.json"])
+    overrides = {k: config[part][k] for part, keys in LAW_COVERS.items() for k in keys}
+    overrides.update(lr=arms.lr, min_lr=arms.lr * arms.ratio)  # the floor's lr: the law has no term for it
+    scale = float(r["scale"])
+    variant = Variant(config["meta"]["variant"], overrides, functools.partial(scale_qk, scale) if scale != 1 else None)
+    seed = config["meta"]["seed"]
+    job = Job(Group(ctx.spec, [variant], seeds=[seed]), variant, seed)
+    try:
+        record = {**run.load_logs(run_config(job, ctx.corpus)), "variant": variant.name, "seed": seed}
+    except ToolkitError as e:
+        raise ToolkitError(
+            f"{where} is not a run this command could fit the law on (the law covers depth, width, residual, steps "
+            f"and the query/key scale; everything else must be this command's): {e}"
+        ) from None
+    steps, loss = record["val_curve"]["steps"], record["val_curve"]["loss"]
+    model = config["model"]
+    one = {
+        "variant": variant.name,
+        "seed": seed,
+        "part": r["part"],
+        "residual": model["residual"],
+        "n_layers": model["n_layers"],
+        "d_model": model["d_model"],
+        "scale": scale,
+        "schedule": config["train"]["lr_schedule"],
+        "eval_every": steps[1] - steps[0] if len(steps) > 1 else config["train"]["eval_interval"],
+        "last_step": steps[-1],
+        "u": step0_u(record),
+        "escape": {key: escape_step(steps, loss, unigram - float(key))},
+    }
+    said = {k: r.get(k) for k in ("residual", "n_layers", "schedule", "last_step", "seed")}
+    said["escape"] = (r.get("escape") or {}).get(key, one["escape"][key])  # a margin the file has
+    logged = {k: one[k] for k in said if k != "escape"} | {"escape": one["escape"][key]}
+    if said != logged or abs(r.get("u", math.nan) - one["u"]) > 1e-9:
+        wrong = [k for k in said if said[k] != logged[k]] or ["u"]
+        raise ToolkitError(
+            f"{where}: {shipped.results_path.name} says {', '.join(f'{k} {said.get(k, r.get(k))}' for k in wrong)}, "
+            f"its archived logs {', '.join(f'{k} {logged.get(k, one.get(k))}' for k in wrong)}; the law is fitted "
+            "on the logs' numbers and never on a file that disagrees with them - ship the folder again"
+        )
+    return one
 
 
 def fit_on(ctx: Context, here: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -80,10 +165,11 @@ def fit_on(ctx: Context, here: list[dict[str, Any]]) -> tuple[dict[str, Any], di
     file's sha256, and the fit's runs in law.law_runs' form)."""
     key = f"{ctx.args.margin:g}"
     folder = law_from(ctx)
-    shipped = shipped_summaries(folder) if folder is not None else {"runs": [], "from": None, "sha256": None}
+    none = {"runs": [], "from": None, "sha256": None, "n_shipped": 0}
+    shipped = shipped_summaries(ctx, folder) if folder is not None else none
     runs = law_runs(shipped["runs"] + [r for r in here if r["part"] in FIT_PARTS], key)
     law = fit_wait_law(runs, ctx.spec.train.eval_interval)
-    source = {"shipped": shipped["from"], "shipped_sha256": shipped["sha256"], "n_shipped": len(shipped["runs"])}
+    source = {"shipped": shipped["from"], "shipped_sha256": shipped["sha256"], "n_shipped": shipped["n_shipped"]}
     return law, {**source, "runs": runs}
 
 
@@ -118,8 +204,12 @@ def heldout_jobs(ctx: Context, arms, arm, seeds: list[int]) -> list[Job]:
 
 
 def stored_entry(stored: dict[str, Any], name: str, margin: str) -> dict[str, Any] | None:
-    """The held-out arm's entry for this margin (whatever its seeds: the writer chose them), or None."""
-    return next((entry for _, entry in arm_entries(stored, name, margin)), None)
+    """The held-out arm's entry for this margin (whatever its seeds: the writer chose them), or None; a file
+    holding two (the writer writes one) is refused."""
+    found = arm_entries(stored, name, margin)
+    if len(found) > 1:
+        raise ToolkitError(two_entries(name, margin, [slot for slot, _ in found]))
+    return found[0][1] if found else None
 
 
 def read_law_predictions(ctx: Context) -> dict[str, Any]:
@@ -132,9 +222,15 @@ def read_law_predictions(ctx: Context) -> dict[str, Any]:
 def write_law_predictions(ctx: Context, arms, heldout: list) -> bool:
     """Before any held-out arm is planned: an entry for each of `heldout` (Arm) that has none for this margin.
     True when something was written. A stored entry is never rewritten."""
+    path = ctx.result_dir / LAW_PREDICTIONS
+    with writing(path):
+        return law_predictions(ctx, arms, heldout, path)
+
+
+def law_predictions(ctx: Context, arms, heldout: list, path: Path) -> bool:
+    """write_law_predictions' work, under the file's lock."""
     from experiments.floor.init_measure import init_uniformity, probe_batches
 
-    path = ctx.result_dir / LAW_PREDICTIONS
     stored = load_predictions(path)
     key = f"{ctx.args.margin:g}"
     todo = [a for a in heldout if stored_entry(stored, arms.name(a), key) is None]
@@ -200,6 +296,12 @@ def law_plan(ctx, arms) -> list:
     key = f"{ctx.args.margin:g}"
     for arm in held:
         entry = stored_entry(stored, arms.name(arm), key)
+        if entry is None and getattr(ctx.args, "analyse_only", None) is not None:
+            raise ToolkitError(
+                f"--analyse-only {ctx.args.analyse_only}: no prediction of {arms.name(arm)} at margin {key} "
+                f"({LAW_PREDICTIONS} is missing or lacks it): a held-out arm is judged only against the prediction "
+                "written before it trained, never one made now - restore the file, or give --parts without heldout"
+            )
         if entry is not None and tests_something(entry["prediction"]):  # a non-prediction tests nothing
             groups.append(heldout_group(ctx, arms, arm, entry["seeds"]))
     return groups

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +46,23 @@ def find_prediction(
     stored: dict[str, Any], name: str, seeds: list[int], margin: str
 ) -> tuple[str, dict[str, Any] | None]:
     """(slot, the stored prediction for exactly these seeds and margin, or None): never one for other runs."""
-    for slot, entry in arm_entries(stored, name, margin):
-        if sorted(entry.get("seeds") or []) == sorted(seeds):  # --seeds 4,3,2,1 names the runs of 1,2,3,4
-            return slot, entry
-    return prediction_slot(name, seeds, margin, stored), None
+    found = [
+        (slot, entry)
+        for slot, entry in arm_entries(stored, name, margin)
+        if sorted(entry.get("seeds") or []) == sorted(seeds)  # --seeds 4,3,2,1 names the runs of 1,2,3,4
+    ]
+    if len(found) > 1:
+        raise ToolkitError(two_entries(name, margin, [slot for slot, _ in found]))
+    return found[0] if found else (prediction_slot(name, seeds, margin, stored), None)
+
+
+def two_entries(name: str, margin: str, slots: list[str]) -> str:
+    """The refusal for a file holding two predictions of one arm: the writer never writes a second, so one of
+    them was put there by hand, and which one the runs were trained after cannot be told from the file."""
+    return (
+        f"the prediction file holds {len(slots)} predictions for {name} at margin {margin} ({'; '.join(slots)}): "
+        "a prediction is written once and never beside another for the same runs - restore the committed file"
+    )
 
 
 def arm_entries(stored: dict[str, Any], name: str, margin: str) -> list[tuple[str, dict[str, Any]]]:
@@ -104,9 +119,30 @@ def entry_digest(entry: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
+# The knob's three predictions were written (b1bd2f7, 2026-12-04 12:13 UTC) before entries carried a digest: their
+# digests as committed, so a hand edit of them is seen as one of a newer entry is.
+UNDIGESTED = {
+    "898a295906d04c24f66d6d9b96d92a697b8aba30435b37dbdf5d7ae38d140dbc",  # ffn_only L2 1200 steps qk8
+    "a2f29180ec4212e24fdec5db314d4c56bd17a1a2e8e15d20cc4f555f92b8f2e4",  # ffn_only L2 1200 steps qk12
+    "709f8e1da590d4797b2eec34f70a082a31d5f57d875b3f88c55fd07ed800b912",  # ffn_only L3 1200 steps qk12
+}
+
+
 def edited(entry: dict[str, Any]) -> bool:
-    """True when a stored prediction no longer matches its digest (entries written before digests: unchecked)."""
-    return "digest" in entry and entry["digest"] != entry_digest(entry)
+    """True when a stored prediction no longer matches its digest; one without a digest must be one of the
+    entries written before digests (UNDIGESTED), as committed."""
+    if "digest" not in entry:
+        return entry_digest(entry) not in UNDIGESTED
+    return entry["digest"] != entry_digest(entry)
+
+
+def created_at(entry: dict[str, Any]) -> datetime.datetime | None:
+    """When the entry says it was written (a timezone-aware time), or None where that is not one."""
+    try:
+        when = datetime.datetime.fromisoformat(entry["created"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return when if when.tzinfo is not None else None
 
 
 def without_draws(fit: dict[str, Any]) -> dict[str, Any]:
@@ -123,31 +159,68 @@ def new_entry(margin: str, **fields: Any) -> dict[str, Any]:
 
 
 def save_predictions(ctx: Context, path: Path, arms: dict[str, Any]) -> None:
-    """The whole prediction file, atomically, in strict JSON (a non-finite number is refused, never written)."""
+    """The whole prediction file, atomically, in strict JSON (a non-finite number is refused, never written).
+    Called under writing(path): another writer's entries are read before, never lost."""
     from interp.files.io import atomic_write, dumps
 
-    ctx.result_dir.mkdir(parents=True, exist_ok=True)
     text = dumps({"arms": arms}, path, indent=1)
     atomic_write(path, lambda tmp: Path(tmp).write_text(text))
 
 
-def written_before_training(entry: dict[str, Any]) -> bool:
-    """Made before any of its runs existed, and not edited since (edited: no longer matches its digest)."""
-    return bool(entry["created"]) and all(entry["trained_after"]) and not edited(entry)
+@contextlib.contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """Held from reading a prediction file to writing it back: two commands on one --out (other margins, other
+    seeds) each add their entries to what the other wrote."""
+    from filelock import FileLock
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(path.with_name(f".{path.name}.lock")):
+        yield
+
+
+def written_before_training(entry: dict[str, Any], started: float | None = None) -> bool:
+    """Made before any of its runs existed, and not edited since (edited: no longer matches its digest). Its
+    time must be a real one, not in the future, and before `started` (the earliest of its runs' config.json
+    times, where the runs trained in this --out: a copy's times say nothing)."""
+    when = created_at(entry)
+    now = datetime.datetime.now(datetime.UTC)
+    if when is None or when > now or (started is not None and when.timestamp() > started):
+        return False
+    return all(entry["trained_after"]) and not edited(entry)
+
+
+def first_started(ctx: Context, runs: list[dict[str, Any]]) -> float | None:
+    """The earliest config.json time (written when a run starts) of `runs` where they trained in --out; None
+    under --analyse-only, whose copies are written after the runs."""
+    if getattr(ctx.args, "analyse_only", None) is not None:
+        return None
+    times = []
+    for r in runs:
+        config = Path(r["run_dir"]) / "config.json"
+        config = config if config.is_absolute() else ctx.result_dir / config
+        if config.is_file():
+            times.append(config.stat().st_mtime)
+    return min(times, default=None)
 
 
 def write_predictions(ctx: Context, jobs: list[Job]) -> list[str]:
     """Before the knob arms in `jobs` train: their predictions into predictions-floor.json, and the lines that
     print them. A stored prediction is never rewritten: one for the same seeds and margin is kept as it was; one
     for other seeds or another margin stays where it is and the new one goes beside it."""
-    from experiments.floor.init_measure import init_uniformity, probe_batches
-
     arms = Arms(ctx)
     by_name = arms.by_name()
     knob = [j for j in jobs if j.variant.name in by_name and by_name[j.variant.name].part == "knob"]
     if not knob:
         return []
     path = ctx.result_dir / PREDICTIONS
+    with writing(path):
+        return knob_predictions(ctx, arms, knob, path)
+
+
+def knob_predictions(ctx: Context, arms: Arms, knob: list[Job], path: Path) -> list[str]:
+    """write_predictions' work, under the file's lock."""
+    from experiments.floor.init_measure import init_uniformity, probe_batches
+
     stored = load_predictions(path)
     key = f"{ctx.args.margin:g}"
     relation = None

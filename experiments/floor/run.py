@@ -108,6 +108,7 @@ from experiments.floor.per_run import MEASURES, arm_cell, floor_margins, summari
 from experiments.floor.predictions import (
     edited,
     find_prediction,
+    first_started,
     relation_runs,
     stored_predictions,
     without_draws,
@@ -198,7 +199,7 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
             "prediction": entry["prediction"],
             # a prediction edited after it was written is not the one written before training
             "edited": edited(entry),
-            "written_before_training": written_before_training(entry),
+            "written_before_training": written_before_training(entry, first_started(ctx, rs)),
             "observed": observed,
             "held": held(entry["prediction"], observed),
             "u_match": max(abs(dict(zip(entry["seeds"], entry["us"], strict=True))[r["seed"]] - r["u"]) for r in rs),
