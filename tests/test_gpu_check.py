@@ -292,3 +292,36 @@ def test_an_unknown_compile_backend_is_one_line_not_a_skipped_mode(capsys):
     assert gpu_step.main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --compile-backend 'nosuch'") and "inductor" in err and err.count("\n") == 1, err
+
+
+def test_the_prediction_rows_score_the_committed_file_and_say_why_not_for_an_edited_or_damaged_one(
+    tmp_path, monkeypatch
+):
+    """The p rows: the committed newest version is scored (here against no runs); a copy whose arm holds a
+    qk_scale that is no number, or whose bytes are not the committed ones, is one "not scored" row naming why,
+    not a traceback in place of the table."""
+    from benchmarks import gpu_rows
+    from experiments.floor import paper_scale
+
+    rows = gpu_rows.prediction_rows([], tmp_path, True)
+    assert rows[0]["check"] == "predictions" and rows[0]["result"].startswith(
+        "docs/results/predictions/paper_scale-v2.json (version 2, written "
+    )
+    assert {r["check"] for r in rows} >= {"p10-attn_only", "p124-none", "P1", "P7"}
+    assert all(r["result"] == "not run by this check" for r in rows[1:])
+    committed = (paper_scale.FOLDER / "paper_scale-v2.json").read_text()
+    damaged = committed.replace('"qk_scale": 12.0', '"qk_scale": "abc"')
+    edited = committed.replace('"mid": 0.85', '"mid": 0.8')
+    for name, text, words in [
+        ("damaged", damaged, "arm p10-ffn_only-qk12's qk_scale 'abc'"),
+        ("edited", edited, "is not the committed version 2 (sha256"),
+    ]:
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "paper_scale-v1.json").write_bytes((paper_scale.FOLDER / "paper_scale-v1.json").read_bytes())
+        (folder / "paper_scale-v2.json").write_text(text)
+        monkeypatch.setattr(paper_scale, "FOLDER", folder)
+        rows = gpu_rows.prediction_rows([], tmp_path, True)
+        assert len(rows) == 1 and rows[0]["check"] == "predictions", rows
+        assert rows[0]["result"].startswith("not scored: ") and words in rows[0]["result"], rows[0]["result"]
+        assert "paper_scale-v2.json" in rows[0]["result"]

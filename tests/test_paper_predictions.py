@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
+import subprocess
 
 import pytest
 
@@ -88,7 +91,169 @@ def test_routing_verdicts_are_compared_one_by_one():
 def test_a_malformed_prediction_file_is_one_error(tmp_path, edit, words):
     doc = json.loads(ps.versions()[0].read_text())
     edit(doc)
-    path = tmp_path / "paper_scale-v9.json"
+    path = tmp_path / "paper_scale-v1.json"  # its version field says 1
     path.write_text(json.dumps(doc))
     with pytest.raises(ps.PredictionFileError, match=words):
         ps.load(path)
+
+
+def _v2() -> dict:
+    return json.loads((ps.FOLDER / "paper_scale-v2.json").read_text())
+
+
+def _write(folder, version: int, doc: dict | str):
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"paper_scale-v{version}.json"
+    path.write_text(doc if isinstance(doc, str) else json.dumps(doc, indent=1))
+    return path
+
+
+def test_every_file_in_the_predictions_folder_is_a_committed_version_matching_its_pinned_sha256():
+    files = sorted(ps.FOLDER.iterdir())
+    assert files and {int(p.name[len("paper_scale-v") : -len(".json")]) for p in files} == set(ps.PINNED)
+    for path in files:
+        version = int(path.name[len("paper_scale-v") : -len(".json")])
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == ps.PINNED[version], path.name
+        assert ps.load(path)["version"] == version
+
+
+def test_the_pins_are_the_bytes_git_holds_for_each_committed_version():
+    for version, pin in ps.PINNED.items():
+        name = f"docs/results/predictions/paper_scale-v{version}.json"
+        try:
+            held = subprocess.run(["git", "show", f"HEAD:{name}"], cwd=ps.REPO, capture_output=True, check=True)
+        except (OSError, subprocess.CalledProcessError) as e:
+            pytest.skip(f"no git history here ({e})")
+        assert hashlib.sha256(held.stdout).hexdigest() == pin, name
+
+
+@pytest.mark.parametrize("value", ["abc", 0, -1.0, True, False, None, [12.0]])
+def test_an_arm_whose_qk_scale_is_no_positive_number_is_refused_by_load_naming_the_file_and_the_arm(tmp_path, value):
+    doc = _v2()
+    doc["arms"][7]["qk_scale"] = value  # p10-ffn_only-qk12
+    with pytest.raises(ps.PredictionFileError, match=r"paper_scale-v2\.json: arm p10-ffn_only-qk12's qk_scale"):
+        ps.load(_write(tmp_path, 2, doc))
+
+
+def _routing(doc: dict, i: int, **change) -> None:
+    doc["routing"][i].update(change)
+
+
+@pytest.mark.parametrize(
+    "edit, words",
+    [
+        (lambda d: d.update(version=7), "version field is 7, not the 2 its name says"),
+        (lambda d: d.update(version="2"), "version field is '2'"),
+        (lambda d: d.update(version=2.0), "version field is 2.0"),
+        (lambda d: d.pop("version"), "no version"),
+        (lambda d: d["arms"][0]["p_floor"].update(low=False), "arm p10-full's p_floor"),
+        (lambda d: d["arms"][3]["p_floor"].update(high=True), "arm p10-none's p_floor"),
+        (lambda d: d["arms"][0]["p_floor"].update(mode=0.01), "arm p10-full's p_floor"),
+        (lambda d: d["arms"][0]["p_floor"].pop("mid"), "arm p10-full's p_floor"),
+        (lambda d: d["floor_rule"].update(margin=True), "margin"),
+        (lambda d: d.update(floor_rule=[0.05]), "margin"),
+        (lambda d: _routing(d, 0, p=True), "routing P1: a verdict among"),
+        (lambda d: _routing(d, 0, p="0.9"), "routing P1: a verdict among"),
+        (lambda d: d["arms"][0].update(preset="paper-1b"), "arm p10-full's preset 'paper-1b'"),
+        (lambda d: d["arms"][1].update(residual="attn"), "arm p10-attn_only's residual 'attn'"),
+        (lambda d: d["arms"][1].update(id="p10-full"), "arm id.s. p10-full appear more than once"),
+        (lambda d: d["arms"][1].update(id=""), "arm 1's id '' is not a non-empty string"),
+        (lambda d: d["arms"][1].update(id=5), "arm 1's id 5"),
+        (lambda d: d["arms"][2].update(why="  "), "arm p10-ffn_only's why"),
+        (lambda d: d["arms"][2].update(refuted_if=3), "arm p10-ffn_only's refuted_if"),
+        (lambda d: _routing(d, 6, id="P8"), "routing 6's id 'P8' is not one of P1-P7"),
+        (lambda d: _routing(d, 6, id="p7"), "routing 6's id 'p7'"),
+        (lambda d: _routing(d, 6, id="P1"), "routing id.s. P1 appear more than once"),
+        (lambda d: _routing(d, 2, preset="tiny"), "routing P3's preset 'tiny'"),
+        (lambda d: _routing(d, 2, why=""), "routing P3's why"),
+        (lambda d: _routing(d, 2, extra=1), "routing 2 .'P3'. has exactly the fields"),
+        (lambda d: d.update(written=""), "written '' is not an ISO 8601 time"),
+        (lambda d: d.update(written="yesterday"), "written 'yesterday'"),
+        (lambda d: d.update(what=""), "what '' is not a non-empty string"),
+        (lambda d: d.update(basis=None), "basis None"),
+        (lambda d: d.pop("arms"), "no arms"),
+        (lambda d: d.update(arms=[]), "arms is a list of at least one arm"),
+        (lambda d: d.update(routing={}), "routing is a list"),
+        (lambda d: d["revises"].update(version=2), "revises.version 2 is not an earlier version"),
+    ],
+)
+def test_a_field_that_is_not_what_the_schema_says_is_refused_naming_the_file_and_where(tmp_path, edit, words):
+    doc = _v2()
+    edit(doc)
+    with pytest.raises(ps.PredictionFileError, match=r"paper_scale-v2\.json.*" + words):
+        ps.load(_write(tmp_path, 2, doc))
+
+
+@pytest.mark.parametrize(
+    "old, new, words",
+    [
+        ('"qk_scale": 12.0', '"qk_scale": NaN', r"arms\[7\]\.qk_scale is NaN"),
+        ('"qk_scale": 12.0', '"qk_scale": Infinity', r"arms\[7\]\.qk_scale is Infinity"),
+        ('"p": 0.95', '"p": -Infinity', r"routing\[0\]\.p is -Infinity"),
+        ('"version": 1,\n  "changed"', '"version": NaN,\n  "changed"', r"revises\.version is NaN"),
+        ('"margin": 0.05', '"margin": NaN', r"floor_rule\.margin is NaN"),
+        ('"version": 2,', '"version": 2,\n "version": 7,', "repeats the key"),  # json would keep the last
+    ],
+)
+def test_nan_infinity_or_a_repeated_key_anywhere_in_the_file_is_refused_saying_where(tmp_path, old, new, words):
+    text = (ps.FOLDER / "paper_scale-v2.json").read_text()
+    assert old in text
+    with pytest.raises(ps.PredictionFileError, match=r"paper_scale-v2\.json: .*" + words):
+        ps.load(_write(tmp_path, 2, text.replace(old, new, 1)))
+
+
+def test_an_edited_committed_version_is_refused_as_not_the_committed_one(tmp_path):
+    text = (ps.FOLDER / "paper_scale-v2.json").read_text()
+    edited = text.replace('"mid": 0.85', '"mid": 0.8', 1)  # a valid file, one band moved
+    assert edited != text
+    with pytest.raises(ps.PredictionFileError, match=r"paper_scale-v2\.json is not the committed version 2 \(sha256"):
+        ps.load(_write(tmp_path, 2, edited))
+    with pytest.raises(ps.PredictionFileError, match="a revision is a new version file, and its sha256 is pinned in"):
+        ps.load(_write(tmp_path, 2, text + "\n"))  # a byte added
+    assert ps.load(_write(tmp_path, 2, text))["version"] == 2  # the committed bytes, wherever they lie
+    assert ps.load(_write(tmp_path, 2, edited), pins=None)["arms"][7]["p_floor"]["mid"] == 0.8  # a draft, not pinned
+
+
+def test_a_version_with_no_pin_is_refused_until_its_sha256_is_pinned(tmp_path):
+    doc = _v2()
+    doc["version"] = 3
+    path = _write(tmp_path, 3, doc)
+    with pytest.raises(ps.PredictionFileError, match="version 3 has no sha256 pinned in experiments/floor/paper_scale"):
+        ps.load(path)
+    pins = {**ps.PINNED, 3: hashlib.sha256(path.read_bytes()).hexdigest()}
+    assert ps.load(path, pins)["version"] == 3
+
+
+def _committed(folder) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for path in ps.versions():
+        shutil.copyfile(path, folder / path.name)
+
+
+def test_newest_refuses_a_folder_where_any_version_was_edited_removed_or_left_unpinned(tmp_path):
+    _committed(tmp_path / "ok")
+    path, doc = ps.newest(tmp_path / "ok")
+    assert path.name == "paper_scale-v2.json" and doc["version"] == 2
+    _committed(tmp_path / "old-edited")
+    (tmp_path / "old-edited" / "paper_scale-v1.json").write_text(
+        (ps.FOLDER / "paper_scale-v1.json").read_text().replace('"mid": 0.6', '"mid": 0.7', 1)
+    )
+    with pytest.raises(ps.PredictionFileError, match=r"paper_scale-v1\.json is not the committed version 1"):
+        ps.newest(tmp_path / "old-edited")
+    _committed(tmp_path / "new-unpinned")
+    doc = _v2()
+    doc["version"] = 3
+    _write(tmp_path / "new-unpinned", 3, doc)
+    with pytest.raises(ps.PredictionFileError, match="version 3 has no sha256 pinned"):
+        ps.newest(tmp_path / "new-unpinned")
+    _committed(tmp_path / "removed")
+    (tmp_path / "removed" / "paper_scale-v2.json").unlink()  # v1 would be scored as the newest
+    with pytest.raises(ps.PredictionFileError, match=r"paper_scale-v2\.json pinned but missing"):
+        ps.newest(tmp_path / "removed")
+
+
+def test_a_version_file_not_named_by_its_number_is_refused(tmp_path):
+    _committed(tmp_path)
+    shutil.copyfile(tmp_path / "paper_scale-v2.json", tmp_path / "paper_scale-v02.json")
+    with pytest.raises(ps.PredictionFileError, match=r"paper_scale-v02\.json: a prediction file is named"):
+        ps.versions(tmp_path)

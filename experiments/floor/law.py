@@ -31,16 +31,23 @@ spread      where the median cannot be pinned (sigma grows with depth: at depth 
             with spread=True). Its interval, the x3 rule and held are the median's; a simulated arm with fewer
             than 3 escapes has no sigma, and where more than SPREAD_UNFIT of them have none it is not a
             prediction.
+inputs      fit_wait_law and predict_arm refuse, before any numerical work, with a ToolkitError naming the run and
+            the field, a u, depth, escape step, last step or evaluation interval that is not a finite number (NaN,
+            inf, a bool, a string): NaN made the least-squares start a numpy LinAlgError, and NaN or inf u a
+            "prediction" with u_mean nan. A fit the data allow (3 escapes, two u values, two depths) whose
+            optimiser finds no finite maximum says so in its "why", apart from data that cannot fix the law.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any
 
 import numpy as np
 
 from experiments.escape_time.survival import refit_draws
+from interp.errors import ToolkitError
 
 BOOTSTRAP = 400
 REPEATS = 10  # arms drawn from each refit in a prediction
@@ -74,6 +81,41 @@ def law_runs(runs: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
         if k not in best or one["last_step"] > best[k]["last_step"]:
             best[k] = one
     return [best[k] for k in sorted(best, key=str)]
+
+
+def _number(value: Any, what: str, positive: bool = False, at_least_one: bool = False) -> float:
+    """value as a float, or a ToolkitError naming `what`: a real number (not a bool), finite, > 0 where positive,
+    >= 1 where at_least_one."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ToolkitError(f"{what} is {value!r}: the law needs a finite number")
+    x = float(value)
+    if not math.isfinite(x):
+        raise ToolkitError(f"{what} is {x}: the law needs a finite number")
+    if positive and x <= 0:
+        raise ToolkitError(f"{what} is {value!r}: the law needs a number > 0")
+    if at_least_one and x < 1:
+        raise ToolkitError(f"{what} is {value!r}: the law needs a depth of at least 1 layer")
+    return x
+
+
+def _check_runs(runs: list[dict[str, Any]], every: Any) -> None:
+    """A ToolkitError naming the run and field where a run's u, depth, escape step (None: still on the floor),
+    last step or own evaluation interval, or `every`, is not a finite number the law can read."""
+    _number(every, "the evaluation interval every", positive=True)
+    for i, r in enumerate(runs):
+        if not isinstance(r, dict):
+            raise ToolkitError(f"run {i} is {type(r).__name__}, not a run's dict")
+        name = f"run {i} (cell {r.get('cell')}, seed {r.get('seed')})"
+        for key in ("u", "depth", "escape", "last_step"):
+            if key not in r:
+                raise ToolkitError(f"{name} has no {key}")
+        _number(r["u"], f"{name}: u")
+        _number(r["depth"], f"{name}: depth", at_least_one=True)
+        _number(r["last_step"], f"{name}: last_step", positive=True)
+        if r["escape"] is not None:
+            _number(r["escape"], f"{name}: escape step", positive=True)
+        if "every" in r:
+            _number(r["every"], f"{name}: every", positive=True)
 
 
 def _columns(runs: list[dict[str, Any]], every: int) -> tuple[np.ndarray, ...]:
@@ -120,10 +162,24 @@ def _nll(p: np.ndarray, u, depth, lo, hi, escaped) -> tuple[float, np.ndarray]:
 def _fit_once(u, depth, lo, hi, escaped) -> np.ndarray | None:
     """The maximum (scipy.optimize.minimize, BFGS from least squares on the escape steps), or None where
     the data cannot fix it: fewer than 3 escapes, one u, one depth, or no finite maximum."""
+    return _fit_detail(u, depth, lo, hi, escaped)[0]
+
+
+def _fit_detail(u, depth, lo, hi, escaped) -> tuple[np.ndarray | None, str]:
+    """_fit_once's maximum and "", or None and why: what the data lack, or how the optimiser failed."""
     from scipy import optimize
 
-    if int(escaped.sum()) < 3 or np.ptp(u) == 0 or np.ptp(depth) == 0:
-        return None
+    lacking = [
+        what
+        for what, short in (
+            ("fewer than 3 escapes", int(escaped.sum()) < 3),
+            ("one value of u", len(u) == 0 or np.ptp(u) == 0),
+            ("one depth", len(depth) == 0 or np.ptp(depth) == 0),
+        )
+        if short
+    ]
+    if lacking:
+        return None, f"the data cannot fix the law ({', '.join(lacking)}; it needs 3 escapes, two u, two depths)"
     x = np.stack([np.ones_like(u), u, depth], axis=1)
     beta = np.linalg.lstsq(x, np.log(hi), rcond=None)[0]
     start = np.concatenate([beta, [math.log(0.5), 0.0]])
@@ -136,9 +192,14 @@ def _fit_once(u, depth, lo, hi, escaped) -> np.ndarray | None:
         options={"gtol": 1e-7, "maxiter": 2000},
     )
     out = np.asarray(res.x, dtype=float)
-    if not np.isfinite(out).all() or not math.isfinite(res.fun) or abs(out[4]) > 5 or out[3] + 5 * abs(out[4]) > 6:
-        return None  # sigma run off to no maximum
-    return out
+    said = f"scipy BFGS: {res.message}"
+    if not np.isfinite(out).all() or not math.isfinite(res.fun):
+        return None, f"the optimiser failed: no finite maximum ({said})"
+    if abs(out[4]) > 5 or out[3] + 5 * abs(out[4]) > 6:  # sigma run off to no maximum
+        ends = sorted({float(depth.min()), float(depth.max())})
+        sigmas = ", ".join(f"log sigma {out[3] + out[4] * L:.3g} at depth {L:g}" for L in ends)
+        return None, f"the optimiser failed: sigma ran off to no maximum ({sigmas}; g1 {out[4]:.3g}; {said})"
+    return out, ""
 
 
 def fit_spread(lo: np.ndarray, hi: np.ndarray, escaped: np.ndarray) -> float | None:
@@ -198,7 +259,9 @@ def _predict_spread(steps: np.ndarray, every: int, last: int, max_factor: float)
 
 def fit_wait_law(runs: list[dict[str, Any]], every: int) -> dict[str, Any]:
     """{fitted, form, a, b, c, g0, g1 (each {value, lower, upper}), sigma_by_depth, n_runs, n_escaped, cells
-    (per cell: depth, width, scale, n, n_escaped, u_mean), params, n_refits, draws} or {fitted: False, why}."""
+    (per cell: depth, width, scale, n, n_escaped, u_mean), params, n_refits, draws} or {fitted: False, why};
+    a ToolkitError (_check_runs) for a run the law cannot read."""
+    _check_runs(runs, every)
     u, depth, lo, hi, escaped = _columns(runs, every)
     cells: dict[tuple, list[int]] = {}
     for i, r in enumerate(runs):
@@ -220,9 +283,10 @@ def fit_wait_law(runs: list[dict[str, Any]], every: int) -> dict[str, Any]:
             for c, ix in cells.items()
         ],
     }
-    params = _fit_once(u, depth, lo, hi, escaped)
+    params, failure = _fit_detail(u, depth, lo, hi, escaped)
     if params is None:
-        out["why"] = f"no fit: {len(runs)} runs, {out['n_escaped']} escaped, {len(set(depth.tolist()))} depth(s)"
+        counts = f"{len(runs)} runs, {out['n_escaped']} escaped, {len(set(depth.tolist()))} depth(s)"
+        out["why"] = f"no fit: {failure}; {counts}, {len(set(u.tolist()))} value(s) of u"
         return out
     draws = refit_draws(
         lambda k: _fit_once(u[k], depth[k], lo[k], hi[k], escaped[k]),
@@ -272,7 +336,17 @@ def predict_arm(
 ) -> dict[str, Any]:
     """The module docstring's prediction for an arm of len(us) runs at depth `depth` stopping at `last`;
     max_factor: the widest interval that is still a prediction (math.inf: any with a median inside the run);
-    spread: also the arm's own sigma ("spread", _predict_spread), a fit per simulated arm."""
+    spread: also the arm's own sigma ("spread", _predict_spread), a fit per simulated arm. A ToolkitError, before
+    anything is drawn, for a u, depth, last or every that is not a finite number (and no runs at all)."""
+    if isinstance(us, (str, bytes)) or not hasattr(us, "__len__") or len(us) == 0:
+        raise ToolkitError(f"us is {us!r}: predict_arm needs one u a run of the arm, at least one")
+    for i, x in enumerate(us):
+        _number(x, f"us[{i}] (the u of the arm's run {i})")
+    _number(depth, "depth", at_least_one=True)
+    _number(last, "last (the arm's last step)", positive=True)
+    _number(every, "every (the evaluation interval)", positive=True)
+    if isinstance(max_factor, bool) or not isinstance(max_factor, numbers.Real) or not max_factor > 0:
+        raise ToolkitError(f"max_factor is {max_factor!r}: a number > 0 (math.inf: any median inside the run)")
     if not law.get("fitted"):
         return {"predicted": False, "why": law.get("why", "no law")}
     rng = np.random.default_rng(SEED + 1)
