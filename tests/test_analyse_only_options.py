@@ -106,8 +106,8 @@ def test_a_given_set_replaces_the_recorded_one_of_its_key_only(monkeypatch, caps
     assert lines == [
         f"--analyse-only {REPO}: the options recorded with its runs (rec.json): --preset smoke --set=max_steps=7",
         f"--analyse-only {REPO}: --set lr=0.1 given, --set lr=0.5 recorded (rec.json); the given one is used",
-        f"--analyse-only {REPO}: --seeds 3 given; the recorded command leaves it at its default, none (rec.json); "
-        "the given one is used",
+        f"--analyse-only {REPO}: --seeds 3 given; the recorded command leaves it at its default, the command's own "
+        "(see --help) (rec.json); the given one is used",
     ]
 
 

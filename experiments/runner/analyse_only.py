@@ -427,8 +427,8 @@ def _differences(
             default = _shown(old_eff[action.dest], ",")
         elif old == new:
             continue
-        else:
-            default = _shown(old)
+        else:  # None: the command decides (a preset's seeds, the floor's --law-from): --help says how
+            default = "the command's own (see --help)" if old is None else _shown(old)
         if action.nargs == 0:
             lines.append(f"{flag} given, not in the recorded command")
         elif action.dest in there:
