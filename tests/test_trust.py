@@ -664,6 +664,26 @@ def test_what_nanogpt_cannot_express_is_refused_by_name(tmp_path, changes, match
     assert match in capsys.readouterr().err and not (tmp_path / "n.pt").exists()
 
 
+def test_a_character_model_goes_out_to_nanogpt_with_the_meta_pkl_its_readers_find(tmp_path, capsys):
+    from interp import nanogpt, sample
+
+    save_checkpoint(tmp_path / "c.pt", ResidualGPT(tiny_config()), vocab=CHARS)
+    out, meta = tmp_path / "out" / "ckpt.pt", tmp_path / "data" / "tiny" / "meta.pkl"
+    read = ["--ckpt", str(out), "--prompt", "ROMEO:", "--max-new-tokens", "3", "--temperature", "0"]
+    assert nanogpt.main(["--ckpt", str(tmp_path / "c.pt"), "--out", str(out)]) == 0
+    assert "--dataset NAME --meta-out data/NAME/meta.pkl" in capsys.readouterr().err  # characters left behind
+    assert sample.main(read) == 2
+    assert "give its meta.pkl (--meta" in capsys.readouterr().err
+    # a meta.pkl without --dataset is one nothing would find: refused before anything is written
+    other = tmp_path / "other" / "ckpt.pt"
+    assert nanogpt.main(["--ckpt", str(tmp_path / "c.pt"), "--out", str(other), "--meta-out", str(meta)]) == 2
+    assert "--meta-out without --dataset" in capsys.readouterr().err and not other.exists() and not meta.exists()
+    argv = ["--ckpt", str(tmp_path / "c.pt"), "--out", str(out), "--dataset", "tiny", "--meta-out", str(meta)]
+    assert nanogpt.main(argv) == 0 and meta.is_file()
+    capsys.readouterr()
+    assert sample.main(read) == 0 and capsys.readouterr().out.startswith("ROMEO:")
+
+
 # ----------------------------------------------------------------- 8. past n_ctx, BOS, the README
 
 

@@ -67,8 +67,10 @@ def codec(state: dict[str, Any], what: str = "the text") -> Codec:
 
         return Codec(encode_bpe, lambda ids: tokenizer.decode(id_list(ids, GPT2_VOCAB_SIZE)))
     raise CheckpointError(
-        "the checkpoint has no vocabulary (state 'vocab' or encoding 'gpt2'); "
-        "save it with interp.save_checkpoint(path, model, vocab=itos)"
+        "the checkpoint has no vocabulary (state 'vocab' or encoding 'gpt2'); save it with "
+        "interp.save_checkpoint(path, model, vocab=itos), or for a nanoGPT checkpoint give its meta.pkl "
+        "(--meta, or load_checkpoint(path, meta=...); python -m interp.nanogpt writes one with --dataset and "
+        "--meta-out)"
     )
 
 

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +98,11 @@ def run(args: argparse.Namespace) -> Path:
         raise ConfigError(f"{args.ckpt}: nanoGPT cannot express this model ({why})")
     if args.meta_out is not None and ckpt.state.get("vocab") is None:
         raise ConfigError(f"{args.ckpt} has no character vocabulary to write as --meta-out")
+    if args.meta_out is not None and not args.dataset:  # sample.py looks only at data/<config['dataset']>/meta.pkl
+        raise ConfigError(
+            "--meta-out without --dataset: nanoGPT's sample.py and interp.sample find meta.pkl as "
+            "data/<config['dataset']>/meta.pkl, so give --dataset NAME with --meta-out data/NAME/meta.pkl"
+        )
     import torch
 
     step = ckpt.state.get("step", 0)
@@ -108,6 +114,12 @@ def run(args: argparse.Namespace) -> Path:
     atomic_write(args.out, lambda tmp: torch.save(payload, tmp))
     if args.meta_out is not None:
         write_meta(args.meta_out, ckpt.state["vocab"])
+    elif ckpt.state.get("vocab") is not None:  # nanoGPT keeps characters in meta.pkl, never in the checkpoint
+        print(
+            f"note: {args.out} holds no vocabulary; without its meta.pkl, sample.py decodes with GPT-2 BPE and "
+            "interp.sample refuses text: add --dataset NAME --meta-out data/NAME/meta.pkl",
+            file=sys.stderr,
+        )
     return args.out
 
 
