@@ -16,7 +16,7 @@ from probes import default_callbacks
 from training.data import load_corpus
 from training.ensemble import EnsembleTrainer
 from training.grouping import check_ensemble_fits, group
-from training.loop import FAILED, TrainingError
+from training.loop import FAILED, TrainingError, TrainingInterrupted
 from training.presets import resolve
 from training.rundir import RunDir
 from training.trainer import Trainer
@@ -113,6 +113,34 @@ def test_a_member_is_an_ordinary_run(trained, data):
     before = (out / "ens" / name / "ckpt.pt").stat().st_mtime_ns
     EnsembleTrainer([member(out / "ens", x) for x in MEMBERS], progress=False).run()  # nothing retrained
     assert (out / "ens" / name / "ckpt.pt").stat().st_mtime_ns == before
+
+
+class _StopAt:
+    """Ctrl-C at an evaluation (an ensemble takes no per-step callback)."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_eval(self, trainer, step, loss):
+        if step == self.step:
+            raise KeyboardInterrupt
+
+
+def test_a_member_resumed_alone_says_which_steps_were_stacked(tmp_path, data):
+    members = [member(tmp_path, m) for m in MEMBERS[:2]]
+    members[0].callbacks.append(_StopAt(20))
+    with pytest.raises(TrainingInterrupted):
+        EnsembleTrainer(members, progress=False).run()
+    alone = member(tmp_path, MEMBERS[0]).run()  # the solo command on the member's run directory
+    stacked = alone["stacked_until"]
+    assert alone["resumed_from_step"] == stacked["step"] in (10, 20) and "ensemble" not in alone
+    assert stacked["size"] == 2 and stacked["members"] == [
+        f"{tmp_path.name}/residualffn_only_seed1",
+        f"{tmp_path.name}/residualattn_only_seed2",
+    ]
+    # and a solo run's final.json is what it always was: nothing about stacking
+    solo = member(tmp_path / "solo", MEMBERS[0]).run()
+    assert "stacked_until" not in solo and "ensemble" not in solo
 
 
 def test_grouping_by_shape_and_what_must_train_alone(tmp_path, data):

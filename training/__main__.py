@@ -232,6 +232,9 @@ def _print_finals(trainers: list, finals: list[dict]) -> None:
         return
     for trainer, final in zip(trainers, finals, strict=True):
         how = f"ensemble of {final['ensemble']['size']}" if "ensemble" in final else "alone"
+        if "stacked_until" in final:  # resumed alone from a stacked member's checkpoint
+            was = final["stacked_until"]
+            how += f" (stacked in an ensemble of {was['size']} to step {was['step']})"
         print(f"run: {trainer.run_dir.path}  final val {final['final_val_loss']:.4f}  ({how})")
 
 

@@ -250,4 +250,7 @@ class Step:
         pass
 
     def final_extra(self, k: int) -> dict[str, Any]:
-        return {}
+        """What final.json adds to the solo format: for a run resumed alone from a stacked member's checkpoint,
+        that ensemble and the step it trained to in it (its steps to there were stacked, the rest solo)."""
+        stacked = self.members[k].stacked
+        return {} if stacked is None else {"stacked_until": stacked}

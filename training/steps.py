@@ -242,8 +242,10 @@ class StackedStep(Step):
         super().save()
 
     def save_member(self, k: int) -> None:
-        """Saved with the member's own global RNG state (what its solo run would hold; training draws none)."""
+        """Saved with the member's own global RNG state (what its solo run would hold; training draws none), and
+        the ensemble it trains in, so a resume alone from here says its first steps were stacked."""
         t, outer = self.members[k], torch.get_rng_state()
+        t.stacked = {"size": len(self.members), "members": self.names(), "step": t.step}
         torch.set_rng_state(t.rng)
         try:
             t.save()
@@ -256,11 +258,14 @@ class StackedStep(Step):
         bf16 = concrete_dtype(self.cfg.dtype, self.device.type) == "bfloat16"
         self.peak = peak_matmul_flops(self.device, torch.bfloat16 if bf16 else torch.float32)
 
+    def names(self) -> list[str]:
+        """The members' run directories as final.json names them (<variant>/<seed>)."""
+        paths = [u.run_dir.path for u in self.members]
+        return [p.name if p.parent.name == "" else f"{p.parent.name}/{p.name}" for p in paths]
+
     def final_extra(self, k: int) -> dict[str, Any]:
         """The ensemble record final.json adds to its solo format."""
-        t, alive = self.members[k], sum(self.alive)
-        paths = [u.run_dir.path for u in self.members]
-        names = [p.name if p.parent.name == "" else f"{p.parent.name}/{p.name}" for p in paths]
+        t, alive, names = self.members[k], sum(self.alive), self.names()
         tokens_per_s = t.totals["train_tokens"] / max(t.totals["train_time"], 1e-9)
         flops = flops_per_token(t.model_cfg, t.model.num_params())
         return {

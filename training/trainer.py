@@ -171,6 +171,7 @@ class Trainer:
         self.best = {"val_loss": math.inf, "step": None}
         self.totals = {"train_time": 0.0, "train_tokens": 0, "wall_time": 0.0}  # across resumes
         self.sealed: dict[str, str] = {}  # run-dir file a callback wrote -> its content sha256, in every ckpt
+        self.stacked: dict[str, Any] | None = None  # the ensemble it last trained in, to which step (None: alone)
         self.wall_start = time.perf_counter()
 
     # ----- one state for checkpointing and resuming --------------------------------------------------
@@ -199,6 +200,8 @@ class Trainer:
             state["logs_sha256"] = self.run_dir.logs_sha256()  # the finished logs, checked on reuse
         if getattr(self, "final_record", None) is not None:
             state["final_record"] = self.final_record
+        if self.stacked is not None:  # only a stacked member's checkpoint: a solo one is as it always was
+            state["stacked"] = self.stacked
         if self.device.type == "cuda":
             state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
         return state
@@ -212,6 +215,7 @@ class Trainer:
             torch.cuda.set_rng_state(state["cuda_rng"], self.device)
         self.step, self.best, self.totals = state["step"], state["best"], state["totals"]
         self.sealed = dict(state.get("sealed_files") or {})
+        self.stacked = state.get("stacked")
 
     def save(self) -> None:
         if self.is_main:

@@ -183,6 +183,7 @@ _STATE = {
     "meta": "dict",
     "logs_before_step": "dict",
     "sealed_files": "dict",
+    "stacked": "dict",
 }
 
 
