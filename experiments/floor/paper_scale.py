@@ -19,13 +19,13 @@ version     below; a "revises" block saying what changed from which version and 
             (`sha256sum docs/results/predictions/paper_scale-vN.json`), add N: "<sha256>" to PINNED, and commit the
             file and the pin together, before any GPU run of what it predicts. An older version's file and pin are
             never changed.
-Checked     (load, each a PredictionFileError naming the file, and the arm or routing row): the schema; the
-            version field an integer equal to the file name's; floor_rule.margin in (0, 1); per arm exactly
-            ARM_KEYS, a unique non-empty id, a preset of training.presets, a residual of the toolkit's wirings
-            (interp.config.model_config.RESIDUALS), a schedule of SCHEDULES, qk_scale a finite number > 0,
-            p_floor exactly low <= mid <= high in [0, 1]; per routing row exactly ROUTING_KEYS, a unique id P1-P7,
-            a verdict of VERDICTS, p in [0, 1]; every text field a non-empty string. A number is never a bool
-            (JSON true is not 1 here), NaN or Infinity; no object repeats a key.
+Checked     (load, by the pydantic models below; each error one PredictionFileError naming the file, and the arm
+            or routing row): the schema; version the file name's N; written an ISO 8601 time; floor_rule.margin in
+            (0, 1); per arm exactly Arm's fields, a unique non-empty id, a preset of training.presets, a residual of
+            interp.config.model_config.RESIDUALS, a schedule of SCHEDULES, qk_scale > 0, p_floor low <= mid <= high
+            in [0, 1]; per routing row exactly Routing's fields, a unique id P1-P7, a verdict of VERDICTS, p in [0, 1];
+            revises.version an earlier one; every text a non-empty string. Types are strict: a number is never a bool
+            (JSON true is not 1), a string, NaN or Infinity; no object repeats a key or holds a field not modelled.
 """
 
 from __future__ import annotations
@@ -33,26 +33,23 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-import math
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
 from scipy.stats import binom
 
+from interp.config.model_config import RESIDUALS
 from interp.errors import ToolkitError
+from training.presets import PRESETS, TrainConfig
 
 REPO = Path(__file__).resolve().parents[2]
 FOLDER = REPO / "docs" / "results" / "predictions"
 SCHEMA = "paper-scale-predictions/1"
-SCHEDULES = ("preset", "constant")
-ARM_KEYS = {"id", "preset", "residual", "schedule", "qk_scale", "p_floor", "why", "refuted_if"}
-BAND_KEYS = ("low", "mid", "high")
-ROUTING_KEYS = {"id", "preset", "verdict", "p", "why"}
-ROUTING_ID = re.compile(r"P[1-7]")
-VERDICTS = ("supports", "contradicts", "inconclusive", "not decided")
-REQUIRED = ("schema", "version", "written", "what", "floor_rule", "arms", "routing")
-TEXTS = ("what", "basis", "count_interval", "refutes_the_hypothesis")  # each a non-empty string where present
+SCHEDULES = Literal["preset", "constant"]
+VERDICTS = Literal["supports", "contradicts", "inconclusive", "not decided"]
 NAME = re.compile(r"paper_scale-v([1-9]\d*)\.json")
 # version -> sha256 of the committed file's bytes (`git show HEAD:docs/results/predictions/paper_scale-vN.json`)
 PINNED: dict[int, str] = {
@@ -87,65 +84,115 @@ def versions(folder: Path | None = None) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def _is_number(x: Any) -> bool:
-    """A finite int or float that is not a bool (JSON true reads as Python's True, an int equal to 1)."""
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+# A validator refusing a value that ok(value, info) says no to, in words (after the field's name and value).
+def _check(ok: Callable[[Any, ValidationInfo], bool], words: str) -> AfterValidator:
+    def check(value: Any, info: ValidationInfo) -> Any:
+        if not ok(value, info):
+            raise ValueError(words)
+        return value
+
+    return AfterValidator(check)
 
 
-def _text(x: Any) -> bool:
-    return isinstance(x, str) and bool(x.strip())
+Text = Annotated[str, _check(lambda s, _: bool(s.strip()), "is not a non-empty string")]
+Probability = Annotated[float, Field(ge=0, le=1)]
+Preset = Literal[tuple(PRESETS)]  # type: ignore[valid-type]
 
 
-def _check_arm(arm: Any, i: int, where: str, presets: Any, residuals: tuple[str, ...]) -> str:
-    """The arm's id, or a PredictionFileError naming the file and the arm."""
-    if not isinstance(arm, dict) or set(arm) != ARM_KEYS:
-        name = arm.get("id") if isinstance(arm, dict) else None
-        raise PredictionFileError(f"{where}: arm {i} ({name!r}): an arm has exactly the fields {sorted(ARM_KEYS)}")
-    if not _text(arm["id"]):
-        raise PredictionFileError(f"{where}: arm {i}'s id {arm['id']!r} is not a non-empty string")
-    name = f"{where}: arm {arm['id']}"
-    if arm["preset"] not in presets:
-        raise PredictionFileError(f"{name}'s preset {arm['preset']!r} is not one of {', '.join(presets)}")
-    if arm["residual"] not in residuals:
-        raise PredictionFileError(f"{name}'s residual {arm['residual']!r} is not one of {residuals}")
-    if arm["schedule"] not in SCHEDULES:
-        raise PredictionFileError(f"{name}'s schedule {arm['schedule']!r} is not one of {SCHEDULES}")
-    q = arm["qk_scale"]
-    if not _is_number(q) or q <= 0:
-        raise PredictionFileError(f"{name}'s qk_scale {q!r} is not a finite number > 0")
-    p = arm["p_floor"]
-    band = [p[k] for k in BAND_KEYS] if isinstance(p, dict) and set(p) == set(BAND_KEYS) else []
-    if len(band) != 3 or not all(_is_number(x) and 0.0 <= x <= 1.0 for x in band) or band != sorted(band):
-        raise PredictionFileError(
-            f"{name}'s p_floor needs 0 <= low <= mid <= high <= 1, numbers (no bool) and no other field: {p!r}"
-        )
-    for key in ("why", "refuted_if"):
-        if not _text(arm[key]):
-            raise PredictionFileError(f"{name}'s {key} {arm[key]!r} is not a non-empty string")
-    return str(arm["id"])
+class _Schema(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)  # true is no number, "1" no int
 
 
-def _check_routing(r: Any, i: int, where: str, presets: Any) -> str:
-    """The row's id (P1-P7), or a PredictionFileError naming the file and the row."""
-    if not isinstance(r, dict) or set(r) != ROUTING_KEYS:
-        name = r.get("id") if isinstance(r, dict) else None
-        raise PredictionFileError(f"{where}: routing {i} ({name!r}) has exactly the fields {sorted(ROUTING_KEYS)}")
-    if not isinstance(r["id"], str) or not ROUTING_ID.fullmatch(r["id"]):
-        raise PredictionFileError(f"{where}: routing {i}'s id {r['id']!r} is not one of P1-P7")
-    name = f"{where}: routing {r['id']}"
-    if r["verdict"] not in VERDICTS or not _is_number(r["p"]) or not 0.0 <= r["p"] <= 1.0:
-        raise PredictionFileError(f"{name}: a verdict among {VERDICTS} and p in [0, 1] (a number, no bool)")
-    if r["preset"] not in presets:
-        raise PredictionFileError(f"{name}'s preset {r['preset']!r} is not one of {', '.join(presets)}")
-    if not _text(r["why"]):
-        raise PredictionFileError(f"{name}'s why {r['why']!r} is not a non-empty string")
-    return r["id"]
+class Band(_Schema):
+    low: Probability
+    mid: Probability
+    high: Probability
 
 
-def _unique(ids: list[str], what: str, where: str) -> None:
-    twice = sorted({x for x in ids if ids.count(x) > 1})
-    if twice:
-        raise PredictionFileError(f"{where}: {what} id(s) {', '.join(twice)} appear more than once")
+class Arm(_Schema):
+    id: Text
+    preset: Preset
+    residual: Literal[RESIDUALS]  # type: ignore[valid-type]
+    schedule: SCHEDULES
+    qk_scale: Annotated[float, Field(gt=0)]
+    p_floor: Annotated[Band, _check(lambda b, _: b.low <= b.mid <= b.high, "needs low <= mid <= high")]
+    why: Text
+    refuted_if: Text
+
+
+class Routing(_Schema):
+    id: Annotated[str, Field(pattern=r"^P[1-7]$")]
+    preset: Preset
+    verdict: VERDICTS
+    p: Probability
+    why: Text
+
+
+class FloorRule(_Schema):
+    text: Text = Field(None)  # absent, or a non-empty string (null is refused)
+    margin: Annotated[float, Field(gt=0, lt=1)]
+
+
+class Revises(_Schema):
+    version: Annotated[int, _check(lambda v, info: 1 <= v < info.context["version"], "is not an earlier version")]
+    changed: list[Any]
+    why: Text
+
+
+class PredictionFile(_Schema):  # validated with context={"version": N}, the N of its name paper_scale-vN.json
+    schema_: Literal[SCHEMA] = Field(alias="schema")
+    version: Annotated[int, _check(lambda v, info: v == info.context["version"], "is not its file name's")]
+    written: Annotated[str, AfterValidator(datetime.datetime.fromisoformat)]  # an ISO 8601 time
+    what: Text
+    floor_rule: FloorRule
+    count_interval: Text = Field(None)  # the optional fields: absent, or what they say (null is refused)
+    schedules: dict[str, Text] = Field(None)
+    basis: Text = Field(None)
+    arms: list[Arm] = Field(min_length=1)
+    routing: list[Routing]
+    refutes_the_hypothesis: Text = Field(None)
+    revises: Revises = Field(None)
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> PredictionFile:
+        for what, rows in (("arm", self.arms), ("routing", self.routing)):
+            ids = [r.id for r in rows]
+            if twice := sorted({x for x in ids if ids.count(x) > 1}):
+                raise ValueError(f"{what} id(s) {', '.join(twice)} appear more than once")
+        return self
+
+
+# A top-level field's error in words, whatever pydantic found wrong with it (but its absence).
+SAYS = {
+    "version": "its version field is {value!r}, not the {version} its name says",
+    "written": "written {value!r} is not an ISO 8601 time",
+    "floor_rule": "floor_rule is an object with a margin, a number of nats in (0, 1)",
+    "arms": "arms is a list of at least one arm",
+    "routing": "routing is a list",
+}
+ROWS = {"arms": ("arm", Arm), "routing": ("routing", Routing)}  # a row's name in messages, and its model
+HEAD = re.compile(r"^(Value error, |[A-Z]\w* (?=should))")  # pydantic's "Input should ...": "should ..."
+
+
+def _words(e: ValidationError, doc: Any, version: int) -> str:
+    """pydantic's first error in words: the arm or routing row (by id, by index where the id is what is wrong),
+    the field, its value (where no object or list) and what is wrong with it."""
+    err = e.errors(include_url=False)[0]
+    loc, kind, value = [str(x) for x in err["loc"]], err["type"], err["input"]
+    if len(loc) == 1 and loc[0] in SAYS and kind != "missing":
+        return SAYS[loc[0]].format(value=value, version=version)
+    name = ""
+    if len(loc) > 1 and loc[0] in ROWS:
+        (what, model), row = ROWS[loc[0]], doc[loc[0]][int(loc[1])]
+        rid = row.get("id") if isinstance(row, dict) else None
+        if len(loc) == 2 or (len(loc) == 3 and kind in ("missing", "extra_forbidden")):
+            return f"{what} {loc[1]} ({rid!r}) has exactly the fields {sorted(model.model_fields)}"
+        name, loc = f"{what} {loc[1] if loc[2] == 'id' else rid}'s ", loc[2:]
+    if kind == "missing":
+        return f"{name}{'.'.join(loc[:-1]) + ' has ' if len(loc) > 1 else ''}no {loc[-1]}"
+    shown = "" if isinstance(value, (dict, list)) else f" {value!r}"
+    words = "is no field the schema names" if kind == "extra_forbidden" else HEAD.sub("", err["msg"])
+    return f"{name}{'.'.join(loc)}{shown} {words}".lstrip()
 
 
 class _NonFinite(str):
@@ -157,65 +204,16 @@ def _non_finite(doc: Any, where: str = "") -> str | None:
     items = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ()
     for key, value in items:
         at = f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}" if where else str(key)
-        if isinstance(value, _NonFinite):
-            return f"{at} is {value}"
-        if (found := _non_finite(value, at)) is not None:
+        if found := (f"{at} is {value}" if isinstance(value, _NonFinite) else _non_finite(value, at)):
             return found
     return None
 
 
 def _no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     keys = [k for k, _ in pairs]
-    twice = sorted({k for k in keys if keys.count(k) > 1})
-    if twice:
+    if twice := sorted({k for k in keys if keys.count(k) > 1}):
         raise ValueError(f"an object repeats the key(s) {twice}")
     return dict(pairs)
-
-
-def _check_doc(doc: Any, version: int, where: str) -> None:
-    from interp.config.model_config import RESIDUALS
-    from training.presets import PRESETS
-
-    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
-        raise PredictionFileError(f"{where}: schema is not {SCHEMA}")
-    missing = [k for k in REQUIRED if k not in doc]
-    if missing:
-        raise PredictionFileError(f"{where}: no {', '.join(missing)} (a prediction file has {', '.join(REQUIRED)})")
-    v = doc["version"]
-    if isinstance(v, bool) or not isinstance(v, int) or v != version:
-        raise PredictionFileError(f"{where}: its version field is {v!r}, not the {version} its name says")
-    try:
-        written = _text(doc["written"]) and bool(datetime.datetime.fromisoformat(doc["written"]))
-    except ValueError:
-        written = False
-    if not written:
-        raise PredictionFileError(f"{where}: written {doc['written']!r} is not an ISO 8601 time")
-    for key in TEXTS:
-        if key in doc and not _text(doc[key]):
-            raise PredictionFileError(f"{where}: {key} {doc[key]!r} is not a non-empty string")
-    rule = doc["floor_rule"]
-    margin: Any = rule.get("margin") if isinstance(rule, dict) else None
-    if not _is_number(margin) or not 0 < margin < 1:
-        raise PredictionFileError(f"{where}: floor_rule.margin must be a number of nats in (0, 1), not {margin!r}")
-    if "text" in rule and not _text(rule["text"]):
-        raise PredictionFileError(f"{where}: floor_rule.text {rule['text']!r} is not a non-empty string")
-    schedules = doc.get("schedules", {})
-    if not isinstance(schedules, dict) or not all(_text(x) for x in schedules.values()):
-        raise PredictionFileError(f"{where}: schedules is an object of non-empty strings")
-    if not isinstance(doc["arms"], list) or not doc["arms"]:
-        raise PredictionFileError(f"{where}: arms is a list of at least one arm")
-    ids = [_check_arm(arm, i, where, PRESETS, RESIDUALS) for i, arm in enumerate(doc["arms"])]
-    _unique(ids, "arm", where)
-    if not isinstance(doc["routing"], list):
-        raise PredictionFileError(f"{where}: routing is a list")
-    _unique([_check_routing(r, i, where, PRESETS) for i, r in enumerate(doc["routing"])], "routing", where)
-    if "revises" in doc:
-        rev = doc["revises"]
-        old = rev.get("version") if isinstance(rev, dict) else None
-        if isinstance(old, bool) or not isinstance(old, int) or not 1 <= old < version:
-            raise PredictionFileError(f"{where}: revises.version {old!r} is not an earlier version")
-        if not isinstance(rev.get("changed"), list) or not _text(rev.get("why")):
-            raise PredictionFileError(f"{where}: revises has a changed list and a non-empty why")
 
 
 def _check_pin(path: Path, version: int, data: bytes, pins: dict[int, str]) -> None:
@@ -250,7 +248,10 @@ def load(path: Path, pins: dict[int, str] | None = PINNED) -> dict[str, Any]:
         raise PredictionFileError(f"{where}: not a readable prediction file ({e})") from None
     if (found := _non_finite(doc)) is not None:
         raise PredictionFileError(f"{where}: {found}: NaN and Infinity are no number a prediction holds")
-    _check_doc(doc, version, where)
+    try:
+        PredictionFile.model_validate(doc, context={"version": version})
+    except ValidationError as e:
+        raise PredictionFileError(f"{where}: {_words(e, doc, version)}") from None
     if pins is not None:
         _check_pin(path, version, data, pins)
     return doc
@@ -281,8 +282,6 @@ def count_interval(n: int, low: float, high: float) -> tuple[int, int]:
 
 def _schedule(train: dict[str, Any], preset: str) -> str | None:
     """ "constant" (from step 0, no warm-up), "preset" (the preset's warm-up and decay) or None (anything else)."""
-    from training.presets import PRESETS, TrainConfig
-
     if train.get("lr_schedule") == "constant" and train.get("warmup_steps") == 0:
         return "constant"
     if preset not in PRESETS:
