@@ -21,11 +21,12 @@ version     below; a "revises" block saying what changed from which version and 
             never changed.
 Checked     (load, by the pydantic models below; each error one PredictionFileError naming the file, and the arm
             or routing row): the schema; version the file name's N; written an ISO 8601 time; floor_rule.margin in
-            (0, 1); per arm exactly Arm's fields, a unique non-empty id, a preset of training.presets, a residual of
-            interp.config.model_config.RESIDUALS, a schedule of SCHEDULES, qk_scale > 0, p_floor low <= mid <= high
-            in [0, 1]; per routing row exactly Routing's fields, a unique id P1-P7, a verdict of VERDICTS, p in [0, 1];
-            revises.version an earlier one; every text a non-empty string. Types are strict: a number is never a bool
-            (JSON true is not 1), a string, NaN or Infinity; no object repeats a key or holds a field not modelled.
+            (0, 1); per arm exactly PredictedArm's fields, a unique non-empty id, a preset of training.presets, a
+            residual of interp.config.model_config.RESIDUALS, a schedule of SCHEDULES, qk_scale > 0, p_floor
+            low <= mid <= high in [0, 1]; per routing row exactly Routing's fields, a unique id P1-P7, a verdict of
+            VERDICTS, p in [0, 1]; revises.version an earlier one; every text a non-empty string. Types are strict:
+            a number is never a bool (JSON true is not 1), a string, NaN or Infinity; no object repeats a key or
+            holds a field not modelled.
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ class Band(_Schema):
     high: Probability
 
 
-class Arm(_Schema):
+class PredictedArm(_Schema):
     id: Text
     preset: Preset
     residual: Literal[RESIDUALS]  # type: ignore[valid-type]
@@ -148,7 +149,7 @@ class PredictionFile(_Schema):  # validated with context={"version": N}, the N o
     count_interval: Text = Field(None)  # the optional fields: absent, or what they say (null is refused)
     schedules: dict[str, Text] = Field(None)
     basis: Text = Field(None)
-    arms: list[Arm] = Field(min_length=1)
+    arms: list[PredictedArm] = Field(min_length=1)
     routing: list[Routing]
     refutes_the_hypothesis: Text = Field(None)
     revises: Revises = Field(None)
@@ -170,7 +171,7 @@ SAYS = {
     "arms": "arms is a list of at least one arm",
     "routing": "routing is a list",
 }
-ROWS = {"arms": ("arm", Arm), "routing": ("routing", Routing)}  # a row's name in messages, and its model
+ROWS = {"arms": ("arm", PredictedArm), "routing": ("routing", Routing)}  # a row's name in messages, and its model
 HEAD = re.compile(r"^(Value error, |[A-Z]\w* (?=should))")  # pydantic's "Input should ...": "should ..."
 
 
