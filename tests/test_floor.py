@@ -184,7 +184,7 @@ def test_smoke_predicts_the_knob_before_it_trains_and_never_rewrites_the_predict
     capsys.readouterr()
     assert EXPERIMENT.main([*argv[:-1], "1,2,3"]) == 0
     said = capsys.readouterr().out
-    assert "predictions written to" in said and "made after their arms' runs existed (not a test)" in said
+    assert "predictions written to" in said and "not written before their arms' runs (not a test)" in said
     now = json.loads((folder / PREDICTIONS).read_text())["arms"]
     assert {k: now[k] for k in stored["arms"]} == stored["arms"] and len(now) == 4
     later = json.loads((folder / "results-floor.json").read_text())["knob"]
@@ -256,18 +256,23 @@ def test_analyse_only_reads_the_predictions_of_the_folder_it_analyses(tmp_path):
 
     source, out = tmp_path / "source", tmp_path / "out"
     (source / "smoke").mkdir(parents=True)
-    (source / "smoke" / PREDICTIONS).write_text(json.dumps({"arms": {"a": {"seeds": [1]}}}))
+    entry = {"created": "x", "margin": "0.05", "seeds": [1], "us": [0.5], "trained_after": [True], "prediction": {}}
+    (source / "smoke" / PREDICTIONS).write_text(json.dumps({"arms": {"a": entry}}))
     ctx = SimpleNamespace(args=SimpleNamespace(analyse_only=str(source)), spec=SimpleNamespace(preset="smoke"))
-    assert stored_predictions(ctx) == {"a": {"seeds": [1]}}
+    assert stored_predictions(ctx) == {"a": entry}
     ctx.args.analyse_only = str(out)
     out.mkdir()
     assert stored_predictions(ctx) == {}  # none there: every knob prediction reads as made after training
 
 
 def test_a_prediction_counts_as_written_before_training_only_at_a_real_past_time():
-    entry = {"created": "2026-01-01T00:00:00+00:00", "trained_after": [True, True], "prediction": {}}
+    entry = {"created": "2026-01-01T00:00:00+00:00", "seeds": [1, 2], "trained_after": [True, True], "prediction": {}}
     entry["digest"] = entry_digest(entry)
     assert written_before_training(entry)
+    for after in ([], [True], [True, False], [1, 1], None):  # one True a seed, no fewer, no other value
+        changed = {**entry, "trained_after": after}
+        changed["digest"] = entry_digest(changed)
+        assert not written_before_training(changed)
     started = datetime.datetime(2025, 12, 31, tzinfo=datetime.UTC).timestamp()
     assert not written_before_training(entry, started)  # its runs started before it was written
     for when in ("2099-01-01T00:00:00+00:00", "not a time", None, "2026-01-01T00:00:00"):  # future, junk, no zone
@@ -302,7 +307,8 @@ def test_two_writers_of_one_prediction_file_keep_each_others_entries(tmp_path):
         with writing(path):
             stored = load_predictions(path)
             time.sleep(0.3)  # both have read before either writes, were there no lock
-            stored[name] = {"margin": name}
+            stored[name] = {"created": "x", "margin": name, "seeds": [1], "us": [0.5], "trained_after": [True]}
+            stored[name]["prediction"] = {}
             save_predictions(ctx, path, stored)
 
     threads = [threading.Thread(target=writer, args=(n,)) for n in ("0.05", "0.1")]
@@ -311,3 +317,31 @@ def test_two_writers_of_one_prediction_file_keep_each_others_entries(tmp_path):
     for t in threads:
         t.join()
     assert set(load_predictions(path)) == {"0.05", "0.1"}
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ('{"arms": {"A": {"seeds": [1]}, "A": {"seeds": [2]}}}', "a key is written twice"),
+        ('{"arms": {"A": 5}}', "valid dictionary"),
+        (
+            '{"arms": {"A": {"created": "x", "margin": "0.05", "seeds": [1], "us": [0.5], "trained_after": [], '
+            '"prediction": {}}}}',
+            "differ in length",
+        ),
+        (
+            '{"arms": {"A": {"created": "x", "margin": "0.05", "seeds": [1], "us": [NaN], "trained_after": [true], '
+            '"prediction": {}}}}',
+            "NaN is no number",
+        ),
+        (
+            '{"arms": {"A": {"created": "x", "margin": "0.05", "seeds": [1], "us": [0.5], "prediction": {}}}}',
+            "trained_after",
+        ),
+    ],
+)
+def test_a_prediction_file_that_is_not_one_entry_by_entry_is_refused(tmp_path, text, words):
+    path = tmp_path / PREDICTIONS
+    path.write_text(text)
+    with pytest.raises(ToolkitError, match=words):
+        load_predictions(path)

@@ -9,6 +9,7 @@ import torch
 
 from experiments.floor.arms import Arms
 from experiments.floor.run import EXPERIMENT
+from interp.errors import ToolkitError
 from probes import GradientProbe
 from training.data import load_corpus
 from training.ensemble import EnsembleTrainer
@@ -106,3 +107,15 @@ def test_smoke_deep_part_reads_the_floor_and_the_first_steps_gradients(tmp_path,
     assert "early predictor" not in out  # no control runs: nothing to say, so nothing said
     assert "attn_only L3 120 steps  " not in out.split("per layer, gradient norm")[1]  # 3x arms: the report's
     assert results["transfer"] == {}  # the ffn_only relation is not applied to the deep arms
+
+
+def test_a_gradients_record_cut_or_written_twice_is_refused_by_run():
+    from experiments.floor.deep import early_grads
+
+    whole = {"step": 5, "attn": [1.0], "mlp": [2.0], "resid": [3.0, 4.0], "total": 5.0}
+    assert early_grads({"gradients": [whole]}, [0, 5], "r")["5"]["mlp"] == [2.0]
+    cut = {k: v for k, v in whole.items() if k != "mlp"}
+    with pytest.raises(ToolkitError, match="r/probes.jsonl: the gradients record at step 5 lacks mlp"):
+        early_grads({"gradients": [cut]}, [5], "r")
+    with pytest.raises(ToolkitError, match="is the second one at that step"):
+        early_grads({"gradients": [whole, {**whole, "attn": [1000.0]}]}, [5], "r")

@@ -199,11 +199,16 @@ def test_the_law_refuses_shipped_runs_it_cannot_vouch_for(tmp_path, data):
     ctx = _floor_ctx(tmp_path, "--preset", "phase-cell")
     shipped = Path("docs/results/data/floor-law")
 
-    def later(results):
-        results["runs"][0]["escape"]["0.05"] = 4 * (results["runs"][0]["escape"]["0.05"] or 100)
+    def relabel(results):  # the held-out runs called fit runs, half the list dropped, one u edited
+        for r in results["runs"]:
+            r["part"] = "law"
+        results["runs"] = results["runs"][::2]
+        results["runs"][0]["u"] = 9.0
 
-    with pytest.raises(ToolkitError, match="archived logs"):  # a results file edited, its MANIFEST made to match
-        shipped_summaries(ctx, _forge(shipped, tmp_path / "forged", later))
+    # a results file edited, its MANIFEST made to match: the runs and their parts come from the archive and the
+    # code's arms, never from it
+    forged = shipped_summaries(ctx, _forge(shipped, tmp_path / "forged", relabel))
+    assert forged["runs"] == shipped_summaries(ctx, shipped)["runs"]
     bare = tmp_path / "bare"  # the MANIFEST and results file, no runs
     bare.mkdir()
     for name in ("MANIFEST.json", "results-floor.json"):

@@ -24,14 +24,22 @@ def grad_steps(dense: int) -> list[int]:
     return [s for s in GRAD_STEPS if s <= dense]
 
 
-def early_grads(probes: dict[str, list[dict[str, Any]]], steps: list[int]) -> dict[str, dict[str, Any]]:
-    """step (as text) -> the gradient probe's per-layer norms and total at that step, for the steps logged."""
-    wanted = set(steps)
-    return {
-        str(r["step"]): {k: r[k] for k in (*GRAD_PARTS, "total")}
-        for r in probes.get("gradients", [])
-        if r["step"] in wanted
-    }
+def early_grads(probes: dict[str, list[dict[str, Any]]], steps: list[int], run: str = "a run") -> dict[str, dict]:
+    """step (as text) -> the gradient probe's per-layer norms and total at that step, for the steps logged; a
+    record without them, or a second one at a step, is refused naming `run` (a cut or edited probes.jsonl)."""
+    wanted, out = set(steps), {}
+    for r in probes.get("gradients", []):
+        if r["step"] not in wanted:
+            continue
+        missing = [k for k in (*GRAD_PARTS, "total") if k not in r]
+        if missing or str(r["step"]) in out:
+            what = f"lacks {', '.join(missing)}" if missing else "is the second one at that step"
+            raise ToolkitError(
+                f"{run}/probes.jsonl: the gradients record at step {r['step']} {what}; the probe writes one whole "
+                "record a step - move that run aside and run again"
+            )
+        out[str(r["step"])] = {k: r[k] for k in (*GRAD_PARTS, "total")}
+    return out
 
 
 def grad_table(runs: list[dict[str, Any]], lrs: dict[str, dict[str, float]], steps: list[int]) -> list[dict]:

@@ -88,7 +88,10 @@ def _number(value: Any, what: str, positive: bool = False, at_least_one: bool = 
     >= 1 where at_least_one."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ToolkitError(f"{what} is {value!r}: the law needs a finite number")
-    x = float(value)
+    try:
+        x = float(value)
+    except OverflowError:  # an int past float's range (a 400-digit u)
+        raise ToolkitError(f"{what} is an integer of {len(str(value))} digits: the law needs a finite number") from None
     if not math.isfinite(x):
         raise ToolkitError(f"{what} is {x}: the law needs a finite number")
     if positive and x <= 0:
@@ -102,18 +105,26 @@ def _check_runs(runs: list[dict[str, Any]], every: Any) -> None:
     """A ToolkitError naming the run and field where a run's u, depth, escape step (None: still on the floor),
     last step or own evaluation interval, or `every`, is not a finite number the law can read."""
     _number(every, "the evaluation interval every", positive=True)
+    if not isinstance(runs, (list, tuple)):
+        raise ToolkitError(f"runs is {type(runs).__name__}: the law is fitted on a list of runs (law_runs')")
     for i, r in enumerate(runs):
         if not isinstance(r, dict):
             raise ToolkitError(f"run {i} is {type(r).__name__}, not a run's dict")
         name = f"run {i} (cell {r.get('cell')}, seed {r.get('seed')})"
-        for key in ("u", "depth", "escape", "last_step"):
+        for key in ("u", "depth", "escape", "last_step", "cell"):
             if key not in r:
                 raise ToolkitError(f"{name} has no {key}")
+        try:
+            hash(r["cell"])
+        except TypeError:
+            raise ToolkitError(f"{name}: its cell is {type(r['cell']).__name__}, not (depth, width, scale)") from None
         _number(r["u"], f"{name}: u")
         _number(r["depth"], f"{name}: depth", at_least_one=True)
         _number(r["last_step"], f"{name}: last_step", positive=True)
         if r["escape"] is not None:
             _number(r["escape"], f"{name}: escape step", positive=True)
+            if r["escape"] > r["last_step"]:
+                raise ToolkitError(f"{name}: escape step {r['escape']} is past its last step {r['last_step']}")
         if "every" in r:
             _number(r["every"], f"{name}: every", positive=True)
 
@@ -338,8 +349,10 @@ def predict_arm(
     max_factor: the widest interval that is still a prediction (math.inf: any with a median inside the run);
     spread: also the arm's own sigma ("spread", _predict_spread), a fit per simulated arm. A ToolkitError, before
     anything is drawn, for a u, depth, last or every that is not a finite number (and no runs at all)."""
-    if isinstance(us, (str, bytes)) or not hasattr(us, "__len__") or len(us) == 0:
-        raise ToolkitError(f"us is {us!r}: predict_arm needs one u a run of the arm, at least one")
+    if not isinstance(us, (list, tuple, np.ndarray)) or len(us) == 0:
+        raise ToolkitError(f"us is {us!r:.80}: predict_arm needs a list of one u a run of the arm, at least one")
+    if not isinstance(law, dict):
+        raise ToolkitError(f"law is {type(law).__name__}: predict_arm takes fit_wait_law's result")
     for i, x in enumerate(us):
         _number(x, f"us[{i}] (the u of the arm's run {i})")
     _number(depth, "depth", at_least_one=True)

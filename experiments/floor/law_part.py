@@ -27,6 +27,7 @@ from experiments.floor.law_predictions import (
 )
 from experiments.floor.predictions import edited, first_started, step_text, without_draws, written_before_training
 from experiments.runner.frame import Context
+from interp.errors import ToolkitError
 
 
 def law_results(ctx: Context, arms, runs: list[dict[str, Any]], cells: list[dict[str, Any]]) -> dict[str, Any]:
@@ -82,6 +83,11 @@ def heldout_verdict(
     }
     if entry is None:  # no prediction stored before these runs: nothing to hold them to
         return {"prediction": None, "observed": observed, "written_before_training": False, "held": None}
+    if len(entry.get("seeds") or []) != len(entry.get("us") or []):
+        raise ToolkitError(
+            f"{cell.get('name', 'a held-out arm')}'s stored prediction names {len(entry.get('seeds') or [])} seeds and "
+            f"{len(entry.get('us') or [])} u's (one a seed): restore the committed prediction file"
+        )
     by_seed = dict(zip(entry["seeds"], entry["us"], strict=True))
     return {
         **_stored(entry, started),
@@ -187,8 +193,8 @@ def preface_lines(ctx: Context, arms, names: list[str]) -> list[str]:
                 f"{name}: predicted by the law ({entry['created']}, {len(entry['seeds'])} seeds, "
                 f"u = {sum(entry['us']) / len(entry['us']):.3f}): {arm_prediction_text(entry['prediction'])}"
             )
-            late = late or not all(entry["trained_after"])
+            late = late or not written_before_training(entry)  # edited, or a time that cannot be
     if lines:
-        when = "some made after their runs existed (not a test)" if late else "all made before their arms trained"
+        when = "some not written before their runs (not a test)" if late else "all made before their arms trained"
         lines.append(f"law predictions read from {ctx.result_dir / LAW_PREDICTIONS}, {when}")
     return lines

@@ -20,7 +20,7 @@ plan        law_plan: the law part's runs; once every run the law is fitted on h
 
 from __future__ import annotations
 
-import json
+import argparse
 import math
 from pathlib import Path
 from typing import Any
@@ -58,106 +58,91 @@ def law_from(ctx: Context) -> Path | None:
 
 
 def shipped_summaries(ctx: Context, folder: Path) -> dict[str, Any]:
-    """{"runs": the shipped folder's runs the law may be fitted on (FIT_PARTS: never its held-out arms), each read
-    from its archived logs; "from": folder; "sha256": its results file's; "n_shipped": the runs it ships}.
-    read_shipped checks every file against MANIFEST.json. A run is used only as this command would have trained
-    it - the same preset, data and training but for what the law covers (depth, width, residual, steps, the
-    evaluation interval, the query/key scale) - and its u, escape step and last step come from its logs,
-    which must say what the results file says; anything else is refused by name."""
+    """{"runs": the shipped folder's runs the law may be fitted on, each read from its archived logs; "from":
+    folder; "sha256": its results file's; "n_shipped": the runs its archive holds}. read_shipped checks every
+    file against MANIFEST.json. The runs and their parts come from the archive and this code's own arms, never
+    from the results file: an archived run counts where its variant is one of this preset's fit arms (FIT_PARTS:
+    never a held-out arm), and only as this command would have trained it (RunDir.load_logs compares its
+    config.json with that run's: the same preset, data, lr, batch; the law has no term for them)."""
+    import dataclasses
     import tempfile
 
+    from experiments.floor.arms import Arms
     from experiments.shipping.ship import MANIFEST, is_shipped, read_shipped
+    from training.run_config import slug
 
     if not is_shipped(folder):
         raise ToolkitError(f"--law-from {folder}: no {MANIFEST} there; give a shipped floor folder or 'none'")
     shipped = read_shipped(folder)
-    results = json.loads(shipped.results_path.read_text())
-    if results.get("experiment") != "floor" or results.get("preset") != ctx.spec.preset:
-        raise ToolkitError(
-            f"--law-from {folder}: its runs are {results.get('experiment')}'s at preset {results.get('preset')}, "
-            f"this command trains floor's at {ctx.spec.preset}; the law has no term for what a preset changes "
-            "(lr, batch, data): give --law-from none or a floor folder of this preset"
-        )
-    from experiments.floor.arms import Arms
-
-    arms, key, unigram = Arms(ctx), f"{ctx.args.margin:g}", ctx.reference_levels()["unigram"]
+    runs_in = sorted({name.rsplit("/", 1)[0] for name in shipped.members})  # <preset>/<variant dir>/seed<k>
+    presets = {name.split("/", 1)[0] for name in runs_in}
+    if presets != {ctx.spec.preset}:
+        raise ToolkitError(shipped_preset_refusal(folder, presets, ctx.spec.preset))
+    fit_args = {**vars(ctx.args), "parts": ",".join(FIT_PARTS), "qk_scales": None}  # every fit arm, by name
+    arms = Arms(dataclasses.replace(ctx, args=argparse.Namespace(**fit_args)))
+    by_dir = {slug(arms.name(a)): a for a in arms.arms if a.part in FIT_PARTS}  # as RunDir.of names it
+    key, unigram = f"{ctx.args.margin:g}", ctx.reference_levels()["unigram"]
     with tempfile.TemporaryDirectory() as tmp:
         runs = [
-            archived_run(ctx, arms, shipped, Path(tmp), r, key, unigram)
-            for r in results["runs"]
-            if r.get("part") in FIT_PARTS
+            archived_run(ctx, arms, by_dir[rel.split("/")[1]], shipped, Path(tmp), rel, key, unigram)
+            for rel in runs_in
+            if rel.split("/")[1] in by_dir
         ]
     sha = shipped.manifest["files"][shipped.results_path.name]["sha256"]
-    return {"runs": runs, "from": str(folder), "sha256": sha, "n_shipped": len(results["runs"])}
+    return {"runs": runs, "from": str(folder), "sha256": sha, "n_shipped": len(runs_in)}
 
 
-LAW_COVERS = {"model": ("n_layers", "d_model", "residual"), "train": ("max_steps", "eval_interval", "lr_schedule")}
+def shipped_preset_refusal(folder: Path, presets: set[str], preset: str) -> str:
+    return (
+        f"--law-from {folder}: its runs trained at preset {', '.join(sorted(presets)) or 'none'}, this command "
+        f"trains at {preset}; the law has no term for what a preset changes (lr, batch, width, data): give "
+        "--law-from none or a floor folder of this preset"
+    )
 
 
-def archived_run(ctx: Context, arms, shipped, tmp: Path, r: dict[str, Any], key: str, unigram: float) -> dict:
-    """One shipped run as law.law_runs reads it, from its archived files: config.json must be the run this command
-    would train for its depth, width, residual, steps, interval, schedule and scale (RunDir.load_logs compares
-    them, and the logs' wholeness); the results file's numbers must be the logs'."""
-    import functools
-
+def archived_run(ctx: Context, arms, arm, shipped, tmp: Path, rel: str, key: str, unigram: float) -> dict:
+    """One shipped run of the fit arm `arm` as law.law_runs reads it, from its archived files, checked as the run
+    this command would train for that arm and seed (config.json, and the logs' wholeness: RunDir.load_logs)."""
     from experiments.cluster.launch import run_config
     from experiments.escape_time.survival import escape_step
-    from experiments.floor.knob import scale_qk
     from experiments.floor.per_run import step0_u
-    from experiments.runner.frame import Variant
     from experiments.shipping.ship import RUN_FILES
     from training.rundir import RunDir
 
-    where = f"--law-from {shipped.path}: {r.get('run_dir')}"
-    rel = f"{ctx.spec.preset}/{r['run_dir']}"
-    files = {n: shipped.members[f"{rel}/{n}"] for n in RUN_FILES if f"{rel}/{n}" in shipped.members}
-    if "config.json" not in files:
-        raise ToolkitError(f"{where}: the archive holds no config.json for this run; ship the folder again")
+    seed_text = rel.rsplit("/seed", 1)[-1]
+    if not seed_text.isdigit():
+        raise ToolkitError(f"--law-from {shipped.path}: {rel} is not a run directory <variant>/seed<k>")
+    seed, variant = int(seed_text), arms.variant(arm)
     run = RunDir(tmp / rel)
     run.path.mkdir(parents=True)
-    for n, data in files.items():
-        (run.path / n).write_bytes(data)
-    config = json.loads(files["config.json"])
-    overrides = {k: config[part][k] for part, keys in LAW_COVERS.items() for k in keys}
-    overrides.update(lr=arms.lr, min_lr=arms.lr * arms.ratio)  # the floor's lr: the law has no term for it
-    scale = float(r["scale"])
-    variant = Variant(config["meta"]["variant"], overrides, functools.partial(scale_qk, scale) if scale != 1 else None)
-    seed = config["meta"]["seed"]
+    for n in RUN_FILES:
+        if f"{rel}/{n}" in shipped.members:
+            (run.path / n).write_bytes(shipped.members[f"{rel}/{n}"])
     job = Job(Group(ctx.spec, [variant], seeds=[seed]), variant, seed)
     try:
         record = {**run.load_logs(run_config(job, ctx.corpus)), "variant": variant.name, "seed": seed}
+        u = step0_u(record)
     except ToolkitError as e:
         raise ToolkitError(
-            f"{where} is not a run this command could fit the law on (the law covers depth, width, residual, steps "
-            f"and the query/key scale; everything else must be this command's): {e}"
+            f"--law-from {shipped.path}: {rel} is not a run this command could fit the law on (it must be the "
+            f"run this command trains for {variant.name}, seed {seed}): {e}"
         ) from None
     steps, loss = record["val_curve"]["steps"], record["val_curve"]["loss"]
-    model = config["model"]
-    one = {
+    spec = job.spec
+    return {
         "variant": variant.name,
         "seed": seed,
-        "part": r["part"],
-        "residual": model["residual"],
-        "n_layers": model["n_layers"],
-        "d_model": model["d_model"],
-        "scale": scale,
-        "schedule": config["train"]["lr_schedule"],
-        "eval_every": steps[1] - steps[0] if len(steps) > 1 else config["train"]["eval_interval"],
+        "part": arm.part,
+        "residual": arm.residual,
+        "n_layers": arm.depth,
+        "d_model": spec.model.d_model,
+        "scale": arm.scale,
+        "schedule": arm.schedule,
+        "eval_every": steps[1] - steps[0] if len(steps) > 1 else spec.train.eval_interval,
         "last_step": steps[-1],
-        "u": step0_u(record),
+        "u": u,
         "escape": {key: escape_step(steps, loss, unigram - float(key))},
     }
-    said = {k: r.get(k) for k in ("residual", "n_layers", "schedule", "last_step", "seed")}
-    said["escape"] = (r.get("escape") or {}).get(key, one["escape"][key])  # a margin the file has
-    logged = {k: one[k] for k in said if k != "escape"} | {"escape": one["escape"][key]}
-    if said != logged or abs(r.get("u", math.nan) - one["u"]) > 1e-9:
-        wrong = [k for k in said if said[k] != logged[k]] or ["u"]
-        raise ToolkitError(
-            f"{where}: {shipped.results_path.name} says {', '.join(f'{k} {said.get(k, r.get(k))}' for k in wrong)}, "
-            f"its archived logs {', '.join(f'{k} {logged.get(k, one.get(k))}' for k in wrong)}; the law is fitted "
-            "on the logs' numbers and never on a file that disagrees with them - ship the folder again"
-        )
-    return one
 
 
 def fit_on(ctx: Context, here: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -280,6 +265,8 @@ def law_plan(ctx, arms) -> list:
 
     fit = [a for a in arms.arms if a.part == "law"]
     held = [a for a in arms.arms if a.part == "heldout"]
+    if fit and law_from(ctx) is not None and getattr(ctx.args, "analyse_only", None) is None:
+        shipped_summaries(ctx, law_from(ctx))  # a folder the law cannot use is refused before hours of training
     groups = arm_groups(ctx, arms, fit) if fit else []
     if not held:
         return groups

@@ -253,6 +253,8 @@ def load(path: Path, pins: dict[int, str] | None = PINNED) -> dict[str, Any]:
         PredictionFile.model_validate(doc, context={"version": version})
     except ValidationError as e:
         raise PredictionFileError(f"{where}: {_words(e, doc, version)}") from None
+    except (TypeError, OverflowError) as e:  # a list where a preset goes, an int past float's range
+        raise PredictionFileError(f"{where}: a field holds what no prediction field takes ({e})") from None
     if pins is not None:
         _check_pin(path, version, data, pins)
     return doc

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from experiments.floor.arms import Arms, arm_groups, arm_jobs
 from experiments.floor.per_run import summarise_floor_run
@@ -74,16 +75,57 @@ def arm_entries(stored: dict[str, Any], name: str, margin: str) -> list[tuple[st
     ]
 
 
+class StoredPrediction(BaseModel):
+    """What every stored prediction holds (the knob's and the law's add their own fields): one u and one
+    trained_after a seed."""
+
+    model_config = ConfigDict(strict=True, extra="allow", allow_inf_nan=False)
+    created: str
+    margin: str
+    seeds: list[int] = Field(min_length=1)
+    us: list[float]
+    trained_after: list[bool]
+    prediction: dict[str, Any]
+
+    @model_validator(mode="after")
+    def _one_a_seed(self) -> StoredPrediction:
+        if not len(self.seeds) == len(self.us) == len(self.trained_after):
+            raise ValueError("seeds, us and trained_after differ in length")
+        return self
+
+
+def _no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) < len(keys):  # json.loads would keep the last: a second entry under one slot, unseen
+        raise ValueError(f"a key is written twice: {sorted({k for k in keys if keys.count(k) > 1})[:3]}")
+    return dict(pairs)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is no number a prediction holds")
+
+
 def load_predictions(path: Path) -> dict[str, Any]:
-    """predictions-floor.json's arms ({} when there is none yet); a file that is not one is refused by name."""
+    """A prediction file's arms ({} when there is none yet), each entry checked (StoredPrediction); a file that is
+    not one, or repeats a key, is refused by name."""
     if not path.exists():
         return {}
+    keep = "the predictions are kept, never rewritten; restore it"
     try:
-        stored = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ToolkitError(f"{path} is not JSON ({e}): the predictions are kept, never rewritten; restore it") from e
+        stored = json.loads(path.read_text(), object_pairs_hook=_no_repeats, parse_constant=_no_constant)
+    except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
+        raise ToolkitError(f"{path} is not a prediction file ({e}): {keep}") from None
     if not isinstance(stored, dict) or not isinstance(stored.get("arms"), dict):
-        raise ToolkitError(f"{path} holds no 'arms' object: the predictions are kept, never rewritten; restore it")
+        raise ToolkitError(f"{path} holds no 'arms' object: {keep}")
+    for slot, entry in stored["arms"].items():
+        try:
+            StoredPrediction.model_validate(entry)
+        except ValidationError as e:
+            err = e.errors(include_url=False)[0]
+            where = ".".join(map(str, err["loc"])) or "the entry"
+            raise ToolkitError(f"{path}: {slot!r}: {where}: {err['msg']}: {keep}") from None
+        except (TypeError, OverflowError) as e:  # an int past float's range among its us
+            raise ToolkitError(f"{path}: {slot!r}: {e}: {keep}") from None
     return stored["arms"]
 
 
@@ -186,18 +228,25 @@ def written_before_training(entry: dict[str, Any], started: float | None = None)
     now = datetime.datetime.now(datetime.UTC)
     if when is None or when > now or (started is not None and when.timestamp() > started):
         return False
-    return all(entry["trained_after"]) and not edited(entry)
+    after = entry.get("trained_after")  # one True a seed: none of its runs existed when it was written
+    whole = isinstance(after, list) and len(after) == len(entry.get("seeds") or []) > 0
+    return whole and all(x is True for x in after) and not edited(entry)
 
 
 def first_started(ctx: Context, runs: list[dict[str, Any]]) -> float | None:
-    """The earliest config.json time (written when a run starts) of `runs` where they trained in --out; None
-    under --analyse-only, whose copies are written after the runs."""
-    if getattr(ctx.args, "analyse_only", None) is not None:
+    """The earliest config.json time (written when a run starts) of `runs` where they trained: in --out, or
+    under --analyse-only in the analysed --out (its copies here are written after the runs); None for a shipped
+    folder, whose archive keeps no times."""
+    from experiments.shipping.ship import is_shipped
+
+    source = getattr(ctx.args, "analyse_only", None)
+    if source is not None and is_shipped(Path(source)):
         return None
+    base = ctx.result_dir if source is None else Path(source) / ctx.spec.preset
     times = []
     for r in runs:
-        config = Path(r["run_dir"]) / "config.json"
-        config = config if config.is_absolute() else ctx.result_dir / config
+        run = Path(r["run_dir"])  # under --out's result folder, or already relative to it
+        config = base / (run.relative_to(ctx.result_dir) if run.is_relative_to(ctx.result_dir) else run) / "config.json"
         if config.is_file():
             times.append(config.stat().st_mtime)
     return min(times, default=None)
@@ -246,12 +295,12 @@ def knob_predictions(ctx: Context, arms: Arms, knob: list[Job], path: Path) -> l
             )
             stored[slot] = entry
             new = True
-        late = late or not all(entry["trained_after"])
+        late = late or not written_before_training(entry)  # edited, or a time that cannot be
         lines.append(knob_prediction_text(name, entry))
     if new:
         save_predictions(ctx, path, stored)
     # a prediction made when an arm's runs already existed (file deleted, new margin) is not one made before them
-    when = "some made after their arms' runs existed (not a test)" if late else "all made before their arms trained"
+    when = "some not written before their arms' runs (not a test)" if late else "all made before their arms trained"
     lines.append(f"predictions {'written to' if new else 'read from'} {path}, {when}")
     return lines
 

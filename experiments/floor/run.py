@@ -170,7 +170,7 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     runs = [summarise_floor_run(r, ctx, names) for r in records]
     for record, r in zip(records, runs, strict=True):  # the deep part's first steps' gradients, per layer
         if r["part"] == "deep":
-            r["grads"] = early_grads(record.get("probes", {}), grad_steps(arms.dense))
+            r["grads"] = early_grads(record.get("probes", {}), grad_steps(arms.dense), record["run_dir"])
     keys = [f"{m:g}" for m in floor_margins(ctx.args.margin)]
     key = f"{ctx.args.margin:g}"
     by_arm: dict[str, list[dict[str, Any]]] = {}
