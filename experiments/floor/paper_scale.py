@@ -42,6 +42,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
 from scipy.stats import binom
 
+from experiments.floor.predictions import no_repeats
 from interp.config.model_config import RESIDUALS
 from interp.errors import ToolkitError
 from training.presets import PRESETS, TrainConfig
@@ -210,13 +211,6 @@ def _non_finite(doc: Any, where: str = "") -> str | None:
     return None
 
 
-def _no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    keys = [k for k, _ in pairs]
-    if twice := sorted({k for k in keys if keys.count(k) > 1}):
-        raise ValueError(f"an object repeats the key(s) {twice}")
-    return dict(pairs)
-
-
 def _check_pin(path: Path, version: int, data: bytes, pins: dict[int, str]) -> None:
     digest = hashlib.sha256(data).hexdigest()
     if version not in pins:
@@ -244,7 +238,7 @@ def load(path: Path, pins: dict[int, str] | None = PINNED) -> dict[str, Any]:
     where, version = _shown(path), _version_of(path)
     data = _read(path)
     try:
-        doc = json.loads(data.decode("utf-8"), parse_constant=_NonFinite, object_pairs_hook=_no_repeats)
+        doc = json.loads(data.decode("utf-8"), parse_constant=_NonFinite, object_pairs_hook=no_repeats)
     except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError, a repeated key, nesting
         raise PredictionFileError(f"{where}: not a readable prediction file ({e})") from None
     if (found := _non_finite(doc)) is not None:

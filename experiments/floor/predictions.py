@@ -94,10 +94,12 @@ class StoredPrediction(BaseModel):
         return self
 
 
-def _no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json.loads' object_pairs_hook for the prediction files: json would keep a repeated key's last value, so a
+    second entry under one name would go unseen."""
     keys = [k for k, _ in pairs]
-    if len(set(keys)) < len(keys):  # json.loads would keep the last: a second entry under one slot, unseen
-        raise ValueError(f"a key is written twice: {sorted({k for k in keys if keys.count(k) > 1})[:3]}")
+    if twice := sorted({k for k in keys if keys.count(k) > 1}):
+        raise ValueError(f"a key is written twice: an object repeats the key(s) {twice[:3]}")
     return dict(pairs)
 
 
@@ -112,7 +114,7 @@ def load_predictions(path: Path) -> dict[str, Any]:
         return {}
     keep = "the predictions are kept, never rewritten; restore it"
     try:
-        stored = json.loads(path.read_text(), object_pairs_hook=_no_repeats, parse_constant=_no_constant)
+        stored = json.loads(path.read_text(), object_pairs_hook=no_repeats, parse_constant=_no_constant)
     except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
         raise ToolkitError(f"{path} is not a prediction file ({e}): {keep}") from None
     if not isinstance(stored, dict) or not isinstance(stored.get("arms"), dict):
