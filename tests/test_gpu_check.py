@@ -303,25 +303,27 @@ def test_the_prediction_rows_score_the_committed_file_and_say_why_not_for_an_edi
     from benchmarks import gpu_rows
     from experiments.floor import paper_scale
 
+    newest = max(paper_scale.PINNED)
     rows = gpu_rows.prediction_rows([], tmp_path, True)
     assert rows[0]["check"] == "predictions" and rows[0]["result"].startswith(
-        "docs/results/predictions/paper_scale-v2.json (version 2, written "
+        f"docs/results/predictions/paper_scale-v{newest}.json (version {newest}, written "
     )
     assert {r["check"] for r in rows} >= {"p10-attn_only", "p124-none", "P1", "P7"}
     assert all(r["result"] == "not run by this check" for r in rows[1:])
-    committed = (paper_scale.FOLDER / "paper_scale-v2.json").read_text()
+    committed = (paper_scale.FOLDER / f"paper_scale-v{newest}.json").read_text()
     damaged = committed.replace('"qk_scale": 12.0', '"qk_scale": "abc"')
     edited = committed.replace('"mid": 0.85', '"mid": 0.8')
     for name, text, words in [
         ("damaged", damaged, "arm p10-ffn_only-qk12's qk_scale 'abc'"),
-        ("edited", edited, "is not the committed version 2 (sha256"),
+        ("edited", edited, f"is not the committed version {newest} (sha256"),
     ]:
         folder = tmp_path / name
         folder.mkdir()
-        (folder / "paper_scale-v1.json").write_bytes((paper_scale.FOLDER / "paper_scale-v1.json").read_bytes())
-        (folder / "paper_scale-v2.json").write_text(text)
+        for older in paper_scale.versions()[:-1]:
+            (folder / older.name).write_bytes(older.read_bytes())
+        (folder / f"paper_scale-v{newest}.json").write_text(text)
         monkeypatch.setattr(paper_scale, "FOLDER", folder)
         rows = gpu_rows.prediction_rows([], tmp_path, True)
         assert len(rows) == 1 and rows[0]["check"] == "predictions", rows
         assert rows[0]["result"].startswith("not scored: ") and words in rows[0]["result"], rows[0]["result"]
-        assert "paper_scale-v2.json" in rows[0]["result"]
+        assert f"paper_scale-v{newest}.json" in rows[0]["result"]

@@ -27,6 +27,23 @@ def test_every_committed_version_loads_and_the_newest_is_the_highest_number():
     assert ps.newest()[0] == found[-1]
 
 
+def test_each_revision_names_every_arm_whose_band_or_refutation_it_changed():
+    """A reader of version N sees what moved since the version it revises: the arms whose p_floor or refuted_if
+    differ are exactly those its revises.changed names, with the old and new values as the files hold them."""
+    docs = {ps.load(p)["version"]: ps.load(p) for p in ps.versions()}
+    for version, doc in docs.items():
+        if "revises" not in doc:
+            continue
+        before = {a["id"]: a for a in docs[doc["revises"]["version"]]["arms"]}
+        moved = {a["id"] for a in doc["arms"] if any(a[k] != before[a["id"]][k] for k in ("p_floor", "refuted_if"))}
+        named = {c["arm"]: c for c in doc["revises"]["changed"]}
+        assert set(named) == moved, (version, sorted(named), sorted(moved))
+        for arm_id, change in named.items():
+            now = next(a for a in doc["arms"] if a["id"] == arm_id)
+            for k in ("p_floor", "refuted_if"):
+                assert change[k] == {"from": before[arm_id][k], "to": now[k]}, (version, arm_id, k)
+
+
 def test_versions_sort_by_number_not_by_name(tmp_path):
     for v in (1, 2, 10):
         (tmp_path / f"paper_scale-v{v}.json").write_text("{}")
@@ -215,13 +232,13 @@ def test_an_edited_committed_version_is_refused_as_not_the_committed_one(tmp_pat
 
 
 def test_a_version_with_no_pin_is_refused_until_its_sha256_is_pinned(tmp_path):
-    doc = _v2()
-    doc["version"] = 3
-    path = _write(tmp_path, 3, doc)
-    with pytest.raises(ps.PredictionFileError, match="version 3 has no sha256 pinned in experiments/floor/paper_scale"):
+    doc, new = _v2(), max(ps.PINNED) + 1
+    doc["version"] = new
+    path = _write(tmp_path, new, doc)
+    with pytest.raises(ps.PredictionFileError, match=f"version {new} has no sha256 pinned in experiments/floor/paper"):
         ps.load(path)
-    pins = {**ps.PINNED, 3: hashlib.sha256(path.read_bytes()).hexdigest()}
-    assert ps.load(path, pins)["version"] == 3
+    pins = {**ps.PINNED, new: hashlib.sha256(path.read_bytes()).hexdigest()}
+    assert ps.load(path, pins)["version"] == new
 
 
 def _committed(folder) -> None:
@@ -233,7 +250,8 @@ def _committed(folder) -> None:
 def test_newest_refuses_a_folder_where_any_version_was_edited_removed_or_left_unpinned(tmp_path):
     _committed(tmp_path / "ok")
     path, doc = ps.newest(tmp_path / "ok")
-    assert path.name == "paper_scale-v2.json" and doc["version"] == 2
+    newest = max(ps.PINNED)
+    assert path.name == f"paper_scale-v{newest}.json" and doc["version"] == newest
     _committed(tmp_path / "old-edited")
     (tmp_path / "old-edited" / "paper_scale-v1.json").write_text(
         (ps.FOLDER / "paper_scale-v1.json").read_text().replace('"mid": 0.6', '"mid": 0.7', 1)
@@ -242,9 +260,9 @@ def test_newest_refuses_a_folder_where_any_version_was_edited_removed_or_left_un
         ps.newest(tmp_path / "old-edited")
     _committed(tmp_path / "new-unpinned")
     doc = _v2()
-    doc["version"] = 3
-    _write(tmp_path / "new-unpinned", 3, doc)
-    with pytest.raises(ps.PredictionFileError, match="version 3 has no sha256 pinned"):
+    doc["version"] = newest + 1
+    _write(tmp_path / "new-unpinned", newest + 1, doc)
+    with pytest.raises(ps.PredictionFileError, match=f"version {newest + 1} has no sha256 pinned"):
         ps.newest(tmp_path / "new-unpinned")
     _committed(tmp_path / "removed")
     (tmp_path / "removed" / "paper_scale-v2.json").unlink()  # v1 would be scored as the newest

@@ -57,6 +57,7 @@ NAME = re.compile(r"paper_scale-v([1-9]\d*)\.json")
 PINNED: dict[int, str] = {
     1: "247c730f5e0488d407029868e25d535b62d64c149d0996ac13b887c25eec54f1",
     2: "09636fe6f799b82bc2f60c493c06558433fb368f1f64fd43ffd471093a22b42a",
+    3: "377f6dc0e92ec8646cc9b0af976d1a78cabcbdf74b0e85ba6915fcfc3433b887",
 }
 
 
