@@ -6,9 +6,9 @@ must equal the shipped results file on every analysis key: all but software, wal
 what --analyse-only says it could not recompute (which must be left empty, never filled in). Equal exactly, but
 for the floating-point computations another CPU rounds differently, each within the tolerance tests/shipped_compare.py
 measures and justifies; and every digit the console and report print of them equal as printed. A folder the lead
-ships is tested here without a line of test added. The folders are kept small: under 40 MiB in all (10.3 MiB now:
-escape_time-smoke, routing_test-smoke, floor-smoke, floor-default, each written by
-`python -m experiments.shipping.ship`).
+ships is tested here without a line of test added. The folders are kept small: under 40 MiB in all (each folder
+under docs/results/data with a manifest, written by `python -m experiments.shipping.ship`; `du -sh
+docs/results/data` says how much they hold now).
 
 The ship command and --analyse-only themselves are tested on a toy experiment declared here (one smoke run of
 8 steps): shipping twice writes the same bytes and never a checkpoint or lock; a run the command plans that the
