@@ -126,21 +126,93 @@ class _StopAt:
             raise KeyboardInterrupt
 
 
-def test_a_member_resumed_alone_says_which_steps_were_stacked(tmp_path, data):
-    members = [member(tmp_path, m) for m in MEMBERS[:2]]
-    members[0].callbacks.append(_StopAt(20))
+def _stopped(members, at: int, stacked: bool) -> None:
+    """Train until Ctrl-C at the evaluation of step `at` (the checkpoint before it kept)."""
+    members[0].callbacks.append(_StopAt(at))
     with pytest.raises(TrainingInterrupted):
-        EnsembleTrainer(members, progress=False).run()
+        EnsembleTrainer(members, progress=False).run() if stacked else members[0].run()
+
+
+def test_a_member_resumed_alone_says_which_steps_were_stacked(tmp_path, data):
+    _stopped([member(tmp_path, m) for m in MEMBERS[:2]], 20, stacked=True)
     alone = member(tmp_path, MEMBERS[0]).run()  # the solo command on the member's run directory
-    stacked = alone["stacked_until"]
-    assert alone["resumed_from_step"] == stacked["step"] in (10, 20) and "ensemble" not in alone
-    assert stacked["size"] == 2 and stacked["members"] == [
-        f"{tmp_path.name}/residualffn_only_seed1",
-        f"{tmp_path.name}/residualattn_only_seed2",
-    ]
+    first, rest = alone["steps_by"]
+    assert alone["resumed_from_step"] == first["to"] in (10, 20) and "ensemble" not in alone
+    assert first == {
+        "to": first["to"],
+        "by": "stacked",
+        "size": 2,
+        "members": [f"{tmp_path.name}/residualffn_only_seed1", f"{tmp_path.name}/residualattn_only_seed2"],
+    }
+    assert rest == {"to": 40, "by": "solo"}
     # and a solo run's final.json is what it always was: nothing about stacking
     solo = member(tmp_path / "solo", MEMBERS[0]).run()
-    assert "stacked_until" not in solo and "ensemble" not in solo
+    assert "steps_by" not in solo and "ensemble" not in solo
+
+
+def test_every_stretch_of_a_run_says_which_step_took_it(tmp_path, data):
+    """Solo then stacked, and stacked then solo then stacked: the record keeps each stretch in order, so no mix
+    of the two steps (equal to float order, not bit for bit) ends as an unlabelled run."""
+    _stopped([member(tmp_path / "a", MEMBERS[0])], 20, stacked=False)  # solo to its checkpoint, then stacked
+    mixed = EnsembleTrainer([member(tmp_path / "a", m) for m in MEMBERS[:2]], progress=False).run()[0]
+    assert [(s["by"], s["to"]) for s in mixed["steps_by"]] == [("solo", mixed["resumed_from_step"]), ("stacked", 40)]
+    assert "ensemble" in mixed  # the two stand at different steps: each trains stacked, an ensemble of one
+
+    _stopped([member(tmp_path / "b", m) for m in MEMBERS[:2]], 10, stacked=True)  # stacked to step 10
+    _stopped([member(tmp_path / "b", MEMBERS[0])], 30, stacked=False)  # solo from 10 to where Ctrl-C saved it
+    final = EnsembleTrainer([member(tmp_path / "b", m) for m in MEMBERS[:2]], progress=False).run()[0]
+    solo_to = final["resumed_from_step"]
+    assert 10 < solo_to < 40
+    assert [(s["by"], s["to"]) for s in final["steps_by"]] == [("stacked", 10), ("solo", solo_to), ("stacked", 40)]
+    # the other member only ever trained stacked, in one stretch: its final.json is an ensemble member's as always
+    other = json.loads((tmp_path / "b" / "residualattn_only_seed2" / "final.json").read_text())
+    assert "steps_by" not in other and "ensemble" in other
+
+
+@pytest.mark.parametrize(
+    "record, words",
+    [
+        ({}, "stacked {} is not {size, members, step}"),
+        ({"size": "four", "members": ["a"] * 4, "step": 10}, "stacked .* is not {size, members, step}"),
+        ({"size": 2, "members": ["a"], "step": 10}, "does not fit an ensemble stacked to a step <= "),
+        ({"size": 2, "members": ["a", "b"], "step": 9999}, "does not fit an ensemble stacked to a step <= "),
+    ],
+)
+def test_a_forged_stacking_record_is_refused_in_one_line_before_training(tmp_path, data, record, words):
+    """A checkpoint's record of its stacked steps is checked on resume like the rest of its state: a record
+    of the wrong shape, or past the checkpoint's own step, is a CheckpointError naming it, never a traceback
+    after training or a record copied into final.json."""
+    from interp import ResidualGPT
+    from interp.errors import CheckpointError
+    from interp.files.checkpoint import load_checkpoint, save_checkpoint
+
+    _stopped([member(tmp_path, m) for m in MEMBERS[:2]], 20, stacked=True)
+    path = tmp_path / "residualffn_only_seed1" / "ckpt.pt"
+    ckpt = load_checkpoint(path)
+    state = {k: v for k, v in ckpt.state.items() if k != "steps_by"}
+    save_checkpoint(
+        path, ResidualGPT.from_checkpoint(path), **state, stacked=record
+    )  # re-sealed: only the record is wrong
+    with pytest.raises(CheckpointError, match=words):
+        member(tmp_path, MEMBERS[0]).run()
+    assert not (path.parent / "final.json").exists()
+
+
+def test_a_first_fix_stacking_record_reads_as_the_same_history(tmp_path, data):
+    """A checkpoint written with 57's first record (stacked: {size, members, step}) resumes, and its final.json
+    gives the same stretches in the new record."""
+    from interp import ResidualGPT
+    from interp.files.checkpoint import load_checkpoint, save_checkpoint
+
+    _stopped([member(tmp_path, m) for m in MEMBERS[:2]], 20, stacked=True)
+    path = tmp_path / "residualffn_only_seed1" / "ckpt.pt"
+    ckpt = load_checkpoint(path)
+    (segment,) = ckpt.state["steps_by"]
+    state = {k: v for k, v in ckpt.state.items() if k != "steps_by"}
+    old = {"size": segment["size"], "members": segment["members"], "step": segment["to"]}
+    save_checkpoint(path, ResidualGPT.from_checkpoint(path), **state, stacked=old)
+    final = member(tmp_path, MEMBERS[0]).run()
+    assert final["steps_by"] == [segment, {"to": 40, "by": "solo"}]
 
 
 def test_grouping_by_shape_and_what_must_train_alone(tmp_path, data):

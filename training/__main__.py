@@ -23,6 +23,7 @@ from interp.command.cli import DocParser, directory_option, guarded_output, seed
 from interp.command.signals import exit_code, fired_code, interrupt_line, interrupts, signal_name
 from interp.config.model_config import MIXERS, RESIDUALS
 from interp.errors import ToolkitError, io_error_line, one_line
+from training import steps_by
 from training.presets import MODEL_FIELDS, PRESETS, TRAIN_FIELDS, check_asked_vocab, parse_overrides, resolve
 from training.run_config import cli_labels, variant_name
 from training.rundir import RunDir
@@ -58,7 +59,8 @@ def training_parser() -> argparse.ArgumentParser:
         "train every combination; runs of the same shape (depth, width, n_ctx, mixer, every training "
         "field but seed, lr, min_lr, weight_decay) train together as ensembles: one batched step "
         "advances up to --ensemble-size models, and each member writes the same run directory, "
-        "checkpoint and logs its solo run would (training/ensemble.py), dropout masks included. Runs of "
+        "checkpoint and logs its solo run would (training/ensemble.py), dropout masks included, and a "
+        "record of its stacked steps (final.json's steps_by where a run mixed solo and stacked steps). Runs of "
         "another mixer, DDP or random validation batches train alone.",
         epilog=_fields_help(),
     )
@@ -232,9 +234,8 @@ def _print_finals(trainers: list, finals: list[dict]) -> None:
         return
     for trainer, final in zip(trainers, finals, strict=True):
         how = f"ensemble of {final['ensemble']['size']}" if "ensemble" in final else "alone"
-        if "stacked_until" in final:  # resumed alone from a stacked member's checkpoint
-            was = final["stacked_until"]
-            how += f" (stacked in an ensemble of {was['size']} to step {was['step']})"
+        if "steps_by" in final:  # its steps taken by both the solo and the stacked step
+            how += f" ({steps_by.text(final['steps_by'])})"
         print(f"run: {trainer.run_dir.path}  final val {final['final_val_loss']:.4f}  ({how})")
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from interp.errors import CheckpointError
+from training import steps_by
 
 
 def _int(x: Any) -> bool:
@@ -77,7 +78,7 @@ def state_problems(state: dict[str, Any], cfg) -> list[str]:
     gen = sampler.get("generator")
     if not isinstance(gen, torch.Tensor) or gen.dtype != torch.uint8 or gen.shape != torch.get_rng_state().shape:
         return ["the sampler's generator is not a CPU generator state"]
-    return []
+    return steps_by.problems(state)
 
 
 # Not the update rule: the parameters, the lr (set by the schedule at every step, training.optimizer.lr_at) and

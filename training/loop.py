@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 from interp.command.signals import EXIT_INTERRUPT, exit_code, signal_name
 from interp.errors import ToolkitError
 from interp.files.io import kill_point, write_json
+from training import steps_by
 from training.optimizer import lr_at
 
 FAILED = "failed.json"  # an ensemble member that stopped on a non-finite number: {step, error}
@@ -221,6 +222,7 @@ class Step:
         self.alive = [True] * len(members)
         self.errors: dict[int, str] = {}
         self.step = members[0].step
+        self.since = self.step  # where this process took the members up (resumed or new)
 
     def at(self, step: int) -> None:
         self.step = step
@@ -243,14 +245,25 @@ class Step:
             if self.alive[k]:
                 self.save_member(k)
 
+    def record(self, k: int) -> None:
+        """Member k's record of how its steps were taken, through the step it stands at."""
+        t = self.members[k]
+        t.steps_by = steps_by.extend(t.steps_by, self.by_member(), self.since, t.step)
+
+    def by_member(self) -> dict[str, Any]:
+        """How this step class takes a member's steps, as its record says (training.steps_by)."""
+        return {"by": "solo"}
+
     def save_member(self, k: int) -> None:
+        self.record(k)
         self.members[k].save()
 
     def before_finish(self) -> None:
         pass
 
     def final_extra(self, k: int) -> dict[str, Any]:
-        """What final.json adds to the solo format: for a run resumed alone from a stacked member's checkpoint,
-        that ensemble and the step it trained to in it (its steps to there were stacked, the rest solo)."""
-        stacked = self.members[k].stacked
-        return {} if stacked is None else {"stacked_until": stacked}
+        """What final.json adds to the solo format: for a run some of whose steps were stacked, how each stretch of
+        its steps was taken (training.steps_by)."""
+        self.record(k)
+        record = self.members[k].steps_by
+        return {"steps_by": record} if record else {}

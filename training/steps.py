@@ -241,11 +241,14 @@ class StackedStep(Step):
         self.sync(optimizer=True)
         super().save()
 
+    def by_member(self) -> dict[str, Any]:
+        return {"by": "stacked", "size": len(self.members), "members": self.names()}
+
     def save_member(self, k: int) -> None:
         """Saved with the member's own global RNG state (what its solo run would hold; training draws none), and
-        the ensemble it trains in, so a resume alone from here says its first steps were stacked."""
+        its record of how its steps were taken (training.steps_by), so a resume alone from here says so."""
         t, outer = self.members[k], torch.get_rng_state()
-        t.stacked = {"size": len(self.members), "members": self.names(), "step": t.step}
+        self.record(k)
         torch.set_rng_state(t.rng)
         try:
             t.save()
@@ -264,8 +267,11 @@ class StackedStep(Step):
         return [p.name if p.parent.name == "" else f"{p.parent.name}/{p.name}" for p in paths]
 
     def final_extra(self, k: int) -> dict[str, Any]:
-        """The ensemble record final.json adds to its solo format."""
+        """The ensemble record final.json adds to its solo format, and how its steps were taken where not all in
+        one stacked stretch (training.steps_by)."""
+        self.record(k)
         t, alive, names = self.members[k], sum(self.alive), self.names()
+        mixed = {"steps_by": t.steps_by} if len(t.steps_by) > 1 else {}
         tokens_per_s = t.totals["train_tokens"] / max(t.totals["train_time"], 1e-9)
         flops = flops_per_token(t.model_cfg, t.model.num_params())
         return {
@@ -275,5 +281,6 @@ class StackedStep(Step):
                 "alive_at_end": alive,
                 "tokens_per_s": tokens_per_s * alive,
                 "mfu": flops * tokens_per_s * alive / self.peak,
-            }
+            },
+            **mixed,
         }

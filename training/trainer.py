@@ -35,6 +35,7 @@ from interp.files.io import append_jsonl, read_jsonl, write_json, write_jsonl
 from interp.model.dropout import DropoutStream
 from interp.model.eval_mode import eval_mode
 from interp.model.gpt import ResidualGPT
+from training import steps_by
 from training.batches import BatchSampler, fixed_batches, random_batches
 from training.budget import check_runnable
 from training.checkstate import check_logs_before, check_training_state, logs_before
@@ -171,7 +172,7 @@ class Trainer:
         self.best = {"val_loss": math.inf, "step": None}
         self.totals = {"train_time": 0.0, "train_tokens": 0, "wall_time": 0.0}  # across resumes
         self.sealed: dict[str, str] = {}  # run-dir file a callback wrote -> its content sha256, in every ckpt
-        self.stacked: dict[str, Any] | None = None  # the ensemble it last trained in, to which step (None: alone)
+        self.steps_by: list[dict[str, Any]] = []  # how its steps were taken, once any were stacked (training.steps_by)
         self.wall_start = time.perf_counter()
 
     # ----- one state for checkpointing and resuming --------------------------------------------------
@@ -200,8 +201,8 @@ class Trainer:
             state["logs_sha256"] = self.run_dir.logs_sha256()  # the finished logs, checked on reuse
         if getattr(self, "final_record", None) is not None:
             state["final_record"] = self.final_record
-        if self.stacked is not None:  # only a stacked member's checkpoint: a solo one is as it always was
-            state["stacked"] = self.stacked
+        if self.steps_by:  # only once a step was stacked: a solo run's checkpoint is as it always was
+            state["steps_by"] = self.steps_by
         if self.device.type == "cuda":
             state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
         return state
@@ -215,7 +216,7 @@ class Trainer:
             torch.cuda.set_rng_state(state["cuda_rng"], self.device)
         self.step, self.best, self.totals = state["step"], state["best"], state["totals"]
         self.sealed = dict(state.get("sealed_files") or {})
-        self.stacked = state.get("stacked")
+        self.steps_by = steps_by.read(state)  # checked with the rest of the state on resume
 
     def save(self) -> None:
         if self.is_main:

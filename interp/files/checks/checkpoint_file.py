@@ -184,6 +184,7 @@ _STATE = {
     "logs_before_step": "dict",
     "sealed_files": "dict",
     "stacked": "dict",
+    "steps_by": "list",
 }
 
 
@@ -198,6 +199,9 @@ def check_state(payload: dict[str, Any]) -> None:
             want_str_keys(want_dict(value, key), key)
         elif kind == "number":
             want_number(value, key)
+        elif kind == "list":  # training.steps_by reads its items on resume
+            if not isinstance(value, list):
+                raise Bad(key, f"is not a list (a {type(value).__name__})")
         elif value is not None:
             want_str(value, key)
     data = payload.get("data")
