@@ -345,3 +345,42 @@ def test_a_prediction_file_that_is_not_one_entry_by_entry_is_refused(tmp_path, t
     path.write_text(text)
     with pytest.raises(ToolkitError, match=words):
         load_predictions(path)
+
+
+def _entry(**extra) -> dict:
+    return {"created": "x", "margin": "0.05", "seeds": [1], "us": [0.5], "trained_after": [True], "prediction": {}}
+
+
+@pytest.mark.parametrize(
+    "doc, words",
+    [
+        ({"arms": {"A": {**_entry(), "us": ["1e400"]}}}, "past a float's range"),  # json reads 1e400 as inf
+        ({"arms": {"A": {**_entry(), "prediction": {"median": "1e400"}}}}, "past a float's range"),
+        ({"arms": {"A": {**_entry(), "note": "x"}}}, "note: Extra inputs are not permitted"),
+        ({"arms": {"A": _entry()}, "extra": {}}, "holds no 'arms' object, or more than it"),
+    ],
+)
+def test_a_number_past_floats_range_or_a_field_no_entry_holds_is_refused(tmp_path, doc, words):
+    path = tmp_path / PREDICTIONS
+    path.write_text(json.dumps(doc).replace('"1e400"', "1e400"))
+    with pytest.raises(ToolkitError, match=words):
+        load_predictions(path)
+
+
+def test_an_entry_filed_under_another_arms_name_is_refused():
+    """A renamed entry (two swapped by hand) would be read as the other arm's prediction: its own "arm", the name
+    its pin was committed under, or its depth, width, scale and last step must be the arm's it is filed under."""
+    from experiments.floor.predictions import UNDIGESTED, arm_entries, new_entry
+
+    mine = new_entry("0.05", arm="ffn_only L2 240 steps qk4", seeds=[1], us=[0.5], trained_after=[True], prediction={})
+    assert arm_entries({"ffn_only L2 240 steps qk4": mine}, "ffn_only L2 240 steps qk4", "0.05")
+    with pytest.raises(ToolkitError, match="describes another arm \\(arm 'ffn_only L2 240 steps qk4'\\)"):
+        arm_entries({"ffn_only L1 d64 240 steps": mine}, "ffn_only L1 d64 240 steps", "0.05")
+    law = json.loads(open("docs/results/floor/predictions-law.json").read())["arms"]  # written before "arm"
+    with pytest.raises(ToolkitError, match="depth 4, last_step 4800, scale 16.0"):
+        arm_entries({"ffn_only L2 1200 steps": law["ffn_only L4 4800 steps qk16"]}, "ffn_only L2 1200 steps", "0.05")
+    knob = json.loads(open("docs/results/floor/predictions-floor.json").read())["arms"]
+    assert set(UNDIGESTED.values()) == set(knob)
+    swapped = {"ffn_only L2 1200 steps qk12": knob["ffn_only L2 1200 steps qk8"]}
+    with pytest.raises(ToolkitError, match="committed as 'ffn_only L2 1200 steps qk8'"):
+        arm_entries(swapped, "ffn_only L2 1200 steps qk12", "0.05")

@@ -119,3 +119,15 @@ def test_a_gradients_record_cut_or_written_twice_is_refused_by_run():
         early_grads({"gradients": [cut]}, [5], "r")
     with pytest.raises(ToolkitError, match="is the second one at that step"):
         early_grads({"gradients": [whole, {**whole, "attn": [1000.0]}]}, [5], "r")
+    # a list cut short, one step's layers against another's, or a norm that is no number: one line, no traceback
+    later = {**whole, "step": 6}
+    for bad in (
+        {**whole, "mlp": []},
+        {**whole, "attn": [1.0, 2.0]},
+        {**whole, "mlp": ["2.0"]},
+        {**whole, "total": True},
+    ):
+        with pytest.raises(ToolkitError, match="is not one list of numbers a layer for each part"):
+            early_grads({"gradients": [bad]}, [5], "r")
+    with pytest.raises(ToolkitError, match="at step 6 is not one list of numbers a layer"):
+        early_grads({"gradients": [whole, {**later, "resid": [3.0]}]}, [5, 6], "r")

@@ -269,6 +269,17 @@ def test_smoke_writes_the_law_predictions_before_the_held_out_arms_train_and_nev
     assert results["law"]["fitted"] and results["law"]["fitted_on"]["shipped"] is None
     assert {c["depth"] for c in results["law"]["cells"]} == {1, 2}
     assert all(r["eval_every"] == (5 if "eval5" in r["variant"] else 10) for r in results["runs"])
+    assert all(entry["arm"] == name for name, entry in stored.items())  # a renamed entry is seen
+    # An --out of --predict-only: its fit analyses; its held-out arms, never trained there, are named, not missed
+    ao = ["--preset", "smoke", "--no-progress", "--no-report", "--analyse-only", str(tmp_path)]
+    assert EXPERIMENT.main([*ao, "--out", str(tmp_path.with_name(tmp_path.name + "-ao"))]) == 2
+    assert "none of its runs trained (an --out written by --predict-only): give --parts law" in (
+        capsys.readouterr().err
+    )
+    assert (
+        EXPERIMENT.main([*ao, "--parts", "control,law", "--out", str(tmp_path.with_name(tmp_path.name + "-ao2"))]) == 0
+    )
+    capsys.readouterr()
     # An arm added later (a new held-out test, committed before it trains): its entry joins, the others stay
     import experiments.floor.arms as arms_module
 
@@ -355,3 +366,17 @@ def test_a_spread_prediction_holds_on_its_own_law_and_fails_on_another_sigma(law
     assert held_spread(few, truth) is None
     blind = predict_arm(law, [0.4] * 16, 3, 60, 25, spread=True)["spread"]  # almost no arm has 3 escapes by 60
     assert not blind["is_prediction"] and "fewer than 3 escapes" in blind["why_not"]
+
+
+def test_a_law_that_cannot_give_a_finite_wait_is_refused_not_a_prediction(law):
+    """NaN refits, or a depth or u so large that the median wait is past any float, are named refusals: never a
+    raw OverflowError, and never a prediction read from NaN escape steps."""
+    from experiments.floor.law import predict_arm
+    from interp.errors import ToolkitError
+
+    nan = {**law, "draws": [[math.nan] * len(law["draws"][0])] * 3}
+    with pytest.raises(ToolkitError, match="is not a table of finite refits"):
+        predict_arm(nan, [0.5] * 4, 2, 600, 25)
+    for us, depth in (([0.5] * 4, 1e6), ([1e300] * 4, 2)):
+        with pytest.raises(ToolkitError, match="is past any step"):
+            predict_arm(law, us, depth, 600, 25)

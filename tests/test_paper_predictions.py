@@ -275,3 +275,18 @@ def test_a_version_file_not_named_by_its_number_is_refused(tmp_path):
     shutil.copyfile(tmp_path / "paper_scale-v2.json", tmp_path / "paper_scale-v02.json")
     with pytest.raises(ps.PredictionFileError, match=r"paper_scale-v02\.json: a prediction file is named"):
         ps.versions(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "written, words",
+    [
+        ("2999-01-01T00:00:00+00:00", "is in the future"),
+        ("2026-12-06T11:24:00", "needs a time of day and its zone"),
+        ("2026-12-06", "needs a time of day and its zone"),
+    ],
+)
+def test_a_prediction_written_in_the_future_or_at_no_zoned_time_is_refused(tmp_path, written, words):
+    doc = _v2()
+    doc["written"] = written
+    with pytest.raises(ps.PredictionFileError, match=r"written .* is not an ISO 8601 time with its zone"):
+        ps.load(_write(tmp_path, 2, doc), pins=None)

@@ -27,19 +27,36 @@ def grad_steps(dense: int) -> list[int]:
 def early_grads(probes: dict[str, list[dict[str, Any]]], steps: list[int], run: str = "a run") -> dict[str, dict]:
     """step (as text) -> the gradient probe's per-layer norms and total at that step, for the steps logged; a
     record without them, or a second one at a step, is refused naming `run` (a cut or edited probes.jsonl)."""
-    wanted, out = set(steps), {}
+    wanted, out, layers = set(steps), {}, set()
     for r in probes.get("gradients", []):
         if r["step"] not in wanted:
             continue
         missing = [k for k in (*GRAD_PARTS, "total") if k not in r]
-        if missing or str(r["step"]) in out:
-            what = f"lacks {', '.join(missing)}" if missing else "is the second one at that step"
+        if not missing and _norms(r):  # one shape at every step, attention's and the MLP's one value a layer each
+            layers.add(tuple(len(r[k]) for k in GRAD_PARTS))
+        cut = not missing and (not _norms(r) or len(layers) > 1 or any(a != m for a, m, _ in layers))
+        if missing or str(r["step"]) in out or cut:
+            what = (
+                f"lacks {', '.join(missing)}"
+                if missing
+                else "is the second one at that step"
+                if str(r["step"]) in out
+                else "is not one list of numbers a layer for each part (a cut or edited record)"
+            )
             raise ToolkitError(
                 f"{run}/probes.jsonl: the gradients record at step {r['step']} {what}; the probe writes one whole "
                 "record a step - move that run aside and run again"
             )
         out[str(r["step"])] = {k: r[k] for k in (*GRAD_PARTS, "total")}
     return out
+
+
+def _norms(r: dict[str, Any]) -> bool:
+    """Each part a non-empty list of numbers, one a layer, and the total a number (no bool, no string)."""
+    number = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool)  # noqa: E731
+    return number(r["total"]) and all(
+        isinstance(r[k], list) and r[k] and all(number(x) for x in r[k]) for k in GRAD_PARTS
+    )
 
 
 def grad_table(runs: list[dict[str, Any]], lrs: dict[str, dict[str, float]], steps: list[int]) -> list[dict]:

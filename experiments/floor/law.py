@@ -325,7 +325,10 @@ def _interval(value: float, samples: np.ndarray) -> dict[str, float]:
 def wait_law_median(params, u: float, depth: float) -> float:
     """One run's median wait under the law: exp(a + b u + c L)."""
     p = np.asarray(params, dtype=float)
-    return float(math.exp(p[0] + p[1] * u + p[2] * depth))
+    exponent = p[0] + p[1] * u + p[2] * depth
+    if not exponent < 709:  # exp past a float's range (or NaN): no step a run could wait
+        raise ToolkitError(f"the law's median wait at u {u:g}, depth {depth:g} is past any step (exp({exponent:g}))")
+    return float(math.exp(exponent))
 
 
 def read_arm(steps: np.ndarray, last: int) -> tuple[np.ndarray, np.ndarray]:
@@ -362,8 +365,11 @@ def predict_arm(
         raise ToolkitError(f"max_factor is {max_factor!r}: a number > 0 (math.inf: any median inside the run)")
     if not law.get("fitted"):
         return {"predicted": False, "why": law.get("why", "no law")}
+    fitted = np.asarray(law.get("draws", []), dtype=float)
+    if fitted.ndim != 2 or fitted.shape[0] == 0 or fitted.shape[1] < 5 or not np.isfinite(fitted).all():
+        raise ToolkitError("law['draws'] is not a table of finite refits (a, b, c, g0, g1): fit_wait_law's result")
     rng = np.random.default_rng(SEED + 1)
-    draws = np.repeat(np.array(law["draws"]), REPEATS, axis=0)
+    draws = np.repeat(fitted, REPEATS, axis=0)
     u = np.asarray(us, dtype=float)
     mu = draws[:, :1] + draws[:, 1:2] * u[None] + draws[:, 2:3] * depth  # [refits, runs]
     sigma = np.exp(draws[:, 3:4] + draws[:, 4:5] * depth)

@@ -22,10 +22,18 @@ from experiments.floor.law import HELD_FACTOR, arm_columns, fit_spread, held_law
 from experiments.floor.law_predictions import (
     LAW_PREDICTIONS,
     fit_on,
+    heldout_jobs,
     read_law_predictions,
     stored_entry,
 )
-from experiments.floor.predictions import edited, first_started, step_text, without_draws, written_before_training
+from experiments.floor.predictions import (
+    edited,
+    first_started,
+    jobs_started,
+    step_text,
+    without_draws,
+    written_before_training,
+)
 from experiments.runner.frame import Context
 from interp.errors import ToolkitError
 
@@ -193,7 +201,8 @@ def preface_lines(ctx: Context, arms, names: list[str]) -> list[str]:
                 f"{name}: predicted by the law ({entry['created']}, {len(entry['seeds'])} seeds, "
                 f"u = {sum(entry['us']) / len(entry['us']):.3f}): {arm_prediction_text(entry['prediction'])}"
             )
-            late = late or not written_before_training(entry)  # edited, or a time that cannot be
+            started = jobs_started(ctx, heldout_jobs(ctx, arms, arm, entry["seeds"]))
+            late = late or not written_before_training(entry, started)  # edited, or too late
     if lines:
         when = "some not written before their runs (not a test)" if late else "all made before their arms trained"
         lines.append(f"law predictions read from {ctx.result_dir / LAW_PREDICTIONS}, {when}")

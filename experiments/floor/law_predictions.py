@@ -88,6 +88,11 @@ def shipped_summaries(ctx: Context, folder: Path) -> dict[str, Any]:
             for rel in runs_in
             if rel.split("/")[1] in by_dir
         ]
+    if not runs:  # recorded as the fit's source, it would name a folder the fit used none of
+        raise ToolkitError(
+            f"--law-from {folder}: none of its {len(runs_in)} runs is one of this preset's fit arms (the law part's, "
+            "the controls', the knob's); give a shipped floor folder that holds them, or 'none'"
+        )
     sha = shipped.manifest["files"][shipped.results_path.name]["sha256"]
     return {"runs": runs, "from": str(folder), "sha256": sha, "n_shipped": len(runs_in)}
 
@@ -239,6 +244,7 @@ def law_predictions(ctx: Context, arms, heldout: list, path: Path) -> bool:
         n = next((k for k, p in by_n.items() if tests_something(p)), most)
         entry = new_entry(
             key,
+            arm=name,
             depth=arm.depth,
             width=spec.model.d_model,
             scale=arm.scale,
@@ -256,6 +262,15 @@ def law_predictions(ctx: Context, arms, heldout: list, path: Path) -> bool:
         stored[name if name not in stored else f"{name} [margin {key}]"] = entry
     save_predictions(ctx, path, stored)
     return True
+
+
+def _never_trained(ctx: Context, arms, arm, seeds: list[int], source: Path) -> bool:
+    """No run of the held-out arm in an analysed --out (a shipped folder's archive is checked where it is read)."""
+    from experiments.shipping.ship import is_shipped
+
+    if is_shipped(source):
+        return False
+    return not any(j.run_dir(source).path.exists() for j in heldout_jobs(ctx, arms, arm, seeds))
 
 
 def law_plan(ctx, arms) -> list:
@@ -279,16 +294,27 @@ def law_plan(ctx, arms) -> list:
         write_law_predictions(ctx, arms, held)
         if getattr(ctx.args, "predict_only", False):
             return groups
+    source = getattr(ctx.args, "analyse_only", None)
+    if source is not None and not Path(source).is_dir():  # said as every analysis says it, not as no prediction
+        from experiments.runner.analyse_only import Source
+
+        Source.open(source, ctx.out)
     stored = read_law_predictions(ctx)
     key = f"{ctx.args.margin:g}"
     for arm in held:
         entry = stored_entry(stored, arms.name(arm), key)
-        if entry is None and getattr(ctx.args, "analyse_only", None) is not None:
+        if entry is None and source is not None:
             raise ToolkitError(
                 f"--analyse-only {ctx.args.analyse_only}: no prediction of {arms.name(arm)} at margin {key} "
                 f"({LAW_PREDICTIONS} is missing or lacks it): a held-out arm is judged only against the prediction "
                 "written before it trained, never one made now - restore the file, or give --parts without heldout"
             )
         if entry is not None and tests_something(entry["prediction"]):  # a non-prediction tests nothing
+            if source is not None and _never_trained(ctx, arms, arm, entry["seeds"], Path(source)):
+                raise ToolkitError(
+                    f"--analyse-only {source}: {arms.name(arm)} was predicted there and none of its runs trained "
+                    "(an --out written by --predict-only): give --parts law to analyse the fit alone, or train "
+                    "the held-out arms with the command without --predict-only first"
+                )
             groups.append(heldout_group(ctx, arms, arm, entry["seeds"]))
     return groups

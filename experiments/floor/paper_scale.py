@@ -20,13 +20,13 @@ version     below; a "revises" block saying what changed from which version and 
             file and the pin together, before any GPU run of what it predicts. An older version's file and pin are
             never changed.
 Checked     (load, by the pydantic models below; each error one PredictionFileError naming the file, and the arm
-            or routing row): the schema; version the file name's N; written an ISO 8601 time; floor_rule.margin in
-            (0, 1); per arm exactly PredictedArm's fields, a unique non-empty id, a preset of training.presets, a
-            residual of interp.config.model_config.RESIDUALS, a schedule of SCHEDULES, qk_scale > 0, p_floor
-            low <= mid <= high in [0, 1]; per routing row exactly Routing's fields, a unique id P1-P7, a verdict of
-            VERDICTS, p in [0, 1]; revises.version an earlier one; every text a non-empty string. Types are strict:
-            a number is never a bool (JSON true is not 1), a string, NaN or Infinity; no object repeats a key or
-            holds a field not modelled.
+            or routing row): the schema; version the file name's N; written an ISO 8601 time with a zone, not in
+            the future; floor_rule.margin in (0, 1); per arm exactly PredictedArm's fields, a unique non-empty
+            id, a preset of training.presets, a residual of interp.config.model_config.RESIDUALS, a schedule of
+            SCHEDULES, qk_scale > 0, p_floor low <= mid <= high in [0, 1]; per routing row exactly Routing's
+            fields, a unique id P1-P7, a verdict of VERDICTS, p in [0, 1]; revises.version an earlier one; every
+            text a non-empty string. Types are strict: a number is never a bool (JSON true is not 1), a string,
+            NaN or Infinity; no object repeats a key or holds a field not modelled.
 """
 
 from __future__ import annotations
@@ -102,6 +102,15 @@ Probability = Annotated[float, Field(ge=0, le=1)]
 Preset = Literal[tuple(PRESETS)]  # type: ignore[valid-type]
 
 
+def _written(text: str) -> str:
+    when = datetime.datetime.fromisoformat(text)  # a ValueError for what is no ISO 8601 time
+    if when.tzinfo is None or len(text) <= 10:
+        raise ValueError("needs a time of day and its zone (2026-12-06T11:24:00+00:00)")
+    if when > datetime.datetime.now(datetime.UTC):
+        raise ValueError("is in the future: a prediction is written before what it predicts, not after now")
+    return text
+
+
 class _Schema(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)  # true is no number, "1" no int
 
@@ -145,7 +154,7 @@ class Revises(_Schema):
 class PredictionFile(_Schema):  # validated with context={"version": N}, the N of its name paper_scale-vN.json
     schema_: Literal[SCHEMA] = Field(alias="schema")
     version: Annotated[int, _check(lambda v, info: v == info.context["version"], "is not its file name's")]
-    written: Annotated[str, AfterValidator(datetime.datetime.fromisoformat)]  # an ISO 8601 time
+    written: Annotated[str, AfterValidator(_written)]  # an ISO 8601 time with its zone, not in the future
     what: Text
     floor_rule: FloorRule
     count_interval: Text = Field(None)  # the optional fields: absent, or what they say (null is refused)
@@ -168,7 +177,7 @@ class PredictionFile(_Schema):  # validated with context={"version": N}, the N o
 # A top-level field's error in words, whatever pydantic found wrong with it (but its absence).
 SAYS = {
     "version": "its version field is {value!r}, not the {version} its name says",
-    "written": "written {value!r} is not an ISO 8601 time",
+    "written": "written {value!r} is not an ISO 8601 time with its zone, at or before now",
     "floor_rule": "floor_rule is an object with a margin, a number of nats in (0, 1)",
     "arms": "arms is a list of at least one arm",
     "routing": "routing is a list",

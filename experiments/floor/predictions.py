@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
+import math
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -67,25 +69,66 @@ def two_entries(name: str, margin: str, slots: list[str]) -> str:
 
 
 def arm_entries(stored: dict[str, Any], name: str, margin: str) -> list[tuple[str, dict[str, Any]]]:
-    """(slot, entry) of every stored prediction for the arm `name` at this margin, in the file's order."""
-    return [
+    """(slot, entry) of every stored prediction for the arm `name` at this margin, in the file's order; an entry
+    filed under `name` that describes another arm (its name, its pin, or its depth, width, scale or last step)
+    is refused: a renamed entry would otherwise be read as this arm's."""
+    found = [
         (slot, entry)
         for slot, entry in stored.items()
         if (slot == name or slot.startswith(f"{name} [")) and entry.get("margin") == margin
     ]
+    for slot, entry in found:
+        if (other := described_arm(entry, name)) is not None:
+            raise ToolkitError(
+                f"the prediction file's entry {slot!r} describes another arm ({other}): an entry is never "
+                "renamed - restore the committed file"
+            )
+    return found
+
+
+# An arm's name as experiments.floor.arms.Arms.name writes it: what it says of depth, width, steps and scale.
+NAMED = re.compile(r" L(?P<depth>\d+)(?: d(?P<width>\d+))? (?P<last_step>\d+) steps(?: qk(?P<scale>\S+))?")
+
+
+def described_arm(entry: dict[str, Any], name: str) -> str | None:
+    """What in `entry` names an arm other than `name` (its "arm", the name its pin was committed under, or a
+    depth, width, scale or last step its name does not say), or None where nothing does."""
+    if "arm" in entry:
+        return None if entry["arm"] == name else f"arm {entry['arm']!r}"
+    if "digest" not in entry:
+        pinned = UNDIGESTED.get(entry_digest(entry))
+        return None if pinned in (None, name) else f"committed as {pinned!r}"
+    m = NAMED.search(name)
+    if m is None:
+        return None
+    said = {k: v for k, v in m.groupdict().items() if v is not None}
+    want = {k: (float(v) if k == "scale" else int(v)) for k, v in said.items()} | {"scale": float(said.get("scale", 1))}
+    wrong = [f"{k} {entry[k]!r}" for k, v in want.items() if k in entry and entry[k] != v]
+    return ", ".join(wrong) or None
 
 
 class StoredPrediction(BaseModel):
     """What every stored prediction holds (the knob's and the law's add their own fields): one u and one
     trained_after a seed."""
 
-    model_config = ConfigDict(strict=True, extra="allow", allow_inf_nan=False)
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
     created: str
     margin: str
     seeds: list[int] = Field(min_length=1)
     us: list[float]
     trained_after: list[bool]
     prediction: dict[str, Any]
+    digest: str | None = None
+    arm: str | None = None  # the arm it was written for (entries from before 2026-12-06 say it by their slot)
+    last_step: int | None = None
+    relation: dict[str, Any] | None = None  # the knob's
+    depth: int | None = None  # the law's, with what follows
+    width: int | None = None
+    scale: float | None = None
+    law: dict[str, Any] | None = None
+    fitted_on: dict[str, Any] | None = None
+    factor_by_seeds: dict[str, Any] | None = None
+    spread_factor_by_seeds: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _one_a_seed(self) -> StoredPrediction:
@@ -107,6 +150,14 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is no number a prediction holds")
 
 
+def _finite(text: str) -> float:
+    """json's parse_float: a number past float's range (1e400) is read as inf by json, so refused here."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is past a float's range: no number a prediction holds")
+    return value
+
+
 def load_predictions(path: Path) -> dict[str, Any]:
     """A prediction file's arms ({} when there is none yet), each entry checked (StoredPrediction); a file that is
     not one, or repeats a key, is refused by name."""
@@ -114,11 +165,13 @@ def load_predictions(path: Path) -> dict[str, Any]:
         return {}
     keep = "the predictions are kept, never rewritten; restore it"
     try:
-        stored = json.loads(path.read_text(), object_pairs_hook=no_repeats, parse_constant=_no_constant)
+        stored = json.loads(
+            path.read_text(), object_pairs_hook=no_repeats, parse_constant=_no_constant, parse_float=_finite
+        )
     except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
         raise ToolkitError(f"{path} is not a prediction file ({e}): {keep}") from None
-    if not isinstance(stored, dict) or not isinstance(stored.get("arms"), dict):
-        raise ToolkitError(f"{path} holds no 'arms' object: {keep}")
+    if not isinstance(stored, dict) or not isinstance(stored.get("arms"), dict) or set(stored) != {"arms"}:
+        raise ToolkitError(f"{path} holds no 'arms' object, or more than it: {keep}")
     for slot, entry in stored["arms"].items():
         try:
             StoredPrediction.model_validate(entry)
@@ -165,16 +218,18 @@ def entry_digest(entry: dict[str, Any]) -> str:
 
 # The knob's three predictions were written (b1bd2f7, 2026-12-04 12:13 UTC) before entries carried a digest: their
 # digests as committed, so a hand edit of them is seen as one of a newer entry is.
+# Each digest with the arm it was committed under, so an entry moved to another arm's name is seen too.
 UNDIGESTED = {
-    "898a295906d04c24f66d6d9b96d92a697b8aba30435b37dbdf5d7ae38d140dbc",  # ffn_only L2 1200 steps qk8
-    "a2f29180ec4212e24fdec5db314d4c56bd17a1a2e8e15d20cc4f555f92b8f2e4",  # ffn_only L2 1200 steps qk12
-    "709f8e1da590d4797b2eec34f70a082a31d5f57d875b3f88c55fd07ed800b912",  # ffn_only L3 1200 steps qk12
+    "898a295906d04c24f66d6d9b96d92a697b8aba30435b37dbdf5d7ae38d140dbc": "ffn_only L2 1200 steps qk8",
+    "a2f29180ec4212e24fdec5db314d4c56bd17a1a2e8e15d20cc4f555f92b8f2e4": "ffn_only L2 1200 steps qk12",
+    "709f8e1da590d4797b2eec34f70a082a31d5f57d875b3f88c55fd07ed800b912": "ffn_only L3 1200 steps qk12",
 }
 
 
 def edited(entry: dict[str, Any]) -> bool:
     """True when a stored prediction no longer matches its digest; one without a digest must be one of the
-    entries written before digests (UNDIGESTED), as committed."""
+    entries written before digests (UNDIGESTED), as committed. The digest is plain sha256: it shows an edit, not
+    a forger who computes it again (git, or a shipped folder's MANIFEST, does)."""
     if "digest" not in entry:
         return entry_digest(entry) not in UNDIGESTED
     return entry["digest"] != entry_digest(entry)
@@ -254,6 +309,12 @@ def first_started(ctx: Context, runs: list[dict[str, Any]]) -> float | None:
     return min(times, default=None)
 
 
+def jobs_started(ctx: Context, jobs: list[Job]) -> float | None:
+    """The earliest config.json time of those of `jobs` whose runs exist in --out (before they train: None)."""
+    paths = [j.run_dir(ctx.out).path / "config.json" for j in jobs]
+    return min((p.stat().st_mtime for p in paths if p.is_file()), default=None)
+
+
 def write_predictions(ctx: Context, jobs: list[Job]) -> list[str]:
     """Before the knob arms in `jobs` train: their predictions into predictions-floor.json, and the lines that
     print them. A stored prediction is never rewritten: one for the same seeds and margin is kept as it was; one
@@ -288,6 +349,7 @@ def knob_predictions(ctx: Context, arms: Arms, knob: list[Job], path: Path) -> l
             steps = members[0].spec.train.max_steps
             entry = new_entry(
                 key,
+                arm=name,
                 seeds=seeds,
                 us=us,
                 last_step=steps,
@@ -297,7 +359,7 @@ def knob_predictions(ctx: Context, arms: Arms, knob: list[Job], path: Path) -> l
             )
             stored[slot] = entry
             new = True
-        late = late or not written_before_training(entry)  # edited, or a time that cannot be
+        late = late or not written_before_training(entry, jobs_started(ctx, members))  # edited, or too late
         lines.append(knob_prediction_text(name, entry))
     if new:
         save_predictions(ctx, path, stored)

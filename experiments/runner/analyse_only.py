@@ -189,6 +189,8 @@ def check_results_file(path: Path) -> None:
 # Options that say where runs and data lie, how runs launch and what the command shows or writes beside its
 # results, not which runs and analysis it asks for: never taken from the record (the launcher's are added below).
 PLACE_OPTIONS = ("out", "data", "no_progress", "no_report", "analyse_only", "help")
+# Options that say what a training command leaves untrained (the floor's --predict-only), not what is analysed.
+TRAINING_ONLY = ("predict_only",)
 
 
 def recorded_command(folder: Path, name: str, preset: str | None) -> tuple[str, str] | None:
@@ -300,7 +302,7 @@ def with_recorded_options(
         ) from None
     except ToolkitError as e:
         raise ToolkitError(f"{where} records `{command}`, whose options this version refuses: {one_line(e)}") from None
-    places = set(PLACE_OPTIONS) | _launcher_dests()
+    places = set(PLACE_OPTIONS) | set(TRAINING_ONLY) | _launcher_dests()
     recorded = [(a, c) for a, c in recorded if a.dest not in places]
     merged, used = _merge(recorded, given)
     line = [w for c in merged for w in c] + [w for i, (_, c) in enumerate(given) if i not in used for w in c]
