@@ -384,3 +384,19 @@ def test_an_entry_filed_under_another_arms_name_is_refused():
     swapped = {"ffn_only L2 1200 steps qk12": knob["ffn_only L2 1200 steps qk8"]}
     with pytest.raises(ToolkitError, match="committed as 'ffn_only L2 1200 steps qk8'"):
         arm_entries(swapped, "ffn_only L2 1200 steps qk12", "0.05")
+
+
+def test_a_verdict_on_runs_that_are_not_the_ones_predicted_says_so():
+    """A prediction file copied from another --out or configuration: its us at init are not the runs' (the
+    verdict's u_match), and the console line says so beside the verdict rather than pass it as a test."""
+    k = {
+        "prediction": {"predicted": True, "median": {"lower": 50, "upper": 100}, "floor_interval": [0.0, 0.1]},
+        "observed": {"median": 75, "floor_at_last": 0.0, "n": 4},
+        "held": {"held": True},
+        "written_before_training": True,
+        "logrank_p": None,
+    }
+    assert "NOT the runs" not in knob_line("A", {**k, "u_match": 0.0})
+    assert "NOT the runs it predicted (their u at init differ from its by up to 0.036" in knob_line(
+        "A", {**k, "u_match": 0.036}
+    )

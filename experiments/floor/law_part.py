@@ -30,6 +30,7 @@ from experiments.floor.predictions import (
     edited,
     first_started,
     jobs_started,
+    not_its_runs,
     step_text,
     without_draws,
     written_before_training,
@@ -177,6 +178,7 @@ def heldout_line(name: str, h: dict[str, Any]) -> str:
         when = "EDITED in predictions-law.json after it was written"
     if not h["seeds_match"]:
         when += "; the runs are not the seeds it names"
+    when += not_its_runs(h)
     verdict = _verdict_text(h["held"], "median") if h["prediction"].get("is_prediction") else "not a test"
     if h.get("spread_held") is not None:
         sigma = "none (fewer than 3 escapes)" if o["sigma"] is None else f"{o['sigma']:.2f}"

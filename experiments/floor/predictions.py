@@ -277,6 +277,19 @@ def writing(path: Path) -> Iterator[None]:
         yield
 
 
+# u at init is recomputed from the seed and the arm's config (deterministic); past this, the entry's us are not
+# the runs' - a prediction file copied from another --out or another configuration.
+U_TOLERANCE = 1e-4
+
+
+def not_its_runs(verdict: dict[str, Any]) -> str:
+    """The console's words where a stored prediction's u at init differ from its runs' ('' where they agree)."""
+    u = verdict.get("u_match")
+    if u is None or u <= U_TOLERANCE:
+        return ""
+    return f"; NOT the runs it predicted (their u at init differ from its by up to {u:.3g}: a file from another --out?)"
+
+
 def written_before_training(entry: dict[str, Any], started: float | None = None) -> bool:
     """Made before any of its runs existed, and not edited since (edited: no longer matches its digest). Its
     time must be a real one, not in the future, and before `started` (the earliest of its runs' config.json

@@ -8,7 +8,7 @@ from typing import Any
 
 from experiments.floor.deep import deep_summary, grad_table_rows
 from experiments.floor.law_part import law_lines
-from experiments.floor.predictions import step_text
+from experiments.floor.predictions import not_its_runs, step_text
 from experiments.runner.frame import Context
 
 SWEEP_LABEL = {"depth": "depth", "width": "width", "n_ctx": "context", "qk_scale": "query/key scale"}
@@ -154,6 +154,7 @@ def knob_line(name: str, k: dict[str, Any]) -> str:
     when = "written before training" if k["written_before_training"] else "NOT written before training"
     if k.get("edited"):
         when = "EDITED in predictions-floor.json after it was written: not the prediction made before training"
+    when += not_its_runs(k)
     verdict = "held" if h["held"] else "failed"
     obs = f"observed median {step_text(o['median'])}, {o['floor_at_last']:.2f} on the floor"
     pm = f"predicted median [{step_text(p['median']['lower'])}, {step_text(p['median']['upper'])}]"
