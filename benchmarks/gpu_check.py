@@ -39,7 +39,8 @@ A bare GPU machine (torch and most dependencies, no package index) needs two ign
     .gpu-data/    the corpus: cp -r ../shared/data/tinyshakespeare .gpu-data/ (or set RESIDUAL_DATA_DIR)
 
 Only the wheels of distributions the machine lacks are installed, into OUT/site, put first on the children's
-PYTHONPATH. Without CUDA (and without --dry-run) the command says so in one line and exits 2.
+PYTHONPATH. Without CUDA (and without --dry-run) the command says so in one line and exits 2. It exits 1 where a
+stage failed or the newest prediction file could not be scored (edited, damaged, or a pinned version missing).
 """
 
 from __future__ import annotations
@@ -392,7 +393,10 @@ def _gpu_check(args, start: float, device: str, budget: float, data: Path, out: 
     write_summary(out, header, table, stages, rows, {"device": device, "setup": setup, "data": str(data)})
     print(f"\nwritten: {out / 'gpu_check.txt'}, {out / 'gpu_check.json'}; logs in {out / 'logs'}")
     failed = [s for s in stages if s.rc not in (0, None) and not s.stopped]
-    return 1 if failed else 0
+    unscored = [r["result"] for r in rows if r["stage"] == "p" and r["result"].startswith("not scored")]
+    if unscored:  # a damaged, edited or missing prediction file fails the check, not only its row
+        print(f"error: the paper-scale predictions were {unscored[0]}")
+    return 1 if failed or unscored else 0
 
 
 def main(argv: list[str] | None = None) -> int:

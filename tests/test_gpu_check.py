@@ -327,3 +327,22 @@ def test_the_prediction_rows_score_the_committed_file_and_say_why_not_for_an_edi
         assert len(rows) == 1 and rows[0]["check"] == "predictions", rows
         assert rows[0]["result"].startswith("not scored: ") and words in rows[0]["result"], rows[0]["result"]
         assert f"paper_scale-v{newest}.json" in rows[0]["result"]
+
+
+def test_a_prediction_file_that_cannot_be_scored_fails_the_check(tmp_path, monkeypatch, capsys):
+    """An edited newest version is one 'not scored' row and exit 1 (with one error line): a GPU run is never
+    reported green beside predictions nobody can score."""
+    from benchmarks import gpu_check
+    from experiments.floor import paper_scale
+
+    folder = tmp_path / "predictions"
+    folder.mkdir()
+    for path in paper_scale.versions():
+        (folder / path.name).write_bytes(path.read_bytes())
+    newest = paper_scale.versions()[-1].name
+    (folder / newest).write_text((folder / newest).read_text().replace('"mid": 0.85', '"mid": 0.8', 1))
+    monkeypatch.setattr(paper_scale, "FOLDER", folder)
+    argv = ["--dry-run", "--stages", "b", "--budget-s", "16", "--out", str(tmp_path / "out")]
+    assert gpu_check.main(argv) == 1
+    out = capsys.readouterr().out
+    assert "error: the paper-scale predictions were not scored: " in out and "is not the committed version" in out
