@@ -677,11 +677,53 @@ def test_a_character_model_goes_out_to_nanogpt_with_the_meta_pkl_its_readers_fin
     # a meta.pkl without --dataset is one nothing would find: refused before anything is written
     other = tmp_path / "other" / "ckpt.pt"
     assert nanogpt.main(["--ckpt", str(tmp_path / "c.pt"), "--out", str(other), "--meta-out", str(meta)]) == 2
-    assert "--meta-out without --dataset" in capsys.readouterr().err and not other.exists() and not meta.exists()
+    assert "no reader looks there (give --dataset" in capsys.readouterr().err
+    assert not other.exists() and not meta.exists()
     argv = ["--ckpt", str(tmp_path / "c.pt"), "--out", str(out), "--dataset", "tiny", "--meta-out", str(meta)]
     assert nanogpt.main(argv) == 0 and meta.is_file()
     capsys.readouterr()
     assert sample.main(read) == 0 and capsys.readouterr().out.startswith("ROMEO:")
+    assert nanogpt.main(argv) == 0  # the same vocabulary there already: left as it is
+
+
+def test_a_nanogpt_export_never_overwrites_or_mismatches_a_vocabulary(tmp_path, capsys, monkeypatch):
+    """Another model's meta.pkl where --meta-out points is never replaced; a meta.pkl that cannot be written
+    leaves --out as it was; a same-size vocabulary of other characters is refused when read back; --meta on a
+    checkpoint of ours is refused, not passed over; beside --out, no --dataset is needed."""
+    from interp import nanogpt, sample
+
+    save_checkpoint(tmp_path / "c.pt", ResidualGPT(tiny_config()), vocab=CHARS)
+    out, meta = tmp_path / "out" / "ckpt.pt", tmp_path / "data" / "tiny" / "meta.pkl"
+    argv = ["--ckpt", str(tmp_path / "c.pt"), "--out", str(out), "--dataset", "tiny", "--meta-out", str(meta)]
+    rotated = CHARS[1:] + CHARS[:1]
+    save_checkpoint(tmp_path / "r.pt", ResidualGPT(tiny_config()), vocab=rotated)
+    other = ["--ckpt", str(tmp_path / "r.pt"), "--out", str(tmp_path / "r" / "ckpt.pt"), "--meta-out"]
+    assert nanogpt.main([*other, str(tmp_path / "r" / "meta.pkl")]) == 0  # beside --out, no --dataset
+    assert "found by interp.sample beside" in capsys.readouterr().err
+    meta.parent.mkdir(parents=True)
+    meta.write_bytes((tmp_path / "r" / "meta.pkl").read_bytes())  # another model's vocabulary stands there
+    out.parent.mkdir()
+    out.write_bytes(b"precious")
+    assert nanogpt.main(argv) == 2
+    assert "holds another vocabulary: never overwritten" in capsys.readouterr().err
+    assert out.read_bytes() == b"precious"
+    missing = ["--meta-out", str(tmp_path / "nowhere" / "data" / "tiny" / "meta.pkl")]
+    assert nanogpt.main([*argv[:-2], *missing]) == 2 and out.read_bytes() == b"precious"
+    capsys.readouterr()
+    blocked = tmp_path / "blocked"  # data/ is a file here: meta.pkl cannot be written, and --out stays as it was
+    blocked.mkdir()
+    (blocked / "data").write_text("not a folder")
+    monkeypatch.chdir(blocked)
+    assert nanogpt.main([*argv[:-2], "--meta-out", "data/tiny/meta.pkl"]) == 2 and out.read_bytes() == b"precious"
+    assert "error:" in capsys.readouterr().err
+    monkeypatch.chdir(tmp_path)
+    meta.unlink()
+    assert nanogpt.main(argv) == 0
+    read = ["--ckpt", str(out), "--prompt", "ROMEO:", "--max-new-tokens", "3", "--temperature", "0"]
+    assert sample.main([*read, "--meta", str(tmp_path / "r" / "meta.pkl")]) == 2
+    assert "is another model's vocabulary" in capsys.readouterr().err
+    assert sample.main(["--ckpt", str(tmp_path / "c.pt"), *read[2:], "--meta", str(meta)]) == 2
+    assert "carries its own vocabulary" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------- 8. past n_ctx, BOS, the README

@@ -166,6 +166,11 @@ def load_checkpoint(
         ckpt = Checkpoint(**nanogpt.from_nanogpt(payload, path, meta, device=device))
         _refuse_non_finite(path, ckpt.weights)  # every import path, not only the own schema
         return ckpt
+    if meta is not None:  # never silently passed over
+        raise CheckpointError(
+            f"{path} is a ResidualGPT checkpoint, which carries its own vocabulary: a meta.pkl (--meta) is read "
+            "only for a nanoGPT checkpoint"
+        )
     if _is_save_hooked(payload):
         raise CheckpointError(
             f"{path} is a save_hooked file (a HookedTransformer, not a checkpoint): read it with "

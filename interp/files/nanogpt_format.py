@@ -92,12 +92,19 @@ def read_meta(path: str | os.PathLike) -> list[str]:
         return check_meta_pkl(meta)
 
 
-def write_meta(path: str | os.PathLike, vocab: list[str]) -> None:
-    """A nanoGPT meta.pkl for a character vocabulary (what nanoGPT's sample.py reads from data/<dataset>/)."""
-    from interp.files.io import atomic_write
-
+def meta_bytes(vocab: list[str]) -> bytes:
+    """A nanoGPT meta.pkl's bytes for a character vocabulary (what nanoGPT's sample.py reads from data/<dataset>/)."""
     meta = {"vocab_size": len(vocab), "itos": dict(enumerate(vocab)), "stoi": {c: i for i, c in enumerate(vocab)}}
-    atomic_write(path, lambda tmp: Path(tmp).write_bytes(pickle.dumps(meta)))
+    return pickle.dumps(meta)
+
+
+def vocab_digest(vocab: list[str]) -> str:
+    """sha256 of a character vocabulary in id order: an export records it (config['vocab_sha256']), so a meta.pkl
+    of the same size from another model is refused rather than decoding its text wrong."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(vocab).encode()).hexdigest()
 
 
 def _find_meta(path: Path | None, dataset: Any) -> Path | None:
@@ -186,6 +193,12 @@ def from_nanogpt(
         vocab = read_meta(meta_path)
         if len(vocab) != cfg.d_vocab:
             raise CheckpointError(f"{meta_path} has {len(vocab)} characters; the model's vocab_size is {cfg.d_vocab}")
+        recorded = config.get("vocab_sha256")  # an export of ours says whose vocabulary it decodes with
+        if recorded is not None and recorded != vocab_digest(vocab):
+            raise CheckpointError(
+                f"{meta_path} is another model's vocabulary: {path} was exported with a meta.pkl of the same size "
+                "but other characters (config['vocab_sha256']); give the meta.pkl written beside it"
+            )
         state["vocab"] = vocab
     elif cfg.d_vocab in GPT2_SIZES:
         state["encoding"] = "gpt2"  # nanoGPT's sample.py falls back to GPT-2 BPE when there is no meta.pkl

@@ -321,7 +321,8 @@ class ResidualGPT(BoundaryHooks, HookedRootModule):
             raise ConfigError(
                 "this ResidualGPT has no vocabulary, so it takes token ids only: load it with "
                 "ResidualGPT.from_checkpoint from a checkpoint saved with vocab=... (or encoding='gpt2'), or set "
-                "model.vocab_state = {'vocab': [...characters...]}"
+                "model.vocab_state = {'vocab': [...characters...]}; a nanoGPT checkpoint's characters are in its "
+                "meta.pkl (interp.load_checkpoint(path, meta=...), --meta on the commands)"
             )
         return codec(self.vocab_state, what="the prompt")
 

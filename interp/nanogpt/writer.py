@@ -12,7 +12,7 @@ from typing import Any
 from interp.command.cli import DocParser, run_writing_command
 from interp.config.model_config import ModelConfig
 from interp.errors import ConfigError
-from interp.files.nanogpt_format import name_map, write_meta
+from interp.files.nanogpt_format import meta_bytes, name_map, vocab_digest
 
 
 def refusal(cfg: ModelConfig) -> str | None:
@@ -69,7 +69,10 @@ def parser() -> argparse.ArgumentParser:
         prog="python -m interp.nanogpt",
         description="Write a ResidualGPT checkpoint as a nanoGPT checkpoint that nanoGPT's sample.py loads.",
         epilog="example:\n  python -m interp.nanogpt --ckpt runs/routing_test/cpu-quick/full/seed1337/ckpt.pt "
-        "--out out-x/ckpt.pt\n\nOnly residual='full' with softmax attention and no self_bias is nanoGPT's block; any "
+        "--out out-x/ckpt.pt --dataset shakespeare_char --meta-out data/shakespeare_char/meta.pkl\n\n"
+        "A character model's vocabulary goes in meta.pkl, where readers look: beside --out (interp.sample) or "
+        "data/<dataset>/meta.pkl (nanoGPT's sample.py too).\n\nOnly residual='full' with softmax attention and no "
+        "self_bias is nanoGPT's block; any "
         "other wiring is refused with its reason.",
     )
     p.add_argument("--ckpt", required=True, type=Path, help="a ResidualGPT checkpoint (interp.save_checkpoint)")
@@ -98,29 +101,58 @@ def run(args: argparse.Namespace) -> Path:
         raise ConfigError(f"{args.ckpt}: nanoGPT cannot express this model ({why})")
     if args.meta_out is not None and ckpt.state.get("vocab") is None:
         raise ConfigError(f"{args.ckpt} has no character vocabulary to write as --meta-out")
-    if args.meta_out is not None and not args.dataset:  # sample.py looks only at data/<config['dataset']>/meta.pkl
-        raise ConfigError(
-            "--meta-out without --dataset: nanoGPT's sample.py and interp.sample find meta.pkl as "
-            "data/<config['dataset']>/meta.pkl, so give --dataset NAME with --meta-out data/NAME/meta.pkl"
-        )
+    meta = None if args.meta_out is None else _meta_to_write(args, ckpt.state["vocab"])
     import torch
 
     step = ckpt.state.get("step", 0)
-    extra = {
-        "iter_num": step if isinstance(step, int) else 0,
-        "config": {"dataset": args.dataset} if args.dataset else {},
-    }
-    payload = to_nanogpt(ckpt, **extra)
+    config = {"dataset": args.dataset} if args.dataset else {}
+    if ckpt.state.get("vocab") is not None:
+        config["vocab_sha256"] = vocab_digest(ckpt.state["vocab"])
+    payload = to_nanogpt(ckpt, iter_num=step if isinstance(step, int) else 0, config=config)
+    if meta is not None:  # first, where nothing else stood: a failed write leaves --out as it was
+        atomic_write(args.meta_out, lambda tmp: Path(tmp).write_bytes(meta))
     atomic_write(args.out, lambda tmp: torch.save(payload, tmp))
-    if args.meta_out is not None:
-        write_meta(args.meta_out, ckpt.state["vocab"])
-    elif ckpt.state.get("vocab") is not None:  # nanoGPT keeps characters in meta.pkl, never in the checkpoint
+    if args.meta_out is not None and not args.dataset:
+        print(
+            f"note: {args.meta_out} is found by interp.sample beside {args.out}; nanoGPT's sample.py looks only at "
+            "data/<dataset>/meta.pkl (add --dataset NAME --meta-out data/NAME/meta.pkl for it)",
+            file=sys.stderr,
+        )
+    elif ckpt.state.get("vocab") is not None and args.meta_out is None:  # nanoGPT keeps them in meta.pkl
         print(
             f"note: {args.out} holds no vocabulary; without its meta.pkl, sample.py decodes with GPT-2 BPE and "
             "interp.sample refuses text: add --dataset NAME --meta-out data/NAME/meta.pkl",
             file=sys.stderr,
         )
     return args.out
+
+
+def _meta_to_write(args: argparse.Namespace, vocab: list[str]) -> bytes | None:
+    """--meta-out's bytes, or None where the same file stands there already; refused (before anything is written)
+    where no reader would find it, or where another vocabulary stands."""
+    where = args.meta_out.resolve()
+    beside = args.out.resolve().parent / "meta.pkl"
+    found = {beside}
+    if args.dataset:  # where nanoGPT's sample.py (from here) and interp.sample look for data/<dataset>/meta.pkl
+        found |= {(Path("data") / args.dataset / "meta.pkl").resolve()}
+        found |= {args.out.resolve().parent.parent / "data" / args.dataset / "meta.pkl"}
+    if where not in found:
+        need = "" if args.dataset else " (give --dataset NAME for data/NAME/meta.pkl)"
+        raise ConfigError(
+            f"--meta-out {args.meta_out}: no reader looks there{need}; interp.sample finds meta.pkl beside --out "
+            "or at data/<dataset>/meta.pkl, nanoGPT's sample.py at data/<dataset>/meta.pkl from where it runs"
+        )
+    data = meta_bytes(vocab)
+    if args.meta_out.is_dir():
+        raise ConfigError(f"--meta-out {args.meta_out} is a folder, not a meta.pkl to write")
+    if args.meta_out.is_file():
+        if args.meta_out.read_bytes() == data:
+            return None
+        raise ConfigError(
+            f"--meta-out {args.meta_out} holds another vocabulary: never overwritten (another model's text would "
+            "decode wrong); move it aside, or write this one beside --out"
+        )
+    return data  # written before --out (run): where it cannot be, --out is left as it was
 
 
 def main(argv: list[str] | None = None) -> int:
