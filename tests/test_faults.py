@@ -127,6 +127,13 @@ def cut_metrics(out: Path) -> None:
     path.write_text(text[: len(text) - len(text.splitlines()[-1]) // 2 - 1])  # the last line, half of it
 
 
+def paste_old_record(out: Path) -> None:
+    """An early record of the run pasted after its final evaluation (the last val_loss record stays last)."""
+    path = out / RUN / "metrics.jsonl"
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([*lines, next(line for line in lines if '"val_loss"' not in line)]) + "\n")
+
+
 def edit_last_eval(out: Path, which: int = -1) -> str:
     lines = (out / RUN / "metrics.jsonl").read_text().splitlines()
     last = [i for i, line in enumerate(lines) if '"val_loss"' in line][which]
@@ -319,6 +326,12 @@ FAULTS = [
         ("run",),
         lambda o, m: cut_metrics(o),
         r"metrics\.jsonl.*(line \d+|does not end with the run's final evaluation|changed after the run finished)",
+    ),
+    Fault(
+        "an early record pasted after the final evaluation",
+        ("run",),
+        lambda o, m: paste_old_record(o),
+        r"metrics\.jsonl goes back in step",
     ),
     Fault(
         "last evaluation edited in metrics.jsonl",

@@ -208,7 +208,15 @@ class RunDir:
     def _check_logs(self, final: dict[str, Any], recorded: dict[str, Any] | None = None) -> None:
         """The logs of a finished run are whole (a torn or damaged line is an error naming it) and end with
         the final evaluation, so the curves an experiment reads from them are the run's."""
-        evals = [r for r in self.read_metrics() if "val_loss" in r]
+        records = self.read_metrics()
+        evals = [r for r in records if "val_loss" in r]
+        steps = [r.get("step") for r in records]
+        if any(b < a for a, b in zip(steps, steps[1:], strict=False) if isinstance(a, int) and isinstance(b, int)):
+            raise RunDirError(
+                f"{self.metrics} goes back in step (a record after a later one: a resume cuts the logs to its "
+                "checkpoint, so a line was pasted or edited in); the run is never reused - move that directory "
+                "aside and run again"
+            )
         self.read_probes()
         now = self.logs_sha256()
         if isinstance(recorded, dict) and recorded != now:  # runs from before this record: not checked
