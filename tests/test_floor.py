@@ -230,16 +230,20 @@ def test_a_prediction_edited_after_it_was_written_is_not_trusted():
     moved = json.loads(json.dumps(legacy["ffn_only L3 1200 steps qk12"]))
     moved["prediction"]["median"] = {"lower": 200.0, "upper": 400.0}
     assert edited(moved)
-    k = {
+    assert "EDITED" in knob_line("a", _knob_verdict(written_before_training=False, edited=True))
+
+
+def _knob_verdict(**changes) -> dict:
+    """A knob verdict as the analysis stores it (run.py), held, with `changes`."""
+    return {
         "prediction": {"predicted": True, "median": {"lower": 10.0, "upper": 70.0}, "floor_interval": [0.0, 0.0]},
         "observed": {"median": 30.0, "floor_at_last": 0.0, "n": 4},
         "held": {"held": True},
-        "written_before_training": False,
-        "edited": True,
+        "written_before_training": True,
         "logrank_p": None,
         "control": "c",
+        **changes,
     }
-    assert "EDITED" in knob_line("a", k)
 
 
 @pytest.mark.parametrize("text", ['{"arms": {', "{}", '{"arms": []}', "[]"])
@@ -389,14 +393,7 @@ def test_an_entry_filed_under_another_arms_name_is_refused():
 def test_a_verdict_on_runs_that_are_not_the_ones_predicted_says_so():
     """A prediction file copied from another --out or configuration: its us at init are not the runs' (the
     verdict's u_match), and the console line says so beside the verdict rather than pass it as a test."""
-    k = {
-        "prediction": {"predicted": True, "median": {"lower": 50, "upper": 100}, "floor_interval": [0.0, 0.1]},
-        "observed": {"median": 75, "floor_at_last": 0.0, "n": 4},
-        "held": {"held": True},
-        "written_before_training": True,
-        "logrank_p": None,
-    }
-    assert "NOT the runs" not in knob_line("A", {**k, "u_match": 0.0})
+    assert "NOT the runs" not in knob_line("A", _knob_verdict(u_match=0.0))
     assert "NOT the runs it predicted (their u at init differ from its by up to 0.036" in knob_line(
-        "A", {**k, "u_match": 0.036}
+        "A", _knob_verdict(u_match=0.036)
     )
