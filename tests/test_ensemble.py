@@ -198,6 +198,35 @@ def test_a_forged_stacking_record_is_refused_in_one_line_before_training(tmp_pat
     assert not (path.parent / "final.json").exists()
 
 
+@pytest.mark.parametrize(
+    "edit, words",
+    [
+        (lambda seg, step: [{**seg, "members": ["x/seed7", "x/seed8"]}], "without this run"),
+        (lambda seg, step: [{**seg, "members": [seg["members"][0]] * 2}], "names a member twice"),
+        (lambda seg, step: [{"to": step, "by": "solo"}], "records no stacked stretch"),
+        (lambda seg, step: [{**seg, "to": step - 5}], "the last at the checkpoint's"),
+    ],
+)
+def test_a_stacking_record_that_does_not_fit_its_run_is_refused(tmp_path, data, edit, words):
+    """A record is written at every save: it ends at the checkpoint's step, holds a stacked stretch, and each
+    stacked stretch names this run once among its members. One that does not is refused on resume."""
+    from interp import ResidualGPT
+    from interp.errors import CheckpointError
+    from interp.files.checkpoint import load_checkpoint, save_checkpoint
+
+    _stopped([member(tmp_path, m) for m in MEMBERS[:2]], 20, stacked=True)
+    path = tmp_path / "residualffn_only_seed1" / "ckpt.pt"
+    state = dict(load_checkpoint(path).state)
+    state["steps_by"] = edit(state["steps_by"][0], state["step"])
+    save_checkpoint(path, ResidualGPT.from_checkpoint(path), **state)
+    with pytest.raises(CheckpointError, match=words):
+        member(tmp_path, MEMBERS[0]).run()
+    both = {**state, "stacked": {"size": 2, "members": ["a", "b"], "step": state["step"]}}
+    save_checkpoint(path, ResidualGPT.from_checkpoint(path), **both)
+    with pytest.raises(CheckpointError, match="holds both a stacked record and steps_by"):
+        member(tmp_path, MEMBERS[0]).run()
+
+
 def test_a_first_fix_stacking_record_reads_as_the_same_history(tmp_path, data):
     """A checkpoint written with 57's first record (stacked: {size, members, step}) resumes, and its final.json
     gives the same stretches in the new record."""

@@ -380,6 +380,11 @@ def test_an_entry_filed_under_another_arms_name_is_refused():
     assert arm_entries({"ffn_only L2 240 steps qk4": mine}, "ffn_only L2 240 steps qk4", "0.05")
     with pytest.raises(ToolkitError, match="describes another arm \\(arm 'ffn_only L2 240 steps qk4'\\)"):
         arm_entries({"ffn_only L1 d64 240 steps": mine}, "ffn_only L1 d64 240 steps", "0.05")
+    moved = {**mine, "arm": "ffn_only L1 d64 240 steps"}  # renamed with its "arm": its depth and scale still say
+    with pytest.raises(ToolkitError, match="describes another arm \\(depth 2, scale 4.0\\)"):
+        arm_entries(
+            {"ffn_only L1 d64 240 steps": {**moved, "depth": 2, "scale": 4.0}}, "ffn_only L1 d64 240 steps", "0.05"
+        )
     law = json.loads(open("docs/results/floor/predictions-law.json").read())["arms"]  # written before "arm"
     with pytest.raises(ToolkitError, match="depth 4, last_step 4800, scale 16.0"):
         arm_entries({"ffn_only L2 1200 steps": law["ffn_only L4 4800 steps qk16"]}, "ffn_only L2 1200 steps", "0.05")

@@ -31,6 +31,9 @@ def _number(x: Any) -> bool:
 def check_training_state(ckpt, model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_cfg, path: Path) -> None:
     """Raise CheckpointError for the first field of ckpt (weights and training state) a resume cannot use."""
     problems = weight_problems(ckpt.weights, model) or state_problems(ckpt.state, train_cfg)
+    run = Path(path).parent  # named as an ensemble names its members (training.steps.StackedStep.names)
+    if not problems:
+        problems = steps_by.problems(ckpt.state, run.name if run.parent.name == "" else f"{run.parent.name}/{run.name}")
     if not problems:
         problems = optimizer_problems(ckpt.state["optimizer"], optimizer, train_cfg.grad_clip)
     if problems:

@@ -35,6 +35,8 @@ class Segment(BaseModel):
             raise ValueError("a stacked segment names its ensemble's size and members, a solo one neither")
         if stacked and len(self.members) != self.size:
             raise ValueError(f"names {len(self.members)} members of an ensemble of {self.size}")
+        if stacked and len(set(self.members)) != len(self.members):
+            raise ValueError("names a member twice")
         return self
 
 
@@ -48,18 +50,25 @@ class _Legacy(BaseModel):  # 57's first record: stacked to `step`, solo after it
 SEGMENTS = TypeAdapter(list[Segment])
 
 
-def problems(state: dict[str, Any]) -> list[str]:
-    """What is wrong with a checkpoint's record (empty where it holds none or a sound one)."""
+def problems(state: dict[str, Any], name: str | None = None) -> list[str]:
+    """What is wrong with a checkpoint's record (empty where it holds none or a sound one); name: the run's, as
+    the record names members (<variant>/<seed>), which every stacked segment must name."""
     try:
-        read(state)
+        record = read(state)
     except ValueError as e:
         return [str(e)]
+    strangers = [s for s in record if name is not None and s["by"] == "stacked" and name not in s["members"]]
+    if strangers:
+        return [f"steps_by names an ensemble {strangers[0]['members']} without this run ({name})"]
     return []
 
 
 def read(state: dict[str, Any]) -> list[dict[str, Any]]:
-    """The record a checkpoint's training state holds ([] for none); ValueError naming what is wrong with it."""
+    """The record a checkpoint's training state holds ([] for none); ValueError naming what is wrong with it: a
+    record is written at every save, so it ends at the checkpoint's step and holds a stacked stretch."""
     step = state.get("step")
+    if "stacked" in state and "steps_by" in state:
+        raise ValueError("the checkpoint holds both a stacked record and steps_by; a save writes one")
     if "stacked" in state:
         try:
             old = _Legacy.model_validate(state["stacked"])
@@ -75,8 +84,10 @@ def read(state: dict[str, Any]) -> list[dict[str, Any]]:
     except ValidationError as e:
         raise ValueError(f"steps_by is not a list of segments: {_first(e)}") from None
     ends = [s.to for s in segments]
-    if not segments or ends != sorted(set(ends)) or not isinstance(step, int) or ends[-1] > step:
-        raise ValueError(f"steps_by's segments do not end at rising steps <= the checkpoint's {step}: {ends}")
+    if not segments or ends != sorted(set(ends)) or not isinstance(step, int) or ends[-1] != step:
+        raise ValueError(f"steps_by's segments do not end at rising steps, the last at the checkpoint's {step}: {ends}")
+    if all(s.by == "solo" for s in segments):
+        raise ValueError("steps_by records no stacked stretch (a run only ever solo keeps no record)")
     if any(a.by == b.by for a, b in zip(segments, segments[1:], strict=False)):
         raise ValueError("steps_by has two segments in a row taken by the same step")
     return [s.model_dump(exclude_none=True) for s in segments]

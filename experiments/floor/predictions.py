@@ -93,11 +93,12 @@ NAMED = re.compile(r" L(?P<depth>\d+)(?: d(?P<width>\d+))? (?P<last_step>\d+) st
 def described_arm(entry: dict[str, Any], name: str) -> str | None:
     """What in `entry` names an arm other than `name` (its "arm", the name its pin was committed under, or a
     depth, width, scale or last step its name does not say), or None where nothing does."""
-    if "arm" in entry:
-        return None if entry["arm"] == name else f"arm {entry['arm']!r}"
+    if "arm" in entry and entry["arm"] != name:
+        return f"arm {entry['arm']!r}"
     if "digest" not in entry:
         pinned = UNDIGESTED.get(entry_digest(entry))
-        return None if pinned in (None, name) else f"committed as {pinned!r}"
+        if pinned not in (None, name):
+            return f"committed as {pinned!r}"
     m = NAMED.search(name)
     if m is None:
         return None
