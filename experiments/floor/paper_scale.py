@@ -104,7 +104,7 @@ Preset = Literal[tuple(PRESETS)]  # type: ignore[valid-type]
 
 def _written(text: str) -> str:
     when = datetime.datetime.fromisoformat(text)  # a ValueError for what is no ISO 8601 time
-    if when.tzinfo is None or len(text) <= 10:
+    if when.tzinfo is None:  # a date alone reads as midnight with no zone
         raise ValueError("needs a time of day and its zone (2026-12-06T11:24:00+00:00)")
     if when > datetime.datetime.now(datetime.UTC):
         raise ValueError("is in the future: a prediction is written before what it predicts, not after now")
