@@ -23,13 +23,13 @@ from probes.identity import (
     TRAIN_SEED,
     WEIGHT_DECAYS,
     IdentityProbeError,
-    _as_model,
-    _fit_decoders,
-    _Probe,
-    _targets,
-    _windows,
+    ProbePlan,
     eval_on_one_thread,
+    fit_site_decoders,
     identity_sites,
+    probe_model,
+    probe_targets,
+    probe_windows,
 )
 
 
@@ -63,7 +63,7 @@ class Decoders:
                 f"acts: {acts.shape[-1]} features per token, but the decoder at {site} was fitted on {mean.shape[-1]}"
             )
         z = (acts.detach().float().cpu().reshape(-1, acts.shape[-1]) - mean) / std
-        y = _targets(x.cpu(), self.offsets).reshape(-1, len(self.offsets))
+        y = probe_targets(x.cpu(), self.offsets).reshape(-1, len(self.offsets))
         out = torch.zeros(x.shape[0], len(self.offsets))
         for j in range(len(self.offsets)):
             ce = F.cross_entropy(z @ w[j] + b[j], y[:, j], ignore_index=-100, reduction="none").view(x.shape)
@@ -84,7 +84,7 @@ def fit_decoders(
     seed: int = TRAIN_SEED,
 ) -> Decoders:
     """measure_identity()'s decoders at `sites` only (no control, no scoring): fitted once, applied many times."""
-    model = _as_model(model)
+    model = probe_model(model)
     every = identity_sites(model.cfg.n_layers)
     unknown = [s for s in sites if s not in every] if not isinstance(sites, str) else [sites]
     if unknown or not sites:
@@ -92,8 +92,8 @@ def fit_decoders(
             f"sites: {unknown or list(sites)} are not residual sites of this model (a list of them); choose from "
             f"{', '.join(every)}"
         )
-    windows, n_held = _windows(np.asarray(train_tokens), model.cfg.n_ctx, n_train_windows, seed)
-    probe = _Probe(list(sites), list(offsets), model.cfg.d_vocab, control=False)
+    windows, n_held = probe_windows(np.asarray(train_tokens), model.cfg.n_ctx, n_train_windows, seed)
+    probe = ProbePlan(list(sites), list(offsets), model.cfg.d_vocab, control=False)
     with eval_on_one_thread(model):  # as measure_identity(): small matmuls on a shared CPU
-        fitted, _, _ = _fit_decoders(model, probe, windows, n_held, weight_decays, max_iter, None)
+        fitted, _, _ = fit_site_decoders(model, probe, windows, n_held, weight_decays, max_iter, None)
     return Decoders(tuple(sites), tuple(offsets), {site: fitted[site][:4] for site in sites})

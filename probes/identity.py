@@ -98,7 +98,7 @@ def train_windows(
     return torch.from_numpy(np.stack([np.asarray(tokens[s : s + n_ctx], dtype=np.int64) for s in starts.tolist()]))
 
 
-def _windows(tokens: np.ndarray, n_ctx: int, n_train_windows: int, seed: int) -> tuple[Tensor, int]:
+def probe_windows(tokens: np.ndarray, n_ctx: int, n_train_windows: int, seed: int) -> tuple[Tensor, int]:
     """The decoders' training windows (train_windows) and how many of them, the first, choose the weight decay."""
     n_held = max(1, round(n_train_windows * HELDOUT_FRACTION))
     if n_train_windows - n_held < 1:
@@ -106,7 +106,7 @@ def _windows(tokens: np.ndarray, n_ctx: int, n_train_windows: int, seed: int) ->
     return train_windows(tokens, n_ctx, n_train_windows, seed), n_held
 
 
-def _targets(x: Int[Tensor, "batch pos"], offsets: Sequence[int]) -> Int[Tensor, "batch pos offset"]:
+def probe_targets(x: Int[Tensor, "batch pos"], offsets: Sequence[int]) -> Int[Tensor, "batch pos offset"]:
     """The token at t + k for each offset k; -100 (ignored) where t + k falls before the window."""
     cols = []
     for k in offsets:
@@ -119,7 +119,7 @@ def _targets(x: Int[Tensor, "batch pos"], offsets: Sequence[int]) -> Int[Tensor,
 
 
 @torch.no_grad()
-def _features(model, x: Int[Tensor, "batch pos"], probe: _Probe) -> dict[str, Tensor]:
+def _features(model, x: Int[Tensor, "batch pos"], probe: ProbePlan) -> dict[str, Tensor]:
     """Site activations plus the control (where the probe has it): the current token one-hot, decoded by the same
     procedure."""
     acts = _activations(model, x, probe.sites)
@@ -202,7 +202,7 @@ def too_costly(cfg, **kwargs: Any) -> str | None:
 # --------------------------------------------------------------------------- measure
 
 
-def _as_model(checkpoint_or_model: Any):
+def probe_model(checkpoint_or_model: Any):
     from interp.files.checkpoint import Checkpoint
     from interp.model.gpt import ResidualGPT
 
@@ -238,16 +238,16 @@ def measure_identity(
     {"accuracy", "ce"} (one per offset), "control": {"accuracy", "ce", "weight_decay"}
     (one per offset), "n_fit", "n_heldout", "n_val" (tokens per offset)}.
     """
-    model = _as_model(checkpoint_or_model)
+    model = probe_model(checkpoint_or_model)
     cfg = model.cfg
     offsets = list(offsets)
     sites = _checked_sites(cfg, offsets, sites)
     val = [x for x, _ in as_batch_pairs(val_batches, "val_batches")]
     train_tokens = np.asarray(train_tokens)
-    windows, n_held = _windows(train_tokens, cfg.n_ctx, n_train_windows, seed)
-    probe = _Probe(sites, offsets, cfg.d_vocab)
+    windows, n_held = probe_windows(train_tokens, cfg.n_ctx, n_train_windows, seed)
+    probe = ProbePlan(sites, offsets, cfg.d_vocab)
     with eval_on_one_thread(model):
-        decoders, y_fit, y_held = _fit_decoders(model, probe, windows, n_held, weight_decays, max_iter, progress)
+        decoders, y_fit, y_held = fit_site_decoders(model, probe, windows, n_held, weight_decays, max_iter, progress)
         tally = _score(model, probe, decoders, val)
     accuracy, ce = (tally.correct / tally.counts).tolist(), (tally.nll / tally.counts).tolist()
     return {
@@ -282,7 +282,7 @@ def _checked_sites(cfg, offsets: list[int], sites: Sequence[str] | None) -> list
 
 
 @dataclass(frozen=True)
-class _Probe:
+class ProbePlan:
     """What is decoded where: the residual sites (the control is decoded after them, unless control=False),
     offsets, vocabulary size."""
 
@@ -310,15 +310,15 @@ def eval_on_one_thread(model):
         torch.set_num_threads(threads)
 
 
-def _fit_decoders(
-    model, probe: _Probe, windows: Tensor, n_held: int, weight_decays, max_iter: int, progress: Any
+def fit_site_decoders(
+    model, probe: ProbePlan, windows: Tensor, n_held: int, weight_decays, max_iter: int, progress: Any
 ) -> tuple[dict[str, tuple], Tensor, Tensor]:
     """Every decoder (fit_site's tuple per site and the control), fitted on windows[n_held:] with the weight decay
     chosen on windows[:n_held]; and the fitted and held-out targets [rows, offset]."""
     fit_x, held_x = windows[n_held:], windows[:n_held]
     fit_acts, held_acts = _features(model, fit_x, probe), _features(model, held_x, probe)
-    y_fit = _targets(fit_x, probe.offsets).reshape(-1, len(probe.offsets))
-    y_held = _targets(held_x, probe.offsets).reshape(-1, len(probe.offsets))
+    y_fit = probe_targets(fit_x, probe.offsets).reshape(-1, len(probe.offsets))
+    y_held = probe_targets(held_x, probe.offsets).reshape(-1, len(probe.offsets))
     decoders = {}
     for site in probe.decoded:
         decoders[site] = fit_site(
@@ -351,14 +351,14 @@ class _Tally:
         )
 
 
-def _score(model, probe: _Probe, decoders: dict[str, tuple], val: list[Tensor]) -> _Tally:
+def _score(model, probe: ProbePlan, decoders: dict[str, tuple], val: list[Tensor]) -> _Tally:
     """Every decoder on the validation batches, one batch at a time."""
     n_off = len(probe.offsets)
     tally = _Tally.empty(len(probe.decoded), n_off)
     for x in val:
         x = x.cpu()
         acts = _features(model, x, probe)
-        y = _targets(x, probe.offsets).reshape(-1, n_off)
+        y = probe_targets(x, probe.offsets).reshape(-1, n_off)
         for j in range(n_off):
             valid = y[:, j] >= 0
             tally.counts[j] += int(valid.sum())
@@ -375,7 +375,7 @@ def _score(model, probe: _Probe, decoders: dict[str, tuple], val: list[Tensor]) 
     return tally
 
 
-def _counted_levels(train_tokens: np.ndarray, probe: _Probe, tally: _Tally) -> dict[str, dict[str, list[float]]]:
+def _counted_levels(train_tokens: np.ndarray, probe: ProbePlan, tally: _Tally) -> dict[str, dict[str, list[float]]]:
     """The unigram and current-token levels per offset, counted on train and scored on the tokens the decoders
     were."""
     levels: dict[str, dict[str, list[float]]] = {
@@ -398,7 +398,7 @@ def identity_summary(checkpoint_or_model: Any, train_tokens: np.ndarray, val_bat
     """
     from interp.reading.decompose import logit_lens_over
 
-    model = _as_model(checkpoint_or_model)
+    model = probe_model(checkpoint_or_model)
     val_batches = list(val_batches)
     return {
         "identity": measure_identity(model, train_tokens, val_batches, **kwargs),

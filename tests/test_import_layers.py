@@ -214,3 +214,23 @@ def test_the_checker_follows_importlib_and_function_level_imports():
     assert _cycles(graph) == [["p.mixers", "p.model", "p.registry"]]
     assert imports_of(sources["p.rooms.a"], "p.rooms.a", known) == (set(), [2])  # made at run time: a lookup
     assert room_circles({"p.a.x": {"p.b"}, "p.b": {"p.a.y"}, "p.a.y": set()}) == {"p": [["p.a", "p.b"]]}
+
+
+def private_imports(source: str, known: set[str]) -> list[str]:
+    """`from a.b import _c` (at any depth) where a.b is one of ours: another module's private name."""
+    return [
+        f"{node.module}.{alias.name}"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ImportFrom) and node.module in known
+        for alias in node.names
+        if alias.name.startswith("_") and not alias.name.startswith("__")
+    ]
+
+
+def test_no_module_imports_another_modules_private_name():
+    """A name one module lends another is public (no leading underscore): what a file keeps to itself is safe
+    to change without reading the rest of the house."""
+    files = _files()
+    found = {n: hits for n, p in files.items() if (hits := private_imports(p.read_text(), set(files)))}
+    assert not found, found
+    assert private_imports("def f():\n    from p.q import _r, s\n", {"p.q"}) == ["p.q._r"]

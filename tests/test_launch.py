@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.cluster.launch import _without, job_command
+from experiments.cluster.launch import job_command, without
 from experiments.routing_test import run as routing_test
 
 pytest.importorskip("submitit")
@@ -82,7 +82,7 @@ def test_slurm_local_equals_local_and_a_killed_job_is_resubmitted(tmp_path, shar
 
 def test_without_drops_options_and_their_values():
     argv = ["--preset", "smoke", "--launcher", "slurm", "--out=x", "--no-wait", "--out", "y", "--seeds", "1"]
-    assert _without(argv, "--out", "--no-wait", "--launcher") == ["--preset", "smoke", "--seeds", "1"]
+    assert without(argv, "--out", "--no-wait", "--launcher") == ["--preset", "smoke", "--seeds", "1"]
 
 
 def test_a_cluster_jobs_command_line_replans_under_the_local_rules(tmp_path, shared_data):

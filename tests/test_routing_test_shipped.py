@@ -16,7 +16,7 @@ import shlex
 import pytest
 from conftest import REPO, data_root, has_shared_data
 
-from experiments.cluster.launch import _without
+from experiments.cluster.launch import without
 from experiments.routing_test.run import EXPERIMENT
 
 FOLDER = REPO / "docs" / "results" / "data" / "routing_test-default"
@@ -48,7 +48,7 @@ def console(tmp_path_factory, data_dir_env) -> list[str]:
     words = shlex.split(command)
     assert words[:3] == ["python", "-m", "experiments.routing_test"], command
     out = tmp_path_factory.mktemp("rt")
-    argv = [*_without(words[3:], "--out"), "--out", str(out), "--analyse-only", str(FOLDER), "--no-report"]
+    argv = [*without(words[3:], "--out"), "--out", str(out), "--analyse-only", str(FOLDER), "--no-report"]
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
         assert EXPERIMENT.main(argv) == 0

@@ -32,7 +32,7 @@ from conftest import REPO, data_root, has_shared_data
 from offline import external_references
 from shipped_compare import TOLERANCES, differences, printed
 
-from experiments.cluster.launch import _without
+from experiments.cluster.launch import without
 from experiments.runner.frame import Context, Experiment, Group, Variant, run_summary
 from experiments.shipping.ship import ARCHIVE, MANIFEST, RUN_FILES, ShipError, main, read_shipped, run_path, ship
 
@@ -72,7 +72,7 @@ def test_shipped_folder_reanalyses_to_its_published_numbers(folder, data, tmp_pa
     experiment = importlib.import_module(f"experiments.{name}.run").EXPERIMENT
     # --collect (the H200 sweep's: its runs were trained by `python -m training`, then collected) trains nothing
     # either; --analyse-only takes its place
-    argv = [*_without(words[3:], "--out", "--collect"), "--out", str(tmp_path), "--analyse-only", str(folder)]
+    argv = [*without(words[3:], "--out", "--collect"), "--out", str(tmp_path), "--analyse-only", str(folder)]
     assert experiment.main(argv) == 0, capsys.readouterr().err
     for report in tmp_path.glob(f"*/report-{name}.html"):  # where one is written without the weights: offline
         assert external_references(report.read_text(encoding="utf-8")) == []  # (issue 50; tests/offline.py)

@@ -22,7 +22,7 @@ VAL_SEED = 99991
 Batch = tuple[Int[Tensor, "batch pos"], Int[Tensor, "batch pos"]]
 
 
-def _check_positive(**values: Any) -> None:
+def check_positive(**values: Any) -> None:
     for name, value in values.items():
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise DataError(f"{name} must be a positive integer, got {value!r}")
@@ -57,7 +57,7 @@ class BatchSampler:
     """
 
     def __init__(self, data: np.ndarray, n_ctx: int, batch_size: int, seed: int):
-        _check_positive(n_ctx=n_ctx, batch_size=batch_size)
+        check_positive(n_ctx=n_ctx, batch_size=batch_size)
         self.data = _check_data(data, n_ctx)
         self.n_ctx = n_ctx
         self.batch_size = batch_size
@@ -67,7 +67,7 @@ class BatchSampler:
 
     def next_batch(self, rank: int = 0, world_size: int = 1) -> Batch:
         """(x, y) int64 [batch_size / world_size, n_ctx]; y is x shifted by one token."""
-        _check_positive(world_size=world_size)
+        check_positive(world_size=world_size)
         if not 0 <= rank < world_size:
             raise DataError(f"rank must be in [0, {world_size}), got {rank}")
         if self.batch_size % world_size:
@@ -99,7 +99,7 @@ def random_batches(
     data: np.ndarray, n_ctx: int, batch_size: int, n_batches: int, generator: torch.Generator
 ) -> list[Batch]:
     """n_batches random batches from the caller's generator (for measuring evaluation noise)."""
-    _check_positive(n_ctx=n_ctx, batch_size=batch_size, n_batches=n_batches)
+    check_positive(n_ctx=n_ctx, batch_size=batch_size, n_batches=n_batches)
     data = _check_data(data, n_ctx)
     return [
         _gather(data, _draw_offsets(len(data), n_ctx, batch_size, generator).tolist(), n_ctx) for _ in range(n_batches)

@@ -14,7 +14,7 @@ from torch import Tensor
 
 from interp.errors import DataError
 from interp.reading.levels import add_one_levels
-from training.batches import _check_positive, fixed_batches
+from training.batches import check_positive, fixed_batches
 
 
 def _as_ids(values: Any) -> np.ndarray:
@@ -30,7 +30,7 @@ def _check_ids(ids: np.ndarray, vocab_size: int, what: str) -> None:
 
 def _reference_levels(train: np.ndarray, contexts: np.ndarray, targets: np.ndarray, vocab_size: int) -> dict:
     """Add-one smoothed unigram and bigram cross-entropies (nats) of targets, counted on train."""
-    _check_positive(vocab_size=vocab_size)
+    check_positive(vocab_size=vocab_size)
     train = _as_ids(train)
     if len(train) < 2:
         raise DataError(f"the train split has {len(train)} tokens; reference levels need at least 2")

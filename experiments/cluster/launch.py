@@ -358,7 +358,7 @@ def submit(name: str, ctx: Context, todo: list[Job], argv: list[str]) -> bool:
     except Exception as e:  # submitit raises plain exceptions for an unknown parameter or a missing sbatch
         raise ToolkitError(f"cannot set up the {cluster} executor: {e}") from None
     # What resumes the sweep (waiting for it): the record keeps it for --collect, which names it for a job that died.
-    command = shlex.join([sys.executable, "-m", f"experiments.{name}", *_without(argv, "--no-wait")])
+    command = shlex.join([sys.executable, "-m", f"experiments.{name}", *without(argv, "--no-wait")])
     record = JobRecord(folder)
     slurm = cluster == "slurm"
     with record.held() if slurm else contextlib.nullcontext():
@@ -393,7 +393,7 @@ def submit(name: str, ctx: Context, todo: list[Job], argv: list[str]) -> bool:
         print(f"  {sub.job_id}  {job.variant.name} seed {job.seed}")
     if ctx.args.no_wait:
         collect = shlex.join(
-            [sys.executable, "-m", f"experiments.{name}", *_without(argv, "--launcher", *SLURM_ONLY), "--collect"]
+            [sys.executable, "-m", f"experiments.{name}", *without(argv, "--launcher", *SLURM_ONLY), "--collect"]
         )
         print(f"once they are done, aggregate with:\n  {collect}")
         return False
@@ -437,10 +437,10 @@ def sbatch(executor, ctx: Context, todo: list[Job], name: str, job_argv: list[st
 
 def job_command(argv: list[str], out: Path) -> list[str]:
     """The command line a cluster job re-plans from: the user's, less the launcher's options, with --out absolute."""
-    return [*_without(argv, "--out", "--launcher", *SLURM_ONLY), "--out", str(out), "--no-progress"]
+    return [*without(argv, "--out", "--launcher", *SLURM_ONLY), "--out", str(out), "--no-progress"]
 
 
-def _without(argv: list[str], *options: str) -> list[str]:
+def without(argv: list[str], *options: str) -> list[str]:
     """argv less the given options (and their values, for those that take one). argparse took a unique prefix of
     an option as the option (`--launch slurm`, `--no-w`), so a prefix of exactly one of them is that one too."""
     flags = {"--no-wait", "--collect"}

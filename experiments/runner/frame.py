@@ -38,7 +38,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from experiments.cluster.launch import _without, add_launcher_arguments, check_launcher_arguments, importable, launch
+from experiments.cluster.launch import add_launcher_arguments, check_launcher_arguments, importable, launch, without
 from experiments.cluster.wait_jobs import SweepIncomplete
 from experiments.runner.analyse_only import NOT_RECOMPUTABLE
 from experiments.runner.text import format_table, levels_line, software_versions, table_figure, validation_words
@@ -309,7 +309,7 @@ class Experiment:
             records = [load_record(job, ctx.out) for job in jobs]
             results = self._aggregate(ctx, jobs, records, incomplete)
         # The command that trains and analyses these runs (an --analyse-only one reads them from elsewhere).
-        command = _without(ctx.args.argv, "--analyse-only")  # --analyse-only's: with the options recorded with the runs
+        command = without(ctx.args.argv, "--analyse-only")  # --analyse-only's: with the options recorded with the runs
         results["command"] = shlex.join(["python", "-m", f"experiments.{self.name}", *command])
         results["wall_time_s"] = time.perf_counter() - start
         results_path, report_path = self.results_path(ctx), self.report_path(ctx)

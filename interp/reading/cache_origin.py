@@ -22,7 +22,7 @@ from torch import Tensor
 from interp.config.model_config import ModelConfig
 from interp.errors import CacheMismatchError
 from interp.model.api import check_config_unedited
-from interp.reading.stream_layout import Layout, _terms, wiring
+from interp.reading.stream_layout import Layout, site_terms, wiring
 
 WIRING_NAMES = {(True, True): "full", (True, False): "attn_only", (False, True): "ffn_only", (False, False): "none"}
 
@@ -112,7 +112,7 @@ def fitting_wirings(cache: Any, stream: Tensor, layer: int, kind: str, lay: Layo
         if (attn, ffn) == (lay.attn_residual, lay.ffn_residual):
             continue
         other = replace(lay, attn_residual=attn, ffn_residual=ffn)
-        names = [_term_name(what, l) for what, l in _terms(layer, kind, other)]
+        names = [_term_name(what, l) for what, l in site_terms(layer, kind, other)]
         if not all(n in keys for n in names):
             continue
         with torch.no_grad():

@@ -50,13 +50,13 @@ from interp.model.eval_mode import eval_mode
 from interp.reading.cache_origin import WIRING_NAMES, check_cache_origin, fitting_wirings
 from interp.reading.stream_layout import (
     Layout,
-    _get,
-    _head_weights,
-    _model_of,
-    _parse_site,
-    _terms,
+    block_head_weights,
+    cached,
     layout,
+    model_of,
+    parse_site,
     resid_sites,
+    site_terms,
     wiring,
 )
 
@@ -92,7 +92,7 @@ def _check_heads_rebuild(
     A hook that replaced hook_attn_out (or hook_result) during the cached forward leaves hook_z as it was, so
     per-head terms rebuilt from it would miss what the stream actually got.
     """
-    attn_out = _get(cache, f"blocks.{layer}.hook_attn_out")
+    attn_out = cached(cache, f"blocks.{layer}.hook_attn_out")
     rebuilt = result.sum(0) + bias if bias is not None else result.sum(0)
     off = float((rebuilt - attn_out).abs().max().detach()) if attn_out.numel() else 0.0
     scale = float(attn_out.abs().max().detach()) if attn_out.numel() else 0.0
@@ -130,19 +130,19 @@ def _checked_model(cache: Any, model: Any, site: Any = "final") -> Any:
         raise ArgumentError(f"cache: run_with_cache's cache (or a dict of its tensors), not {type(cache).__name__}")
     if not isinstance(site, str):
         raise ArgumentError(f"site: a residual site name (e.g. 'final', 'blocks.0.hook_resid_mid'), not {site!r:.40}")
-    model = _model_of(cache, model)
+    model = model_of(cache, model)
     check_cache_origin(cache, model)
     return model
 
 
 def _stream_name(site: str, model: Any) -> str:
-    layer, kind = _parse_site(site, layout(model))
+    layer, kind = parse_site(site, layout(model))
     return f"blocks.{layer}.hook_resid_{kind}"
 
 
 def _decompose(cache: Any, site: str, model: Any, per_head: bool) -> Components:
     lay = layout(model)
-    layer, kind = _parse_site(site, lay)
+    layer, kind = parse_site(site, lay)
     if per_head and not lay.heads_exact:
         raise DecompositionError(
             "per_head=True: this model normalises the attention output before hook_attn_out "
@@ -151,22 +151,22 @@ def _decompose(cache: Any, site: str, model: Any, per_head: bool) -> Components:
         )
     labels: list[str] = []
     parts: list[Tensor] = []
-    for what, l in _terms(layer, kind, lay):
+    for what, l in site_terms(layer, kind, lay):
         if what in ("embed", "pos_embed"):
             labels.append(what)
-            parts.append(_get(cache, f"hook_{what}"))
+            parts.append(cached(cache, f"hook_{what}"))
             continue
         if what == "mlp":
             labels.append(f"{l}_mlp_out")
-            parts.append(_get(cache, f"blocks.{l}.hook_mlp_out"))
+            parts.append(cached(cache, f"blocks.{l}.hook_mlp_out"))
             continue
-        heads = _head_weights(model, l) if per_head else None
+        heads = block_head_weights(model, l) if per_head else None
         if heads is None:
             labels.append(f"{l}_attn_out")
-            parts.append(_get(cache, f"blocks.{l}.hook_attn_out"))
+            parts.append(cached(cache, f"blocks.{l}.hook_attn_out"))
             continue
         w_o, b_o = heads
-        z = _get(cache, f"blocks.{l}.attn.hook_z")
+        z = cached(cache, f"blocks.{l}.attn.hook_z")
         result = einsum(z, w_o.to(z.dtype), "... h dh, h dh d -> h ... d")
         bias = b_o.to(z.dtype).expand_as(result[0]) if b_o is not None else None
         _check_heads_rebuild(cache, l, result, bias)
@@ -196,7 +196,7 @@ def _check_sum(cache: Any, name: str, site: str, stack: Tensor, model: Any) -> N
     tol = 1e-4 if stream.dtype in (torch.float32, torch.float64) else 3e-2
     if not off <= tol * scale:
         lay = layout(model)
-        layer, kind = _parse_site(site, lay)
+        layer, kind = parse_site(site, lay)
         other = fitting_wirings(cache, stream, layer, kind, lay)
         if other:
             ours = next(n for w, n in WIRING_NAMES.items() if w == (lay.attn_residual, lay.ffn_residual))
@@ -215,7 +215,7 @@ def _check_sum(cache: Any, name: str, site: str, stack: Tensor, model: Any) -> N
 def decomposition_error(cache: Any, site: str, model: Any = None, *, per_head: bool = False) -> float:
     """Largest |sum of the terms - cached stream| at a site (0 up to float rounding)."""
     model = _checked_model(cache, model, site)
-    stream = _get(cache, _stream_name(site, model))
+    stream = cached(cache, _stream_name(site, model))
     return float((_decompose(cache, site, model, per_head).total() - stream).abs().max().detach())
 
 
@@ -305,7 +305,7 @@ def direct_logit_attribution(
     _refuse_soft_cap(model, "direct_logit_attribution")
     comps = decompose(cache, "final", model, per_head=per_head)
     n_layers = wiring(model)[0]
-    resid = _get(cache, f"blocks.{n_layers - 1}.hook_resid_post")
+    resid = cached(cache, f"blocks.{n_layers - 1}.hook_resid_post")
     norm = final_norm(model)
     w, b = norm.w, norm.b
     w_u, b_u = _unembed_params(model)
@@ -330,7 +330,7 @@ def direct_logit_attribution(
         labels.append("ln_final.b + b_U")
         ln_bias = (b * direction).sum(-1) if b is not None else 0.0
         values = torch.cat([values, (ln_bias + unembed_bias).expand_as(values[0])[None]])
-    ln_out = _get(cache, "ln_final.hook_normalized") if norm.kind is not None else resid
+    ln_out = cached(cache, "ln_final.hook_normalized") if norm.kind is not None else resid
     ln_out = ln_out * w if w is not None else ln_out
     ln_out = ln_out + b if b is not None else ln_out
     target = (ln_out * direction).sum(-1) + unembed_bias
@@ -371,7 +371,7 @@ def logit_lens(cache: Any, model: Any = None) -> tuple[list[str], Float[Tensor, 
     cap = getattr(model.cfg, "output_logits_soft_cap", 0.0) or 0.0
     with torch.no_grad():
         logits = torch.stack(
-            [model.unembed(ln_final(x) if ln_final is not None else x) for x in (_get(cache, s) for s in sites)]
+            [model.unembed(ln_final(x) if ln_final is not None else x) for x in (cached(cache, s) for s in sites)]
         )
         if cap > 0:  # as the model's own forward does
             logits = cap * torch.tanh(logits / cap)

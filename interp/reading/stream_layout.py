@@ -1,11 +1,12 @@
 """How a model's residual stream is laid out, as interp.reading.decompose reads it: which sites it has and which
 sublayer outputs reach each one, for a ResidualGPT, its TransformerLens export or bridge, or any TL model.
 
-    wiring / layout   the model's residual paths and block shape (Layout)
-    resid_sites       every distinct residual site
-    _parse_site       a site name to (layer, pre|mid|post), refused by name when the model has no such site
-    _terms            the sublayer outputs that reach a site additively, walked back along the wiring
-    _head_weights     a block's W_O, b_O as they write into the stream (None for a mixer without heads)
+    wiring / layout      the model's residual paths and block shape (Layout)
+    resid_sites          every distinct residual site
+    parse_site           a site name to (layer, pre|mid|post), refused by name when the model has no such site
+    site_terms           the sublayer outputs that reach a site additively, walked back along the wiring
+    block_head_weights   a block's W_O, b_O as they write into the stream (None for a mixer without heads)
+    model_of, cached     the model a cache came from; one cached activation, refused by name when missing
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from interp.config.registry import mixer_spec
 from interp.errors import DecompositionError, ToolkitError
 
 
-def _model_of(cache: Any, model: Any) -> Any:
+def model_of(cache: Any, model: Any) -> Any:
     if model is None:
         model = getattr(cache, "model", None)  # an ActivationCache knows its model
     if model is None:
@@ -92,7 +93,7 @@ def layout(model: Any) -> Layout:
     )
 
 
-def _get(cache: Any, name: str) -> Tensor:
+def cached(cache: Any, name: str) -> Tensor:
     if name not in cache.keys():
         raise DecompositionError(
             f"the cache holds no {name!r}, which this decomposition needs; take the cache with "
@@ -109,7 +110,7 @@ def resid_sites(n_layers: int) -> list[str]:
     return sites
 
 
-def _parse_site(site: str, lay: Layout) -> tuple[int, str]:
+def parse_site(site: str, lay: Layout) -> tuple[int, str]:
     n_layers = lay.n_layers
     if site in ("final", "ln_final.hook_in"):
         return n_layers - 1, "post"
@@ -128,22 +129,22 @@ def _parse_site(site: str, lay: Layout) -> tuple[int, str]:
     )
 
 
-def _terms(layer: int, kind: str, lay: Layout) -> list[tuple[str, int]]:
+def site_terms(layer: int, kind: str, lay: Layout) -> list[tuple[str, int]]:
     """(kind, layer) of each sublayer output reaching the site, in forward order."""
     if kind == "pre" and layer == 0:
         return [("embed", 0), ("pos_embed", 0)] if lay.pos_in_stream else [("embed", 0)]
     if kind == "pre":
-        return _terms(layer - 1, "post", lay)
+        return site_terms(layer - 1, "post", lay)
     if kind == "mid":
-        return (_terms(layer, "pre", lay) if lay.attn_residual else []) + [("attn", layer)]
+        return (site_terms(layer, "pre", lay) if lay.attn_residual else []) + [("attn", layer)]
     if not lay.has_mlp:  # TL attn_only: resid_post = resid_pre + attn_out
-        return _terms(layer, "pre", lay) + [("attn", layer)]
+        return site_terms(layer, "pre", lay) + [("attn", layer)]
     if lay.parallel:  # both sublayers read resid_pre and write resid_post
-        return _terms(layer, "pre", lay) + [("attn", layer), ("mlp", layer)]
-    return (_terms(layer, "mid", lay) if lay.ffn_residual else []) + [("mlp", layer)]
+        return site_terms(layer, "pre", lay) + [("attn", layer), ("mlp", layer)]
+    return (site_terms(layer, "mid", lay) if lay.ffn_residual else []) + [("mlp", layer)]
 
 
-def _head_weights(model: Any, layer: int) -> tuple[Float[Tensor, "head d_head d_model"], Tensor | None] | None:
+def block_head_weights(model: Any, layer: int) -> tuple[Float[Tensor, "head d_head d_model"], Tensor | None] | None:
     """(W_O, b_O) of a block's attention as written into the residual, or None for a mixer without heads."""
     if isinstance(model.cfg, ModelConfig):
         cfg = model.cfg

@@ -65,13 +65,13 @@ from interp.tl import stream_reads
 from interp.tl.bridge_adapter import (  # registers the adapter
     ARCHITECTURE,
     ROUTING_APPLIED_BY,
-    _EmbedBridge,
-    _HeadResults,
-    _Host,
-    _MixerBridge,
+    BridgeHost,
+    EmbedBridge,
+    HeadResults,
+    MixerBridge,
     routing_quiet,
 )
-from interp.tl.bridge_cache import _lacks, _lacks_error
+from interp.tl.bridge_cache import lacks_hook, lacks_hook_error
 from interp.tl.bridge_hooks import BridgeHooks
 from interp.tl.guards import ExportGuards, resolve_source
 from interp.tl.major import tl_config_fields
@@ -107,7 +107,7 @@ def _no_processing(call: str) -> ToolkitError:
 
 def _bridged_mixer(block: nn.Module) -> Any:
     """The ResidualGPT mixer inside a bridged block (a registered mixer class: typed Any, as mixer_spec is)."""
-    return cast(_MixerBridge, block.attn).original_component
+    return cast(MixerBridge, block.attn).original_component
 
 
 def _show(wiring: Tensor | None) -> str:
@@ -136,14 +136,14 @@ class ResidualBridge(ExportGuards, BridgeHooks):
         return mixer_spec(self.residual_gpt.cfg.mixer).has_pattern
 
     def _resolve_hook_point(self, name: str, aliases: dict, hook_dict: dict) -> tuple[str, HookPoint]:
-        if _lacks(self.residual_gpt.cfg, name):
-            raise _lacks_error(self.residual_gpt.cfg, name)
+        if lacks_hook(self.residual_gpt.cfg, name):
+            raise lacks_hook_error(self.residual_gpt.cfg, name)
         return super()._resolve_hook_point(name, aliases, hook_dict)  # type: ignore[misc]  # TL 4's; 3.9 lacks it
 
     def set_use_attn_result(self, use_attn_result: bool) -> None:
         """Fire blocks.{l}.attn.hook_result ([batch, pos, head, d_model], each head's share of hook_attn_out)."""
-        if not all(isinstance(_bridged_mixer(b).out_proj, _HeadResults) for b in self.residual_gpt.blocks):
-            raise _lacks_error(self.residual_gpt.cfg, "blocks.{l}.attn.hook_result")
+        if not all(isinstance(_bridged_mixer(b).out_proj, HeadResults) for b in self.residual_gpt.blocks):
+            raise lacks_hook_error(self.residual_gpt.cfg, "blocks.{l}.attn.hook_result")
         self.cfg._set_bridge_managed_hook_flag("use_attn_result", bool(use_attn_result))  # cfg.x = routes here
         for block in self.residual_gpt.blocks:
             _bridged_mixer(block).out_proj.enabled = bool(use_attn_result)
@@ -227,7 +227,7 @@ class ResidualBridge(ExportGuards, BridgeHooks):
         return LOGIT_ATTRS_MESSAGE  # the bridge never folds ln_final (as an unfolded 3.x export)
 
     def _padding_mark(self, tokens: Tensor, padding_side: str | None) -> Any:
-        """True (the embedding says nothing of to_tokens' BOS or padding: bridge_adapter._EmbedBridge); left
+        """True (the embedding says nothing of to_tokens' BOS or padding: bridge_adapter.EmbedBridge); left
         padding that sets rows apart is refused, as ResidualGPT has no position offsets."""
         lead = leading_special(tokens, self.n_trained)
         if lead is not None and lead.shape[0] > 1 and len(set(lead.sum(-1).tolist())) > 1:  # rows padded apart
@@ -269,7 +269,7 @@ class ResidualBridge(ExportGuards, BridgeHooks):
 
 def bridge_config(cfg: ModelConfig) -> TransformerBridgeConfig:
     """The TransformerBridgeConfig of a ModelConfig. d_vocab is the model's (W_E @ W_U square, as SVDInterpreter
-    needs); a tokenizer's special ids after it embed as zeros (bridge_adapter._EmbedBridge)."""
+    needs); a tokenizer's special ids after it embed as zeros (bridge_adapter.EmbedBridge)."""
     return TransformerBridgeConfig(**tl_config_fields(cfg), architecture=ARCHITECTURE)
 
 
@@ -301,7 +301,7 @@ def _bridge(model: ResidualGPT, tokenizer: Any) -> ResidualBridge:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # TL's notices about adapters it does not know, processing, ...
             bridge = build_bridge_from_module(
-                _Host(model), ARCHITECTURE, tl_config=bridge_config(model.cfg), tokenizer=tokenizer
+                BridgeHost(model), ARCHITECTURE, tl_config=bridge_config(model.cfg), tokenizer=tokenizer
             )
     finally:
         if probe:
@@ -314,7 +314,7 @@ def _bridge(model: ResidualGPT, tokenizer: Any) -> ResidualBridge:
         block.mlp.gain = model.cfg.runtime_gain
         block.mlp.layer = block.attn.layer = layer
     if tokenizer is not None:  # its special ids after the model's embed as zeros; any other id is refused
-        cast(_EmbedBridge, bridge.embed).n_special = max(0, len(tokenizer) - model.cfg.d_vocab)
+        cast(EmbedBridge, bridge.embed).n_special = max(0, len(tokenizer) - model.cfg.d_vocab)
     if tokenizer is not None:
         bridge.tokenizer.padding_side = "right"
     return cast(ResidualBridge, bridge.eval())  # its class set to ResidualBridge above

@@ -40,8 +40,8 @@ ARCHITECTURE = "ResidualGPT"
 _BLOCK_HOOKS = ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out", "hook_resid_post")
 _LN_HOOKS = ("hook_scale", "hook_normalized")
 _MLP_HOOKS = ("hook_pre", "hook_post")
-# Every TL 3 name a mixer may have under blocks.{l}.attn; a model has those its mixer declares (_attn_sites).
-_ATTN_NAMES = (
+# Every TL 3 name a mixer may have under blocks.{l}.attn; a model has those its mixer declares (attn_sites).
+ATTN_NAMES = (
     "hook_q",
     "hook_k",
     "hook_v",
@@ -62,7 +62,7 @@ def _adopt(component: GeneralizedComponent, module: nn.Module, names: tuple[str,
             setattr(component, name, hook)
 
 
-class _EmbedBridge(EmbeddingBridge):
+class EmbedBridge(EmbeddingBridge):
     """The token embedding; a tokenizer special (id >= d_vocab: <|endoftext|> as PAD / BOS) embeds as zeros.
 
     As on the 3.x export, whose embedding has a zero row for it. ResidualGPT itself has no such row. An id
@@ -154,7 +154,7 @@ def _gained_forward(component: GeneralizedComponent, gain: float, args: tuple, k
 ROUTING_APPLIED_BY = "this model's attention"  # in HiddenRoutingWarning's text, the bridge's and each block's
 
 
-class _HeadResults(nn.Module):
+class HeadResults(nn.Module):
     """The mixer's out_proj, which can fire hook_result: per-head outputs [batch, pos, head, d_model].
 
     Off (the default), it is the plain Linear, bit for bit. On, it computes
@@ -188,14 +188,14 @@ class _HeadResults(nn.Module):
         return out + self.linear.bias if self.linear.bias is not None else out
 
 
-def _attn_sites(cfg: ModelConfig) -> tuple[str, ...]:
+def attn_sites(cfg: ModelConfig) -> tuple[str, ...]:
     """The TL 3 hook names under blocks.{l}.attn that this model's mixer has: its declared hook sites, and
-    hook_result where it has heads written through out_proj (see _HeadResults)."""
+    hook_result where it has heads written through out_proj (see HeadResults)."""
     spec = mixer_spec(cfg.mixer)
     return (*spec.hook_sites, *(("hook_result",) if spec.has_heads else ()))
 
 
-class _MixerBridge(GeneralizedComponent):
+class MixerBridge(GeneralizedComponent):
     """The attention slot: the hook points the mixer declares, and hook_result where it has heads.
 
     TL's weight properties (W_Q [n_heads, d_model, d_head], ..., W_O, b_O, QK, OV) are what the
@@ -264,7 +264,7 @@ class _MixerBridge(GeneralizedComponent):
         _adopt(self, original_component, spec.hook_sites)
         out_proj = getattr(original_component, "out_proj", None)
         if spec.has_heads and cfg is not None and isinstance(out_proj, nn.Linear):
-            results = _HeadResults(out_proj, cfg)
+            results = HeadResults(out_proj, cfg)
             original_component.out_proj = results
             self.hook_result = results.hook_result
 
@@ -297,7 +297,7 @@ class _ResidualBlockBridge(BlockBridge):
 
 
 class ResidualGPTAdapter(ArchitectureAdapter):
-    """How a _Host's module tree maps onto TL 4's components (the ResidualGPT lives at .gpt)."""
+    """How a BridgeHost's module tree maps onto TL 4's components (the ResidualGPT lives at .gpt)."""
 
     def __init__(self, cfg: Any) -> None:
         super().__init__(cfg)
@@ -309,13 +309,13 @@ class ResidualGPTAdapter(ArchitectureAdapter):
             config=self.cfg,
             submodules={
                 "ln1": _LayerNormBridge(name="ln1"),
-                "attn": _MixerBridge(name="attn"),
+                "attn": MixerBridge(name="attn"),
                 "ln2": _LayerNormBridge(name="ln2"),
                 "mlp": _MLPBridge(name="mlp"),
             },
         )
         self.component_mapping = {
-            "embed": _EmbedBridge(name="gpt.embed"),
+            "embed": EmbedBridge(name="gpt.embed"),
             "pos_embed": PosEmbedBridge(name="gpt.pos_embed"),
             "blocks": block,
             "ln_final": _LayerNormBridge(name="gpt.ln_final"),
@@ -326,7 +326,7 @@ class ResidualGPTAdapter(ArchitectureAdapter):
 ArchitectureAdapterFactory.register_adapter(ARCHITECTURE, ResidualGPTAdapter)
 
 
-class _Host(nn.Module):
+class BridgeHost(nn.Module):
     """Holds the ResidualGPT at .gpt: its own names (embed, blocks, ...) would collide with the bridge's slots."""
 
     def __init__(self, gpt: ResidualGPT):
@@ -348,7 +348,7 @@ class _Host(nn.Module):
                 "a padded batch must be padded on the right (ResidualGPT has no position offsets): "
                 "pass padding_side='right', or prompts of equal length"
             )
-        return self.gpt(input_ids)  # ids are checked once, by _EmbedBridge.forward
+        return self.gpt(input_ids)  # ids are checked once, by EmbedBridge.forward
 
     def _from_layer(self, resid: Tensor | None) -> Tensor:
         """TL 4's start_at_layer=k: `resid` enters block k (TL swaps it in there) and ResidualGPT's blocks k..,

@@ -11,22 +11,22 @@ from interp.config.model_config import ModelConfig
 from interp.config.registry import mixer_spec
 from interp.errors import ToolkitError
 from interp.model.activation_cache import NamedCache
-from interp.tl.bridge_adapter import _ATTN_NAMES, _attn_sites
+from interp.tl.bridge_adapter import ATTN_NAMES, attn_sites
 
 
-def _lacks(cfg: ModelConfig, name: str) -> bool:
+def lacks_hook(cfg: ModelConfig, name: str) -> bool:
     """Whether `name` is a TL 3 attention hook name that this model's mixer does not have."""
     site = name.rsplit(".", 1)[-1]
-    return ".attn." in name and site in _ATTN_NAMES and site not in _attn_sites(cfg)
+    return ".attn." in name and site in ATTN_NAMES and site not in attn_sites(cfg)
 
 
-def _lacks_error(cfg: ModelConfig, name: str) -> ToolkitError:
+def lacks_hook_error(cfg: ModelConfig, name: str) -> ToolkitError:
     spec = mixer_spec(cfg.mixer)
     what = (
         ", ".join(w for w, has in (("no heads", spec.has_heads), ("no attention pattern", spec.has_pattern)) if not has)
         or "not this hook"
     )
-    sites = " / ".join(_attn_sites(cfg)) or "none of TL 3's"
+    sites = " / ".join(attn_sites(cfg)) or "none of TL 3's"
     return ToolkitError(
         f"{name!r}: this model's token mixer, mixer={cfg.mixer!r}, has {what}, so it has no such hook; its hooks "
         f"under blocks.{{l}}.attn are {sites} (and hook_in / hook_out)"
@@ -64,6 +64,6 @@ class BridgeActivationCache(NamedCache):
             return self.cache_dict[key]
         name = _full_name(key, self.model.cfg.n_layers)  # TL's shorthand: cache["post", 0], cache["pattern", 1]
         cfg = cast(Any, self.model).residual_gpt.cfg  # a ResidualBridge
-        if name is not None and name not in self.cache_dict and _lacks(cfg, name):
-            raise _lacks_error(cfg, name)
+        if name is not None and name not in self.cache_dict and lacks_hook(cfg, name):
+            raise lacks_hook_error(cfg, name)
         return super().__getitem__(key)  # a typo or a layer the model lacks: the closest names (as the 3.x export)

@@ -29,7 +29,7 @@ class BridgeGenerate(TransformerBridge):
 
     @property
     def residual_gpt(self) -> ResidualGPT:
-        return cast(ResidualGPT, self.original_model.gpt)  # _Host.gpt
+        return cast(ResidualGPT, self.original_model.gpt)  # BridgeHost.gpt
 
     def generate(self, input: Any = "", *args: Any, **kwargs: Any) -> Any:
         """TL 4's generate; a list of prompts of unequal token lengths, or past n_ctx, runs one prompt at a time.

@@ -11,7 +11,7 @@ from typing import Any
 from torch import Tensor
 
 from interp.model.api import CheckedHook, batch_of_one_error, check_hook_name, check_hook_pairs
-from interp.tl.bridge_cache import BridgeActivationCache, _lacks, _lacks_error
+from interp.tl.bridge_cache import BridgeActivationCache, lacks_hook, lacks_hook_error
 from interp.tl.bridge_generate import BridgeGenerate
 
 
@@ -56,8 +56,8 @@ class BridgeHooks(BridgeGenerate):
     def _check_name(self, name: Any, arg: str) -> None:
         """A hook the mixer lacks (hook_pattern of position_blind) is said so by name; else check_hook_name's."""
         for each in name if isinstance(name, (list, tuple, set, frozenset)) else [name]:
-            if isinstance(each, str) and _lacks(self.residual_gpt.cfg, each):
-                raise _lacks_error(self.residual_gpt.cfg, each)
+            if isinstance(each, str) and lacks_hook(self.residual_gpt.cfg, each):
+                raise lacks_hook_error(self.residual_gpt.cfg, each)
         check_hook_name(self, name, arg)
 
     def run_with_cache(self, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
