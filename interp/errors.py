@@ -118,6 +118,10 @@ class ShapeError(ConfigError):
     """A tensor handed to a public function has the wrong dims, shape, dtype or device (the argument named)."""
 
 
+class NoTokenizerError(ConfigError, AssertionError):
+    """Text given to an export made without a tokenizer: a ConfigError, and still the AssertionError TL raises."""
+
+
 class TokenIdError(ConfigError, IndexError):
     """A token id outside the vocabulary, or ids that are not integers: a ConfigError, and still an IndexError."""
 

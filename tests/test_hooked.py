@@ -14,7 +14,7 @@ from majors import TL4, export, tl3_only
 
 import interp
 from interp import CheckpointError, ConfigError, ModelConfig, ResidualGPT, save_checkpoint
-from interp.errors import TokenIdError, UnembedBiasWarning
+from interp.errors import NoTokenizerError, TokenIdError, UnembedBiasWarning
 from interp.files.gpt2 import gpt2_files
 
 TOL = 1e-5
@@ -376,6 +376,43 @@ def test_no_tokenizer_warns():
     with pytest.warns(UserWarning, match="no tokenizer attached"):
         tl = interp.load_tl(model)
     assert tl.tokenizer is None
+
+
+TEXT_CALLS = {
+    "to_tokens": lambda tl: tl.to_tokens("abc"),
+    "to_string": lambda tl: tl.to_string(torch.tensor([1, 2])),
+    "to_str_tokens": lambda tl: tl.to_str_tokens(torch.tensor([1, 2])),
+    "to_single_token": lambda tl: tl.to_single_token("a"),
+    "to_single_str_token": lambda tl: tl.to_single_str_token(3),
+    "get_token_position": lambda tl: tl.get_token_position("a", "abc"),
+    "forward": lambda tl: tl("abc"),
+    "forward on a list": lambda tl: tl(["ab", "c"]),
+    "run_with_cache": lambda tl: tl.run_with_cache("abc"),
+    "generate": lambda tl: tl.generate("abc", max_new_tokens=2, verbose=False),
+    "tokens_to_residual_directions": lambda tl: tl.tokens_to_residual_directions("a"),
+}
+
+
+@pytest.mark.parametrize("call", TEXT_CALLS)
+def test_text_on_an_export_without_a_tokenizer_is_one_error_naming_the_way_out(call):
+    """F45: where TL asserts (or fails on None.decode), one NoTokenizerError, still an AssertionError."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tl = interp.load_tl(ResidualGPT(ModelConfig(n_layers=1, d_model=16, n_heads=2, n_ctx=8, d_vocab=11)))
+    with pytest.raises(NoTokenizerError, match="needs a tokenizer.*token ids.*vocab=") as caught:
+        TEXT_CALLS[call](tl)
+    assert isinstance(caught.value, AssertionError)
+
+
+def test_generate_on_ids_without_a_tokenizer_names_stop_at_eos():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tl = interp.load_tl(ResidualGPT(ModelConfig(n_layers=1, d_model=16, n_heads=2, n_ctx=8, d_vocab=11)))
+    ids = torch.tensor([[1, 2]])
+    with pytest.raises(ConfigError, match="stop_at_eos=False"):
+        tl.generate(ids, max_new_tokens=2, verbose=False)
+    assert tl.generate(ids, max_new_tokens=2, stop_at_eos=False, verbose=False).shape == (1, 4)
+    assert tl.generate(ids, max_new_tokens=2, eos_token_id=10, verbose=False).shape[0] == 1
 
 
 def test_gpt2_tokenizer_from_local_files(monkeypatch):

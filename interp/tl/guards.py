@@ -6,6 +6,8 @@ what either is made from.
                     word): one ConfigError naming truncate=False, which keeps it whole. prepend_bos: the model was
                     trained without BOS and the char tokenizer's <|endoftext|> row is zero, never trained: to_tokens
                     (and so generate, forward and run_with_cache on text) warns (UntrainedTokenWarning)
+    text            to_tokens, to_string, to_str_tokens, to_single_str_token, and forward / run_with_cache /
+                    generate on text, on an export made without a tokenizer: one NoTokenizerError (TL asserts)
     to_string, tokens_to_residual_directions
                     an id outside the vocabulary (-1, which TL reads from the end) is a TokenIdError
     loss_fn         on a right-padded batch (to_tokens of a list) the pad id has no logit: the padding is masked out
@@ -37,7 +39,7 @@ from interp.model.gpt import ResidualGPT
 from interp.tl import stream_reads
 from interp.tl.major import refuse_past_context
 from interp.tl.routing_words import routing_quiet, warn_hidden_routing
-from interp.tl.tokens import check_loss_shapes, loss_targets, warn_bos
+from interp.tl.tokens import check_loss_shapes, is_text, loss_targets, require_tokenizer, warn_bos
 
 
 class ExportGuards:
@@ -77,6 +79,7 @@ class ExportGuards:
         """TL's to_tokens; past n_ctx with truncate=True (TL's default) one ConfigError naming truncate=False,
         where TL would keep the first n_ctx tokens without a word (interp.tl.major.refuse_past_context)."""
         tl: Any = self  # TL's model: its cfg and tokenizer (HookedTransformer's, TransformerBridge's)
+        require_tokenizer(tl.tokenizer, "to_tokens")
         warn_bos(tl, prepend_bos, self.n_trained)
         tokens = super().to_tokens(input, prepend_bos, padding_side, move_to_device, truncate=False)  # type: ignore[misc]
         if truncate and isinstance(tokens, Tensor):
@@ -89,9 +92,23 @@ class ExportGuards:
         """TL's decode; an id outside the tokenizer's vocabulary is a TokenIdError (TL's decode drops it, or
         fails with an OverflowError for a negative one)."""
         tokenizer = cast(Any, self).tokenizer
-        if tokenizer is not None and not isinstance(tokens, str):
+        require_tokenizer(tokenizer, "to_string")
+        if not isinstance(tokens, str):
             check_ids(tokens, len(tokenizer), "tokens")
         return super().to_string(tokens)  # type: ignore[misc]
+
+    def to_str_tokens(self, input: Any, *args: Any, **kwargs: Any) -> Any:
+        require_tokenizer(cast(Any, self).tokenizer, "to_str_tokens")
+        return super().to_str_tokens(input, *args, **kwargs)  # type: ignore[misc]
+
+    def to_single_str_token(self, int_token: int) -> str:
+        require_tokenizer(cast(Any, self).tokenizer, "to_single_str_token")
+        return super().to_single_str_token(int_token)  # type: ignore[misc]
+
+    def _refuse_text_without_tokenizer(self, input: Any, what: str) -> None:
+        """forward and run_with_cache on text (TL asserts before it reaches to_tokens)."""
+        if is_text(input):
+            require_tokenizer(cast(Any, self).tokenizer, f"{what} on text")
 
     def loss_fn(
         self, logits: Tensor, tokens: Tensor, attention_mask: Tensor | None = None, per_token: bool = False

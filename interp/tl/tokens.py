@@ -15,6 +15,9 @@ The char tokenizer's <|endoftext|> (BOS, EOS and PAD alike) has the id after the
     generate    its sampling options and return_type checked as ResidualGPT's (check_generate_options);
                 on rows ending in padding appends after it: UntrainedTokenWarning (warn_generate_after_padding);
                 past n_ctx both majors crop as nanoGPT does (generate_cropped), and decode as TL does (decoded)
+    no tokenizer  text (to_tokens, to_string, to_str_tokens, forward, run_with_cache, generate) on an export made
+                without one is one NoTokenizerError (require_tokenizer), where TL asserts; generate's stop_at_eos
+                without an end-of-text id is one ConfigError naming stop_at_eos=False
     meta        tokens on the meta device hold no data: one ShapeError (refuse_meta) before TL's copy fails
 """
 
@@ -30,6 +33,7 @@ from torch import Tensor
 
 from interp.errors import (
     ConfigError,
+    NoTokenizerError,
     NoTokenizerWarning,
     ShapeError,
     TokenIdError,
@@ -147,10 +151,34 @@ def warn_unmasked_left_padding(arguments: dict[str, Any], tokenizer: Any, traine
         )
 
 
-def check_generate_options(arguments: dict[str, Any], return_types: tuple[str, ...]) -> None:
+def is_text(input: Any) -> bool:
+    """A str, or a non-empty list or tuple of them: what TL tokenizes."""
+    return isinstance(input, str) or (isinstance(input, (list, tuple)) and bool(input) and isinstance(input[0], str))
+
+
+def require_tokenizer(tokenizer: Any, what: str) -> None:
+    """One NoTokenizerError where an export made without a tokenizer is asked for text (TL asserts, or fails on
+    None.decode)."""
+    if tokenizer is None:
+        raise NoTokenizerError(
+            f"{what} needs a tokenizer, and this export has none (made without a vocabulary): give it token ids, "
+            "or export a checkpoint that records its vocabulary, or pass vocab= to the export"
+        )
+
+
+def check_generate_options(arguments: dict[str, Any], return_types: tuple[str, ...], tokenizer: Any) -> None:
     """Either major's generate, its arguments as bound (defaults where absent): the sampling options as
     ResidualGPT.generate checks them (interp.model.api.check_sampling) and a return_type the major knows, one
-    ConfigError each (TL 3 would raise an AssertionError, TL 4 torch.cat's error or return tokens without a word)."""
+    ConfigError each (TL 3 would raise an AssertionError, TL 4 torch.cat's error or return tokens without a word);
+    without a tokenizer, text is a NoTokenizerError and stop_at_eos (TL's default) needs eos_token_id."""
+    if is_text(arguments.get("input", "")):
+        require_tokenizer(tokenizer, "generate on text")
+    eos = arguments.get("eos_token_id")
+    if arguments.get("stop_at_eos", True) and eos is None and getattr(tokenizer, "eos_token_id", None) is None:
+        raise ConfigError(
+            "generate stops at an end-of-text id (stop_at_eos=True, the default), and this export has no tokenizer "
+            "to give one: pass stop_at_eos=False, or eos_token_id=<id>"
+        )
     check_sampling(arguments.get("max_new_tokens", 10), arguments.get("top_k"), arguments.get("top_p"))
     return_type = arguments.get("return_type", "input")
     if return_type not in return_types:
