@@ -387,6 +387,8 @@ TEXT_CALLS = {
     "get_token_position": lambda tl: tl.get_token_position("a", "abc"),
     "forward": lambda tl: tl("abc"),
     "forward on a list": lambda tl: tl(["ab", "c"]),
+    "forward on an empty list": lambda tl: tl([]),
+    "generate to text": lambda tl: tl.generate(torch.tensor([[1]]), stop_at_eos=False, return_type="str"),
     "run_with_cache": lambda tl: tl.run_with_cache("abc"),
     "generate": lambda tl: tl.generate("abc", max_new_tokens=2, verbose=False),
     "tokens_to_residual_directions": lambda tl: tl.tokens_to_residual_directions("a"),
@@ -402,6 +404,30 @@ def test_text_on_an_export_without_a_tokenizer_is_one_error_naming_the_way_out(c
     with pytest.raises(NoTokenizerError, match="needs a tokenizer.*token ids.*vocab=") as caught:
         TEXT_CALLS[call](tl)
     assert isinstance(caught.value, AssertionError)
+
+
+def test_generate_without_a_tokenizer_or_on_embeddings_gives_the_models_greedy_tokens_with_the_cache_on():
+    """TL 3.9's key-value cache without an attention mask offset W_pos across the whole sequence: the export
+    leaves the cache off there (audit F1), so every way in continues as ResidualGPT does."""
+    torch.manual_seed(1)
+    model = ResidualGPT(ModelConfig(n_layers=2, d_model=16, n_heads=2, n_ctx=16, d_vocab=11)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 1)
+    prompt, want = torch.tensor([[1, 2, 3]]), [[1, 2, 3]]
+    for _ in range(5):
+        with torch.no_grad():
+            want[0].append(int(model(torch.tensor(want))[0, -1].argmax()))
+    greedy = {"max_new_tokens": 5, "stop_at_eos": False, "do_sample": False, "verbose": False}
+    for vocab in (None, list("abcdefghijk")):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tl = interp.load_tl(model, vocab=vocab)
+        for kv in (True, False):
+            assert tl.generate(prompt, use_past_kv_cache=kv, **greedy).tolist() == want
+            if not TL4:  # the bridge takes no embeddings to generate from
+                out = tl.generate(tl.embed(prompt), use_past_kv_cache=kv, return_type="tokens", **greedy)
+                assert out.tolist() == [want[0][3:]]
 
 
 def test_generate_on_ids_without_a_tokenizer_names_stop_at_eos():

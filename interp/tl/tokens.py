@@ -152,8 +152,8 @@ def warn_unmasked_left_padding(arguments: dict[str, Any], tokenizer: Any, traine
 
 
 def is_text(input: Any) -> bool:
-    """A str, or a non-empty list or tuple of them: what TL tokenizes."""
-    return isinstance(input, str) or (isinstance(input, (list, tuple)) and bool(input) and isinstance(input[0], str))
+    """A str, or a list or tuple of them (an empty one too): what TL tokenizes."""
+    return isinstance(input, str) or (isinstance(input, (list, tuple)) and all(isinstance(p, str) for p in input))
 
 
 def require_tokenizer(tokenizer: Any, what: str) -> None:
@@ -173,6 +173,8 @@ def check_generate_options(arguments: dict[str, Any], return_types: tuple[str, .
     without a tokenizer, text is a NoTokenizerError and stop_at_eos (TL's default) needs eos_token_id."""
     if is_text(arguments.get("input", "")):
         require_tokenizer(tokenizer, "generate on text")
+    if arguments.get("return_type") == "str":
+        require_tokenizer(tokenizer, "generate with return_type='str'")
     eos = arguments.get("eos_token_id")
     if arguments.get("stop_at_eos", True) and eos is None and getattr(tokenizer, "eos_token_id", None) is None:
         raise ConfigError(

@@ -6,6 +6,7 @@ max_new_tokens=0
                 the prompt (TL's ends in torch.cat's ValueError)
 an empty prompt one ShapeError, as on ResidualGPT (TL's ends in an IndexError)
 padding         left padding without padding_side='left', and rows that end in padding: a warning each call
+key-value cache left off where TL 3.9 would misplace positions with it (no tokenizer, or embeddings given)
 """
 
 from __future__ import annotations
@@ -39,6 +40,15 @@ def refuse_empty(input: Any) -> None:
     raise ShapeError(f"tokens: no positions (shape {shape}); give at least one token per row")
 
 
+def _cache_misplaces_positions(bound: inspect.BoundArguments, tokenizer: Any) -> bool:
+    """TL 3.9's generate with its key-value cache and no attention mask (no tokenizer, or embeddings given)
+    offsets W_pos by the cached length across the whole sequence: wrong tokens, or a false n_ctx refusal. The
+    cache is then left off, which computes what ResidualGPT.generate does."""
+    given = bound.arguments.get("input", "")
+    embeds = isinstance(given, torch.Tensor) and given.ndim == 3
+    return bound.arguments.get("use_past_kv_cache", True) and (tokenizer is None or embeds)
+
+
 class ExportGenerate(HookedTransformer):
     """The export's generate (ExportedHookedTransformer's base; see the module docstring)."""
 
@@ -51,6 +61,9 @@ class ExportGenerate(HookedTransformer):
         """
         bound = _GENERATE.bind(self, *args, **kwargs)
         if tl_temperature(bound):  # NaN, inf, < 0 refused; a tiny one greedy, not TL's NaN traceback
+            args, kwargs = bound.args[1:], bound.kwargs
+        if _cache_misplaces_positions(bound, self.tokenizer):
+            bound.arguments["use_past_kv_cache"] = False
             args, kwargs = bound.args[1:], bound.kwargs
         bound.apply_defaults()
         a = dict(bound.arguments)
