@@ -250,7 +250,7 @@ def _predict_spread(steps: np.ndarray, every: int, last: int, max_factor: float)
         why = f"{unfit:.1%} of the simulated arms have fewer than 3 escapes"
         return {"sigma": None, "interval": [None, None], "factor": None, "unfit": unfit, "is_prediction": False,
                 "why_not": why}  # fmt: skip
-    lo, hi = np.percentile(got, 2.5, method="lower"), np.percentile(got, 97.5, method="higher")
+    lo, hi = draw_interval(got)
     factor = float(hi / lo)
     out = {
         "sigma": float(np.percentile(got, 50, method="higher")),
@@ -307,17 +307,17 @@ def fit_wait_law(runs: list[dict[str, Any]], every: int) -> dict[str, Any]:
     )
     d = np.array(draws) if draws else params[None]
     for i, name in enumerate(PARAMS):
-        lo_, hi_ = np.percentile(d[:, i], [2.5, 97.5])
-        out[name] = {"value": float(params[i]), "lower": float(lo_), "upper": float(hi_)}
+        out[name] = percentile_interval(params[i], d[:, i])
     out["sigma_by_depth"] = {
-        str(L): _interval(math.exp(params[3] + params[4] * L), np.exp(d[:, 3] + d[:, 4] * L))
+        str(L): percentile_interval(math.exp(params[3] + params[4] * L), np.exp(d[:, 3] + d[:, 4] * L))
         for L in sorted(set(depth.astype(int).tolist()))
     }
     out.update(fitted=True, params=params.tolist(), n_refits=len(draws), draws=d.tolist())
     return out
 
 
-def _interval(value: float, samples: np.ndarray) -> dict[str, float]:
+def percentile_interval(value: float, samples: np.ndarray) -> dict[str, float]:
+    """{value, lower, upper}: a fitted value and the middle 95% of its refits (interpolated percentiles)."""
     lo, hi = np.percentile(samples, [2.5, 97.5])
     return {"value": float(value), "lower": float(lo), "upper": float(hi)}
 
@@ -329,6 +329,11 @@ def wait_law_median(params, u: float, depth: float) -> float:
     if not exponent < 709:  # exp past a float's range (or NaN): no step a run could wait
         raise ToolkitError(f"the law's median wait at u {u:g}, depth {depth:g} is past any step (exp({exponent:g}))")
     return float(math.exp(exponent))
+
+
+def draw_interval(draws: np.ndarray) -> tuple[float, float]:
+    """The middle 95% of predictive draws (counts and grid steps): its ends are draws, not interpolations."""
+    return np.percentile(draws, 2.5, method="lower"), np.percentile(draws, 97.5, method="higher")
 
 
 def read_arm(steps: np.ndarray, last: int) -> tuple[np.ndarray, np.ndarray]:
@@ -377,9 +382,9 @@ def predict_arm(
     steps = np.maximum(every, np.ceil(t / every) * every)
     steps[steps > last] = np.inf
     medians, floors = read_arm(steps, last)
-    lo, hi = np.percentile(medians, 2.5, method="lower"), np.percentile(medians, 97.5, method="higher")
+    lo, hi = draw_interval(medians)
     point = float(np.percentile(medians, 50, method="higher"))
-    f_lo, f_hi = np.percentile(floors, 2.5, method="lower"), np.percentile(floors, 97.5, method="higher")
+    f_lo, f_hi = draw_interval(floors)
     factor = float(hi / lo) if math.isfinite(hi) else math.inf
     # under the law itself: how often an arm's median lands where `held` would call it held
     inside = (medians >= lo) & (medians <= hi) & within(medians, point) if math.isfinite(point) else None
@@ -389,13 +394,13 @@ def predict_arm(
         "u_mean": float(np.mean(u)),
         "depth": depth,
         "wait_law_median": float(np.median([wait_law_median(law["params"], x, depth) for x in u])),
-        "median": _finite(point),
-        "interval": [_finite(lo), _finite(hi)],
-        "factor": _finite(factor),
+        "median": past_as_none(point),
+        "interval": [past_as_none(lo), past_as_none(hi)],
+        "factor": past_as_none(factor),
         "floor_at_last": float(np.median(floors)),
         "floor_interval": [float(f_lo), float(f_hi)],
         "held_if_law_true": None if inside is None else float(np.mean(inside)),
-        "max_factor": _finite(max_factor),
+        "max_factor": past_as_none(max_factor),
         "is_prediction": bool(math.isfinite(point) and factor <= max_factor),
     }
     if spread:
@@ -429,7 +434,8 @@ def held_spread(prediction: dict[str, Any], observed_sigma: float | None) -> dic
     return held_law({"predicted": True, "median": s["sigma"], "interval": s["interval"]}, observed_sigma)
 
 
-def _finite(v: float) -> float | None:
+def past_as_none(v: float) -> float | None:
+    """A step, or None where it is past the last step (inf)."""
     return float(v) if math.isfinite(v) else None  # None: past the last step
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from experiments.escape_time.survival import fit_lognormal, refit_draws
+from experiments.floor.law import draw_interval, past_as_none, percentile_interval, read_arm
 
 BOOTSTRAP = 400
 SEED = 11
@@ -61,19 +62,9 @@ def fit_relation(runs: list[dict[str, Any]]) -> dict[str, Any]:
     values = {"a": params[0], "b": params[1], "sigma": math.exp(params[2])}
     columns = {"a": d[:, 0], "b": d[:, 1], "sigma": np.exp(d[:, 2])}
     for k, v in values.items():
-        lo, hi = np.percentile(columns[k], [2.5, 97.5])
-        out[k] = {"value": float(v), "lower": float(lo), "upper": float(hi)}
+        out[k] = percentile_interval(v, columns[k])
     out.update(fitted=True, n_refits=len(draws), params=params.tolist(), draws=d.tolist())
     return out
-
-
-def _read(steps: np.ndarray, last: int) -> tuple[float, float]:
-    """An arm's draws read as the observed arm is: (ceil(n/2)-th escape step or PAST, fraction not escaped)."""
-    n = steps.shape[-1]
-    on_floor = steps > last
-    ordered = np.sort(np.where(on_floor, np.inf, steps), axis=-1)
-    median = ordered[..., math.ceil(n / 2) - 1]
-    return median, on_floor.mean(axis=-1)
 
 
 def predict(relation: dict[str, Any], us: list[float], last: int, every: int) -> dict[str, Any]:
@@ -87,13 +78,12 @@ def predict(relation: dict[str, Any], us: list[float], last: int, every: int) ->
     sigma = np.exp(draws[:, 2])[:, None]
     t = np.exp(mu + sigma * rng.standard_normal(mu.shape))
     steps = np.maximum(every, np.ceil(t / every) * every)
-    medians, floors = _read(steps, last)
+    medians, floors = read_arm(steps, last)
     p = np.array(relation["params"])
     point_t = np.exp(x @ p[:2])  # each run's own median wait
     point_median = float(np.median(point_t))
     # the draws are counts and grid steps: the interval's ends are draws, not interpolations between them
-    lo_m, hi_m = np.percentile(medians, 2.5, method="lower"), np.percentile(medians, 97.5, method="higher")
-    lo_f, hi_f = np.percentile(floors, 2.5, method="lower"), np.percentile(floors, 97.5, method="higher")
+    (lo_m, hi_m), (lo_f, hi_f) = draw_interval(medians), draw_interval(floors)
     from scipy import stats
 
     z = (math.log(last) - x @ p[:2]) / math.exp(p[2])
@@ -102,22 +92,18 @@ def predict(relation: dict[str, Any], us: list[float], last: int, every: int) ->
         "n": len(us),
         "u_mean": float(np.mean(us)),
         "median_wait": point_median,
-        "median": {"lower": _finite(lo_m), "upper": _finite(hi_m)},
+        "median": {"lower": past_as_none(lo_m), "upper": past_as_none(hi_m)},
         "floor_at_last": float(np.mean(stats.norm.sf(z))),
         "floor_interval": [float(lo_f), float(hi_f)],
         "uninformative": bool(lo_m <= every and not math.isfinite(hi_m)),
     }
 
 
-def _finite(v: float) -> float | None:
-    return float(v) if math.isfinite(v) else None  # None: past the last step
-
-
 def observe(runs: list[dict[str, Any]], last: int) -> dict[str, Any]:
-    """runs: {"escape": step or None}; read as _read reads the predictive draws."""
+    """runs: {"escape": step or None}; read as read_arm reads the predictive draws."""
     steps = np.array([r["escape"] if r["escape"] is not None else math.inf for r in runs], dtype=float)
-    median, floor = _read(steps, last)
-    return {"n": len(runs), "median": _finite(float(median)), "floor_at_last": float(floor)}
+    median, floor = read_arm(steps, last)
+    return {"n": len(runs), "median": past_as_none(float(median)), "floor_at_last": float(floor)}
 
 
 def held(prediction: dict[str, Any], observed: dict[str, Any]) -> dict[str, Any]:
