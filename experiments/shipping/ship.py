@@ -360,16 +360,19 @@ def read_shipped(folder: Path) -> Shipped:
     return Shipped(folder, manifest, folder / results[0], members)
 
 
+INTERRUPTED = "the folder is a shipment only once MANIFEST.json is written: empty it and ship again"
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command: one `error:` line and 2 for a refusal; --help and the summary line through guarded_output."""
-    from interp.command.cli import guarded_output
+    from interp.command.cli import command_main, guarded_output
 
-    return guarded_output(lambda: _main(sys.argv[1:] if argv is None else argv))
+    argv = sys.argv[1:] if argv is None else argv
+    return guarded_output(lambda: command_main(lambda: _main(argv), INTERRUPTED))
 
 
 def _main(argv: list[str]) -> int:
     from interp.command.cli import Parser
-    from interp.errors import io_error_line, one_line
 
     p = Parser(
         prog="python -m experiments.shipping.ship",
@@ -380,15 +383,8 @@ def _main(argv: list[str]) -> int:
     p.add_argument("dest", help="the folder to write, e.g. docs/results/data/escape_time-default")
     p.add_argument("--experiment", help="which results-<experiment>.json, where SOURCE holds several")
     p.add_argument("--command", help="the command that wrote the results (default: the one the results record)")
-    try:
-        args = p.parse_args(argv)
-        manifest = ship(Path(args.source), Path(args.dest), args.experiment, args.command)
-    except ToolkitError as e:
-        print(f"error: {one_line(e)}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(io_error_line(e), file=sys.stderr)
-        return 2
+    args = p.parse_args(argv)
+    manifest = ship(Path(args.source), Path(args.dest), args.experiment, args.command)
     sizes = {name: f["bytes"] for name, f in manifest["files"].items()}
     by = {k: list(manifest["runs"].values()).count(k) for k in ("checkpoint", "logs")}
     print(

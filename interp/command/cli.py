@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from interp.errors import ToolkitError, one_line
+from interp.errors import ToolkitError, io_error_line, one_line
 
 
 class UsageError(ToolkitError):
@@ -115,8 +115,11 @@ def one_line_errors(run: Callable[[], Any], interrupted: str = "nothing was writ
     try:
         with interrupts():
             return 0, run()
-    except (ToolkitError, OSError) as e:
+    except ToolkitError as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
+        return 2, None
+    except OSError as e:  # an I/O error no layer below turned into a ToolkitError
+        print(io_error_line(e), file=sys.stderr)
         return 2, None
     except (KeyboardInterrupt, Exception) as e:  # a library may turn the interrupt into another exception
         code = interrupt_code(e)
