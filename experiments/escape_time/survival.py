@@ -322,46 +322,14 @@ def fit_law(runs: Sequence[dict[str, Any]], key: str = "escape") -> dict[str, An
         "depths": sorted(set(depths)),
         "lrs": sorted(set(lrs)),
     }
-    if len({d for d, e in zip(depths, escaped, strict=True) if e}) < 2 or len(set(depths)) < 2:
-        return {
-            **base,
-            "fitted": False,
-            "reason": f"escapes at fewer than two depths ({events} of {n} runs escaped): the depth "
-            "dependence cannot be fitted",
-        }
-    if events < 3:
-        return {**base, "fitted": False, "reason": f"{events} escape(s) in {n} runs: fewer than the 3 a law needs"}
-    if (times <= 0).any():  # the law is in log(step): a run escaped or stopped at step 0 has no log-time
-        return {
-            **base,
-            "fitted": False,
-            "reason": f"{int((times <= 0).sum())} run(s) escaped or stopped at step "
-            "0, where the law's log(step) is undefined",
-        }
+    if (reason := _refusal(depths, times, escaped)) is not None:
+        return {**base, "fitted": False, "reason": reason}
     x = _design(depths, lrs, with_lr)
     params = fit_lognormal(x, times, escaped)
     if params is None:
         return {**base, "fitted": False, "reason": "the likelihood has no finite maximum on these runs"}
     cov = _covariance(params, x, times, escaped)
-    # The stratified refit bootstrap stays a loop here: scipy.stats.bootstrap resamples within samples, but a
-    # resample the fit refuses has to be left out and counted, and one NaN there makes its whole interval NaN.
-    rng = np.random.default_rng(BOOTSTRAP_SEED)
-    cells: dict[tuple, list[int]] = {}
-    for i, (d, lr) in enumerate(zip(depths, lrs, strict=True)):
-        cells.setdefault((d, lr), []).append(i)
-    boots, skipped = [], 0
-    depth_a, lr_a = np.array(depths), np.array(lrs)
-    for _ in range(BOOTSTRAP):
-        idx = np.concatenate([rng.choice(v, size=len(v), replace=True) for v in cells.values()])
-        # A resample the fit above would refuse (escapes at one depth, or at one lr with the lr term in) has no
-        # finite maximum either: where its optimiser stops is no estimate, and it would set the interval's edge.
-        hit = escaped[idx]
-        if len(set(depth_a[idx][hit].tolist())) < 2 or (with_lr and len(set(lr_a[idx][hit].tolist())) < 2):
-            skipped += 1
-            continue
-        p = fit_lognormal(x[idx], times[idx], hit)
-        if p is not None:
-            boots.append(p)
+    boots, skipped = _bootstrap(depths, lrs, x, times, escaped, with_lr)
     boots_a = np.array(boots) if boots else np.empty((0, len(params)))
     names = ["intercept", "per_layer"] + (["per_lr_doubling"] if with_lr else [])
     se = np.sqrt(np.diag(cov)) if cov is not None else [None] * len(params)
@@ -387,6 +355,42 @@ def fit_law(runs: Sequence[dict[str, Any]], key: str = "escape") -> dict[str, An
         "n_bootstrap_unfittable": skipped,  # resamples left out: the fit would refuse them (see above)
         "coef": coef,
     }
+
+
+def _refusal(depths: Sequence[float], times: np.ndarray, escaped: np.ndarray) -> str | None:
+    """Why no law can be fitted on these runs (escapes at under two depths, under 3, a step 0); None if it can."""
+    n, events = len(times), int(escaped.sum())
+    if len({d for d, e in zip(depths, escaped, strict=True) if e}) < 2 or len(set(depths)) < 2:
+        return f"escapes at fewer than two depths ({events} of {n} runs escaped): the depth dependence cannot be fitted"
+    if events < 3:
+        return f"{events} escape(s) in {n} runs: fewer than the 3 a law needs"
+    if (times <= 0).any():  # the law is in log(step): a run escaped or stopped at step 0 has no log-time
+        return f"{int((times <= 0).sum())} run(s) escaped or stopped at step 0, where the law's log(step) is undefined"
+    return None
+
+
+def _bootstrap(depths, lrs, x: np.ndarray, times: np.ndarray, escaped: np.ndarray, with_lr: bool) -> tuple[list, int]:
+    """The refits on runs resampled within their cell (depth, lr), BOOTSTRAP times; and how many were left out."""
+    # The stratified refit bootstrap stays a loop here: scipy.stats.bootstrap resamples within samples, but a
+    # resample the fit refuses has to be left out and counted, and one NaN there makes its whole interval NaN.
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    cells: dict[tuple, list[int]] = {}
+    for i, (d, lr) in enumerate(zip(depths, lrs, strict=True)):
+        cells.setdefault((d, lr), []).append(i)
+    boots, skipped = [], 0
+    depth_a, lr_a = np.array(depths), np.array(lrs)
+    for _ in range(BOOTSTRAP):
+        idx = np.concatenate([rng.choice(v, size=len(v), replace=True) for v in cells.values()])
+        # A resample the fit above would refuse (escapes at one depth, or at one lr with the lr term in) has no
+        # finite maximum either: where its optimiser stops is no estimate, and it would set the interval's edge.
+        hit = escaped[idx]
+        if len(set(depth_a[idx][hit].tolist())) < 2 or (with_lr and len(set(lr_a[idx][hit].tolist())) < 2):
+            skipped += 1
+            continue
+        p = fit_lognormal(x[idx], times[idx], hit)
+        if p is not None:
+            boots.append(p)
+    return boots, skipped
 
 
 def _float(v: Any) -> float | None:

@@ -179,43 +179,9 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     cells = [arm_cell(rs, key, keys) for rs in by_arm.values()]
     relation = fit_relation(relation_runs(runs, key))
 
-    stored = stored_predictions(ctx)
+    knob, predictions = _knob(ctx, arms, by_arm, relation, key)
     batches = probe_batches(ctx.corpus.val, ctx.spec.model.n_ctx, ctx.spec.train.batch_size)
-    knob, predictions = {}, {}
-    for name, rs in by_arm.items():
-        arm = names[name]
-        if arm.part != "knob":
-            continue
-        seeds = [r["seed"] for r in rs]
-        entry = find_prediction(stored, name, seeds, key)[1]
-        if entry is None:  # no prediction made before these runs trained: one made now, and said so
-            entry = {"created": None, "seeds": seeds, "us": [r["u"] for r in rs], "last_step": rs[0]["last_step"]}
-            entry["prediction"] = predict(relation, entry["us"], entry["last_step"], ctx.spec.train.eval_interval)
-            entry["trained_after"] = [False] * len(rs)
-        predictions[name] = entry
-        observed = observe([{"escape": r["escape"][key]} for r in rs], rs[0]["last_step"])
-        control = arms.name(arms.control_for(arm))
-        knob[name] = {
-            "prediction": entry["prediction"],
-            # a prediction edited after it was written is not the one written before training
-            "edited": edited(entry),
-            "written_before_training": written_before_training(entry, first_started(ctx, rs)),
-            "observed": observed,
-            "held": held(entry["prediction"], observed),
-            "u_match": max(abs(dict(zip(entry["seeds"], entry["us"], strict=True))[r["seed"]] - r["u"]) for r in rs),
-            "control": control,
-            "logrank_p": _logrank(rs, by_arm.get(control, []), key),
-        }
-    transfer = {}
-    for name, rs in by_arm.items():
-        arm = names[name]
-        if arm.part in ("control", "knob", "confirm", "deep") or arm.schedule != "constant":
-            continue
-        if arm.part in ("law", "heldout"):  # the law's runs: read by experiments.floor.law_part
-            continue
-        p = predict(relation, [r["u"] for r in rs], rs[0]["last_step"], ctx.spec.train.eval_interval)
-        o = observe([{"escape": r["escape"][key]} for r in rs], rs[0]["last_step"])
-        transfer[name] = {"prediction": p, "observed": o, "held": held(p, o)}
+    transfer = _transfer(ctx, names, by_arm, relation, key)
     ffn = [r for r in runs if r["residual"] == "ffn_only" and r["schedule"] == "constant" and r["part"] != "deep"]
     alignment = aligned(
         [{"escape": r["escape"][key], "series": r["series"]} for r in ffn], 0, uniformity_interval(ctx), MEASURES
@@ -267,6 +233,52 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
         # only with the deep part: the results of every other command stay as shipped (tests/test_shipped.py)
         **({"deep": deep} if (deep := _deep(ctx, arms, runs, by_arm, key)) else {}),
     }
+
+
+def _knob(ctx: Context, arms: Arms, by_arm: dict[str, list], relation, key: str) -> tuple[dict, dict]:
+    """Per knob arm: its prediction (stored, else made now and said so) against what it did; the predictions."""
+    stored, names = stored_predictions(ctx), arms.by_name()
+    knob, predictions = {}, {}
+    for name, rs in by_arm.items():
+        arm = names[name]
+        if arm.part != "knob":
+            continue
+        seeds = [r["seed"] for r in rs]
+        entry = find_prediction(stored, name, seeds, key)[1]
+        if entry is None:  # no prediction made before these runs trained: one made now, and said so
+            entry = {"created": None, "seeds": seeds, "us": [r["u"] for r in rs], "last_step": rs[0]["last_step"]}
+            entry["prediction"] = predict(relation, entry["us"], entry["last_step"], ctx.spec.train.eval_interval)
+            entry["trained_after"] = [False] * len(rs)
+        predictions[name] = entry
+        observed = observe([{"escape": r["escape"][key]} for r in rs], rs[0]["last_step"])
+        control = arms.name(arms.control_for(arm))
+        knob[name] = {
+            "prediction": entry["prediction"],
+            # a prediction edited after it was written is not the one written before training
+            "edited": edited(entry),
+            "written_before_training": written_before_training(entry, first_started(ctx, rs)),
+            "observed": observed,
+            "held": held(entry["prediction"], observed),
+            "u_match": max(abs(dict(zip(entry["seeds"], entry["us"], strict=True))[r["seed"]] - r["u"]) for r in rs),
+            "control": control,
+            "logrank_p": _logrank(rs, by_arm.get(control, []), key),
+        }
+    return knob, predictions
+
+
+def _transfer(ctx: Context, names: dict, by_arm: dict[str, list], relation, key: str) -> dict[str, Any]:
+    """Per other constant-lr arm (the law's apart): what the controls' relation predicts and whether it held."""
+    transfer = {}
+    for name, rs in by_arm.items():
+        arm = names[name]
+        if arm.part in ("control", "knob", "confirm", "deep") or arm.schedule != "constant":
+            continue
+        if arm.part in ("law", "heldout"):  # the law's runs: read by experiments.floor.law_part
+            continue
+        p = predict(relation, [r["u"] for r in rs], rs[0]["last_step"], ctx.spec.train.eval_interval)
+        o = observe([{"escape": r["escape"][key]} for r in rs], rs[0]["last_step"])
+        transfer[name] = {"prediction": p, "observed": o, "held": held(p, o)}
+    return transfer
 
 
 def _deep(ctx: Context, arms: Arms, runs: list, by_arm: dict[str, list], key: str) -> dict[str, Any] | None:

@@ -150,12 +150,7 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
         print(f"identity probes skipped: {too_costly(ctx.spec.model)}")
 
     probe_refs = fx.probe_levels(ctx.corpus.train, batches, ctx.spec.model.d_vocab) if identity else None
-    cfgs = {r["variant"]: None for r in records}
-    total = 0
-    for r in records:
-        cfg = _config(r)
-        cfgs[r["variant"]] = cfg
-        total += fx.n_ticks(cfg, identity)
+    total = sum(fx.n_ticks(_config(r), identity) for r in records)
     bar = tqdm(
         total=total, desc="interventions", unit="pass", disable=not ctx.progress, leave=False, dynamic_ncols=True
     )
@@ -184,6 +179,36 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
             }
         )
     bar.close()
+    variants = _variants(records, raws, idx, levels, margin, probe_refs)
+    return {
+        "margin": margin,
+        "self_bias": ctx.args.self_bias,
+        "val_batches": len(batches),
+        "n_sequences": n_seq,
+        "patch_pos": patch_pos,
+        "bootstrap": {"resamples": fx.BOOTSTRAP, "seed": fx.BOOTSTRAP_SEED, "level": fx.LEVEL},
+        "identity_probes": identity,
+        "runs": runs,
+        "variants": variants,
+        "verdicts": intervention_verdicts(
+            {
+                n: {**v["effects"], "seed_spread": v["seed_spread"], "n_seeds": len(v["seeds"])}
+                for n, v in variants.items()
+            },
+            levels,
+            margin,
+        ),
+        "sanity": sanity,
+        "export": export,
+    }
+
+
+def _variants(records: list[dict[str, Any]], raws: dict[str, list], idx, levels, margin: float, probe_refs) -> dict:
+    """Per variant: the effects on its seeds' mean measures, and per intervention and layer their spread over seeds."""
+    import numpy as np
+
+    from experiments.interventions import effects as fx
+
     variants = {}
     for name, rs in raws.items():
         effects = fx.summarise(fx.mean_raw(rs), idx, levels, margin, probe_refs)
@@ -201,29 +226,7 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
             "effects": effects,
             "seed_spread": spread,
         }
-    from experiments.interventions.effects import BOOTSTRAP, BOOTSTRAP_SEED, LEVEL
-
-    return {
-        "margin": margin,
-        "self_bias": ctx.args.self_bias,
-        "val_batches": len(batches),
-        "n_sequences": n_seq,
-        "patch_pos": patch_pos,
-        "bootstrap": {"resamples": BOOTSTRAP, "seed": BOOTSTRAP_SEED, "level": LEVEL},
-        "identity_probes": identity,
-        "runs": runs,
-        "variants": variants,
-        "verdicts": intervention_verdicts(
-            {
-                n: {**v["effects"], "seed_spread": v["seed_spread"], "n_seeds": len(v["seeds"])}
-                for n, v in variants.items()
-            },
-            levels,
-            margin,
-        ),
-        "sanity": sanity,
-        "export": export,
-    }
+    return variants
 
 
 def preface(ctx: Context, jobs: list[Job]) -> str:

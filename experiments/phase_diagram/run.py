@@ -370,21 +370,7 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
         item["changed"] = final[c]["place"] != first[c]["place"]
         cells.append(item)
     done = None if boundary is None else {c: c in confirmed for c in boundary}
-    view_items = []
-    for s in grid.slices:
-        for v in views(s):
-            view_items.append(
-                {
-                    "title": v.title(),
-                    "residual": v.residual,
-                    "x": v.x,
-                    "xs": list(v.xs),
-                    "y": v.y,
-                    "ys": list(v.ys),
-                    "fixed": dict(v.fixed),
-                    "sentence": sentence(v, final, done),
-                }
-            )
+    view_items = _view_items(grid, final, done)
     samples = [
         {
             "variant": r["variant"],
@@ -414,6 +400,24 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
         "predictor_final": evaluate(settled) if ctx.args.confirm else None,
         "estimate": grid_cost(EXPERIMENT.jobs(ctx)),
     }
+
+
+def _view_items(grid: PhaseGrid, final: dict, done: dict | None) -> list[dict[str, Any]]:
+    """Every slice's views (boundary.views), each with the sentence it says of the cells' final places."""
+    return [
+        {
+            "title": v.title(),
+            "residual": v.residual,
+            "x": v.x,
+            "xs": list(v.xs),
+            "y": v.y,
+            "ys": list(v.ys),
+            "fixed": dict(v.fixed),
+            "sentence": sentence(v, final, done),
+        }
+        for s in grid.slices
+        for v in views(s)
+    ]
 
 
 def preface(ctx: Context, jobs: list[Job]) -> str:

@@ -151,22 +151,7 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
 
     runs = results["runs"]
     curves = {f"{r['variant']}/seed{r['seed']}": (r["val_curve"]["steps"], r["val_curve"]["loss"]) for r in runs}
-    out: list = [("Verdicts", table_figure(*verdict_table(results)))]
-    out += [
-        f"{v['id']} {v['title']}: {verdict_label(v)}. Predicted: {v['prediction']}. "
-        f"Measured: {v['measured']}. Separation: {v['separation']}. Rule: {v['rule']}."
-        + (f" Provisional: {'; '.join(v['still_moving'])}." if v.get("still_moving") else "")
-        + (f" Margin-sensitive: {margin_text(v)}." if margin_sensitive(v) else "")
-        for v in results["verdicts"]
-    ]
-    longer = needs_longer(results)
-    out.append(
-        f"Runs whose validation loss would still move by more than the margin in a run {PACE_FACTOR}x "
-        f"longer, at the pace of their second half: {', '.join(longer)}."
-        if longer
-        else f"No run's validation loss would move by more than the margin in a run {PACE_FACTOR}x longer "
-        "at the pace of its second half."
-    )
+    out: list = [("Verdicts", table_figure(*verdict_table(results))), *_verdict_texts(results)]
     out.append(
         (
             "Validation loss",
@@ -215,32 +200,51 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
             )
         )
     if results.get("identity"):
-        from interp.figures.plots import identity_accuracy, logit_lens_figure
-
-        ident = results["identity"]
-        out.append(
-            (
-                "Where is the current token?",
-                "Linear decoders (multinomial logistic regression, weight decay chosen on held-out training "
-                "windows, scored on the fixed validation batches) read the token at offset 0 (current) and -1 "
-                "(previous) from each site of the first seed's final checkpoint. Dashed: chance (unigram) and, "
-                "for offset -1, what the current token alone predicts about the previous one.",
-                identity_accuracy({n: v["identity"] for n, v in ident.items()}, (0, -1)),
-            )
-        )
-        out.append(
-            (
-                "Logit lens",
-                logit_lens_figure(
-                    {n: v["logit_lens"] for n, v in ident.items()},
-                    {
-                        "unigram": results["reference_levels"]["unigram"],
-                        "bigram": results["reference_levels"]["bigram"],
-                    },
-                ),
-            )
-        )
+        out += _identity_figures(results)
     return out + attention_figures(results, ctx.corpus)
+
+
+def _verdict_texts(results: dict[str, Any]) -> list[str]:
+    """Each verdict in words, then which runs would still move by more than the margin in a longer run."""
+    longer = needs_longer(results)
+    return [
+        *(
+            f"{v['id']} {v['title']}: {verdict_label(v)}. Predicted: {v['prediction']}. "
+            f"Measured: {v['measured']}. Separation: {v['separation']}. Rule: {v['rule']}."
+            + (f" Provisional: {'; '.join(v['still_moving'])}." if v.get("still_moving") else "")
+            + (f" Margin-sensitive: {margin_text(v)}." if margin_sensitive(v) else "")
+            for v in results["verdicts"]
+        ),
+        f"Runs whose validation loss would still move by more than the margin in a run {PACE_FACTOR}x "
+        f"longer, at the pace of their second half: {', '.join(longer)}."
+        if longer
+        else f"No run's validation loss would move by more than the margin in a run {PACE_FACTOR}x longer "
+        "at the pace of its second half.",
+    ]
+
+
+def _identity_figures(results: dict[str, Any]) -> list:
+    """Where the current and previous token can be read (linear decoders per site), and the logit lens."""
+    from interp.figures.plots import identity_accuracy, logit_lens_figure
+
+    ident, levels = results["identity"], results["reference_levels"]
+    return [
+        (
+            "Where is the current token?",
+            "Linear decoders (multinomial logistic regression, weight decay chosen on held-out training "
+            "windows, scored on the fixed validation batches) read the token at offset 0 (current) and -1 "
+            "(previous) from each site of the first seed's final checkpoint. Dashed: chance (unigram) and, "
+            "for offset -1, what the current token alone predicts about the previous one.",
+            identity_accuracy({n: v["identity"] for n, v in ident.items()}, (0, -1)),
+        ),
+        (
+            "Logit lens",
+            logit_lens_figure(
+                {n: v["logit_lens"] for n, v in ident.items()},
+                {"unigram": levels["unigram"], "bigram": levels["bigram"]},
+            ),
+        ),
+    ]
 
 
 def attention_figures(results: dict[str, Any], corpus, prompt: str = PROMPT) -> list:
