@@ -126,7 +126,7 @@ class ExportGenerate(HookedTransformer):
         if return_type == "embeds":
             return self.embed(tokens)
         if return_type == "str":
-            return decoded(self.tokenizer, tokens)  # no tokenizer: an AttributeError, as TL's
+            return decoded(self.tokenizer, tokens)  # a tokenizer: check_generate_options refused text without one
         return tokens
 
     def _generate_each(self, prompts: list[str], options: dict[str, Any]) -> Any:
@@ -165,9 +165,7 @@ class ExportGenerate(HookedTransformer):
         stops: list[int] = []
         if a["stop_at_eos"]:
             eos = a["eos_token_id"] if a["eos_token_id"] is not None else getattr(self.tokenizer, "eos_token_id", None)
-            if eos is None:
-                raise ConfigError("stop_at_eos needs an eos_token_id (the export has no tokenizer)")
-            stops = [eos] if isinstance(eos, int) else list(eos)
+            stops = [eos] if isinstance(eos, int) else list(eos or ())  # None: refused by check_generate_options
         step = functools.partial(super().generate, return_type="tokens", verbose=False, **options)  # (tokens, n)
         out = generate_cropped(step, tokens.to(self.cfg.device), n_new, self.cfg.n_ctx, stops)
-        return decoded(self.tokenizer, out) if return_type == "str" else out  # no tokenizer: as above
+        return decoded(self.tokenizer, out) if return_type == "str" else out
