@@ -8,13 +8,14 @@ import os
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from majors import TL4, export, tl3_only
 
 import interp
 from interp import CheckpointError, ConfigError, ModelConfig, ResidualGPT, save_checkpoint
-from interp.errors import NoTokenizerError, TokenIdError, UnembedBiasWarning
+from interp.errors import ArgumentError, NoTokenizerError, ShapeError, TokenIdError, UnembedBiasWarning
 from interp.files.gpt2 import gpt2_files
 
 TOL = 1e-5
@@ -404,6 +405,63 @@ def test_text_on_an_export_without_a_tokenizer_is_one_error_naming_the_way_out(c
     with pytest.raises(NoTokenizerError, match="needs a tokenizer.*token ids.*vocab=") as caught:
         TEXT_CALLS[call](tl)
     assert isinstance(caught.value, AssertionError)
+
+
+# What forward, run_with_cache and generate take is text (a str, a list of str) or a tensor; TL fails inside on
+# anything else (an AttributeError on a tuple, None or a number, an IndexError on [], the tokenizer's ValueError
+# on a list of ids)
+NOT_INPUT = {
+    "a tuple of texts": ("ab", "c"),
+    "a list of ids": [1, 2],
+    "a tuple of ids": (1, 2),
+    "ids in nested lists": [[1, 2]],
+    "an array of ids": np.array([[1, 2]]),
+    "a number": 3,
+    "None": None,
+    "an empty list": [],
+}
+CALLS = {
+    "forward": lambda tl, x: tl(x),
+    "forward by keyword": lambda tl, x: tl(input=x),
+    "run_with_cache": lambda tl, x: tl.run_with_cache(x),
+    "generate": lambda tl, x: tl.generate(x, max_new_tokens=2, verbose=False),
+}
+
+
+@pytest.fixture(scope="module")
+def char_tl():
+    return export(
+        ResidualGPT(ModelConfig(n_layers=1, d_model=16, n_heads=2, n_ctx=8, d_vocab=11)), vocab=list("abcdefghijk")
+    )
+
+
+@pytest.mark.parametrize("call", CALLS)
+@pytest.mark.parametrize("given", NOT_INPUT)
+def test_what_is_neither_text_nor_a_tensor_is_one_argument_error_naming_the_way_in(char_tl, call, given):
+    with pytest.raises(ArgumentError, match=f"{call.split()[0]} takes text .* or a tensor of token ids, not ") as e:
+        CALLS[call](char_tl, NOT_INPUT[given])
+    assert isinstance(e.value, TypeError)
+    # what it takes still runs: a list of texts, and ids
+    assert CALLS[call](char_tl, ["ab", "c"]) is not None and CALLS[call](char_tl, torch.tensor([[1, 2]])) is not None
+
+
+@pytest.mark.parametrize("eos", [[], (), "a", 2.0, True, -1, 999, [1, "x"], torch.tensor(1)])
+def test_generate_refuses_an_eos_token_id_it_could_never_stop_at(char_tl, eos):
+    with pytest.raises(ConfigError, match=r"eos_token_id: an id in 0\.\.11 or a non-empty list of them"):
+        char_tl.generate(torch.tensor([[1]]), max_new_tokens=2, eos_token_id=eos, verbose=False)
+
+
+def test_generate_stops_at_an_id_of_the_vocabulary_or_a_list_of_them():
+    torch.manual_seed(0)
+    model = ResidualGPT(ModelConfig(n_layers=1, d_model=16, n_heads=2, n_ctx=8, d_vocab=11)).eval()
+    tl = export(model, vocab=list("abcdefghijk"))
+    greedy = {"max_new_tokens": 4, "do_sample": False, "verbose": False}
+    first = int(tl.generate(torch.tensor([[1]]), stop_at_eos=False, **greedy)[0, 1])
+    for eos in (first, [first, 3], tl.tokenizer.eos_token_id):  # the tokenizer's own end-of-text id too
+        out = tl.generate(torch.tensor([[1]]), eos_token_id=eos, **greedy)
+        assert out.shape == (1, 2 if eos != tl.tokenizer.eos_token_id else 5) and int(out[0, 1]) == first
+    with pytest.raises(ShapeError, match=r"token ids \[batch, pos\], got shape \(2,\): pass tokens\[None\]"):
+        tl.generate(torch.tensor([1, 2]), **greedy)
 
 
 def test_generate_without_a_tokenizer_or_on_embeddings_gives_the_models_greedy_tokens_with_the_cache_on():

@@ -276,6 +276,14 @@ def test_an_analysed_folder_ships_only_with_the_command_that_trained_it(shipped,
     again = json.loads((tmp_path / "again" / "results-toy_shipped.json").read_text())
     assert again["command"] == command and again["analysed_from"] == str(shipped)
     read_shipped(tmp_path / "again")
+    # its run is the one shipped, byte for byte: it keeps the check it was shipped with (its checkpoint stayed
+    # where it trained); a copy whose logs differ from the listed ones is shipped as checked here, from its logs
+    assert json.loads((tmp_path / "again" / MANIFEST).read_text())["runs"] == {"smoke/full/seed0": "checkpoint"}
+    manifest = json.loads((shipped / MANIFEST).read_text())
+    manifest["members"]["smoke/full/seed0/metrics.jsonl"]["sha256"] = "0" * 64
+    (shipped / MANIFEST).write_text(json.dumps(manifest))
+    assert main([str(out), str(tmp_path / "third"), "--command", command]) == 0
+    assert json.loads((tmp_path / "third" / MANIFEST).read_text())["runs"] == {"smoke/full/seed0": "logs"}
 
 
 def test_ship_refuses_a_command_other_than_the_one_its_results_record(trained, tmp_path, capsys):

@@ -14,7 +14,9 @@ folder to write, one per published command (docs/results/data/<experiment>-<labe
     DEST/MANIFEST.json              the command, sha256 and bytes of each file and of each archived run file,
                                     and how each run was checked before shipping: "checkpoint" (its logs and
                                     final.json are the ones its ckpt.pt records) or "logs" (no ckpt.pt: whole
-                                    logs that end with final.json's evaluation)
+                                    logs that end with final.json's evaluation); an --analyse-only of a
+                                    shipped folder keeps the check each run was shipped with where its files
+                                    are the ones that folder lists
 
 The archive is deterministic (members sorted, mtime 0, owner root, mode 0644, xz without a timestamp), so
 shipping the same runs again writes the same bytes. `python -m experiments.<name> <the command's options>
@@ -240,6 +242,7 @@ def ship(source: Path, dest: Path, experiment: str | None = None, command: str |
         text = (dumps(results, results_path, indent=2) + "\n").encode()
     if dest.resolve() == results_path.parent.resolve() or dest.resolve() in results_path.parent.resolve().parents:
         raise ShipError(f"{dest} holds the experiment's own folder; ship into another folder")
+    checked = carried_checks(results, members, checked)
     archive = tar_xz(members)
     name = results_path.name
     files = {name: text, ARCHIVE: archive}
@@ -263,6 +266,27 @@ def ship(source: Path, dest: Path, experiment: str | None = None, command: str |
     for path in stale:  # an earlier shipment's files this one does not write (another results file, a record)
         path.unlink()
     return manifest
+
+
+def carried_checks(results: dict[str, Any], members: dict[str, bytes], checked: dict[str, str]) -> dict[str, str]:
+    """How each run was checked, where the results are an --analyse-only of a shipped folder: a run whose files
+    are byte for byte those that folder's MANIFEST.json lists keeps the check it was shipped with (its checkpoint
+    stayed where it trained; the copy analysed is what was checked against it). Any other run: as checked here."""
+    from interp.files.io import read_json
+
+    source = results.get("analysed_from")
+    try:
+        earlier = read_json(Path(source) / MANIFEST) if isinstance(source, str) else {}
+        listed, before = dict(earlier.get("members") or {}), dict(earlier.get("runs") or {})
+    except (OSError, ValueError, AttributeError, TypeError, ToolkitError):
+        return checked
+    out = dict(checked)
+    for run in checked:
+        mine = {k: sha256(v) for k, v in members.items() if k.startswith(f"{run}/")}
+        theirs = {k: v.get("sha256") for k, v in listed.items() if k.startswith(f"{run}/") and isinstance(v, dict)}
+        if mine and mine == theirs and before.get(run) in ("checkpoint", "logs"):
+            out[run] = before[run]
+    return out
 
 
 def clear_for(dest: Path, writing: set[str], experiment: str) -> list[Path]:

@@ -84,7 +84,7 @@ class BridgeGenerate(TransformerBridge):
             bound = inspect.signature(super().generate).bind(input, *args, **kwargs)
         except TypeError:  # TL's own call error says it
             return input, args, kwargs
-        check_generate_options(bound.arguments, ("input", "str", "tokens"), self.tokenizer)
+        check_generate_options(bound.arguments, ("input", "str", "tokens"), self.tokenizer, self.cfg.d_vocab)
         if not tl_temperature(bound):
             return input, args, kwargs
         return bound.args[0], bound.args[1:], bound.kwargs

@@ -64,7 +64,7 @@ class BridgeHooks(BridgeGenerate):
         """TL 4's; names_filter names hook points (HookNameError otherwise, where TL 4 raises a KeyError or caches
         less), and remove_batch_dim takes a batch of one (ShapeError, where TL 4 ends in a bare assert)."""
         first = args[0] if args else kwargs.get("input")
-        self._refuse_text_without_tokenizer(first, "run_with_cache")  # ExportGuards' check
+        self._check_input(args, kwargs, "run_with_cache")  # ExportGuards' check
         if kwargs.get("remove_batch_dim"):
             n = first.shape[0] if isinstance(first, Tensor) and first.dim() >= 2 else None
             n = len(first) if isinstance(first, (list, tuple)) else n

@@ -7,7 +7,9 @@ what either is made from.
                     trained without BOS and the char tokenizer's <|endoftext|> row is zero, never trained: to_tokens
                     (and so generate, forward and run_with_cache on text) warns (UntrainedTokenWarning)
     text            to_tokens, to_string, to_str_tokens, to_single_str_token, and forward / run_with_cache /
-                    generate on text, on an export made without a tokenizer: one NoTokenizerError (TL asserts)
+                    generate on text, on an export made without a tokenizer: one NoTokenizerError (TL asserts);
+    input           forward / run_with_cache / generate on what is neither text nor a tensor (a tuple, None,
+                    [], a list of ids, an array): one ArgumentError (TL fails inside)
     to_string, tokens_to_residual_directions
                     an id outside the vocabulary (-1, which TL reads from the end) is a TokenIdError
     loss_fn         on a right-padded batch (to_tokens of a list) the pad id has no logit: the padding is masked out
@@ -39,7 +41,7 @@ from interp.model.gpt import ResidualGPT
 from interp.tl import stream_reads
 from interp.tl.major import refuse_past_context
 from interp.tl.routing_words import routing_quiet, warn_hidden_routing
-from interp.tl.tokens import check_loss_shapes, is_text, loss_targets, require_tokenizer, warn_bos
+from interp.tl.tokens import check_loss_shapes, check_model_input, loss_targets, require_tokenizer, warn_bos
 
 
 class ExportGuards:
@@ -105,10 +107,15 @@ class ExportGuards:
         require_tokenizer(cast(Any, self).tokenizer, "to_single_str_token")
         return super().to_single_str_token(int_token)  # type: ignore[misc]
 
-    def _refuse_text_without_tokenizer(self, input: Any, what: str) -> None:
-        """forward and run_with_cache on text (TL asserts before it reaches to_tokens)."""
-        if is_text(input):
-            require_tokenizer(cast(Any, self).tokenizer, f"{what} on text")
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        self._check_input(args, kwargs, "forward")
+        return super().forward(*args, **kwargs)  # type: ignore[misc]
+
+    def _check_input(self, args: tuple, kwargs: dict[str, Any], what: str) -> None:
+        """forward's and run_with_cache's input, where given (interp.tl.tokens.check_model_input): TL asserts on
+        text without a tokenizer, and fails inside on a tuple, None, a number or []."""
+        if args or "input" in kwargs:
+            check_model_input(args[0] if args else kwargs["input"], cast(Any, self).tokenizer, what)
 
     def loss_fn(
         self, logits: Tensor, tokens: Tensor, attention_mask: Tensor | None = None, per_token: bool = False

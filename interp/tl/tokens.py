@@ -12,7 +12,10 @@ The char tokenizer's <|endoftext|> (BOS, EOS and PAD alike) has the id after the
                 masks trailing padding as lm_cross_entropy_loss's attention_mask does and gives the mean over
                 real targets (a special id left as a real target is one TokenIdError); logits and tokens of
                 another batch or length are one ShapeError (check_loss_shapes)
-    generate    its sampling options and return_type checked as ResidualGPT's (check_generate_options);
+    input       forward, run_with_cache and generate take text (a str, a list of str) or a tensor; a tuple, None,
+                [], a list of ids or an array is one ArgumentError (check_model_input), where TL fails inside
+    generate    its sampling options and return_type checked as ResidualGPT's (check_generate_options), its ids
+                [batch, pos], eos_token_id an id of the vocabulary or a non-empty list of them (check_eos);
                 on rows ending in padding appends after it: UntrainedTokenWarning (warn_generate_after_padding);
                 past n_ctx both majors crop as nanoGPT does (generate_cropped), and decode as TL does (decoded)
     no tokenizer  text (to_tokens, to_string, to_str_tokens, forward, run_with_cache, generate) on an export made
@@ -32,6 +35,7 @@ from jaxtyping import Int
 from torch import Tensor
 
 from interp.errors import (
+    ArgumentError,
     ConfigError,
     NoTokenizerError,
     NoTokenizerWarning,
@@ -151,9 +155,31 @@ def warn_unmasked_left_padding(arguments: dict[str, Any], tokenizer: Any, traine
         )
 
 
-def is_text(input: Any) -> bool:
-    """A str, or a list or tuple of them (an empty one too): what TL tokenizes."""
-    return isinstance(input, str) or (isinstance(input, (list, tuple)) and all(isinstance(p, str) for p in input))
+def check_model_input(input: Any, tokenizer: Any, what: str) -> None:
+    """What forward, run_with_cache and generate take on either major: text (a str, or a non-empty list of str;
+    without a tokenizer one NoTokenizerError) or a tensor (ids, or the embeddings or stream TL takes at places).
+    Anything else is one ArgumentError, where TL fails inside: an AttributeError on a tuple, None or a number,
+    an IndexError on [], the tokenizer's ValueError on a list of ids."""
+    if isinstance(input, Tensor):
+        return
+    texts = isinstance(input, (list, tuple)) and all(isinstance(p, str) for p in input)
+    if isinstance(input, str) or (texts and isinstance(input, list)):
+        require_tokenizer(tokenizer, f"{what} on text")
+        if input != []:
+            return
+    if isinstance(input, (list, tuple)) and not input:
+        fix = "it is empty; give at least one text"
+    elif texts:
+        fix = "TransformerLens batches texts in a list: list(...)"
+    elif isinstance(input, (list, tuple)):
+        fix = "token ids go in a tensor, torch.tensor([[...]]) for [batch, pos]"
+    elif hasattr(input, "__array__"):
+        fix = "torch.as_tensor(...) makes token ids a tensor"
+    else:
+        fix = "give text or token ids [batch, pos]"
+    name = type(input).__name__
+    kind = f"{'an' if name[0] in 'aeiouAEIOU' else 'a'} {name}"
+    raise ArgumentError(f"{what} takes text (a str, or a list of str) or a tensor of token ids, not {kind}: {fix}")
 
 
 def require_tokenizer(tokenizer: Any, what: str) -> None:
@@ -166,21 +192,42 @@ def require_tokenizer(tokenizer: Any, what: str) -> None:
         )
 
 
-def check_generate_options(arguments: dict[str, Any], return_types: tuple[str, ...], tokenizer: Any) -> None:
-    """Either major's generate, its arguments as bound (defaults where absent): the sampling options as
-    ResidualGPT.generate checks them (interp.model.api.check_sampling) and a return_type the major knows, one
-    ConfigError each (TL 3 would raise an AssertionError, TL 4 torch.cat's error or return tokens without a word);
-    without a tokenizer, text is a NoTokenizerError and stop_at_eos (TL's default) needs eos_token_id."""
-    if is_text(arguments.get("input", "")):
-        require_tokenizer(tokenizer, "generate on text")
+def check_eos(eos: Any, tokenizer: Any, d_vocab: int) -> None:
+    """generate's eos_token_id where it stops there (stop_at_eos): an id of the vocabulary, or a non-empty list of
+    them; None takes the tokenizer's, and without one it is a ConfigError naming stop_at_eos=False. TL fails
+    inside on another kind ([]: an IndexError, 'a' or 2.0: torch's errors), and never stops at -1 or 999."""
+    if eos is None:
+        if getattr(tokenizer, "eos_token_id", None) is None:
+            raise ConfigError(
+                "generate stops at an end-of-text id (stop_at_eos=True, the default), and this export has no "
+                "tokenizer to give one: pass stop_at_eos=False, or eos_token_id=<id>"
+            )
+        return
+    n_ids = max(d_vocab, len(tokenizer)) if tokenizer is not None else d_vocab  # its special ids come last
+    ids = list(eos) if isinstance(eos, (list, tuple)) else [eos]
+    if not ids or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n_ids for i in ids):
+        raise ConfigError(
+            f"eos_token_id: an id in 0..{n_ids - 1} or a non-empty list of them, got {eos!r}; "
+            "None takes the tokenizer's, and stop_at_eos=False stops nowhere"
+        )
+
+
+def check_generate_options(
+    arguments: dict[str, Any], return_types: tuple[str, ...], tokenizer: Any, d_vocab: int
+) -> None:
+    """Either major's generate, its arguments as bound (defaults where absent): its input (check_model_input;
+    ids [batch, pos]), the sampling options as ResidualGPT.generate checks them (interp.model.api.check_sampling),
+    eos_token_id (check_eos) and a return_type the major knows, one ToolkitError each (TL 3 would raise an
+    AssertionError, TL 4 torch.cat's error or return tokens without a word); text without a tokenizer is a
+    NoTokenizerError."""
+    input = arguments.get("input", "")
+    check_model_input(input, tokenizer, "generate")
+    if isinstance(input, Tensor) and input.dim() == 1:  # TL indexes a batch it does not have
+        raise ShapeError(f"generate takes token ids [batch, pos], got shape {tuple(input.shape)}: pass tokens[None]")
     if arguments.get("return_type") == "str":
         require_tokenizer(tokenizer, "generate with return_type='str'")
-    eos = arguments.get("eos_token_id")
-    if arguments.get("stop_at_eos", True) and eos is None and getattr(tokenizer, "eos_token_id", None) is None:
-        raise ConfigError(
-            "generate stops at an end-of-text id (stop_at_eos=True, the default), and this export has no tokenizer "
-            "to give one: pass stop_at_eos=False, or eos_token_id=<id>"
-        )
+    if arguments.get("stop_at_eos", True):
+        check_eos(arguments.get("eos_token_id"), tokenizer, d_vocab)
     check_sampling(arguments.get("max_new_tokens", 10), arguments.get("top_k"), arguments.get("top_p"))
     return_type = arguments.get("return_type", "input")
     if return_type not in return_types:

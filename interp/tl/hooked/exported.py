@@ -212,13 +212,13 @@ class ExportedHookedTransformer(SAEMethods, ExportGuards, BoundaryHooks, ExportG
         return ModelConfig.from_dict(self.cfg.residual_gpt_config)  # type: ignore[attr-defined]  # set by rewire.rewire_hooked
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        self._refuse_text_without_tokenizer(args[0] if args else kwargs.get("input"), "forward")
         if getattr(args[0] if args else kwargs.get("input"), "from_to_tokens", None) == "left":
             arguments = _FORWARD.bind(self, *args, **kwargs).arguments
             warn_unmasked_left_padding(arguments, self.tokenizer, self.cfg.d_vocab_out)
         return super().forward(*args, **kwargs)
 
     def run_with_cache(self, *model_args: Any, **kwargs: Any) -> Any:
+        self._check_input(model_args, kwargs, "run_with_cache")
         out, cache = super().run_with_cache(*model_args, **kwargs)
         return out, self.cache_class.of(cache, self)
 

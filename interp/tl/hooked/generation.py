@@ -71,7 +71,7 @@ class ExportGenerate(HookedTransformer):
         if getattr(text, "from_to_tokens", None) == "left":  # TL's generate hands forward a copy: checked here
             warn_unmasked_left_padding(a, self.tokenizer, self.cfg.d_vocab_out)
         warn_generate_after_padding(text, self.cfg.d_vocab_out)
-        check_generate_options(a, ("input", "str", "tokens", "embeds"), self.tokenizer)
+        check_generate_options(a, ("input", "str", "tokens", "embeds"), self.tokenizer, self.cfg.d_vocab)
         empty = isinstance(text, torch.Tensor) and text.ndim == 2 and text.shape[-1] == 0
         if isinstance(text, str) and not text:  # "" is TL's default input; with a BOS it is one token
             empty = HookedTransformer.to_tokens(self, text, prepend_bos=a["prepend_bos"]).shape[-1] == 0
