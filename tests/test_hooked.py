@@ -451,17 +451,23 @@ def test_generate_refuses_an_eos_token_id_it_could_never_stop_at(char_tl, eos):
         char_tl.generate(torch.tensor([[1]]), max_new_tokens=2, eos_token_id=eos, verbose=False)
 
 
-def test_generate_stops_at_an_id_of_the_vocabulary_or_a_list_of_them():
+def test_generate_stops_at_an_id_of_the_vocabulary_or_a_list_of_them_within_and_past_n_ctx():
     torch.manual_seed(0)
     model = ResidualGPT(ModelConfig(n_layers=1, d_model=16, n_heads=2, n_ctx=8, d_vocab=11)).eval()
     tl = export(model, vocab=list("abcdefghijk"))
-    greedy = {"max_new_tokens": 4, "do_sample": False, "verbose": False}
-    first = int(tl.generate(torch.tensor([[1]]), stop_at_eos=False, **greedy)[0, 1])
-    for eos in (first, [first, 3], tl.tokenizer.eos_token_id):  # the tokenizer's own end-of-text id too
-        out = tl.generate(torch.tensor([[1]]), eos_token_id=eos, **greedy)
-        assert out.shape == (1, 2 if eos != tl.tokenizer.eos_token_id else 5) and int(out[0, 1]) == first
+    never = tl.tokenizer.eos_token_id  # the tokenizer's own end-of-text id: it has no logit
+    for n_new in (4, 9):  # within n_ctx (8), and past it, where each token is made from the last n_ctx
+        greedy = {"max_new_tokens": n_new, "do_sample": False, "verbose": False}
+        first = int(tl.generate(torch.tensor([[1]]), stop_at_eos=False, **greedy)[0, 1])
+        for eos in (first, [first, 3], never):
+            for explicit in ({}, {"stop_at_eos": True}):  # TL's default, and said
+                out = tl.generate(torch.tensor([[1]]), eos_token_id=eos, **explicit, **greedy)
+                assert out.shape == (1, 2 if eos != never else 1 + n_new) and int(out[0, 1]) == first
     with pytest.raises(ShapeError, match=r"token ids \[batch, pos\], got shape \(2,\): pass tokens\[None\]"):
         tl.generate(torch.tensor([1, 2]), **greedy)
+    for call in CALLS:
+        with pytest.raises(ShapeError, match="got one number"):
+            CALLS[call](tl, torch.tensor(3))
 
 
 def test_generate_without_a_tokenizer_or_on_embeddings_gives_the_models_greedy_tokens_with_the_cache_on():

@@ -21,7 +21,13 @@ from transformer_lens.model_bridge import TransformerBridge
 from interp.errors import ConfigError
 from interp.model.gpt import ResidualGPT
 from interp.model.next_token import tl_temperature
-from interp.tl.tokens import check_generate_options, decoded, generate_cropped, warn_generate_after_padding
+from interp.tl.tokens import (
+    check_generate_options,
+    decoded,
+    eos_stops,
+    generate_cropped,
+    warn_generate_after_padding,
+)
 
 
 class BridgeGenerate(TransformerBridge):
@@ -108,12 +114,11 @@ class BridgeGenerate(TransformerBridge):
             or tokens.shape[-1] + max_new_tokens <= n_ctx
             or extras
             or return_type not in ("input", "str", "tokens")
-            or kwargs.get("stop_at_eos")
         ):
             return super().generate(input, max_new_tokens, *args, **kwargs)
         step_kwargs = {k: v for k, v in kwargs.items() if k not in ("return_type", "prepend_bos")}
         step_kwargs["verbose"] = False
         step = functools.partial(super().generate, return_type="tokens", **step_kwargs)  # (tokens, n): tokens
-        out = generate_cropped(step, tokens, max_new_tokens, n_ctx)
+        out = generate_cropped(step, tokens, max_new_tokens, n_ctx, eos_stops(kwargs, self.tokenizer))
         as_text = return_type == "str" or (return_type == "input" and isinstance(input, str))
         return decoded(self.tokenizer, out) if as_text else out  # one row: its text

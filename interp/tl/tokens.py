@@ -161,6 +161,8 @@ def check_model_input(input: Any, tokenizer: Any, what: str) -> None:
     Anything else is one ArgumentError, where TL fails inside: an AttributeError on a tuple, None or a number,
     an IndexError on [], the tokenizer's ValueError on a list of ids."""
     if isinstance(input, Tensor):
+        if input.dim() == 0:  # TL indexes its positions
+            raise ShapeError(f"{what} takes token ids [batch, pos] or [pos], got one number: torch.tensor([[id]])")
         return
     texts = isinstance(input, (list, tuple)) and all(isinstance(p, str) for p in input)
     if isinstance(input, str) or (texts and isinstance(input, list)):
@@ -173,8 +175,10 @@ def check_model_input(input: Any, tokenizer: Any, what: str) -> None:
         fix = "TransformerLens batches texts in a list: list(...)"
     elif isinstance(input, (list, tuple)):
         fix = "token ids go in a tensor, torch.tensor([[...]]) for [batch, pos]"
+    elif hasattr(input, "__array__") and getattr(getattr(input, "dtype", None), "kind", "") in "iu":
+        fix = "torch.as_tensor(...) makes its token ids a tensor"
     elif hasattr(input, "__array__"):
-        fix = "torch.as_tensor(...) makes token ids a tensor"
+        fix = "texts go in a list of str, token ids in a tensor"
     else:
         fix = "give text or token ids [batch, pos]"
     name = type(input).__name__
@@ -210,6 +214,16 @@ def check_eos(eos: Any, tokenizer: Any, d_vocab: int) -> None:
             f"eos_token_id: an id in 0..{n_ids - 1} or a non-empty list of them, got {eos!r}; "
             "None takes the tokenizer's, and stop_at_eos=False stops nowhere"
         )
+
+
+def eos_stops(arguments: dict[str, Any], tokenizer: Any) -> list[int]:
+    """The ids generate stops at, its arguments checked (check_eos): none without stop_at_eos (TL's default is
+    with), else eos_token_id or the tokenizer's."""
+    if not arguments.get("stop_at_eos", True):
+        return []
+    eos = arguments.get("eos_token_id")
+    eos = getattr(tokenizer, "eos_token_id", None) if eos is None else eos
+    return [eos] if isinstance(eos, int) else list(eos or ())
 
 
 def check_generate_options(

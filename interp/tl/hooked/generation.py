@@ -23,6 +23,7 @@ from interp.model.next_token import tl_temperature
 from interp.tl.tokens import (
     check_generate_options,
     decoded,
+    eos_stops,
     generate_cropped,
     warn_bos,
     warn_generate_after_padding,
@@ -162,10 +163,7 @@ class ExportGenerate(HookedTransformer):
                 "use_past_kv_cache",
             )
         }
-        stops: list[int] = []
-        if a["stop_at_eos"]:
-            eos = a["eos_token_id"] if a["eos_token_id"] is not None else getattr(self.tokenizer, "eos_token_id", None)
-            stops = [eos] if isinstance(eos, int) else list(eos or ())  # None: refused by check_generate_options
+        stops = eos_stops(a, self.tokenizer)
         step = functools.partial(super().generate, return_type="tokens", verbose=False, **options)  # (tokens, n)
         out = generate_cropped(step, tokens.to(self.cfg.device), n_new, self.cfg.n_ctx, stops)
         return decoded(self.tokenizer, out) if return_type == "str" else out
