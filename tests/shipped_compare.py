@@ -18,12 +18,14 @@ logged values, the routing test's whole analysis) came out bit for bit; two comp
              smaller than its row; OPENBLAS_CORETYPE=Prescott moves this host's params by 1.3e-9, and a start
              moved by 4e-16 (six tries) moves the laws and predictions by as much as the shipped host's do, no
              more. Held at 1e-6 relative, 1e-8 absolute for entries near zero.
-  init       floor's initialisation table (experiments.floor.signal_table): float32 forward passes of freshly
-             initialised models, whose matmul, softmax and norm kernels ATEN_CPU_CAPABILITY picks (threads
-             changed nothing). Each seed's value moved 1.8e-7 of its cell's scale (a few float32 ulps); an
-             interval's ends over n seeds move up to 1 + t(n - 1) times that (13.7 at smoke's 2 seeds; measured
-             1.6e-6). Held at 1e-4 of the cell's scale (the largest of its mean and ends, or of its per-seed
-             values): 60x the measured, and 10x under the last digit the report prints (3 decimals).
+  init       floor's initialisation table (experiments.floor.signal_table): float64 forward passes of freshly
+             initialised float32 models. The initialising kernels ATEN_CPU_CAPABILITY picks round the weights a
+             few float32 ulps apart; default against avx2 moved each value up to 6.5e-7 of its cell's scale (4
+             cells, the two most collapsed among them); an interval's ends over n seeds move up to 1 + t(n - 1)
+             times a seed's move (13.7 at smoke's 2 seeds). Held at 1e-4 of the cell's scale (the largest of its
+             mean and ends, or of its per-seed values), 10x under the last digit the report prints (3 decimals).
+             Until the floor folders were shipped again (2026-12-06) the forward ran in float32: near total
+             collapse its rounding moved the effective rank by up to 2.3e-3 between hosts (docs/results/floor.md).
   init_check_max_diff   the largest |u| between the logged step-0 probe and the same model rebuilt here: float32
              rounding itself (0.0 shipped; 8.3e-8 here under default, 1.5e-8 under avx2). Held within 1e-5.
 

@@ -3,11 +3,11 @@
 No training. For every configuration (CONFIGS), depth, width and context length of the table, and for the knob's
 query/key initial scales (the dose response: ffn_only at DEFAULT_DOSES' depths), INIT seeds of
 the model a run would start from (experiments.floor.init_measure) are measured on the trainer's first fixed
-validation batches at that context length: the residual, mean cosine and effective rank at the last block's
-resid_post. Each cell gives the mean over seeds with a 95% t interval (scipy.stats.t). The rate per layer is
-exp(slope) of log(residual) against depth, least squares over every (depth, seed) of the depth sweep
-(scipy.stats.linregress), with its 95% interval: 1 = no collapse, 0.5 = the distance from uniformity halves
-each layer.
+validation batches at that context length, its forward in float64 (the float32 weights cast exactly): the
+residual, mean cosine and effective rank at the last block's resid_post. Each cell gives the mean over seeds
+with a 95% t interval (scipy.stats.t). The rate per layer is exp(slope) of log(residual) against depth, least
+squares over every (depth, seed) of the depth sweep (scipy.stats.linregress), with its 95% interval: 1 = no
+collapse, 0.5 = the distance from uniformity halves each layer.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from experiments.floor.init_measure import init_uniformity, probe_batches
+from experiments.floor.init_measure import init_model, probe_batches
 from experiments.floor.knob import scale_qk
+from probes.uniformity import token_uniformity
 
 CONFIGS = {
     "full": {"residual": "full"},
@@ -45,9 +46,16 @@ def _mean_interval(values: list[float]) -> dict[str, float]:
     return {"mean": m, "lower": m - half, "upper": m + half}
 
 
+def _uniformity64(model_cfg, seed: int, batches, init) -> dict[str, Any]:
+    """token_uniformity of the float32-initialised model run in float64 (the cast is exact). Near total collapse
+    the stream is a small difference of nearly equal rows: a float32 forward's rounding adds directions to it,
+    raising erank by up to 0.6% and differently on each CPU's kernels (docs/results/floor.md)."""
+    return token_uniformity(init_model(model_cfg, seed, init).double(), batches)
+
+
 def _cell(model_cfg, seeds: list[int], batches, scale: float = 1.0) -> dict[str, Any]:
     init = functools.partial(scale_qk, scale) if scale != 1.0 else None
-    rows = [init_uniformity(model_cfg, s, batches, init) for s in seeds]
+    rows = [_uniformity64(model_cfg, s, batches, init) for s in seeds]
     out = {k: _mean_interval([r[k][-1] for r in rows]) for k in ("residual", "cosine", "erank")}
     out["per_seed"] = [r["residual"][-1] for r in rows]
     return out
