@@ -329,7 +329,7 @@ def test_the_prediction_rows_score_the_committed_file_and_say_why_not_for_an_edi
         assert f"paper_scale-v{newest}.json" in rows[0]["result"]
 
 
-def test_a_prediction_file_that_cannot_be_scored_fails_the_check(tmp_path, monkeypatch, capsys):
+def test_a_prediction_file_that_cannot_be_scored_fails_the_check(tmp_path, monkeypatch, capsys, data):
     """An edited newest version is one 'not scored' row and exit 1 (with one error line): a GPU run is never
     reported green beside predictions nobody can score."""
     from benchmarks import gpu_check
