@@ -14,6 +14,7 @@ block, so one_line_errors prints `error: <message> (see --help)` and returns 2
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -45,8 +46,6 @@ def directory_option(text: str) -> str:
     working directory) is refused, not taken."""
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty directory name; give a path (use . for this directory)")
-    from pathlib import Path
-
     for place in (Path(text), *Path(text).parents):  # the deepest part that exists must be a directory
         if place.exists() or place.is_symlink():
             if not place.is_dir():
@@ -179,9 +178,6 @@ class _Stdout:
 
 def _silence_stdout() -> None:
     """Point descriptor 1 at /dev/null, so the interpreter's flush at exit has nothing left to fail on."""
-    import os
-    import sys
-
     try:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.__stdout__.fileno() if sys.__stdout__ else 1)
     except (OSError, ValueError):
@@ -192,8 +188,6 @@ def guarded_output(run) -> int:
     """Run a command (its main, --help included) with its output guarded: a reader that went away (`| head`)
     ends it quietly with EXIT_PIPE; a full disk or an encoding that cannot print ends it with one `error:` line
     on stderr and 2. Either way the command finishes its work first, so its files are whole."""
-    import sys
-
     proxy = _Stdout(sys.stdout)
     sys.stdout = proxy
     try:
@@ -216,10 +210,7 @@ def guarded_output(run) -> int:
         return EXIT_PIPE
     if proxy.error is not None:
         why = proxy.error.strerror or proxy.error
-        print(
-            f"error: cannot write to standard output: {why} (the command's files are written)",
-            file=sys.stderr,
-        )
+        print(f"error: cannot write to standard output: {why} (the command's files are written)", file=sys.stderr)
         return 2
     return code
 
@@ -239,8 +230,6 @@ __all__ = [
 def refuse_overwriting_inputs(option: str, out, inputs: dict) -> None:
     """An output path that is one of the command's input files (--out the same as --ckpt) would destroy the
     input it was made from: refused with one line before any work. inputs: option -> path (None: not given)."""
-    import os
-
     for name, path in inputs.items():
         if path is None:
             continue

@@ -24,14 +24,15 @@ PALETTE = (
 )  # fmt: skip
 
 
-def _reference_lines(fig, references: Mapping[str, float] | None) -> None:
-    """A dashed, labelled horizontal line at each reference level (unigram, bigram, ...)."""
+def _reference_lines(fig, references: Mapping[str, float] | None, colour: str = "#555", **where: Any) -> None:
+    """A dashed, labelled horizontal line at each reference level (unigram, bigram, ...); where: row=, col=."""
     for name, value in (references or {}).items():
         fig.add_hline(
             y=float(value),
-            line=dict(dash="dash", color="#555", width=1),
+            line=dict(dash="dash", color=colour, width=1),
             annotation_text=f"{name} {float(value):.3f}",
             annotation_position="top left",
+            **where,
         )
 
 
@@ -343,14 +344,7 @@ def identity_accuracy(
         if k != 0:
             levels.append(("current token alone", first["levels"]["current_token"]["accuracy"][j], "#555"))
         for label, value, colour in levels:
-            fig.add_hline(
-                y=float(value),
-                line=dict(dash="dash", color=colour, width=1),
-                row=1,
-                col=col,
-                annotation_text=f"{label} {float(value):.3f}",
-                annotation_position="top left",
-            )
+            _reference_lines(fig, {label: value}, colour, row=1, col=col)
         fig.update_xaxes(type="category", categoryorder="array", categoryarray=list(first["labels"]), row=1, col=col)
     fig.update_yaxes(title_text="accuracy", range=[0, 1.02], row=1, col=1)
     fig.update_layout(title=title, hovermode="closest", height=420)

@@ -15,7 +15,17 @@ from typing import Any
 from interp.config.model_config import ModelConfig
 from interp.errors import CheckpointError, ConfigError
 
-MODEL_ARGS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "vocab_size", "dropout")
+# nanoGPT's GPTConfig field (model_args, in its order) -> the ModelConfig field it is
+GPT_CONFIG_FIELDS = {
+    "n_layer": "n_layers",
+    "n_head": "n_heads",
+    "n_embd": "d_model",
+    "block_size": "n_ctx",
+    "bias": "bias",
+    "vocab_size": "d_vocab",
+    "dropout": "dropout",
+}
+MODEL_ARGS = tuple(GPT_CONFIG_FIELDS)
 GPT2_SIZES = (50257, 50304)  # GPT-2's BPE, and nanoGPT's padding of it to a multiple of 64
 _PREFIX = "_orig_mod."  # torch.compile's wrapper, as nanoGPT's sample.py strips it
 
@@ -129,17 +139,9 @@ def config_of(model_args: dict[str, Any], tied: bool) -> ModelConfig:
             f"model_args has fields ResidualGPT cannot map (unknown {unknown}, missing {missing}); "
             f"nanoGPT's GPTConfig has {list(MODEL_ARGS)}"
         )
+    fields = {GPT_CONFIG_FIELDS[k]: v for k, v in model_args.items()}
     try:
-        return ModelConfig(
-            n_layers=model_args["n_layer"],
-            d_model=model_args["n_embd"],
-            n_heads=model_args["n_head"],
-            n_ctx=model_args["block_size"],
-            d_vocab=model_args["vocab_size"],
-            dropout=model_args.get("dropout", 0.0),
-            bias=model_args.get("bias", True),
-            tie_embeddings=tied,
-        )
+        return ModelConfig(**{"bias": True, **fields}, tie_embeddings=tied)  # GPTConfig's bias defaults to True
     except ConfigError as e:
         raise CheckpointError(f"model_args do not make a valid model: {e}") from None
 

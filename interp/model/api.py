@@ -300,20 +300,11 @@ class BoundaryHooks:
         check_hook_name(self, name, "name")
         return super().add_hook(name, hook, dir, *args, **kwargs)  # type: ignore[misc]
 
-    def check_and_add_hook(
-        self,
-        hook_point: Any,
-        hook_point_name: str,
-        hook: Any,
-        dir: Any = "fwd",
-        is_permanent: bool = False,
-        level: int | None = None,
-        prepend: bool = False,
-    ) -> None:  # add_hook, add_perma_hook
+    def check_and_add_hook(  # add_hook, add_perma_hook
+        self, hook_point: Any, hook_point_name: str, hook: Any, dir: Any = "fwd", *args: Any, **kwargs: Any
+    ) -> None:
         hook = CheckedHook(hook) if dir == "fwd" else hook
-        super().check_and_add_hook(  # type: ignore[misc]
-            hook_point, hook_point_name, hook, dir=dir, is_permanent=is_permanent, level=level, prepend=prepend
-        )
+        super().check_and_add_hook(hook_point, hook_point_name, hook, dir, *args, **kwargs)  # type: ignore[misc]
 
     def get_caching_hooks(self, names_filter: Any = None, *args: Any, remove_batch_dim: bool = False, **kw: Any) -> Any:
         if names_filter is not None:

@@ -27,15 +27,7 @@ from transformer_lens.hook_points import HookPoint
 
 from interp.config.model_config import ModelConfig
 from interp.config.registry import mixer_spec
-from interp.errors import (
-    ArgumentError,
-    ConfigError,
-    HookNames,
-    ScopedFlag,
-    ToolkitError,
-    TrainModeWarning,
-    warn,
-)
+from interp.errors import ArgumentError, ConfigError, HookNames, ScopedFlag, ToolkitError, TrainModeWarning, warn
 from interp.model.activation_cache import ResidualActivationCache
 from interp.model.api import (
     BoundaryHooks,
@@ -121,29 +113,8 @@ def _bound_config(cfg: ModelConfig, device: torch.device) -> ModelConfig:
 
 # HookedTransformer attributes in TL's weight layout that a ResidualGPT lacks (its weights are nn.Linear's).
 _TL_WEIGHT_NAMES = frozenset(
-    {
-        "W_Q",
-        "W_K",
-        "W_V",
-        "W_O",
-        "b_Q",
-        "b_K",
-        "b_V",
-        "b_O",
-        "W_in",
-        "W_out",
-        "b_in",
-        "b_out",
-        "W_E",
-        "W_pos",
-        "W_U",
-        "b_U",
-        "W_E_pos",
-        "QK",
-        "OV",
-        "accumulated_bias",
-        "all_head_labels",
-    }
+    "W_Q W_K W_V W_O b_Q b_K b_V b_O W_in W_out b_in b_out W_E W_pos W_U b_U W_E_pos QK OV accumulated_bias "
+    "all_head_labels".split()
 )
 
 
@@ -233,9 +204,7 @@ class ResidualGPT(BoundaryHooks, HookedRootModule):
                 nn.init.normal_(p, 0.0, std)
 
     def forward(
-        self,
-        tokens: Int[Tensor, "batch pos"],
-        targets: Int[Tensor, "batch pos"] | None = None,
+        self, tokens: Int[Tensor, "batch pos"], targets: Int[Tensor, "batch pos"] | None = None
     ) -> Float[Tensor, "batch pos d_vocab"] | tuple[Float[Tensor, "batch pos d_vocab"], Tensor]:
         self._check_forward(tokens, targets)
         n = tokens.shape[-1]

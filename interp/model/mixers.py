@@ -214,11 +214,7 @@ class PatternMixer(Mixer, nn.Module):
         return rearrange(x, "b p (h dh) -> b p h dh", h=self.cfg.n_heads)
 
     def _mix(
-        self,
-        q: Float[Tensor, "b p h dh"],
-        k: Float[Tensor, "b p h dh"],
-        v: Float[Tensor, "b p h dh"],
-        scores_fn,
+        self, q: Float[Tensor, "b p h dh"], k: Float[Tensor, "b p h dh"], v: Float[Tensor, "b p h dh"], scores_fn
     ) -> Float[Tensor, "b p d"]:
         if self._wants_pattern() or self._stream_dropout():
             z = self._explicit(q, k, v, scores_fn)
@@ -230,13 +226,8 @@ class PatternMixer(Mixer, nn.Module):
         return self.out_proj(rearrange(z, "b p h dh -> b p (h dh)"))
 
     def _sdpa(self, q, k, v, **mask) -> Float[Tensor, "b p h dh"]:
-        z = F.scaled_dot_product_attention(
-            rearrange(q, "b p h dh -> b h p dh"),
-            rearrange(k, "b p h dh -> b h p dh"),
-            rearrange(v, "b p h dh -> b h p dh"),
-            dropout_p=self.cfg.dropout if self.training else 0.0,
-            **mask,
-        )
+        q, k, v = (rearrange(t, "b p h dh -> b h p dh") for t in (q, k, v))
+        z = F.scaled_dot_product_attention(q, k, v, dropout_p=self.cfg.dropout if self.training else 0.0, **mask)
         return rearrange(z, "b h p dh -> b p h dh")
 
     def _masked_sdpa(self, q, k, v) -> Float[Tensor, "b p h dh"]:

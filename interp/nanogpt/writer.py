@@ -12,7 +12,7 @@ from typing import Any
 from interp.command.cli import DocParser, run_writing_command
 from interp.config.model_config import ModelConfig
 from interp.errors import ConfigError
-from interp.files.nanogpt_format import meta_bytes, name_map, vocab_digest
+from interp.files.nanogpt_format import GPT_CONFIG_FIELDS, meta_bytes, name_map, vocab_digest
 
 
 def refusal(cfg: ModelConfig) -> str | None:
@@ -52,15 +52,7 @@ def to_nanogpt(source: Any, **extra: Any) -> dict[str, Any]:
             tensor = tensor * gain
         weights[names[ours]] = tensor
     weights["lm_head.weight"] = weights["transformer.wte.weight"]  # tied, as GPT's state_dict holds it
-    model_args = dict(
-        n_layer=cfg.n_layers,
-        n_head=cfg.n_heads,
-        n_embd=cfg.d_model,
-        block_size=cfg.n_ctx,
-        bias=cfg.bias,
-        vocab_size=cfg.d_vocab,
-        dropout=cfg.dropout,
-    )
+    model_args = {theirs: getattr(cfg, ours) for theirs, ours in GPT_CONFIG_FIELDS.items()}
     return {"model_args": model_args, "model": weights, "iter_num": 0, "best_val_loss": None, "config": {}, **extra}
 
 

@@ -227,11 +227,8 @@ def no_op(names: Iterable[str]) -> list[Hook]:
 
 
 LAYER_BUILDERS: dict[str, Callable[[int], list[Hook]]] = {
-    "remove_attn_residual": remove_attn_residual,
-    "remove_ffn_residual": remove_ffn_residual,
-    "knock_out_self": knock_out_self,
-    "self_only": self_only,
-    "uniform_pattern": uniform_pattern,
+    builder.__name__: builder
+    for builder in (remove_attn_residual, remove_ffn_residual, knock_out_self, self_only, uniform_pattern)
 }
 
 
