@@ -77,15 +77,9 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], Any]) -> None:
     replace it."""
     path = Path(path)
     if os.path.lexists(path) and not os.path.isfile(path):
-        kind = (
-            "a directory"
-            if path.is_dir()
-            else "a FIFO"
-            if path.is_fifo()
-            else "a device"
-            if (path.is_char_device() or path.is_block_device())
-            else "not a regular file"
-        )
+        tests = [(path.is_dir, "a directory"), (path.is_fifo, "a FIFO")]
+        tests += [(path.is_char_device, "a device"), (path.is_block_device, "a device")]
+        kind = next((what for test, what in tests if test()), "not a regular file")
         raise DataFileError(f"cannot write {path}: it is {kind}; give a file path")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -136,10 +136,11 @@ def want_object(d: Any) -> dict:
     return d
 
 
-def want_str_keys(d: dict, field: str) -> None:
+def want_str_keys(d: dict, field: str) -> dict:
     bad = [k for k in d if not isinstance(k, str)]
     if bad:
         raise Bad(field, f"has a key that is not a string ({bad[0]!r})")
+    return d
 
 
 def want_int(x: Any, field: str, lo: int | None = None, hi: int | None = None) -> int:

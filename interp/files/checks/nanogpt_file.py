@@ -19,8 +19,7 @@ _INTS = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")
 
 def check_nanogpt_payload(payload: dict[str, Any]) -> None:
     walk_limits({k: v for k, v in payload.items() if k != "model"})
-    model = want_dict(payload["model"], "model")
-    want_str_keys(model, "model")
+    model = want_str_keys(want_dict(payload["model"], "model"), "model")
     for name, value in model.items():
         check_tensor(value, f"model[{name!r}]")
     # torch.compile's prefix is dropped on load: a weight held both with it and without it is two answers
@@ -29,8 +28,7 @@ def check_nanogpt_payload(payload: dict[str, Any]) -> None:
         raise Bad(
             f"model[{twice[0]!r}]", "is there with and without torch.compile's _orig_mod. prefix: which is meant?"
         )
-    args = want_dict(payload["model_args"], "model_args")
-    want_str_keys(args, "model_args")
+    args = want_str_keys(want_dict(payload["model_args"], "model_args"), "model_args")
     for key in _INTS:
         if key in args:
             want_int(args[key], f"model_args.{key}", 1)
