@@ -64,8 +64,7 @@ def parser() -> argparse.ArgumentParser:
         "--out out-x/ckpt.pt --dataset shakespeare_char --meta-out data/shakespeare_char/meta.pkl\n\n"
         "A character model's vocabulary goes in meta.pkl, where readers look: beside --out (interp.sample) or "
         "data/<dataset>/meta.pkl (nanoGPT's sample.py too).\n\nOnly residual='full' with softmax attention and no "
-        "self_bias is nanoGPT's block; any "
-        "other wiring is refused with its reason.",
+        "self_bias is nanoGPT's block; any other wiring is refused with its reason.",
     )
     p.add_argument("--ckpt", required=True, type=Path, help="a ResidualGPT checkpoint (interp.save_checkpoint)")
     p.add_argument("--out", required=True, type=Path, help="nanoGPT checkpoint to write (e.g. out-x/ckpt.pt)")
