@@ -104,10 +104,7 @@ class StageRun:
 
 
 def gpu_check_parser() -> argparse.ArgumentParser:
-    p = DocParser(
-        prog="python -m benchmarks.gpu_check",
-        description=__doc__.split("\n\n", 2)[2],
-    )
+    p = DocParser(prog="python -m benchmarks.gpu_check", description=__doc__.split("\n\n", 2)[2])
     p.add_argument("--dry-run", action="store_true", help="tiny shapes on this CPU, a few steps: the same stages")
     p.add_argument("--out", default="runs/gpu_check", help="the folder it writes (default runs/gpu_check)")
     p.add_argument(

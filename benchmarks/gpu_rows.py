@@ -79,17 +79,14 @@ def pytest_rows(stage, out: Path) -> list[dict[str, str]]:
     junit = out / "logs" / "pytest-cuda.xml"
     if not junit.is_file():
         return [_row("a", "pytest -m cuda", f"did not report (exit {stage.rc}); see {stage.log}")]
-    cases = ET.parse(junit).getroot().iter("testcase")
     rows, counts = [], {"passed": 0, "failed": 0, "skipped": 0}
-    for case in cases:
+    for case in ET.parse(junit).getroot().iter("testcase"):
         outcome, detail = "passed", ""
         for tag, name in (("failure", "failed"), ("error", "failed"), ("skipped", "skipped")):
             found = case.find(tag)
             if found is not None:
-                outcome, detail = (
-                    name,
-                    (found.get("message") or "").splitlines()[0][:90] if found.get("message") else "",
-                )
+                message = found.get("message")
+                outcome, detail = name, message.splitlines()[0][:90] if message else ""
         counts[outcome] += 1
         rows.append(_row("a", case.get("name", "?").removeprefix("test_"), f"{outcome} {detail}".strip()))
     summary = ", ".join(f"{n} {k}" for k, n in counts.items())
@@ -157,14 +154,9 @@ def run_dirs(out: Path) -> list[Path]:
     return [p for c in CONFIGS for p in out.glob(f"*/{c}/seed*") if p.is_dir()]
 
 
-def _finished_runs(out: Path) -> int:
-    """Runs with final.json under out/<preset>/<config>/seed<k>."""
-    return sum(1 for c in CONFIGS for _ in out.glob(f"*/{c}/seed*/final.json"))
-
-
 def table1_rows(stage, out: Path, dry_run: bool) -> list[dict[str, str]]:
     results, why = _sweep_results(stage, out, "residual_sweep")
-    done = _finished_runs(out)
+    done = sum((run / "final.json").is_file() for run in run_dirs(out))
     if results is None:
         resumes = f"{done} runs finished, the same command resumes the rest; see {stage.log}"
         return [_row("c", "Table 1", f"no results ({why}); {resumes}")]

@@ -83,10 +83,7 @@ class GpuStepError(ToolkitError):
 
 
 def gpu_step_parser() -> argparse.ArgumentParser:
-    p = DocParser(
-        prog="python -m benchmarks.gpu_step",
-        description=__doc__.split("\n\n", 2)[2],
-    )
+    p = DocParser(prog="python -m benchmarks.gpu_step", description=__doc__.split("\n\n", 2)[2])
     p.add_argument("--shape", default="paper-10m", help="the preset whose shape is timed (default paper-10m)")
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cuda (default) or cpu")
     p.add_argument("--modes", help=f"comma list of {', '.join(MODES)} (default on cuda: {DEFAULT_MODES['cuda']})")
@@ -354,6 +351,7 @@ def run_gpu_step(args, save=lambda report: None) -> dict[str, Any]:
     import torch
 
     from benchmarks.shapes import fixed_token_batches, make_shape
+    from training.presets import parse_overrides, resolve
 
     start = time.perf_counter()
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -364,7 +362,7 @@ def run_gpu_step(args, save=lambda report: None) -> dict[str, Any]:
         _check_backend(args.compile_backend)
     shape = make_shape(args.shape, None, None, args.set)
     batches = [(x.to(device), y.to(device)) for x, y in fixed_token_batches(shape)]
-    spec = _spec(args.shape, args.set)
+    spec = resolve(args.shape, parse_overrides(args.set))
     peaks = measure_peaks(device)
     out: dict[str, Any] = {
         "torch": torch.__version__,
@@ -418,12 +416,6 @@ def _ensemble_row(k, spec, device, batches, timing, peaks, left: float) -> dict[
     except Exception as e:  # noqa: BLE001 - today's stacked step may not take this shape: named, not guessed
         return {"k": k, "failed": f"{type(e).__name__}: {one_line(e)[:200]}"}
     return _with_mfu(row, peaks, mode.precision) if "ms" in row else row
-
-
-def _spec(shape: str, sets: list[str]):
-    from training.presets import parse_overrides, resolve
-
-    return resolve(shape, parse_overrides(sets))
 
 
 def _pct(x: float | None) -> str:

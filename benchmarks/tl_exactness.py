@@ -29,7 +29,6 @@ CONFIGS = [
     ("full", "attention", float("-inf")),
 ]
 
-
 RAW_EXPORT = {"fold_ln": False, "center_writing_weights": False, "center_unembed": False}
 
 
@@ -40,25 +39,21 @@ def max_diffs(model, tl_model, tokens):
         logits_gpt, cache_gpt = model.run_with_cache(tokens)
         logits_tl, cache_tl = tl_model.run_with_cache(tokens)
     logits = (logits_gpt - logits_tl[..., : logits_gpt.shape[-1]]).abs().max().item()
-    worst, worst_name, shared, per_hook = 0.0, None, 0, {}
+    worst, worst_name, per_hook = 0.0, None, {}
     for name in cache_gpt.keys():
         if name not in cache_tl.cache_dict:
             continue
         a, b = cache_gpt[name], cache_tl[name]
         same_inf = torch.isinf(a) & torch.isinf(b) & (a.sign() == b.sign())
         d = (a - b).masked_fill(same_inf, 0.0).abs().max().item()
-        shared += 1
         per_hook[name] = d
         if d > worst or worst_name is None:
             worst, worst_name = d, name
-    return logits, worst, worst_name, shared, len(cache_gpt.keys()), per_hook
+    return logits, worst, worst_name, len(per_hook), len(cache_gpt.keys()), per_hook
 
 
 def main(argv=None) -> int:
-    parser = DocParser(
-        prog="python -m benchmarks.tl_exactness",
-        description=__doc__,
-    )
+    parser = DocParser(prog="python -m benchmarks.tl_exactness", description=__doc__)
     parser.add_argument("--ckpt", nargs="*", default=[], help="checkpoints to measure instead of random-init models")
     parser.add_argument("--per-hook", action="store_true", help="also print each shared hook's max |difference|")
     try:
@@ -73,11 +68,8 @@ def main(argv=None) -> int:
     from interp.tl.major import TL_MAJOR, TL_VERSION
 
     warnings.simplefilter("ignore")
-    models = []
-    if args.ckpt:
-        for path in args.ckpt:
-            models.append((path, ResidualGPT.from_checkpoint(path).eval(), path))
-    else:
+    models = [(path, ResidualGPT.from_checkpoint(path).eval(), path) for path in args.ckpt]
+    if not args.ckpt:
         for residual, mixer, bias in CONFIGS:
             torch.manual_seed(0)
             cfg = ModelConfig(

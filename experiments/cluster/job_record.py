@@ -25,8 +25,6 @@ from interp.errors import ToolkitError
 from interp.files.io import atomic_write
 
 SUBMIT_LOCK_WAIT_S = 600  # another submission into this folder holds the lock for its sbatch: seconds
-
-
 JOB_ID = re.compile(r"\d+(_\d+)?")  # a job, or an array task: what squeue and scancel take
 
 

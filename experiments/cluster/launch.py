@@ -147,11 +147,9 @@ def check_launcher_arguments(args: argparse.Namespace) -> None:
         )
     if args.launcher != "local" and args.ensemble_size is not None:
         raise ToolkitError("--ensemble-size is the local launcher's: a Slurm job trains one run")
-    for key, default in _SLURM_DEFAULTS.items():
+    for key, default in {**_SLURM_DEFAULTS, "ensemble_size": DEFAULT_ENSEMBLE_SIZE}.items():
         if getattr(args, key) is None:
             setattr(args, key, default)
-    if args.ensemble_size is None:
-        args.ensemble_size = DEFAULT_ENSEMBLE_SIZE
     check_number("--slurm-time", args.slurm_time, 1)
     check_number("--gpus-per-run", args.gpus_per_run, 0)
     check_number("--slurm-array-parallelism", args.slurm_array_parallelism, 1)
@@ -283,25 +281,14 @@ def job_main(module: str, argv: list[str], preset: str, variant: str, seed: int,
         ignore_time_limit_warning()
     if gpus > 1 and "RANK" not in os.environ:
         payload = json.dumps([module, argv, preset, variant, seed])
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "torch.distributed.run",
-                "--standalone",
-                f"--nproc_per_node={gpus}",
-                "-m",
-                "experiments.cluster.launch",
-                payload,
-            ],
-            check=True,
-        )
+        torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={gpus}"]
+        subprocess.run([*torchrun, "-m", "experiments.cluster.launch", payload], check=True)
         return preset
     import importlib
 
     experiment = importlib.import_module(f"experiments.{module}.run").EXPERIMENT
     ctx, jobs = experiment.context(argv)
-    matches = [j for j in jobs if (j.group.spec.preset, j.variant.name, j.seed) == (preset, variant, seed)]
+    matches = [j for j in jobs if j.key == (preset, variant, seed)]
     if len(matches) != 1:
         raise ToolkitError(f"the plan of {module} has no run {preset}/{variant}/seed{seed}")
     train_job(matches[0], ctx.out, ctx.corpus, ensemble_size=getattr(ctx.args, "ensemble_size", DEFAULT_ENSEMBLE_SIZE))
@@ -408,21 +395,7 @@ def sbatch(executor, ctx: Context, todo: list[Job], name: str, job_argv: list[st
     it may have queued are found (job_name: Slurm's; the job record holds the submission)."""
     try:  # submitit prints sbatch's stderr too before raising it: said once, in the error line
         with contextlib.redirect_stderr(io.StringIO()), executor.batch():
-            return [
-                (
-                    job,
-                    executor.submit(
-                        job_main,
-                        name,
-                        job_argv,
-                        job.group.spec.preset,
-                        job.variant.name,
-                        job.seed,
-                        ctx.args.gpus_per_run,
-                    ),
-                )
-                for job in todo
-            ]
+            return [(job, executor.submit(job_main, name, job_argv, *job.key, ctx.args.gpus_per_run)) for job in todo]
     except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM: sbatch may have queued the jobs without us reading their ids
         if job_name:
             e.jobs_left = interrupted_line(job_name)  # type: ignore[attr-defined]

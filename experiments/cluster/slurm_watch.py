@@ -91,6 +91,11 @@ def _sacct(job_ids: list[str]) -> dict[str, Ended]:
 
 
 _FIELDS = ("JobState", "Reason", "ExitCode", "RunTime", "TimeLimit")
+_UNKNOWN = Ended(
+    "unknown",
+    "neither sacct (accounting off?) nor scontrol (past MinJobAge?) knows this job any more; "
+    "an array task cancelled before it started leaves no record",
+)
 
 
 def _scontrol(job_ids: list[str]) -> dict[str, Ended]:
@@ -119,14 +124,7 @@ def ended(job_ids: list[str]) -> dict[str, Ended]:
     if rest:
         found.update(_scontrol(rest))
     for j in job_ids:
-        found.setdefault(
-            j,
-            Ended(
-                "unknown",
-                "neither sacct (accounting off?) nor scontrol (past MinJobAge?) knows this job any more; "
-                "an array task cancelled before it started leaves no record",
-            ),
-        )
+        found.setdefault(j, _UNKNOWN)
     return found
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections import Counter
 from pathlib import Path
 
 from experiments.cluster import slurm_watch
@@ -190,10 +191,7 @@ def _counts(pending: list, live: dict | None) -> str:
     states = [live[j] for j in ids if j in live]
     running = sum(1 for q in states if q.state not in ("PENDING", "SUSPENDED"))
     suspended = sum(1 for q in states if q.state == "SUSPENDED")
-    why: dict[str, int] = {}
-    for q in states:
-        if q.state == "PENDING":
-            why[q.reason] = why.get(q.reason, 0) + 1
+    why = Counter(q.reason for q in states if q.state == "PENDING")
     parts = [f"{running} running"] if running else []
     parts += [f"{suspended} suspended"] if suspended else []
     parts += [f"{n} pending" + (f" ({r})" if r not in ("", "None") else "") for r, n in sorted(why.items())]

@@ -405,22 +405,12 @@ def _differences(
             for k in dict.fromkeys(_set_key(c) for a, c in given if a is action):
                 if k not in new:
                     continue
-                if isinstance(fields_was, dict) and isinstance(fields_now, dict) and k in fields_was:
-                    if fields_was[k] == fields_now.get(k):
-                        continue
-                    lines.append(
-                        f"--set {k}={new[k]} given, "
-                        + (
-                            f"--set {k}={old[k]} recorded"
-                            if k in old
-                            else f"no --set {k} recorded, so {k}={fields_was[k]}"
-                        )
-                    )
-                elif old.get(k) != new[k]:
-                    lines.append(
-                        f"--set {k}={new[k]} given, "
-                        + (f"--set {k}={old[k]} recorded" if k in old else f"no --set {k} recorded")
-                    )
+                resolved = isinstance(fields_was, dict) and isinstance(fields_now, dict) and k in fields_was
+                if (fields_was[k] == fields_now.get(k)) if resolved else (old.get(k) == new[k]):
+                    continue
+                so = f", so {k}={fields_was[k]}" if resolved else ""
+                recorded = f"--set {k}={old[k]} recorded" if k in old else f"no --set {k} recorded{so}"
+                lines.append(f"--set {k}={new[k]} given, {recorded}")
             continue
         old, new = getattr(was, action.dest), getattr(now, action.dest)
         if action.dest in old_eff and action.dest in new_eff:

@@ -98,8 +98,7 @@ class Experiment:
     # ----- the command line --------------------------------------------------------------------------
     def parser(self) -> argparse.ArgumentParser:
         p = DocParser(  # an unknown or malformed option: one `error:` line, exit 2 (--help prints the usage)
-            prog=f"python -m experiments.{self.name}",
-            description=self.doc.split("results.json schema")[0],
+            prog=f"python -m experiments.{self.name}", description=self.doc.split("results.json schema")[0]
         )
         p.add_argument(
             "--preset",
@@ -182,9 +181,8 @@ class Experiment:
         except OSError as e:  # an I/O error no layer below turned into a ToolkitError
             print(io_error_line(e), file=sys.stderr)
             return 2
-        except (
-            Exception
-        ) as e:  # a library turned the interrupt into another exception (interp.command.signals.fired_code)
+        except Exception as e:
+            # a library turned the interrupt into another exception (interp.command.signals.fired_code)
             code = fired_code()
             if code is None:
                 raise
@@ -290,8 +288,8 @@ class Experiment:
             return 0  # submitted without waiting: the launcher printed how to collect
         jobs, incomplete = first
         while self.replan and incomplete is None:
-            known = {_key(j) for j in jobs}
-            more = [j for j in self.jobs(ctx) if _key(j) not in known]
+            known = {j.key for j in jobs}
+            more = [j for j in self.jobs(ctx) if j.key not in known]
             if not more:
                 break
             print(f"{len(more)} more runs, planned from the finished ones")
@@ -403,8 +401,8 @@ def _ready_or_finished_part(ready, jobs: list[Job]) -> tuple[list[Job], SweepInc
     try:
         return (jobs, None) if ready(jobs) else None
     except SweepIncomplete as e:
-        lost = {_key(j) for j in e.unfinished}
-        done = [j for j in jobs if _key(j) not in lost]
+        lost = {j.key for j in e.unfinished}
+        done = [j for j in jobs if j.key not in lost]
         if not done:
             raise
         print(f"\n{len(done)} finished run(s) aggregated below; {len(lost)} not finished (said above)")
@@ -416,10 +414,6 @@ def _exit_status(incomplete: SweepIncomplete | None) -> int:
         return 0
     print(f"error: {one_line(incomplete)}", file=sys.stderr)
     return incomplete.exit_code
-
-
-def _key(job: Job) -> tuple[str, str, int]:
-    return job.group.spec.preset, job.variant.name, job.seed
 
 
 def load_record(job: Job, out: Path) -> dict[str, Any]:

@@ -20,13 +20,6 @@ def check_number(name: str, value: float, minimum: float = 0.0, inclusive: bool 
         raise ToolkitError(f"{name} must be a finite number {relation} {minimum:g}, got {value}")
 
 
-COMMANDS = (
-    "routing_test",
-    "interventions",
-    "phase_diagram",
-    "escape_time",
-    "residual_sweep",
-    "gain_confound",
-    "eval_noise",
-    "floor",
+COMMANDS = tuple(
+    "routing_test interventions phase_diagram escape_time residual_sweep gain_confound eval_noise floor".split()
 )

@@ -58,8 +58,13 @@ class Job:
         """What this run trains: the group's spec with the variant's overrides and the seed."""
         return self.group.spec.with_overrides({**self.variant.overrides, "seed": self.seed})
 
+    @property
+    def key(self) -> tuple[str, str, int]:
+        """(preset, variant name, seed): what names this run, and its run directory."""
+        return self.group.spec.preset, self.variant.name, self.seed
+
     def run_dir(self, out: Path) -> RunDir:
-        return RunDir.of(out, self.group.spec.preset, self.variant.name, self.seed)
+        return RunDir.of(out, *self.key)
 
 
 @dataclass
@@ -103,12 +108,8 @@ def select_variants(groups: list[Group], text: str) -> list[Group]:
     unknown = [w for w in wanted if w not in known]
     if unknown:
         raise ToolkitError(f"unknown variant(s) {unknown}; choose from: {', '.join(known)}")
-    picked = []
-    for g in groups:
-        variants = [v for name in wanted for v in g.variants if v.name == name]
-        if variants:
-            picked.append(Group(g.spec, variants, g.callbacks, g.probes, g.seeds))
-    return picked
+    picked = [(g, [v for name in wanted for v in g.variants if v.name == name]) for g in groups]
+    return [Group(g.spec, variants, g.callbacks, g.probes, g.seeds) for g, variants in picked if variants]
 
 
 def check_distinct_dirs(jobs: list[Job]) -> None:

@@ -116,12 +116,11 @@ def missing_files(files: dict[str, bytes]) -> list[str]:
     config.json says it was probed (shipped without it, the probe-reading analyses would drop it unsaid)."""
     import json
 
-    want = list(REQUIRED)
     try:
         probed = bool((json.loads(files["config.json"]).get("train") or {}).get("probes"))
     except (KeyError, ValueError, AttributeError):
         probed = False  # no readable config.json: REQUIRED names it
-    return [n for n in want + ["probes.jsonl"] * probed if n not in files]
+    return [n for n in REQUIRED + ("probes.jsonl",) * probed if n not in files]
 
 
 def check_entry(run_dir: Path, entry: dict[str, Any]) -> None:
@@ -165,14 +164,12 @@ def collect(results_path: Path) -> tuple[dict[str, Any], bytes, dict[str, bytes]
         if str(rel) in checked:
             continue
         checked[str(rel)] = check_run(path)
-        lacks = missing_files({n: (path / n).read_bytes() for n in RUN_FILES if (path / n).is_file()})
+        files = {n: (path / n).read_bytes() for n in RUN_FILES if (path / n).is_file()}
+        lacks = missing_files(files)
         if lacks:
             raise ShipError(f"{path} lacks {', '.join(lacks)}, which its config.json says it wrote; never shipped")
         check_entry(path, r)
-        for name in RUN_FILES:
-            file = path / name
-            if file.is_file():
-                members[f"{rel}/{name}"] = file.read_bytes()
+        members.update({f"{rel}/{name}": data for name, data in files.items()})
     text = results_path.read_bytes()
     if rewritten:
         text = (dumps(results, results_path, indent=2) + "\n").encode()
@@ -243,9 +240,7 @@ def ship(source: Path, dest: Path, experiment: str | None = None, command: str |
     if dest.resolve() == results_path.parent.resolve() or dest.resolve() in results_path.parent.resolve().parents:
         raise ShipError(f"{dest} holds the experiment's own folder; ship into another folder")
     checked = carried_checks(results, members, checked)
-    archive = tar_xz(members)
-    name = results_path.name
-    files = {name: text, ARCHIVE: archive}
+    files = {results_path.name: text, ARCHIVE: tar_xz(members)}
     for record in RECORD_FILES.get(str(results.get("experiment")), ()):
         if (results_path.parent / record).is_file():
             files[record] = (results_path.parent / record).read_bytes()
