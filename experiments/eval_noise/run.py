@@ -113,14 +113,8 @@ def analyse_run(run: RunDir, spec: RunSpec, corpus, steps: list[int], repeats: i
     ckpt = load_checkpoint(run.ckpt)  # once, not per snapshot
     own, sealed = snapshot_identity(ckpt), ckpt.state.get("sealed_files") or {}
     snapshots = []
-    bar = tqdm(
-        total=len(steps) * (repeats + 2),
-        desc=f"evaluating {run.path.parent.name}",
-        unit="eval",
-        disable=not progress,
-        leave=False,
-        dynamic_ncols=True,
-    )
+    total, desc = len(steps) * (repeats + 2), f"evaluating {run.path.parent.name}"
+    bar = tqdm(total=total, desc=desc, unit="eval", disable=not progress, leave=False, dynamic_ncols=True)
     for i, step in enumerate(steps):
         model = load_snapshot(run, step, own, sealed).to(device)
         first = mean_loss(model, fixed, device, autocast)
@@ -186,16 +180,8 @@ def snapshot_table(run: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 
 def best_table(runs: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    headers = [
-        "setting",
-        "preset",
-        "seed",
-        "trained with",
-        "training best (step)",
-        "fixed best (step)",
-        "random best: mean +/- std [range]",
-        "random argmin != fixed",
-    ]
+    headers = ["setting", "preset", "seed", "trained with", "training best (step)", "fixed best (step)"]
+    headers += ["random best: mean +/- std [range]", "random argmin != fixed"]
     with_paper = any(r["preset"] in PAPER for r in runs)
     if with_paper:
         headers.append("paper")
@@ -238,35 +224,28 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
     for r in runs:
         fig = go.Figure()
         for i, s in enumerate(r["snapshots"]):
-            fig.add_trace(
-                go.Box(
-                    x=[f"step {s['step']}"] * len(s["random_losses"]),
-                    y=s["random_losses"],
-                    name=f"random batches ({results['repeats']} draws)",
-                    boxpoints="all",
-                    jitter=0.4,
-                    marker=dict(color=PALETTE[0], size=4),
-                    line=dict(color=PALETTE[0]),
-                    showlegend=i == 0,
-                    legendgroup="random",
-                    offsetgroup="random",
-                )
+            fig.add_box(
+                x=[f"step {s['step']}"] * len(s["random_losses"]),
+                y=s["random_losses"],
+                name=f"random batches ({results['repeats']} draws)",
+                boxpoints="all",
+                jitter=0.4,
+                marker=dict(color=PALETTE[0], size=4),
+                line=dict(color=PALETTE[0]),
+                showlegend=i == 0,
+                legendgroup="random",
+                offsetgroup="random",
             )
-        fig.add_trace(
-            go.Scatter(
-                x=[f"step {s['step']}" for s in r["snapshots"]],
-                y=[s["fixed"] for s in r["snapshots"]],
-                mode="markers+lines",
-                name="fixed batches",
-                marker=dict(color=PALETTE[1], size=10, symbol="diamond"),
-            )
+        fig.add_scatter(
+            x=[f"step {s['step']}" for s in r["snapshots"]],
+            y=[s["fixed"] for s in r["snapshots"]],
+            mode="markers+lines",
+            name="fixed batches",
+            marker=dict(color=PALETTE[1], size=10, symbol="diamond"),
         )
-        fig.update_layout(
-            title=f"{r['setting']} run ({r['preset']}, {r['variant']}, seed {r['seed']}): "
-            f"random-batch val loss per snapshot vs fixed",
-            yaxis_title="val loss (nats)",
-            showlegend=True,
-        )
+        run_name = f"{r['setting']} run ({r['preset']}, {r['variant']}, seed {r['seed']})"
+        title = f"{run_name}: random-batch val loss per snapshot vs fixed"
+        fig.update_layout(title=title, yaxis_title="val loss (nats)", showlegend=True)
         headers, rows = snapshot_table(r)
         b = r["best"]
         text = (
@@ -275,12 +254,8 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
         )
         sections += [(f"Snapshots, {r['setting']} run, seed {r['seed']}", text, fig), table_figure(headers, rows)]
     curves = {f"{r['setting']}/seed{r['seed']}": (r["val_curve"]["steps"], r["val_curve"]["loss"]) for r in runs}
-    sections.append(
-        (
-            "Validation loss during training (each run's own val_mode)",
-            loss_curves(curves, refs, title="Validation loss as recorded in training"),
-        )
-    )
+    recorded = loss_curves(curves, refs, title="Validation loss as recorded in training")
+    sections.append(("Validation loss during training (each run's own val_mode)", recorded))
     return sections
 
 
@@ -339,11 +314,8 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
         steps = _snapshots(s, variant, args.snapshots)
         analysis = analyse_run(RunDir(Path(record["run_dir"])), resolved, ctx.corpus, steps, args.repeats, ctx.progress)
         last = analysis["snapshots"][-1]
-        matches = (
-            abs(last["fixed"] - base["final_val_loss"])
-            if resolved.train.val_mode == "fixed" and last["step"] == base["steps"]
-            else None
-        )
+        at_training_end = resolved.train.val_mode == "fixed" and last["step"] == base["steps"]
+        matches = abs(last["fixed"] - base["final_val_loss"]) if at_training_end else None
         runs.append(
             {
                 "setting": setting,
@@ -366,21 +338,16 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
             "fraction_different": stats([r["best"]["fraction_different"] for r in rs])["mean"],
             "random_std_mean": stats([s["random"]["std"] for r in rs for s in r["snapshots"]])["mean"],
         }
-    comp = settings(ctx)[1] if not args.no_comparison else None
+    made = None  # how the nanoGPT-setting run was made
+    if not args.no_comparison:
+        _, spec, variant = settings(ctx)[1]
+        made = {"preset": spec.preset, "variant": variant.name, "overrides": {**spec.overrides, **variant.overrides}}
     return {
         "residual_config": args.config,
         "repeats": args.repeats,
         "snapshot_count": args.snapshots,
         "random_seed_base": RANDOM_SEED_BASE,
-        "config": {
-            "comparison": {
-                "preset": comp[1].preset,
-                "variant": comp[2].name,
-                "overrides": {**comp[1].overrides, **comp[2].overrides},
-            }
-            if comp
-            else None
-        },
+        "config": {"comparison": made},
         "runs": runs,
         "summary": summary,
         "eval_wall_time_s": time.perf_counter() - eval_start,

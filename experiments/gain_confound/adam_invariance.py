@@ -152,12 +152,9 @@ def _scaled_gradient_run(
         opt_b.step()
         opt_a.zero_grad(set_to_none=True)
         opt_b.zero_grad(set_to_none=True)
-        diffs.append(
-            _rel(
-                [p.detach() - b for p, b in zip(shadow, before_b, strict=True)],
-                [p.detach() - b for p, b in zip(model.parameters(), before_a, strict=True)],
-            )
-        )
+        update_b = [p.detach() - b for p, b in zip(shadow, before_b, strict=True)]
+        update_a = [p.detach() - b for p, b in zip(model.parameters(), before_a, strict=True)]
+        diffs.append(_rel(update_b, update_a))
     return diffs, small_fraction
 
 

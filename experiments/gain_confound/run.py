@@ -98,9 +98,8 @@ def gain_variants(configs: list[str], gains: list[float]) -> list[tuple[Variant,
             for g in (g for g in gains if g != 1.0):
                 overrides = {"residual": c, **({"runtime_gain": g} if way == "runtime" else {})}
                 init = functools.partial(scale_output_projections, gain=g) if way == "weights" else None
-                out.append(
-                    (Variant(f"{c} {way} g={gain_label(g)}", overrides, init), {"config": c, "way": way, "gain": g})
-                )
+                tag = {"config": c, "way": way, "gain": g}
+                out.append((Variant(f"{c} {way} g={gain_label(g)}", overrides, init), tag))
     return out
 
 
@@ -161,9 +160,7 @@ def rescue(
         base = [r for r in runs if r["config"] == c and r["way"] == "both"]
         g1 = stats([r["final_val_loss"] for r in base])["mean"]
         by_gain = {}
-        for g in gains:
-            if g == 1.0:
-                continue
+        for g in (g for g in gains if g != 1.0):
             rs = [r for r in runs if r["config"] == c and r["way"] == "weights" and r["gain"] == g]
             final = stats([r["final_val_loss"] for r in rs])
             below = final["mean"] < floor
@@ -197,50 +194,28 @@ def final_table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     headers = ["config", "g", "runtime final", "weights final", "weights - g=1", "weights below floor"]
     rows = []
     for c in results["configs"]:
-        fin = results["finals"][c]
+        fin, of_config = results["finals"][c], results["rescue"][c]
         for g in results["gains"]:
             k = gain_label(g)
-            res = results["rescue"][c]["by_gain"].get(k)
-            rows.append(
-                [
-                    c,
-                    k,
-                    fmt_number(fin["runtime"][k], ".3f"),
-                    fmt_number(fin["weights"][k], ".3f"),
-                    fmt_number(res["delta_vs_g1"], "+.3f") if res else "(g=1)",
-                    ("yes" if res["below_floor"] else "no")
-                    if res
-                    else ("yes" if results["rescue"][c]["g1_final"] < results["rescue"][c]["floor"] else "no"),
-                ]
-            )
+            res = of_config["by_gain"].get(k)
+            delta = fmt_number(res["delta_vs_g1"], "+.3f") if res else "(g=1)"
+            below = res["below_floor"] if res else of_config["g1_final"] < of_config["floor"]
+            loss_cells = [fmt_number(fin[way][k], ".3f") for way in ("runtime", "weights")]
+            rows.append([c, k, *loss_cells, delta, "yes" if below else "no"])
     return headers, rows
 
 
 def spread_table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    headers = [
-        "config",
-        "way",
-        "seed",
-        "spread at first eval",
-        "max spread",
-        "final spread",
-        f"settles below {results['threshold']:g} from step",
-    ]
+    settles = f"settles below {results['threshold']:g} from step"
+    headers = ["config", "way", "seed", "spread at first eval", "max spread", "final spread", settles]
     rows = []
     for c, ways in results["spread"].items():
         for way, per_seed in ways.items():
             for seed, s in per_seed.items():
                 first = s["spread"][0] if s["spread"] else None
+                spread_cells = [fmt_number(x) for x in (first, max(s["spread"], default=None), s["final_spread"])]
                 rows.append(
-                    [
-                        c,
-                        way,
-                        seed,
-                        fmt_number(first),
-                        fmt_number(max(s["spread"], default=None)),
-                        fmt_number(s["final_spread"]),
-                        "never" if s["settle_step"] is None else str(s["settle_step"]),
-                    ]
+                    [c, way, seed, *spread_cells, "never" if s["settle_step"] is None else str(s["settle_step"])]
                 )
     return headers, rows
 
@@ -275,35 +250,23 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
     for c, ways in results["spread"].items():
         for way, per_seed in ways.items():
             for seed, s in per_seed.items():
-                fig.add_trace(
-                    go.Scatter(
-                        x=s["steps"],
-                        y=[max(v, 1e-6) for v in s["spread"]],
-                        mode="lines+markers",
-                        name=f"{c} {way} seed{seed}",
-                        line=dict(color=PALETTE[i % len(PALETTE)], dash="solid" if way == "runtime" else "dot"),
-                    )
+                fig.add_scatter(
+                    x=s["steps"],
+                    y=[max(v, 1e-6) for v in s["spread"]],
+                    mode="lines+markers",
+                    name=f"{c} {way} seed{seed}",
+                    line=dict(color=PALETTE[i % len(PALETTE)], dash="solid" if way == "runtime" else "dot"),
                 )
             i += 1
+    threshold = results["threshold"]
     fig.add_hline(
-        y=results["threshold"],
-        line=dict(dash="dash", color="#555", width=1),
-        annotation_text=f"threshold {results['threshold']:g}",
+        y=threshold, line=dict(dash="dash", color="#555", width=1), annotation_text=f"threshold {threshold:g}"
     )
-    fig.update_layout(
-        title="Spread (max - min over g) of the validation loss at each evaluation step",
-        xaxis_title="step",
-        yaxis_title="spread (nats, log)",
-        yaxis_type="log",
-    )
+    title = "Spread (max - min over g) of the validation loss at each evaluation step"
+    fig.update_layout(title=title, xaxis_title="step", yaxis_title="spread (nats, log)", yaxis_type="log")
     sections.append(("Spread over g, per step", fig))
-    sections.append(
-        (
-            "Does weight scaling rescue a config?",
-            " ".join(f"{c}: {v['verdict']}." for c, v in results["rescue"].items()),
-            None,
-        )
-    )
+    verdicts = " ".join(f"{c}: {v['verdict']}." for c, v in results["rescue"].items())
+    sections.append(("Does weight scaling rescue a config?", verdicts, None))
     for c in results["configs"]:
         for way, label in (("runtime", "(a) runtime gain"), ("weights", "(b) weights scaled once")):
             curves = {
@@ -335,21 +298,11 @@ def parse_configs(text: str) -> list[str]:
 
 
 def add_arguments(p) -> None:
-    p.add_argument(
-        "--configs", default=",".join(DEFAULT_CONFIGS), help=f"residual configs (default {','.join(DEFAULT_CONFIGS)})"
-    )
-    p.add_argument(
-        "--gains",
-        default=",".join(gain_label(g) for g in DEFAULT_GAINS),
-        help="gains g; 1 is always added (default 0.25,0.5,1,2,4)",
-    )
+    default_option(p, "--configs", ",".join(DEFAULT_CONFIGS), "residual configs")
+    default_option(p, "--gains", ",".join(gain_label(g) for g in DEFAULT_GAINS), "gains g; 1 is always added")
     default_option(p, "--threshold", DEFAULT_THRESHOLD, "spread (nats) below which curves count as overlapping")
-    p.add_argument(
-        "--margin",
-        type=float,
-        default=DEFAULT_MARGIN,
-        help=f"rescued = final val below unigram - margin (default {DEFAULT_MARGIN} nats)",
-    )
+    margin = f"rescued = final val below unigram - margin (default {DEFAULT_MARGIN} nats)"
+    p.add_argument("--margin", type=float, default=DEFAULT_MARGIN, help=margin)
 
 
 def check(args) -> None:
@@ -395,9 +348,7 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
         device=str(pick_device(spec.train.device)),
     )
     spread = spreads(runs, configs, ctx.seeds, ctx.args.threshold)
-    variants = {
-        name: {**tag, "overrides": v.overrides} for v, tag in gain_variants(configs, gains) for name in [v.name]
-    }
+    variants = {v.name: {**tag, "overrides": v.overrides} for v, tag in gain_variants(configs, gains)}
     return {
         "configs": configs,
         "gains": gains,

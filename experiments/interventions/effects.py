@@ -179,14 +179,13 @@ def patching(model, batches, pos: int, unigram: np.ndarray, seed: int, tick) -> 
             for h in range(H):
                 out["heads"][layer][h].append(patched(z, h))
     tick()
-    nested = {
+    return {
         "clean": _cat(out["clean"]),
         "corrupt": _cat(out["corrupt"]),
         "first_resid_pre": _cat(out["first_resid_pre"]),
         "sites": {s: [_cat(v) for v in out["sites"][s]] for s in PATCH_SITES},
         "heads": [[_cat(v) for v in row] for row in out["heads"]] if has_heads else None,
     }
-    return nested
 
 
 def n_ticks(cfg: ModelConfig, identity: bool) -> int:
@@ -306,13 +305,11 @@ def sanity_checks(
     def add(check, value, expected, ok):
         checks.append({"variant": variant, "check": check, "value": float(value), "expected": expected, "ok": bool(ok)})
 
+    def exactly_zero(check, value):
+        add(check, value, "exactly 0", value == 0)
+
     moved = np.abs(raw["no_op"] - clean).max()
-    add(
-        "no-op hooks on every hook point but hook_scale: max |change| in per-sequence loss",
-        moved,
-        "exactly 0",
-        moved == 0,
-    )
+    exactly_zero("no-op hooks on every hook point but hook_scale: max |change| in per-sequence loss", moved)
     absent = []
     if not cfg.attn_residual:
         absent.append(("remove_attn_residual", "the model has no attention residual", 0.0))
@@ -329,12 +326,8 @@ def sanity_checks(
         if per_layer is None:
             continue
         worst = max(float(np.abs(v - clean).max()) for v in per_layer)
-        add(
-            f"{name} is a no-op ({why}): max |change| over layers",
-            worst,
-            "exactly 0" if tol == 0 else f"< {tol:g}",
-            worst <= tol,
-        )
+        expected = "exactly 0" if tol == 0 else f"< {tol:g}"
+        add(f"{name} is a no-op ({why}): max |change| over layers", worst, expected, worst <= tol)
     if cfg.self_bias == math.inf and raw["layers"].get("knock_out_self") is not None and not cfg.attn_residual:
         lowest = min(float(v.mean()) for v in raw["layers"]["knock_out_self"])
         add(
@@ -346,19 +339,11 @@ def sanity_checks(
         )
     p = raw["patching"]
     first = float(np.abs(p["first_resid_pre"] - p["corrupt"]).max())
-    add(
-        "patching blocks.0.hook_resid_pre at T (the previous token has not arrived): max |patched - corrupt|",
-        first,
-        "exactly 0",
-        first == 0,
+    exactly_zero(
+        "patching blocks.0.hook_resid_pre at T (the previous token has not arrived): max |patched - corrupt|", first
     )
     last = float(np.abs(p["sites"]["resid_post"][-1] - p["clean"]).max())
-    add(
-        "patching the last resid_post at T (all the model knows there): max |patched - clean|",
-        last,
-        "exactly 0",
-        last == 0,
-    )
+    exactly_zero("patching the last resid_post at T (all the model knows there): max |patched - clean|", last)
     return checks
 
 
@@ -392,12 +377,6 @@ def export_difference(
         worst[name] = float((a - b).abs().max())
     bad = corrupt_previous(xs, patch_pos, unigram)
     h = iv.patch("blocks.0.hook_resid_post", cache["blocks.0.hook_resid_post"], None, at)
-    worst["patch resid_post 0"] = float(
-        (
-            iv.per_sequence_loss(model, bad, ys, h, positions=at)[0]
-            - iv.per_sequence_loss(tl, bad, ys, h, positions=at)[0]
-        )
-        .abs()
-        .max()
-    )
+    patched, exported = (iv.per_sequence_loss(m, bad, ys, h, positions=at)[0] for m in (model, tl))
+    worst["patch resid_post 0"] = float((patched - exported).abs().max())
     return {"max_abs_diff": max(worst.values()), "per_intervention": worst, "sequences": len(x)}

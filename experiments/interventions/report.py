@@ -56,14 +56,8 @@ def table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     for name, v in results["variants"].items():
         clean = f"{v['effects']['clean_loss']['mean']:.3f}"
         for i, (label, cells) in enumerate(rows_of(name, v)):
-            rows.append(
-                [
-                    name if i == 0 else "",
-                    clean if i == 0 else "",
-                    label,
-                    *(["n/a"] * n_layers if cells is None else [cell(c) for c in cells]),
-                ]
-            )
+            layer_cells = ["n/a"] * n_layers if cells is None else [cell(c) for c in cells]
+            rows.append([name if i == 0 else "", clean if i == 0 else "", label, *layer_cells])
     return headers, rows
 
 
@@ -84,8 +78,7 @@ def summary(results: dict[str, Any]) -> str:
         lines.append(f"   measured:  {v['measured']}")
         lines.append(f"   interval:  {v['interval']}   [rule: {v['rule'].format(m=m)}]")
     failed = [c for c in results["sanity"] if not c["ok"]]
-    lines.append("")
-    lines.append(f"sanity checks: {len(results['sanity']) - len(failed)} of {len(results['sanity'])} pass")
+    lines += ["", f"sanity checks: {len(results['sanity']) - len(failed)} of {len(results['sanity'])} pass"]
     for c in failed:
         lines.append(
             f"   FAILED {c['variant']} seed {c['seed']}: {c['check']} = {c['value']:.3g} (expected {c['expected']})"
@@ -157,7 +150,6 @@ def patching_map(name: str, v: dict[str, Any]):
 
 def identity_flow(results: dict[str, Any]):
     """Current- and previous-token probe CE at each layer's resid_post, clean and under the interventions."""
-    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     from interp.figures.plots import PALETTE
@@ -171,31 +163,25 @@ def identity_flow(results: dict[str, Any]):
             continue
         x = [f"{i}.post" for i in range(len(first))]
         series = {"clean": [r["identity"]["clean_ce"] for r in first]}
-        for i in IDENTITY_FLOW:
-            if layers.get(i):
-                series[i] = [r["identity"]["ce"] for r in layers[i]]
+        series.update({i: [r["identity"]["ce"] for r in layers[i]] for i in IDENTITY_FLOW if layers.get(i)})
         for label, values in series.items():
             for j in range(2):
-                fig.add_trace(
-                    go.Scatter(
-                        x=x,
-                        y=[val[j] for val in values],
-                        mode="lines+markers",
-                        name=f"{name}: {label}",
-                        legendgroup=f"{name}: {label}",
-                        showlegend=j == 0,
-                        line=dict(color=PALETTE[colour % len(PALETTE)], dash="solid" if label == "clean" else "dot"),
-                        hovertemplate=f"{name}: {label}<br>%{{x}}<br>probe CE %{{y:.3f}}<extra></extra>",
-                    ),
+                fig.add_scatter(
+                    x=x,
+                    y=[val[j] for val in values],
+                    mode="lines+markers",
+                    name=f"{name}: {label}",
+                    legendgroup=f"{name}: {label}",
+                    showlegend=j == 0,
+                    line=dict(color=PALETTE[colour % len(PALETTE)], dash="solid" if label == "clean" else "dot"),
+                    hovertemplate=f"{name}: {label}<br>%{{x}}<br>probe CE %{{y:.3f}}<extra></extra>",
                     row=1,
                     col=j + 1,
                 )
         colour += 1
     fig.update_yaxes(title_text="decoder cross-entropy (nats)", row=1, col=1)
-    fig.update_layout(
-        title="Identity flow: decodability at the site after the intervened layer (decoders fitted on the clean model)",
-        height=520,
-    )
+    title = "Identity flow: decodability at the site after the intervened layer (decoders fitted on the clean model)"
+    fig.update_layout(title=title, height=520)
     return fig
 
 
@@ -214,16 +200,12 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
     ]
     diffs = {n: e for n, e in results["export"].items() if e}
     if diffs:
-        out.append(
-            (
-                "ResidualGPT and its export",
-                "The same hooks on the first seed's model and its TransformerLens "
-                "export (interp.load_tl), first validation batch: largest |per-sequence loss difference| - "
-                + "; ".join(f"{n}: {e['max_abs_diff']:.2e}" for n, e in diffs.items())
-                + ".",
-                None,
-            )
+        each = "; ".join(f"{n}: {e['max_abs_diff']:.2e}" for n, e in diffs.items())
+        text = (
+            "The same hooks on the first seed's model and its TransformerLens "
+            f"export (interp.load_tl), first validation batch: largest |per-sequence loss difference| - {each}."
         )
+        out.append(("ResidualGPT and its export", text, None))
     for name, v in results["variants"].items():
         out.append((f"{name}: effects", loss_heatmap(name, v)))
         fig = patching_map(name, v)

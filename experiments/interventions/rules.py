@@ -70,15 +70,11 @@ def raises(o: InterventionOutcome, variant: str, intervention: str) -> tuple[str
         return "inconclusive", f"{intervention} does not apply to {variant}", "n/a"
     layer, row = peak(rows)
     seeds = o.spread(variant, intervention, layer)
-    if row["delta"]["lo"] > o.margin and row["delta"]["mean"] - o.margin > seeds:
-        verdict = "supports"
-    elif all(r["delta"]["hi"] < o.margin for r in rows):
-        verdict = "contradicts"
-    else:
-        verdict = "inconclusive"
-    measured = f"{variant}, {intervention}: change in loss per layer " + ", ".join(
-        f"{r['delta']['mean']:+.3f}" for r in rows
-    )
+    supports = row["delta"]["lo"] > o.margin and row["delta"]["mean"] - o.margin > seeds
+    every_below = all(r["delta"]["hi"] < o.margin for r in rows)
+    verdict = "supports" if supports else ("contradicts" if every_below else "inconclusive")
+    changes = ", ".join(f"{r['delta']['mean']:+.3f}" for r in rows)
+    measured = f"{variant}, {intervention}: change in loss per layer {changes}"
     spread = f"; 3 seed std {seeds:.3f}" if seeds else ""
     return verdict, measured, f"peak layer {layer}: {ci(row['delta'])} nats{spread}"
 
@@ -91,12 +87,8 @@ def smaller(o: InterventionOutcome, small: tuple[str, str], large: tuple[str, st
     (ls, s), (ll, big) = peak(rows_s), peak(rows_l)
     seeds = (o.spread(*small, ls) ** 2 + o.spread(*large, ll) ** 2) ** 0.5
     apart = abs(big["delta"]["mean"] - s["delta"]["mean"]) > seeds
-    if s["delta"]["hi"] < big["delta"]["lo"] and apart:
-        verdict = "supports"
-    elif s["delta"]["lo"] > big["delta"]["hi"] and apart:
-        verdict = "contradicts"
-    else:
-        verdict = "inconclusive"
+    wholly_below, wholly_above = s["delta"]["hi"] < big["delta"]["lo"], s["delta"]["lo"] > big["delta"]["hi"]
+    verdict = "supports" if wholly_below and apart else ("contradicts" if wholly_above and apart else "inconclusive")
     measured = (
         f"{small[0]} {small[1]} peak {s['delta']['mean']:+.3f} (layer {ls}); "
         f"{large[0]} {large[1]} peak {big['delta']['mean']:+.3f} (layer {ll})"
@@ -134,12 +126,8 @@ def decide_i7(o: InterventionOutcome) -> tuple[str, str, str]:
     if rows is None:
         return "inconclusive", "knock_out_self does not apply", "n/a"
     floor = o.unigram - o.margin
-    if all(r["loss"]["lo"] >= floor for r in rows):
-        verdict = "supports"
-    elif any(r["loss"]["hi"] < floor for r in rows):
-        verdict = "contradicts"
-    else:
-        verdict = "inconclusive"
+    every_at_floor, some_below = all(r["loss"]["lo"] >= floor for r in rows), any(r["loss"]["hi"] < floor for r in rows)
+    verdict = "supports" if every_at_floor else ("contradicts" if some_below else "inconclusive")
     lowest = min(range(len(rows)), key=lambda i: rows[i]["loss"]["mean"])
     measured = (
         "ffn_only + self_bias, knock_out_self: loss per layer "
@@ -154,12 +142,8 @@ def decide_i8(o: InterventionOutcome) -> tuple[str, str, str]:
     if rows is None or "identity" not in rows[0]:
         return "inconclusive", "no identity probes (--no-identity) or knock_out_self does not apply", "n/a"
     deltas = [r["identity"]["delta_ce"][0] for r in rows]  # offset 0: the current token
-    if all(d["lo"] > o.margin for d in deltas):
-        verdict = "supports"
-    elif any(d["hi"] < o.margin for d in deltas):
-        verdict = "contradicts"
-    else:
-        verdict = "inconclusive"
+    every_rises, some_below = all(d["lo"] > o.margin for d in deltas), any(d["hi"] < o.margin for d in deltas)
+    verdict = "supports" if every_rises else ("contradicts" if some_below else "inconclusive")
     weakest = min(range(len(deltas)), key=lambda i: deltas[i]["mean"])
     measured = "ffn_only + self_bias, knock_out_self: current-token probe CE at resid_post per layer " + ", ".join(
         f"{r['identity']['clean_ce'][0]:.2f} -> {r['identity']['ce'][0]:.2f}" for r in rows
@@ -274,11 +258,8 @@ def intervention_verdicts(
         if missing:
             item.update(verdict="inconclusive", measured="not run", interval=f"n/a ({', '.join(missing)} not run)")
         elif floored:
-            item.update(
-                verdict="inconclusive",
-                interval="n/a",
-                measured=f"not decided: {', '.join(floored)} sits at the unigram floor (nothing to lose)",
-            )
+            why = f"not decided: {', '.join(floored)} sits at the unigram floor (nothing to lose)"
+            item.update(verdict="inconclusive", interval="n/a", measured=why)
         else:
             verdict, measured, interval = p.decide(o)
             item.update(verdict=verdict, measured=measured, interval=interval)

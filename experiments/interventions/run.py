@@ -87,12 +87,8 @@ def add_arguments(p) -> None:
         help=f"how many of the preset's fixed validation batches to intervene on (default "
         f"{DEFAULT_VAL_BATCHES}; 0: all); the cost grows linearly with it",
     )
-    p.add_argument(
-        "--patch-pos",
-        type=int,
-        default=None,
-        help="position T whose previous token is resampled for patching (default n_ctx // 2)",
-    )
+    patch = "position T whose previous token is resampled for patching (default n_ctx // 2)"
+    p.add_argument("--patch-pos", type=int, default=None, help=patch)
     p.add_argument("--no-identity", action="store_true", help="skip the identity probes (I8 is then inconclusive)")
 
 
@@ -180,6 +176,9 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
         )
     bar.close()
     variants = _variants(records, raws, idx, levels, margin, probe_refs)
+    outcomes = {
+        n: {**v["effects"], "seed_spread": v["seed_spread"], "n_seeds": len(v["seeds"])} for n, v in variants.items()
+    }
     return {
         "margin": margin,
         "self_bias": ctx.args.self_bias,
@@ -190,14 +189,7 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
         "identity_probes": identity,
         "runs": runs,
         "variants": variants,
-        "verdicts": intervention_verdicts(
-            {
-                n: {**v["effects"], "seed_spread": v["seed_spread"], "n_seeds": len(v["seeds"])}
-                for n, v in variants.items()
-            },
-            levels,
-            margin,
-        ),
+        "verdicts": intervention_verdicts(outcomes, levels, margin),
         "sanity": sanity,
         "export": export,
     }
@@ -221,11 +213,8 @@ def _variants(records: list[dict[str, Any]], raws: dict[str, list], idx, levels,
                     else 0.0
                     for layer in range(len(per_layer))
                 ]
-        variants[name] = {
-            "seeds": [r["seed"] for r in records if r["variant"] == name],
-            "effects": effects,
-            "seed_spread": spread,
-        }
+        seeds = [r["seed"] for r in records if r["variant"] == name]
+        variants[name] = {"seeds": seeds, "effects": effects, "seed_spread": spread}
     return variants
 
 

@@ -58,13 +58,8 @@ class EarlyIdentity:
 
         if not getattr(trainer, "is_main", True):
             return
-        result = measure_identity(
-            trainer.model,
-            trainer.corpus.train,
-            trainer.val_batches[:IDENTITY_BATCHES],
-            offsets=(0,),
-            sites=[IDENTITY_SITE],
-        )
+        batches = trainer.val_batches[:IDENTITY_BATCHES]
+        result = measure_identity(trainer.model, trainer.corpus.train, batches, offsets=(0,), sites=[IDENTITY_SITE])
         trainer.append("probes.jsonl", {"step": step, "probe": "identity", **result})
 
     def on_eval(self, trainer, step: int, val_loss: float) -> None:

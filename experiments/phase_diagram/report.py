@@ -16,6 +16,9 @@ from experiments.runner.frame import Context
 from experiments.runner.text import fmt_number, format_table, table_figure
 from experiments.statistics.held_out import auc_text
 
+PREDICTOR_HEADERS = ["feature", "runs", "collapsed", "LOO accuracy", "95% (exact)", "majority"]
+PREDICTOR_HEADERS += ["AUC [95% bootstrap], direction", "predicts"]
+
 
 def _loss(s: dict[str, float]) -> str:
     return f"{s['mean']:.3f}" + (f" +/- {s['std']:.3f}" if s["n"] > 1 else "")
@@ -29,34 +32,16 @@ def confirm_mark(cell: dict[str, Any]) -> str:
 
 
 def table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    headers = [
-        "cell",
-        "role",
-        "final val",
-        "rel",
-        "place",
-        "at 3x",
-        f"{CONFIRM_SEEDS} seeds at {CONFIRM_FACTOR}x",
-        "grad0",
-        "identity early",
-    ]
+    confirmed = f"{CONFIRM_SEEDS} seeds at {CONFIRM_FACTOR}x"
+    headers = ["cell", "role", "final val", "rel", "place", "at 3x", confirmed, "grad0", "identity early"]
     feats = {(r["variant"], r["seed"]): r["features"] for r in results["runs"]}
     rows = []
     for c in results["cells"]:
         f = feats.get((c["name"], c["seeds"][0]), {}) if c["seeds"] else {}
-        rows.append(
-            [
-                c["name"],
-                c["role"],
-                _loss(c["final_val_loss"]),
-                f"{c['relative_loss']:+.2f}",
-                mark(c),
-                f"{c['projected_val_loss']['mean']:.3f}",
-                confirm_mark(c),
-                fmt_number(f.get("grad0"), ".3g"),
-                fmt_number(f.get("identity_early"), ".2f"),
-            ]
-        )
+        at_3x = f"{c['projected_val_loss']['mean']:.3f}"
+        row = [c["name"], c["role"], _loss(c["final_val_loss"]), f"{c['relative_loss']:+.2f}", mark(c), at_3x]
+        early = [fmt_number(f.get("grad0"), ".3g"), fmt_number(f.get("identity_early"), ".2f")]
+        rows.append([*row, confirm_mark(c), *early])
     return headers, rows
 
 
@@ -190,30 +175,23 @@ def predictor_figures(results: dict[str, Any]) -> list:
     span = levels["unigram"] - levels["bigram"]
     out = []
     for name in EARLY_FEATURES:
-        pts = [
-            (
-                s["features"][name],
-                (rel[(s["variant"], s["seed"])] - levels["bigram"]) / span,
-                s["collapsed"],
-                f"{s['variant']} seed {s['seed']}",
-            )
-            for s in results["predictor_runs"]
-            if s["features"].get(name) is not None
-        ]
+        pts = []
+        for s in results["predictor_runs"]:
+            if s["features"].get(name) is not None:
+                relative = (rel[(s["variant"], s["seed"])] - levels["bigram"]) / span
+                pts.append((s["features"][name], relative, s["collapsed"], f"{s['variant']} seed {s['seed']}"))
         if not pts:
             continue
         fig = go.Figure()
         for flag, colour in ((True, "#c0392b"), (False, "#2c7fb8")):
             sel = [p for p in pts if p[2] == flag]
-            fig.add_trace(
-                go.Scatter(
-                    x=[p[0] for p in sel],
-                    y=[p[1] for p in sel],
-                    mode="markers",
-                    text=[p[3] for p in sel],
-                    name="collapsed" if flag else "not collapsed",
-                    marker=dict(color=colour, size=9),
-                )
+            fig.add_scatter(
+                x=[p[0] for p in sel],
+                y=[p[1] for p in sel],
+                mode="markers",
+                text=[p[3] for p in sel],
+                name="collapsed" if flag else "not collapsed",
+                marker=dict(color=colour, size=9),
             )
         fig.update_layout(title=f"{name} vs outcome", xaxis_title=name, yaxis_title="relative final loss", height=380)
         out.append((f"Predictor: {name}", verdict_text(name, results["predictor"][name]), fig))
@@ -246,35 +224,13 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
     for key, title in titles:
         if not results.get(key):
             continue
-        rows = [
-            [
-                n,
-                item["n"],
-                item["n_collapsed"],
-                fmt_number(item.get("loo_accuracy"), ".2f"),
-                "-" if "loo_interval" not in item else "[{:.2f}, {:.2f}]".format(*item["loo_interval"]),
-                fmt_number(item.get("majority_accuracy"), ".2f"),
-                auc_text(item, "collapse") if "auc" in item else "-",
-                "yes" if item.get("predicts") else item.get("untestable", "no"),
-            ]
-            for n, item in results[key].items()
-        ]
-        out.append(
-            (
-                title,
-                table_figure(
-                    [
-                        "feature",
-                        "runs",
-                        "collapsed",
-                        "LOO accuracy",
-                        "95% (exact)",
-                        "majority",
-                        "AUC [95% bootstrap], direction",
-                        "predicts",
-                    ],
-                    rows,
-                ),
-            )
-        )
+        rows = []
+        for n, item in results[key].items():
+            loo = fmt_number(item.get("loo_accuracy"), ".2f")
+            interval = "-" if "loo_interval" not in item else "[{:.2f}, {:.2f}]".format(*item["loo_interval"])
+            majority = fmt_number(item.get("majority_accuracy"), ".2f")
+            auc = auc_text(item, "collapse") if "auc" in item else "-"
+            predicts = "yes" if item.get("predicts") else item.get("untestable", "no")
+            rows.append([n, item["n"], item["n_collapsed"], loo, interval, majority, auc, predicts])
+        out.append((title, table_figure(PREDICTOR_HEADERS, rows)))
     return out + predictor_figures(results)

@@ -90,6 +90,7 @@ from typing import Any
 from experiments.phase_diagram.boundary import FLOOR, SPLIT, cell_place, claim_cells, sentence, views
 from experiments.phase_diagram.collapse_predictor import EarlyIdentity, evaluate, features
 from experiments.phase_diagram.grid import (
+    AXES,
     CONFIRM_FACTOR,
     CONFIRM_SEEDS,
     REFERENCES,
@@ -119,14 +120,8 @@ DEFAULT_EARLY = 100
 
 def add_arguments(p) -> None:
     g = p.add_argument_group("the grid")
-    g.add_argument(
-        "--axes",
-        action="append",
-        default=[],
-        metavar="AXIS=V1,V2,...",
-        help="an axis of one product grid instead of the default grid (repeatable); axes: residual, "
-        "n_layers, lr, d_model, self_bias",
-    )
+    axes = f"an axis of one product grid instead of the default grid (repeatable); axes: {', '.join(AXES)}"
+    g.add_argument("--axes", action="append", default=[], metavar="AXIS=V1,V2,...", help=axes)
     g.add_argument(
         "--references",
         default=",".join(REFERENCES),
@@ -143,7 +138,6 @@ def add_arguments(p) -> None:
     g.add_argument(
         "--early-step",
         type=int,
-        default=None,
         help=f"the evaluation step the early features are read at (default: the last evaluation "
         f"step <= {DEFAULT_EARLY} before max_steps, else the first one)",
     )
@@ -176,6 +170,7 @@ class PhaseGrid:
         self.slices = slices_of(axes, self.base) if axes else default_slices(self.base)
         self.cells = grid_cells(self.slices)
         self.references = reference_cells(self.cells, self.base, parse_references(ctx.args.references))
+        self.every = self.cells + self.references
         train = ctx.spec.train
         self.ratio = train.min_lr / train.lr
         self.steps = train.max_steps
@@ -209,25 +204,15 @@ def plan(ctx: Context) -> list[Group]:
             f"torch's generators take); give a first seed below {2**63 - CONFIRM_SEEDS + 1}"
         )
     groups = [
-        Group(
-            ctx.spec,
-            [grid.variant(c) for c in grid.cells + grid.references],
-            callbacks=lambda variant, seed: [EarlyIdentity(early)],
-        )
+        Group(ctx.spec, [grid.variant(c) for c in grid.every], callbacks=lambda variant, seed: [EarlyIdentity(early)])
     ]
     if ctx.args.confirm:
         places = finished_places(ctx, grid)
         if places is not None:  # the first pass has finished: the boundary is known from its places
             boundary = confirm_cells(grid, *places)
             if boundary:
-                groups.append(
-                    Group(
-                        ctx.spec,
-                        [grid.confirm_variant(c) for c in boundary],
-                        probes=False,
-                        seeds=confirm_seeds(ctx.seeds[0]),
-                    )
-                )
+                confirming = [grid.confirm_variant(c) for c in boundary]
+                groups.append(Group(ctx.spec, confirming, probes=False, seeds=confirm_seeds(ctx.seeds[0])))
     return groups
 
 
@@ -264,9 +249,8 @@ def finished_places(ctx: Context, grid: PhaseGrid) -> tuple[dict, dict] | None:
         early, warm, pairs = ctx.args.early_step, ctx.spec.train.warmup_steps, zip(seeds, runs, strict=True)
         return [summarise_cell({"seed": s, **r.load(), "variant": name}, early, warm) for s, r in pairs]
 
-    every = grid.cells + grid.references
     runs = {}
-    for c in every:  # an unfinished first pass is known at its first unfinished cell: nothing more is read
+    for c in grid.every:  # an unfinished first pass is known at its first unfinished cell: nothing more is read
         if (rs := load(c.name, ctx.seeds)) is None:
             return None
         runs[c.name] = rs
@@ -277,7 +261,7 @@ def finished_places(ctx: Context, grid: PhaseGrid) -> tuple[dict, dict] | None:
             runs[c.name + suffix] = rs
     levels = ctx.reference_levels()
     margin = ctx.args.margin
-    return places_of(runs, every, levels, margin), places_of(runs, every, levels, margin, suffix)
+    return places_of(runs, grid.every, levels, margin), places_of(runs, grid.every, levels, margin, suffix)
 
 
 # ----- analysis -----------------------------------------------------------------------------------------
@@ -310,13 +294,8 @@ def places_of(
         if not rs:
             continue
         ref = full_reference(cell, {c: None for c in cells if c.name in runs})
-        out[cell] = cell_place(
-            [r["final_val_loss"] for r in rs],
-            [r["tail"]["projected"] for r in rs],
-            levels,
-            mean_loss(ref) if ref else None,
-            margin,
-        )
+        losses, projected = [r["final_val_loss"] for r in rs], [r["tail"]["projected"] for r in rs]
+        out[cell] = cell_place(losses, projected, levels, mean_loss(ref) if ref else None, margin)
     return out
 
 
@@ -333,14 +312,13 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     by_name: dict[str, list[dict[str, Any]]] = {}
     for r in runs:
         by_name.setdefault(r["variant"], []).append(r)
-    every = grid.cells + grid.references
-    first = places_of(by_name, every, levels, margin)
+    first = places_of(by_name, grid.every, levels, margin)
     suffix = f" x{CONFIRM_FACTOR}"
-    confirmed = places_of(by_name, every, levels, margin, suffix)
+    confirmed = places_of(by_name, grid.every, levels, margin, suffix)
     boundary = set(confirm_cells(grid, first, confirmed)) if ctx.args.confirm else None
     final = {c: confirmed.get(c, p) for c, p in first.items()}
     cells = []
-    for c in every:
+    for c in grid.every:
         rs = by_name.get(c.name, [])
         loss = stats([r["final_val_loss"] for r in rs])
         item = {
@@ -371,16 +349,13 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
         cells.append(item)
     done = None if boundary is None else {c: c in confirmed for c in boundary}
     view_items = _view_items(grid, final, done)
-    samples = [
-        {
-            "variant": r["variant"],
-            "seed": r["seed"],
-            "features": r["features"],
-            "collapsed": place(r["final_val_loss"], levels, None, margin) == FLOOR,
-        }
-        for c in grid.cells
-        for r in by_name.get(c.name, [])
-    ]
+    samples = []
+    for c in grid.cells:
+        for r in by_name.get(c.name, []):
+            collapsed = place(r["final_val_loss"], levels, None, margin) == FLOOR
+            samples.append(
+                {"variant": r["variant"], "seed": r["seed"], "features": r["features"], "collapsed": collapsed}
+            )
     # the same early features against each cell's final place (3 seeds at 3x where confirmed): the first
     # pass's 600-step outcomes are not final (the floor erodes), so a verdict on them alone is not one
     of_cell = {c.name: final[c]["place"] for c in grid.cells}

@@ -37,11 +37,10 @@ results.json schema ("residual-sweep/1"):
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from experiments.runner.frame import Context, Experiment, Group, Variant, check_number, run_summary
-from experiments.runner.text import fmt_stats, reference_lines
+from experiments.runner.text import fmt_number, fmt_stats, reference_lines
 from experiments.statistics.stats import stats
 from interp.command.cli import default_option
 
@@ -109,10 +108,6 @@ def summarise_configs(
     return out
 
 
-def _num(x: float | None, fmt: str = ".3f") -> str:
-    return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, fmt)
-
-
 def table_rows(configs: dict[str, Any], with_paper: bool) -> tuple[list[str], list[list[str]]]:
     headers = ["config", "final val", "best val", "ratio/full", "gap/none", "class", "collapsed seeds"]
     if with_paper:
@@ -123,13 +118,13 @@ def table_rows(configs: dict[str, Any], with_paper: bool) -> tuple[list[str], li
             name,
             fmt_stats(c["final_val_loss"]),
             fmt_stats(c["best_val_loss"]),
-            _num(c["ratio_to_full"], ".2f"),
-            _num(c["gap_to_none"], "+.3f"),
+            fmt_number(c["ratio_to_full"], ".2f"),
+            fmt_number(c["gap_to_none"], "+.3f"),
             c["classification"],
             f"{len(c['collapsed_seeds'])}/{c['final_val_loss']['n']}",
         ]
         if with_paper:
-            row += [c["paper"]["text"] if c["paper"] else "-", _num(c["delta_vs_paper"], "+.3f")]
+            row += [c["paper"]["text"] if c["paper"] else "-", fmt_number(c["delta_vs_paper"], "+.3f")]
         rows.append(row)
     return headers, rows
 
@@ -177,27 +172,23 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
     dots = go.Figure()
     for i, (name, c) in enumerate(results["configs"].items()):
         rs = [r for r in runs if r["variant"] == name]
-        dots.add_trace(
-            go.Scatter(
-                x=[name] * len(rs),
-                y=[r["final_val_loss"] for r in rs],
-                mode="markers",
-                name=f"{name} (ours)",
-                text=[f"seed {r['seed']}" for r in rs],
-                marker=dict(color=PALETTE[i % len(PALETTE)], size=9),
-            )
+        dots.add_scatter(
+            x=[name] * len(rs),
+            y=[r["final_val_loss"] for r in rs],
+            mode="markers",
+            name=f"{name} (ours)",
+            text=[f"seed {r['seed']}" for r in rs],
+            marker=dict(color=PALETTE[i % len(PALETTE)], size=9),
         )
         if c["paper"]:
             p = c["paper"]
-            dots.add_trace(
-                go.Scatter(
-                    x=[name],
-                    y=[p["mean"]],
-                    mode="markers",
-                    name=f"{name} (paper)",
-                    error_y=dict(type="data", array=[p["std"] or 0.0], visible=True),
-                    marker=dict(color=PALETTE[i % len(PALETTE)], symbol="diamond-open", size=13),
-                )
+            dots.add_scatter(
+                x=[name],
+                y=[p["mean"]],
+                mode="markers",
+                name=f"{name} (paper)",
+                error_y=dict(type="data", array=[p["std"] or 0.0], visible=True),
+                marker=dict(color=PALETTE[i % len(PALETTE)], symbol="diamond-open", size=13),
             )
     for label, value in refs.items():
         dots.add_hline(y=value, line=dict(dash="dash", color="#555", width=1), annotation_text=f"{label} {value:.3f}")

@@ -61,18 +61,8 @@ def table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         grads = list(v["block0_grad_at"].values())
         grad_s = f"{grads[0]:.2g} > {grads[-1]:.2g}" if grads else "n/a"
         growth = f"{v['growth']:.1f}x" if v["growth"] is not None else "n/a"
-        rows.append(
-            [
-                name,
-                loss_s,
-                PLACES.get(v["place"], v["place"]),
-                f"{v['tail_drop']['mean']:+.3f}",
-                f"{v['projected_val_loss']['mean']:.3f}",
-                alpha_s,
-                grad_s,
-                growth,
-            ]
-        )
+        tail_s = [f"{v['tail_drop']['mean']:+.3f}", f"{v['projected_val_loss']['mean']:.3f}"]
+        rows.append([name, loss_s, PLACES.get(v["place"], v["place"]), *tail_s, alpha_s, grad_s, growth])
     return headers, rows
 
 
@@ -152,53 +142,31 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
     runs = results["runs"]
     curves = {f"{r['variant']}/seed{r['seed']}": (r["val_curve"]["steps"], r["val_curve"]["loss"]) for r in runs}
     out: list = [("Verdicts", table_figure(*verdict_table(results))), *_verdict_texts(results)]
-    out.append(
-        (
-            "Validation loss",
-            loss_curves(curves, reference_lines(results["reference_levels"]), title="Validation loss (fixed batches)"),
-        )
-    )
+    refs = reference_lines(results["reference_levels"])
+    out.append(("Validation loss", loss_curves(curves, refs, title="Validation loss (fixed batches)")))
     alphas = {f"{r['variant']}/seed{r['seed']}": np.array(r["alpha_tt"]) for r in runs if r["alpha_tt"]}
     baseline = next((r["uniform_baseline"] for r in runs if r["uniform_baseline"]), None)
     if alphas:
-        out.append(
-            (
-                "alpha_tt per layer and head (final)",
-                "Mean weight a query puts on its own position, over positions t >= 1; the uniform "
-                f"baseline mean 1/(t+1) is {baseline:.3f}. Position-blind variants have no pattern.",
-                alpha_tt_heatmap(alphas, baseline=baseline),
-            )
+        text = (
+            "Mean weight a query puts on its own position, over positions t >= 1; the uniform "
+            f"baseline mean 1/(t+1) is {baseline:.3f}. Position-blind variants have no pattern."
         )
+        out.append(("alpha_tt per layer and head (final)", text, alpha_tt_heatmap(alphas, baseline=baseline)))
     for r in runs:
         flow = r["grad_flow"]
         if not flow["steps"]:
             continue
-        grid = np.array(
-            [
-                [np.hypot(a, m) for a, m in zip(att, mlp, strict=True)]
-                for att, mlp in zip(flow["attn"], flow["mlp"], strict=True)
-            ]
-        ).T
-        out.append(
-            (
-                f"Gradient flow: {r['variant']} seed {r['seed']}",
-                gradient_flow_heatmap(
-                    grid + 1e-12,
-                    flow["steps"],
-                    layer_labels=[f"block {i}" for i in range(grid.shape[0])],
-                    title=f"{r['variant']}: block parameter-gradient norm (before clipping)",
-                ),
-            )
-        )
+        per_step = zip(flow["attn"], flow["mlp"], strict=True)  # [step][layer] each
+        grid = np.array([[np.hypot(a, m) for a, m in zip(att, mlp, strict=True)] for att, mlp in per_step]).T
+        labels = [f"block {i}" for i in range(grid.shape[0])]
+        title = f"{r['variant']}: block parameter-gradient norm (before clipping)"
+        fig = gradient_flow_heatmap(grid + 1e-12, flow["steps"], layer_labels=labels, title=title)
+        out.append((f"Gradient flow: {r['variant']} seed {r['seed']}", fig))
     profiles = {f"{r['variant']}/seed{r['seed']}": r["norms"]["norms"] for r in runs if r["norms"]["norms"]}
     sites = next((r["norms"]["sites"] for r in runs if r["norms"]["sites"]), None)
     if profiles:
-        out.append(
-            (
-                "Hidden-norm profile (final, eval mode)",
-                norm_profile(profiles, sites, log_y=True, title="Mean per-token residual norm"),
-            )
-        )
+        profile = norm_profile(profiles, sites, log_y=True, title="Mean per-token residual norm")
+        out.append(("Hidden-norm profile (final, eval mode)", profile))
     if results.get("identity"):
         out += _identity_figures(results)
     return out + attention_figures(results, ctx.corpus)
@@ -228,6 +196,7 @@ def _identity_figures(results: dict[str, Any]) -> list:
     from interp.figures.plots import identity_accuracy, logit_lens_figure
 
     ident, levels = results["identity"], results["reference_levels"]
+    two_levels = {"unigram": levels["unigram"], "bigram": levels["bigram"]}
     return [
         (
             "Where is the current token?",
@@ -237,13 +206,7 @@ def _identity_figures(results: dict[str, Any]) -> list:
             "for offset -1, what the current token alone predicts about the previous one.",
             identity_accuracy({n: v["identity"] for n, v in ident.items()}, (0, -1)),
         ),
-        (
-            "Logit lens",
-            logit_lens_figure(
-                {n: v["logit_lens"] for n, v in ident.items()},
-                {"unigram": levels["unigram"], "bigram": levels["bigram"]},
-            ),
-        ),
+        ("Logit lens", logit_lens_figure({n: v["logit_lens"] for n, v in ident.items()}, two_levels)),
     ]
 
 

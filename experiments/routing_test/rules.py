@@ -75,12 +75,8 @@ def decide_p1(o: Outcome) -> tuple[str, str, str]:
     f, a = o.loss("ffn_only"), o.loss("attn_only")
     U, B, m = o.unigram, o.bigram, o.margin
     at_floor, recovers = f["mean"] >= U - m, below(a, B, m)
-    if at_floor and recovers:
-        verdict = "supports"
-    elif not at_floor or a["mean"] >= U - m:
-        verdict = "contradicts"
-    else:
-        verdict = "inconclusive"
+    contradicts = not at_floor or a["mean"] >= U - m
+    verdict = "supports" if at_floor and recovers else ("contradicts" if contradicts else "inconclusive")
     measured = f"ffn_only {f['mean']:.3f}, attn_only {a['mean']:.3f} (floor {U:.3f}, bigram {B:.3f})"
     return verdict, measured, f"attn_only - ffn_only: {separation(a, f)}"
 
@@ -130,12 +126,9 @@ def decide_p4(o: Outcome) -> tuple[str, str, str]:
 def decide_p5(o: Outcome) -> tuple[str, str, str]:
     s = o.loss("ffn_only + self_only")
     U, B, m = o.unigram, o.bigram, o.margin
-    if abs(s["mean"] - B) <= m:
-        verdict = "supports"
-    elif s["mean"] >= U - m:
-        verdict = "contradicts"
-    else:
-        verdict = "inconclusive"  # between bigram and floor, or below bigram (context leaks)
+    at_bigram, at_floor = abs(s["mean"] - B) <= m, s["mean"] >= U - m
+    # inconclusive: between bigram and floor, or below bigram (context leaks)
+    verdict = "supports" if at_bigram else ("contradicts" if at_floor else "inconclusive")
     measured = f"ffn_only + self_only {s['mean']:.3f} (bigram {B:.3f}, floor {U:.3f})"
     return verdict, measured, f"vs bigram: {separation(s, B)}; vs floor: {separation(s, U)}"
 
@@ -143,12 +136,8 @@ def decide_p5(o: Outcome) -> tuple[str, str, str]:
 def decide_p6(o: Outcome) -> tuple[str, str, str]:
     s = o.loss("ffn_only + self_bias")
     B, m = o.bigram, o.margin
-    if below(s, B, m):
-        verdict = "supports"
-    elif B - s["mean"] <= m:
-        verdict = "contradicts"
-    else:
-        verdict = "inconclusive"  # below bigram by the margin, but within 3 seed std of it
+    # inconclusive: below bigram by the margin, but within 3 seed std of it
+    verdict = "supports" if below(s, B, m) else ("contradicts" if B - s["mean"] <= m else "inconclusive")
     measured = f"ffn_only + self_bias {s['mean']:.3f} (bigram {B:.3f})"
     return verdict, measured, f"vs bigram: {separation(s, B)}"
 
@@ -291,12 +280,8 @@ def verdicts(
             out.append(item)
             continue
         verdict, measured, sep = decide(p, variants)
-        item.update(
-            measured=measured,
-            verdict=verdict,
-            separation=sep,
-            at_margins={f"{f * margin:g}": decide(p, variants, f * margin)[0] for f in MARGIN_CHECK},
-        )
+        at_margins = {f"{f * margin:g}": decide(p, variants, f * margin)[0] for f in MARGIN_CHECK}
+        item.update(measured=measured, verdict=verdict, separation=sep, at_margins=at_margins)
         heading = decide(p, later)[0]
         if heading != verdict:
             guard_moves = reference_guard(variants, bigram, margin) != reference_guard(later, bigram, margin)

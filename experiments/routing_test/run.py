@@ -91,6 +91,7 @@ def summarise_run(record: dict[str, Any]) -> dict[str, Any]:
     final = record["final"]
     probes = record["probes"]
     grads = probes.get("gradients", [])
+    steps = [g["step"] for g in grads]
     attention = [r for r in probes.get("attention", []) if "alpha_tt" in r]
     norms = probes.get("norms", [])
     last_attn = attention[-1] if attention else {}
@@ -102,16 +103,9 @@ def summarise_run(record: dict[str, Any]) -> dict[str, Any]:
         "alpha_tt_layer_mean": last_attn.get("alpha_tt_layer_mean"),
         "uniform_baseline": last_attn.get("uniform_baseline"),
         "attention_skipped": (probes.get("attention") or [{}])[-1].get("skipped"),
-        "block0_grad": {
-            "steps": [g["step"] for g in grads],
-            "norm": [math.hypot(g["attn"][0], g["mlp"][0]) for g in grads],
-        },
-        "resid_grad": {"steps": [g["step"] for g in grads], "norms": [g["resid"] for g in grads]},
-        "grad_flow": {
-            "steps": [g["step"] for g in grads],
-            "attn": [g["attn"] for g in grads],
-            "mlp": [g["mlp"] for g in grads],
-        },
+        "block0_grad": {"steps": steps, "norm": [math.hypot(g["attn"][0], g["mlp"][0]) for g in grads]},
+        "resid_grad": {"steps": steps, "norms": [g["resid"] for g in grads]},
+        "grad_flow": {"steps": steps, "attn": [g["attn"] for g in grads], "mlp": [g["mlp"] for g in grads]},
         "norms": {"sites": last_norms.get("sites"), "norms": last_norms.get("norms")},
         "growth": last_norms.get("growth"),
         "tail": tail(record["val_curve"]["steps"], record["val_curve"]["loss"], PACE_FACTOR),
@@ -131,12 +125,9 @@ def project_alpha(attention: list[dict[str, Any]]) -> list[float] | None:
 def block0_at(runs: list[dict[str, Any]], wanted: list[int]) -> dict[str, float]:
     """Mean over seeds of the block-0 gradient norm at the wanted steps (and the last recorded)."""
     out: dict[str, float] = {}
+    grads = [r["block0_grad"] for r in runs]
     for step in wanted:
-        vals = [
-            r["block0_grad"]["norm"][r["block0_grad"]["steps"].index(step)]
-            for r in runs
-            if step in r["block0_grad"]["steps"]
-        ]
+        vals = [g["norm"][g["steps"].index(step)] for g in grads if step in g["steps"]]
         if vals:
             out[str(step)] = sum(vals) / len(vals)
     ends = [r["block0_grad"]["norm"][-1] for r in runs if r["block0_grad"]["norm"]]
@@ -178,11 +169,8 @@ def summarise_variants(runs: list[dict[str, Any]], levels: dict[str, float], mar
 def add_arguments(p) -> None:
     default_option(p, "--self-bias", DEFAULT_SELF_BIAS, "the finite self-score bias of 'ffn_only + self_bias'")
     default_option(p, "--margin", DEFAULT_MARGIN, "nats within which a loss counts as at a level")
-    p.add_argument(
-        "--no-identity",
-        action="store_true",
-        help="skip the token-identity probes and the logit lens on the first seed's checkpoints",
-    )
+    skip = "skip the token-identity probes and the logit lens on the first seed's checkpoints"
+    p.add_argument("--no-identity", action="store_true", help=skip)
 
 
 def check(args) -> None:
@@ -236,14 +224,9 @@ def identity(ctx: Context, runs: list[dict[str, Any]]) -> dict[str, Any]:
         return None
     first = [r for r in runs if r["seed"] == ctx.seeds[0]]
     out = {}
-    per_run = len(identity_sites(spec.model.n_layers)) + 1
+    total = len(first) * (len(identity_sites(spec.model.n_layers)) + 1)
     bar = tqdm(
-        total=len(first) * per_run,
-        desc="identity probes",
-        unit="site",
-        disable=not ctx.progress,
-        leave=False,
-        dynamic_ncols=True,
+        total=total, desc="identity probes", unit="site", disable=not ctx.progress, leave=False, dynamic_ncols=True
     )
     batches = fixed_batches(ctx.corpus.val, spec.model.n_ctx, spec.train.batch_size, spec.train.eval_batches)
     for r in first:
