@@ -49,14 +49,7 @@ from transformer_lens.hook_points import HookPoint
 from transformer_lens.model_bridge.sources import build_bridge_from_module
 
 from interp.config.model_config import ModelConfig
-from interp.config.registry import mixer_spec
-from interp.errors import (
-    CheckpointError,
-    ConfigError,
-    ToolkitError,
-    refuse_if_not_additive,
-    state_dict_detail,
-)
+from interp.errors import CheckpointError, ConfigError, ToolkitError, refuse_if_not_additive, state_dict_detail
 from interp.files.checkpoint import SCHEMA, Checkpoint, refuse_non_finite_forward
 from interp.files.tokenizers import tokenizer_for
 from interp.model.activation_cache import LOGIT_ATTRS_MESSAGE
@@ -80,19 +73,10 @@ from interp.tl.tokens import leading_special, warn_no_tokenizer
 
 stream_reads.install()  # TL's cache methods ask the bridge (_check_stream_read) at every call
 
-_ADDITIVE_USE = (
-    "interp.reading.decompose (decompose, direct_logit_attribution, logit_lens), which follows this model's "
-)
+_DECOMPOSE = "interp.reading.decompose (decompose, direct_logit_attribution, logit_lens), which follows this model's "
 
 
 # --------------------------------------------------------------------------- the bridge and its cache
-
-
-_UNFOLDED_FIX = (
-    "the bridge runs ResidualGPT's own weights and cannot fold them: use interp.reading.decompose (decompose, "
-    "direct_logit_attribution, logit_lens), exact without folding (on TransformerLens 3, "
-    "interp.to_hooked_transformer folds by default)"
-)
 
 
 def _no_processing(call: str) -> ToolkitError:
@@ -126,14 +110,6 @@ class ResidualBridge(ExportGuards, BridgeHooks):
     """
 
     hook_aliases = {"hook_unembed": "unembed.hook_out"}
-
-    @property
-    def has_heads(self) -> bool:
-        return mixer_spec(self.residual_gpt.cfg.mixer).has_heads
-
-    @property
-    def has_pattern(self) -> bool:
-        return mixer_spec(self.residual_gpt.cfg.mixer).has_pattern
 
     def _resolve_hook_point(self, name: str, aliases: dict, hook_dict: dict) -> tuple[str, HookPoint]:
         if lacks_hook(self.residual_gpt.cfg, name):
@@ -210,18 +186,17 @@ class ResidualBridge(ExportGuards, BridgeHooks):
 
     # ------------------------------------------------------------------ this major's part of interp.tl.guards
 
-    unfolded_fix = _UNFOLDED_FIX
+    unfolded_fix = (
+        "the bridge runs ResidualGPT's own weights and cannot fold them: use interp.reading.decompose (decompose, "
+        "direct_logit_attribution, logit_lens), exact without folding (on TransformerLens 3, "
+        "interp.to_hooked_transformer folds by default)"
+    )
     routing_applied_by = ROUTING_APPLIED_BY
 
     @property
     def model_config(self) -> ModelConfig:
         """The ResidualGPT ModelConfig this bridge computes (its bridged model's)."""
         return self.residual_gpt.cfg
-
-    @property
-    def n_trained(self) -> int:
-        """The ids the model was trained on, each with a logit (the tokenizer's special ids come after them)."""
-        return self.residual_gpt.cfg.d_vocab
 
     def _logit_attrs_word(self) -> str | None:
         return LOGIT_ATTRS_MESSAGE  # the bridge never folds ln_final (as an unfolded 3.x export)
@@ -242,7 +217,7 @@ class ResidualBridge(ExportGuards, BridgeHooks):
         """Called by TL's ActivationCache methods on this bridge's caches (interp.tl.stream_reads), each call:
         the additive methods refused where a residual path is removed, then the guards' checks."""
         if method in stream_reads.ADDITIVE_METHODS:  # stack_neuron_results included
-            use = _ADDITIVE_USE + "wiring and reads this cache"
+            use = _DECOMPOSE + "wiring and reads this cache"
             refuse_if_not_additive(method, self.residual_gpt.cfg.residual, use)
         super()._check_stream_read(method, args)
 
@@ -254,7 +229,7 @@ class ResidualBridge(ExportGuards, BridgeHooks):
             raise ToolkitError(
                 f"accumulated_bias assumes the residual stream is the sum of the embeddings and every sublayer "
                 f"output (each b_O and b_out reaches every later block), which is false for "
-                f"residual={cfg.residual!r}; use {_ADDITIVE_USE}wiring, or read the biases that reach block "
+                f"residual={cfg.residual!r}; use {_DECOMPOSE}wiring, or read the biases that reach block "
                 f"{layer} by hand (blocks[l].attn.b_O, blocks[l].mlp.b_out)"
             )
         return super().accumulated_bias(layer, mlp_input, include_mlp_biases)
@@ -315,7 +290,6 @@ def _bridge(model: ResidualGPT, tokenizer: Any) -> ResidualBridge:
         block.mlp.layer = block.attn.layer = layer
     if tokenizer is not None:  # its special ids after the model's embed as zeros; any other id is refused
         cast(EmbedBridge, bridge.embed).n_special = max(0, len(tokenizer) - model.cfg.d_vocab)
-    if tokenizer is not None:
         bridge.tokenizer.padding_side = "right"
     return cast(ResidualBridge, bridge.eval())  # its class set to ResidualBridge above
 

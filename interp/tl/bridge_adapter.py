@@ -41,17 +41,8 @@ _BLOCK_HOOKS = ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_o
 _LN_HOOKS = ("hook_scale", "hook_normalized")
 _MLP_HOOKS = ("hook_pre", "hook_post")
 # Every TL 3 name a mixer may have under blocks.{l}.attn; a model has those its mixer declares (attn_sites).
-ATTN_NAMES = (
-    "hook_q",
-    "hook_k",
-    "hook_v",
-    "hook_attn_scores",
-    "hook_pattern",
-    "hook_z",
-    "hook_result",
-    "hook_pre",
-    "hook_post",
-)
+_ATTENTION_NAMES = ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern", "hook_z", "hook_result")
+ATTN_NAMES = (*_ATTENTION_NAMES, "hook_pre", "hook_post")
 
 
 def _adopt(component: GeneralizedComponent, module: nn.Module, names: tuple[str, ...]) -> None:
@@ -279,17 +270,14 @@ class _UnembedBridge(UnembeddingBridge):
         return exposed_weight(module, "b_U", cast(Tensor, UnembeddingBridge.b_U.fget(self)))  # type: ignore[attr-defined]
 
 
-class _ResidualBlockBridge(BlockBridge):
+class _ResidualBlockBridge(_Component, BlockBridge):
     """A Block: TL 4's hook_in / hook_out, and ResidualGPT's residual hook points by their TL names.
 
     No aliases: hook_resid_mid etc. are the block's own hook points (see the module docstring).
     """
 
     hook_aliases: dict[str, str | list[str]] = {}
-
-    def set_original_component(self, original_component: nn.Module) -> None:
-        super().set_original_component(original_component)
-        _adopt(self, original_component, _BLOCK_HOOKS)
+    adopted = _BLOCK_HOOKS
 
     @staticmethod
     def _is_standalone_hidden_state_call(args: tuple, kwargs: dict) -> bool:

@@ -21,13 +21,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from interp.errors import ConfigError
 from interp.model.gpt import ResidualGPT
 from interp.model.next_token import tl_temperature
-from interp.tl.tokens import (
-    check_generate_options,
-    decoded,
-    eos_stops,
-    generate_cropped,
-    warn_generate_after_padding,
-)
+from interp.tl.tokens import check_generate_options, decoded, eos_stops, generate_cropped, warn_generate_after_padding
 
 
 class BridgeGenerate(TransformerBridge):
@@ -47,12 +41,12 @@ class BridgeGenerate(TransformerBridge):
         """
         input, args, kwargs = self._checked_temperature(input, args, kwargs)
         warn_generate_after_padding(input, self.residual_gpt.cfg.d_vocab)
-        if (args[0] if args else kwargs.get("max_new_tokens", 10)) == 0:
+        n_new = args[0] if args else kwargs.get("max_new_tokens", 10)
+        if n_new == 0:
             return self._prompt_only(input, args[1:], kwargs)
         if isinstance(input, (list, tuple)) and len(input) > 1 and all(isinstance(p, str) for p in input):
             prepend_bos = kwargs.get("prepend_bos")
             lengths = [self.to_tokens(p, prepend_bos=prepend_bos, truncate=False).shape[-1] for p in input]
-            n_new = args[0] if args else kwargs.get("max_new_tokens", 10)
             past = max(lengths) + n_new > self.residual_gpt.cfg.n_ctx
             if len(set(lengths)) > 1 or past:
                 batched = [k for k in ("output_logits", "return_cache", "return_input_tokens") if kwargs.get(k)]
@@ -107,14 +101,8 @@ class BridgeGenerate(TransformerBridge):
         else:
             tokens = None
         extras = [k for k in ("output_logits", "return_cache", "return_input_tokens") if kwargs.get(k)]
-        if (
-            tokens is None
-            or args
-            or tokens.shape[0] != 1
-            or tokens.shape[-1] + max_new_tokens <= n_ctx
-            or extras
-            or return_type not in ("input", "str", "tokens")
-        ):
+        plain_call = not args and not extras and return_type in ("input", "str", "tokens")
+        if tokens is None or not plain_call or tokens.shape[0] != 1 or tokens.shape[-1] + max_new_tokens <= n_ctx:
             return super().generate(input, max_new_tokens, *args, **kwargs)
         step_kwargs = {k: v for k, v in kwargs.items() if k not in ("return_type", "prepend_bos")}
         step_kwargs["verbose"] = False

@@ -101,14 +101,10 @@ def _derived(value: Tensor, label: str, model: Tensor | None, gain: float, why: 
     return out
 
 
-def _params_of(module: nn.Module) -> list[Tensor]:
-    return [p for p in module.parameters()]
-
-
 def exposed_weight(module: nn.Module, label: str, value: Tensor, gain: float = 1.0) -> Tensor:
     """What a TL weight property returns: a view of the module's own parameter as it is (edits reach the model),
     that view times gain as a _DerivedWeight that writes edits back, or a refusing one where it is no view."""
-    storages = {p.untyped_storage().data_ptr() for p in _params_of(module) if p.numel()}
+    storages = {p.untyped_storage().data_ptr() for p in module.parameters() if p.numel()}
     is_view = value.numel() > 0 and value.untyped_storage().data_ptr() in storages
     if is_view and gain == 1.0:
         return value

@@ -58,7 +58,7 @@ class ExportGuards:
     @property
     def n_trained(self) -> int:
         """The ids the model was trained on, each with a logit (a tokenizer's special ids come after them)."""
-        raise NotImplementedError
+        return cast(Any, self).cfg.d_vocab_out  # TL's config of either major (interp.tl.major.tl_config_fields)
 
     def _padding_mark(self, tokens: Tensor, padding_side: str | None) -> Any:
         """What to_tokens marks its tokens with (read by the embedding), or a refusal of their padding."""
@@ -164,23 +164,15 @@ class ExportGuards:
         w_qs = (functools.partial(getattr, block.attn, "W_Q") for block in blocks)
         warn_hidden_routing(what, self.model_config, self.routing_applied_by, *w_qs)
 
-    @property
-    def W_Q(self) -> Tensor:
-        self._warn_hidden_routing("W_Q")
-        with routing_quiet():  # warned once here, not again per block
-            return super().W_Q  # type: ignore[misc]
-
-    @property
-    def W_K(self) -> Tensor:
-        self._warn_hidden_routing("W_K")
+    def _read_quietly(self, name: str) -> Any:
+        """TL's `name` (W_Q, W_K, QK), warned here where it hides a routing; TL's reads inside it say nothing."""
+        self._warn_hidden_routing(name)
         with routing_quiet():
-            return super().W_K  # type: ignore[misc]
+            return getattr(super(), name)
 
-    @property
-    def QK(self) -> Any:
-        self._warn_hidden_routing("QK")
-        with routing_quiet():  # TL's QK reads W_Q and W_K: quiet here
-            return super().QK  # type: ignore[misc]
+    W_Q = property(lambda self: self._read_quietly("W_Q"))  # warned once here, not again per block
+    W_K = property(lambda self: self._read_quietly("W_K"))
+    QK = property(lambda self: self._read_quietly("QK"))  # TL's QK reads W_Q and W_K: quiet here
 
 
 def model_from_checkpoint(ckpt: Checkpoint, device: str | torch.device | None = None) -> ResidualGPT:

@@ -22,10 +22,6 @@ def routing_quiet() -> AbstractContextManager[None]:
     return _ROUTING_QUIET.raised()
 
 
-def routing_is_quiet() -> bool:
-    return bool(_ROUTING_QUIET)
-
-
 def hidden_routing_message(what: str, cfg: ModelConfig, scores: str) -> str:
     """The warning's text: `what` (W_Q, W_K, QK) leaves out the routing `scores` (what applies it) applies."""
     return (
@@ -38,7 +34,7 @@ def hidden_routing_message(what: str, cfg: ModelConfig, scores: str) -> str:
 def hidden_routing(cfg: ModelConfig, w_q: Callable[[], Tensor]) -> bool:
     """Whether the model's scores apply a routing that W_Q @ W_K does not show (a zero W_Q - the uniform mixer -
     shows its routing itself: every score 0). Inside routing_quiet() never."""
-    if routing_is_quiet() or not mixer_spec(cfg.mixer).tl_routes_scores(cfg):
+    if _ROUTING_QUIET or not mixer_spec(cfg.mixer).tl_routes_scores(cfg):
         return False
     with routing_quiet():
         return bool(w_q().detach().ne(0).any())

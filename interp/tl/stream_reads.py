@@ -35,22 +35,11 @@ import torch
 
 from interp.errors import ScopedFlag, UnembedBiasWarning, UnfoldedLayerNormWarning, warn_each_call
 
-ADDITIVE_METHODS = (
-    "decompose_resid",
-    "get_full_resid_decomposition",
-    "stack_head_results",
-    "stack_neuron_results",
-    "logit_attrs",
-)
+# The stacks of sublayer outputs: each is a sum (additive) and, with apply_ln=True, reads a LayerNorm's scale.
+_STACKS = ("decompose_resid", "get_full_resid_decomposition", "stack_head_results", "stack_neuron_results")
+ADDITIVE_METHODS = (*_STACKS, "logit_attrs")
 ADDITIVE_MODEL_METHODS = ("accumulated_bias",)
-LN_METHODS = (
-    "apply_ln_to_stack",
-    "accumulated_resid",
-    "decompose_resid",
-    "stack_head_results",
-    "stack_neuron_results",
-    "get_full_resid_decomposition",
-)
+LN_METHODS = ("apply_ln_to_stack", "accumulated_resid", *_STACKS)
 _WRAPPED = tuple(dict.fromkeys(ADDITIVE_METHODS + LN_METHODS))
 _IN_CALL = ScopedFlag("interp_stream_read")
 
@@ -102,12 +91,7 @@ def install() -> None:
 
 def _ln_tensor(module: Any, name: str) -> torch.Tensor | None:
     for owner in (module, getattr(module, "original_component", None)):  # TL 3's LayerNorm, or the bridge's
-        if owner is None:
-            continue
-        try:
-            value = getattr(owner, name)
-        except AttributeError:
-            continue
+        value = getattr(owner, name, None)
         if isinstance(value, torch.Tensor):
             return value
     return None

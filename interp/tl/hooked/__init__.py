@@ -33,11 +33,7 @@ require_tl3()  # before anything below imports HookedTransformer
 
 # ruff: noqa: E402
 
-from interp.tl.hooked.caches import (
-    NonAdditiveCache,
-    NonAdditiveHookedTransformer,
-    NonAdditiveResidualWarning,
-)
+from interp.tl.hooked.caches import NonAdditiveCache, NonAdditiveHookedTransformer, NonAdditiveResidualWarning
 from interp.tl.hooked.convert import hooked_config, tl_state_dict, to_hooked_transformer
 from interp.tl.hooked.exported import ExportCache, ExportedHookedTransformer, logit_attrs_gap
 from interp.tl.hooked.persist import HOOKED_SCHEMA, load_hooked, save_hooked

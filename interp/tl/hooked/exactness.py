@@ -33,10 +33,7 @@ def probe_logits(model: ResidualGPT) -> tuple[Tensor, Tensor]:
 
 
 def check_same_logits(
-    model: ResidualGPT,
-    hooked: HookedTransformer,
-    processed: str = "",
-    reference: tuple[Tensor, Tensor] | None = None,
+    model: ResidualGPT, hooked: HookedTransformer, processed: str = "", reference: tuple[Tensor, Tensor] | None = None
 ) -> None:
     """Refuse an export whose logits differ from ResidualGPT's on the probe batch (reference: probe_logits(model),
     computed here where not given).

@@ -62,11 +62,6 @@ from interp.tl.tokens import refuse_meta, special_before_text, warn_unmasked_lef
 
 stream_reads.install()  # TL's cache methods ask the export (_check_stream_read) at every call
 
-_FOLD_FIX = (
-    "export with interp.to_hooked_transformer(..., fold_ln=True) (the default), or use interp.reading.decompose "
-    "(decompose, direct_logit_attribution, logit_lens), which applies the LayerNorm weights itself"
-)
-
 
 def _nonzero(t: Any) -> bool:
     return isinstance(t, torch.Tensor) and bool(t.detach().ne(0).any())
@@ -140,18 +135,8 @@ def _reading(name: str) -> Any:
 
 
 # Every way to read the weights warns; copy and pickling (__reduce__) are written out above.
-for _name in (
-    "__getitem__",
-    "__iter__",
-    "__reversed__",
-    "keys",
-    "items",
-    "values",
-    "get",
-    "pop",
-    "popitem",
-    "setdefault",
-):
+_READS = ("__getitem__", "__iter__", "__reversed__", "keys", "items", "values", "get", "pop", "popitem", "setdefault")
+for _name in _READS:
     setattr(WeightsOnlyStateDict, _name, _reading(_name))
 
 
@@ -178,13 +163,8 @@ class _KeepFloat64(dict):
 
     def __setitem__(self, key: Any, value: Any) -> None:
         old = dict.get(self, key)
-        if (
-            isinstance(old, torch.Tensor)
-            and isinstance(value, torch.Tensor)
-            and old.dtype == torch.float64
-            and value.dtype == torch.float32
-            and torch.equal(value, old.float())
-        ):
+        float32 = isinstance(value, torch.Tensor) and value.dtype == torch.float32
+        if float32 and isinstance(old, torch.Tensor) and old.dtype == torch.float64 and torch.equal(value, old.float()):
             return
         super().__setitem__(key, value)
 
@@ -262,13 +242,11 @@ class ExportedHookedTransformer(SAEMethods, ExportGuards, BoundaryHooks, ExportG
 
     # ------------------------------------------------------------------ this major's part of interp.tl.guards
 
-    unfolded_fix = _FOLD_FIX
+    unfolded_fix = (
+        "export with interp.to_hooked_transformer(..., fold_ln=True) (the default), or use interp.reading.decompose "
+        "(decompose, direct_logit_attribution, logit_lens), which applies the LayerNorm weights itself"
+    )
     routing_applied_by = ROUTING_APPLIED_BY
-
-    @property
-    def n_trained(self) -> int:
-        """The ids the model was trained on, each with a logit (the tokenizer's special ids come after them)."""
-        return self.cfg.d_vocab_out
 
     def _logit_attrs_word(self) -> str | None:
         gap = logit_attrs_gap(self)

@@ -150,19 +150,8 @@ class ExportGenerate(HookedTransformer):
             return_type = "str" if as_text else "tokens"
         if return_type not in ("str", "tokens"):
             raise ConfigError(f"generate past n_ctx ({self.cfg.n_ctx}) returns tokens or text, not {return_type!r}")
-        options = {
-            k: a[k]
-            for k in (
-                "stop_at_eos",
-                "eos_token_id",
-                "do_sample",
-                "top_k",
-                "top_p",
-                "temperature",
-                "freq_penalty",
-                "use_past_kv_cache",
-            )
-        }
+        sampling = ("do_sample", "top_k", "top_p", "temperature", "freq_penalty")
+        options = {k: a[k] for k in ("stop_at_eos", "eos_token_id", *sampling, "use_past_kv_cache")}
         stops = eos_stops(a, self.tokenizer)
         step = functools.partial(super().generate, return_type="tokens", verbose=False, **options)  # (tokens, n)
         out = generate_cropped(step, tokens.to(self.cfg.device), n_new, self.cfg.n_ctx, stops)

@@ -74,13 +74,8 @@ def load_hooked(path: str | os.PathLike, device: str | torch.device | None = Non
     elif isinstance(payload, dict) and payload.get("schema") == _LEGACY_SCHEMA:
         record, state_dict = payload, payload.get("state_dict")
     else:
-        schema = (
-            record.get("schema")
-            if isinstance(record, dict)
-            else payload.get("schema")
-            if isinstance(payload, dict)
-            else None
-        )
+        named = record if isinstance(record, dict) else payload if isinstance(payload, dict) else {}
+        schema = named.get("schema")
         from interp.files.nanogpt_format import is_nanogpt
 
         checkpoint = schema == SCHEMA or is_nanogpt(payload)

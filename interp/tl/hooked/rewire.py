@@ -161,23 +161,19 @@ def _rewire(model: HookedTransformer, cfg: ModelConfig) -> None:
     """Swap in the hook points above where cfg departs from a plain Pre-LN GPT (each remembered: keep_rewiring)."""
     routed = mixer_spec(cfg.mixer).tl_routes_scores(cfg)
     swapped: list[tuple[torch.nn.Module, str, HookPoint]] = []
+    paths = (
+        ("hook_attn_out", "hook_resid_mid", cfg.attn_residual),
+        ("hook_mlp_out", "hook_resid_post", cfg.ffn_residual),
+    )
     for block in model.blocks:
         if routed:
             swapped.append((block.attn, "hook_attn_scores", RoutedScoresHookPoint(cfg)))
             if type(block.attn) is Attention:  # what every export builds (no GQA)
                 block.attn.__class__ = RoutedAttention
-        if not cfg.attn_residual:
-            slot = _Slot()
-            swapped += [
-                (block, "hook_attn_out", RecordedHookPoint(slot)),
-                (block, "hook_resid_mid", NoResidualHookPoint(slot)),
-            ]
-        if not cfg.ffn_residual:
-            slot = _Slot()
-            swapped += [
-                (block, "hook_mlp_out", RecordedHookPoint(slot)),
-                (block, "hook_resid_post", NoResidualHookPoint(slot)),
-            ]
+        for out_name, resid_name, kept in paths:
+            if not kept:  # a removed residual path: hook_resid_* returns what hook_*_out recorded
+                slot = _Slot()
+                swapped += [(block, out_name, RecordedHookPoint(slot)), (block, resid_name, NoResidualHookPoint(slot))]
     for holder, name, point in swapped:
         setattr(holder, name, point)
     model.__dict__["rewired_points"] = swapped  # a plain list, not submodules: read by keep_rewiring
