@@ -49,6 +49,7 @@ from transformer_lens.hook_points import HookPoint
 from transformer_lens.model_bridge.sources import build_bridge_from_module
 
 from interp.config.model_config import ModelConfig
+from interp.config.registry import mixer_spec
 from interp.errors import CheckpointError, ConfigError, ToolkitError, refuse_if_not_additive, state_dict_detail
 from interp.files.checkpoint import SCHEMA, Checkpoint, refuse_non_finite_forward
 from interp.files.tokenizers import tokenizer_for
@@ -110,6 +111,14 @@ class ResidualBridge(ExportGuards, BridgeHooks):
     """
 
     hook_aliases = {"hook_unembed": "unembed.hook_out"}
+
+    @property
+    def has_heads(self) -> bool:
+        return mixer_spec(self.residual_gpt.cfg.mixer).has_heads
+
+    @property
+    def has_pattern(self) -> bool:
+        return mixer_spec(self.residual_gpt.cfg.mixer).has_pattern
 
     def _resolve_hook_point(self, name: str, aliases: dict, hook_dict: dict) -> tuple[str, HookPoint]:
         if lacks_hook(self.residual_gpt.cfg, name):
