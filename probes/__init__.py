@@ -26,13 +26,15 @@ default_callbacks for every run, or in an experiment's Group.callbacks for one e
 from __future__ import annotations
 
 import contextlib
-from pathlib import Path
 from typing import Any
 
+import torch
+
 from interp.command.entry import refuse_library_module
+from interp.model.api import as_batch_pairs
 from probes.attention import attention_stats, pattern_stats, uniform_baseline
 from probes.gradients import capture_resid_grads, gradient_flow, parameter_grad_norms, resid_grad_sites
-from probes.identity import IdentityProbe, identity_summary
+from probes.identity import IdentityProbe, identity_summary, probe_model
 from probes.norms import hidden_norms
 
 refuse_library_module(__file__)  # python -m <a module that does not run>: one line, exit 2
@@ -102,13 +104,6 @@ def default_callbacks(train_cfg, dense_until: int = -1) -> list:
     return [GradientProbe(train_cfg.log_interval, dense_until), ActivationProbe(interval)]
 
 
-def _as_pairs(batches) -> list:
-    """(x, y) pairs from (x, y) pairs or token tensors [batch, pos] (targets by shifting: x[:, :-1], x[:, 1:])."""
-    from interp.model.api import as_batch_pairs
-
-    return as_batch_pairs(batches)
-
-
 def measure(checkpoint_or_model: Any, batches) -> dict:
     """All probes post hoc: {"attention", "norms", "gradients"} as plain dicts.
 
@@ -116,13 +111,8 @@ def measure(checkpoint_or_model: Any, batches) -> dict:
     next tokens (x = tokens[:, :-1], y = tokens[:, 1:]), or one such tensor.
     Every probe reads every batch: the gradients are those of the mean loss over all their tokens.
     """
-    from interp.files.checkpoint import Checkpoint
-    from interp.model.gpt import ResidualGPT
-
-    model = checkpoint_or_model
-    if isinstance(model, (str, Path, Checkpoint)):
-        model = ResidualGPT.from_checkpoint(model)
-    batches = _as_pairs(batches)
+    model = probe_model(checkpoint_or_model)
+    batches = as_batch_pairs(batches)
     return {
         "attention": attention_stats(model, batches),
         "norms": hidden_norms(model, batches),
@@ -133,8 +123,6 @@ def measure(checkpoint_or_model: Any, batches) -> dict:
 def _one_batch(pairs: list) -> tuple:
     """(x, y) pairs as one (x, y): shorter rows padded on the right with token 0 and target -1, which the loss
     masks and no earlier position sees (causal), so its gradients are those of the mean loss over every token."""
-    import torch
-
     if len(pairs) == 1:
         return pairs[0]
     n = max(x.shape[1] for x, _ in pairs)

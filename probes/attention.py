@@ -46,12 +46,7 @@ def pattern_stats(pattern: Float[Tensor, "batch head q k"]) -> dict[str, Float[T
     prev = p.diagonal(offset=0, dim1=-2, dim2=-1)  # p[t, t - 1]
     entropy = -(p * torch.log(p.clamp_min(1e-30))).sum(-1)
     distance = (p * (t[:, None] - k[None, :]).clamp_min(0)).sum(-1)
-    return {
-        "alpha_tt": diag.mean((0, 2)),
-        "prev_token": prev.mean((0, 2)),
-        "entropy": entropy.mean((0, 2)),
-        "distance": distance.mean((0, 2)),
-    }
+    return {name: stat.mean((0, 2)) for name, stat in zip(STATS, (diag, prev, entropy, distance), strict=True)}
 
 
 @torch.no_grad()

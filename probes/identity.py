@@ -136,8 +136,7 @@ def _activations(model, x: Int[Tensor, "batch pos"], sites: Sequence[str]) -> di
 
     with model.hooks(fwd_hooks=[(lambda name: name in sites, keep)]):
         model(x.to(next(model.parameters()).device))
-    missing = [s for s in sites if s not in acts]
-    if missing:
+    if missing := [s for s in sites if s not in acts]:
         raise IdentityProbeError(f"the model has no hook point(s) {missing}")
     return {s: acts[s].cpu() for s in sites}
 
@@ -192,9 +191,8 @@ def too_costly(cfg, **kwargs: Any) -> str | None:
     c = cost(cfg, **kwargs)
     if c["flops"] > MAX_FLOPS or c["bytes"] > MAX_BYTES:
         return (
-            f"a vocabulary of {cfg.d_vocab} tokens needs about {c['flops']:.1e} FLOPs and "
-            f"{c['bytes'] / 2**30:.1f} GiB for the decoders (limits {MAX_FLOPS:.0e} FLOPs, "
-            f"{MAX_BYTES / 2**30:.0f} GiB)"
+            f"a vocabulary of {cfg.d_vocab} tokens needs about {c['flops']:.1e} FLOPs and {c['bytes'] / 2**30:.1f} GiB "
+            f"for the decoders (limits {MAX_FLOPS:.0e} FLOPs, {MAX_BYTES / 2**30:.0f} GiB)"
         )
     return None
 
@@ -206,10 +204,9 @@ def probe_model(checkpoint_or_model: Any):
     from interp.files.checkpoint import Checkpoint
     from interp.model.gpt import ResidualGPT
 
-    model = checkpoint_or_model
-    if isinstance(model, (str, Path, Checkpoint)):
-        model = ResidualGPT.from_checkpoint(model)
-    return model
+    if isinstance(checkpoint_or_model, (str, Path, Checkpoint)):
+        return ResidualGPT.from_checkpoint(checkpoint_or_model)
+    return checkpoint_or_model
 
 
 def measure_identity(
@@ -378,10 +375,7 @@ def _score(model, probe: ProbePlan, decoders: dict[str, tuple], val: list[Tensor
 def _counted_levels(train_tokens: np.ndarray, probe: ProbePlan, tally: _Tally) -> dict[str, dict[str, list[float]]]:
     """The unigram and current-token levels per offset, counted on train and scored on the tokens the decoders
     were."""
-    levels: dict[str, dict[str, list[float]]] = {
-        "unigram": {"accuracy": [], "ce": []},
-        "current_token": {"accuracy": [], "ce": []},
-    }
+    levels = {name: {"accuracy": [], "ce": []} for name in ("unigram", "current_token")}
     for j, k in enumerate(probe.offsets):
         current, target = np.concatenate(tally.current[j]), np.concatenate(tally.target[j])
         lv = _levels(train_tokens, current, target, k, probe.n_classes)

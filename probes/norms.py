@@ -20,17 +20,12 @@ from interp.model.eval_mode import hooked_passes
 from interp.reading.stream_layout import resid_sites
 
 
-def norm_site_names(n_layers: int) -> list[str]:
-    """The residual stream's sites: interp.reading.stream_layout.resid_sites."""
-    return resid_sites(n_layers)
-
-
 @torch.no_grad()
 def hidden_norms(model, batches: Iterable[tuple[Tensor, Tensor]]) -> dict:
     """{"sites": names, "norms": mean per-token L2 norm at each, "growth": final / embedding}."""
     batches = as_batch_pairs(batches)
     check_materialised(model, "model")
-    sites = norm_site_names(model.cfg.n_layers)
+    sites = resid_sites(model.cfg.n_layers)  # the residual stream's sites
     sums = dict.fromkeys(sites, 0.0)
 
     def record(resid, hook):

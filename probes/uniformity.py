@@ -28,6 +28,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from interp.errors import ProcessedWeightsWarning, ShapeError, ToolkitError, warn_each_call
+from interp.files.io import non_finite_keys
 from interp.model.api import as_batch_pairs, check_ids
 from interp.model.eval_mode import hooked_passes, unfrozen_in_eval
 from interp.reading.stream_layout import resid_sites
@@ -80,10 +81,7 @@ def token_uniformity(model, batches: Iterable[tuple[Tensor, Tensor]]) -> dict:
     sites = [s for s in sums if s in seen]
     if not sites:
         raise ToolkitError(f"token_uniformity: no residual site ({', '.join(sums)}) ran in {type(model).__name__}")
-    out: dict = {"sites": sites}
-    for k in MEASURES:
-        out[k] = [sums[s][k] / count for s in sites]
-    return out
+    return {"sites": sites, **{k: [sums[s][k] / count for s in sites] for k in MEASURES}}
 
 
 PROCESSED = (
@@ -194,8 +192,6 @@ class UniformityProbe:
 def finite_record(record: dict) -> dict:
     """The record with every non-finite number as null and "nonfinite" naming where: the run logs strict JSON
     (interp.files.io.dumps refuses NaN) and a diverging stream must not stop the training it is measured on."""
-    from interp.files.io import non_finite_keys
-
     bad = non_finite_keys(record)
     if not bad:
         return record

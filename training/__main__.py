@@ -34,13 +34,11 @@ def _fields_help() -> str:
     for name, p in PRESETS.items():
         m, t = p["model"], resolve(name).train
         shape = f"{m.get('n_layers')}L d{m.get('d_model')} ctx{m.get('n_ctx')}"
-        first = t.eval_steps()[0]
         lines.append(
             f"  {name:12s} {shape}, batch {t.batch_size}, {t.max_steps} steps, "
-            f"evaluated every {t.eval_interval} from step {first}"
+            f"evaluated every {t.eval_interval} from step {t.eval_steps()[0]}"
         )
-    lines.append("model fields (--set): " + ", ".join(MODEL_FIELDS))
-    lines.append("train fields (--set): " + ", ".join(TRAIN_FIELDS))
+    lines += ["model fields (--set): " + ", ".join(MODEL_FIELDS), "train fields (--set): " + ", ".join(TRAIN_FIELDS)]
     return "\n".join(lines)
 
 
@@ -82,9 +80,8 @@ def training_parser() -> argparse.ArgumentParser:
         type=int,
         default=16,
         metavar="K",
-        help="train up to K same-shape runs of the product as one ensemble: one batched step advances "
-        "them all, each still writes its own run directory exactly as alone (default 16; 1: one "
-        "at a time)",
+        help="train up to K same-shape runs of the product as one ensemble: one batched step advances them all, "
+        "each still writes its own run directory exactly as alone (default 16; 1: one at a time)",
     )
     p.add_argument(
         "--out", default="runs/train", type=directory_option, help="experiment directory (default: runs/train)"

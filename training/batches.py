@@ -82,8 +82,7 @@ class BatchSampler:
         return {"generator": self.generator.get_state(), "seed": self.seed, "draws": self.draws}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        missing = {"generator", "seed", "draws"} - set(state)
-        if missing:
+        if missing := {"generator", "seed", "draws"} - set(state):
             raise DataError(f"sampler state lacks {sorted(missing)}")
         generator = state["generator"]
         if not isinstance(generator, Tensor) or generator.dtype != torch.uint8:

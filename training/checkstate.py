@@ -10,6 +10,8 @@ checked first, and a bad one is a CheckpointError naming the file and field.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from typing import Any
 import torch
 
 from interp.errors import CheckpointError
+from interp.files.io import read_jsonl
 from training import steps_by
 
 
@@ -159,11 +162,6 @@ def _short(x: Any) -> str:
 def logs_before(step: int, paths: list[Path]) -> dict[str, str]:
     """sha256 per log of its records before step: what a resume from a checkpoint at step keeps. Sealed in the
     checkpoint, so logs edited, deleted or swapped between a kill and the resume are seen, not carried on."""
-    import hashlib
-    import json
-
-    from interp.files.io import read_jsonl
-
     out = {}
     for path in paths:
         kept = [r for r in read_jsonl(path, torn_tail_ok=True) if r.get("step", 0) < step]
@@ -183,8 +181,6 @@ def check_logs_before(state: dict[str, Any], paths: list[Path], ckpt_path: Path)
                 f"{path}: its records before step {step} are not the ones {ckpt_path} was saved with (edited, "
                 "removed, or from another run); move the run directory aside to train it again"
             )
-    from interp.files.io import read_jsonl
-
     best = state["best"]
     metrics = next((p for p in paths if p.name == "metrics.jsonl"), None)
     if best.get("step") is not None and metrics is not None:

@@ -27,8 +27,10 @@ from typing import Any
 import numpy as np
 
 from interp.errors import DataError
+from interp.files.checks import checked, not_regular, regular_file
 from interp.files.gpt2 import GPT2_EOT, GPT2_FILES, GPT2_VOCAB_SIZE, gpt2_files
-from interp.files.io import atomic_write
+from interp.files.io import DataFileError, atomic_write, read_json
+from training.checks.corpus_files import check_corpus_meta, check_tokens
 from training.corpus import CORPORA, Corpus, char_codec
 from training.synthetic import synthetic_corpus
 
@@ -53,8 +55,10 @@ def data_dir() -> Path | None:
     return Path(value) if value else None
 
 
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+def _check_sha256(data: bytes, what: str, remedy: str) -> None:
+    """TinyShakespeare from the network (or a cached copy of it) must be the file it was checksummed as."""
+    if (digest := hashlib.sha256(data).hexdigest()) != SHAKESPEARE_SHA256:
+        raise DataError(f"{what} has sha256 {digest[:12]}..., expected {SHAKESPEARE_SHA256[:12]}...; {remedy}")
 
 
 def _check_text(path: Path, data: bytes) -> None:
@@ -68,8 +72,6 @@ def _check_text(path: Path, data: bytes) -> None:
 
 
 def _read_bytes(path: Path, what: str) -> bytes:
-    from interp.files.checks import regular_file
-
     regular_file(path, DataError, f"{what} file")  # missing, or a FIFO / device / directory named as what it is
     try:
         return path.read_bytes()
@@ -90,31 +92,21 @@ def _download(url: str) -> bytes:
 
 def _locate_shakespeare(path: str | Path | None) -> tuple[Path, bytes]:
     """Resolve TinyShakespeare (see the module docstring for the order) and return (path, its bytes)."""
-    if path is not None:  # an explicit path is trusted, but must be text
-        path = Path(path)
-        data = _read_bytes(path, "TinyShakespeare")
-        _check_text(path, data)
-        return path, data
-    if (root := data_dir()) is not None:
-        path = root / SHAKESPEARE_REL
-        data = _read_bytes(path, f"RESIDUAL_DATA_DIR={root}")
+    root = data_dir()
+    if path is not None or root is not None:  # an explicit path is trusted, but must be text (RESIDUAL_DATA_DIR's too)
+        what = "TinyShakespeare" if path is not None else f"RESIDUAL_DATA_DIR={root}"
+        path = Path(path) if path is not None else root / SHAKESPEARE_REL
+        data = _read_bytes(path, what)
         _check_text(path, data)
         return path, data
     cached = cache_dir() / SHAKESPEARE_REL
     if cached.is_file():  # a cached copy came from the network: verify it like a download
         data = _read_bytes(cached, "cached TinyShakespeare")
-        if (digest := _sha256(data)) != SHAKESPEARE_SHA256:
-            raise DataError(
-                f"cached {cached} has sha256 {digest[:12]}..., expected {SHAKESPEARE_SHA256[:12]}...; "
-                "delete it to download again, or set RESIDUAL_DATA_DIR"
-            )
+        _check_sha256(data, f"cached {cached}", "delete it to download again, or set RESIDUAL_DATA_DIR")
         return cached, data
     data = _download(SHAKESPEARE_URL)
-    if (digest := _sha256(data)) != SHAKESPEARE_SHA256:
-        raise DataError(
-            f"download from {SHAKESPEARE_URL} has sha256 {digest[:12]}..., expected {SHAKESPEARE_SHA256[:12]}...; "
-            f"retry, or set RESIDUAL_DATA_DIR to a directory holding {SHAKESPEARE_REL}"
-        )
+    remedy = f"retry, or set RESIDUAL_DATA_DIR to a directory holding {SHAKESPEARE_REL}"
+    _check_sha256(data, f"download from {SHAKESPEARE_URL}", remedy)
     atomic_write(cached, lambda tmp: Path(tmp).write_bytes(data))  # a kill never leaves half a file
     return cached, data
 
@@ -203,8 +195,7 @@ def _text_files(source: Path) -> list[Path]:
 
 def _read_documents(files: Sequence[Path]) -> Iterable[str]:
     for path in files:
-        data = _read_bytes(path, "BPE source")
-        if data:
+        if data := _read_bytes(path, "BPE source"):
             _check_text(path, data)
             yield data.decode("utf-8")
 
@@ -217,8 +208,7 @@ def _encode_documents(docs: Iterable[str], enc: Any, chunk: int = 256) -> tuple[
     while chunk_docs := list(islice(docs, chunk)):
         batch = [d for d in chunk_docs if d]  # an empty document would be a bare separator
         # encode_ordinary: a literal "<|endoftext|>" inside a document is text, not a separator
-        for ids in enc.encode_ordinary_batch(batch):
-            parts.append(np.array([*ids, GPT2_EOT], dtype=np.uint16))
+        parts += [np.array([*ids, GPT2_EOT], dtype=np.uint16) for ids in enc.encode_ordinary_batch(batch)]
         n_docs += len(batch)
     return (np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint16)), n_docs
 
@@ -308,18 +298,13 @@ def load_bpe_corpus(directory: str | Path) -> Corpus:
     meta_path = directory / "meta.json"
     if not meta_path.exists():
         raise DataError(f"{directory} is not a prepared BPE corpus (no meta.json); run prepare_bpe_corpus")
-    from interp.files.checks import checked
-    from interp.files.io import DataFileError, read_json
-    from training.checks.corpus_files import check_corpus_meta, check_tokens
-
     try:
         meta = read_json(meta_path)  # strict JSON, a regular file: 1e999 or a FIFO is refused here
     except DataFileError as e:
         raise DataError(f"{e}; prepare the corpus again") from None
     with checked(meta_path, DataError, "prepare the corpus again"):
         check_corpus_meta(meta)
-    n_train, n_val = meta["train_tokens"], meta["val_tokens"]
-    train, val = _open_split(directory / "train.bin", n_train), _open_split(directory / "val.bin", n_val)
+    train, val = (_open_split(directory / f"{split}.bin", meta[f"{split}_tokens"]) for split in ("train", "val"))
     for name, split in (("train.bin", train), ("val.bin", val)):
         with checked(directory / name, DataError, "prepare the corpus again"):
             check_tokens(split, GPT2_VOCAB_SIZE, "it")
@@ -348,8 +333,6 @@ def _is_prepared(path: Path) -> bool:
     """A prepared corpus directory (its meta.json there); a meta.json that is there but is not a regular file
     (a directory, a FIFO, a device, a dangling link) is damage, a DataError naming what it is - never read as
     "not prepared yet" (which would prepare over it, or call the directory half-prepared)."""
-    from interp.files.checks import not_regular
-
     if not path.is_dir():
         return False
     kind = not_regular(path / "meta.json")

@@ -33,8 +33,7 @@ class EnsembleTrainer:
         if not self.members:
             raise ConfigError("an ensemble needs at least one member")
         for t in self.members:
-            why = why_alone(t)
-            if why:
+            if why := why_alone(t):
                 raise ConfigError(f"{t.run_dir.path} cannot train in an ensemble: {why}")
         if len({group_key(t) for t in self.members}) != 1:
             raise ConfigError(

@@ -30,6 +30,8 @@ from pathlib import Path
 
 import torch
 
+from training.grouping import group, train_key, trains_stacked
+from training.stacked import shape_key
 from training.steps import SoloStep, StackedStep
 from training.trainer import Trainer
 
@@ -59,10 +61,8 @@ def firings(callback, t: Trainer) -> int:
     for step in t.train_cfg.eval_steps():
         try:
             probe.on_eval(asked, step, math.nan)
-        except _Fires:
-            n += 1
-        except Exception:  # a callback that needs more to decide: counted at every evaluation (an over-estimate)
-            n += 1
+        except Exception:  # _Fires, or a callback that needs more to decide: counted at every evaluation
+            n += 1  # (the latter an over-estimate)
     return n
 
 
@@ -151,9 +151,6 @@ def _counts(t: Trainer) -> dict[str, int]:
 def estimate_parts(trainers: Sequence[Trainer], ensemble_size: int) -> dict[str, float]:
     """Seconds to train `trainers` (unfinished runs, built but not run) as the launcher will group them, by part:
     steps, evaluations, callbacks (the probes at evaluations), checkpoints, setup."""
-    from training.grouping import group, train_key, trains_stacked
-    from training.stacked import shape_key
-
     parts = dict.fromkeys(("steps", "evaluations", "callbacks", "checkpoints", "setup"), 0.0)
     if not trainers:
         return parts

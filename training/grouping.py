@@ -33,8 +33,7 @@ def train_key(cfg: TrainConfig) -> tuple:
 
 def why_alone(trainer: Trainer) -> str | None:
     """None when this run can be an ensemble member, else why it trains alone."""
-    why = why_not_stackable(trainer.model_cfg)
-    if why:
+    if why := why_not_stackable(trainer.model_cfg):
         return why
     cfg = trainer.train_cfg
     if trainer.world_size > 1:
@@ -44,8 +43,7 @@ def why_alone(trainer: Trainer) -> str | None:
     for cb in trainer.callbacks:
         if isinstance(cb, GradientProbe):
             continue
-        extra = [e for e in ("on_step_begin", "on_backward", "on_step") if hasattr(cb, e)]
-        if extra:
+        if extra := [e for e in ("on_step_begin", "on_backward", "on_step") if hasattr(cb, e)]:
             return f"callback {type(cb).__name__} needs {', '.join(extra)}"
     return None
 
@@ -170,16 +168,13 @@ def group(trainers: Sequence[Trainer], size: int, report: bool = True) -> list[T
     sizes: dict[tuple, int] = {}
     order: list[TrainGroup] = []
     for t in trainers:
-        if size == 1 or why_alone(t):
-            order.append(TrainGroup([t]))
-            continue
-        key = group_key(t)
-        if key not in sizes:
+        key = None if size == 1 or why_alone(t) else group_key(t)
+        if key is not None and key not in sizes:
             sizes[key], why = sizing(t, size)
             if report and sum(1 for u in trainers if not why_alone(u) and group_key(u) == key) > 1:
                 shape = f"{t.model_cfg.n_layers} layers, d_model {t.model_cfg.d_model}, n_ctx {t.model_cfg.n_ctx}"
                 print(f"ensembles of {shape}: up to {sizes[key]} members ({why})")
-        if sizes[key] == 1:
+        if key is None or sizes[key] == 1:  # alone
             order.append(TrainGroup([t]))
             continue
         chunks = groups.setdefault(key, [])

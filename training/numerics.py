@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from interp.config.memory import device_here
 from interp.errors import ConfigError
 from training.compile import describe_compile
 from training.presets import TrainConfig, concrete_dtype
@@ -28,8 +29,6 @@ def pick_device(name: str) -> torch.device:
         if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
             return torch.device("mps")
         return torch.device("cpu")
-    from interp.config.memory import device_here
-
     return device_here(name)
 
 
@@ -80,9 +79,8 @@ def process_settings():
 
 def apply_settings(cfg: TrainConfig, device: torch.device) -> None:
     """Determinism (the default: contract 5) and, on CUDA, TF32 for float32 matmuls (cfg.tf32)."""
-    if cfg.deterministic:
-        if device.type == "cuda":
-            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    if cfg.deterministic and device.type == "cuda":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     # both ways: a process that already has them on (a notebook, an earlier run) must not run a
     # deterministic=false run deterministically while final.json says otherwise
     torch.use_deterministic_algorithms(cfg.deterministic)
@@ -93,10 +91,9 @@ def apply_settings(cfg: TrainConfig, device: torch.device) -> None:
 def what_ran(cfg: TrainConfig, device: torch.device) -> dict[str, Any]:
     """The numerics a run trained with, for final.json (config.json holds what was asked, dtype made concrete)."""
     dtype = concrete_dtype(cfg.dtype, device.type)
-    fp32_matmul = "tf32" if device.type == "cuda" and cfg.tf32 else "float32"
     return {
         "dtype": "bfloat16 autocast" if dtype == "bfloat16" else "float32",
-        "float32_matmul": fp32_matmul,
+        "float32_matmul": "tf32" if device.type == "cuda" and cfg.tf32 else "float32",
         "deterministic": cfg.deterministic,
         "compile": describe_compile(cfg.compile, cfg.compile_mode, device),
     }

@@ -94,10 +94,9 @@ class TrainConfig:
             "val_mode": ("fixed", "random"),
             "dtype": DTYPES,
             "compile_mode": COMPILE_MODES,
-            "device": None,
         }
         for name, allowed in choices.items():
-            if allowed and getattr(self, name) not in allowed:
+            if getattr(self, name) not in allowed:
                 raise ConfigError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if not isinstance(self.device, str) or not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", self.device):
             raise ConfigError(f"device must be auto, cpu, cuda[:N] or mps, got {self.device!r}")

@@ -23,11 +23,6 @@ def _as_ids(values: Any) -> np.ndarray:
     return np.asarray(values, dtype=np.int64).reshape(-1)
 
 
-def _check_ids(ids: np.ndarray, vocab_size: int, what: str) -> None:
-    if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
-        raise DataError(f"{what} holds ids outside [0, {vocab_size})")
-
-
 def _reference_levels(train: np.ndarray, contexts: np.ndarray, targets: np.ndarray, vocab_size: int) -> dict:
     """Add-one smoothed unigram and bigram cross-entropies (nats) of targets, counted on train."""
     check_positive(vocab_size=vocab_size)
@@ -37,7 +32,8 @@ def _reference_levels(train: np.ndarray, contexts: np.ndarray, targets: np.ndarr
     if len(targets) == 0:
         raise DataError("no target tokens to score")
     for ids, what in ((train, "the train split"), (contexts, "the contexts"), (targets, "the targets")):
-        _check_ids(ids, vocab_size, what)
+        if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
+            raise DataError(f"{what} holds ids outside [0, {vocab_size})")
 
     levels = add_one_levels(train, contexts, targets, vocab_size, pairs=(train[:-1], train[1:]))
     return {

@@ -47,12 +47,8 @@ def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     lacks some, and differs; so does any with random validation batches, whose draws depend
     on how many evaluations came before.
     """
-    differ = []
-    for key in IDENTITY_KEYS:
-        a, b = _identity(old, new, key)
-        if a != b:
-            differ.append(key)
-    return differ
+    sides = {key: _identity(old, new, key) for key in IDENTITY_KEYS}
+    return [key for key, (a, b) in sides.items() if a != b]
 
 
 def differing_fields(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

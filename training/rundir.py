@@ -20,14 +20,19 @@ alike: `check` (its config and data), `busy`, `finished`, `hold` (the lock).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from filelock import FileLock, Timeout
+
 from interp.errors import CheckpointError, ToolkitError
+from interp.files.checks import Bad, checked
 from interp.files.io import TMP_SUFFIX, DataFileError, read_json, read_jsonl, remove_stale_temps
+from training.checks import rundir_files
 from training.run_config import differing_fields, slug
 
 if TYPE_CHECKING:
@@ -57,6 +62,7 @@ class RunDir:
     identity = property(lambda self: self.path / "identity.json")  # an earlier version's cache; never read
     snapshots = property(lambda self: self.path / "snapshots")  # eval_noise's weight snapshots
     failed = property(lambda self: self.path / "failed.json")  # why an ensemble member stopped (training.ensemble)
+    logs = property(lambda self: [self.metrics, self.probes])  # what a resume cuts back to its checkpoint
 
     # Trainer.run_dir was a Path before it was a RunDir: callbacks doing run_dir / "x.json" keep working
     def __truediv__(self, name: str | os.PathLike) -> Path:
@@ -86,10 +92,7 @@ class RunDir:
     def refuse_damage(self) -> None:
         """A file of the run directory that exists but is not a regular file (training.checks.rundir_files.
         damaged_files) is refused by name: nothing is trained, read or written into such a directory."""
-        from training.checks.rundir_files import damaged_files
-
-        bad = damaged_files(self.files())
-        if bad:
+        if bad := rundir_files.damaged_files(self.files()):
             path, kind = bad[0]
             raise RunDirError(
                 f"{path} is {kind}, not a regular file: the run directory is damaged and is never trained "
@@ -145,8 +148,7 @@ class RunDir:
                 f"(vocab_sha256 {old_vocab}, this data {new_vocab}), so its text is other text; use "
                 "the same corpus, or choose another --out"
             )
-        fields = differing_fields(old, record)
-        if fields:
+        if fields := differing_fields(old, record):
             raise RunDirError(
                 f"{self.path} holds a run of a different configuration ({'; '.join(fields)}); "
                 "choose another --out or delete that directory"
@@ -174,10 +176,9 @@ class RunDir:
         written, recorded = ckpt.content_sha256, final.get("ckpt_sha256")
         if written != recorded or ckpt.state.get("step") != record["train"]["max_steps"]:
             raise RunDirError(
-                f"{self.path}: final.json and ckpt.pt are not the same run (checkpoint hash "
-                f"{str(written)[:12]}, final.json names {str(recorded)[:12]}; "
-                f"step {ckpt.state.get('step')!r}); "
-                "it is never reused - move that directory aside and run again"
+                f"{self.path}: final.json and ckpt.pt are not the same run (checkpoint hash {str(written)[:12]}, "
+                f"final.json names {str(recorded)[:12]}; step {ckpt.state.get('step')!r}); it is never reused - move "
+                "that directory aside and run again"
             )
         self._check_numbers(final, ckpt.state)
         self._check_logs(final, ckpt.state.get("logs_sha256"))
@@ -191,19 +192,13 @@ class RunDir:
         if sealed is not None and labels != sealed:
             keys = sorted(k for k in set(sealed) | set(labels or {}) if (labels or {}).get(k) != sealed.get(k))
             raise RunDirError(
-                f"{self.config}: its meta labels ({', '.join(keys)}) were changed {when} "
-                f"(the checkpoint records {sealed!r:.200}); it is never used - move that directory aside "
-                "and run again"
+                f"{self.config}: its meta labels ({', '.join(keys)}) were changed {when} (the checkpoint records "
+                f"{sealed!r:.200}); it is never used - move that directory aside and run again"
             )
 
     def logs_sha256(self) -> dict[str, str | None]:
         """sha256 of metrics.jsonl and probes.jsonl as they are now (None: not there)."""
-        import hashlib
-
-        return {
-            p.name: hashlib.sha256(p.read_bytes()).hexdigest() if p.exists() else None
-            for p in (self.metrics, self.probes)
-        }
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() if p.exists() else None for p in self.logs}
 
     def _check_logs(self, final: dict[str, Any], recorded: dict[str, Any] | None = None) -> None:
         """The logs of a finished run are whole (a torn or damaged line is an error naming it) and end with
@@ -239,19 +234,14 @@ class RunDir:
 
         A final checkpoint records final.json less its own hash (final_record); older ones record the losses."""
         sealed = state.get("final_record")
-        if isinstance(sealed, dict):
-            keys = sorted((set(sealed) | set(final)) - {"ckpt_sha256"})
-            differ = [k for k in keys if final.get(k) != sealed.get(k)]
-            if differ:
-                raise RunDirError(
-                    f"{self.path}: final.json's {', '.join(differ)} differ from what ckpt.pt records; "
-                    "it is never reused - move that directory aside and run again"
-                )
+        keys = sorted((set(sealed) | set(final)) - {"ckpt_sha256"}) if isinstance(sealed, dict) else []
         best = state.get("best") if isinstance(state.get("best"), dict) else {}
         pairs = [("best_val_loss", best.get("val_loss")), ("best_step", best.get("step"))]
         if "final_val_loss" in state:  # checkpoints written before this record lack it
             pairs.append(("final_val_loss", state["final_val_loss"]))
-        differ = [k for k, want in pairs if want is not None and final.get(k) != want]
+        differ = [k for k in keys if final.get(k) != sealed.get(k)] or [
+            k for k, want in pairs if want is not None and final.get(k) != want
+        ]
         if differ:
             raise RunDirError(
                 f"{self.path}: final.json's {', '.join(differ)} differ from what ckpt.pt records; "
@@ -260,12 +250,9 @@ class RunDir:
 
     def read_final(self) -> dict[str, Any]:
         """final.json, checked field by field (training.checks.rundir_files.check_final)."""
-        from interp.files.checks import checked
-        from training.checks.rundir_files import check_final
-
         final = read_json(self.final)
         with checked(self.final, DataFileError, "move the run directory aside and train it again"):
-            return check_final(final)
+            return rundir_files.check_final(final)
 
     def check_checkpoint(self, ckpt: Checkpoint, record: dict[str, Any]) -> None:
         """A checkpoint resumes only the run it was written by: same model, training config and data."""
@@ -287,8 +274,7 @@ class RunDir:
                     "vocabulary (the checkpoint's characters or encoding are not this corpus's: the "
                     "same token ids are other text)"
                 )
-        missing = [k for k in ("optimizer", "sampler", "step", "best", "totals") if k not in ckpt.state]
-        if missing:
+        if missing := [k for k in ("optimizer", "sampler", "step", "best", "totals") if k not in ckpt.state]:
             raise CheckpointError(
                 f"{self.ckpt} lacks the training state {missing} a resume needs; move it aside to start this run again"
             )
@@ -300,8 +286,6 @@ class RunDir:
     @contextlib.contextmanager
     def hold(self):
         """The lock, held while training; a killed holder's lock is free again (flock)."""
-        from filelock import FileLock, Timeout
-
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -363,8 +347,6 @@ class RunDir:
         """True while another process holds this directory's lock (is training into it)."""
         if not self.lock.exists():
             return False
-        from filelock import FileLock, Timeout
-
         lock = FileLock(self.lock, timeout=0)
         try:
             lock.acquire()
@@ -376,29 +358,20 @@ class RunDir:
     def read_config(self) -> dict[str, Any] | None:
         if not self.config.exists():
             return None
-        from interp.files.checks import checked
-        from training.checks.rundir_files import check_run_config
-
         config = read_json(self.config)
         with checked(self.config, DataFileError, "move it aside to recover"):
-            return check_run_config(config)
+            return rundir_files.check_run_config(config)
 
     def read_metrics(self) -> list[dict[str, Any]]:
         """metrics.jsonl, every record checked (training.checks.rundir_files.check_metric_record)."""
-        from training.checks.rundir_files import check_metric_record
-
-        return self._read_log(self.metrics, ("step",), check_metric_record)
+        return self._read_log(self.metrics, ("step",), rundir_files.check_metric_record)
 
     def read_probes(self) -> list[dict[str, Any]]:
         """probes.jsonl, every record checked (training.checks.rundir_files.check_probe_record)."""
-        from training.checks.rundir_files import check_probe_record
-
-        return self._read_log(self.probes, ("step", "probe"), check_probe_record)
+        return self._read_log(self.probes, ("step", "probe"), rundir_files.check_probe_record)
 
     @staticmethod
     def _read_log(path: Path, required: tuple[str, ...], check: Any) -> list[dict[str, Any]]:
-        from interp.files.checks import Bad
-
         records = read_jsonl(path, required=required)
         for number, record in enumerate(records, start=1):
             try:

@@ -34,8 +34,7 @@ def _model_vocab(model: Any) -> tuple[list[str] | None, str | None]:
     if isinstance(state, dict):  # ResidualGPT
         return state.get("vocab"), state.get("encoding") or ("char" if state.get("vocab") else None)
     tokenizer = getattr(model, "tokenizer", None)
-    chars = getattr(tokenizer, "chars", None)
-    if chars:
+    if chars := getattr(tokenizer, "chars", None):
         return list(chars), "char"
     return None, "gpt2" if tokenizer is not None else None
 

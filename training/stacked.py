@@ -74,8 +74,7 @@ class StackedGPT(nn.Module):
             raise ConfigError("an ensemble needs at least one member")
         cfgs = [m.cfg for m in members]
         for cfg in cfgs:
-            why = why_not_stackable(cfg)
-            if why:
+            if why := why_not_stackable(cfg):
                 raise ConfigError(f"cannot stack this model: {why}")
         if len({shape_key(c) for c in cfgs}) != 1:
             raise ConfigError(
@@ -138,12 +137,9 @@ class StackedGPT(nn.Module):
         k, b, t, i = x.shape
         flat = x.reshape(k, b * t, i)
         bias = self.params.get(f"{prefix}.bias".replace(".", "__"))
-        y = (
-            torch.bmm(flat, w.transpose(1, 2))
-            if bias is None
-            else torch.baddbmm(bias[:, None, :], flat, w.transpose(1, 2))
-        )
-        return y.view(k, b, t, -1)
+        if bias is None:
+            return torch.bmm(flat, w.transpose(1, 2)).view(k, b, t, -1)
+        return torch.baddbmm(bias[:, None, :], flat, w.transpose(1, 2)).view(k, b, t, -1)
 
     def _ln(self, x: Float[Tensor, "k b t d"], prefix: str) -> Float[Tensor, "k b t d"]:
         y = F.layer_norm(x, x.shape[-1:], eps=1e-5) * self.p(f"{prefix}.w")[:, None, None, :]

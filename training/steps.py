@@ -125,9 +125,10 @@ class StackedStep(Step):
         self.opt.steps = steps.pop()
 
     def sync(self, optimizer: bool = False) -> None:
-        """Unstack the weights into each member's model, and with optimizer=True the AdamW moments into its
-        optimizer (the solo format its checkpoint stores)."""
-        if self.synced_step != self.step:
+        """Unstack the weights into each member's model, and with optimizer=True (the weights then copied again
+        whatever step they were copied at) the AdamW moments into its optimizer (the solo format its checkpoint
+        stores)."""
+        if optimizer or self.synced_step != self.step:
             with torch.no_grad():
                 for k, params in enumerate(self.param_of):
                     for n in self.stacked.names:
@@ -237,7 +238,6 @@ class StackedStep(Step):
         return super().val_losses()
 
     def save(self) -> None:
-        self.synced_step = -1
         self.sync(optimizer=True)
         super().save()
 
@@ -256,7 +256,6 @@ class StackedStep(Step):
             torch.set_rng_state(outer)
 
     def before_finish(self) -> None:
-        self.synced_step = -1
         self.sync(optimizer=True)
         bf16 = concrete_dtype(self.cfg.dtype, self.device.type) == "bfloat16"
         self.peak = peak_matmul_flops(self.device, torch.bfloat16 if bf16 else torch.float32)

@@ -57,8 +57,7 @@ def problems(state: dict[str, Any], name: str | None = None) -> list[str]:
         record = read(state)
     except ValueError as e:
         return [str(e)]
-    strangers = [s for s in record if name is not None and s["by"] == "stacked" and name not in s["members"]]
-    if strangers:
+    if strangers := [s for s in record if name is not None and s["by"] == "stacked" and name not in s["members"]]:
         return [f"steps_by names an ensemble {strangers[0]['members']} without this run ({name})"]
     return []
 
@@ -115,8 +114,7 @@ def extend(record: list[dict[str, Any]], by: dict[str, Any], since: int, step: i
 
 def text(record: list[dict[str, Any]]) -> str:
     """The record in words: 'stacked in an ensemble of 4 to step 20, solo to 30'."""
-    words = [
+    return ", ".join(
         f"solo to step {s['to']}" if s["by"] == "solo" else f"stacked in an ensemble of {s['size']} to step {s['to']}"
         for s in record
-    ]
-    return ", ".join(words)
+    )

@@ -44,14 +44,7 @@ from training.corpus import Corpus
 from training.data import load_corpus
 from training.flops import flops_per_token, peak_matmul_flops
 from training.loop import FAILED, MembersStopped, TrainingInterrupted, advance
-from training.numerics import (
-    apply_settings,
-    autocast_context,
-    pick_device,
-    process_settings,
-    resolve_dtype,
-    what_ran,
-)
+from training.numerics import apply_settings, autocast_context, pick_device, process_settings, resolve_dtype, what_ran
 from training.optimizer import make_optimizer
 from training.presets import TrainConfig, concrete_dtype
 from training.run_config import config_record
@@ -123,8 +116,7 @@ class Trainer:
 
     def call(self, event: str, *args) -> None:
         for cb in self.callbacks:
-            fn = getattr(cb, event, None)
-            if fn is not None:
+            if (fn := getattr(cb, event, None)) is not None:
                 fn(self, *args)
 
     def append(self, name: str, record: dict[str, Any]) -> None:
@@ -195,7 +187,7 @@ class Trainer:
             encoding=self.corpus.encoding,
         )
         if self.is_main:  # the logs a resume from here keeps, sealed (training.checkstate.check_logs_before)
-            state["logs_before_step"] = logs_before(self.step, [self.run_dir.metrics, self.run_dir.probes])
+            state["logs_before_step"] = logs_before(self.step, self.run_dir.logs)
         if getattr(self, "last_val", None) is not None:  # the finished run's last validation loss
             state["final_val_loss"] = self.last_val
             state["logs_sha256"] = self.run_dir.logs_sha256()  # the finished logs, checked on reuse
@@ -229,7 +221,7 @@ class Trainer:
             (self.run_dir.path / FAILED).unlink(missing_ok=True)
         if not self.run_dir.ckpt.exists():
             if self.is_main:
-                for path in (self.run_dir.metrics, self.run_dir.probes):
+                for path in self.run_dir.logs:
                     path.unlink(missing_ok=True)
                 write_json(self.run_dir.config, self.config_record)
             return
@@ -239,7 +231,7 @@ class Trainer:
         # Every field checked before anything is loaded or any log rewritten (training.checkstate).
         check_training_state(ckpt, self.model, self.optimizer, self.train_cfg, self.run_dir.ckpt)
         if self.is_main:
-            check_logs_before(ckpt.state, [self.run_dir.metrics, self.run_dir.probes], self.run_dir.ckpt)
+            check_logs_before(ckpt.state, self.run_dir.logs, self.run_dir.ckpt)
         try:
             self.model.load_state_dict(ckpt.weights)
             self.load_state_dict(ckpt.state)
@@ -252,11 +244,7 @@ class Trainer:
         if self.is_main:
             # Drop what was logged after the checkpoint. Both logs are read (strictly: a damaged
             # line is an error naming file and line) before either is rewritten.
-            logs = [
-                (path, read_jsonl(path, torn_tail_ok=True))
-                for path in (self.run_dir.metrics, self.run_dir.probes)
-                if path.exists()
-            ]
+            logs = [(path, read_jsonl(path, torn_tail_ok=True)) for path in self.run_dir.logs if path.exists()]
             for path, records in logs:
                 write_jsonl(path, [r for r in records if r.get("step", 0) < self.step])
         self._record_eval_from()  # only once the checkpoint has loaded: a refused resume changes nothing
@@ -274,12 +262,9 @@ class Trainer:
 
     def kept(self) -> str:
         """Where the run stands after a failed step: its last good checkpoint, or none."""
-        saved = getattr(self, "saved_step", None)
-        return (
-            f"the last good checkpoint is {self.run_dir.ckpt} (step {saved})"
-            if saved is not None and self.run_dir.ckpt.exists()
-            else "no checkpoint was written yet"
-        )
+        if (saved := getattr(self, "saved_step", None)) is not None and self.run_dir.ckpt.exists():
+            return f"the last good checkpoint is {self.run_dir.ckpt} (step {saved})"
+        return "no checkpoint was written yet"
 
     def val_loss(self, batches=None) -> float:
         """Validation loss: the fixed batches, or fresh random ones with val_mode="random"."""

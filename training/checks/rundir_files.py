@@ -9,6 +9,7 @@ file is refused, never half used (a list where a dict was, a loss that is a stri
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -49,16 +50,12 @@ def check_final(final: Any) -> dict[str, Any]:
     """final.json: every FINAL_KEYS, finite losses, whole step counts, a checkpoint hash if recorded."""
     want_object(final)
     walk_limits(final)
-    missing = [k for k in FINAL_KEYS if k not in final]
-    if missing:
+    if missing := [k for k in FINAL_KEYS if k not in final]:
         raise Bad("", f"is damaged (no {', '.join(missing)})")
     for key in ("final_val_loss", "best_val_loss"):
-        if (
-            not (isinstance(final[key], (int, float)) and not isinstance(final[key], bool))
-            or final[key] != final[key]
-            or final[key] in (float("inf"), float("-inf"))
-        ):
-            raise Bad("", f"holds no finite {key} ({final[key]!r:.40})")
+        value = final[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or abs(value) == math.inf:
+            raise Bad("", f"holds no finite {key} ({value!r:.40})")
     want_int(final["steps"], "steps", 0)
     if final["best_step"] is not None:
         want_int(final["best_step"], "best_step", 0)
