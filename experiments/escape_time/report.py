@@ -109,11 +109,8 @@ def summary(results: dict[str, Any]) -> str:
     lines += mechanism_lines(results)
     at = results["early_step"]
     grad = results.get("gradient_step", at)
-    lines.append(
-        f"early predictors of escape at step {at}"
-        + (f" (grad_block0 at step {grad}, the preset's warmup_steps)" if grad != at else "")
-        + " (held out by seed):"
-    )
+    gradient = f" (grad_block0 at step {grad}, the preset's warmup_steps)" if grad != at else ""
+    lines.append(f"early predictors of escape at step {at}{gradient} (held out by seed):")
     lines += ["    " + verdict_line(name, item) for name, item in results["predictor"].items()]
     return "\n".join(lines)
 

@@ -90,9 +90,8 @@ def summary(results: dict[str, Any]) -> str:
         )
     f = results.get("factor")
     if f and f.get("factor"):
-        lines.append(
-            f"controls: the median wait grows x{f['factor']:.1f} a layer (depth {f['depths'][0]} to {f['depths'][1]})"
-        )
+        shallow, deeper = f["depths"]
+        lines.append(f"controls: the median wait grows x{f['factor']:.1f} a layer (depth {shallow} to {deeper})")
     for outcome, feats in (
         ("by the end", results.get("early")),
         (f"by step {results.get('early_horizon')}", results.get("early_by_horizon")),
