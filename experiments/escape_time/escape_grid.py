@@ -53,28 +53,20 @@ def add_arguments(p) -> None:
     )
     g.add_argument(
         "--references",
-        default=None,
         help="residuals trained at every depth at the first lr, among full, attn_only and none (the residual "
         "with neither path) (default full,attn_only; smoke full; '' for no references)",
     )
     g.add_argument(
-        "--reference-seeds",
-        type=int,
-        default=None,
-        help="seeds per reference cell, the lowest of --seeds (default 4; smoke 2)",
+        "--reference-seeds", type=int, help="seeds per reference cell, the lowest of --seeds (default 4; smoke 2)"
     )
     default_option(g, "--margin", DEFAULT_MARGIN, "nats below unigram a loss must stay to have escaped")
     g.add_argument(
         "--probe-every",
         type=int,
-        default=None,
         help="steps between escape probes (interventions, decodability); default 4 evaluation intervals",
     )
     g.add_argument(
-        "--early-step",
-        type=int,
-        default=None,
-        help="the evaluation step early features are read at (default the last one <= 100)",
+        "--early-step", type=int, help="the evaluation step early features are read at (default the last one <= 100)"
     )
 
 
@@ -140,10 +132,8 @@ class EscapeGrid:
     def variant(self, residual: str, depth: int, lr: float) -> Variant:
         from experiments.runner.text import num
 
-        return Variant(
-            f"{residual} L{depth} lr{num(lr)}",
-            {"residual": residual, "n_layers": depth, "lr": lr, "min_lr": lr * self.ratio},
-        )
+        overrides = {"residual": residual, "n_layers": depth, "lr": lr, "min_lr": lr * self.ratio}
+        return Variant(f"{residual} L{depth} lr{num(lr)}", overrides)
 
     def grid(self) -> list[Variant]:
         return [self.variant("ffn_only", d, lr) for d in self.depths for lr in self.lrs]

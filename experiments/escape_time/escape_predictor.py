@@ -72,16 +72,8 @@ def evaluate_by_seed(samples: list[dict[str, Any]], features: tuple[str, ...] = 
             xs, ys = [x for _, x, _ in rows], [y for _, _, y in rows]
             lo, hi = binomial_interval(hits, n)
             baseline = max(k, n - k) / n  # always guessing the more common outcome
-            a = auc(xs, ys)
-            a_lo, a_hi = bootstrap_auc(xs, ys)
-            item.update(
-                accuracy=hits / n,
-                interval=[lo, hi],
-                majority_accuracy=baseline,
-                auc=a,
-                auc_interval=[a_lo, a_hi],
-                predicts=lo > baseline,
-            )
+            item.update(accuracy=hits / n, interval=[lo, hi], majority_accuracy=baseline, auc=auc(xs, ys))
+            item.update(auc_interval=list(bootstrap_auc(xs, ys)), predicts=lo > baseline)
         out[name] = item
     return out
 

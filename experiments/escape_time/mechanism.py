@@ -59,14 +59,8 @@ class EscapeProbe:
     def on_eval(self, trainer, step: int, val_loss: float) -> None:
         if (step % self.interval and step != trainer.train_cfg.max_steps) or not getattr(trainer, "is_main", True):
             return
-        trainer.append(
-            "probes.jsonl",
-            {
-                "step": step,
-                "probe": "escape",
-                **measure_escape_probe(trainer.model, trainer.corpus.train, trainer.val_batches[:MECH_BATCHES]),
-            },
-        )
+        measured = measure_escape_probe(trainer.model, trainer.corpus.train, trainer.val_batches[:MECH_BATCHES])
+        trainer.append("probes.jsonl", {"step": step, "probe": "escape", **measured})
 
 
 def measure_escape_probe(model, train_tokens, batches) -> dict[str, float]:
@@ -81,11 +75,8 @@ def measure_escape_probe(model, train_tokens, batches) -> dict[str, float]:
         with torch.no_grad():
             out = {}
             for name in ("loss", *INTERVENTIONS):
-                hooks = (
-                    []
-                    if name == "loss"
-                    else [h for layer in range(model.cfg.n_layers) for h in layer_hooks(name, layer)]
-                )
+                layers = range(model.cfg.n_layers)
+                hooks = [] if name == "loss" else [h for layer in layers for h in layer_hooks(name, layer)]
                 losses = [per_sequence_loss(model, x, y, hooks)[0].mean().item() for x, y in batches]
                 out[name] = float(np.mean(losses))
         result = identity(model, train_tokens, batches, offsets=(0,), sites=[IDENTITY_SITE])
@@ -173,26 +164,25 @@ def aligned(
             pair = before_after(points, r["escape"], 2 * probe_interval)
             if pair is not None:
                 changes.append(pair[1] - pair[0])
-        mean_curve = []
-        for k in range(len(offsets)):
-            vals = [c[k] for c in curves if c[k] is not None]
-            mean_curve.append(float(np.mean(vals)) if vals else None)
+        at_offset = [[c[k] for c in curves if c[k] is not None] for k in range(len(offsets))]
+        mean_curve = [float(np.mean(vals)) if vals else None for vals in at_offset]
         out["measures"][name] = {
             "label": measures[name],
             "n_runs": len(curves),
             "mean_curve": mean_curve,
-            "lead": {
-                "n": len(leads),
-                "median": float(np.median(leads)) if leads else None,
-                "interval": _interval(leads, np.median) if len(leads) >= 3 else None,
-            },
-            "change": {
-                "n": len(changes),
-                "mean": float(np.mean(changes)) if changes else None,
-                "interval": _interval(changes) if len(changes) >= 3 else None,
-            },
+            "lead": _summary(leads, "median", np.median),
+            "change": _summary(changes, "mean", np.mean),
         }
     return out
+
+
+def _summary(values: list[float], name: str, statistic) -> dict[str, Any]:
+    """{n, name: the statistic of the values, interval: its bootstrap interval}; None where too few to say."""
+    return {
+        "n": len(values),
+        name: float(statistic(values)) if values else None,
+        "interval": _interval(values, statistic) if len(values) >= 3 else None,
+    }
 
 
 def _resample(steps: list[int], values: list[float], at: list[int]) -> list[float | None]:
@@ -203,11 +193,8 @@ def _resample(steps: list[int], values: list[float], at: list[int]) -> list[floa
 
 def order(result: dict[str, Any]) -> list[tuple[str, float, int]]:
     """The measures with a lead, earliest first: (name, median lead, runs it rests on)."""
-    items = [
-        (k, m["lead"]["median"], m["lead"]["n"])
-        for k, m in result["measures"].items()
-        if m["lead"]["median"] is not None
-    ]
+    leads = {k: m["lead"] for k, m in result["measures"].items()}
+    items = [(k, lead["median"], lead["n"]) for k, lead in leads.items() if lead["median"] is not None]
     return sorted(items, key=lambda t: t[1])
 
 

@@ -18,38 +18,24 @@ def _step(x: float | None, last: int) -> str:
 
 
 def median_text(cell: dict[str, Any]) -> str:
-    m = cell["median"]
-    return (
-        f"{_step(m['median'], cell['last_step'])} [{_step(m['lower'], cell['last_step'])}, "
-        f"{_step(m['upper'], cell['last_step'])}]"
-    )
+    return _median(cell["median"], cell["last_step"])
+
+
+def _median(m: dict[str, Any], last: int) -> str:
+    """A median escape step and its interval, each '>last' where past the last step."""
+    return f"{_step(m['median'], last)} [{_step(m['lower'], last)}, {_step(m['upper'], last)}]"
 
 
 def table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    headers = [
-        "cell",
-        "role",
-        "runs",
-        "escaped",
-        "median escape step [95%]",
-        "on the floor at the end [95%]",
-        *[f"median at margin {m}" for m in results["margins_text"]],
-    ]
+    headers = ["cell", "role", "runs", "escaped", "median escape step [95%]", "on the floor at the end [95%]"]
+    headers += [f"median at margin {m}" for m in results["margins_text"]]
     rows = []
     order = {"grid": 0, "holdout": 1, "reference": 2}
     for c in sorted(results["cells"], key=lambda c: (order[c["role"]], c["residual"], c["n_layers"], c["lr"])):
         s, lo, hi = c["survival_at_last"]
-        rows.append(
-            [
-                c["name"],
-                c["role"],
-                str(c["n"]),
-                str(c["n_escaped"]),
-                median_text(c),
-                f"{s:.2f} [{lo:.2f}, {hi:.2f}]",
-                *[_step(v, c["last_step"]) for v in c["medians_by_margin"].values()],
-            ]
-        )
+        by_margin = [_step(v, c["last_step"]) for v in c["medians_by_margin"].values()]
+        floor = f"{s:.2f} [{lo:.2f}, {hi:.2f}]"
+        rows.append([c["name"], c["role"], str(c["n"]), str(c["n_escaped"]), median_text(c), floor, *by_margin])
     return headers, rows
 
 
@@ -71,17 +57,12 @@ def law_text(law: dict[str, Any], margin: str) -> str:
         text += f", each doubling of lr by {ci('per_lr_doubling', math.exp)}"
     elif law.get("lr_left_out"):
         text += f" (lrs pooled: {law['lr_left_out']})"
-    return text + (
-        f"; spread sigma {ci('sigma')} (log-normal, {law['n_runs']} runs, {law['n_escaped']} escaped, "
-        f"depths {law['depths']}"
-        + (
-            f"; {law['n_bootstrap_unfittable']} of {law['n_bootstrap'] + law['n_bootstrap_unfittable']} bootstrap "
-            "resamples had escapes at one depth and are left out of the intervals"
-            if law.get("n_bootstrap_unfittable")
-            else ""
-        )
-        + ")"
-    )
+    runs = f"{law['n_runs']} runs, {law['n_escaped']} escaped, depths {law['depths']}"
+    text += f"; spread sigma {ci('sigma')} (log-normal, {runs}"
+    if skipped := law.get("n_bootstrap_unfittable"):
+        total = law["n_bootstrap"] + skipped
+        text += f"; {skipped} of {total} bootstrap resamples had escapes at one depth and are left out of the intervals"
+    return text + ")"
 
 
 def prediction_text(depth: int, lr: float, p: dict[str, Any]) -> str:
@@ -101,13 +82,10 @@ def holdout_lines(results: dict[str, Any]) -> list[str]:
     for h in results["holdout"]:
         out.append(prediction_text(h["depth"], h["lr"], h["predicted"]))
         o = h["observed"]
-        m = o["median"]
         s, lo, hi = o["survival_at_last"]
-        last = h["last_step"]
         out.append(
-            f"    observed ({h['n']} runs, {o['n_escaped']} escaped): median {_step(m['median'], last)} "
-            f"[{_step(m['lower'], last)}, {_step(m['upper'], last)}], on the floor at the end {s:.2f} "
-            f"[{lo:.2f}, {hi:.2f}]"
+            f"    observed ({h['n']} runs, {o['n_escaped']} escaped): median {_median(o['median'], h['last_step'])}, "
+            f"on the floor at the end {s:.2f} [{lo:.2f}, {hi:.2f}]"
         )
     return out
 
@@ -131,11 +109,8 @@ def summary(results: dict[str, Any]) -> str:
     lines += mechanism_lines(results)
     at = results["early_step"]
     grad = results.get("gradient_step", at)
-    lines.append(
-        f"early predictors of escape at step {at}"
-        + (f" (grad_block0 at step {grad}, the preset's warmup_steps)" if grad != at else "")
-        + " (held out by seed):"
-    )
+    gradient = f" (grad_block0 at step {grad}, the preset's warmup_steps)" if grad != at else ""
+    lines.append(f"early predictors of escape at step {at}{gradient} (held out by seed):")
     lines += ["    " + verdict_line(name, item) for name, item in results["predictor"].items()]
     return "\n".join(lines)
 
@@ -151,26 +126,11 @@ def survival_figure(results: dict[str, Any]):
         lo = [1.0, 1.0, *[v for v in km["lower"] for _ in (0, 1)]][: len(xs)]
         hi = [1.0, 1.0, *[v for v in km["upper"] for _ in (0, 1)]][: len(xs)]
         name = f"{c['name']} ({c['role']})"
-        fig.add_trace(
-            go.Scatter(
-                x=xs + xs[::-1],
-                y=hi + lo[::-1],
-                fill="toself",
-                opacity=0.12,
-                line=dict(width=0),
-                showlegend=False,
-                hoverinfo="skip",
-                legendgroup=name,
-            )
-        )
+        band = dict(fill="toself", opacity=0.12, line=dict(width=0), showlegend=False, hoverinfo="skip")
+        fig.add_trace(go.Scatter(x=xs + xs[::-1], y=hi + lo[::-1], legendgroup=name, **band))
         fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=name, legendgroup=name))
-    fig.update_layout(
-        title="Fraction still on the floor (Kaplan-Meier, 95% band)",
-        xaxis_title="step",
-        yaxis_title="on the floor",
-        yaxis_range=[0, 1.02],
-        height=520,
-    )
+    title = "Fraction still on the floor (Kaplan-Meier, 95% band)"
+    fig.update_layout(title=title, xaxis_title="step", yaxis_title="on the floor", yaxis_range=[0, 1.02], height=520)
     return fig
 
 
@@ -183,30 +143,17 @@ def law_figure(results: dict[str, Any]):
             (c for c in results["cells"] if c["residual"] == "ffn_only" and c["lr"] == lr), key=lambda c: c["n_layers"]
         )
         pts = [(c["n_layers"], c["median"]["median"], c["role"]) for c in cells if c["median"]["median"]]
-        fig.add_trace(
-            go.Scatter(
-                x=[p[0] for p in pts],
-                y=[p[1] for p in pts],
-                mode="markers+lines",
-                name=f"observed median, lr {lr:g}",
-                text=[p[2] for p in pts],
-            )
-        )
+        depths, medians, roles = [p[0] for p in pts], [p[1] for p in pts], [p[2] for p in pts]
+        name = f"observed median, lr {lr:g}"
+        fig.add_trace(go.Scatter(x=depths, y=medians, mode="markers+lines", name=name, text=roles))
     for h in results["holdout"]:
         p = h["predicted"]
         if p.get("predicted"):
             lo, hi = p["median_interval"]
-            fig.add_trace(
-                go.Scatter(
-                    x=[h["depth"]],
-                    y=[p["median"]],
-                    mode="markers",
-                    marker_symbol="diamond-open",
-                    marker_size=14,
-                    name=f"predicted, held-out depth, lr {h['lr']:g}",
-                    error_y=dict(type="data", symmetric=False, array=[hi - p["median"]], arrayminus=[p["median"] - lo]),
-                )
-            )
+            error = dict(type="data", symmetric=False, array=[hi - p["median"]], arrayminus=[p["median"] - lo])
+            marker = dict(mode="markers", marker_symbol="diamond-open", marker_size=14, error_y=error)
+            name = f"predicted, held-out depth, lr {h['lr']:g}"
+            fig.add_trace(go.Scatter(x=[h["depth"]], y=[p["median"]], name=name, **marker))
     fig.update_yaxes(type="log", title="median escape step")
     fig.update_layout(title="Median escape step against depth (log scale)", xaxis_title="depth", height=460)
     return fig
@@ -219,15 +166,11 @@ def mechanism_figure(results: dict[str, Any], names: tuple[str, ...]):
     fig = go.Figure()
     for name in names:
         m = mech["measures"][name]
-        fig.add_trace(
-            go.Scatter(
-                x=mech["offsets"], y=m["mean_curve"], mode="lines+markers", name=f"{m['label']} (n={m['n_runs']})"
-            )
-        )
+        label = f"{m['label']} (n={m['n_runs']})"
+        fig.add_trace(go.Scatter(x=mech["offsets"], y=m["mean_curve"], mode="lines+markers", name=label))
     fig.add_vline(x=0, line_dash="dot")
-    fig.update_layout(
-        title="Aligned on the escape step (mean over escaped runs)", xaxis_title="step - escape step", height=420
-    )
+    title = "Aligned on the escape step (mean over escaped runs)"
+    fig.update_layout(title=title, xaxis_title="step - escape step", height=420)
     return fig
 
 
@@ -271,22 +214,12 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
 
     svg = ctx.result_dir / "survival-escape_time.svg"  # beside the report: the same curves, static
     atomic_write(svg, lambda tmp: Path(tmp).write_text(survival_svg(results)))
-    out: list = [
-        (
-            "Survival on the floor",
-            summary(results).split("\n")[0] + f" (static figure: {svg.name})",
-            survival_figure(results),
-        )
-    ]
+    first = summary(results).split("\n")[0] + f" (static figure: {svg.name})"
+    out: list = [("Survival on the floor", first, survival_figure(results))]
     out.append(("The law", " ".join(law_text(results["law"][m], m) + "." for m in results["law"]), law_figure(results)))
     out += holdout_lines(results)
-    out.append(
-        (
-            "Mechanism at escape",
-            " ".join(mechanism_lines(results)),
-            mechanism_figure(results, ("alpha_tt_layer0", "alpha_tt_mean", "identity")),
-        )
-    )
+    alpha = mechanism_figure(results, ("alpha_tt_layer0", "alpha_tt_mean", "identity"))
+    out.append(("Mechanism at escape", " ".join(mechanism_lines(results)), alpha))
     out.append(mechanism_figure(results, ("knock_out_self", "self_only", "uniform_pattern")))
     out.append(mechanism_figure(results, ("grad_block0", "growth")))
     out.append(mechanism_figure(results, ("residual_last", "qk_grad")))  # token uniformity (issue 44)
@@ -302,11 +235,8 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
         ]
         for name, item in results["predictor"].items()
     ]
-    out.append(
-        (
-            f"Early predictors (step {results['early_step']}; grad_block0 at step "
-            f"{results.get('gradient_step', results['early_step'])}; held out by seed)",
-            table_figure(["feature", "runs", "accuracy", "95% (exact)", "majority", "AUC", "predicts"], rows),
-        )
-    )
+    at = results["early_step"]
+    title = f"Early predictors (step {at}; grad_block0 at step {results.get('gradient_step', at)}; held out by seed)"
+    headers = ["feature", "runs", "accuracy", "95% (exact)", "majority", "AUC", "predicts"]
+    out.append((title, table_figure(headers, rows)))
     return out

@@ -111,12 +111,8 @@ MIN_RUNS = 8  # a statement about escapes rests on at least this many runs
 
 def defaults(spec) -> dict[str, Any]:
     t = spec.train
-    return {
-        "max_steps": PRESET_LENGTH.get(spec.preset, DEFAULT_LENGTH) * t.max_steps,
-        "lr_schedule": "constant",
-        "probe_interval": 2 * t.eval_interval,
-        "eval_from": 0.0,
-    }
+    length = PRESET_LENGTH.get(spec.preset, DEFAULT_LENGTH) * t.max_steps
+    return {"max_steps": length, "lr_schedule": "constant", "probe_interval": 2 * t.eval_interval, "eval_from": 0.0}
 
 
 def default_seeds(spec) -> list[int]:
@@ -172,7 +168,7 @@ def plan(ctx: Context) -> list[Group]:
     groups = [Group(ctx.spec, grid.grid(), callbacks=callbacks)]
     if grid.references:
         groups.append(Group(ctx.spec, grid.reference(), callbacks=callbacks, seeds=reference_seeds(ctx, grid)))
-    if grid.holdout and all(j.run_dir(ctx.out).finished for j in _jobs(groups[:1], ctx)):
+    if grid.holdout and all_finished(groups[:1], ctx):
         groups.append(Group(ctx.spec, grid.held_out(), callbacks=callbacks))
     return groups
 
@@ -180,13 +176,21 @@ def plan(ctx: Context) -> list[Group]:
 def reference_seeds(ctx: Context, grid: EscapeGrid) -> list[int]:
     """The lowest --reference-seeds of --seeds (counted on past the highest where there are fewer): the same
     seeds in another order reuse the same reference runs."""
-    ordered = sorted(ctx.seeds)
-    n = grid.ref_seeds
+    return extend_seeds(ctx.seeds, grid.ref_seeds)
+
+
+def extend_seeds(seeds: list[int], n: int) -> list[int]:
+    """The lowest n of `seeds`, continued past the largest by consecutive integers where it has fewer."""
+    ordered = sorted(seeds)
     return ordered[:n] + [ordered[-1] + k for k in range(1, n - len(ordered) + 1)]
 
 
-def _jobs(groups: list[Group], ctx: Context) -> list[Job]:
+def group_jobs(groups: list[Group], ctx: Context) -> list[Job]:
     return [Job(g, v, s) for g in groups for v in g.variants for s in (g.seeds or ctx.seeds)]
+
+
+def all_finished(groups: list[Group], ctx: Context) -> bool:
+    return all(j.run_dir(ctx.out).finished for j in group_jobs(groups, ctx))
 
 
 # ----- analysis -----------------------------------------------------------------------------------------
@@ -209,13 +213,9 @@ def summarise_escape_run(record: dict[str, Any], ctx: Context, roles: dict[str, 
     return {
         "variant": record["variant"],
         "seed": record["seed"],
-        "residual": cell["residual"],
-        "n_layers": cell["n_layers"],
-        "lr": cell["lr"],
+        **{k: cell[k] for k in ("residual", "n_layers", "lr")},
         "role": role,
-        "run_dir": summary["run_dir"],
-        "final_val_loss": summary["final_val_loss"],
-        "steps": summary["steps"],
+        **{k: summary[k] for k in ("run_dir", "final_val_loss", "steps")},
         "last_step": curve["steps"][-1],
         "escape": {
             f"{m:g}": escape_step(curve["steps"], curve["loss"], levels["unigram"] - m)
@@ -243,6 +243,14 @@ def _law_runs(runs: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
     ]
 
 
+def _holdout(cell: dict[str, Any], law: dict[str, Any]) -> dict[str, Any]:
+    """A held-out cell: the law's prediction for it beside what its runs did."""
+    predicted = law_prediction(law, cell["n_layers"], cell["lr"], cell["last_step"])
+    observed = {k: cell[k] for k in ("median", "survival_at_last", "n_escaped")}
+    depth, lr, n, last = cell["n_layers"], cell["lr"], cell["n"], cell["last_step"]
+    return {"depth": depth, "lr": lr, "n": n, "last_step": last, "predicted": predicted, "observed": observed}
+
+
 def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     grid = EscapeGrid(ctx)
     roles = grid.roles()
@@ -256,25 +264,7 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     cells = [cell_summary(rs, key, keys) for rs in by_cell.values()]
     grid_runs = [r for r in runs if r["role"] == "grid"]
     laws = {k: fit_law(_law_runs(grid_runs, k), "escape") for k in keys}
-    holdout = []
-    for c in cells:
-        if c["role"] != "holdout":
-            continue
-        p = law_prediction(laws[key], c["n_layers"], c["lr"], c["last_step"])
-        holdout.append(
-            {
-                "depth": c["n_layers"],
-                "lr": c["lr"],
-                "n": c["n"],
-                "last_step": c["last_step"],
-                "predicted": p,
-                "observed": {
-                    "median": c["median"],
-                    "survival_at_last": c["survival_at_last"],
-                    "n_escaped": c["n_escaped"],
-                },
-            }
-        )
+    holdout = [_holdout(c, laws[key]) for c in cells if c["role"] == "holdout"]
     ffn = [r for r in runs if r["residual"] == "ffn_only"]
     mech_runs = [{"escape": r["escape"][key], "series": r["series"]} for r in ffn]
     mechanism = aligned(mech_runs, ctx.spec.train.warmup_steps, probe_every(ctx))
@@ -324,9 +314,8 @@ def preface(ctx: Context, jobs: list[Job]) -> str:
         )
     e = estimate(ctx, jobs)
     lines = [
-        f"escape is the first evaluation step from which validation loss stays below "
-        f"{ctx.levels['unigram'] - ctx.args.margin:.3f} (unigram {ctx.levels['unigram']:.3f} - margin "
-        f"{ctx.args.margin:g}); runs that never get there are censored at their last step",
+        f"escape is the first evaluation step from which validation loss stays below {unigram - margin:.3f} "
+        f"(unigram {unigram:.3f} - margin {margin:g}); runs that never get there are censored at their last step",
         f"estimated cost: {flops_text(e['flops'])} of training for {len(jobs)} runs, "
         f"{flops_text(e['flops_to_train'])} still to train",
     ]
@@ -351,7 +340,7 @@ def prediction_lines(ctx: Context, grid: EscapeGrid) -> list[str]:
     key = f"{ctx.args.margin:g}"
     early = early_step(ctx)
     names = grid.roles()
-    jobs = _jobs([Group(ctx.spec, grid.grid())], ctx)
+    jobs = group_jobs([Group(ctx.spec, grid.grid())], ctx)
     runs = [summarise_escape_run(record, ctx, names, early) for _, record in finished_records(ctx, jobs)]
     law = fit_law(_law_runs(runs, key), "escape")
     steps = ctx.spec.train.max_steps

@@ -113,13 +113,8 @@ def kaplan_meier(times: Sequence[int], escaped: Sequence[bool]) -> dict[str, lis
             band = sf.confidence_interval(confidence_level=LEVEL, method="log-log")
         keep = np.isin(sf.quantiles, t[e])  # ecdf lists censoring times too; the curve steps at escapes only
         before = 1.0
-        for step, s, lo, hi in zip(
-            sf.quantiles[keep],
-            sf.probabilities[keep],
-            band.low.probabilities[keep],
-            band.high.probabilities[keep],
-            strict=True,
-        ):
+        columns = (sf.quantiles, sf.probabilities, band.low.probabilities, band.high.probabilities)
+        for step, s, lo, hi in zip(*(c[keep] for c in columns), strict=True):
             n = int((t >= step).sum())
             if not ((t < step) & ~e).any():
                 lo, hi = _exact(int(((t > step) | ((t == step) & ~e)).sum()), len(t))
@@ -258,9 +253,7 @@ def fit_lognormal(x: np.ndarray, times: np.ndarray, escaped: np.ndarray) -> np.n
         options={"ftol": 1e-15, "gtol": 1e-10, "maxiter": 1000},
     )
     out = np.asarray(res.x, dtype=float)
-    if not np.isfinite(out).all() or abs(out[-1]) > 5.9:
-        return None
-    return out
+    return out if np.isfinite(out).all() and abs(out[-1]) <= 5.9 else None
 
 
 def _covariance(params: np.ndarray, x: np.ndarray, times: np.ndarray, escaped: np.ndarray) -> np.ndarray | None:
@@ -437,12 +430,8 @@ def _check_cell(depth: float, lr: float, step: float) -> None:
     from interp.errors import ConfigError
 
     for name, v in (("depth", depth), ("lr", lr), ("step", step)):
-        if (
-            isinstance(v, bool)
-            or not isinstance(v, numbers.Real)  # numpy's ints and floats too
-            or not math.isfinite(v)
-            or (name != "depth" and v <= 0)
-        ):
+        real = isinstance(v, numbers.Real) and not isinstance(v, bool)  # numpy's ints and floats too
+        if not real or not math.isfinite(v) or (name != "depth" and v <= 0):
             raise ConfigError(
                 f"escape-time law: {name} must be a finite number{'' if name == 'depth' else ' > 0'}, got {v!r}"
             )

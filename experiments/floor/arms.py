@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from experiments.floor.knob import scale_qk
-from experiments.runner.frame import Context, Group, Job, Variant, check_number
+from experiments.runner.frame import Context, Group, Variant, check_number
 from experiments.runner.text import num
 from experiments.shipping.ship import MANIFEST
 from interp.errors import ToolkitError
@@ -88,9 +88,7 @@ DEEP_RESIDUALS = ("attn_only", "full", "ffn_only")  # attn_only under both sched
 # interval or None for the preset's), held-out arms (depth, width or None for the preset's, scale, length, most
 # seeds)). phase-cell's depth-1 arms are evaluated every 5 steps, not 25: at 25 their escapes (about 15-40 steps
 # by the law as the shipped runs fit it) would all read (0, 25] or (25, 50], a bound and no more.
-PRESET_LAW = {
-    "smoke": (((1, 16.0, 6, 5), (2, 16.0, 6, None)), ((2, None, 4.0, 6, 6), (1, 64, 1.0, 6, 4))),
-}
+PRESET_LAW = {"smoke": (((1, 16.0, 6, 5), (2, 16.0, 6, None)), ((2, None, 4.0, 6, 6), (1, 64, 1.0, 6, 4)))}
 DEFAULT_LAW = (
     ((1, 1.0, 1, 5), (1, 16.0, 1, 5), (3, 16.0, 2, None)),
     ((4, None, 16.0, 8, 64), (2, 128, 1.0, 2, 16), (4, None, 16.0, 4, 16)),
@@ -119,14 +117,11 @@ def add_arguments(p) -> None:
     g = p.add_argument_group("the arms")
     g.add_argument(
         "--parts",
-        default=None,
         help=f"comma-separated parts among {', '.join(PARTS)} (default {','.join(DEFAULT_PARTS)}); the "
         "knob needs the controls (its prediction is fitted on them)",
     )
     g.add_argument(
-        "--qk-scales",
-        default=None,
-        help="query/key initial scales of the knob arms, each > 0 and not 1 (default 8,12; smoke 8)",
+        "--qk-scales", help="query/key initial scales of the knob arms, each > 0 and not 1 (default 8,12; smoke 8)"
     )
     g.add_argument(
         "--margin",
@@ -137,12 +132,10 @@ def add_arguments(p) -> None:
     g.add_argument(
         "--init-seeds",
         type=int,
-        default=None,
         help="initialisation seeds a cell of the signal-propagation table (default 8; smoke 2)",
     )
     g.add_argument(
         "--law-from",
-        default=None,
         help="a shipped floor folder whose runs the law is fitted on beside this --out's, or 'none' "
         "(default: phase-cell docs/results/data/floor-default; other presets none)",
     )
@@ -221,43 +214,28 @@ class Arms:
         self.base_steps = train.max_steps
         self.controls = controls
         deepest = max(d for d, _ in controls)
+        short, longest = min(n for _, n in controls), max(n for _, n in controls)
         arms: list[Arm] = []
         if "control" in self.parts:
             arms += [Arm("control", "ffn_only", d, n) for d, n in controls]
+        doses = [(d, s) for d, _ in controls for s in self.scales[d]]  # the knob's (depth, scale)
         if "knob" in self.parts:
-            arms += [
-                Arm("knob", "ffn_only", d, self.knob_length[d], scale=s) for d, _ in controls for s in self.scales[d]
-            ]
+            arms += [Arm("knob", "ffn_only", d, self.knob_length[d], scale=s) for d, s in doses]
         if "confirm" in self.parts:
-            arms += [
-                Arm("confirm", "ffn_only", d, 3 * self.knob_length[d], scale=s, seeds=CONFIRM_SEEDS)
-                for d, _ in controls
-                for s in self.scales[d]
-            ]
+            length = self.knob_length
+            arms += [Arm("confirm", "ffn_only", d, 3 * length[d], scale=s, seeds=CONFIRM_SEEDS) for d, s in doses]
         if "confirm" in self.parts and "schedule" in self.parts:  # attn_only's constant-lr floor at 3x: does it last?
-            short = min(n for _, n in controls)
             depths = (2 * deepest, 2 * deepest + 2) if "attn" in self.parts else (2 * deepest,)
             arms += [Arm("confirm", "attn_only", d, 3 * short, seeds=CONFIRM_SEEDS) for d in depths]
         if "schedule" in self.parts:
-            short = min(n for _, n in controls)
-            attn_depth = 2 * deepest
             # with the attn part, depth 6's constant arm is one of attn_only's depths: all seeds, as the others
-            whole = "attn" in self.parts
+            constant_seeds = None if "attn" in self.parts else schedule_seeds
             arms += [
-                Arm(
-                    "schedule",
-                    "attn_only",
-                    attn_depth,
-                    short,
-                    schedule=s,
-                    seeds=None if whole and s == "constant" else schedule_seeds,
-                )
-                for s in ("constant", "cosine")
+                Arm("schedule", "attn_only", 2 * deepest, short, schedule="constant", seeds=constant_seeds),
+                Arm("schedule", "attn_only", 2 * deepest, short, schedule="cosine", seeds=schedule_seeds),
+                Arm("schedule", "ffn_only", deepest, longest, schedule="cosine", seeds=schedule_seeds),
             ]
-            longest = max(n for _, n in controls)
-            arms += [Arm("schedule", "ffn_only", deepest, longest, schedule="cosine", seeds=schedule_seeds)]
         if "attn" in self.parts:
-            short = min(n for _, n in controls)
             arms += [Arm("attn", "attn_only", d, short) for d in (deepest + 1, 2 * deepest + 2)]
         self.deep_depth, self.deep_length, self.dense = PRESET_DEEP.get(ctx.spec.preset, DEEP_ARMS)
         if "deep" in self.parts:
@@ -325,16 +303,13 @@ def deep_arms(depth: int, length: int) -> list[Arm]:
 
 def arm_groups(ctx: Context, arms: Arms, chosen: list[Arm]) -> list[Group]:
     """The arms as groups: one per seed count; the deep part's apart, its gradient probe dense from step 0."""
-    every = uniformity_interval(ctx)
-
-    def callbacks(variant, seed):
-        return [UniformityProbe(every)]
+    plain = uniformity_callbacks(ctx)
 
     def deep_callbacks(variant, seed):  # the default probes (Group.probes False) with the dense gradient probe
         from probes import default_callbacks
 
         train = ctx.spec.train
-        return (default_callbacks(train, dense_until=arms.dense) if train.probes else []) + [UniformityProbe(every)]
+        return (default_callbacks(train, dense_until=arms.dense) if train.probes else []) + plain(variant, seed)
 
     groups = []
     for deep in (False, True):
@@ -342,12 +317,16 @@ def arm_groups(ctx: Context, arms: Arms, chosen: list[Arm]) -> list[Group]:
         for n in sorted({a.seeds for a in part}, key=lambda n: -1 if n is None else n):
             variants = [arms.variant(a) for a in part if a.seeds == n]
             seeds = None if n is None else sorted(ctx.seeds)[:n]
-            if deep:
-                groups.append(Group(ctx.spec, variants, callbacks=deep_callbacks, probes=False, seeds=seeds))
-            else:
-                groups.append(Group(ctx.spec, variants, callbacks=callbacks, seeds=seeds))
+            callbacks = deep_callbacks if deep else plain
+            groups.append(Group(ctx.spec, variants, callbacks=callbacks, probes=not deep, seeds=seeds))
     return groups
 
 
-def arm_jobs(groups: list[Group], ctx: Context) -> list[Job]:
-    return [Job(g, v, s) for g in groups for v in g.variants for s in (g.seeds or ctx.seeds)]
+def uniformity_callbacks(ctx: Context):
+    """A group's callbacks(variant, seed): the uniformity probe every uniformity_interval, as every floor arm has."""
+    every = uniformity_interval(ctx)
+
+    def callbacks(variant, seed):
+        return [UniformityProbe(every)]
+
+    return callbacks

@@ -110,14 +110,7 @@ def deep_summary(results: dict[str, Any]) -> list[str]:
             f"{floor_text(const)}, with warm-up ({deep['warmup_steps']} steps) {floor_text(warm)}"
             + ("" if p is None else f"; log-rank p = {p:.2g}")
         )
-    for name in deep["confirm_arms"]:
-        c = cells.get(name)
-        if c:
-            med = c["median"]["median"]
-            lines.append(
-                f"{name} (at 3x, {c['n']} seeds): {c['n_escaped']} of {c['n']} escaped by step {c['last_step']}"
-                + ("" if med is None else f", median {med:.0f}")
-            )
+    lines += [confirm_line(cells[name]) for name in deep["confirm_arms"] if name in cells]
     gap = deep["step0_gap"]
     if gap is not None:
         lines.append(f"deep: step-0 gradient norms, warm-up against constant, same seed: largest gap {gap:.2g}")
@@ -125,6 +118,14 @@ def deep_summary(results: dict[str, Any]) -> list[str]:
         lines.append(f"per layer, gradient norm of the {what} before clipping (median over runs; lr at that step):")
         lines += grad_lines(deep["grad_table"], part, deep)
     return lines
+
+
+def confirm_line(cell: dict[str, Any], what: str = "") -> str:
+    """A 3x arm's console line (`what` names the arm it confirms): how many of its seeds escaped, its median."""
+    med = cell["median"]["median"]
+    n, escaped, last = cell["n"], cell["n_escaped"], cell["last_step"]
+    said = f"{cell['name']} ({what}at 3x, {n} seeds): {escaped} of {n} escaped by step {last}"
+    return said + ("" if med is None else f", median {med:.0f}")
 
 
 def floor_text(cell: dict[str, Any]) -> str:
@@ -135,9 +136,8 @@ def floor_text(cell: dict[str, Any]) -> str:
 def shown(row: dict[str, Any], deep: dict[str, Any]) -> bool:
     """The console's rows: the two attn_only schedules at every step, the anchors at step 0 (not the 3x arms:
     the report's tables hold every arm and step)."""
-    if row["arm"] in deep["confirm_arms"]:
-        return False
-    return row["arm"] in (deep["warmup_arm"], deep["constant_arm"]) or row["step"] == 0
+    schedules = (deep["warmup_arm"], deep["constant_arm"])
+    return row["arm"] not in deep["confirm_arms"] and (row["arm"] in schedules or row["step"] == 0)
 
 
 def grad_lines(table: list[dict[str, Any]], part: str, deep: dict[str, Any]) -> list[str]:

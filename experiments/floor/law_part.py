@@ -19,13 +19,7 @@ import numpy as np
 
 from experiments.escape_time.survival import logrank_p
 from experiments.floor.law import HELD_FACTOR, arm_columns, fit_spread, held_law, held_spread, tests_something
-from experiments.floor.law_predictions import (
-    LAW_PREDICTIONS,
-    fit_on,
-    heldout_jobs,
-    read_law_predictions,
-    stored_entry,
-)
+from experiments.floor.law_predictions import LAW_PREDICTIONS, fit_on, heldout_jobs, read_law_predictions, stored_entry
 from experiments.floor.predictions import (
     edited,
     first_started,
@@ -115,10 +109,7 @@ def law_lines(results: dict[str, Any]) -> list[str]:
         return []
     if not law.get("fitted"):
         return [f"law: not fitted ({law.get('why')})"]
-    lines = [wait_law_text(law)]
-    for name, h in results.get("heldout", {}).items():
-        lines.append(heldout_line(name, h))
-    return lines
+    return [wait_law_text(law)] + [heldout_line(name, h) for name, h in results.get("heldout", {}).items()]
 
 
 def wait_law_text(law: dict[str, Any]) -> str:
@@ -167,9 +158,8 @@ def heldout_line(name: str, h: dict[str, Any]) -> str:
     o = h["observed"]
     if o is None:
         why = "not trained yet" if tests_something(h["prediction"]) else "not trained (no prediction to test)"
-        return f"{name}: predicted by the law ({h['created']}, {len(h['seeds'])} seeds), {why}: " + (
-            arm_prediction_text(h["prediction"])
-        )
+        said = arm_prediction_text(h["prediction"])
+        return f"{name}: predicted by the law ({h['created']}, {len(h['seeds'])} seeds), {why}: {said}"
     obs = f"observed median {step_text(o['median'])}, {o['floor_at_last']:.2f} on the floor ({o['n']} runs)"
     if h["prediction"] is None:
         return f"{name}: no prediction was stored before these runs; {obs}"

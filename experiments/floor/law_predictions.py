@@ -25,6 +25,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from experiments.escape_time.run import all_finished, extend_seeds
 from experiments.floor.law import MAX_FACTOR, fit_wait_law, law_runs, predict_arm, tests_something
 from experiments.floor.predictions import (
     arm_entries,
@@ -163,12 +164,6 @@ def fit_on(ctx: Context, here: list[dict[str, Any]]) -> tuple[dict[str, Any], di
     return law, {**source, "runs": runs}
 
 
-def extend_seeds(seeds: list[int], n: int) -> list[int]:
-    """The lowest n of `seeds`, continued past the largest by consecutive integers where it has fewer."""
-    ordered = sorted(seeds)
-    return ordered[:n] + [ordered[-1] + k for k in range(1, n - len(ordered) + 1)]
-
-
 def seed_candidates(most: int, smallest: int) -> list[int]:
     """smallest, smallest + step, ... and `most` itself (step SEED_STEPS, or smallest where that is less)."""
     out = list(range(smallest, most + 1, min(SEED_STEPS, smallest)))
@@ -177,15 +172,9 @@ def seed_candidates(most: int, smallest: int) -> list[int]:
 
 def heldout_group(ctx: Context, arms, arm, seeds: list[int]) -> Group:
     """A held-out arm's runs: exactly the seeds its stored entry names, probed as every floor arm is."""
-    from experiments.floor.arms import uniformity_interval
-    from probes.uniformity import UniformityProbe
+    from experiments.floor.arms import uniformity_callbacks
 
-    every = uniformity_interval(ctx)
-
-    def callbacks(variant, seed):
-        return [UniformityProbe(every)]
-
-    return Group(ctx.spec, [arms.variant(arm)], callbacks=callbacks, seeds=list(seeds))
+    return Group(ctx.spec, [arms.variant(arm)], callbacks=uniformity_callbacks(ctx), seeds=list(seeds))
 
 
 def heldout_jobs(ctx: Context, arms, arm, seeds: list[int]) -> list[Job]:
@@ -235,12 +224,9 @@ def law_predictions(ctx: Context, arms, heldout: list, path: Path) -> bool:
         seeds = extend_seeds(ctx.seeds, most)
         us = [init_uniformity(spec.model, s, batches, variant.model_init)["u"] for s in seeds]
         last, every = spec.train.max_steps, spec.train.eval_interval
-        smallest = min(SEED_STEPS, most, len(ctx.seeds))
+        candidates = seed_candidates(most, min(SEED_STEPS, most, len(ctx.seeds)))
         widest = PRESET_MAX_FACTOR.get(ctx.spec.preset, MAX_FACTOR)
-        by_n = {
-            n: predict_arm(law, us[:n], arm.depth, last, every, widest, spread=True)
-            for n in seed_candidates(most, smallest)
-        }
+        by_n = {n: predict_arm(law, us[:n], arm.depth, last, every, widest, spread=True) for n in candidates}
         n = next((k for k, p in by_n.items() if tests_something(p)), most)
         entry = new_entry(
             key,
@@ -276,7 +262,7 @@ def _never_trained(ctx: Context, arms, arm, seeds: list[int], source: Path) -> b
 def law_plan(ctx, arms) -> list:
     """The law part's groups; once they have finished, the held-out arms' (their predictions written first,
     never under --analyse-only or --predict-only's training-free run)."""
-    from experiments.floor.arms import arm_groups, arm_jobs
+    from experiments.floor.arms import arm_groups
 
     fit = [a for a in arms.arms if a.part == "law"]
     held = [a for a in arms.arms if a.part == "heldout"]
@@ -289,7 +275,7 @@ def law_plan(ctx, arms) -> list:
         # predicted once every run this command fits the law on has finished (the knob's and confirm's are
         # planned after the controls: until they exist, they are not finished either)
         seen = arm_groups(ctx, arms, [a for a in arms.arms if a.part in FIT_PARTS])
-        if not all(j.run_dir(ctx.out).finished for j in arm_jobs(seen, ctx)):
+        if not all_finished(seen, ctx):
             return groups
         write_law_predictions(ctx, arms, held)
         if getattr(ctx.args, "predict_only", False):

@@ -333,13 +333,8 @@ def score_arms(doc: dict[str, Any], sweeps: list[dict[str, Any]], dry_run: bool 
             verdict += " (its interval holds every count: no test)"
         if dry_run:
             verdict = "dry run (smoke shapes): plumbing, not a test"
-        rows.append(
-            {
-                "check": arm["id"],
-                "result": f"{k} of {n} on the floor: {verdict}",
-                "against": f"{predicted}; {lo}-{hi} of {n}",
-            }
-        )
+        result, against = f"{k} of {n} on the floor: {verdict}", f"{predicted}; {lo}-{hi} of {n}"
+        rows.append({"check": arm["id"], "result": result, "against": against})
     return rows
 
 

@@ -9,6 +9,7 @@ import numpy as np
 
 from experiments.escape_time.mechanism import MEASURES as ESCAPE_MEASURES
 from experiments.escape_time.mechanism import series as escape_series
+from experiments.escape_time.run import margins as floor_margins  # the escape rule's m/2, m and 2m
 from experiments.escape_time.survival import escape_step, survival_cell
 from experiments.floor.arms import Arm
 from experiments.floor.plateau import cell_plateau, plateau
@@ -24,10 +25,6 @@ MEASURES = {
     "vo_grad": "value/output gradient norm (all layers)",
     **{k: ESCAPE_MEASURES[k] for k in ("alpha_tt_layer0", "grad_block0", "growth")},
 }
-
-
-def floor_margins(margin: float) -> list[float]:
-    return [margin / 2, margin, 2 * margin]
 
 
 def uniformity_series(probes: dict[str, list[dict[str, Any]]]) -> dict[str, list[tuple[int, float]]]:
@@ -64,10 +61,8 @@ def summarise_floor_run(record: dict[str, Any], ctx: Context, arms: dict[str, Ar
         raise ToolkitError(f"{record['run_dir']}/metrics.jsonl holds no validation evaluation; move that run aside")
     arm = arms[record["variant"]]
     steps = curve["steps"]  # evaluated from step 0: a run's own interval is its first (an arm may set its own)
-    unigram, every = (
-        ctx.reference_levels()["unigram"],
-        steps[1] - steps[0] if len(steps) > 1 else ctx.spec.train.eval_interval,
-    )
+    unigram = ctx.reference_levels()["unigram"]
+    every = steps[1] - steps[0] if len(steps) > 1 else ctx.spec.train.eval_interval
     summary = run_summary(record)
     margins = floor_margins(ctx.args.margin)
     return {

@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from experiments.floor.deep import deep_summary, grad_table_rows
+from experiments.floor.deep import confirm_line, deep_summary, grad_table_rows
 from experiments.floor.law_part import law_lines
 from experiments.floor.predictions import not_its_runs, step_text
 from experiments.runner.frame import Context
@@ -22,20 +22,10 @@ def init_figure(results: dict[str, Any]):
     for config in dict.fromkeys(c["config"] for c in init["cells"]):
         row = [c for c in init["cells"] if c["sweep"] == "depth" and c["config"] == config]
         r = [c["residual"] for c in row]
-        fig.add_trace(
-            go.Scatter(
-                x=[c["depth"] for c in row],
-                y=[v["mean"] for v in r],
-                error_y={
-                    "type": "data",
-                    "symmetric": False,
-                    "array": [v["upper"] - v["mean"] for v in r],
-                    "arrayminus": [v["mean"] - v["lower"] for v in r],
-                },
-                mode="lines+markers",
-                name=config,
-            )
-        )
+        up, down = [v["upper"] - v["mean"] for v in r], [v["mean"] - v["lower"] for v in r]
+        error = {"type": "data", "symmetric": False, "array": up, "arrayminus": down}
+        depths, means = [c["depth"] for c in row], [v["mean"] for v in r]
+        fig.add_trace(go.Scatter(x=depths, y=means, error_y=error, mode="lines+markers", name=config))
     base = init["base"]
     fig.update_layout(
         title=f"Token diversity at initialisation (width {base['d_model']}, context {base['n_ctx']}, "
@@ -52,19 +42,10 @@ def init_rows(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     rows = []
     for c in results["init"]["cells"]:
         r = c["residual"]
-        rows.append(
-            [
-                SWEEP_LABEL[c["sweep"]],
-                c["config"],
-                str(c["depth"]),
-                str(c["width"]),
-                str(c["n_ctx"]),
-                f"{c.get('scale', 1.0):g}",
-                f"{r['mean']:.3f} [{r['lower']:.3f}, {r['upper']:.3f}]",
-                f"{c['cosine']['mean']:.3f}",
-                f"{c['erank']['mean']:.1f}",
-            ]
-        )
+        shape = [str(c["depth"]), str(c["width"]), str(c["n_ctx"]), f"{c.get('scale', 1.0):g}"]
+        residual = f"{r['mean']:.3f} [{r['lower']:.3f}, {r['upper']:.3f}]"
+        measures = [residual, f"{c['cosine']['mean']:.3f}", f"{c['erank']['mean']:.1f}"]
+        rows.append([SWEEP_LABEL[c["sweep"]], c["config"], *shape, *measures])
     return headers, rows
 
 
@@ -74,24 +55,13 @@ def table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     rows = []
     for c in results["cells"]:
         m = c["median"]
-        med = (
-            "past end"
-            if m["median"] is None
-            else f"{m['median']:.0f} [{step_text(m['lower'])}, {step_text(m['upper'])}]"
-        )
+        interval = f"[{step_text(m['lower'])}, {step_text(m['upper'])}]"
+        med = "past end" if m["median"] is None else f"{m['median']:.0f} {interval}"
         s = c["survival_at_last"]
         p = c["plateau"][key]
-        rows.append(
-            [
-                c["name"],
-                str(c["n"]),
-                str(c["n_escaped"]),
-                med,
-                f"{s[0]:.2f} [{s[1]:.2f}, {s[2]:.2f}]",
-                f"{p['word']} ({p['n_waits']}/{p['n']}, {p['median_time']:.0f} steps)",
-                f"{c['u_mean']:.3f}",
-            ]
-        )
+        floor = f"{s[0]:.2f} [{s[1]:.2f}, {s[2]:.2f}]"
+        plateau = f"{p['word']} ({p['n_waits']}/{p['n']}, {p['median_time']:.0f} steps)"
+        rows.append([c["name"], str(c["n"]), str(c["n_escaped"]), med, floor, plateau, f"{c['u_mean']:.3f}"])
     return headers, rows
 
 
@@ -107,18 +77,10 @@ def summary(results: dict[str, Any]) -> str:
         )
     else:
         lines.append(f"relation: not fitted ({rel.get('why')})")
-    for name, k in results["knob"].items():
-        lines.append(knob_line(name, k))
-    for c in results["cells"]:
-        if c["part"] == "confirm":
-            med = c["median"]["median"]
-            lines.append(
-                f"{c['name']} ({'the knob ' if c['scale'] != 1.0 else ''}at 3x, {c['n']} seeds): "
-                f"{c['n_escaped']} of {c['n']} escaped by step "
-                f"{c['last_step']}" + ("" if med is None else f", median {med:.0f}")
-            )
-    for name, t in results["transfer"].items():
-        lines.append(transfer_line(name, t))
+    lines += [knob_line(name, k) for name, k in results["knob"].items()]
+    confirm = [c for c in results["cells"] if c["part"] == "confirm"]
+    lines += [confirm_line(c, "the knob " if c["scale"] != 1.0 else "") for c in confirm]
+    lines += [transfer_line(name, t) for name, t in results["transfer"].items()]
     lines += law_lines(results)
     rates = results["init"]["rates"]
     if rates:
@@ -128,9 +90,8 @@ def summary(results: dict[str, Any]) -> str:
         )
     f = results.get("factor")
     if f and f.get("factor"):
-        lines.append(
-            f"controls: the median wait grows x{f['factor']:.1f} a layer (depth {f['depths'][0]} to {f['depths'][1]})"
-        )
+        shallow, deeper = f["depths"]
+        lines.append(f"controls: the median wait grows x{f['factor']:.1f} a layer (depth {shallow} to {deeper})")
     for outcome, feats in (
         ("by the end", results.get("early")),
         (f"by step {results.get('early_horizon')}", results.get("early_by_horizon")),
@@ -197,15 +158,9 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
     svg = ctx.result_dir / "init-floor.svg"  # beside the report: the depth sweep, static
     atomic_write(svg, lambda tmp: Path(tmp).write_text(init_svg(results)))
     headers, rows = init_rows(results)
-    out = [
-        ("Summary", summary(results), None),
-        (
-            "At initialisation",
-            f"residual at the last resid_post, mean over seeds [95% t interval] (static figure: {svg.name})",
-            init_figure(results),
-        ),
-        table_figure(headers, rows),
-    ]
+    said = f"residual at the last resid_post, mean over seeds [95% t interval] (static figure: {svg.name})"
+    out = [("Summary", summary(results), None), ("At initialisation", said, init_figure(results))]
+    out.append(table_figure(headers, rows))
     deep = results.get("deep")
     for part, what in (("mlp", "MLP parameters"), ("attn", "attention parameters"), ("resid", "dLoss/d(resid_pre)")):
         if deep and deep["grad_table"]:

@@ -91,12 +91,12 @@ from typing import Any
 
 from experiments.escape_time.escape_predictor import evaluate_by_seed
 from experiments.escape_time.mechanism import aligned, order
+from experiments.escape_time.run import all_finished
 from experiments.escape_time.survival import logrank_p
 from experiments.floor.arms import (
     Arms,
     add_arguments,
     arm_groups,
-    arm_jobs,
     check,
     deep_warmup_fraction,
     uniformity_interval,
@@ -136,10 +136,6 @@ def default_seeds(spec) -> list[int]:
     return [spec.train.seed + k for k in range(PRESET_SEEDS.get(spec.preset, DEFAULT_SEEDS))]
 
 
-def _finished(ctx: Context, groups: list[Group]) -> bool:
-    return all(j.run_dir(ctx.out).finished for j in arm_jobs(groups, ctx))
-
-
 def plan(ctx: Context) -> list[Group]:
     """Controls first; the knob once they have finished (its prediction is fitted on them); the rest last."""
     if ctx.spec.model.n_ctx < 2:
@@ -150,10 +146,10 @@ def plan(ctx: Context) -> list[Group]:
     knob = arm_groups(ctx, arms, [a for a in arms.arms if a.part == "knob"])
     rest = arm_groups(ctx, arms, [a for a in arms.arms if a.part in ("confirm", "schedule", "attn", "deep")])
     groups = list(controls)
-    if not _finished(ctx, controls):
+    if not all_finished(controls, ctx):
         return (groups or rest) + law
     groups += knob
-    if _finished(ctx, knob):
+    if all_finished(knob, ctx):
         groups += rest
     return groups + law
 
@@ -183,20 +179,14 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     batches = probe_batches(ctx.corpus.val, ctx.spec.model.n_ctx, ctx.spec.train.batch_size)
     transfer = _transfer(ctx, names, by_arm, relation, key)
     ffn = [r for r in runs if r["residual"] == "ffn_only" and r["schedule"] == "constant" and r["part"] != "deep"]
-    alignment = aligned(
-        [{"escape": r["escape"][key], "series": r["series"]} for r in ffn], 0, uniformity_interval(ctx), MEASURES
-    )
+    aligned_runs = [{"escape": r["escape"][key], "series": r["series"]} for r in ffn]
+    alignment = aligned(aligned_runs, 0, uniformity_interval(ctx), MEASURES)
     alignment["order"] = order(alignment)
     early = _early(ctx, runs, arms, key)
     factor = _factor(cells, arms)
     # Init measures of the runs recomputed from their configs: the logged step-0 u is what the model starts at
-    init_diffs = [
-        abs(
-            init_uniformity(_model_cfg(ctx, r), r["seed"], batches, arms.variant(names[r["variant"]]).model_init)["u"]
-            - r["u"]
-        )
-        for r in runs[:4]
-    ]
+    inits = [(r, arms.variant(names[r["variant"]]).model_init) for r in runs[:4]]
+    init_diffs = [abs(init_uniformity(_model_cfg(ctx, r), r["seed"], batches, init)["u"] - r["u"]) for r, init in inits]
     law = law_results(ctx, arms, runs, cells) if "law" in arms.parts else {}
     for r in runs:
         r.pop("series")
@@ -204,10 +194,9 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
         if not law:  # the law's per-run inputs, kept where it read them (the shipped results stay as they were)
             r.pop("d_model")
             r.pop("eval_every")
-    init_seeds = ctx.args.init_seeds or PRESET_INIT_SEEDS.get(ctx.spec.preset, DEFAULT_INIT_SEEDS)
-    table = signal_table(
-        ctx.spec, ctx.corpus.val, [ctx.spec.train.seed + k for k in range(init_seeds)], ctx.spec.preset, ctx.progress
-    )
+    n_init = ctx.args.init_seeds or PRESET_INIT_SEEDS.get(ctx.spec.preset, DEFAULT_INIT_SEEDS)
+    init_seeds = [ctx.spec.train.seed + k for k in range(n_init)]
+    table = signal_table(ctx.spec, ctx.corpus.val, init_seeds, ctx.spec.preset, ctx.progress)
     return {
         "margin": ctx.args.margin,
         "margins": floor_margins(ctx.args.margin),
@@ -293,10 +282,8 @@ def _deep(ctx: Context, arms: Arms, runs: list, by_arm: dict[str, list], key: st
     warm = arms.name(next(a for a in main if a.schedule == "cosine"))
     constant = arms.name(next(a for a in main if a.schedule == "constant"))
     steps = grad_steps(arms.dense)
-    lrs = {}
-    for a in chosen:
-        train = ctx.spec.with_overrides(arms.variant(a).overrides).train
-        lrs[arms.name(a)] = {str(s): lr_at(s, train) for s in steps}
+    trains = {arms.name(a): ctx.spec.with_overrides(arms.variant(a).overrides).train for a in chosen}
+    lrs = {name: {str(s): lr_at(s, train) for s in steps} for name, train in trains.items()}
     return {
         "depth": arms.deep_depth,
         "warmup_fraction": deep_warmup_fraction(),
@@ -331,19 +318,11 @@ def _early(ctx: Context, runs: list[dict[str, Any]], arms: Arms, key: str) -> di
         before = [x for t, x in points if t <= s]
         return before[-1] if before else None
 
-    samples = [
-        {
-            "seed": r["seed"],
-            "features": {
-                "u": r["u"],
-                "residual_last": at(r["series"].get("residual_last", []), step),
-                "qk_grad": at(r["series"].get("qk_grad", []), step),
-                "val_loss": at(r["val_curve"], step),
-            },
-            "escaped": r["escape"][key] is not None,
-        }
-        for r in pool
-    ]
+    def features(r):  # EARLY_FEATURES: u, then the last value at or before the early step of each measure
+        measures = {**r["series"], "val_loss": r["val_curve"]}
+        return {"u": r["u"], **{k: at(measures.get(k, []), step) for k in EARLY_FEATURES[1:]}}
+
+    samples = [{"seed": r["seed"], "features": features(r), "escaped": r["escape"][key] is not None} for r in pool]
     # A second outcome where the first has too few non-escapes to test: escaped by the shallowest control's
     # length (the knob arms' length, where depth 3's knob prediction is read)
     horizon = min(n for _, n in arms.controls) * arms.base_steps

@@ -93,17 +93,8 @@ def signal_table(spec, val, seeds: list[int], preset: str, progress: bool = Fals
     for sweep_name, config, depth, width, n_ctx, *scale in work:
         cfg = base.replace(n_layers=depth, d_model=width, n_ctx=n_ctx, **CONFIGS[config])
         s = scale[0] if scale else 1.0
-        cells.append(
-            {
-                "sweep": sweep_name,
-                "config": config,
-                "depth": depth,
-                "width": width,
-                "n_ctx": n_ctx,
-                "scale": s,
-                **_cell(cfg, seeds, batches[n_ctx], s),
-            }
-        )
+        labels = {"sweep": sweep_name, "config": config, "depth": depth, "width": width, "n_ctx": n_ctx, "scale": s}
+        cells.append({**labels, **_cell(cfg, seeds, batches[n_ctx], s)})
     rates = {}
     for config in CONFIGS:
         row = [c for c in cells if c["sweep"] == "depth" and c["config"] == config]
