@@ -97,11 +97,13 @@ from experiments.escape_time.survival import (
     escape_step,
     fit_law,
     law_prediction,
+    margins,
     median_escape,
     runs_survival,
     survival_cell,
 )
 from experiments.runner.frame import Context, Experiment, Group, Job, run_summary
+from experiments.shared.plan import all_finished, extend_seeds, plan_jobs
 from interp.errors import ToolkitError
 from probes.uniformity import UniformityProbe
 
@@ -179,25 +181,7 @@ def reference_seeds(ctx: Context, grid: EscapeGrid) -> list[int]:
     return extend_seeds(ctx.seeds, grid.ref_seeds)
 
 
-def extend_seeds(seeds: list[int], n: int) -> list[int]:
-    """The lowest n of `seeds`, continued past the largest by consecutive integers where it has fewer."""
-    ordered = sorted(seeds)
-    return ordered[:n] + [ordered[-1] + k for k in range(1, n - len(ordered) + 1)]
-
-
-def group_jobs(groups: list[Group], ctx: Context) -> list[Job]:
-    return [Job(g, v, s) for g in groups for v in g.variants for s in (g.seeds or ctx.seeds)]
-
-
-def all_finished(groups: list[Group], ctx: Context) -> bool:
-    return all(j.run_dir(ctx.out).finished for j in group_jobs(groups, ctx))
-
-
 # ----- analysis -----------------------------------------------------------------------------------------
-
-
-def margins(margin: float) -> list[float]:
-    return [margin / 2, margin, 2 * margin]
 
 
 def summarise_escape_run(record: dict[str, Any], ctx: Context, roles: dict[str, str], early: int) -> dict[str, Any]:
@@ -340,7 +324,7 @@ def prediction_lines(ctx: Context, grid: EscapeGrid) -> list[str]:
     key = f"{ctx.args.margin:g}"
     early = early_step(ctx)
     names = grid.roles()
-    jobs = group_jobs([Group(ctx.spec, grid.grid())], ctx)
+    jobs = plan_jobs([Group(ctx.spec, grid.grid())], ctx.seeds)
     runs = [summarise_escape_run(record, ctx, names, early) for _, record in finished_records(ctx, jobs)]
     law = fit_law(_law_runs(runs, key), "escape")
     steps = ctx.spec.train.max_steps

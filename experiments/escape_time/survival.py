@@ -52,6 +52,11 @@ BOOTSTRAP_SEED = 20261202
 HALF = 0.5 + 1e-9
 
 
+def margins(margin: float) -> list[float]:
+    """The margins below the floor an escape is read at: m/2, m and 2m for --margin m."""
+    return [margin / 2, margin, 2 * margin]
+
+
 def escape_step(steps: Sequence[int], losses: Sequence[float], threshold: float) -> int | None:
     """The escape step of one validation curve (the module docstring's rule), or None (censored)."""
     below = [math.isfinite(x) and x < threshold for x in losses]

@@ -25,7 +25,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-from experiments.escape_time.run import all_finished, extend_seeds
 from experiments.floor.law import MAX_FACTOR, fit_wait_law, law_runs, predict_arm, tests_something
 from experiments.floor.predictions import (
     arm_entries,
@@ -39,6 +38,7 @@ from experiments.floor.predictions import (
     writing,
 )
 from experiments.runner.frame import Context, Group, Job
+from experiments.shared.plan import all_finished, extend_seeds
 from interp.errors import ToolkitError
 
 LAW_PREDICTIONS = "predictions-law.json"

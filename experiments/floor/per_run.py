@@ -9,8 +9,8 @@ import numpy as np
 
 from experiments.escape_time.mechanism import MEASURES as ESCAPE_MEASURES
 from experiments.escape_time.mechanism import series as escape_series
-from experiments.escape_time.run import margins as floor_margins  # the escape rule's m/2, m and 2m
 from experiments.escape_time.survival import escape_step, survival_cell
+from experiments.escape_time.survival import margins as floor_margins  # the escape rule's m/2, m and 2m
 from experiments.floor.arms import Arm
 from experiments.floor.plateau import cell_plateau, plateau
 from experiments.runner.frame import Context, run_summary

@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from experiments.escape_time.run import group_jobs
 from experiments.floor.arms import Arms, arm_groups
 from experiments.floor.per_run import summarise_floor_run
 from experiments.floor.relation import fit_relation, predict
 from experiments.runner.frame import Context, Job
+from experiments.shared.plan import plan_jobs
 from interp.errors import ToolkitError
 
 PREDICTIONS = "predictions-floor.json"
@@ -36,7 +36,7 @@ def finished_runs(ctx: Context, arms: Arms, parts: tuple[str, ...], skip_unfinis
     from experiments.cluster.launch import finished_records
 
     names = arms.by_name()
-    jobs = group_jobs(arm_groups(ctx, arms, [a for a in arms.arms if a.part in parts]), ctx)
+    jobs = plan_jobs(arm_groups(ctx, arms, [a for a in arms.arms if a.part in parts]), ctx.seeds)
     records = finished_records(ctx, jobs, skip_unfinished=skip_unfinished)
     return [summarise_floor_run(record, ctx, names) for _, record in records]
 

@@ -91,7 +91,6 @@ from typing import Any
 
 from experiments.escape_time.escape_predictor import evaluate_by_seed
 from experiments.escape_time.mechanism import aligned, order
-from experiments.escape_time.run import all_finished
 from experiments.escape_time.survival import logrank_p
 from experiments.floor.arms import (
     Arms,
@@ -118,6 +117,7 @@ from experiments.floor.predictions import (
 from experiments.floor.relation import fit_relation, held, observe, predict
 from experiments.floor.report import sections, summary, table
 from experiments.runner.frame import Context, Experiment, Group, Job
+from experiments.shared.plan import all_finished
 from interp.errors import ToolkitError
 
 SCHEMA = "floor/1"

@@ -44,7 +44,15 @@ from experiments.runner.analyse_only import NOT_RECOMPUTABLE
 from experiments.runner.text import format_table, levels_line, software_versions, table_figure, validation_words
 from experiments.shared.options import check_number as check_number  # re-exported: the experiments import it here
 from experiments.shared.options import parse_seeds
-from experiments.shared.plan import Context, Group, Job, Variant, check_distinct_dirs, select_variants
+from experiments.shared.plan import (
+    Context,
+    Group,
+    Job,
+    Variant,
+    check_distinct_dirs,
+    plan_jobs,
+    select_variants,
+)
 from interp.command.cli import DocParser, directory_option
 from interp.command.signals import exit_code, fired_code, interrupt_line, interrupts, signal_name
 from interp.errors import CheckpointError, ToolkitError, io_error_line, one_line
@@ -253,7 +261,7 @@ class Experiment:
         groups = [dataclasses.replace(g, spec=g.spec.fit_vocab(vocab)) for g in self.plan(ctx)]
         if self.variants_option and ctx.args.variants is not None:  # "" is an empty list, not "all"
             groups = select_variants(groups, ctx.args.variants)
-        jobs = [Job(g, v, s) for g in groups for v in g.variants for s in (g.seeds or ctx.seeds)]
+        jobs = plan_jobs(groups, ctx.seeds)
         check_distinct_dirs(jobs)
         # Before any work: a size that cannot fit is refused with the estimate (training.budget).
         for s in [ctx.spec, *(j.spec for j in jobs)]:

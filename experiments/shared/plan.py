@@ -96,6 +96,22 @@ class Context:
         return self.levels
 
 
+def plan_jobs(groups: list[Group], seeds: list[int]) -> list[Job]:
+    """Every group's variants x its seeds (the group's own, else `seeds`, the command's --seeds)."""
+    return [Job(g, v, s) for g in groups for v in g.variants for s in (g.seeds or seeds)]
+
+
+def all_finished(groups: list[Group], ctx: Context) -> bool:
+    """Whether every run of these groups has finished under ctx.out."""
+    return all(j.run_dir(ctx.out).finished for j in plan_jobs(groups, ctx.seeds))
+
+
+def extend_seeds(seeds: list[int], n: int) -> list[int]:
+    """The lowest n of `seeds`, continued past the largest by consecutive integers where it has fewer."""
+    ordered = sorted(seeds)
+    return ordered[:n] + [ordered[-1] + k for k in range(1, n - len(ordered) + 1)]
+
+
 def select_variants(groups: list[Group], text: str) -> list[Group]:
     """The groups cut down to the variants --variants names (comma-separated), in the order given."""
     wanted = [w.strip() for w in text.split(",")]
