@@ -10,7 +10,8 @@ from conftest import has_shared_data
 
 import experiments.floor.law as law_module
 from experiments.floor.law import HELD_FACTOR, fit_wait_law, held_law, law_runs, predict_arm
-from experiments.floor.law_predictions import extend_seeds, seed_candidates, shipped_summaries
+from experiments.floor.law_predictions import seed_candidates, shipped_summaries
+from experiments.shared.plan import extend_seeds
 from interp.errors import ToolkitError
 
 TRUE = (1.0, 1.5, 1.4, -1.8, 0.5)  # a, b, c, g0, g1: sigma 0.27 at depth 1, 0.45 at 2, 0.74 at 3

@@ -91,7 +91,7 @@ from typing import Any
 
 from experiments.escape_time.escape_predictor import evaluate_by_seed
 from experiments.escape_time.mechanism import aligned, order
-from experiments.escape_time.survival import logrank_p
+from experiments.escape_time.survival import logrank_p, margins
 from experiments.floor.arms import (
     Arms,
     add_arguments,
@@ -103,7 +103,7 @@ from experiments.floor.arms import (
 from experiments.floor.deep import early_grads, grad_steps, grad_table, step0_gap
 from experiments.floor.law_part import law_results, preface_lines
 from experiments.floor.law_predictions import law_plan
-from experiments.floor.per_run import MEASURES, arm_cell, floor_margins, summarise_floor_run
+from experiments.floor.per_run import MEASURES, arm_cell, summarise_floor_run
 from experiments.floor.predictions import (
     edited,
     find_prediction,
@@ -167,7 +167,7 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     for record, r in zip(records, runs, strict=True):  # the deep part's first steps' gradients, per layer
         if r["part"] == "deep":
             r["grads"] = early_grads(record.get("probes", {}), grad_steps(arms.dense), record["run_dir"])
-    keys = [f"{m:g}" for m in floor_margins(ctx.args.margin)]
+    keys = [f"{m:g}" for m in margins(ctx.args.margin)]
     key = f"{ctx.args.margin:g}"
     by_arm: dict[str, list[dict[str, Any]]] = {}
     for r in runs:
@@ -199,7 +199,7 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     table = signal_table(ctx.spec, ctx.corpus.val, init_seeds, ctx.spec.preset, ctx.progress)
     return {
         "margin": ctx.args.margin,
-        "margins": floor_margins(ctx.args.margin),
+        "margins": margins(ctx.args.margin),
         "margins_text": keys,
         "parts": list(arms.parts),
         "lr": arms.lr,
