@@ -14,17 +14,17 @@ from interp.files.checks import Bad, walk_limits, want_dict, want_str_keys
 from interp.files.checks.checkpoint_file import check_finite, check_model_config, check_vocab, check_weights
 
 
-def model_config_of(record: dict[str, Any], device: str) -> ModelConfig:
+def model_config_of(record: Any, device: str, what: str) -> ModelConfig:
     """The record's model_config (the ResidualGPT configuration it was exported from), checked for device."""
+    want_str_keys(want_dict(record, what), what)  # the record itself first (`what`: "the file", "the record")
+    walk_limits({k: v for k, v in record.items() if k != "state_dict"})
     if "model_config" not in record:
         raise Bad("", "has no model_config (the ResidualGPT configuration it was exported from)")
     return check_model_config(record["model_config"], device=device)
 
 
 def check_bridge(payload: Any, device: str = "cpu") -> ModelConfig:
-    want_str_keys(want_dict(payload, "the file"), "the file")
-    walk_limits({k: v for k, v in payload.items() if k != "state_dict"})
-    cfg = model_config_of(payload, device)
+    cfg = model_config_of(payload, device, "the file")
     if not isinstance(payload.get("state_dict"), dict):
         raise Bad("", "has no state_dict (the weights, a dict of tensors)")
     check_weights(payload["state_dict"], cfg, "state_dict")

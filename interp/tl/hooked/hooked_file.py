@@ -15,7 +15,7 @@ import torch
 from interp.config.model_config import ModelConfig
 from interp.config.registry import mixer_spec
 from interp.errors import ToolkitError
-from interp.files.checks import Bad, walk_limits, want_dict, want_str_keys
+from interp.files.checks import Bad, want_dict, want_str_keys
 from interp.files.checks.checkpoint_file import check_finite, check_tensor, check_vocab
 from interp.tl.hooked.convert import hooked_config, tl_config_dict
 from interp.tl.major import tl_config_fields
@@ -104,9 +104,7 @@ def check_tl_config(tl: dict[str, Any], export: Any) -> None:
 def check_hooked(record: Any, state_dict: Any, device: str = "cpu", leading: bool = True) -> ModelConfig:
     """record: the file's residual_gpt_hooked record (or the legacy file); state_dict: its tensors by TL name
     (leading: each with save_hooked's extra leading dimension of 1)."""
-    want_str_keys(want_dict(record, "the record"), "the record")
-    walk_limits({k: v for k, v in record.items() if k != "state_dict"})
-    cfg = model_config_of(record, device)
+    cfg = model_config_of(record, device, "the record")
     tl = want_dict(record.get("tl_config"), "tl_config")
     want_str_keys(tl, "tl_config")
     if tl.get("dtype") not in DTYPES:
