@@ -107,13 +107,12 @@ def ln_read(model: Any, method: str, args: dict[str, Any]) -> tuple[str, Any] | 
     """The LayerNorm (name, module) whose scale `method` applies with these arguments, or None if none."""
     if method not in LN_METHODS or (method != "apply_ln_to_stack" and not args.get("apply_ln")):
         return None
-    n_layers = model.cfg.n_layers
-    layer = args.get("layer")
-    if layer is None or layer == -1 or layer >= n_layers:
+    if reaches_unembed(model, method, args):
         recomputes = args.get("recompute_ln") if method == "apply_ln_to_stack" else method == "accumulated_resid"
         if recomputes:
             return None  # TL applies ln_final itself, weight and bias included (the logit lens)
         return "ln_final", model.ln_final
+    layer = args["layer"]  # below n_layers: reaches_unembed said so
     which = "ln2" if args.get("mlp_input") else "ln1"
     return f"blocks.{layer}.{which}", getattr(model.blocks[layer], which)
 
