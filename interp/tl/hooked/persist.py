@@ -25,8 +25,7 @@ from transformer_lens import HookedTransformer
 
 from interp.errors import CheckpointError, ToolkitError, ValueBiasWarning, warn_each_call
 from interp.files.checkpoint import SCHEMA, refuse_non_finite_forward
-from interp.files.gpt2 import gpt2_files
-from interp.files.tokenizers import char_tokenizer, gpt2_tokenizer
+from interp.files.tokenizers import tokenizer_for
 from interp.tl.hooked.caches import new_hooked_transformer, warn_non_additive
 from interp.tl.hooked.convert import tl_config_dict
 from interp.tl.hooked.exported import VALUE_BIAS_EFFECT
@@ -78,10 +77,9 @@ def load_hooked(path: str | os.PathLike, device: str | torch.device | None = Non
         schema = named.get("schema")
         from interp.files.nanogpt_format import is_nanogpt
 
-        checkpoint = schema == SCHEMA or is_nanogpt(payload)
         hint = (
             " (a ResidualGPT or nanoGPT checkpoint: interp.to_hooked_transformer(path) exports it)"
-            if checkpoint
+            if schema == SCHEMA or is_nanogpt(payload)
             else ""
         )
         raise CheckpointError(f"{path} has schema {schema!r}; load_hooked reads {HOOKED_SCHEMA!r}{hint}")
@@ -111,10 +109,9 @@ def load_hooked(path: str | os.PathLike, device: str | torch.device | None = Non
     rewire_hooked(hooked, cfg)
     load_weights(hooked, state_dict, path)
     refuse_non_finite_forward(path, hooked, cfg.d_vocab, cfg.n_ctx)
-    if payload.get("vocab") is not None:
-        hooked.set_tokenizer(char_tokenizer(payload["vocab"]), default_padding_side="right")
-    elif payload.get("encoding") == "gpt2" and gpt2_files() is not None:
-        hooked.set_tokenizer(gpt2_tokenizer(), default_padding_side="right")
+    tokenizer, _ = tokenizer_for(cfg.d_vocab, None, {k: payload.get(k) for k in ("vocab", "encoding")})
+    if tokenizer is not None:  # the characters, or GPT-2's BPE where its files are here
+        hooked.set_tokenizer(tokenizer, default_padding_side="right")
     _value_biases_moved(hooked, payload.get("value_biases_moved", []), path)
     warn_non_additive(cfg)
     return hooked.eval()
