@@ -239,12 +239,8 @@ class VocabCheckedEmbed(Embed):
 
 def rewire_hooked(model: HookedTransformer, cfg: ModelConfig) -> None:
     """Everything that makes a plain HookedTransformer this ResidualGPT: rewiring, n_ctx and id checks, the record."""
-    guarded = ContextCheckedPosEmbed(model.cfg)
-    guarded.W_pos = model.pos_embed.W_pos
-    model.pos_embed = guarded
-    embed = VocabCheckedEmbed(model.cfg)
-    embed.W_E = model.embed.W_E
-    model.embed = embed
+    model.pos_embed.__class__ = ContextCheckedPosEmbed  # TL's modules, their W_pos / W_E and cfg as they are
+    model.embed.__class__ = VocabCheckedEmbed
     _rewire(model, cfg)
     # Not a TL field (HookedTransformerConfig.from_dict(cfg.to_dict()) fails loudly): set here, read by the export.
     model.cfg.residual_gpt_config = cfg.to_dict()  # type: ignore[attr-defined]
