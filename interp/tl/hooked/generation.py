@@ -91,9 +91,8 @@ class ExportGenerate(HookedTransformer):
             ]
             if max(whole) + n_new <= self.cfg.n_ctx:
                 return super().generate(*args, **kwargs)  # TL's, as it is
-            extra = a.get("generation_kwargs") or {}
             options = {k: v for k, v in a.items() if k not in ("self", "input", "generation_kwargs")}
-            return self._generate_each(text, {**options, **extra})
+            return self._generate_each(text, options)  # generation_kwargs went to TL's generate above
         if isinstance(text, str):
             tokens = HookedTransformer.to_tokens(  # whole: a prompt past n_ctx is cropped below, as model.generate's
                 self, text, prepend_bos=a["prepend_bos"], padding_side=a["padding_side"], truncate=False
