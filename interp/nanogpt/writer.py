@@ -40,8 +40,7 @@ def to_nanogpt(source: Any, **extra: Any) -> dict[str, Any]:
 
     model = source if isinstance(source, ResidualGPT) else ResidualGPT.from_checkpoint(source)
     cfg = model.cfg
-    why = refusal(cfg)
-    if why:
+    if why := refusal(cfg):
         raise ConfigError(f"nanoGPT cannot express this model ({why}); only residual='full' attention models export")
     gain = cfg.runtime_gain  # every sublayer output is scaled: fold it into the weights that write it
     names = name_map(cfg.n_layers)
@@ -87,8 +86,7 @@ def run(args: argparse.Namespace) -> Path:
     if args.meta_out is not None:
         refuse_overwriting_inputs("--meta-out", args.meta_out, {"--ckpt": args.ckpt, "--out": args.out})
     ckpt = load_checkpoint(args.ckpt)
-    why = refusal(ckpt.config)
-    if why:
+    if why := refusal(ckpt.config):
         raise ConfigError(f"{args.ckpt}: nanoGPT cannot express this model ({why})")
     if args.meta_out is not None and ckpt.state.get("vocab") is None:
         raise ConfigError(f"{args.ckpt} has no character vocabulary to write as --meta-out")
@@ -122,8 +120,7 @@ def _meta_to_write(args: argparse.Namespace, vocab: list[str]) -> bytes | None:
     """--meta-out's bytes, or None where the same file stands there already; refused (before anything is written)
     where no reader would find it, or where another vocabulary stands."""
     where = args.meta_out.resolve()
-    beside = args.out.resolve().parent / "meta.pkl"
-    found = {beside}
+    found = {args.out.resolve().parent / "meta.pkl"}
     if args.dataset:  # where nanoGPT's sample.py (from here) and interp.sample look for data/<dataset>/meta.pkl
         found |= {(Path("data") / args.dataset / "meta.pkl").resolve()}
         found |= {args.out.resolve().parent.parent / "data" / args.dataset / "meta.pkl"}

@@ -226,8 +226,7 @@ class ResidualBridge(ExportGuards, BridgeHooks):
         """Called by TL's ActivationCache methods on this bridge's caches (interp.tl.stream_reads), each call:
         the additive methods refused where a residual path is removed, then the guards' checks."""
         if method in stream_reads.ADDITIVE_METHODS:  # stack_neuron_results included
-            use = _DECOMPOSE + "wiring and reads this cache"
-            refuse_if_not_additive(method, self.residual_gpt.cfg.residual, use)
+            refuse_if_not_additive(method, self.residual_gpt.cfg.residual, _DECOMPOSE + "wiring and reads this cache")
         super()._check_stream_read(method, args)
 
     def accumulated_bias(self, layer: int, mlp_input: bool = False, include_mlp_biases: bool = True) -> Tensor:
@@ -336,10 +335,9 @@ def save_bridge(bridge: ResidualBridge, path: str | os.PathLike) -> None:
     """
     if not isinstance(bridge, ResidualBridge):
         raise ToolkitError("save_bridge takes a model made by interp.to_transformer_bridge")
-    gpt = bridge.residual_gpt
     payload = {
         "schema": BRIDGE_SCHEMA,
-        "model_config": gpt.cfg.to_dict(),
+        "model_config": bridge.residual_gpt.cfg.to_dict(),
         "state_dict": {k: v.detach().cpu() for k, v in bridge._residual_weights.items()},
         **tokenizer_fields(bridge.tokenizer),
     }

@@ -149,8 +149,7 @@ class ExportGuards:
     def _check_stream_read(self, method: str, args: dict[str, Any]) -> None:
         """Called by TL's ActivationCache methods on this model's caches (interp.tl.stream_reads), each call."""
         if method == "logit_attrs":
-            word = self._logit_attrs_word()
-            if word:
+            if word := self._logit_attrs_word():
                 warn_each_call(word, LogitAttrsWarning)
             return
         stream_reads.warn_unfolded(self, method, args, self.unfolded_fix)

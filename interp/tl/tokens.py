@@ -100,8 +100,7 @@ def check_embedded_ids(tokens: Tensor, trained: int, limit: int) -> None:
     except TokenIdError as e:
         special = f"; ids {trained}..{limit - 1} are the tokenizer's special tokens" if limit > trained else ""
         raise TokenIdError(f"{e} (the model was trained on ids 0..{trained - 1}{special})") from None
-    made = getattr(tokens, "from_to_tokens", False)
-    if limit > trained and not made and special_before_text(tokens, trained):
+    if limit > trained and not getattr(tokens, "from_to_tokens", False) and special_before_text(tokens, trained):
         warn_at_user(special_warning(trained), UntrainedTokenWarning)
 
 
@@ -264,8 +263,7 @@ def warn_generate_after_padding(tokens: Any, trained: int) -> None:
     its padding, at positions past it, not from its text. UntrainedTokenWarning at every such call."""
     if not isinstance(tokens, Tensor) or tokens.dim() != 2 or tokens.shape[-1] == 0:
         return
-    ends = (tokens[:, -1] >= trained).nonzero()[:, 0].tolist()
-    if ends:
+    if ends := (tokens[:, -1] >= trained).nonzero()[:, 0].tolist():
         rows = ", ".join(map(str, ends[:5])) + (", ..." if len(ends) > 5 else "")
         warn_each_call(
             f"generate: row(s) {rows} of these tokens end in special id(s) (>= {trained}: the padding to_tokens "

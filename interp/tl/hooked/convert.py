@@ -97,8 +97,7 @@ def tl_state_dict(model: ResidualGPT) -> dict[str, Tensor]:
     sd["unembed.W_U"] = w_u.T
     sd["unembed.b_U"] = torch.zeros(cfg.d_vocab, dtype=w_u.dtype, device=w_u.device)
 
-    unused = sorted(set(params) - used)
-    if unused:
+    if unused := sorted(set(params) - used):
         raise ToolkitError(f"to_hooked_transformer does not know where to put ResidualGPT parameter(s) {unused}")
     return {k: v.contiguous() for k, v in sd.items()}
 

@@ -42,7 +42,6 @@ def check_same_logits(
     differ by ~1e-6), looser in half precision. `processed` names TL's weight processing when it has run:
     then log-probabilities are compared (center_unembed shifts each position's logits by a constant).
     """
-    cfg = model.cfg
     weight = model.embed.weight
     rel_tol = 1e-4 if weight.dtype in (torch.float32, torch.float64) else 3e-2
     tokens, ours = reference if reference is not None else probe_logits(model)
@@ -65,7 +64,7 @@ def check_same_logits(
         )
     if not diff <= rel_tol * scale:  # NaN fails too
         raise ToolkitError(
-            f"mixer {cfg.mixer!r}: the HookedTransformer's logits differ from ResidualGPT's by up to {diff:.3g} "
+            f"mixer {model.cfg.mixer!r}: the HookedTransformer's logits differ from ResidualGPT's by up to {diff:.3g} "
             f"(logit scale {scale:.3g}, tolerance {rel_tol:g} of it) on a probe batch, so the export would be "
             "silently wrong; does the mixer's forward match its tl_weights / tl_scores? (an inherited export "
             "with a changed forward does not)"
