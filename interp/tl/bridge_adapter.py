@@ -292,20 +292,19 @@ class ResidualGPTAdapter(ArchitectureAdapter):
         self.supports_fold_ln = False  # weights are ResidualGPT's own; no processing (see to_transformer_bridge)
         self.supports_center_writing_weights = False
         self.weight_processing_conversions = {}
-        block = _ResidualBlockBridge(
-            name="gpt.blocks",
-            config=self.cfg,
-            submodules={
-                "ln1": _LayerNormBridge(name="ln1"),
-                "attn": MixerBridge(name="attn"),
-                "ln2": _LayerNormBridge(name="ln2"),
-                "mlp": _MLPBridge(name="mlp"),
-            },
-        )
         self.component_mapping = {
             "embed": EmbedBridge(name="gpt.embed"),
             "pos_embed": PosEmbedBridge(name="gpt.pos_embed"),
-            "blocks": block,
+            "blocks": _ResidualBlockBridge(
+                name="gpt.blocks",
+                config=self.cfg,
+                submodules={
+                    "ln1": _LayerNormBridge(name="ln1"),
+                    "attn": MixerBridge(name="attn"),
+                    "ln2": _LayerNormBridge(name="ln2"),
+                    "mlp": _MLPBridge(name="mlp"),
+                },
+            ),
             "ln_final": _LayerNormBridge(name="gpt.ln_final"),
             "unembed": _UnembedBridge(name="gpt.unembed"),
         }
