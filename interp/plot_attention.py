@@ -52,10 +52,9 @@ def encode(text: str, state: dict[str, Any], cfg: ModelConfig) -> tuple[list[int
         raise DataError("--text is empty; give at least one character")
     text_codec = codec(state, what="--text")
     ids = text_codec.encode(text)
-    pieces = text_codec.pieces(ids)
     if len(ids) > cfg.n_ctx:
         raise DataError(f"--text is {len(ids)} tokens but the model's context is {cfg.n_ctx}; shorten it")
-    return ids, pieces
+    return ids, text_codec.pieces(ids)
 
 
 def run(args: argparse.Namespace) -> Path:

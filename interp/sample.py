@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from interp.command.cli import Parser, checkpoint_options, guarded_output, one_line_errors, seed_option
+from interp.command.cli import Parser, checkpoint_options, run_writing_command, seed_option
 from interp.errors import CheckpointError, ConfigError, DataError, ToolkitError, escape_controls
 from interp.model.next_token import temperature_option
 from interp.model.vocab import codec
@@ -87,14 +87,10 @@ def cropped_line(n_prompt: int, n_ctx: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    def body() -> int:
-        code, samples = one_line_errors(lambda: run(parser().parse_args(argv)))
-        if code == 0:
-            # The vocabulary comes from a file: its control characters are shown escaped, lines and tabs kept.
-            print(escape_controls("\n---------------\n".join(samples), keep="\n\t"))
-        return code
-
-    return guarded_output(body)
+    # The vocabulary comes from a file: its control characters are shown escaped, lines and tabs kept.
+    return run_writing_command(
+        parser, run, argv, lambda samples: escape_controls("\n---------------\n".join(samples), keep="\n\t")
+    )
 
 
 if __name__ == "__main__":

@@ -134,14 +134,15 @@ def command_main(run: Callable[[], int], interrupted: str) -> int:
     return rc if code == 0 else code
 
 
-def run_writing_command(parser, run, argv: list[str] | None) -> int:
+def run_writing_command(parser, run, argv: list[str] | None, show: Callable[[Any], str] = "wrote {}".format) -> int:
     """main() of a command whose run(args) writes one file and returns its path: `wrote PATH` and 0, or one
-    `error:` line and 2 (an interrupt: its own status). parser: what builds the command's ArgumentParser."""
+    `error:` line and 2 (an interrupt: its own status). parser: what builds the command's ArgumentParser.
+    show: the line printed of run's result instead (interp.sample: the samples it drew)."""
 
     def body() -> int:
         code, out = one_line_errors(lambda: run(parser().parse_args(argv)))
         if code == 0:
-            print(f"wrote {out}")
+            print(show(out))
         return code
 
     return guarded_output(body)

@@ -31,11 +31,10 @@ class MixerParams(dict):
     __setitem__ = __delitem__ = __ior__ = _read_only
     clear = pop = popitem = setdefault = update = _read_only
 
-    def __copy__(self) -> MixerParams:
+    def __copy__(self, *memo: Any) -> MixerParams:  # frozen: a copy, deep or not, is itself
         return self
 
-    def __deepcopy__(self, memo: dict) -> MixerParams:
-        return self
+    __deepcopy__ = __copy__
 
     def __reduce__(self) -> tuple:
         return (MixerParams, (dict(self),))

@@ -23,12 +23,6 @@ class PlotInputError(ToolkitError, ValueError):
     """Data handed to a plot has the wrong shape or type."""
 
 
-def _plotly_js() -> str:
-    from plotly.offline import get_plotlyjs
-
-    return get_plotlyjs()
-
-
 class Table:
     """A table for save_html, written as an HTML <table>: its text selects and searches like the page's, it
     grows with its rows (a plotly table scrolled inside a fixed height and left blank space under short ones)."""
@@ -79,6 +73,8 @@ def save_html(figures: Any, path: str | Path, title: str = "Figures") -> Path:
     figures: a Figure, a Table, a paragraph string, (heading, figure), (heading, text,
     figure), or a list of these, in page order. Tables are HTML tables, figures plotly.
     """
+    from plotly.offline import get_plotlyjs
+
     body = [f"<h1>{html.escape(title)}</h1>"]
     for i, (heading, text, fig) in enumerate(_sections(figures)):
         if heading:
@@ -110,7 +106,7 @@ def save_html(figures: Any, path: str | Path, title: str = "Figures") -> Path:
             "table{border-collapse:collapse;margin:1em 0;font-size:.9em;font-variant-numeric:tabular-nums}"
             "th,td{border:1px solid #ccd;padding:.25em .6em;text-align:left;vertical-align:top}"
             "th{background:#e8eef7}caption{text-align:left;font-weight:600;padding:.3em 0}</style>",
-            f'<script type="text/javascript">{_plotly_js()}</script>',
+            f'<script type="text/javascript">{get_plotlyjs()}</script>',
             "</head>",
             "<body>",
             *body,

@@ -159,8 +159,7 @@ def from_nanogpt(
     where = path or "checkpoint"
     with checked(where, CheckpointError, "it cannot be loaded"):
         check_nanogpt_payload(payload)
-    weights = payload["model"]
-    weights = {k.removeprefix(_PREFIX): v for k, v in weights.items()}
+    weights = {k.removeprefix(_PREFIX): v for k, v in payload["model"].items()}
     # nanoGPT without flash attention registers its causal mask as attn.bias: a constant, not a weight.
     weights = {k: v for k, v in weights.items() if not (k.endswith(".attn.bias") and v.dim() == 4)}
     wte, lm_head = weights.get("transformer.wte.weight"), weights.get("lm_head.weight")
@@ -185,9 +184,7 @@ def from_nanogpt(
         ours = {k: v for k, v in ours.items() if v is not None}
     with checked(where, CheckpointError, "it cannot be loaded"):
         check_weights(ours, cfg, "model")
-    config = payload.get("config")
-    if not isinstance(config, dict):
-        config = {}
+    config = payload["config"] if isinstance(payload.get("config"), dict) else {}
     state = {k: v for k, v in payload.items() if k not in ("model", "model_args")}
     state["source"] = "nanogpt"
     meta_path = Path(meta) if meta is not None else _find_meta(path, config.get("dataset"))

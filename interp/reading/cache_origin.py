@@ -97,7 +97,8 @@ def check_cache_origin(cache: Any, model: Any) -> None:
         )
 
 
-def _term_name(what: str, layer: int) -> str:
+def term_name(what: str, layer: int) -> str:
+    """The hook that holds a term of stream_layout.site_terms: hook_embed, hook_pos_embed, blocks.L.hook_*_out."""
     if what in ("embed", "pos_embed"):
         return f"hook_{what}"
     return f"blocks.{layer}.hook_{'mlp' if what == 'mlp' else 'attn'}_out"
@@ -112,7 +113,7 @@ def fitting_wirings(cache: Any, stream: Tensor, layer: int, kind: str, lay: Layo
         if (attn, ffn) == (lay.attn_residual, lay.ffn_residual):
             continue
         other = replace(lay, attn_residual=attn, ffn_residual=ffn)
-        names = [_term_name(what, l) for what, l in site_terms(layer, kind, other)]
+        names = [term_name(what, l) for what, l in site_terms(layer, kind, other)]
         if not all(n in keys for n in names):
             continue
         with torch.no_grad():
@@ -124,4 +125,4 @@ def fitting_wirings(cache: Any, stream: Tensor, layer: int, kind: str, lay: Layo
     return fits
 
 
-__all__ = ["WIRING_NAMES", "check_cache_origin", "fitting_wirings"]
+__all__ = ["WIRING_NAMES", "check_cache_origin", "fitting_wirings", "term_name"]

@@ -47,7 +47,7 @@ from interp.config.model_config import ModelConfig
 from interp.errors import ArgumentError, CacheMismatchError, DecompositionError, ShapeError
 from interp.model.api import as_batch_pairs, check_ids
 from interp.model.eval_mode import eval_mode
-from interp.reading.cache_origin import WIRING_NAMES, check_cache_origin, fitting_wirings
+from interp.reading.cache_origin import WIRING_NAMES, check_cache_origin, fitting_wirings, term_name
 from interp.reading.stream_layout import (
     Layout,
     block_head_weights,
@@ -152,18 +152,10 @@ def _decompose(cache: Any, site: str, model: Any, per_head: bool) -> Components:
     labels: list[str] = []
     parts: list[Tensor] = []
     for what, l in site_terms(layer, kind, lay):
-        if what in ("embed", "pos_embed"):
-            labels.append(what)
-            parts.append(cached(cache, f"hook_{what}"))
-            continue
-        if what == "mlp":
-            labels.append(f"{l}_mlp_out")
-            parts.append(cached(cache, f"blocks.{l}.hook_mlp_out"))
-            continue
-        heads = block_head_weights(model, l) if per_head else None
+        heads = block_head_weights(model, l) if per_head and what == "attn" else None
         if heads is None:
-            labels.append(f"{l}_attn_out")
-            parts.append(cached(cache, f"blocks.{l}.hook_attn_out"))
+            labels.append(what if what in ("embed", "pos_embed") else f"{l}_{what}_out")
+            parts.append(cached(cache, term_name(what, l)))
             continue
         w_o, b_o = heads
         z = cached(cache, f"blocks.{l}.attn.hook_z")

@@ -143,10 +143,7 @@ def ablate_heads(layer: int, heads: int | Sequence[int], value: Tensor | None = 
             )
         z = z.clone()
         for h in heads:
-            if value is None:
-                z[:, :, h] = 0.0
-            else:
-                z[:, :, h] = (value[h] if value.dim() == 2 else value).to(z)
+            z[:, :, h] = 0.0 if value is None else (value[h] if value.dim() == 2 else value).to(z)
         return z
 
     return [(f"blocks.{layer}.attn.hook_z", hook)]
@@ -192,10 +189,8 @@ def patch(
             return x
         b = torch.arange(len(x), device=x.device) if batch_index is None else batch_index.to(x.device)
         p = pos_index.to(x.device)
-        if head is None:
-            x[b, p] = src[b, p]
-        else:
-            x[b, p, head] = src[b, p, head]
+        at = (b, p) if head is None else (b, p, head)
+        x[at] = src[at]
         return x
 
     return [(name, hook)]

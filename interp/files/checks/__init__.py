@@ -72,15 +72,9 @@ def regular_file(path: str | os.PathLike, error: type[ToolkitError], what: str =
 
 def kind_of(mode: int) -> str:
     """What a stat mode names, in words: "a directory", "a FIFO", "a device", "a socket", "a regular file"."""
-    if stat.S_ISREG(mode):
-        return "a regular file"
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    return "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+    tests = [(stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO")]
+    tests += [(stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")]
+    return next((what for test, what in tests if test(mode)), "not a regular file")
 
 
 def not_regular(path: str | os.PathLike) -> str | None:
