@@ -46,12 +46,8 @@ def grouped_norms(n_layers: int, squares: dict[str, float]) -> dict:
             if part in ("attn", "mlp"):
                 groups[f"blocks.{layer}.{part}"] += sq
     norms = {k: math.sqrt(v) for k, v in groups.items()}
-    return {
-        "attn": [norms[f"blocks.{l}.attn"] for l in range(n_layers)],
-        "mlp": [norms[f"blocks.{l}.mlp"] for l in range(n_layers)],
-        "embed": norms["embed"],
-        "total": norms["total"],
-    }
+    per_layer = {part: [norms[f"blocks.{l}.{part}"] for l in range(n_layers)] for part in ("attn", "mlp")}
+    return {**per_layer, "embed": norms["embed"], "total": norms["total"]}
 
 
 def resid_grad_sites(n_layers: int) -> list[str]:

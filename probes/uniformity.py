@@ -145,8 +145,7 @@ def qk_grads(model, x: Tensor, y: Tensor) -> dict:
     it = iter(grads)
     d = model.cfg.d_model
     for w in weights:
-        g = {name: next(it) for name in w}
-        g = {name: torch.zeros_like(w[name]) if v is None else v.detach().double() for name, v in g.items()}
+        g = {name: torch.zeros_like(p) if (v := next(it)) is None else v.detach().double() for name, p in w.items()}
         if "in" in g:  # in_proj rows: [0, d) queries, [d, 2d) keys, [2d, 3d) values
             g = {"q": g["in"][:d], "k": g["in"][d : 2 * d], "v": g["in"][2 * d :], "o": g["o"]}
         for name in out:

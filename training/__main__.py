@@ -185,12 +185,8 @@ def _trainers(args: argparse.Namespace) -> list:
     trainers = []
     for residual in args.residual or [None]:
         for seed in args.seeds or ([args.seed] if args.seed is not None else [None]):
-            overrides = dict(base)
-            if residual is not None:
-                overrides["residual"] = residual
-            if seed is not None:
-                overrides["seed"] = seed
-            spec = resolve(args.preset, overrides)
+            per_run = {k: v for k, v in (("residual", residual), ("seed", seed)) if v is not None}
+            spec = resolve(args.preset, {**base, **per_run})
             variant = args.variant or variant_name(spec.model.to_dict())
             run_dir = RunDir.of(args.out, args.preset, variant, spec.train.seed)
             if corpus is None:

@@ -273,9 +273,8 @@ def prepare_openwebtext(
         stream = datasets.load_dataset(dataset, split="train", streaming=True)
         tokens, n_docs = _encode_documents((row["text"] for row in islice(stream, num_docs)), enc)
     except Exception as e:  # offline, unknown dataset, changed schema
-        first = str(e).splitlines()[0] if str(e) else ""
         raise DataError(
-            f"cannot stream {dataset} ({type(e).__name__}: {first}); "
+            f"cannot stream {dataset} ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
             "needs network access, or prepare a local text directory with prepare_bpe_corpus"
         ) from None
     meta = {"name": "openwebtext", "source": f"{dataset}[:{num_docs}]"}
@@ -335,8 +334,7 @@ def _is_prepared(path: Path) -> bool:
     "not prepared yet" (which would prepare over it, or call the directory half-prepared)."""
     if not path.is_dir():
         return False
-    kind = not_regular(path / "meta.json")
-    if kind is not None:
+    if (kind := not_regular(path / "meta.json")) is not None:
         raise DataError(
             f"{path / 'meta.json'} is {kind}, not a regular file; the prepared corpus is damaged - "
             "delete that directory and prepare it again"

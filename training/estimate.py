@@ -125,10 +125,9 @@ def _group_seconds(members: Sequence[Trainer], stacked: bool) -> dict[str, float
         timed = first.val_batches[:EVAL_TIMED]
         one = _median_time(lambda _: first.val_loss(timed), [0])
         out["eval"] = one * len(copies) * cfg.eval_batches / len(timed)
-        member = copies[0]
-        member.step = cfg.max_steps  # every callback fires at the last step
-        for i, cb in enumerate(_on_eval(member)):
-            out[f"callback{i}"] = _median_time(lambda s, cb=cb: cb.on_eval(member, s, 3.0), [cfg.max_steps])
+        first.step = cfg.max_steps  # every callback fires at the last step
+        for i, cb in enumerate(_on_eval(first)):
+            out[f"callback{i}"] = _median_time(lambda s, cb=cb: cb.on_eval(first, s, 3.0), [cfg.max_steps])
         out["checkpoint"] = _median_time(lambda _: save(), [0], warm_up=False)
     return out
 

@@ -86,10 +86,8 @@ def member_bytes(trainer: Trainer) -> int:
     solo copy, activations), with the explicit attention a dropout step takes: scores, pattern, its dropped
     copy and the mask, per layer and token."""
     cfg, parts = trainer.model_cfg, estimate_bytes(trainer.model_cfg, trainer.train_cfg)
-    extra = 0
-    if cfg.dropout > 0:
-        tokens = trainer.train_cfg.batch_size * cfg.n_ctx
-        extra = tokens * cfg.n_layers * cfg.n_heads * cfg.n_ctx * (4 + 4 + 4 + 1)
+    tokens = trainer.train_cfg.batch_size * cfg.n_ctx
+    extra = tokens * cfg.n_layers * cfg.n_heads * cfg.n_ctx * (4 + 4 + 4 + 1) if cfg.dropout > 0 else 0
     return parts["parameters"] + parts["parameters"] * 3 // 4 + parts["activations"] + extra
 
 
@@ -97,8 +95,7 @@ def gpu_free_memory(trainer: Trainer) -> int:
     # device_here: --set device=cuda on a machine without one is the one-line ConfigError training gives, not
     # torch's "Torch not compiled with CUDA enabled" from mem_get_info (sizing runs before the trainer checks)
     device = device_here(trainer.train_cfg.device if trainer.train_cfg.device != "auto" else "cuda")
-    free, _ = torch.cuda.mem_get_info(device)
-    return int(free)
+    return int(torch.cuda.mem_get_info(device)[0])
 
 
 def sizing(trainer: Trainer, cap: int) -> tuple[int, str]:
@@ -122,11 +119,10 @@ def sizing(trainer: Trainer, cap: int) -> tuple[int, str]:
                 f"GPU: {gib(free)} free, about {gib(each)} a member: none fits in {GPU_SHARE:.0%} of it; each "
                 "trains alone, and may run out of GPU memory"
             )
-        k = min(cap, fits)
-        why = f"GPU: {gib(free)} free, about {gib(each)} a member: {fits} fit in {GPU_SHARE:.0%} of it" + (
-            f", --ensemble-size caps at {cap}" if cap < fits else ""
+        return min(cap, fits), (
+            f"GPU: {gib(free)} free, about {gib(each)} a member: {fits} fit in {GPU_SHARE:.0%} of it"
+            + (f", --ensemble-size caps at {cap}" if cap < fits else "")
         )
-        return k, why
     cfg = trainer.model_cfg
     activation = 4 * trainer.train_cfg.batch_size * cfg.n_ctx * max(cfg.d_mlp, cfg.d_model)
     cache = last_level_cache()
@@ -194,9 +190,7 @@ def check_ensemble_fits(trainer: Trainer, k: int) -> None:
     total, what = device_memory(trainer.train_cfg.device)
     if total is None or ensemble_bytes(trainer, k) <= total:
         return
-    fits = 0
-    while fits < k and ensemble_bytes(trainer, fits + 1) <= total:
-        fits += 1
+    fits = next((n for n in range(k) if ensemble_bytes(trainer, n + 1) > total), k)
     need = gib(ensemble_bytes(trainer, k))
     raise ConfigError(
         f"an ensemble of {k} members needs about {need} but the machine has {gib(total)} of {what}; "

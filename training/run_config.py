@@ -142,13 +142,7 @@ def variant_name(model: dict[str, Any]) -> str:
     for key, value in _mixer_params(mixer, model.get("mixer_params") or {}).items():
         name += f" {key}={_spell(value)}"
     bias = float(model.get("self_bias", 0.0))
-    if bias == math.inf:
-        name += " + self_only"
-    elif bias == -math.inf:
-        name += " + no_self"
-    elif bias != 0.0:
-        name += " + self_bias"
-    return name
+    return name + {math.inf: " + self_only", -math.inf: " + no_self", 0.0: ""}.get(bias, " + self_bias")
 
 
 def _mixer_params(mixer: str, given: dict[str, Any]) -> dict[str, Any]:

@@ -77,17 +77,7 @@ class RunDir:
 
     def files(self) -> list[Path]:
         """Every file a run directory may hold (snapshots/ aside, a directory)."""
-        return [
-            self.config,
-            self.metrics,
-            self.probes,
-            self.ckpt,
-            self.final,
-            self.identity,
-            self.failed,
-            self.lock,
-            self.holder,
-        ]
+        return [self.config, *(p for p in self.records() if p != self.snapshots), self.failed, self.lock, self.holder]
 
     def refuse_damage(self) -> None:
         """A file of the run directory that exists but is not a regular file (training.checks.rundir_files.

@@ -113,13 +113,10 @@ class StackedStep(Step):
         steps = set()
         for k, t in enumerate(self.members):
             for n in self.stacked.names:
-                state = t.optimizer.state.get(self.param_of[k][n], {})
-                if state:
+                if state := t.optimizer.state.get(self.param_of[k][n], {}):
                     self.opt.exp_avg[n][k].copy_(state["exp_avg"])
                     self.opt.exp_avg_sq[n][k].copy_(state["exp_avg_sq"])
-                    steps.add(int(state["step"]))
-                else:
-                    steps.add(0)
+                steps.add(int(state["step"]) if state else 0)
         if len(steps) != 1:
             raise TrainingError(f"ensemble members' optimizers stand at different steps {sorted(steps)}")
         self.opt.steps = steps.pop()

@@ -121,8 +121,7 @@ def sample(chain: MarkovChain, n_tokens: int, seed: int) -> np.ndarray:
     n_states, v = chain.transitions.shape
     state = int(rng.choice(n_states, p=chain.stationary))
     out = np.empty(n_tokens, dtype=np.uint16)
-    draws = rng.random(n_tokens).tolist()
-    for i, u in enumerate(draws):
+    for i, u in enumerate(rng.random(n_tokens).tolist()):
         token = min(bisect.bisect_right(rows[state], u), v - 1)
         out[i] = token
         state = (state * v + token) % n_states

@@ -269,13 +269,11 @@ class Trainer:
     def val_loss(self, batches=None) -> float:
         """Validation loss: the fixed batches, or fresh random ones with val_mode="random"."""
         cfg = self.train_cfg
-        if batches is None:
-            batches = self.val_batches
-            if cfg.val_mode == "random":
-                batches = random_batches(
-                    self.corpus.val, self.model_cfg.n_ctx, cfg.batch_size, cfg.eval_batches, self.val_generator
-                )
-        return mean_loss(self.model, batches, self.device, self.autocast)
+        if batches is None and cfg.val_mode == "random":
+            batches = random_batches(
+                self.corpus.val, self.model_cfg.n_ctx, cfg.batch_size, cfg.eval_batches, self.val_generator
+            )
+        return mean_loss(self.model, self.val_batches if batches is None else batches, self.device, self.autocast)
 
     def closing_record(self, last_val: float, start_step: int) -> dict[str, Any]:
         cfg = self.train_cfg
