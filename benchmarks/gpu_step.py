@@ -114,11 +114,9 @@ def _mode_state(mode: StepMode):
 
 
 def _autocast(mode: StepMode, device):
-    import torch
+    from training.numerics import autocast_context
 
-    if mode.precision == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+    return autocast_context("bfloat16" if mode.precision == "bf16" else "float32", device)
 
 
 def measure_peaks(device) -> dict[str, float]:
