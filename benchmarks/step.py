@@ -252,10 +252,8 @@ def _main(argv: list[str] | None = None) -> int:
                 "peak_start": measure_peak(),
             },
             "overrides": parse_overrides(args.set),
-            "shapes": {},
+            "shapes": {shape.name: bench_shape(shape, args) for shape in shapes},
         }
-        for shape in shapes:
-            report["shapes"][shape.name] = bench_shape(shape, args)
         m = report["machine"]
         m["peak_end"] = measure_peak()
         m["peak_matmul_flops"] = max(m["peak_start"], m["peak_end"])
