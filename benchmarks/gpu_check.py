@@ -148,10 +148,6 @@ def _missing() -> list[str]:
     return [m for m in NEEDED if importlib.util.find_spec(m) is None]
 
 
-def _distribution(wheel: Path) -> str:
-    return wheel.name.split("-")[0]
-
-
 def _installed(name: str) -> bool:
     try:
         importlib.metadata.version(name)
@@ -166,7 +162,7 @@ def install_wheels(wheels: Path, site: Path) -> str:
     if not missing:
         return "every dependency installed; no wheel needed"
     files = sorted(wheels.glob("*.whl")) if wheels.is_dir() else []
-    todo = [w for w in files if not _installed(_distribution(w))]
+    todo = [w for w in files if not _installed(w.name.split("-")[0])]
     if not todo:
         raise GpuCheckError(
             f"this Python lacks {', '.join(missing)} and {wheels} holds no wheel for them: on a machine with "
@@ -200,18 +196,15 @@ def plan_stages(args, out: Path) -> list[StageRun]:
     sweep = [*py, "experiments.residual_sweep", "--out", str(out), "--no-progress"]
     routing = [*py, "experiments.routing_test", "--out", str(out), "--no-progress", "--no-identity"]
     constant = [*py, "experiments.residual_sweep", "--out", str(out / "constant-lr"), "--no-progress", *CONSTANT_LR]
+    preset, seeds = "paper-10m", (args.seeds or PAPER_SEEDS, "1337", CONSTANT_SEEDS)
     if args.dry_run:
         step += ["--device", "cpu", "--shape", "smoke", "--modes", "fp32-det,fp32", "--ensemble", "2"]
         step += ["--steps", "2", "--rounds", "2", "--warmup", "1"]
         sets = [f"--set={s}" for s in ("max_steps=6", "eval_interval=3", "eval_batches=2", "log_interval=2")]
         sets += ["--set=ckpt_interval=3", "--no-report"]
-        sweep += ["--preset", "smoke", "--seeds", args.seeds or "1,2", *sets]
-        routing += ["--preset", "smoke", "--seeds", "1", *sets]
-        constant += ["--preset", "smoke", "--seeds", "1", *sets]
-    else:
-        sweep += ["--preset", "paper-10m", "--seeds", args.seeds or PAPER_SEEDS, *sets]
-        routing += ["--preset", "paper-10m", "--seeds", "1337", *sets]
-        constant += ["--preset", "paper-10m", "--seeds", CONSTANT_SEEDS, *sets]
+        preset, seeds = "smoke", (args.seeds or "1,2", "1", "1")
+    for argv, seed in zip((sweep, routing, constant), seeds, strict=True):
+        argv += ["--preset", preset, "--seeds", seed, *sets]
     return [
         StageRun("a", "pytest -m cuda", pytest, CAPS["a"]),
         StageRun("b", "step benchmark", step, CAPS["b"]),

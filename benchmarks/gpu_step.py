@@ -114,11 +114,9 @@ def _mode_state(mode: StepMode):
 
 
 def _autocast(mode: StepMode, device):
-    import torch
+    from training.numerics import autocast_context
 
-    if mode.precision == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+    return autocast_context("bfloat16" if mode.precision == "bf16" else "float32", device)
 
 
 def measure_peaks(device) -> dict[str, float]:
@@ -130,9 +128,8 @@ def measure_peaks(device) -> dict[str, float]:
     if device.type != "cuda":
         return {"fp32": peak_matmul_flops(device, torch.float32, remeasure=True)}
     peaks = {"bf16": peak_matmul_flops(device, torch.bfloat16, remeasure=True)}
-    for name, tf32 in (("tf32", True), ("fp32", False)):
-        with _mode_state(StepMode(name, name, False)):
-            torch.backends.cuda.matmul.allow_tf32 = tf32
+    for name in ("tf32", "fp32"):
+        with _mode_state(StepMode(name, name, False)):  # TF32 on for "tf32" only
             peaks[name] = peak_matmul_flops(device, torch.float32, remeasure=True)
     return peaks
 

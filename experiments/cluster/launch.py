@@ -150,10 +150,8 @@ def check_launcher_arguments(args: argparse.Namespace) -> None:
     for key, default in {**_SLURM_DEFAULTS, "ensemble_size": DEFAULT_ENSEMBLE_SIZE}.items():
         if getattr(args, key) is None:
             setattr(args, key, default)
-    check_number("--slurm-time", args.slurm_time, 1)
-    check_number("--gpus-per-run", args.gpus_per_run, 0)
-    check_number("--slurm-array-parallelism", args.slurm_array_parallelism, 1)
-    check_number("--ensemble-size", args.ensemble_size, 1)
+    for key, minimum in (("slurm_time", 1), ("gpus_per_run", 0), ("slurm_array_parallelism", 1), ("ensemble_size", 1)):
+        check_number(f"--{key.replace('_', '-')}", getattr(args, key), minimum)
     slurm_parameters(args)  # KEY=VALUE syntax
 
 

@@ -308,8 +308,8 @@ def with_recorded_options(
     line = [w for c in merged for w in c] + [w for i, (_, c) in enumerate(given) if i not in used for w in c]
     taken = [w for c in merged if all(c is not g for _, g in given) for w in c]
     place_words = [w for a, c in given if a.dest in places for w in c]
-    refused = _refusal(effective, parser.parse_args(line))
-    if refused and _refusal(effective, parser.parse_args(taken + place_words)):  # the recorded values alone fail
+    refused = _effective(effective, parser.parse_args(line))[1]
+    if refused and _effective(effective, parser.parse_args(taken + place_words))[1]:  # the recorded values alone fail
         raise ToolkitError(
             f"{where} records `{command}`, whose options this version refuses: {refused} (a value recorded there; "
             "give the option here to analyse with another)"
@@ -394,7 +394,7 @@ def _differences(
 ) -> list[str]:
     """One line per option given whose effective value (after the defaults and the preset, where `effective`
     resolves them) is not the recorded one's (the default's where the record leaves it out)."""
-    old_eff, new_eff = _resolved(effective, was), _resolved(effective, now)
+    old_eff, new_eff = _effective(effective, was)[0], _effective(effective, now)[0]
     lines = []
     for action in dict.fromkeys(a for a, _ in given if a.dest not in places):
         flag = max(action.option_strings, key=len)
@@ -430,24 +430,13 @@ def _differences(
     return lines
 
 
-def _refusal(effective: Effective | None, args: argparse.Namespace) -> str:
-    """What the experiment says refusing these options (effective raising ToolkitError), else ""."""
+def _effective(effective: Effective | None, args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    """(effective(args), or {} (the options compared as parsed) where there is none or it refuses a value;
+    what the experiment says refusing these options (effective raising ToolkitError), else "")."""
     try:
-        if effective is not None:
-            effective(args)
+        return (effective(args) if effective is not None else {}), ""
     except ToolkitError as e:
-        return one_line(e)
-    return ""
-
-
-def _resolved(effective: Effective | None, args: argparse.Namespace) -> dict[str, Any]:
-    """effective(args), or {} (the options compared as parsed) where there is none or it refuses a value."""
-    if effective is None:
-        return {}
-    try:
-        return effective(args)
-    except ToolkitError:
-        return {}
+        return {}, one_line(e)
 
 
 def _shown(value: Any, sep: str = " ") -> str:
