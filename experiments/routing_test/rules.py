@@ -267,8 +267,7 @@ def verdicts(
     later = at_pace(variants, margin)
 
     def decide(p: Prediction, vs: dict[str, Any], m: float = margin) -> tuple[str, str, str]:
-        guard = reference_guard(vs, bigram, m)
-        if guard:
+        if guard := reference_guard(vs, bigram, m):
             return "inconclusive", f"not decided: {guard}", "n/a"
         return p.decide(Outcome(vs, unigram, bigram, m))
 
