@@ -157,8 +157,7 @@ def rescue(
     floor = levels["unigram"] - margin
     out: dict[str, Any] = {}
     for c in configs:
-        base = [r for r in runs if r["config"] == c and r["way"] == "both"]
-        g1 = stats([r["final_val_loss"] for r in base])["mean"]
+        g1 = _mean_final(runs_of(runs, c, "both"), 1.0)
         by_gain = {}
         for g in (g for g in gains if g != 1.0):
             rs = [r for r in runs if r["config"] == c and r["way"] == "weights" and r["gain"] == g]
