@@ -139,20 +139,18 @@ def summarise_variants(runs: list[dict[str, Any]], levels: dict[str, float], mar
     out = {}
     for name, rs in by_variant.items():
         loss = stats([r["final_val_loss"] for r in rs])
-        alphas = [r["alpha_tt_layer_mean"] for r in rs if r["alpha_tt_layer_mean"]]
-        projected = [r["alpha_tt_projected"] for r in rs if r.get("alpha_tt_projected")]
         growths = [r["growth"] for r in rs if r["growth"] is not None]
         out[name] = {
             "final_val_loss": loss,
             "place": place(loss["mean"], levels, None if name == "full" else full_mean, margin),
-            "alpha_tt_layer_mean": mean_columns(alphas),
+            "alpha_tt_layer_mean": mean_columns([r["alpha_tt_layer_mean"] for r in rs if r["alpha_tt_layer_mean"]]),
             "uniform_baseline": rs[0]["uniform_baseline"],
             "block0_grad_at": block0_at(rs, [0, 100, 300]),
             "growth": sum(growths) / len(growths) if growths else None,
             "tail_drop": stats([r["tail"]["drop"] for r in rs]),
             "tail_slope_per_1k": stats([r["tail"]["slope_per_1k"] for r in rs])["mean"],
             "projected_val_loss": stats([r["tail"]["projected"] for r in rs]),
-            "alpha_tt_projected": mean_columns(projected),
+            "alpha_tt_projected": mean_columns([r["alpha_tt_projected"] for r in rs if r.get("alpha_tt_projected")]),
         }
     return out
 
