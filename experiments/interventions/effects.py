@@ -366,8 +366,7 @@ def export_difference(
     for name, h in hooks.items():
         if not all(n in tl.hook_dict for n, _ in h):
             continue
-        a = iv.per_sequence_loss(model, x, y, h)[0]
-        b = iv.per_sequence_loss(tl, x, y, h)[0]
+        a, b = (iv.per_sequence_loss(m, x, y, h)[0] for m in (model, tl))
         worst[name] = float((a - b).abs().max())
     bad = corrupt_previous(xs, patch_pos, unigram)
     h = iv.patch("blocks.0.hook_resid_post", cache["blocks.0.hook_resid_post"], None, at)
