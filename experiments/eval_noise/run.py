@@ -97,8 +97,7 @@ def analyse_run(run: RunDir, spec: RunSpec, corpus, steps: list[int], repeats: i
     from training.numerics import autocast_context, pick_device
     from training.trainer import mean_loss
 
-    missing = [s for s in steps if not run.snapshot(s).is_file()]
-    if missing:
+    if missing := [s for s in steps if not run.snapshot(s).is_file()]:
         raise ToolkitError(
             f"{run.path} has no snapshots for steps {missing} (finished by another experiment, or "
             "trained with other settings); delete that run directory or choose another --out"
@@ -154,11 +153,8 @@ def analyse_run(run: RunDir, spec: RunSpec, corpus, steps: list[int], repeats: i
 
 def comparison(spec: RunSpec, config: str) -> tuple[RunSpec, Variant]:
     """The nanoGPT-setting run beside the preset's (see the module docstring)."""
-    user = {k: v for k, v in spec.overrides.items()}
-    if spec.preset == "paper-10m":
-        return resolve("nanogpt-10m", user), Variant(config, {"residual": config})
-    if spec.preset == "nanogpt-10m":
-        return resolve("paper-10m", user), Variant(config, {"residual": config})
+    if partner := {"paper-10m": "nanogpt-10m", "nanogpt-10m": "paper-10m"}.get(spec.preset):
+        return resolve(partner, spec.overrides), Variant(config, {"residual": config})  # resolve copies overrides
     return spec, Variant(f"{config} nanogpt", {"residual": config, **nanogpt_overrides(spec)})
 
 

@@ -58,8 +58,7 @@ def load_snapshot(run: RunDir, step: int, own: dict, sealed: dict):
     path = run.snapshot(step)
     snap = load_checkpoint(path)
     says = {"step": snap.state.get("step"), **snapshot_identity(snap)}
-    wrong = [k for k, v in {"step": step, **own}.items() if says[k] != v]
-    if wrong:
+    if wrong := [k for k, v in {"step": step, **own}.items() if says[k] != v]:
         raise ToolkitError(
             f"{path} is not this run's snapshot at step {step} (its {', '.join(wrong)} differ from "
             f"{run.ckpt}'s); delete that run directory or choose another --out"

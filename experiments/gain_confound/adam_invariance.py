@@ -148,10 +148,9 @@ def _scaled_gradient_run(
             small_fraction = (grads < 100 * 1e-8).double().mean().item()
         for pa, pb in zip(model.parameters(), shadow, strict=True):
             pb.grad = c * pa.grad.detach().clone()
-        opt_a.step()
-        opt_b.step()
-        opt_a.zero_grad(set_to_none=True)
-        opt_b.zero_grad(set_to_none=True)
+        for opt in (opt_a, opt_b):  # each steps its own parameters: the order between them changes nothing
+            opt.step()
+            opt.zero_grad(set_to_none=True)
         update_b = [p.detach() - b for p, b in zip(shadow, before_b, strict=True)]
         update_a = [p.detach() - b for p, b in zip(model.parameters(), before_a, strict=True)]
         diffs.append(_rel(update_b, update_a))

@@ -157,8 +157,7 @@ def rescue(
     floor = levels["unigram"] - margin
     out: dict[str, Any] = {}
     for c in configs:
-        base = [r for r in runs if r["config"] == c and r["way"] == "both"]
-        g1 = stats([r["final_val_loss"] for r in base])["mean"]
+        g1 = _mean_final(runs_of(runs, c, "both"), 1.0)
         by_gain = {}
         for g in (g for g in gains if g != 1.0):
             rs = [r for r in runs if r["config"] == c and r["way"] == "weights" and r["gain"] == g]
@@ -246,18 +245,16 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
     headers, rows = spread_table(results)
     sections.append(("Spread of the validation curves over g", table_figure(headers, rows)))
     fig = go.Figure()
-    i = 0
-    for c, ways in results["spread"].items():
-        for way, per_seed in ways.items():
-            for seed, s in per_seed.items():
-                fig.add_scatter(
-                    x=s["steps"],
-                    y=[max(v, 1e-6) for v in s["spread"]],
-                    mode="lines+markers",
-                    name=f"{c} {way} seed{seed}",
-                    line=dict(color=PALETTE[i % len(PALETTE)], dash="solid" if way == "runtime" else "dot"),
-                )
-            i += 1
+    curves = [(c, way, per_seed) for c, ways in results["spread"].items() for way, per_seed in ways.items()]
+    for i, (c, way, per_seed) in enumerate(curves):  # one colour a (config, way)
+        for seed, s in per_seed.items():
+            fig.add_scatter(
+                x=s["steps"],
+                y=[max(v, 1e-6) for v in s["spread"]],
+                mode="lines+markers",
+                name=f"{c} {way} seed{seed}",
+                line=dict(color=PALETTE[i % len(PALETTE)], dash="solid" if way == "runtime" else "dot"),
+            )
     threshold = results["threshold"]
     fig.add_hline(
         y=threshold, line=dict(dash="dash", color="#555", width=1), annotation_text=f"threshold {threshold:g}"

@@ -127,18 +127,17 @@ def measure_model(
         raw["layers"][name] = [r[0] for r in results]
         if keep:
             raw["identity"][name] = [r[1][0] for r in results]
-    raw["heads"] = {}
     has_heads = iv.applicable(model, "zero_head")
     means = iv.head_means(model, [x for x, _ in batches]) if has_heads else None
-    for name in iv.HEAD_INTERVENTIONS:
-        raw["heads"][name] = (
-            [
-                [run(iv.ablate_heads(layer, h, None if name == "zero_head" else means[layer]))[0] for h in range(H)]
-                for layer in range(L)
-            ]
-            if has_heads
-            else None
-        )
+    raw["heads"] = {
+        name: [
+            [run(iv.ablate_heads(layer, h, None if name == "zero_head" else means[layer]))[0] for h in range(H)]
+            for layer in range(L)
+        ]
+        if has_heads
+        else None
+        for name in iv.HEAD_INTERVENTIONS
+    }
     raw["patching"] = patching(model, batches, patch_pos, unigram, corrupt_seed, tick)
     return raw
 
@@ -248,25 +247,23 @@ def summarise(
     clean = raw["clean"]
     out: dict[str, Any] = {"clean_loss": interval(clean, idx)}
     out["clean_place"] = place(out["clean_loss"]["mean"], levels, None, margin)
-    layers: dict[str, Any] = {}
-    for name, per_layer in raw["layers"].items():
-        if per_layer is None:
-            layers[name] = None
-            continue
-        rows = []
-        for layer, values in enumerate(per_layer):
-            row = {"delta": interval(values - clean, idx), "loss": interval(values, idx)}
-            row["place"] = place(row["loss"]["mean"], levels, None, margin)
-            if raw.get("identity") is not None:
-                before, after = raw["identity"]["clean"][layer], raw["identity"][name][layer]
-                row["identity"] = {
-                    "clean_ce": [float(v) for v in before.mean(0)],
-                    "ce": [float(v) for v in after.mean(0)],
-                    "delta_ce": [interval(after[:, j] - before[:, j], idx) for j in range(after.shape[1])],
-                }
-            rows.append(row)
-        layers[name] = rows
-    out["layers"] = layers
+
+    def effect(name: str, layer: int, values: np.ndarray) -> dict[str, Any]:
+        row = {"delta": interval(values - clean, idx), "loss": interval(values, idx)}
+        row["place"] = place(row["loss"]["mean"], levels, None, margin)
+        if raw.get("identity") is not None:
+            before, after = raw["identity"]["clean"][layer], raw["identity"][name][layer]
+            row["identity"] = {
+                "clean_ce": [float(v) for v in before.mean(0)],
+                "ce": [float(v) for v in after.mean(0)],
+                "delta_ce": [interval(after[:, j] - before[:, j], idx) for j in range(after.shape[1])],
+            }
+        return row
+
+    out["layers"] = {
+        name: None if per_layer is None else [effect(name, layer, v) for layer, v in enumerate(per_layer)]
+        for name, per_layer in raw["layers"].items()
+    }
     out["heads"] = {
         name: None if grid is None else [[interval(v - clean, idx) for v in row] for row in grid]
         for name, grid in raw["heads"].items()
@@ -310,20 +307,17 @@ def sanity_checks(
 
     moved = np.abs(raw["no_op"] - clean).max()
     exactly_zero("no-op hooks on every hook point but hook_scale: max |change| in per-sequence loss", moved)
-    absent = []
-    if not cfg.attn_residual:
-        absent.append(("remove_attn_residual", "the model has no attention residual", 0.0))
-    if not cfg.ffn_residual:
-        absent.append(("remove_ffn_residual", "the model has no FFN residual", 0.0))
-    if cfg.self_bias == -math.inf:
-        absent.append(("knock_out_self", "the model has no self path", 1e-5))
-    if cfg.self_bias == math.inf:
-        absent.append(("self_only", "the model reads only itself already", 0.0))
-    if mixer_spec(cfg.mixer).pattern_is_causal_uniform(cfg):
-        absent.append(("uniform_pattern", "the model's pattern is uniform already", 1e-5))
-    for name, why, tol in absent:
+    uniform = mixer_spec(cfg.mixer).pattern_is_causal_uniform(cfg)
+    absent = (
+        ("remove_attn_residual", "the model has no attention residual", 0.0, not cfg.attn_residual),
+        ("remove_ffn_residual", "the model has no FFN residual", 0.0, not cfg.ffn_residual),
+        ("knock_out_self", "the model has no self path", 1e-5, cfg.self_bias == -math.inf),
+        ("self_only", "the model reads only itself already", 0.0, cfg.self_bias == math.inf),
+        ("uniform_pattern", "the model's pattern is uniform already", 1e-5, uniform),
+    )
+    for name, why, tol, holds in absent:
         per_layer = raw["layers"].get(name)
-        if per_layer is None:
+        if not holds or per_layer is None:
             continue
         worst = max(float(np.abs(v - clean).max()) for v in per_layer)
         expected = "exactly 0" if tol == 0 else f"< {tol:g}"
@@ -372,8 +366,7 @@ def export_difference(
     for name, h in hooks.items():
         if not all(n in tl.hook_dict for n, _ in h):
             continue
-        a = iv.per_sequence_loss(model, x, y, h)[0]
-        b = iv.per_sequence_loss(tl, x, y, h)[0]
+        a, b = (iv.per_sequence_loss(m, x, y, h)[0] for m in (model, tl))
         worst[name] = float((a - b).abs().max())
     bad = corrupt_previous(xs, patch_pos, unigram)
     h = iv.patch("blocks.0.hook_resid_post", cache["blocks.0.hook_resid_post"], None, at)

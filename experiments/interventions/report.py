@@ -83,8 +83,7 @@ def summary(results: dict[str, Any]) -> str:
         lines.append(
             f"   FAILED {c['variant']} seed {c['seed']}: {c['check']} = {c['value']:.3g} (expected {c['expected']})"
         )
-    diffs = {n: e["max_abs_diff"] for n, e in results["export"].items() if e}
-    if diffs:
+    if diffs := {n: e["max_abs_diff"] for n, e in results["export"].items() if e}:
         worst = max(diffs, key=diffs.get)
         lines.append(
             f"ResidualGPT vs its TransformerLens export, same hooks: largest |loss difference| "
@@ -198,8 +197,7 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
         f"(expected {c['expected']})"
         for c in results["sanity"]
     ]
-    diffs = {n: e for n, e in results["export"].items() if e}
-    if diffs:
+    if diffs := {n: e for n, e in results["export"].items() if e}:
         each = "; ".join(f"{n}: {e['max_abs_diff']:.2e}" for n, e in diffs.items())
         text = (
             "The same hooks on the first seed's model and its TransformerLens "

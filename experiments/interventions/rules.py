@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from experiments.shared.stated import Stated
@@ -97,28 +98,14 @@ def smaller(o: InterventionOutcome, small: tuple[str, str], large: tuple[str, st
     return verdict, measured, f"{ci(s['delta'])} vs {ci(big['delta'])} nats{spread}"
 
 
-def decide_i1(o: InterventionOutcome) -> tuple[str, str, str]:
-    return raises(o, "full", "remove_attn_residual")
-
-
-def decide_i2(o: InterventionOutcome) -> tuple[str, str, str]:
-    return smaller(o, ("full", "knock_out_self"), ("full", "remove_attn_residual"))
-
-
-def decide_i3(o: InterventionOutcome) -> tuple[str, str, str]:
-    return raises(o, "attn_only", "knock_out_self")
-
-
-def decide_i4(o: InterventionOutcome) -> tuple[str, str, str]:
-    return smaller(o, ("attn_only", "self_only"), ("attn_only", "knock_out_self"))
-
-
-def decide_i5(o: InterventionOutcome) -> tuple[str, str, str]:
-    return raises(o, "attn_only", "uniform_pattern")
-
-
-def decide_i6(o: InterventionOutcome) -> tuple[str, str, str]:
-    return smaller(o, ("attn_only", "remove_attn_residual"), ("attn_only + no_self", "remove_attn_residual"))
+decide_i1 = partial(raises, variant="full", intervention="remove_attn_residual")
+decide_i2 = partial(smaller, small=("full", "knock_out_self"), large=("full", "remove_attn_residual"))
+decide_i3 = partial(raises, variant="attn_only", intervention="knock_out_self")
+decide_i4 = partial(smaller, small=("attn_only", "self_only"), large=("attn_only", "knock_out_self"))
+decide_i5 = partial(raises, variant="attn_only", intervention="uniform_pattern")
+decide_i6 = partial(
+    smaller, small=("attn_only", "remove_attn_residual"), large=("attn_only + no_self", "remove_attn_residual")
+)
 
 
 def decide_i7(o: InterventionOutcome) -> tuple[str, str, str]:

@@ -155,10 +155,8 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
         start = time.perf_counter()
         bar.set_postfix_str(f"{r['variant']} seed {r['seed']}")
         model = ResidualGPT.from_checkpoint(Path(r["run_dir"]) / "ckpt.pt")
-        decoders = None
-        if identity:
-            sites = [f"blocks.{layer}.hook_resid_post" for layer in range(model.cfg.n_layers)]
-            decoders = fit_decoders(model, ctx.corpus.train, sites)
+        sites = [f"blocks.{layer}.hook_resid_post" for layer in range(model.cfg.n_layers)]
+        decoders = fit_decoders(model, ctx.corpus.train, sites) if identity else None
         raw = fx.measure_model(
             model, batches, decoders=decoders, patch_pos=patch_pos, unigram=unigram, tick=lambda: bar.update(1)
         )

@@ -74,10 +74,6 @@ PAPER = {
 }
 
 
-def sweep_variants() -> list[Variant]:
-    return [Variant.of(residual=name) for name in CONFIGS]
-
-
 def summarise_configs(
     runs: list[dict[str, Any]], levels: dict[str, Any], margin: float, paper: dict[str, Any] | None
 ) -> dict[str, Any]:
@@ -134,7 +130,7 @@ def add_arguments(p) -> None:
 
 
 def plan(ctx: Context) -> list[Group]:
-    return [Group(ctx.spec, sweep_variants())]
+    return [Group(ctx.spec, [Variant.of(residual=name) for name in CONFIGS])]
 
 
 def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -180,8 +176,7 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
             text=[f"seed {r['seed']}" for r in rs],
             marker=dict(color=PALETTE[i % len(PALETTE)], size=9),
         )
-        if c["paper"]:
-            p = c["paper"]
+        if p := c["paper"]:
             dots.add_scatter(
                 x=[name],
                 y=[p["mean"]],

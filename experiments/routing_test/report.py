@@ -80,8 +80,7 @@ def status(v: dict[str, Any], console: bool = False) -> str:
     if console:
         return what
     text = "decided by its rule" if what == "decided" else "evaluated: its rule takes no side"
-    text += f", unchanged at {PACE_FACTOR}x"
-    return text + ("; margin-sensitive" if margin_sensitive(v) else "")
+    return f"{text}, unchanged at {PACE_FACTOR}x" + ("; margin-sensitive" if margin_sensitive(v) else "")
 
 
 def verdict_table(results: dict[str, Any], console: bool = False) -> tuple[list[str], list[list[str]]]:
@@ -108,8 +107,7 @@ def summary(results: dict[str, Any]) -> str:
         "pace (per log-step) of the second half; block-0 grad: step 0 > end"
         + (f"; alpha_tt uniform baseline {baseline:.3f}" if baseline else ""),
     ]
-    gap = results.get("gaps", {}).get("attn_only - full")
-    if gap:
+    if gap := results.get("gaps", {}).get("attn_only - full"):
         spread = f" +/- {gap['std']:.3f} (seed std, {gap['n']} seeds)" if gap["n"] > 1 else " (1 seed: no spread)"
         lines.append(f"attn_only - full: {gap['mean']:+.3f} nats{spread}; the paper at 10M: +0.078")
     lines += ["", format_table(*verdict_table(results, console=True)), ""]
@@ -122,8 +120,7 @@ def summary(results: dict[str, Any]) -> str:
             lines.append(f"   provisional: {'; '.join(v['still_moving'])}")
         if margin_sensitive(v):
             lines.append(f"   margin-sensitive: {margin_text(v)}")
-    longer = needs_longer(results)
-    if longer:
+    if longer := needs_longer(results):
         lines.append(
             f"\nwould still move by more than the margin in a run {PACE_FACTOR}x longer "
             f"(--set max_steps=N): {', '.join(longer)}"

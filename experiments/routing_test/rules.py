@@ -89,8 +89,7 @@ def decide_p2(o: Outcome) -> tuple[str, str, str]:
         f"attn_only alpha_tt per layer {', '.join(f'{a:.2f}' for a in alpha)} (mean {mean_alpha:.2f}; "
         f"uniform baseline {base:.3f}, so {mean_alpha / base:.1f}x uniform)"
     )
-    full_alpha = o.variants.get("full", {}).get("alpha_tt_layer_mean")
-    if full_alpha:
+    if full_alpha := o.variants.get("full", {}).get("alpha_tt_layer_mean"):
         measured += f"; full: {', '.join(f'{a:.2f}' for a in full_alpha)}"
     verdict = "supports" if mean_alpha >= 0.8 else ("contradicts" if max(alpha) < 0.5 else "inconclusive")
     return verdict, measured, f"mean alpha_tt {mean_alpha:.2f} vs 1 (near 1: >= 0.8)"
@@ -267,8 +266,7 @@ def verdicts(
     later = at_pace(variants, margin)
 
     def decide(p: Prediction, vs: dict[str, Any], m: float = margin) -> tuple[str, str, str]:
-        guard = reference_guard(vs, bigram, m)
-        if guard:
+        if guard := reference_guard(vs, bigram, m):
             return "inconclusive", f"not decided: {guard}", "n/a"
         return p.decide(Outcome(vs, unigram, bigram, m))
 

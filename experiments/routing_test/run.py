@@ -93,9 +93,8 @@ def summarise_run(record: dict[str, Any]) -> dict[str, Any]:
     grads = probes.get("gradients", [])
     steps = [g["step"] for g in grads]
     attention = [r for r in probes.get("attention", []) if "alpha_tt" in r]
-    norms = probes.get("norms", [])
     last_attn = attention[-1] if attention else {}
-    last_norms = norms[-1] if norms else {}
+    last_norms = (probes.get("norms") or [{}])[-1]
     return {
         **run_summary(record),
         "mfu": final["mfu"],
@@ -124,16 +123,11 @@ def project_alpha(attention: list[dict[str, Any]]) -> list[float] | None:
 
 def block0_at(runs: list[dict[str, Any]], wanted: list[int]) -> dict[str, float]:
     """Mean over seeds of the block-0 gradient norm at the wanted steps (and the last recorded)."""
-    out: dict[str, float] = {}
     grads = [r["block0_grad"] for r in runs]
-    for step in wanted:
-        vals = [g["norm"][g["steps"].index(step)] for g in grads if step in g["steps"]]
-        if vals:
-            out[str(step)] = sum(vals) / len(vals)
-    ends = [r["block0_grad"]["norm"][-1] for r in runs if r["block0_grad"]["norm"]]
-    if ends:
-        out[f"end ({runs[0]['block0_grad']['steps'][-1]})"] = sum(ends) / len(ends)
-    return out
+    vals = {str(step): [g["norm"][g["steps"].index(step)] for g in grads if step in g["steps"]] for step in wanted}
+    if ends := [g["norm"][-1] for g in grads if g["norm"]]:
+        vals[f"end ({grads[0]['steps'][-1]})"] = ends
+    return {key: sum(v) / len(v) for key, v in vals.items() if v}
 
 
 def summarise_variants(runs: list[dict[str, Any]], levels: dict[str, float], margin: float) -> dict[str, Any]:
@@ -145,20 +139,18 @@ def summarise_variants(runs: list[dict[str, Any]], levels: dict[str, float], mar
     out = {}
     for name, rs in by_variant.items():
         loss = stats([r["final_val_loss"] for r in rs])
-        alphas = [r["alpha_tt_layer_mean"] for r in rs if r["alpha_tt_layer_mean"]]
-        projected = [r["alpha_tt_projected"] for r in rs if r.get("alpha_tt_projected")]
         growths = [r["growth"] for r in rs if r["growth"] is not None]
         out[name] = {
             "final_val_loss": loss,
             "place": place(loss["mean"], levels, None if name == "full" else full_mean, margin),
-            "alpha_tt_layer_mean": mean_columns(alphas),
+            "alpha_tt_layer_mean": mean_columns([r["alpha_tt_layer_mean"] for r in rs if r["alpha_tt_layer_mean"]]),
             "uniform_baseline": rs[0]["uniform_baseline"],
             "block0_grad_at": block0_at(rs, [0, 100, 300]),
             "growth": sum(growths) / len(growths) if growths else None,
             "tail_drop": stats([r["tail"]["drop"] for r in rs]),
             "tail_slope_per_1k": stats([r["tail"]["slope_per_1k"] for r in rs])["mean"],
             "projected_val_loss": stats([r["tail"]["projected"] for r in rs]),
-            "alpha_tt_projected": mean_columns(projected),
+            "alpha_tt_projected": mean_columns([r["alpha_tt_projected"] for r in rs if r.get("alpha_tt_projected")]),
         }
     return out
 
@@ -218,8 +210,7 @@ def identity(ctx: Context, runs: list[dict[str, Any]]) -> dict[str, Any]:
     from training.rundir import RunDir
 
     spec = ctx.spec
-    reason = too_costly(spec.model)
-    if reason:  # a large vocabulary: the decoders would run for hours with nothing printed
+    if reason := too_costly(spec.model):  # a large vocabulary: the decoders would run for hours with nothing printed
         print(f"identity probes skipped: {reason}; the results hold identity null")
         return None
     first = [r for r in runs if r["seed"] == ctx.seeds[0]]
