@@ -105,7 +105,6 @@ from experiments.escape_time.survival import (
 from experiments.runner.frame import Context, Experiment, Group, Job, run_summary
 from experiments.shared.plan import all_finished, extend_seeds, plan_jobs
 from interp.errors import ToolkitError
-from probes.uniformity import UniformityProbe
 
 SCHEMA = "escape-time/1"
 MIN_RUNS = 8  # a statement about escapes rests on at least this many runs
@@ -164,6 +163,8 @@ def plan(ctx: Context) -> list[Group]:
     uniform_every = activation_every(ctx)
 
     def callbacks(variant, seed):
+        from probes.uniformity import UniformityProbe  # probes load the model and TransformerLens: not for --help
+
         # uniformity on the activation probes' steps (2 evaluations by default): aligned on escape beside alpha_tt
         return [EscapeProbe(every), UniformityProbe(uniform_every)]
 

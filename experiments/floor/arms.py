@@ -46,7 +46,6 @@ from experiments.runner.frame import Context, Group, Variant, check_number
 from experiments.runner.text import num
 from experiments.shipping.ship import MANIFEST
 from interp.errors import ToolkitError
-from probes.uniformity import UniformityProbe
 
 PARTS = ("control", "knob", "confirm", "schedule", "attn", "law", "heldout", "deep")
 DEFAULT_PARTS = ("control", "knob", "confirm", "schedule")
@@ -327,6 +326,8 @@ def uniformity_callbacks(ctx: Context):
     every = uniformity_interval(ctx)
 
     def callbacks(variant, seed):
+        from probes.uniformity import UniformityProbe  # probes load the model and TransformerLens: not for --help
+
         return [UniformityProbe(every)]
 
     return callbacks
