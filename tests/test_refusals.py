@@ -249,27 +249,28 @@ def _commands() -> list[str]:
 
 def test_a_bad_command_line_answers_before_the_heavy_imports():
     """docs/DESIGN.md: transformer_lens and plotly load after argument checking, so `python -m <command> --bogus`
-    answers at once (escape_time and floor loaded TransformerLens through their probes' package first: 12 s)."""
+    or `--help` answers at once (escape_time and floor loaded TransformerLens through their probes' package
+    first: 12 s for --bogus here)."""
     import subprocess
 
     repo = Path(__file__).resolve().parents[1]
     script = (
         "import contextlib, io, runpy, sys\n"
         "ours = {'interp', 'training', 'probes', 'experiments', 'benchmarks', 'transformer_lens', 'plotly'}\n"
-        "for name in sys.argv[1:]:\n"
+        "for name, option in [(n, o) for o in ('--bogus', '--help') for n in sys.argv[1:]]:\n"
         "    for m in [k for k in sys.modules if k.split('.')[0] in ours]:\n"
         "        del sys.modules[m]\n"
-        "    sys.argv[:] = ['-m', '--bogus']; sys.orig_argv = [sys.executable, '-m', name, '--bogus']\n"
-        "    with contextlib.redirect_stderr(io.StringIO()):\n"
+        "    sys.argv[:] = ['-m', option]; sys.orig_argv = [sys.executable, '-m', name, option]\n"
+        "    with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):\n"
         "        try:\n"
         "            runpy.run_module(name, run_name='__main__', alter_sys=True)\n"
         "        except SystemExit:\n"
         "            pass\n"
-        "    print(name, sorted({k.split('.')[0] for k in sys.modules} & {'transformer_lens', 'plotly'}))\n"
+        "    print(name, option, sorted({k.split('.')[0] for k in sys.modules} & {'transformer_lens', 'plotly'}))\n"
     )
     commands = _commands()
     r = subprocess.run([sys.executable, "-c", script, *commands], cwd=repo, capture_output=True, text=True, timeout=600)
-    assert r.stdout.splitlines() == [f"{m} []" for m in commands], r.stdout + r.stderr[-2000:]
+    assert r.stdout.splitlines() == [f"{m} {o} []" for o in ("--bogus", "--help") for m in commands], r.stderr[-2000:]
 
 
 @pytest.mark.filterwarnings("ignore:.*found in sys.modules:RuntimeWarning")  # runpy on an imported module
