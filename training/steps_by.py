@@ -9,7 +9,9 @@ final.json are byte for byte what they always were; a run stacked from step 0 in
 in its checkpoint, and final.json shows the record only where there is more than one.
 
 A checkpoint written by 57's first fix holds `stacked` ({size, members, step}: stacked to that step, then
-solo); it reads as the same record.
+solo); it reads as the same record. One written before any record was kept (the ensemble loop before issue 57
+wrote its members' checkpoints as solo ones) cannot be told from a solo run's: it reads as solo, so resumed in
+an ensemble its record says "solo" for steps that loop stacked. Its weights and logs are not affected.
 """
 
 from __future__ import annotations
