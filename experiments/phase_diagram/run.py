@@ -106,7 +106,7 @@ from experiments.phase_diagram.grid import (
     slices_of,
 )
 from experiments.phase_diagram.report import sections, summary, table
-from experiments.runner.cost import ASSUMED_FLOPS, estimate, flops_text, grid_cost, time_here
+from experiments.runner.cost import ASSUMED_FLOPS, cost_line, grid_cost, time_here
 from experiments.runner.frame import Context, Experiment, Group, Job, Variant, check_number, run_summary
 from experiments.shared.places import place
 from experiments.statistics.stats import PACE_FACTOR, stats, tail
@@ -396,11 +396,7 @@ def _view_items(grid: PhaseGrid, final: dict, done: dict | None) -> list[dict[st
 
 
 def preface(ctx: Context, jobs: list[Job]) -> str:
-    e = estimate(ctx, jobs)
-    line = (
-        f"estimated cost: {flops_text(e['flops'])} of training for {len(jobs)} run{'s' * (len(jobs) != 1)}, "
-        f"{flops_text(e['flops_to_train'])} still to train"
-    )
+    line, e = cost_line(ctx, jobs)
     if ctx.args.launcher == "local" and e["flops_to_train"]:
         line += f": {time_here(ctx, jobs)}; runs train in ensembles of up to {ctx.args.ensemble_size}"
     else:

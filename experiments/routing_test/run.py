@@ -230,13 +230,9 @@ def identity(ctx: Context, runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def preface(ctx: Context, jobs: list[Job]) -> str:
     """What training the runs costs, printed before any trains (a cpu-quick grid is tens of minutes here)."""
-    from experiments.runner.cost import estimate, flops_text, time_here
+    from experiments.runner.cost import cost_line, time_here
 
-    e = estimate(ctx, jobs)
-    line = (
-        f"estimated cost: {flops_text(e['flops'])} of training for {len(jobs)} run{'s' * (len(jobs) != 1)}, "
-        f"{flops_text(e['flops_to_train'])} still to train"
-    )
+    line, e = cost_line(ctx, jobs)
     if not e["flops_to_train"]:
         return line + ": every run finished, reused"
     if ctx.args.launcher == "local":

@@ -47,6 +47,14 @@ def flops_text(flops: float) -> str:
     return f"{flops / 1e12:.1f} TFLOP" if flops >= 1e11 else f"{flops / 1e9:.1f} GFLOP"
 
 
+def cost_line(ctx: Context, jobs: list[Job]) -> tuple[str, dict[str, float]]:
+    """The prefaces' 'estimated cost' line (all the runs' training, what of it is left) and the estimate behind it."""
+    e = estimate(ctx, jobs)
+    runs = f"{len(jobs)} run{'s' * (len(jobs) != 1)}"
+    left = flops_text(e["flops_to_train"])
+    return f"estimated cost: {flops_text(e['flops'])} of training for {runs}, {left} still to train", e
+
+
 def measured_minutes(ctx: Context, jobs: list[Job]) -> float:
     """Minutes training the unfinished runs takes here: steps, evaluations, the probes at them, checkpoints
     (training.estimate, each shape timed now); not the experiment's start-up, analysis or report."""
