@@ -118,7 +118,6 @@ def evaluate(samples: list[dict[str, Any]], names: tuple[str, ...] = EARLY_FEATU
             hits, base = leave_one_out(xs, ys), max(k, n - k)
             splits = random_splits(xs, ys)
             lo, hi = binomial_interval(hits, n)
-            a_lo, a_hi = bootstrap_auc(xs, ys)
             item.update(
                 loo_accuracy=hits / n,
                 loo_interval=[lo, hi],
@@ -126,7 +125,7 @@ def evaluate(samples: list[dict[str, Any]], names: tuple[str, ...] = EARLY_FEATU
                 split_accuracy=sum(splits) / len(splits) if splits else None,
                 n_splits=len(splits),
                 auc=auc(xs, ys),
-                auc_interval=[a_lo, a_hi],
+                auc_interval=list(bootstrap_auc(xs, ys)),
                 threshold=list(fit_threshold(xs, ys)),
                 predicts=lo > base / n,
             )
