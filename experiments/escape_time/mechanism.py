@@ -122,10 +122,7 @@ def onset(points: list[tuple[int, float]], warmup: int, escape: int) -> int | No
         return None
     direction = 1.0 if total >= 0 else -1.0
     out = [(x - b) * direction > band for _, x in later]
-    for k in range(len(later) - 1):
-        if out[k] and out[k + 1]:
-            return int(later[k][0])
-    return None
+    return next((int(later[k][0]) for k in range(len(later) - 1) if out[k] and out[k + 1]), None)
 
 
 def before_after(points: list[tuple[int, float]], escape: int, gap: int) -> tuple[float, float] | None:
@@ -165,11 +162,10 @@ def aligned(
             if pair is not None:
                 changes.append(pair[1] - pair[0])
         at_offset = [[c[k] for c in curves if c[k] is not None] for k in range(len(offsets))]
-        mean_curve = [float(np.mean(vals)) if vals else None for vals in at_offset]
         out["measures"][name] = {
             "label": measures[name],
             "n_runs": len(curves),
-            "mean_curve": mean_curve,
+            "mean_curve": [float(np.mean(vals)) if vals else None for vals in at_offset],
             "lead": _summary(leads, "median", np.median),
             "change": _summary(changes, "mean", np.mean),
         }

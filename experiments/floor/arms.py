@@ -178,14 +178,13 @@ def parse_scales(text: str) -> tuple[float, ...]:
 
 def check(args) -> None:
     check_number("--margin", args.margin, 0.0, inclusive=False)
-    parse_parts(args.parts)
+    parts = parse_parts(args.parts)
     if args.qk_scales is not None:
         parse_scales(args.qk_scales)
-    deep = "deep" in parse_parts(args.parts)
     given = args.law_from  # a shipped folder or 'none': refused before any work, not once the fit runs trained
     if given not in (None, "none") and not (Path(given) / MANIFEST).is_file():
         raise ToolkitError(f"--law-from {given}: no {MANIFEST} there; give a shipped floor folder or 'none'")
-    if getattr(args, "predict_only", False) and "heldout" not in parse_parts(args.parts):
+    if getattr(args, "predict_only", False) and "heldout" not in parts:
         raise ToolkitError("--predict-only writes the held-out arms' predictions: give --parts ...,law,heldout")
     if getattr(args, "predict_only", False) and getattr(args, "analyse_only", None) is not None:
         raise ToolkitError("--predict-only and --analyse-only: the predictions are written before training, not after")
@@ -193,7 +192,7 @@ def check(args) -> None:
         raise ToolkitError(f"--init-seeds must be >= 2 (an interval needs two), got {args.init_seeds}")
     for item in args.set or []:  # a run's first N steps must not depend on how long it trains
         key, _, value = item.partition("=")
-        if key.strip() in ("eval_from", "lr_schedule", "max_steps") + (("warmup_steps",) if deep else ()):
+        if key.strip() in ("eval_from", "lr_schedule", "max_steps") + (("warmup_steps",) if "deep" in parts else ()):
             raise ToolkitError(f"--set {item}: the arms set {key.strip()} themselves (experiments.floor.arms)")
 
 
@@ -239,9 +238,8 @@ class Arms:
         self.deep_depth, self.deep_length, self.dense = PRESET_DEEP.get(ctx.spec.preset, DEEP_ARMS)
         if "deep" in self.parts:
             arms += deep_arms(self.deep_depth, self.deep_length)
-        if "law" in self.parts or "heldout" in self.parts:
-            arms += law_arms(ctx.spec.preset) if "law" in self.parts else []
-            arms += heldout_arms(ctx.spec.preset) if "heldout" in self.parts else []
+        arms += law_arms(ctx.spec.preset) if "law" in self.parts else []
+        arms += heldout_arms(ctx.spec.preset) if "heldout" in self.parts else []
         self.arms = arms
 
     def steps(self, arm: Arm) -> int:
@@ -268,12 +266,9 @@ class Arms:
             "max_steps": self.steps(arm),
             "lr_schedule": arm.schedule,  # constant has no warm-up; cosine warms up over the preset's steps
         }
-        if arm.warmup is not None:  # or over its own fraction of the arm (the deep part's)
-            overrides["warmup_steps"] = self.warmup_steps(arm)
-        if arm.width is not None:
-            overrides["d_model"] = arm.width
-        if arm.every is not None:
-            overrides["eval_interval"] = arm.every
+        # or over its own fraction of the arm (the deep part's)
+        own = {"warmup_steps": self.warmup_steps(arm), "d_model": arm.width, "eval_interval": arm.every}
+        overrides.update((k, v) for k, v in own.items() if v is not None)
         init = functools.partial(scale_qk, arm.scale) if arm.scale != 1.0 else None
         return Variant(self.name(arm), overrides, init)
 

@@ -75,8 +75,7 @@ def grad_table(runs: list[dict[str, Any]], lrs: dict[str, dict[str, float]], ste
             have = [r["grads"][str(s)] for r in rs]
             row: dict[str, Any] = {"arm": name, "step": s, "lr": lrs[name][str(s)], "n": len(have)}
             for part in (*GRAD_PARTS, "total"):
-                values = np.array([h[part] for h in have], dtype=float)
-                row[part] = np.median(values, axis=0).tolist()
+                row[part] = np.median(np.array([h[part] for h in have], dtype=float), axis=0).tolist()
             rows.append(row)
     return rows
 
@@ -147,11 +146,10 @@ def grad_lines(table: list[dict[str, Any]], part: str, deep: dict[str, Any]) -> 
     width = max(len(r["arm"]) for r in rows)
     layers = len(rows[0][part])
     head = f"    {'arm':<{width}}  step  lr       " + " ".join(f"{'L' + str(k):>7}" for k in range(layers))
-    out = [head]
-    for r in rows:
-        values = " ".join(f"{v:>7.3g}" for v in r[part])
-        out.append(f"    {r['arm']:<{width}}  {r['step']:>4}  {r['lr']:<7.2g}  {values}")
-    return out
+    return [head] + [
+        f"    {r['arm']:<{width}}  {r['step']:>4}  {r['lr']:<7.2g}  {' '.join(f'{v:>7.3g}' for v in r[part])}"
+        for r in rows
+    ]
 
 
 def grad_table_rows(deep: dict[str, Any], part: str) -> tuple[list[str], list[list[str]]]:

@@ -113,18 +113,15 @@ def law_lines(results: dict[str, Any]) -> list[str]:
 
 
 def wait_law_text(law: dict[str, Any]) -> str:
-    def p(k: str) -> str:
-        v = law[k]
+    def p(v: dict[str, float]) -> str:
         return f"{v['value']:.2f} [{v['lower']:.2f}, {v['upper']:.2f}]"
 
-    sig = ", ".join(
-        f"L{d} {s['value']:.2f} [{s['lower']:.2f}, {s['upper']:.2f}]" for d, s in law["sigma_by_depth"].items()
-    )
+    sig = ", ".join(f"L{d} {p(s)}" for d, s in law["sigma_by_depth"].items())
     src = law["fitted_on"]
     where = f"{src['n_shipped']} shipped runs from {src['shipped']} and this command's" if src["shipped"] else "this"
     return (
         f"law ({law['n_runs']} ffn_only constant-lr runs in {len(law['cells'])} cells, {law['n_escaped']} escaped; "
-        f"{where} runs): log T = {p('a')} + {p('b')} u + {p('c')} L, sigma by depth {sig}"
+        f"{where} runs): log T = {p(law['a'])} + {p(law['b'])} u + {p(law['c'])} L, sigma by depth {sig}"
     )
 
 

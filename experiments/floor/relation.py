@@ -112,9 +112,7 @@ def held(prediction: dict[str, Any], observed: dict[str, Any]) -> dict[str, Any]
         return {"median": None, "floor": None, "held": None}
     lo, hi = prediction["median"]["lower"], prediction["median"]["upper"]
     m = observed["median"] if observed["median"] is not None else math.inf
-    lo_v = lo if lo is not None else math.inf
-    hi_v = hi if hi is not None else math.inf
-    in_median = lo_v <= m <= hi_v
+    in_median = (lo if lo is not None else math.inf) <= m <= (hi if hi is not None else math.inf)
     f_lo, f_hi = prediction["floor_interval"]
     in_floor = f_lo - 1e-12 <= observed["floor_at_last"] <= f_hi + 1e-12
     return {"median": bool(in_median), "floor": bool(in_floor), "held": bool(in_median and in_floor)}

@@ -116,6 +116,7 @@ from experiments.floor.predictions import (
 )
 from experiments.floor.relation import fit_relation, held, observe, predict
 from experiments.floor.report import sections, summary, table
+from experiments.phase_diagram.collapse_predictor import value_at
 from experiments.runner.frame import Context, Experiment, Group, Job
 from experiments.shared.plan import all_finished
 from interp.errors import ToolkitError
@@ -314,13 +315,9 @@ def _early(ctx: Context, runs: list[dict[str, Any]], arms: Arms, key: str) -> di
     deepest = max(d for d, _ in arms.controls)
     pool = [r for r in runs if r["part"] == "control" and r["n_layers"] == deepest]
 
-    def at(points, s):
-        before = [x for t, x in points if t <= s]
-        return before[-1] if before else None
-
     def features(r):  # EARLY_FEATURES: u, then the last value at or before the early step of each measure
         measures = {**r["series"], "val_loss": r["val_curve"]}
-        return {"u": r["u"], **{k: at(measures.get(k, []), step) for k in EARLY_FEATURES[1:]}}
+        return {"u": r["u"], **{k: value_at(measures.get(k, []), step) for k in EARLY_FEATURES[1:]}}
 
     samples = [{"seed": r["seed"], "features": features(r), "escaped": r["escape"][key] is not None} for r in pool]
     # A second outcome where the first has too few non-escapes to test: escaped by the shallowest control's

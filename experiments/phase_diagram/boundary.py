@@ -106,10 +106,7 @@ class View:
 
     def cell(self, xv: Any = None, yv: Any = None) -> Cell:
         coords = {**dict(self.fixed), "residual": self.residual}
-        if self.x:
-            coords[self.x] = xv
-        if self.y:
-            coords[self.y] = yv
+        coords.update((axis, v) for axis, v in ((self.x, xv), (self.y, yv)) if axis)
         return Cell(**coords)
 
     def fixed_text(self) -> str:

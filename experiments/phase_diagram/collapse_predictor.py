@@ -83,17 +83,17 @@ def features(probes: dict[str, list[dict[str, Any]]], warmup: int, early: int) -
     identity = [(r["step"], r["accuracy"][0][0]) for r in probes.get("identity", [])]
     early_alpha = [a for s, a in attention if s <= early]
     return {
-        "grad0": _at(grads, 0, exact=True),
-        "grad_warm": _at(grads, warmup),
+        "grad0": value_at(grads, 0, exact=True),
+        "grad_warm": value_at(grads, warmup),
         "alpha_early": sum(early_alpha) / len(early_alpha) if early_alpha else None,
-        "identity_early": _at(identity, early, exact=True),
-        "growth_early": _at(norms, early),
+        "identity_early": value_at(identity, early, exact=True),
+        "growth_early": value_at(norms, early),
         "identity_end": identity[-1][1] if identity and identity[-1][0] > early else None,
         "growth_end": norms[-1][1] if norms else None,
     }
 
 
-def _at(series: list[tuple[int, float]], step: int, exact: bool = False) -> float | None:
+def value_at(series: list[tuple[int, float]], step: int, exact: bool = False) -> float | None:
     """The value at `step` (exact), or at the last step at or before it."""
     before = [v for s, v in series if (s == step if exact else s <= step)]
     return before[-1] if before else None
@@ -118,7 +118,6 @@ def evaluate(samples: list[dict[str, Any]], names: tuple[str, ...] = EARLY_FEATU
             hits, base = leave_one_out(xs, ys), max(k, n - k)
             splits = random_splits(xs, ys)
             lo, hi = binomial_interval(hits, n)
-            a_lo, a_hi = bootstrap_auc(xs, ys)
             item.update(
                 loo_accuracy=hits / n,
                 loo_interval=[lo, hi],
@@ -126,7 +125,7 @@ def evaluate(samples: list[dict[str, Any]], names: tuple[str, ...] = EARLY_FEATU
                 split_accuracy=sum(splits) / len(splits) if splits else None,
                 n_splits=len(splits),
                 auc=auc(xs, ys),
-                auc_interval=[a_lo, a_hi],
+                auc_interval=list(bootstrap_auc(xs, ys)),
                 threshold=list(fit_threshold(xs, ys)),
                 predicts=lo > base / n,
             )

@@ -60,6 +60,12 @@ def changes(results: dict[str, Any]) -> list[str]:
     return [f"{c['name']}: {mark(c)} -> {mark(c['confirm'])}" for c in results["cells"] if c.get("changed")]
 
 
+def changed_text(results: dict[str, Any]) -> str:
+    return (
+        f"({CONFIRM_SEEDS} seeds at {CONFIRM_FACTOR}x the steps) changed: {'; '.join(changes(results)) or 'no place'}"
+    )
+
+
 def summary(results: dict[str, Any]) -> str:
     m = results["margin"]
     lines = [
@@ -80,11 +86,7 @@ def summary(results: dict[str, Any]) -> str:
     lines.append(f"\nprovisional cells: {', '.join(provisional) or 'none'}")
     lines.append(f"seed-split cells: {', '.join(split) or 'none'}")
     if results["confirm"]:
-        moved = changes(results)
-        lines.append(
-            f"confirmation ({CONFIRM_SEEDS} seeds at {CONFIRM_FACTOR}x the steps) changed: "
-            + ("; ".join(moved) if moved else "no place")
-        )
+        lines.append(f"confirmation {changed_text(results)}")
     lines.append("\nearly-training predictor of collapse, on held-out runs:")
     pred = results["predictor"]
     lines += [f"  {verdict_text(n, pred[n])}" for n in EARLY_FEATURES if n in pred]
@@ -112,10 +114,7 @@ def view_cells(view: dict[str, Any], cells: dict[tuple, dict[str, Any]]) -> list
 
     def cell_at(xv, yv) -> dict[str, Any] | None:
         coords = {**view["fixed"], "residual": view["residual"]}
-        if view["x"]:
-            coords[view["x"]] = xv
-        if view["y"]:
-            coords[view["y"]] = yv
+        coords.update((axis, v) for axis, v in ((view["x"], xv), (view["y"], yv)) if axis)
         return cells.get(tuple(sorted(coords.items())))
 
     return [[cell_at(xv, yv) for xv in view["xs"]] for yv in view["ys"]]
@@ -203,13 +202,8 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
     out: list = [("Boundary", None, None)]
     out += list(results["boundary"])
     out += [f"Reference {line}." for line in reference_places(results)]
-    moved = changes(results)
     if results["confirm"]:
-        out.append(
-            f"Confirmation ({CONFIRM_SEEDS} seeds at {CONFIRM_FACTOR}x the steps) changed: "
-            + ("; ".join(moved) if moved else "no place")
-            + "."
-        )
+        out.append(f"Confirmation {changed_text(results)}.")
     legend = ", ".join(f"{v} = {k}" for k, v in SHORT.items())
     out.append(
         f"Each cell: colour = (loss - bigram) / (unigram - bigram) (1: floor, 0: bigram); text = its place "

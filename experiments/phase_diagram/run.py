@@ -256,8 +256,7 @@ def finished_places(ctx: Context, grid: PhaseGrid) -> tuple[dict, dict] | None:
         runs[c.name] = rs
     suffix, seeds = f" x{CONFIRM_FACTOR}", confirm_seeds(ctx.seeds[0])
     for c in grid.cells:
-        rs = load(c.name + suffix, seeds)
-        if rs is not None:
+        if (rs := load(c.name + suffix, seeds)) is not None:
             runs[c.name + suffix] = rs
     levels = ctx.reference_levels()
     margin = ctx.args.margin
