@@ -83,3 +83,6 @@ class RefGPT(nn.Module):
             x = block(x)
         logits = self.lm_head(self.ln_f(x))
         return logits, F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())

@@ -94,6 +94,7 @@ def bench_shape(shape, args) -> dict[str, Any]:
         for c in costs.values():
             c["ratio_to_reference"] = c["ms_per_step"] / ref
         result["costs"] = costs
+    if not args.no_trainer and shape.name in args.trainer.split(","):
         _progress(args, f"{shape.name}: Trainer.run() with interleaved reference steps")
         result["trainer"] = measure_trainer(shape, args.trainer_steps)
     if not args.no_memory and shape.name in args.memory.split(","):
@@ -115,9 +116,6 @@ def step_parser() -> argparse.ArgumentParser:
     from benchmarks.variants import variants_for
     from training.presets import PRESETS
 
-    def per_shape(what: str, i: int) -> str:
-        return f"{what} (default per shape: " + ", ".join(f"{k} {v[i]}" for k, v in SHAPE_DEFAULTS.items()) + ")"
-
     p = Parser(
         prog="python -m benchmarks.step",
         description=__doc__.split("\n\n", 2)[2],
@@ -134,8 +132,20 @@ def step_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--shapes", default=DEFAULT_SHAPES, help=f"comma-separated shapes (default: {DEFAULT_SHAPES})")
     p.add_argument("--threads", type=int, default=2, help="torch intra-op threads, children too (default: 2)")
-    p.add_argument("--steps", type=int, help=per_shape("timed steps per variant per round", 0))
-    p.add_argument("--rounds", type=int, help=per_shape("alternating rounds", 1))
+    p.add_argument(
+        "--steps",
+        type=int,
+        help="timed steps per variant per round (default per shape: "
+        + ", ".join(f"{k} {v[0]}" for k, v in SHAPE_DEFAULTS.items())
+        + ")",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        help="alternating rounds (default per shape: "
+        + ", ".join(f"{k} {v[1]}" for k, v in SHAPE_DEFAULTS.items())
+        + ")",
+    )
     p.add_argument("--variants", help="comma-separated subset of variants (the reference is always timed)")
     p.add_argument("--compile", action="store_true", help="add torch.compile: compile time, speed-up, checks")
     p.add_argument(
@@ -252,8 +262,10 @@ def _main(argv: list[str] | None = None) -> int:
                 "peak_start": measure_peak(),
             },
             "overrides": parse_overrides(args.set),
-            "shapes": {shape.name: bench_shape(shape, args) for shape in shapes},
+            "shapes": {},
         }
+        for shape in shapes:
+            report["shapes"][shape.name] = bench_shape(shape, args)
         m = report["machine"]
         m["peak_end"] = measure_peak()
         m["peak_matmul_flops"] = max(m["peak_start"], m["peak_end"])

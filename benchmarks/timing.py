@@ -30,7 +30,8 @@ def time_variants(shape: Shape, variants: list[StepVariant], seed: int = 0) -> d
     built = {}
     for v in variants:
         torch.manual_seed(seed)
-        model = v.build(shape.model).train()
+        model = v.build(shape.model)
+        model.train()
         built[v.name] = (model, make_optimizer(model, train_cfg, torch.device("cpu")))
     times: dict[str, list[float]] = {v.name: [] for v in variants}
     round_medians: dict[str, list[float]] = {v.name: [] for v in variants}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
@@ -18,10 +18,8 @@ from torch import nn
 from benchmarks.reference import RefGPT
 from interp.config.model_config import ModelConfig
 from interp.config.registry import mixer_names
+from interp.model.gpt import ResidualGPT
 from training.compile import maybe_compile
-
-if TYPE_CHECKING:
-    from interp.model.gpt import ResidualGPT
 
 RESIDUAL_CONFIGS = ("full", "attn_only", "ffn_only", "none")
 
@@ -103,38 +101,37 @@ class StepVariant:
     note: str = ""
 
 
-def _gpt(cfg: ModelConfig) -> ResidualGPT:
-    from interp.model.gpt import ResidualGPT  # the model loads TransformerLens: not for the benchmark's --help
-
-    return ResidualGPT(cfg)
-
-
 def variants_for(compile_: bool) -> list[StepVariant]:
     """Every model the benchmark can time, the reference first; torch.compile's only when asked."""
     vs = [StepVariant("reference", RefGPT, note="nanoGPT-structured GPT, is_causal SDPA, no hooks")]
-    vs += [StepVariant(r, lambda c, r=r: _gpt(c.replace(residual=r)), note="attention mixer") for r in RESIDUAL_CONFIGS]
     vs += [
-        StepVariant(f"full+{m}", lambda c, m=m: _gpt(c.replace(mixer=m)), note=f"{m} mixer")
+        StepVariant(r, lambda c, r=r: ResidualGPT(c.replace(residual=r)), note="attention mixer")
+        for r in RESIDUAL_CONFIGS
+    ]
+    vs += [
+        StepVariant(f"full+{m}", lambda c, m=m: ResidualGPT(c.replace(mixer=m)), note=f"{m} mixer")
         for m in mixer_names()
         if m != "attention"  # every routing control the registry knows
     ]
     vs += [
-        StepVariant("full/masked", lambda c: _no_causal_kernel(_gpt(c)), note="explicit mask (before is_causal)"),
+        StepVariant(
+            "full/masked", lambda c: _no_causal_kernel(ResidualGPT(c)), note="explicit mask (before is_causal)"
+        ),
         StepVariant(
             "full/ln_split",
-            lambda c: _unfused_layer_norm(_gpt(c)),
+            lambda c: _unfused_layer_norm(ResidualGPT(c)),
             note="LayerNorm then a separate * w (before fusing)",
         ),
-        StepVariant("full/explicit", lambda c: _explicit(_gpt(c)), note="explicit softmax path"),
-        StepVariant("full/no_hooks", lambda c: strip_hooks(_gpt(c)), note="hook points stripped"),
-        StepVariant("full/deterministic", _gpt, deterministic_mode, note="the trainer's deterministic mode"),
+        StepVariant("full/explicit", lambda c: _explicit(ResidualGPT(c)), note="explicit softmax path"),
+        StepVariant("full/no_hooks", lambda c: strip_hooks(ResidualGPT(c)), note="hook points stripped"),
+        StepVariant("full/deterministic", ResidualGPT, deterministic_mode, note="the trainer's deterministic mode"),
         StepVariant(
             "full/deterministic_nofill",
-            _gpt,
+            ResidualGPT,
             lambda: deterministic_mode(False),
             note="... without filling uninitialized memory",
         ),
     ]
     if compile_:
-        vs.append(StepVariant("full/compiled", lambda c: maybe_compile(_gpt(c), True), note="torch.compile"))
+        vs.append(StepVariant("full/compiled", lambda c: maybe_compile(ResidualGPT(c), True), note="torch.compile"))
     return vs
