@@ -19,10 +19,10 @@ import os
 import shlex
 import sys
 
-from interp.command.cli import DocParser, directory_option, guarded_output, seed_option, seeds_option
-from interp.command.signals import exit_code, fired_code, interrupt_line, interrupts, signal_name
+from interp.command.cli import DocParser, directory_option, guarded_output, one_line_errors, seed_option, seeds_option
+from interp.command.signals import interrupt_line, interrupts, signal_name
 from interp.config.model_config import MIXERS, RESIDUALS
-from interp.errors import ToolkitError, io_error_line, one_line
+from interp.errors import ToolkitError
 from training import steps_by
 from training.presets import MODEL_FIELDS, PRESETS, TRAIN_FIELDS, check_asked_vocab, parse_overrides, resolve
 from training.run_config import cli_labels, variant_name
@@ -111,43 +111,32 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None = None) -> int:
-    try:
-        args = _checked_args(argv)
-        trainers = _trainers(args)
-        finals = _train(trainers, args)
-    except ToolkitError as e:
-        code = getattr(e, "exit_code", 2)
-        if code != 2:  # Ctrl-C (130) or SIGTERM (143) during training
-            command = shlex.join([sys.executable, "-m", "training", *(sys.argv[1:] if argv is None else argv)])
-            print(f"\n{e}; resume with: {command}", file=sys.stderr)
-            return code
-        print(f"error: {one_line(e)}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt as e:  # before training started: nothing to resume
-        code = exit_code(e)
-        print(
-            interrupt_line(f"interrupted ({signal_name(code)}) before training started; nothing was written"),
-            file=sys.stderr,
-        )
+    code, done = one_line_errors(lambda: _run(argv), lambda code, e: _interrupted(code, e, argv))
+    if code != 0:
         return code
-    except OSError as e:  # an I/O error no layer below turned into a ToolkitError
-        print(io_error_line(e), file=sys.stderr)
-        return 2
-    except Exception:  # a library turned the interrupt into another exception (interp.command.signals.fired_code)
-        code = fired_code()
-        if code is None:
-            raise
-        print(
-            interrupt_line(
-                f"interrupted ({signal_name(code)}); the run resumes from its last checkpoint, if any: "
-                "rerun the same command"
-            ),
-            file=sys.stderr,
-        )
-        return code
+    trainers, finals = done
     if int(os.environ.get("RANK", "0")) == 0:
         _print_finals(trainers, finals)
     return 0
+
+
+def _run(argv: list[str] | None) -> tuple[list, list]:
+    args = _checked_args(argv)
+    trainers = _trainers(args)
+    return trainers, _train(trainers, args)
+
+
+def _interrupted(code: int, e: BaseException, argv: list[str] | None) -> str:
+    """The line a signal ends the command with: during training (TrainingInterrupted) the command that resumes."""
+    if isinstance(e, ToolkitError):  # Ctrl-C (130) or SIGTERM (143) during training
+        command = shlex.join([sys.executable, "-m", "training", *(sys.argv[1:] if argv is None else argv)])
+        return f"\n{e}; resume with: {command}"
+    if isinstance(e, KeyboardInterrupt):  # before training started: nothing to resume
+        return interrupt_line(f"interrupted ({signal_name(code)}) before training started; nothing was written")
+    # a library turned the interrupt into another exception (interp.command.signals.fired_code)
+    return interrupt_line(
+        f"interrupted ({signal_name(code)}); the run resumes from its last checkpoint, if any: rerun the same command"
+    )
 
 
 def _checked_args(argv: list[str] | None) -> argparse.Namespace:

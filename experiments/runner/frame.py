@@ -53,9 +53,9 @@ from experiments.shared.plan import (
     plan_jobs,
     select_variants,
 )
-from interp.command.cli import DocParser, directory_option
-from interp.command.signals import exit_code, fired_code, interrupt_line, interrupts, signal_name
-from interp.errors import CheckpointError, ToolkitError, io_error_line, one_line
+from interp.command.cli import DocParser, command_main, directory_option
+from interp.command.signals import interrupt_line, signal_name
+from interp.errors import CheckpointError, ToolkitError, one_line
 from interp.files.io import remove_stale_temps
 from training.budget import check_runnable
 from training.presets import PRESETS, RunSpec, check_asked_vocab, parse_overrides, resolve
@@ -171,42 +171,23 @@ class Experiment:
     def _guarded_main(self, argv: list[str] | None) -> int:
         argv = list(sys.argv[1:] if argv is None else argv)
         start = time.perf_counter()
-        jobs_left = ""
-        try:
-            with interrupts():  # SIGTERM is handled like Ctrl-C (interp.command.signals)
-                return self._main(argv, start)
-        except SweepIncomplete as e:  # no run finished: nothing to aggregate (else _main aggregated them)
-            print(f"error: {one_line(e)}", file=sys.stderr)
-            return e.exit_code
-        except ToolkitError as e:
-            code = getattr(e, "exit_code", 2)
-            if code == 2:
-                print(f"error: {one_line(e)}", file=sys.stderr)
-                return 2
-        except KeyboardInterrupt as e:
-            code = exit_code(e)
-            jobs_left = getattr(e, "jobs_left", "")  # Slurm jobs the interrupted wait leaves running (wait_jobs)
-        except OSError as e:  # an I/O error no layer below turned into a ToolkitError
-            print(io_error_line(e), file=sys.stderr)
-            return 2
-        except Exception as e:
-            # a library turned the interrupt into another exception (interp.command.signals.fired_code)
-            code = fired_code()
-            if code is None:
-                raise
-            jobs_left = getattr(e, "jobs_left", "")  # an interrupted sbatch's jobs (launch.sbatch)
+        return command_main(lambda: self._main(argv, start), lambda code, e: self._interrupted(code, e, argv, start))
+
+    def _interrupted(self, code: int, e: BaseException, argv: list[str], start: float) -> str:
+        """The line an interrupt ends the command with (one_line_errors), and SweepIncomplete's `error:` line."""
+        if isinstance(e, SweepIncomplete):  # no run finished: nothing to aggregate (else _main aggregated them)
+            return f"error: {one_line(e)}"
+        # Slurm jobs the interrupted wait leaves running (wait_jobs), an interrupted sbatch's jobs (launch.sbatch);
+        # a library may have turned the interrupt into another exception (interp.command.signals.fired_code)
+        jobs_left = getattr(e, "jobs_left", "")
         command = shlex.join([sys.executable, "-m", f"experiments.{self.name}", *argv])
         if not importable(self.name):  # declared in a notebook or a test file: no module to name
             command = f"run this experiment again with the same options ({shlex.join(argv)})"
         then = jobs_left or "the interrupted one resumes from its checkpoint"
-        print(
-            interrupt_line(
-                f"interrupted ({signal_name(code)}) after {time.perf_counter() - start:.0f}s; finished runs are "
-                f"kept and {then}: {command}"
-            ),
-            file=sys.stderr,
+        return interrupt_line(
+            f"interrupted ({signal_name(code)}) after {time.perf_counter() - start:.0f}s; finished runs are "
+            f"kept and {then}: {command}"
         )
-        return code
 
     def context(self, argv: list[str]) -> tuple[Context, list[Job]]:
         """Parse and check every option, load the corpus, then plan: (context, the jobs)."""

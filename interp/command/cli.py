@@ -103,11 +103,15 @@ def seeds_option(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(str(e).removeprefix("--seeds ")) from None
 
 
-def one_line_errors(run: Callable[[], Any], interrupted: str = "nothing was written") -> tuple[int, Any]:
+def one_line_errors(
+    run: Callable[[], Any], interrupted: str | Callable[[int, BaseException], str] = "nothing was written"
+) -> tuple[int, Any]:
     """(0, run()) or, for a ToolkitError or OSError, (2, None) after one `error:` line on stderr.
 
     Ctrl-C, SIGTERM and SIGHUP (interp.command.signals) end it too: one line (`interrupted (SIGNAL);
-    <interrupted>`), exit 130, 143 or 129.
+    <interrupted>`), exit 130, 143 or 129. A command that says more passes a function instead: given the status and
+    the exception, it returns the whole line; it is also asked for a ToolkitError carrying an exit_code other than 2
+    (training's TrainingInterrupted, an experiment's SweepIncomplete), whose status is that exit_code.
     """
     from interp.command.signals import interrupt_code, interrupt_line, interrupts, signal_name
 
@@ -115,8 +119,12 @@ def one_line_errors(run: Callable[[], Any], interrupted: str = "nothing was writ
         with interrupts():
             return 0, run()
     except ToolkitError as e:
-        print(f"error: {one_line(e)}", file=sys.stderr)
-        return 2, None
+        code = getattr(e, "exit_code", 2)
+        if code == 2 or not callable(interrupted):
+            print(f"error: {one_line(e)}", file=sys.stderr)
+            return 2, None
+        print(interrupted(code, e), file=sys.stderr)
+        return code, None
     except OSError as e:  # an I/O error no layer below turned into a ToolkitError
         print(io_error_line(e), file=sys.stderr)
         return 2, None
@@ -124,11 +132,14 @@ def one_line_errors(run: Callable[[], Any], interrupted: str = "nothing was writ
         code = interrupt_code(e)
         if code is None:  # no signal fired: a bug, shown as one
             raise
-        print(interrupt_line(f"interrupted ({signal_name(code)}); {interrupted}"), file=sys.stderr)
+        if callable(interrupted):
+            print(interrupted(code, e), file=sys.stderr)
+        else:
+            print(interrupt_line(f"interrupted ({signal_name(code)}); {interrupted}"), file=sys.stderr)
         return code, None
 
 
-def command_main(run: Callable[[], int], interrupted: str) -> int:
+def command_main(run: Callable[[], int], interrupted: str | Callable[[int, BaseException], str]) -> int:
     """main() of a command that returns its own status: run()'s, or one_line_errors' for an error or a signal."""
     code, rc = one_line_errors(run, interrupted)
     return rc if code == 0 else code
