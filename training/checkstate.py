@@ -19,16 +19,9 @@ from typing import Any
 import torch
 
 from interp.errors import CheckpointError
+from interp.files.checks import is_int, is_number
 from interp.files.io import read_jsonl
 from training import steps_by
-
-
-def _int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def _number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def check_training_state(ckpt, model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_cfg, path: Path) -> None:
@@ -57,18 +50,18 @@ def weight_problems(weights: dict[str, torch.Tensor], model: torch.nn.Module) ->
 
 def state_problems(state: dict[str, Any], cfg) -> list[str]:
     step, best, totals = state.get("step"), state.get("best"), state.get("totals")
-    if not _int(step) or not 0 <= step <= cfg.max_steps:
+    if not is_int(step) or not 0 <= step <= cfg.max_steps:
         return [f"step {step!r} is not an integer in [0, max_steps={cfg.max_steps}]"]
-    if not isinstance(best, dict) or not _number(best.get("val_loss")) or math.isnan(best["val_loss"]):
+    if not isinstance(best, dict) or not is_number(best.get("val_loss")) or math.isnan(best["val_loss"]):
         return [f"best {best!r} is not {{'val_loss': number, 'step': step or None}}"]
     best_step = best.get("step")
     if not (best_step is None and best["val_loss"] == math.inf) and not (
-        _int(best_step) and 0 <= best_step <= step and math.isfinite(best["val_loss"])
+        is_int(best_step) and 0 <= best_step <= step and math.isfinite(best["val_loss"])
     ):
         return [f"best {best!r} is not a finite loss at a step <= {step} (or inf with step None)"]
     if not isinstance(totals, dict):
         return [f"totals {totals!r} is not a dict"]
-    for key, kind in (("train_time", _number), ("train_tokens", _int), ("wall_time", _number)):
+    for key, kind in (("train_time", is_number), ("train_tokens", is_int), ("wall_time", is_number)):
         v = totals.get(key)
         if not kind(v) or not math.isfinite(v) or v < 0:
             return [f"totals[{key!r}] {v!r} is not a finite number >= 0"]
@@ -78,7 +71,7 @@ def state_problems(state: dict[str, Any], cfg) -> list[str]:
             return [f"{key} is not a CPU generator state (a uint8 tensor of {torch.get_rng_state().numel()} bytes)"]
     sampler = state.get("sampler")
     if not isinstance(sampler, dict) or not (
-        _int(sampler.get("seed")) and _int(sampler.get("draws")) and sampler["draws"] >= 0
+        is_int(sampler.get("seed")) and is_int(sampler.get("draws")) and sampler["draws"] >= 0
     ):
         return [f"sampler state {_short(sampler)} is not {{'generator', 'seed', 'draws' >= 0}}"]
     gen = sampler.get("generator")
@@ -141,7 +134,7 @@ def optimizer_problems(saved: Any, optimizer: torch.optim.Optimizer, grad_clip: 
                 ]
         step = entry.get("step")
         value = step.item() if isinstance(step, torch.Tensor) and step.numel() == 1 else step
-        if not _number(value) or not math.isfinite(value) or value < 0:
+        if not is_number(value) or not math.isfinite(value) or value < 0:
             return [f"Adam's step count of parameter {i} is {_short(step)}"]
     return []
 
