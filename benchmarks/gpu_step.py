@@ -103,14 +103,12 @@ def _mode_state(mode: StepMode):
     """TF32 and deterministic algorithms as the mode says, restored after."""
     import torch
 
-    prev_tf32, prev_det = torch.backends.cuda.matmul.allow_tf32, torch.are_deterministic_algorithms_enabled()
-    torch.backends.cuda.matmul.allow_tf32 = mode.precision == "tf32"
-    torch.use_deterministic_algorithms(mode.deterministic)
-    try:
+    from training.numerics import process_settings
+
+    with process_settings():
+        torch.backends.cuda.matmul.allow_tf32 = mode.precision == "tf32"
+        torch.use_deterministic_algorithms(mode.deterministic)
         yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = prev_tf32
-        torch.use_deterministic_algorithms(prev_det)
 
 
 def _autocast(mode: StepMode, device):
