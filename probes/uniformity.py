@@ -28,10 +28,11 @@ from jaxtyping import Float
 from torch import Tensor
 
 from interp.errors import ProcessedWeightsWarning, ShapeError, ToolkitError, warn_each_call
-from interp.files.io import non_finite_keys
+from interp.files.io import non_finite_keys, replace_non_finite
 from interp.model.api import as_batch_pairs, check_ids
 from interp.model.eval_mode import hooked_passes, unfrozen_in_eval
 from interp.reading.stream_layout import resid_sites
+from probes import due
 
 MEASURES = ("residual", "cosine", "erank")
 
@@ -180,7 +181,7 @@ class UniformityProbe:
         self.n_batches = n_batches
 
     def on_eval(self, trainer, step: int, val_loss: float) -> None:
-        if (step % self.interval and step != trainer.train_cfg.max_steps) or not getattr(trainer, "is_main", True):
+        if not due(step, self.interval, trainer) or not getattr(trainer, "is_main", True):
             return
         batches = trainer.val_batches[: self.n_batches]
         record = {"step": step, "probe": "uniformity", **token_uniformity(trainer.model, batches)}
@@ -194,14 +195,4 @@ def finite_record(record: dict) -> dict:
     bad = non_finite_keys(record)
     if not bad:
         return record
-
-    def clean(v):
-        if isinstance(v, float) and not math.isfinite(v):
-            return None
-        if isinstance(v, dict):
-            return {k: clean(x) for k, x in v.items()}
-        if isinstance(v, list):
-            return [clean(x) for x in v]
-        return v
-
-    return {**clean(record), "nonfinite": bad}
+    return {**replace_non_finite(record, lambda x: None), "nonfinite": bad}

@@ -117,15 +117,20 @@ def remove_stale_temps(directory: Path, names: tuple[str, ...] = ()) -> list[Pat
     return removed
 
 
+def replace_non_finite(obj: Any, replace: Callable[[float], Any]) -> Any:
+    """obj with each non-finite float as replace(it), through dicts (keys as str), lists and tuples (as lists)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return replace(obj)
+    if isinstance(obj, dict):
+        return {str(k): replace_non_finite(v, replace) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [replace_non_finite(v, replace) for v in obj]
+    return obj
+
+
 def json_safe(obj: Any) -> Any:
     """Non-finite floats become strings ("inf", "-inf", "nan") so the file is strict JSON."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
-    if isinstance(obj, dict):
-        return {str(k): json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [json_safe(v) for v in obj]
-    return obj
+    return replace_non_finite(obj, lambda x: "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf"))
 
 
 class NonFiniteError(DataFileError, ValueError):
