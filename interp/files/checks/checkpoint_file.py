@@ -144,6 +144,15 @@ def check_finite(weights: dict[str, Any], field: str = "") -> None:
         )
 
 
+def want_characters(vocab: Any, field: str, repeats: str = "repeats a character") -> None:
+    """A character vocabulary's entries (a checkpoint's vocab, a meta.pkl's itos): each one character, none twice."""
+    bad = next((c for c in vocab if not (isinstance(c, str) and len(c) == 1)), None)
+    if bad is not None:
+        raise Bad(field, f"holds {bad!r:.40}, not one character")
+    if len(set(vocab)) != len(vocab):
+        raise Bad(field, repeats)
+
+
 def check_vocab(state: dict[str, Any], d_vocab: int, field: str = "") -> None:
     """A checkpoint's vocabulary: 'vocab' d_vocab distinct single characters (id = index), and/or 'encoding'
     'char' (with a vocab) or 'gpt2' (GPT-2's BPE, which needs d_vocab >= its 50257 ids)."""
@@ -152,11 +161,7 @@ def check_vocab(state: dict[str, Any], d_vocab: int, field: str = "") -> None:
     if vocab is not None:
         if not isinstance(vocab, (list, tuple)):
             raise Bad(f"{prefix}vocab", f"is not a list of characters (a {type(vocab).__name__})")
-        bad = next((c for c in vocab if not (isinstance(c, str) and len(c) == 1)), None)
-        if bad is not None:
-            raise Bad(f"{prefix}vocab", f"holds {bad!r:.40}, not one character")
-        if len(set(vocab)) != len(vocab):
-            raise Bad(f"{prefix}vocab", "repeats a character (ids would not decode back)")
+        want_characters(vocab, f"{prefix}vocab", "repeats a character (ids would not decode back)")
         if len(vocab) != d_vocab:
             raise Bad(f"{prefix}vocab", f"has {len(vocab)} characters; the model's d_vocab is {d_vocab}")
     if encoding is not None:
@@ -261,4 +266,5 @@ __all__ = [
     "check_vocab",
     "check_weights",
     "expected_shapes",
+    "want_characters",
 ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from interp.files.checks import Bad, is_int, walk_limits, want_dict, want_int, want_number, want_str_keys
-from interp.files.checks.checkpoint_file import check_tensor
+from interp.files.checks.checkpoint_file import check_tensor, want_characters
 
 _INTS = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")
 
@@ -54,11 +54,7 @@ def check_meta_pkl(meta: Any) -> list[str]:
     if set(itos) != set(range(len(itos))):
         raise Bad("itos", f"has ids other than 0..{len(itos) - 1}")
     vocab = [itos[i] for i in range(len(itos))]
-    bad = next((c for c in vocab if not (isinstance(c, str) and len(c) == 1)), None)
-    if bad is not None:
-        raise Bad("itos", f"holds {bad!r:.40}, not one character")
-    if len(set(vocab)) != len(vocab):
-        raise Bad("itos", "repeats a character")
+    want_characters(vocab, "itos")
     if "vocab_size" in meta and meta["vocab_size"] != len(vocab):
         raise Bad("vocab_size", f"is {meta['vocab_size']!r:.40}; itos has {len(vocab)} characters")
     stoi = meta.get("stoi")
