@@ -42,6 +42,11 @@ refuse_library_module(__file__)  # python -m <a module that does not run>: one l
 PROBE_BATCHES = 2  # fixed validation batches the activation probes read (kept small: overhead <= 10%)
 
 
+def due(step: int, interval: int, trainer) -> bool:
+    """Whether a probe run at evaluations fires at step: every `interval`-th step and the last one."""
+    return step % interval == 0 or step == trainer.train_cfg.max_steps
+
+
 class GradientProbe:
     """Gradient norms at every `interval`-th step and the last one, before clipping; with `dense_until` d >= 0,
     also at every step from 0 to d (the first steps, densely: the probe reads, so no run's numbers change)."""
@@ -82,7 +87,7 @@ class ActivationProbe:
         self.n_batches = n_batches
 
     def on_eval(self, trainer, step: int, val_loss: float) -> None:
-        if step % self.interval and step != trainer.train_cfg.max_steps:
+        if not due(step, self.interval, trainer):
             return
         batches = trainer.val_batches[: self.n_batches]
         trainer.append("probes.jsonl", {"step": step, "probe": "attention", **attention_stats(trainer.model, batches)})
@@ -138,6 +143,7 @@ __all__ = [
     "IdentityProbe",
     "attention_stats",
     "default_callbacks",
+    "due",
     "gradient_flow",
     "hidden_norms",
     "identity_summary",
