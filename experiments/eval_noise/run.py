@@ -55,6 +55,7 @@ from experiments.runner.frame import Context, Experiment, Group, Variant, check_
 from experiments.runner.text import fmt_number, format_table, reference_lines, table_figure
 from experiments.statistics.stats import stats
 from interp.command.cli import default_option
+from interp.command.progress import progress_bar
 from interp.config.model_config import RESIDUALS
 from interp.errors import ToolkitError
 from training.presets import RunSpec, resolve
@@ -91,7 +92,6 @@ def nanogpt_overrides(spec: RunSpec) -> dict[str, Any]:
 def analyse_run(run: RunDir, spec: RunSpec, corpus, steps: list[int], repeats: int, progress: bool) -> dict:
     """Fixed-batch and random-batch evaluation of every snapshot of one run, and the best-val choice."""
     import torch
-    from tqdm.auto import tqdm
 
     from training.batches import fixed_batches, random_batches
     from training.numerics import autocast_context, pick_device
@@ -113,7 +113,7 @@ def analyse_run(run: RunDir, spec: RunSpec, corpus, steps: list[int], repeats: i
     own, sealed = snapshot_identity(ckpt), ckpt.state.get("sealed_files") or {}
     snapshots = []
     total, desc = len(steps) * (repeats + 2), f"evaluating {run.path.parent.name}"
-    bar = tqdm(total=total, desc=desc, unit="eval", disable=not progress, leave=False, dynamic_ncols=True)
+    bar = progress_bar(total=total, desc=desc, unit="eval", on=progress)
     for i, step in enumerate(steps):
         model = load_snapshot(run, step, own, sealed).to(device)
         first = mean_loss(model, fixed, device, autocast)

@@ -58,6 +58,7 @@ from experiments.routing_test.rules import place, verdicts
 from experiments.runner.frame import Context, Experiment, Group, Job, Variant, check_number, run_summary
 from experiments.statistics.stats import PACE_FACTOR, log_pace, mean_columns, paired_gap, stats, tail
 from interp.command.cli import default_option
+from interp.command.progress import progress_bar
 from interp.errors import ToolkitError
 
 SCHEMA = "routing-test/3"
@@ -203,8 +204,6 @@ def identity(ctx: Context, runs: list[dict[str, Any]]) -> dict[str, Any]:
     too large to probe is skipped, probes.identity.too_costly). An identity.json left by an earlier version
     is neither read nor removed.
     """
-    from tqdm.auto import tqdm
-
     from probes.identity import identity_sites, identity_summary, too_costly
     from training.batches import fixed_batches
     from training.rundir import RunDir
@@ -216,9 +215,7 @@ def identity(ctx: Context, runs: list[dict[str, Any]]) -> dict[str, Any]:
     first = [r for r in runs if r["seed"] == ctx.seeds[0]]
     out = {}
     total = len(first) * (len(identity_sites(spec.model.n_layers)) + 1)
-    bar = tqdm(
-        total=total, desc="identity probes", unit="site", disable=not ctx.progress, leave=False, dynamic_ncols=True
-    )
+    bar = progress_bar(total=total, desc="identity probes", unit="site", on=ctx.progress)
     batches = fixed_batches(ctx.corpus.val, spec.model.n_ctx, spec.train.batch_size, spec.train.eval_batches)
     for r in first:
         run = RunDir(Path(r["run_dir"]))
