@@ -103,7 +103,7 @@ from experiments.escape_time.survival import (
     survival_cell,
 )
 from experiments.runner.frame import Context, Experiment, Group, Job, run_summary
-from experiments.shared.plan import all_finished, extend_seeds, plan_jobs
+from experiments.shared.plan import all_finished, by_variant, extend_seeds, plan_jobs
 from interp.errors import ToolkitError
 
 SCHEMA = "escape-time/1"
@@ -243,9 +243,7 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     runs = [summarise_escape_run(r, ctx, roles, early) for r in records]
     keys = [f"{m:g}" for m in margins(ctx.args.margin)]
     key = f"{ctx.args.margin:g}"
-    by_cell: dict[str, list[dict[str, Any]]] = {}
-    for r in runs:
-        by_cell.setdefault(r["variant"], []).append(r)
+    by_cell = by_variant(runs)
     cells = [cell_summary(rs, key, keys) for rs in by_cell.values()]
     grid_runs = [r for r in runs if r["role"] == "grid"]
     laws = {k: fit_law(_law_runs(grid_runs, k), "escape") for k in keys}

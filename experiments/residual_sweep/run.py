@@ -41,6 +41,7 @@ from typing import Any
 
 from experiments.runner.frame import Context, Experiment, Group, Variant, check_number, run_summary
 from experiments.runner.text import fmt_number, fmt_stats, reference_lines
+from experiments.shared.plan import by_variant
 from experiments.statistics.stats import stats
 from interp.command.cli import default_option
 
@@ -77,9 +78,7 @@ PAPER = {
 def summarise_configs(
     runs: list[dict[str, Any]], levels: dict[str, Any], margin: float, paper: dict[str, Any] | None
 ) -> dict[str, Any]:
-    by_config: dict[str, list[dict[str, Any]]] = {}
-    for r in runs:
-        by_config.setdefault(r["variant"], []).append(r)
+    by_config = by_variant(runs)
     finals = {name: stats([r["final_val_loss"] for r in rs]) for name, rs in by_config.items()}
     full = finals.get("full", {}).get("mean")
     none = finals.get("none", {}).get("mean")

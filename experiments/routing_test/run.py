@@ -56,6 +56,7 @@ from typing import Any
 from experiments.routing_test.report import sections, summary, table
 from experiments.routing_test.rules import place, verdicts
 from experiments.runner.frame import Context, Experiment, Group, Job, Variant, check_number, run_summary
+from experiments.shared.plan import by_variant
 from experiments.statistics.stats import PACE_FACTOR, log_pace, mean_columns, paired_gap, stats, tail
 from interp.command.cli import default_option
 from interp.command.progress import progress_bar
@@ -132,13 +133,11 @@ def block0_at(runs: list[dict[str, Any]], wanted: list[int]) -> dict[str, float]
 
 
 def summarise_variants(runs: list[dict[str, Any]], levels: dict[str, float], margin: float) -> dict[str, Any]:
-    by_variant: dict[str, list[dict[str, Any]]] = {}
-    for r in runs:
-        by_variant.setdefault(r["variant"], []).append(r)
-    full = by_variant.get("full")
+    grouped = by_variant(runs)
+    full = grouped.get("full")
     full_mean = stats([r["final_val_loss"] for r in full])["mean"] if full else None
     out = {}
-    for name, rs in by_variant.items():
+    for name, rs in grouped.items():
         loss = stats([r["final_val_loss"] for r in rs])
         growths = [r["growth"] for r in rs if r["growth"] is not None]
         out[name] = {
