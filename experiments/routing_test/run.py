@@ -226,13 +226,11 @@ def identity(ctx: Context, runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def preface(ctx: Context, jobs: list[Job]) -> str:
     """What training the runs costs, printed before any trains (a cpu-quick grid is tens of minutes here)."""
-    from experiments.runner.cost import cost_line, time_here
+    from experiments.runner.cost import cost_line
 
-    line, e = cost_line(ctx, jobs)
+    line, e = cost_line(ctx, jobs, timed=True)
     if not e["flops_to_train"]:
         return line + ": every run finished, reused"
-    if ctx.args.launcher == "local":
-        line += f": {time_here(ctx, jobs)}"
     return line
 
 
