@@ -52,7 +52,7 @@ from typing import Any
 
 from experiments.eval_noise.snapshots import SnapshotCallback, load_snapshot, snapshot_identity, snapshot_steps
 from experiments.runner.frame import Context, Experiment, Group, Variant, check_number, run_summary
-from experiments.runner.text import fmt_number, format_table, reference_lines, table_figure
+from experiments.runner.text import fmt_number, format_table, reference_lines, seed_curves, table_figure
 from experiments.statistics.stats import stats
 from interp.command.cli import default_option
 from interp.command.progress import progress_bar
@@ -249,7 +249,7 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
             f"{b['fraction_different']:.0%} of {results['repeats']} repeats (steps picked: {b['random_steps']})."
         )
         sections += [(f"Snapshots, {r['setting']} run, seed {r['seed']}", text, fig), table_figure(headers, rows)]
-    curves = {f"{r['setting']}/seed{r['seed']}": (r["val_curve"]["steps"], r["val_curve"]["loss"]) for r in runs}
+    curves = seed_curves(runs, name=lambda r: r["setting"])
     recorded = loss_curves(curves, refs, title="Validation loss as recorded in training")
     sections.append(("Validation loss during training (each run's own val_mode)", recorded))
     return sections
