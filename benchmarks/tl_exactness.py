@@ -11,11 +11,9 @@ Without --ckpt, small random-init models of every config and one with GPT-2's vo
 
 from __future__ import annotations
 
-import sys
 import warnings
 
-from interp.command.cli import DocParser, UsageError
-from interp.errors import one_line
+from interp.command.cli import DocParser, command_main
 
 CONFIGS = [
     ("full", "attention", 0.0),
@@ -53,14 +51,14 @@ def max_diffs(model, tl_model, tokens):
 
 
 def main(argv=None) -> int:
+    return command_main(lambda: _main(argv), "nothing was written")  # a usage error: one line, not argparse's block
+
+
+def _main(argv) -> int:
     parser = DocParser(prog="python -m benchmarks.tl_exactness", description=__doc__)
     parser.add_argument("--ckpt", nargs="*", default=[], help="checkpoints to measure instead of random-init models")
     parser.add_argument("--per-hook", action="store_true", help="also print each shared hook's max |difference|")
-    try:
-        args = parser.parse_args(argv)
-    except UsageError as e:  # one line, not argparse's usage block
-        print(f"error: {one_line(e)}", file=sys.stderr)
-        return 2
+    args = parser.parse_args(argv)
     import torch
 
     from interp import ModelConfig, ResidualGPT

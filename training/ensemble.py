@@ -17,8 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tqdm.auto import tqdm
-
+from interp.command.progress import progress_bar
 from interp.errors import ConfigError, one_line
 from training.grouping import PER_MEMBER_TRAIN, check_ensemble_fits, group, group_key, trains_stacked, why_alone
 from training.loop import MembersStopped, TrainingError
@@ -68,7 +67,7 @@ def train_groups(
     finals: dict[int, dict[str, Any]] = {}
     failed: list[tuple[Trainer, str]] = []
     groups = group(trainers, size)
-    bar = tqdm(total=len(trainers), desc="runs", unit="run", disable=not runs_bar or not trainers, dynamic_ncols=True)
+    bar = progress_bar(total=len(trainers), desc="runs", unit="run", on=runs_bar and bool(trainers), leave=True)
     for members in groups:
         stacked = trains_stacked(members, size)
         head = members[0]

@@ -25,8 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
+from interp.command.progress import progress_bar
 from interp.command.signals import EXIT_INTERRUPT, exit_code, signal_name
 from interp.errors import ToolkitError
 from interp.files.io import kill_point, write_json
@@ -131,14 +130,12 @@ def advance(steps: Step, progress: bool) -> tuple[dict[Any, dict[str, Any]], lis
 def _bar(members: list, start: int, progress: bool):
     first = members[0]
     label = " ".join(str(first.meta[k]) for k in ("variant", "seed") if k in first.meta) or first.run_dir.path.name
-    return tqdm(
+    return progress_bar(
         total=first.train_cfg.max_steps,
-        initial=start,
         desc=label if len(members) == 1 else f"ensemble of {len(members)}",
         unit="step",
-        disable=not (progress and first.is_main),
-        leave=False,
-        dynamic_ncols=True,
+        on=progress and first.is_main,
+        initial=start,
     )
 
 

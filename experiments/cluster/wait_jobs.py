@@ -22,6 +22,7 @@ from pathlib import Path
 
 from experiments.cluster import slurm_watch
 from experiments.shared.plan import Job
+from interp.command.progress import progress_bar
 from interp.errors import ToolkitError
 
 # A job gone from squeue and without a result is lost on this many polls in a row: its result file may
@@ -155,9 +156,7 @@ def wait(
     watcher: that one asks sacct only, which fails where accounting is off, so it never saw a cancelled,
     killed or out-of-memory job end (and warned on every poll).
     """
-    from tqdm.auto import tqdm
-
-    bar = tqdm(total=len(submitted), desc="jobs", unit="job", disable=not progress, dynamic_ncols=True)
+    bar = progress_bar(total=len(submitted), desc="jobs", unit="job", on=progress, leave=True)
     sweep = _Sweep(submitted, out, cluster, bar, unreachable_limit_s)
     try:
         with _quiet_submitit():

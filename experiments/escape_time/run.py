@@ -103,7 +103,7 @@ from experiments.escape_time.survival import (
     survival_cell,
 )
 from experiments.runner.frame import Context, Experiment, Group, Job, run_summary
-from experiments.shared.plan import all_finished, extend_seeds, plan_jobs
+from experiments.shared.plan import all_finished, by_variant, extend_seeds, plan_jobs
 from interp.errors import ToolkitError
 
 SCHEMA = "escape-time/1"
@@ -243,9 +243,7 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     runs = [summarise_escape_run(r, ctx, roles, early) for r in records]
     keys = [f"{m:g}" for m in margins(ctx.args.margin)]
     key = f"{ctx.args.margin:g}"
-    by_cell: dict[str, list[dict[str, Any]]] = {}
-    for r in runs:
-        by_cell.setdefault(r["variant"], []).append(r)
+    by_cell = by_variant(runs)
     cells = [cell_summary(rs, key, keys) for rs in by_cell.values()]
     grid_runs = [r for r in runs if r["role"] == "grid"]
     laws = {k: fit_law(_law_runs(grid_runs, k), "escape") for k in keys}
@@ -289,7 +287,7 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def preface(ctx: Context, jobs: list[Job]) -> str:
-    from experiments.runner.cost import cost_line, time_here
+    from experiments.runner.cost import cost_line
 
     unigram, bigram, margin = ctx.levels["unigram"], ctx.levels["bigram"], ctx.args.margin
     if margin >= unigram - bigram:  # before any run trains: no loss on the floor's side could get under it
@@ -297,14 +295,12 @@ def preface(ctx: Context, jobs: list[Job]) -> str:
             f"--margin {margin:g}: the floor threshold unigram - margin ({unigram - margin:.3f}) would be at or "
             f"below the bigram level ({bigram:.3f}); give a margin below {unigram - bigram:.3f}"
         )
-    cost, e = cost_line(ctx, jobs)
+    cost, _ = cost_line(ctx, jobs, timed=True)
     lines = [
         f"escape is the first evaluation step from which validation loss stays below {unigram - margin:.3f} "
         f"(unigram {unigram:.3f} - margin {margin:g}); runs that never get there are censored at their last step",
         cost,
     ]
-    if ctx.args.launcher == "local" and e["flops_to_train"]:
-        lines[-1] += f": {time_here(ctx, jobs)}"
     grid = EscapeGrid(ctx)
     held = {v.name for v in grid.held_out()}
     if held & {j.variant.name for j in jobs}:

@@ -52,9 +52,10 @@ from typing import Any
 
 from experiments.eval_noise.snapshots import SnapshotCallback, load_snapshot, snapshot_identity, snapshot_steps
 from experiments.runner.frame import Context, Experiment, Group, Variant, check_number, run_summary
-from experiments.runner.text import fmt_number, format_table, reference_lines, table_figure
+from experiments.runner.text import fmt_number, format_table, reference_lines, seed_curves, table_figure
 from experiments.statistics.stats import stats
 from interp.command.cli import default_option
+from interp.command.progress import progress_bar
 from interp.config.model_config import RESIDUALS
 from interp.errors import ToolkitError
 from training.presets import RunSpec, resolve
@@ -91,7 +92,6 @@ def nanogpt_overrides(spec: RunSpec) -> dict[str, Any]:
 def analyse_run(run: RunDir, spec: RunSpec, corpus, steps: list[int], repeats: int, progress: bool) -> dict:
     """Fixed-batch and random-batch evaluation of every snapshot of one run, and the best-val choice."""
     import torch
-    from tqdm.auto import tqdm
 
     from training.batches import fixed_batches, random_batches
     from training.numerics import autocast_context, pick_device
@@ -113,7 +113,7 @@ def analyse_run(run: RunDir, spec: RunSpec, corpus, steps: list[int], repeats: i
     own, sealed = snapshot_identity(ckpt), ckpt.state.get("sealed_files") or {}
     snapshots = []
     total, desc = len(steps) * (repeats + 2), f"evaluating {run.path.parent.name}"
-    bar = tqdm(total=total, desc=desc, unit="eval", disable=not progress, leave=False, dynamic_ncols=True)
+    bar = progress_bar(total=total, desc=desc, unit="eval", on=progress)
     for i, step in enumerate(steps):
         model = load_snapshot(run, step, own, sealed).to(device)
         first = mean_loss(model, fixed, device, autocast)
@@ -249,7 +249,7 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
             f"{b['fraction_different']:.0%} of {results['repeats']} repeats (steps picked: {b['random_steps']})."
         )
         sections += [(f"Snapshots, {r['setting']} run, seed {r['seed']}", text, fig), table_figure(headers, rows)]
-    curves = {f"{r['setting']}/seed{r['seed']}": (r["val_curve"]["steps"], r["val_curve"]["loss"]) for r in runs}
+    curves = seed_curves(runs, name=lambda r: r["setting"])
     recorded = loss_curves(curves, refs, title="Validation loss as recorded in training")
     sections.append(("Validation loss during training (each run's own val_mode)", recorded))
     return sections

@@ -118,7 +118,7 @@ from experiments.floor.relation import fit_relation, held, observe, predict
 from experiments.floor.report import sections, summary, table
 from experiments.phase_diagram.collapse_predictor import value_at
 from experiments.runner.frame import Context, Experiment, Group, Job
-from experiments.shared.plan import all_finished
+from experiments.shared.plan import all_finished, by_variant
 from interp.errors import ToolkitError
 
 SCHEMA = "floor/1"
@@ -170,9 +170,7 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
             r["grads"] = early_grads(record.get("probes", {}), grad_steps(arms.dense), record["run_dir"])
     keys = [f"{m:g}" for m in margins(ctx.args.margin)]
     key = f"{ctx.args.margin:g}"
-    by_arm: dict[str, list[dict[str, Any]]] = {}
-    for r in runs:
-        by_arm.setdefault(r["variant"], []).append(r)
+    by_arm = by_variant(runs)
     cells = [arm_cell(rs, key, keys) for rs in by_arm.values()]
     relation = fit_relation(relation_runs(runs, key))
 

@@ -59,7 +59,7 @@ from typing import Any
 
 from experiments.gain_confound.adam_invariance import EXPLANATION, adam_invariance_check, adam_line, gain_label
 from experiments.runner.frame import Context, Experiment, Group, Variant, check_number, run_summary
-from experiments.runner.text import fmt_number, format_table, reference_lines, table_figure
+from experiments.runner.text import fmt_number, format_table, reference_lines, seed_curves, table_figure
 from experiments.statistics.stats import settle_step, stats
 from interp.command.cli import default_option
 from interp.config.model_config import RESIDUALS
@@ -222,7 +222,7 @@ def spread_table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 def sections(results: dict[str, Any], ctx: Context) -> list:
     import plotly.graph_objects as go
 
-    from interp.figures.plots import PALETTE, loss_curves
+    from interp.figures.plots import PALETTE, loss_curves, reference_line
 
     refs = reference_lines(results["reference_levels"])
     runs = results["runs"]
@@ -256,9 +256,7 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
                 line=dict(color=PALETTE[i % len(PALETTE)], dash="solid" if way == "runtime" else "dot"),
             )
     threshold = results["threshold"]
-    fig.add_hline(
-        y=threshold, line=dict(dash="dash", color="#555", width=1), annotation_text=f"threshold {threshold:g}"
-    )
+    reference_line(fig, threshold, f"threshold {threshold:g}")
     title = "Spread (max - min over g) of the validation loss at each evaluation step"
     fig.update_layout(title=title, xaxis_title="step", yaxis_title="spread (nats, log)", yaxis_type="log")
     sections.append(("Spread over g, per step", fig))
@@ -266,10 +264,8 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
     sections.append(("Does weight scaling rescue a config?", verdicts, None))
     for c in results["configs"]:
         for way, label in (("runtime", "(a) runtime gain"), ("weights", "(b) weights scaled once")):
-            curves = {
-                f"g={gain_label(r['gain'])}/seed{r['seed']}": (r["val_curve"]["steps"], r["val_curve"]["loss"])
-                for r in sorted(runs_of(runs, c, way), key=lambda r: r["gain"])
-            }
+            ordered = sorted(runs_of(runs, c, way), key=lambda r: r["gain"])
+            curves = seed_curves(ordered, name=lambda r: f"g={gain_label(r['gain'])}")
             sections.append((f"{c}, {label}", loss_curves(curves, refs, title=f"{c}: validation loss, {label}")))
     return sections
 

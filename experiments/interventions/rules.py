@@ -25,15 +25,11 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from experiments.shared.stated import Stated
+from experiments.shared.stated import Stated, StatedOutcome
 
 
-@dataclass(frozen=True)
-class InterventionOutcome:
-    variants: dict[str, Any]  # name -> experiments.interventions.effects.summarise(...)
-    unigram: float
-    bigram: float
-    margin: float
+class InterventionOutcome(StatedOutcome):
+    """A StatedOutcome whose variants are name -> experiments.interventions.effects.summarise(...)."""
 
     def layers(self, variant: str, intervention: str) -> list[dict[str, Any]] | None:
         return self.variants[variant]["layers"].get(intervention)

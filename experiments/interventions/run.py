@@ -65,6 +65,7 @@ from experiments.interventions.report import sections, summary, table
 from experiments.routing_test.run import DEFAULT_MARGIN, DEFAULT_SELF_BIAS, make_variants
 from experiments.runner.frame import Context, Experiment, Group, Job, check_number, run_summary
 from interp.command.cli import default_option
+from interp.command.progress import progress_bar
 from interp.errors import ToolkitError
 
 SCHEMA = "interventions/1"
@@ -126,7 +127,6 @@ def validation(ctx: Context) -> list:
 def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     import numpy as np
     import torch
-    from tqdm.auto import tqdm
 
     from experiments.interventions import effects as fx
     from experiments.interventions.rules import intervention_verdicts
@@ -147,9 +147,7 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
 
     probe_refs = fx.probe_levels(ctx.corpus.train, batches, ctx.spec.model.d_vocab) if identity else None
     total = sum(fx.n_ticks(_config(r), identity) for r in records)
-    bar = tqdm(
-        total=total, desc="interventions", unit="pass", disable=not ctx.progress, leave=False, dynamic_ncols=True
-    )
+    bar = progress_bar(total=total, desc="interventions", unit="pass", on=ctx.progress)
     runs, raws, sanity, export = [], {}, [], {}
     for r in records:
         start = time.perf_counter()

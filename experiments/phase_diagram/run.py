@@ -106,9 +106,10 @@ from experiments.phase_diagram.grid import (
     slices_of,
 )
 from experiments.phase_diagram.report import sections, summary, table
-from experiments.runner.cost import ASSUMED_FLOPS, cost_line, grid_cost, time_here
+from experiments.runner.cost import ASSUMED_FLOPS, cost_line, grid_cost
 from experiments.runner.frame import Context, Experiment, Group, Job, Variant, check_number, run_summary
 from experiments.shared.places import place
+from experiments.shared.plan import by_variant
 from experiments.statistics.stats import PACE_FACTOR, stats, tail
 from interp.command.cli import default_option
 from interp.errors import ToolkitError
@@ -308,9 +309,7 @@ def analyse(ctx: Context, records: list[dict[str, Any]]) -> dict[str, Any]:
     levels, margin = ctx.levels, ctx.args.margin
     warmup = ctx.spec.train.warmup_steps
     runs = [summarise_cell(r, ctx.args.early_step, warmup) for r in records]
-    by_name: dict[str, list[dict[str, Any]]] = {}
-    for r in runs:
-        by_name.setdefault(r["variant"], []).append(r)
+    by_name = by_variant(runs)
     first = places_of(by_name, grid.every, levels, margin)
     suffix = f" x{CONFIRM_FACTOR}"
     confirmed = places_of(by_name, grid.every, levels, margin, suffix)
@@ -395,9 +394,9 @@ def _view_items(grid: PhaseGrid, final: dict, done: dict | None) -> list[dict[st
 
 
 def preface(ctx: Context, jobs: list[Job]) -> str:
-    line, e = cost_line(ctx, jobs)
+    line, e = cost_line(ctx, jobs, timed=True)
     if ctx.args.launcher == "local" and e["flops_to_train"]:
-        line += f": {time_here(ctx, jobs)}; runs train in ensembles of up to {ctx.args.ensemble_size}"
+        line += f"; runs train in ensembles of up to {ctx.args.ensemble_size}"
     else:
         line += (
             f": about {e['seconds_at_200_gflops'] / 60:.1f} min at {ASSUMED_FLOPS / 1e9:.0f} GFLOP/s (small "

@@ -40,7 +40,8 @@ from __future__ import annotations
 from typing import Any
 
 from experiments.runner.frame import Context, Experiment, Group, Variant, check_number, run_summary
-from experiments.runner.text import fmt_number, fmt_stats, reference_lines
+from experiments.runner.text import fmt_number, fmt_stats, reference_lines, seed_curves
+from experiments.shared.plan import by_variant
 from experiments.statistics.stats import stats
 from interp.command.cli import default_option
 
@@ -77,9 +78,7 @@ PAPER = {
 def summarise_configs(
     runs: list[dict[str, Any]], levels: dict[str, Any], margin: float, paper: dict[str, Any] | None
 ) -> dict[str, Any]:
-    by_config: dict[str, list[dict[str, Any]]] = {}
-    for r in runs:
-        by_config.setdefault(r["variant"], []).append(r)
+    by_config = by_variant(runs)
     finals = {name: stats([r["final_val_loss"] for r in rs]) for name, rs in by_config.items()}
     full = finals.get("full", {}).get("mean")
     none = finals.get("none", {}).get("mean")
@@ -159,12 +158,11 @@ def summary(results: dict[str, Any]) -> str:
 def sections(results: dict[str, Any], ctx: Context) -> list:
     import plotly.graph_objects as go
 
-    from interp.figures.plots import PALETTE, loss_curves
+    from interp.figures.plots import PALETTE, loss_curves, reference_line
 
     refs = reference_lines(results["reference_levels"])
     runs = results["runs"]
-    val = {f"{r['variant']}/seed{r['seed']}": (r["val_curve"]["steps"], r["val_curve"]["loss"]) for r in runs}
-    train = {f"{r['variant']}/seed{r['seed']}": (r["train_curve"]["steps"], r["train_curve"]["loss"]) for r in runs}
+    val, train = seed_curves(runs), seed_curves(runs, "train_curve")
     dots = go.Figure()
     for i, (name, c) in enumerate(results["configs"].items()):
         rs = [r for r in runs if r["variant"] == name]
@@ -186,7 +184,7 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
                 marker=dict(color=PALETTE[i % len(PALETTE)], symbol="diamond-open", size=13),
             )
     for label, value in refs.items():
-        dots.add_hline(y=value, line=dict(dash="dash", color="#555", width=1), annotation_text=f"{label} {value:.3f}")
+        reference_line(dots, value, f"{label} {value:.3f}")
     dots.update_layout(
         title="Final validation loss per seed (diamonds: the paper's reported mean +/- std)",
         yaxis_title="val loss (nats)",

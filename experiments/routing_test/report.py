@@ -13,7 +13,7 @@ import numpy as np
 
 from experiments.routing_test.rules import moves
 from experiments.runner.frame import Context
-from experiments.runner.text import format_table, reference_lines, table_figure
+from experiments.runner.text import format_table, reference_lines, seed_curves, table_figure
 from experiments.statistics.stats import PACE_FACTOR
 from interp.errors import DataError
 
@@ -137,7 +137,7 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
     from interp.figures.plots import alpha_tt_heatmap, gradient_flow_heatmap, loss_curves, norm_profile
 
     runs = results["runs"]
-    curves = {f"{r['variant']}/seed{r['seed']}": (r["val_curve"]["steps"], r["val_curve"]["loss"]) for r in runs}
+    curves = seed_curves(runs)
     out: list = [("Verdicts", table_figure(*verdict_table(results))), *_verdict_texts(results)]
     refs = reference_lines(results["reference_levels"])
     out.append(("Validation loss", loss_curves(curves, refs, title="Validation loss (fixed batches)")))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from experiments.shared.places import place  # noqa: F401 - the routing test's rule, read here by its predictions
-from experiments.shared.stated import Stated
+from experiments.shared.stated import Stated, StatedOutcome
 from experiments.statistics.stats import PACE_FACTOR
 
 MARGIN_CHECK = (0.5, 2.0)  # each verdict is also decided at these multiples of the margin
@@ -26,14 +26,8 @@ MARGIN_CHECK = (0.5, 2.0)  # each verdict is also decided at these multiples of 
 # ----- predictions: data, each with a small decide function -----------------------------------------
 
 
-@dataclass(frozen=True)
-class Outcome:
+class Outcome(StatedOutcome):
     """What a decide function sees: per-variant summaries, the two levels and the margin."""
-
-    variants: dict[str, Any]
-    unigram: float
-    bigram: float
-    margin: float
 
     def loss(self, name: str) -> dict[str, float]:
         return self.variants[name]["final_val_loss"]

@@ -56,8 +56,10 @@ from typing import Any
 from experiments.routing_test.report import sections, summary, table
 from experiments.routing_test.rules import place, verdicts
 from experiments.runner.frame import Context, Experiment, Group, Job, Variant, check_number, run_summary
+from experiments.shared.plan import by_variant
 from experiments.statistics.stats import PACE_FACTOR, log_pace, mean_columns, paired_gap, stats, tail
 from interp.command.cli import default_option
+from interp.command.progress import progress_bar
 from interp.errors import ToolkitError
 
 SCHEMA = "routing-test/3"
@@ -131,13 +133,11 @@ def block0_at(runs: list[dict[str, Any]], wanted: list[int]) -> dict[str, float]
 
 
 def summarise_variants(runs: list[dict[str, Any]], levels: dict[str, float], margin: float) -> dict[str, Any]:
-    by_variant: dict[str, list[dict[str, Any]]] = {}
-    for r in runs:
-        by_variant.setdefault(r["variant"], []).append(r)
-    full = by_variant.get("full")
+    grouped = by_variant(runs)
+    full = grouped.get("full")
     full_mean = stats([r["final_val_loss"] for r in full])["mean"] if full else None
     out = {}
-    for name, rs in by_variant.items():
+    for name, rs in grouped.items():
         loss = stats([r["final_val_loss"] for r in rs])
         growths = [r["growth"] for r in rs if r["growth"] is not None]
         out[name] = {
@@ -203,8 +203,6 @@ def identity(ctx: Context, runs: list[dict[str, Any]]) -> dict[str, Any]:
     too large to probe is skipped, probes.identity.too_costly). An identity.json left by an earlier version
     is neither read nor removed.
     """
-    from tqdm.auto import tqdm
-
     from probes.identity import identity_sites, identity_summary, too_costly
     from training.batches import fixed_batches
     from training.rundir import RunDir
@@ -216,9 +214,7 @@ def identity(ctx: Context, runs: list[dict[str, Any]]) -> dict[str, Any]:
     first = [r for r in runs if r["seed"] == ctx.seeds[0]]
     out = {}
     total = len(first) * (len(identity_sites(spec.model.n_layers)) + 1)
-    bar = tqdm(
-        total=total, desc="identity probes", unit="site", disable=not ctx.progress, leave=False, dynamic_ncols=True
-    )
+    bar = progress_bar(total=total, desc="identity probes", unit="site", on=ctx.progress)
     batches = fixed_batches(ctx.corpus.val, spec.model.n_ctx, spec.train.batch_size, spec.train.eval_batches)
     for r in first:
         run = RunDir(Path(r["run_dir"]))
@@ -230,13 +226,11 @@ def identity(ctx: Context, runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def preface(ctx: Context, jobs: list[Job]) -> str:
     """What training the runs costs, printed before any trains (a cpu-quick grid is tens of minutes here)."""
-    from experiments.runner.cost import cost_line, time_here
+    from experiments.runner.cost import cost_line
 
-    line, e = cost_line(ctx, jobs)
+    line, e = cost_line(ctx, jobs, timed=True)
     if not e["flops_to_train"]:
         return line + ": every run finished, reused"
-    if ctx.args.launcher == "local":
-        line += f": {time_here(ctx, jobs)}"
     return line
 
 

@@ -47,12 +47,16 @@ def flops_text(flops: float) -> str:
     return f"{flops / 1e12:.1f} TFLOP" if flops >= 1e11 else f"{flops / 1e9:.1f} GFLOP"
 
 
-def cost_line(ctx: Context, jobs: list[Job]) -> tuple[str, dict[str, float]]:
-    """The prefaces' 'estimated cost' line (all the runs' training, what of it is left) and the estimate behind it."""
+def cost_line(ctx: Context, jobs: list[Job], timed: bool = False) -> tuple[str, dict[str, float]]:
+    """The prefaces' 'estimated cost' line (all the runs' training, what of it is left) and the estimate behind it;
+    timed: then ': ' and time_here's text, where runs are left to train on this machine (--launcher local)."""
     e = estimate(ctx, jobs)
     runs = f"{len(jobs)} run{'s' * (len(jobs) != 1)}"
     left = flops_text(e["flops_to_train"])
-    return f"estimated cost: {flops_text(e['flops'])} of training for {runs}, {left} still to train", e
+    line = f"estimated cost: {flops_text(e['flops'])} of training for {runs}, {left} still to train"
+    if timed and ctx.args.launcher == "local" and e["flops_to_train"]:
+        line += f": {time_here(ctx, jobs)}"
+    return line, e
 
 
 def measured_minutes(ctx: Context, jobs: list[Job]) -> float:

@@ -1,4 +1,5 @@
-"""Text every experiment shares: number formatting, the reference-level lines, tables, software versions.
+"""Text every experiment shares: number formatting, the reference-level lines, the runs' curves, tables, software
+versions.
 
 Seed and curve statistics are experiments.statistics.stats; the
 experiment frame itself (options, runs, results.json, report) is experiments.runner.frame.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import math
 import platform
 import sys
+from collections.abc import Callable
 from typing import Any
 
 
@@ -22,6 +24,13 @@ def num(v: float) -> str:
 def reference_lines(levels: dict[str, Any]) -> dict[str, float]:
     """The two levels as named horizontal lines for interp.figures.plots.loss_curves."""
     return {"unigram (floor)": levels["unigram"], "bigram (current token only)": levels["bigram"]}
+
+
+def seed_curves(
+    runs: list[dict[str, Any]], curve: str = "val_curve", name: Callable[[dict[str, Any]], str] = lambda r: r["variant"]
+) -> dict[str, tuple[list[int], list[float]]]:
+    """Each run's logged `curve` for interp.figures.plots.loss_curves, labelled "name/seedN" (one colour a name)."""
+    return {f"{name(r)}/seed{r['seed']}": (r[curve]["steps"], r[curve]["loss"]) for r in runs}
 
 
 def levels_line(levels: dict[str, Any], val_mode: str = "fixed") -> str:

@@ -106,6 +106,14 @@ def all_finished(groups: list[Group], ctx: Context) -> bool:
     return all(j.run_dir(ctx.out).finished for j in plan_jobs(groups, ctx.seeds))
 
 
+def by_variant(runs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Runs (one dict each, with its "variant") grouped by variant: variants in first-seen order, runs in order."""
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for r in runs:
+        grouped.setdefault(r["variant"], []).append(r)
+    return grouped
+
+
 def extend_seeds(seeds: list[int], n: int) -> list[int]:
     """The lowest n of `seeds`, continued past the largest by consecutive integers where it has fewer."""
     ordered = sorted(seeds)

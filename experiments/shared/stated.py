@@ -1,9 +1,20 @@
-"""A prediction as it was written before the runs: its id, title, claim and rule, which every verdict repeats."""
+"""A prediction as it was written before the runs: its id, title, claim and rule, which every verdict repeats;
+and the outcome its decide function reads (StatedOutcome)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+
+@dataclass(frozen=True)
+class StatedOutcome:
+    """What a decide function sees: per-variant summaries, the two levels and the margin."""
+
+    variants: dict[str, Any]
+    unigram: float
+    bigram: float
+    margin: float
 
 
 @dataclass(frozen=True)

@@ -24,16 +24,15 @@ PALETTE = (
 )  # fmt: skip
 
 
+def reference_line(fig, y: float, text: str, colour: str = "#555", **more: Any) -> None:
+    """One dashed horizontal line labelled `text`: a reference level, a threshold (more: annotation_position=, row=)."""
+    fig.add_hline(y=y, line=dict(dash="dash", color=colour, width=1), annotation_text=text, **more)
+
+
 def _reference_lines(fig, references: Mapping[str, float] | None, colour: str = "#555", **where: Any) -> None:
     """A dashed, labelled horizontal line at each reference level (unigram, bigram, ...); where: row=, col=."""
     for name, value in (references or {}).items():
-        fig.add_hline(
-            y=float(value),
-            line=dict(dash="dash", color=colour, width=1),
-            annotation_text=f"{name} {float(value):.3f}",
-            annotation_position="top left",
-            **where,
-        )
+        reference_line(fig, float(value), f"{name} {float(value):.3f}", colour, annotation_position="top left", **where)
 
 
 def _array(x: Any) -> np.ndarray:
