@@ -9,8 +9,7 @@ from typing import Any
 
 from experiments.escape_time.escape_predictor import verdict_line
 from experiments.runner.frame import Context
-from experiments.runner.text import fmt_number, table_figure
-from experiments.statistics.held_out import auc_text
+from experiments.runner.text import predictor_cells, table_figure
 
 
 def _step(x: float | None, last: int) -> str:
@@ -223,18 +222,7 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
     out.append(mechanism_figure(results, ("knock_out_self", "self_only", "uniform_pattern")))
     out.append(mechanism_figure(results, ("grad_block0", "growth")))
     out.append(mechanism_figure(results, ("residual_last", "qk_grad")))  # token uniformity (issue 44)
-    rows = [
-        [
-            name,
-            str(item["n"]),
-            fmt_number(item.get("accuracy"), ".2f"),
-            "-" if "interval" not in item else "[{:.2f}, {:.2f}]".format(*item["interval"]),
-            fmt_number(item.get("majority_accuracy"), ".2f"),
-            auc_text(item, "escape") if "auc" in item else "-",
-            "yes" if item.get("predicts") else item.get("untestable", "no"),
-        ]
-        for name, item in results["predictor"].items()
-    ]
+    rows = [[name, str(item["n"]), *predictor_cells(item, "escape")] for name, item in results["predictor"].items()]
     at = results["early_step"]
     title = f"Early predictors (step {at}; grad_block0 at step {results.get('gradient_step', at)}; held out by seed)"
     headers = ["feature", "runs", "accuracy", "95% (exact)", "majority", "AUC", "predicts"]
