@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from experiments.runner.frame import Context, Variant, check_number
+from experiments.shared.options import comma_list
 from interp.command.cli import default_option
 from interp.errors import ToolkitError
 
@@ -19,18 +20,6 @@ DEFAULT_GRID = ((2, 3, 4, 6), (0.5, 1.0), 5, 16, "full,attn_only", 4, 4)  # phas
 # real escapes in a test, not only their "not fitted" lines.
 PRESET_LENGTH = {"smoke": 6}
 DEFAULT_LENGTH = 2  # about an hour's worth of the default grid would be 1x here, where depth 3 rarely escapes
-
-
-def _floats(text: str, name: str) -> tuple[float, ...]:
-    try:
-        values = tuple(float(v) for v in text.split(","))
-    except ValueError:
-        raise ToolkitError(f"{name} expects comma-separated numbers, got {text!r}") from None
-    for v in values:
-        check_number(name, v, 0.0, inclusive=False)
-    if len(set(values)) != len(values):
-        raise ToolkitError(f"{name} {text!r} names a value twice")
-    return values
 
 
 def _ints(text: str, name: str) -> tuple[int, ...]:
@@ -82,7 +71,7 @@ def check(args) -> None:
     if args.depths is not None:
         _ints(args.depths, "--depths")
     if args.lrs is not None:
-        _floats(args.lrs, "--lrs")
+        comma_list(args.lrs, "--lrs")
     if args.holdout_depth not in (None, "") and len(_ints(args.holdout_depth, "--holdout-depth")) != 1:
         raise ToolkitError(f"--holdout-depth takes one depth (or '' for none), got {args.holdout_depth!r}")
     if args.reference_seeds is not None and args.reference_seeds < 1:
@@ -116,7 +105,7 @@ class EscapeGrid:
         args, train = ctx.args, ctx.spec.train
         depths, mults, holdout, seeds, refs, ref_seeds, _ = PRESET_GRID.get(ctx.spec.preset, DEFAULT_GRID)
         self.depths = _ints(args.depths, "--depths") if args.depths else depths
-        self.lrs = _floats(args.lrs, "--lrs") if args.lrs else tuple(m * train.lr for m in mults)
+        self.lrs = comma_list(args.lrs, "--lrs") if args.lrs else tuple(m * train.lr for m in mults)
         if args.holdout_depth is None:
             self.holdout = holdout
         else:

@@ -13,18 +13,12 @@ then "predict" against a baseline worse than a constant guess.
 
 from __future__ import annotations
 
-import math
+from functools import partial
 from typing import Any
 
-from experiments.statistics.held_out import auc, auc_text, binomial_interval, bootstrap_auc, classify, fit_threshold
+from experiments.statistics.held_out import auc_text, held_out_test, leave_group_out, value_at
 
 FEATURES = ("val_loss", "alpha_tt_layer0", "grad_block0", "growth", "identity", "depth")
-
-
-def _at(points: list[tuple[int, float]], step: int) -> float | None:
-    """The last value at or before `step`."""
-    before = [x for s, x in points if s <= step]
-    return before[-1] if before and math.isfinite(before[-1]) else None
 
 
 def early_features(record: dict[str, Any], early: int, warmup: int) -> dict[str, float | None]:
@@ -33,11 +27,11 @@ def early_features(record: dict[str, Any], early: int, warmup: int) -> dict[str,
     s = series(record.get("probes", {}))
     curve = list(zip(record["val_curve"]["steps"], record["val_curve"]["loss"], strict=True))
     return {
-        "val_loss": _at(curve, early),
-        "alpha_tt_layer0": _at(s.get("alpha_tt_layer0", []), early),
-        "grad_block0": _at(s.get("grad_block0", []), min(warmup, early)),
-        "growth": _at(s.get("growth", []), early),
-        "identity": _at(s.get("identity", []), early),
+        "val_loss": value_at(curve, early, finite=True),
+        "alpha_tt_layer0": value_at(s.get("alpha_tt_layer0", []), early, finite=True),
+        "grad_block0": value_at(s.get("grad_block0", []), min(warmup, early), finite=True),
+        "growth": value_at(s.get("growth", []), early, finite=True),
+        "identity": value_at(s.get("identity", []), early, finite=True),
     }
 
 
@@ -50,31 +44,18 @@ def evaluate_by_seed(samples: list[dict[str, Any]], features: tuple[str, ...] = 
             for s in samples
             if s["features"].get(name) is not None
         ]
-        n, k = len(rows), sum(y for _, _, y in rows)
-        seeds = sorted({seed for seed, _, _ in rows})
-        item: dict[str, Any] = {"n": n, "n_escaped": k, "n_seeds": len(seeds)}
-        if len(seeds) < 3 or n < 8:
-            item["untestable"] = f"{n} run(s) over {len(seeds)} seed(s); at least 8 runs over 3 seeds are needed"
-        elif k in (0, n):
-            item["untestable"] = f"every run {'escaped' if k else 'stayed on the floor'}: nothing to predict"
-        else:
-            hits = 0
-            for seed in seeds:
-                train = [(x, y) for s, x, y in rows if s != seed]
-                test = [(x, y) for s, x, y in rows if s == seed]
-                ys = [y for _, y in train]
-                majority = sum(ys) * 2 >= len(ys)
-                if len(set(ys)) < 2:
-                    hits += sum(y == majority for _, y in test)
-                    continue
-                model = fit_threshold([x for x, _ in train], ys)
-                hits += sum(classify(model, x) == y for x, y in test)
-            xs, ys = [x for _, x, _ in rows], [y for _, _, y in rows]
-            lo, hi = binomial_interval(hits, n)
-            baseline = max(k, n - k) / n  # always guessing the more common outcome
-            item.update(accuracy=hits / n, interval=[lo, hi], majority_accuracy=baseline, auc=auc(xs, ys))
-            item.update(auc_interval=list(bootstrap_auc(xs, ys)), predicts=lo > baseline)
-        out[name] = item
+        seeds = [seed for seed, _, _ in rows]
+        n, n_seeds = len(rows), len(set(seeds))
+        too_few = f"{n} run(s) over {n_seeds} seed(s); at least 8 runs over 3 seeds are needed"
+        out[name] = held_out_test(
+            [x for _, x, _ in rows],
+            [y for _, _, y in rows],
+            partial(leave_group_out, groups=seeds),
+            counted="n_escaped",
+            counts={"n_seeds": n_seeds},
+            too_few=too_few if n_seeds < 3 or n < 8 else None,
+            every_run=("escaped", "stayed on the floor"),
+        )
     return out
 
 

@@ -9,8 +9,7 @@ from typing import Any
 
 from experiments.escape_time.escape_predictor import verdict_line
 from experiments.runner.frame import Context
-from experiments.runner.text import fmt_number, table_figure
-from experiments.statistics.held_out import auc_text
+from experiments.runner.text import predictor_cells, table_figure
 
 
 def _step(x: float | None, last: int) -> str:
@@ -177,7 +176,7 @@ def mechanism_figure(results: dict[str, Any], names: tuple[str, ...]):
 def survival_svg(results: dict[str, Any], width: int = 640, height: int = 300) -> str:
     """The ffn_only survival curves as a small self-contained SVG (no plotting package needed): a figure
     for a README or a paper draft, beside the interactive report."""
-    from experiments.runner.svg import PALETTE, axis_titles, close, frame, legend_entry
+    from experiments.runner.svg import line_chart
 
     cells = sorted((c for c in results["cells"] if c["residual"] == "ffn_only"), key=lambda c: (c["lr"], c["n_layers"]))
     last = max((c["last_step"] for c in cells), default=1)
@@ -187,24 +186,22 @@ def survival_svg(results: dict[str, Any], width: int = 640, height: int = 300) -
     def xy(step: float, s: float) -> str:
         return f"{left + w * step / last:.1f},{top + h * (1 - s):.1f}"
 
-    out = frame(width, height, left, top, w, h)
+    ticks = []
     for k in range(0, 5):
         step = last * k / 4
-        out.append(f'<text x="{left + w * k / 4:.1f}" y="{top + h + 14}" text-anchor="middle">{step:.0f}</text>')
-        out.append(f'<text x="{left - 6}" y="{top + h * (1 - k / 4) + 4:.1f}" text-anchor="end">{k / 4:.2f}</text>')
-    out += axis_titles(height, left, top, w, h, "training step", "still on the floor")
-    for i, c in enumerate(cells):
-        colour = PALETTE[i % len(PALETTE)]
+        ticks.append(f'<text x="{left + w * k / 4:.1f}" y="{top + h + 14}" text-anchor="middle">{step:.0f}</text>')
+        ticks.append(f'<text x="{left - 6}" y="{top + h * (1 - k / 4) + 4:.1f}" text-anchor="end">{k / 4:.2f}</text>')
+    lines = []
+    for c in cells:
         dash = "" if c["lr"] == max(results["lrs"]) else ' stroke-dasharray="5,3"'
         points, s = [xy(0, 1.0)], 1.0
         for step, value in zip(c["km"]["steps"], c["km"]["survival"], strict=True):
             points += [xy(step, s), xy(step, value)]
             s = value
         points.append(xy(c["last_step"], s))
-        out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2"{dash} points="{" ".join(points)}"/>')
-        label = f"L{c['n_layers']} lr {c['lr']:g} ({c['n_escaped']}/{c['n']})"
-        out.append(legend_entry(left + w + 10, top + 14 * i + 10, colour, label, dash))
-    return close(out)
+        lines.append((points, f"L{c['n_layers']} lr {c['lr']:g} ({c['n_escaped']}/{c['n']})", dash))
+    titles = ("training step", "still on the floor")
+    return line_chart(width, height, (left, top, w, h), ticks, titles, lines)
 
 
 def sections(results: dict[str, Any], ctx: Context) -> list:
@@ -223,18 +220,7 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
     out.append(mechanism_figure(results, ("knock_out_self", "self_only", "uniform_pattern")))
     out.append(mechanism_figure(results, ("grad_block0", "growth")))
     out.append(mechanism_figure(results, ("residual_last", "qk_grad")))  # token uniformity (issue 44)
-    rows = [
-        [
-            name,
-            str(item["n"]),
-            fmt_number(item.get("accuracy"), ".2f"),
-            "-" if "interval" not in item else "[{:.2f}, {:.2f}]".format(*item["interval"]),
-            fmt_number(item.get("majority_accuracy"), ".2f"),
-            auc_text(item, "escape") if "auc" in item else "-",
-            "yes" if item.get("predicts") else item.get("untestable", "no"),
-        ]
-        for name, item in results["predictor"].items()
-    ]
+    rows = [[name, str(item["n"]), *predictor_cells(item, "escape")] for name, item in results["predictor"].items()]
     at = results["early_step"]
     title = f"Early predictors (step {at}; grad_block0 at step {results.get('gradient_step', at)}; held out by seed)"
     headers = ["feature", "runs", "accuracy", "95% (exact)", "majority", "AUC", "predicts"]

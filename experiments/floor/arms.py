@@ -44,6 +44,7 @@ from pathlib import Path
 from experiments.floor.knob import scale_qk
 from experiments.runner.frame import Context, Group, Variant, check_number
 from experiments.runner.text import num
+from experiments.shared.options import comma_list
 from experiments.shipping.ship import MANIFEST
 from interp.errors import ToolkitError
 
@@ -163,17 +164,8 @@ def parse_parts(text: str | None) -> tuple[str, ...]:
 
 
 def parse_scales(text: str) -> tuple[float, ...]:
-    try:
-        values = tuple(float(v) for v in text.split(","))
-    except ValueError:
-        raise ToolkitError(f"--qk-scales expects comma-separated numbers, got {text!r}") from None
-    for v in values:
-        check_number("--qk-scales", v, 0.0, inclusive=False)
-        if v == 1.0:
-            raise ToolkitError("--qk-scales 1 is the control itself; give scales other than 1")
-    if len(set(values)) != len(values):
-        raise ToolkitError(f"--qk-scales {text!r} names a scale twice")
-    return values
+    control = {1.0: "--qk-scales 1 is the control itself; give scales other than 1"}
+    return comma_list(text, "--qk-scales", "scale", refuse=control)
 
 
 def check(args) -> None:

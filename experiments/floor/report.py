@@ -172,7 +172,7 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
 def init_svg(results: dict[str, Any], width: int = 680, height: int = 300) -> str:
     """The depth sweep at initialisation as a small self-contained SVG (log residual against depth): the
     figure for a README, beside the interactive report."""
-    from experiments.runner.svg import PALETTE, axis_titles, close, frame, legend_entry
+    from experiments.runner.svg import line_chart
 
     init = results["init"]
     cells = [c for c in init["cells"] if c["sweep"] == "depth"]
@@ -187,20 +187,18 @@ def init_svg(results: dict[str, Any], width: int = 680, height: int = 300) -> st
         y = top + h * (0 - math.log10(max(r, 10.0**lo))) / -lo if lo < 0 else top
         return f"{x:.1f},{y:.1f}"
 
-    out = frame(width, height, left, top, w, h)
+    ticks = []
     for d in depths:
         x = xy(d, 1.0).split(",")[0]
-        out.append(f'<text x="{x}" y="{top + h + 14}" text-anchor="middle">{d}</text>')
+        ticks.append(f'<text x="{x}" y="{top + h + 14}" text-anchor="middle">{d}</text>')
     for k in range(lo, 1):
         y = xy(depths[0], 10.0**k).split(",")[1]
-        out.append(f'<text x="{left - 6}" y="{float(y) + 4:.1f}" text-anchor="end">{10.0**k:g}</text>')
-    out += axis_titles(height, left, top, w, h, "depth (layers)", "token diversity at init (residual)")
-    for i, config in enumerate(configs):
-        colour = PALETTE[i % len(PALETTE)]
+        ticks.append(f'<text x="{left - 6}" y="{float(y) + 4:.1f}" text-anchor="end">{10.0**k:g}</text>')
+    lines = []
+    for config in configs:
         row = sorted((c for c in cells if c["config"] == config), key=lambda c: c["depth"])
-        points = " ".join(xy(c["depth"], c["residual"]["mean"]) for c in row)
-        out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{points}"/>')
         rate = init["rates"].get(config)
         label = config + (f" (x{rate['rate']:.2f}/layer)" if rate else "")
-        out.append(legend_entry(left + w + 10, top + 14 * i + 10, colour, label))
-    return close(out)
+        lines.append(([xy(c["depth"], c["residual"]["mean"]) for c in row], label, ""))
+    titles = ("depth (layers)", "token diversity at init (residual)")
+    return line_chart(width, height, (left, top, w, h), ticks, titles, lines)

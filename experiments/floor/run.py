@@ -116,9 +116,9 @@ from experiments.floor.predictions import (
 )
 from experiments.floor.relation import fit_relation, held, observe, predict
 from experiments.floor.report import sections, summary, table
-from experiments.phase_diagram.collapse_predictor import value_at
 from experiments.runner.frame import Context, Experiment, Group, Job
 from experiments.shared.plan import all_finished, by_variant
+from experiments.statistics.held_out import value_at
 from interp.errors import ToolkitError
 
 SCHEMA = "floor/1"

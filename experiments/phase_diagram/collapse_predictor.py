@@ -27,15 +27,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from experiments.statistics.held_out import (
-    auc,
-    auc_text,
-    binomial_interval,
-    bootstrap_auc,
-    fit_threshold,
-    leave_one_out,
-    random_splits,
-)
+from experiments.statistics.held_out import auc_text, held_out_test, leave_one_out, value_at
 
 EARLY_FEATURES = ("grad0", "grad_warm", "alpha_early", "identity_early", "growth_early")
 IDENTITY_SITE = "blocks.0.hook_resid_mid"
@@ -93,12 +85,6 @@ def features(probes: dict[str, list[dict[str, Any]]], warmup: int, early: int) -
     }
 
 
-def value_at(series: list[tuple[int, float]], step: int, exact: bool = False) -> float | None:
-    """The value at `step` (exact), or at the last step at or before it."""
-    before = [v for s, v in series if (s == step if exact else s <= step)]
-    return before[-1] if before else None
-
-
 # ----- the held-out test --------------------------------------------------------------------------------
 
 
@@ -108,28 +94,17 @@ def evaluate(samples: list[dict[str, Any]], names: tuple[str, ...] = EARLY_FEATU
     for name in names:
         pairs = [(s["features"][name], s["collapsed"]) for s in samples if s["features"].get(name) is not None]
         xs, ys = [float(x) for x, _ in pairs], [bool(y) for _, y in pairs]
-        n, k = len(xs), sum(ys)
-        item: dict[str, Any] = {"n": n, "n_collapsed": k}
-        if n < 4:
-            item["untestable"] = f"{n} run(s) with this feature; at least 4 are needed"
-        elif k in (0, n):
-            item["untestable"] = f"every run is {'collapsed' if k else 'not collapsed'}: nothing to predict"
-        else:
-            hits, base = leave_one_out(xs, ys), max(k, n - k)
-            splits = random_splits(xs, ys)
-            lo, hi = binomial_interval(hits, n)
-            item.update(
-                loo_accuracy=hits / n,
-                loo_interval=[lo, hi],
-                majority_accuracy=base / n,
-                split_accuracy=sum(splits) / len(splits) if splits else None,
-                n_splits=len(splits),
-                auc=auc(xs, ys),
-                auc_interval=list(bootstrap_auc(xs, ys)),
-                threshold=list(fit_threshold(xs, ys)),
-                predicts=lo > base / n,
-            )
-        out[name] = item
+        out[name] = held_out_test(
+            xs,
+            ys,
+            leave_one_out,
+            counted="n_collapsed",
+            too_few=f"{len(xs)} run(s) with this feature; at least 4 are needed" if len(xs) < 4 else None,
+            every_run=("is collapsed", "is not collapsed"),
+            names=("loo_accuracy", "loo_interval"),
+            splits=True,
+            threshold=True,
+        )
     return out
 
 

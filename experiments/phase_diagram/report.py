@@ -13,8 +13,7 @@ from experiments.phase_diagram.boundary import SHORT, fmt, mark
 from experiments.phase_diagram.collapse_predictor import EARLY_FEATURES, verdict_text
 from experiments.phase_diagram.grid import CONFIRM_FACTOR, CONFIRM_SEEDS, LABELS
 from experiments.runner.frame import Context
-from experiments.runner.text import fmt_number, format_table, table_figure
-from experiments.statistics.held_out import auc_text
+from experiments.runner.text import fmt_number, format_table, predictor_cells, table_figure
 
 PREDICTOR_HEADERS = ["feature", "runs", "collapsed", "LOO accuracy", "95% (exact)", "majority"]
 PREDICTOR_HEADERS += ["AUC [95% bootstrap], direction", "predicts"]
@@ -218,13 +217,9 @@ def sections(results: dict[str, Any], ctx: Context) -> list:
     for key, title in titles:
         if not results.get(key):
             continue
-        rows = []
-        for n, item in results[key].items():
-            loo = fmt_number(item.get("loo_accuracy"), ".2f")
-            interval = "-" if "loo_interval" not in item else "[{:.2f}, {:.2f}]".format(*item["loo_interval"])
-            majority = fmt_number(item.get("majority_accuracy"), ".2f")
-            auc = auc_text(item, "collapse") if "auc" in item else "-"
-            predicts = "yes" if item.get("predicts") else item.get("untestable", "no")
-            rows.append([n, item["n"], item["n_collapsed"], loo, interval, majority, auc, predicts])
+        rows = [
+            [n, item["n"], item["n_collapsed"], *predictor_cells(item, "collapse", ("loo_accuracy", "loo_interval"))]
+            for n, item in results[key].items()
+        ]
         out.append((title, table_figure(PREDICTOR_HEADERS, rows)))
     return out + predictor_figures(results)

@@ -37,5 +37,25 @@ def legend_entry(x: float, y: float, colour: str, label: str, dash: str = "") ->
     )
 
 
+def line_chart(
+    width: int,
+    height: int,
+    box: tuple[float, float, float, float],
+    ticks: list[str],
+    titles: tuple[str, str],
+    lines: list[tuple[list[str], str, str]],
+) -> str:
+    """A whole chart: the frame of the plot area box (left, top, w, h), the caller's tick labels, the axis titles
+    (x, y), and each line (its "x,y" points, legend label, dash attribute or '') in PALETTE's colours, its legend
+    entry to the right of the plot."""
+    left, top, w, h = box
+    out = [*frame(width, height, left, top, w, h), *ticks, *axis_titles(height, left, top, w, h, *titles)]
+    for i, (points, label, dash) in enumerate(lines):
+        colour = PALETTE[i % len(PALETTE)]
+        out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2"{dash} points="{" ".join(points)}"/>')
+        out.append(legend_entry(left + w + 10, top + 14 * i + 10, colour, label, dash))
+    return close(out)
+
+
 def close(out: list[str]) -> str:
     return "\n".join([*out, "</svg>"]) + "\n"

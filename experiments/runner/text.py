@@ -13,6 +13,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from experiments.statistics.held_out import auc_text
+
 
 def num(v: float) -> str:
     """A value as short as %g writes it where that is exact, else in full: distinct values, distinct names
@@ -71,6 +73,19 @@ def fmt_stats(s: dict[str, float], digits: int = 3) -> str:
     if s["n"] == 1:
         return f"{s['mean']:.{digits}f}"
     return f"{s['mean']:.{digits}f} +/- {s['std']:.{digits}f} [{s['min']:.{digits}f}, {s['max']:.{digits}f}]"
+
+
+def predictor_cells(item: dict[str, Any], outcome: str, names: tuple[str, str] = ("accuracy", "interval")) -> list[str]:
+    """An early predictor's table cells (held_out.held_out_test's item, its accuracy and interval keys `names`):
+    held-out accuracy, its 95% interval, majority, AUC (auc_text, `outcome` its verb), predicts (or why untestable)."""
+    accuracy, interval = names
+    return [
+        fmt_number(item.get(accuracy), ".2f"),
+        "-" if interval not in item else "[{:.2f}, {:.2f}]".format(*item[interval]),
+        fmt_number(item.get("majority_accuracy"), ".2f"),
+        auc_text(item, outcome) if "auc" in item else "-",
+        "yes" if item.get("predicts") else item.get("untestable", "no"),
+    ]
 
 
 def format_table(headers: list[str], rows: list[list[Any]]) -> str:

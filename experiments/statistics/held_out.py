@@ -1,4 +1,4 @@
-"""A one-feature threshold classifier held out (leave-one-out, seeded half splits), the rank AUC with a seeded
+"""A one-feature threshold classifier held out (leave-one-out, by group, seeded half splits), the rank AUC with a seeded
 bootstrap interval, and an exact binomial interval: the early-predictor tests of the phase diagram and the
 escape times. Seeded: the same numbers on every machine.
 
@@ -12,7 +12,9 @@ every published AUC interval, which cannot be recomputed from the shipped result
 
 from __future__ import annotations
 
+import math
 import random
+from collections.abc import Callable
 from typing import Any
 
 N_SPLITS = 20
@@ -43,6 +45,23 @@ def leave_one_out(xs: list[float], ys: list[bool]) -> int:
     return sum(
         classify(fit_threshold(xs[:i] + xs[i + 1 :], ys[:i] + ys[i + 1 :]), xs[i]) == ys[i] for i in range(len(xs))
     )
+
+
+def leave_group_out(xs: list[float], ys: list[bool], groups: list[Any]) -> int:
+    """Held-out hits of the threshold classifier, each group's runs (a seed's) scored by a classifier fitted on the
+    other groups; where those hold one class only, by guessing their majority (ties: the positive class)."""
+    hits = 0
+    for group in sorted(set(groups)):
+        train = [(x, y) for g, x, y in zip(groups, xs, ys, strict=True) if g != group]
+        test = [(x, y) for g, x, y in zip(groups, xs, ys, strict=True) if g == group]
+        train_ys = [y for _, y in train]
+        majority = sum(train_ys) * 2 >= len(train_ys)
+        if len(set(train_ys)) < 2:
+            hits += sum(y == majority for _, y in test)
+            continue
+        model = fit_threshold([x for x, _ in train], train_ys)
+        hits += sum(classify(model, x) == y for x, y in test)
+    return hits
 
 
 def random_splits(xs: list[float], ys: list[bool], n: int = N_SPLITS, seed: int = SEED) -> list[float]:
@@ -100,3 +119,51 @@ def binomial_interval(k: int, n: int, alpha: float = 0.05) -> tuple[float, float
 
     ci = stats.binomtest(k, n).proportion_ci(confidence_level=1 - alpha, method="exact")
     return float(ci.low), float(ci.high)
+
+
+def value_at(series: list[tuple[int, float]], step: int, exact: bool = False, finite: bool = False) -> float | None:
+    """The value at `step` (exact), or at the last step at or before it; None where there is none (or, with
+    `finite`, where that value is nan or infinite)."""
+    before = [v for s, v in series if (s == step if exact else s <= step)]
+    return before[-1] if before and (not finite or math.isfinite(before[-1])) else None
+
+
+def held_out_test(
+    xs: list[float],
+    ys: list[bool],
+    held_out: Callable[[list[float], list[bool]], int],
+    *,
+    counted: str,
+    too_few: str | None,
+    every_run: tuple[str, str],
+    counts: dict[str, Any] | None = None,
+    names: tuple[str, str] = ("accuracy", "interval"),
+    splits: bool = False,
+    threshold: bool = False,
+) -> dict[str, Any]:
+    """One feature's held-out test, the early predictors' of every experiment: {"n", counted (the positive runs),
+    **counts}, then why it is untestable (`too_few`, else every run of one class: `every_run`, the words for
+    positive and negative), or its held-out hits (`held_out`, the experiment's scheme) as an accuracy with its
+    exact interval (keys `names`) beside the majority baseline, the seeded random half splits (`splits`), the AUC
+    with its bootstrap interval, the threshold fitted on every run (`threshold`), and whether it "predicts": the
+    interval's lower bound above the baseline."""
+    n, k = len(xs), sum(ys)
+    item: dict[str, Any] = {"n": n, counted: k, **(counts or {})}
+    if too_few is not None:
+        item["untestable"] = too_few
+    elif k in (0, n):
+        item["untestable"] = f"every run {every_run[0] if k else every_run[1]}: nothing to predict"
+    else:
+        hits = held_out(xs, ys)
+        lo, hi = binomial_interval(hits, n)
+        baseline = max(k, n - k) / n  # always guessing the more common outcome
+        accuracy, interval = names
+        item.update({accuracy: hits / n, interval: [lo, hi], "majority_accuracy": baseline})
+        if splits:
+            done = random_splits(xs, ys)
+            item.update(split_accuracy=sum(done) / len(done) if done else None, n_splits=len(done))
+        item.update(auc=auc(xs, ys), auc_interval=list(bootstrap_auc(xs, ys)))
+        if threshold:
+            item["threshold"] = list(fit_threshold(xs, ys))
+        item["predicts"] = lo > baseline
+    return item
